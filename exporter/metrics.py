@@ -1,0 +1,137 @@
+"""Every Prometheus metric gpuscope exposes, declared once as data.
+
+Collectors build their metric families from this table (kube-state-metrics style), and
+``tests/exporter/test_metrics.py`` checks ``docs/metrics.md`` against it, so the docs cannot
+drift from the code. Names, types and label sets follow the contract in the design card:
+base units, ratios not percents, no ``node``/``hostname`` label (the scrape config adds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter"]
+
+DEVICE_LABELS = ("gpu", "uuid")
+CONTAINER_LABELS = ("namespace", "pod", "container", "uuid")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric: its exposition name (counters include ``_total``), type, help text,
+    unit (for the docs), label names in exposition order, and where the value comes from."""
+
+    name: str
+    type: MetricType
+    help: str
+    unit: str
+    labels: tuple[str, ...]
+    source: str
+
+
+_SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "gpu_info", "gauge",
+        "Identity of a GPU or MIG slice; always 1.", "1",
+        ("gpu", "uuid", "model", "driver_version", "pci_bus_id", "parent_uuid", "mig_profile"),
+        "nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetPciInfo, "
+        "nvmlSystemGetDriverVersion, nvmlDeviceGetMigDeviceHandleByIndex",
+    ),
+    MetricSpec(
+        "gpu_up", "gauge",
+        "1 when the device answers NVML, 0 when it is lost or failing.", "1",
+        DEVICE_LABELS, "any device call; NVML_ERROR_GPU_IS_LOST or an unexpected error gives 0",
+    ),
+    MetricSpec(
+        "gpu_utilization_ratio", "gauge",
+        "Fraction of the last sample period in which a kernel ran on the GPU (0..1).", "ratio",
+        DEVICE_LABELS, "nvmlDeviceGetUtilizationRates().gpu / 100",
+    ),
+    MetricSpec(
+        "gpu_memory_utilization_ratio", "gauge",
+        "Fraction of the last sample period in which device memory was read or written (0..1).",
+        "ratio", DEVICE_LABELS, "nvmlDeviceGetUtilizationRates().memory / 100",
+    ),
+    MetricSpec(
+        "gpu_memory_used_bytes", "gauge",
+        "Device memory in use.", "bytes", DEVICE_LABELS, "nvmlDeviceGetMemoryInfo().used",
+    ),
+    MetricSpec(
+        "gpu_memory_total_bytes", "gauge",
+        "Device memory installed (or assigned to the MIG slice).", "bytes", DEVICE_LABELS,
+        "nvmlDeviceGetMemoryInfo().total",
+    ),
+    MetricSpec(
+        "gpu_temperature_celsius", "gauge",
+        "GPU core temperature.", "celsius", DEVICE_LABELS,
+        "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
+    ),
+    MetricSpec(
+        "gpu_power_watts", "gauge",
+        "Power draw of the board.", "watts", DEVICE_LABELS, "nvmlDeviceGetPowerUsage / 1000",
+    ),
+    MetricSpec(
+        "gpu_power_limit_watts", "gauge",
+        "Enforced power limit of the board.", "watts", DEVICE_LABELS,
+        "nvmlDeviceGetEnforcedPowerLimit / 1000",
+    ),
+    MetricSpec(
+        "gpu_energy_joules_total", "counter",
+        "Energy consumed since the driver was loaded.", "joules", DEVICE_LABELS,
+        "nvmlDeviceGetTotalEnergyConsumption / 1000",
+    ),
+    MetricSpec(
+        "gpu_sm_clock_hertz", "gauge",
+        "Current SM clock.", "hertz", DEVICE_LABELS, "nvmlDeviceGetClockInfo(NVML_CLOCK_SM) * 1e6",
+    ),
+    MetricSpec(
+        "gpu_memory_clock_hertz", "gauge",
+        "Current memory clock.", "hertz", DEVICE_LABELS,
+        "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) * 1e6",
+    ),
+    MetricSpec(
+        "gpu_xid_errors_total", "counter",
+        "XID critical error events seen since the exporter started, per XID code.", "events",
+        ("gpu", "uuid", "xid"),
+        "nvmlEventSetWait on an event set registered for nvmlEventTypeXidCriticalError",
+    ),
+    MetricSpec(
+        "gpu_ecc_corrected_errors_total", "counter",
+        "Corrected (single-bit) ECC errors since the driver was loaded.", "errors",
+        DEVICE_LABELS,
+        "nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC)",
+    ),
+    MetricSpec(
+        "gpu_ecc_uncorrected_errors_total", "counter",
+        "Uncorrected (double-bit) ECC errors since the driver was loaded.", "errors",
+        DEVICE_LABELS,
+        "nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)",
+    ),
+    MetricSpec(
+        "gpu_exporter_nvml_up", "gauge",
+        "1 when the GPU source (NVML, or the simulated source) is initialised and answering.",
+        "1", (), "nvmlInit; retried with backoff while the library or driver is missing",
+    ),
+    MetricSpec(
+        "gpu_exporter_last_sample_timestamp_seconds", "gauge",
+        "Wall-clock time the last sampling round finished.", "seconds", (), "exporter clock",
+    ),
+    MetricSpec(
+        "gpu_exporter_collector_success", "gauge",
+        "1 when the collector's last run succeeded, 0 when it failed.", "1", ("collector",),
+        "exporter",
+    ),
+    MetricSpec(
+        "gpu_exporter_collector_duration_seconds", "gauge",
+        "How long the collector's last run took.", "seconds", ("collector",), "exporter",
+    ),
+)
+
+METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def family_name(spec: MetricSpec) -> str:
+    """The name prometheus_client expects for a family: counters without ``_total``."""
+    return spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
