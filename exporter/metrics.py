@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 MetricType = Literal["gauge", "counter"]
 
 DEVICE_LABELS = ("gpu", "uuid")
@@ -110,6 +112,18 @@ _SPECS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)",
     ),
     MetricSpec(
+        "gpu_process_utilization_ratio", "gauge",
+        "Mean SM utilization of one process over the last sampling interval (0..1). "
+        "Opt-in (--process-metrics): one series per process.", "ratio",
+        ("gpu", "uuid", "pid"), "nvmlDeviceGetProcessUtilization().smUtil / 100, averaged",
+    ),
+    MetricSpec(
+        "gpu_process_memory_used_bytes", "gauge",
+        "Device memory used by one process. Opt-in (--process-metrics).", "bytes",
+        ("gpu", "uuid", "pid"),
+        "nvmlDeviceGetComputeRunningProcesses_v3 / nvmlDeviceGetGraphicsRunningProcesses_v3",
+    ),
+    MetricSpec(
         "gpu_exporter_nvml_up", "gauge",
         "1 when the GPU source (NVML, or the simulated source) is initialised and answering.",
         "1", (), "nvmlInit; retried with backoff while the library or driver is missing",
@@ -127,6 +141,15 @@ _SPECS: tuple[MetricSpec, ...] = (
         "gpu_exporter_collector_duration_seconds", "gauge",
         "How long the collector's last run took.", "seconds", ("collector",), "exporter",
     ),
+    MetricSpec(
+        "gpu_exporter_sampling_interval_seconds", "gauge",
+        "Configured sampling interval (--interval).", "seconds", (), "exporter",
+    ),
+    MetricSpec(
+        "gpu_exporter_missed_rounds_total", "counter",
+        "Sampling rounds skipped because a round overran the interval.", "rounds", (),
+        "exporter",
+    ),
 )
 
 METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
@@ -135,3 +158,14 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 def family_name(spec: MetricSpec) -> str:
     """The name prometheus_client expects for a family: counters without ``_total``."""
     return spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+
+
+Family = GaugeMetricFamily | CounterMetricFamily
+
+
+def new_family(name: str) -> Family:
+    """A fresh, empty metric family for the table entry ``name`` (one per ``collect()``)."""
+    spec = METRICS[name]
+    if spec.type == "counter":
+        return CounterMetricFamily(family_name(spec), spec.help, labels=spec.labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)

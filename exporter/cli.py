@@ -1,0 +1,110 @@
+"""``gpuscope-exporter``: wires a source, the sampler, the collectors and the HTTP server.
+
+Bad input (a flag, an env var, a scenario file) ends in one ``gpuscope-exporter: error: ...``
+line and exit code 2, never a traceback. Runtime faults (no driver, a lost GPU) do not end the
+process: they show up in ``gpu_up``, ``gpu_exporter_nvml_up`` and ``/readyz``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from exporter.collectors.exporter import ExporterCollector
+from exporter.collectors.gpu import GpuCollector
+from exporter.config import Config, ConfigError, parse_config
+from exporter.model import Source
+from exporter.sampler import Sampler
+from exporter.server import ExporterServer
+
+log = logging.getLogger("gpuscope.exporter")
+
+
+class StartupError(Exception):
+    """Bad input found while building the exporter; ``str()`` is the one line to show."""
+
+
+def build_source(cfg: Config) -> Source:
+    if cfg.source == "simulated":
+        # Imported here: the simulated source (and PyYAML) is not needed on a real node.
+        from exporter.scenario import ScenarioError, load_scenario
+        from exporter.simulated import SimulatedSource
+
+        try:
+            scenario = load_scenario(cfg.scenario)
+        except ScenarioError as exc:
+            raise StartupError(str(exc)) from None
+        return SimulatedSource(scenario)
+    from exporter.nvml import NvmlSource
+
+    return NvmlSource()
+
+
+def build_registry(cfg: Config, sampler: Sampler) -> CollectorRegistry:
+    # Our own registry, never the global one: no process/platform collectors we did not ask
+    # for, and tests can build as many exporters as they like in one process.
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuCollector(sampler.latest, process_metrics=cfg.process_metrics))
+    registry.register(ExporterCollector(sampler))
+    return registry
+
+
+def run(cfg: Config, stop: threading.Event) -> int:
+    source = build_source(cfg)
+    sampler = Sampler(source, cfg.interval)
+    registry = build_registry(cfg, sampler)
+    try:
+        server = ExporterServer(
+            cfg.listen_host, cfg.listen_port, registry, sampler.alive, sampler.ready
+        )
+    except OSError as exc:
+        source.close()
+        raise StartupError(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}: "
+                           f"{exc.strerror or exc}") from None
+    sampler.start()
+    server.start()
+    log.info(
+        "serving on %s:%d, source=%s, interval=%gs, node=%s",
+        cfg.listen_host, server.port, cfg.source, cfg.interval, cfg.node_name,
+    )
+    stop.wait()
+    log.info("shutting down")
+    server.stop()
+    sampler.stop()
+    source.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = parse_config(argv)
+    except ConfigError as exc:
+        print(f"gpuscope-exporter: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=cfg.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return run(cfg, stop)
+    except StartupError as exc:
+        print(f"gpuscope-exporter: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

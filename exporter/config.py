@@ -1,0 +1,172 @@
+"""Command-line flags and their ``GPUSCOPE_*`` environment variables.
+
+Every flag can also come from ``GPUSCOPE_<FLAG>`` (``--node-name`` → ``GPUSCOPE_NODE_NAME``); a
+flag on the command line wins over the environment. Any bad value raises
+:class:`ConfigError` with one line that names the flag or variable, and the CLI exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+ENV_PREFIX = "GPUSCOPE_"
+
+
+class ConfigError(Exception):
+    """A bad flag or environment value; ``str()`` is the single line to show the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    listen_host: str
+    listen_port: int
+    interval: float
+    source: str
+    scenario: str | None
+    node_name: str
+    instance_type: str | None
+    process_metrics: bool
+    log_level: str
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT``."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0..65535, got {port}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, port
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {value!r}") from None
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def choice(*options: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return value
+
+    return check
+
+
+def text(value: str) -> str:
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class _Flag:
+    flag: str
+    convert: Callable[[str], Any]
+    default: str | None
+    help: str
+    boolean: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+
+_FLAGS: tuple[_Flag, ...] = (
+    _Flag("--listen", parse_listen, "0.0.0.0:9400",
+          "HOST:PORT to serve /metrics, /healthz, /readyz"),
+    _Flag("--interval", positive_seconds, "1", "sampling interval in seconds"),
+    _Flag("--source", choice("nvml", "simulated"), "nvml", "where samples come from"),
+    _Flag("--scenario", text, None, "YAML scenario for --source simulated (default: built-in)"),
+    _Flag("--node-name", text, None, "this node's name (default: $NODE_NAME, else the hostname)"),
+    _Flag("--instance-type", text, None, "instance type when node labels are unavailable"),
+    _Flag("--process-metrics", boolean, "false", "also export per-process series (cardinality!)",
+          boolean=True),
+    _Flag("--log-level", choice("debug", "info", "warning", "error"), "info", "log verbosity"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpuscope-exporter",
+        description="GPU metrics exporter: NVML (or a simulated fleet) to Prometheus.",
+        epilog="Every flag can also be set as GPUSCOPE_<FLAG>, e.g. GPUSCOPE_INTERVAL=5.",
+    )
+    for f in _FLAGS:
+        if f.boolean:
+            parser.add_argument(
+                f.flag, dest=f.dest, action=argparse.BooleanOptionalAction, default=None,
+                help=f"{f.help} [env {f.env}]",
+            )
+        else:
+            parser.add_argument(
+                f.flag, dest=f.dest, metavar=f.dest.upper(), default=None,
+                help=f"{f.help} [env {f.env}; default {f.default}]",
+            )
+    return parser
+
+
+def _convert(f: _Flag, raw: str, origin: str) -> Any:
+    try:
+        return f.convert(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+
+
+def parse_config(
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    hostname: Callable[[], str] = socket.gethostname,
+) -> Config:
+    """Flags win over ``GPUSCOPE_*`` variables, which win over defaults."""
+    env = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    values: dict[str, Any] = {}
+    for f in _FLAGS:
+        given = getattr(args, f.dest)
+        if f.boolean and given is not None:
+            values[f.dest] = given
+        elif given is not None:
+            values[f.dest] = _convert(f, given, f.flag)
+        elif f.env in env:
+            values[f.dest] = _convert(f, env[f.env], f.env)
+        elif f.default is not None:
+            values[f.dest] = f.convert(f.default)
+        else:
+            values[f.dest] = None
+
+    host, port = values.pop("listen")
+    if values["scenario"] is not None and values["source"] != "simulated":
+        raise ConfigError("--scenario only applies to --source simulated")
+    node_name = values.pop("node_name") or env.get("NODE_NAME") or hostname()
+    return Config(listen_host=host, listen_port=port, node_name=node_name, **values)

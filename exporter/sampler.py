@@ -1,0 +1,121 @@
+"""The sampling loop: calls ``Source.sample()`` on a fixed interval in its own thread.
+
+Scrapes never touch the source. They read :meth:`Sampler.latest`, an atomic reference to
+the last frozen :class:`~exporter.model.Snapshot`, so a slow or hung NVML call can delay the
+next sample but never a scrape. Listeners (sinks such as CloudWatch) are called with every
+snapshot on the sampler thread, and must be quick (append to a buffer and return).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from exporter.model import Snapshot, Source
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Snapshot], None]
+
+
+class Sampler:
+    """Samples ``source`` every ``interval`` seconds (fixed rate, not fixed delay).
+
+    ``clock`` gives wall-clock seconds (snapshot timestamps, readiness); ``monotonic`` drives
+    scheduling and liveness so a wall-clock jump neither skips nor bunches rounds.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        interval: float,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        listeners: tuple[Listener, ...] = (),
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, got {interval}")
+        self.source = source
+        self.interval = interval
+        self._clock = clock
+        self._monotonic = monotonic
+        self._listeners = listeners
+        self._latest: Snapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # Monotonic time the loop last finished a round (or started): the liveness heartbeat.
+        self._heartbeat = monotonic()
+        self.rounds = 0
+        self.missed_rounds = 0
+        self.errors = 0
+
+    # -- reading (any thread, never blocks) -------------------------------------------------
+    def latest(self) -> Snapshot | None:
+        """The last snapshot, or None before the first round finished."""
+        return self._latest
+
+    def alive(self) -> bool:
+        """The loop thread runs and has finished a round recently (``/healthz``).
+
+        A round stuck in the driver for longer than three intervals plus 30 s makes the
+        exporter unhealthy, so the kubelet restarts it instead of serving stale data forever.
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return False
+        return self._monotonic() - self._heartbeat < 3 * self.interval + 30.0
+
+    def ready(self) -> bool:
+        """A sample from a working source, newer than three intervals (``/readyz``)."""
+        snap = self._latest
+        if snap is None or not snap.source_up:
+            return False
+        return self._clock() - snap.timestamp < 3 * self.interval
+
+    # -- running ----------------------------------------------------------------------------
+    def run_once(self) -> Snapshot:
+        """Take one sample now, publish it and notify listeners. Never raises."""
+        try:
+            snap = self.source.sample()
+        except Exception:  # a source bug must not kill the loop; the next round retries
+            self.errors += 1
+            log.exception("source %s failed to sample", self.source.name)
+            snap = Snapshot(timestamp=self._clock(), source_up=False)
+        self._latest = snap
+        self.rounds += 1
+        for listener in self._listeners:
+            try:
+                listener(snap)
+            except Exception:
+                log.exception("snapshot listener %r failed", listener)
+        self._heartbeat = self._monotonic()
+        return snap
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._heartbeat = self._monotonic()
+        self._thread = threading.Thread(target=self._loop, name="gpuscope-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        next_due = self._monotonic()
+        while not self._stop.is_set():
+            self.run_once()
+            next_due += self.interval
+            now = self._monotonic()
+            if now > next_due:
+                # The round overran one or more intervals: skip the missed slots rather than
+                # sampling back-to-back to catch up, and count them.
+                skipped = int((now - next_due) // self.interval) + 1
+                self.missed_rounds += skipped
+                next_due += skipped * self.interval
+            self._stop.wait(max(0.0, next_due - self._monotonic()))
