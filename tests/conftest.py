@@ -1,0 +1,96 @@
+"""Fixtures shared across the suite: free ports and running exporter processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+class ExporterProcess:
+    """``gpuscope-exporter`` as a real subprocess on a free loopback port."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{self.port}", *args]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                out = self.proc.stdout.read() if self.proc.stdout else ""
+                raise AssertionError(f"exporter exited {self.proc.returncode}: {out}")
+            return _ok(self.url + "/readyz")
+
+        wait_for(ready, timeout, f"{self.url}/readyz")
+
+    def metrics(self) -> str:
+        response = requests.get(self.url + "/metrics", timeout=5)
+        response.raise_for_status()
+        return response.text
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def start_exporter() -> Iterator[Callable[..., ExporterProcess]]:
+    started: list[ExporterProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, ready: bool = True) -> ExporterProcess:
+        exp = ExporterProcess(list(args), env)
+        started.append(exp)
+        if ready:
+            exp.wait_ready()
+        return exp
+
+    yield start
+    for exp in started:
+        exp.stop()

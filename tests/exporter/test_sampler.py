@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import threading
+import time
+
+from exporter.model import Snapshot
+from exporter.sampler import Sampler
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class CountingSource:
+    name = "counting"
+
+    def __init__(self, clock: FakeClock, up: bool = True) -> None:
+        self.clock = clock
+        self.up = up
+        self.calls = 0
+
+    def sample(self) -> Snapshot:
+        self.calls += 1
+        return Snapshot(timestamp=self.clock(), source_up=self.up)
+
+    def close(self) -> None:
+        pass
+
+
+class BrokenSource:
+    name = "broken"
+
+    def sample(self) -> Snapshot:
+        raise RuntimeError("bug in a source")
+
+    def close(self) -> None:
+        pass
+
+
+def test_ready_needs_a_fresh_sample_from_a_working_source() -> None:
+    clock = FakeClock()
+    source = CountingSource(clock)
+    sampler = Sampler(source, interval=1.0, clock=clock)
+    assert not sampler.ready()
+    sampler.run_once()
+    assert sampler.ready()
+    clock.t += 2.9
+    assert sampler.ready()
+    clock.t += 0.2  # now 3.1 s old: older than three intervals
+    assert not sampler.ready()
+    source.up = False
+    sampler.run_once()
+    assert not sampler.ready()
+
+
+def test_listeners_get_every_snapshot_and_a_failing_listener_is_contained() -> None:
+    clock = FakeClock()
+    seen: list[Snapshot] = []
+
+    def bad(_: Snapshot) -> None:
+        raise ValueError("listener bug")
+
+    sampler = Sampler(CountingSource(clock), 1.0, clock=clock, listeners=(bad, seen.append))
+    first = sampler.run_once()
+    second = sampler.run_once()
+    assert seen == [first, second]
+    assert sampler.latest() is second
+
+
+def test_a_raising_source_does_not_kill_the_loop() -> None:
+    sampler = Sampler(BrokenSource(), interval=1.0)
+    snap = sampler.run_once()
+    assert snap.source_up is False
+    assert sampler.errors == 1
+
+
+def test_background_loop_samples_on_interval_and_reports_alive() -> None:
+    source = CountingSource(FakeClock())
+    sampler = Sampler(source, interval=0.05)
+    assert not sampler.alive()
+    sampler.start()
+    try:
+        deadline = time.monotonic() + 5
+        while source.calls < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert source.calls >= 5
+        assert sampler.alive()
+    finally:
+        sampler.stop()
+    assert not sampler.alive()
+
+
+def test_a_hung_round_makes_liveness_fail_and_counts_missed_rounds() -> None:
+    release = threading.Event()
+    mono = FakeClock(0.0)
+
+    class Hanging:
+        name = "hanging"
+        calls = 0
+
+        def sample(self) -> Snapshot:
+            Hanging.calls += 1
+            if Hanging.calls == 2:
+                mono.t += 100.0  # the driver call takes 100 s of monotonic time
+                release.wait(5)
+            return Snapshot(timestamp=0.0, source_up=True)
+
+        def close(self) -> None:
+            pass
+
+    sampler = Sampler(Hanging(), interval=1.0, monotonic=mono)
+    sampler.start()
+    try:
+        deadline = time.monotonic() + 5
+        while Hanging.calls < 2 and time.monotonic() < deadline:
+            mono.t += 1.0
+            time.sleep(0.01)
+        assert not sampler.alive()  # 100 s > 3 intervals + 30 s since the last heartbeat
+        release.set()
+        deadline = time.monotonic() + 5
+        while sampler.missed_rounds == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sampler.missed_rounds >= 99
+    finally:
+        release.set()
+        sampler.stop()
