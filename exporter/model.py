@@ -46,7 +46,11 @@ class DeviceSample:
     """One GPU, or one MIG slice (a device of its own), as seen in one sampling round.
 
     Identity fields are always present. ``up`` is False when the device is lost or failing
-    (NVML ``GPU_IS_LOST`` or an unexpected error); then every measurement is ``None``.
+    (NVML ``GPU_IS_LOST`` or an unexpected error); then every measurement is ``None``, but
+    ``xid_errors`` is kept: XID 79 ("fell off the bus") arrives exactly when a GPU is lost.
+
+    With MIG on, the parent GPU carries no processes: NVML reports them on the slices, and
+    attribution relies on each process appearing on exactly one device.
 
     ``index`` is the value of the ``gpu`` label: ``"0"`` for a GPU, ``"<parent>/<gi>"`` for a
     MIG slice (parent GPU index and GPU-instance id, as nvidia-smi shows them).

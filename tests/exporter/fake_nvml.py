@@ -1,0 +1,786 @@
+"""A test double for the NVML C library (``libnvidia-ml.so.1``), driven through real pynvml.
+
+Tests install it in place of the shared library and let pynvml do everything else::
+
+    fake = FakeNvml()
+    gpu = fake.add_gpu(util_gpu=87, power_mw=312_500)
+    pynvml.nvmlLib = fake                       # or NvmlSource(library_loader=lambda: fake)
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+
+pynvml looks every C entry point up with ``getattr(nvmlLib, "nvml...")`` and calls it with
+ctypes objects, so the fake's entry points receive exactly what the real library would:
+``byref(...)`` arguments (written through ``arg._obj``), string buffers, arrays of structs, and
+opaque handles (``c_nvmlDevice_t`` pointers, compared by address). Each returns an NVML return
+code (an int), and pynvml turns it into its real error classes. A name listed in
+``missing_functions`` is absent (``AttributeError``), which pynvml reports as
+``NVMLError_FunctionNotFound``, or as ``NVMLLibraryMismatchError`` for the unversioned process
+calls whose ``_v3`` symbol is missing.
+
+State is plain mutable data (:class:`FakeGpu`, :class:`FakeMigSlice`, :class:`FakeProcess`) that
+a test may change between sampling rounds. Units are NVML's own: percent, bytes, °C, milliwatts,
+millijoules, MHz, microseconds. A measurement set to ``None`` answers
+``NVML_ERROR_NOT_SUPPORTED``; ``device.errors[entry_point] = code`` makes one entry point
+return any code on one device; ``fake.errors[entry_point] = code`` does it on all of them.
+
+Entry points are cheap (a dict lookup per handle, no copies of the process lists), so the fake
+also serves the benchmark (8 GPUs x 64 processes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import functools
+import threading
+import uuid as uuidlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+import pynvml
+
+SUCCESS: int = pynvml.NVML_SUCCESS
+UNINITIALIZED: int = pynvml.NVML_ERROR_UNINITIALIZED
+INVALID_ARGUMENT: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+NO_PERMISSION: int = pynvml.NVML_ERROR_NO_PERMISSION
+NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
+INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+DRIVER_NOT_LOADED: int = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
+GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
+UNKNOWN: int = pynvml.NVML_ERROR_UNKNOWN
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+# usedGpuMemory value NVML writes when it cannot tell (pynvml turns it into None).
+_NOT_AVAILABLE_ULL: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+# gpuInstanceId / computeInstanceId of a process or event outside any MIG instance.
+_NO_INSTANCE = 0xFFFFFFFF
+
+_PROCESS_V3_ENTRY_POINTS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+)
+
+
+class _Return(Exception):
+    """Raised inside an entry point to make it return an NVML error code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------------------------
+# Test-controllable state
+
+
+@dataclass(eq=False)
+class FakeProcess:
+    """One process on a device. ``used_memory`` in bytes (``None``: NVML cannot tell);
+    ``kinds`` picks the lists it appears in (compute and/or graphics); ``sm_util`` and
+    ``mem_util`` (percent) are what :meth:`FakeNvml.record_process_samples` records for it."""
+
+    pid: int
+    used_memory: int | None = 512 * MIB
+    kinds: tuple[str, ...] = ("compute",)
+    sm_util: int = 0
+    mem_util: int = 0
+    compute_instance_id: int = 0
+
+
+@dataclass(eq=False)
+class _FakeDevice:
+    """What a GPU and a MIG slice have in common: identity, memory, processes and the
+    per-process utilization buffer NVML keeps (``(timeStamp µs, pid, smUtil, memUtil)``,
+    sorted by time, oldest dropped beyond ``max_util_samples``)."""
+
+    uuid: str = ""
+    name: str = ""
+    memory_total: int = 80 * GIB
+    memory_used: int = 1 * GIB
+    util_gpu: int | None = None  # percent; None answers NOT_SUPPORTED
+    util_memory: int | None = None  # percent
+    processes: list[FakeProcess] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    process_utilization_supported: bool = True
+    util_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
+    max_util_samples: int = 4096
+    address: int = 0  # the opaque handle's value, assigned by FakeNvml
+    _token: Any = field(default=None, repr=False)
+
+    @property
+    def is_lost(self) -> bool:
+        raise NotImplementedError
+
+    def add_process(self, pid: int, **kwargs: Any) -> FakeProcess:
+        proc = FakeProcess(pid, **kwargs)
+        self.processes.append(proc)
+        return proc
+
+    def remove_process(self, pid: int) -> None:
+        self.processes[:] = [p for p in self.processes if p.pid != pid]
+
+    def add_util_sample(self, pid: int, timestamp_us: int, sm_util: int, mem_util: int = 0) -> None:
+        """Record one per-process utilization sample, as the driver does every ~1/6 s."""
+        bisect.insort(self.util_samples, (timestamp_us, pid, sm_util, mem_util))
+        excess = len(self.util_samples) - self.max_util_samples
+        if excess > 0:
+            del self.util_samples[:excess]
+
+    def not_supported(self, *entry_points: str) -> None:
+        """Make these entry points answer NVML_ERROR_NOT_SUPPORTED on this device."""
+        for name in entry_points:
+            self.errors[name] = NOT_SUPPORTED
+
+
+@dataclass(eq=False)
+class FakeGpu(_FakeDevice):
+    """A physical GPU. Measurements in NVML units; ``None`` answers NOT_SUPPORTED."""
+
+    index: int = 0
+    pci_bus_id: str = ""
+    architecture: int | None = pynvml.NVML_DEVICE_ARCH_AMPERE
+    util_gpu: int | None = 50  # percent
+    util_memory: int | None = 20  # percent
+    temperature_c: int | None = 45
+    power_mw: int | None = 250_000
+    power_limit_mw: int | None = 400_000
+    energy_mj: int | None = 1_000_000_000
+    sm_clock_mhz: int | None = 1410
+    mem_clock_mhz: int | None = 1593
+    fan_percent: int | None = 30
+    ecc_corrected: int | None = 0
+    ecc_uncorrected: int | None = 0
+    lost: bool = False
+    # None: the GPU cannot do MIG (nvmlDeviceGetMigMode answers NOT_SUPPORTED).
+    mig_enabled: bool | None = None
+    mig_slices: list[FakeMigSlice] = field(default_factory=list)
+    max_mig_devices: int = 7
+    events_supported: bool = True
+
+    @property
+    def is_lost(self) -> bool:
+        return self.lost
+
+
+@dataclass(eq=False)
+class FakeMigSlice(_FakeDevice):
+    """A MIG device (GPU instance). Memory and processes work; utilization answers
+    NOT_SUPPORTED unless ``util_gpu`` is set (GPM-capable drivers)."""
+
+    parent: FakeGpu | None = None
+    gpu_instance_id: int = 0
+    profile: str = "1g.10gb"
+    process_utilization_supported: bool = False
+
+    @property
+    def is_lost(self) -> bool:
+        return self.parent is not None and self.parent.lost
+
+
+@dataclass(eq=False)
+class _EventSet:
+    devices: set[int] = field(default_factory=set)  # addresses of registered GPUs
+    _token: Any = field(default=None, repr=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# C entry points: module functions registered by name. Each gets the FakeNvml first, then the
+# C arguments as pynvml passes them; the decorators do the bookkeeping every NVML call shares.
+
+_EntryPoint = Callable[..., int]
+_ENTRY_POINTS: dict[str, _EntryPoint] = {}
+
+
+def _entry(fn: Callable[..., int | None]) -> Callable[..., int | None]:
+    """A library-level entry point: counts the call, checks init/driver, maps _Return."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def entry(lib: FakeNvml, *args: Any) -> int:
+        lib.calls[name] += 1
+        try:
+            lib._check(name)
+            rc = fn(lib, *args)
+        except _Return as ret:
+            return ret.code
+        return SUCCESS if rc is None else rc
+
+    _ENTRY_POINTS[name] = entry
+    return fn
+
+
+def _device_entry(fn: Callable[..., int | None]) -> Callable[..., int | None]:
+    """Like :func:`_entry`, for calls whose first C argument is a device handle: the function
+    gets the device itself, after the lost-GPU and per-device error checks."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def entry(lib: FakeNvml, handle: Any, *args: Any) -> int:
+        lib.calls[name] += 1
+        try:
+            lib._check(name)
+            rc = fn(lib, lib._device(handle, name), *args)
+        except _Return as ret:
+            return ret.code
+        return SUCCESS if rc is None else rc
+
+    _ENTRY_POINTS[name] = entry
+    return fn
+
+
+def _write(ref: Any, value: int | None) -> None:
+    """Store a scalar through a ``byref(c_uint())``-style argument; None is NOT_SUPPORTED."""
+    if value is None:
+        raise _Return(NOT_SUPPORTED)
+    ref._obj.value = value
+
+
+def _write_handle(ref: Any, address: int) -> None:
+    """Store an opaque handle (a pointer value) through ``byref(c_nvmlDevice_t())``."""
+    ctypes.c_void_p.from_buffer(ref._obj).value = address
+
+
+def _write_string(buf: Any, length: Any, text: str) -> None:
+    data = text.encode()
+    if len(data) + 1 > length.value:
+        raise _Return(INSUFFICIENT_SIZE)
+    buf.value = data
+
+
+def _board(dev: _FakeDevice) -> FakeGpu:
+    """The physical GPU a handle belongs to (a MIG slice's parent)."""
+    if isinstance(dev, FakeMigSlice) and dev.parent is not None:
+        return dev.parent
+    assert isinstance(dev, FakeGpu)
+    return dev
+
+
+def _gpu_only(dev: _FakeDevice) -> FakeGpu:
+    # Board-level readings (power, clocks, temperature, ...) are not answered on MIG handles.
+    if not isinstance(dev, FakeGpu):
+        raise _Return(NOT_SUPPORTED)
+    return dev
+
+
+@_entry
+def nvmlInitWithFlags(lib: FakeNvml, flags: int) -> int | None:
+    lib.init_count += 1
+    return None
+
+
+@_entry
+def nvmlShutdown(lib: FakeNvml) -> int | None:
+    lib.init_count = max(0, lib.init_count - 1)
+    return None
+
+
+@_entry
+def nvmlSystemGetDriverVersion(lib: FakeNvml, buf: Any, length: Any) -> int | None:
+    _write_string(buf, length, lib.driver_version)
+    return None
+
+
+@_entry
+def nvmlDeviceGetCount_v2(lib: FakeNvml, count: Any) -> int | None:
+    count._obj.value = len(lib.gpus)
+    return None
+
+
+@_entry
+def nvmlDeviceGetHandleByIndex_v2(lib: FakeNvml, index: Any, out: Any) -> int | None:
+    if not 0 <= index.value < len(lib.gpus):
+        raise _Return(INVALID_ARGUMENT)
+    gpu = lib.gpus[index.value]
+    if gpu.lost:
+        raise _Return(GPU_IS_LOST)
+    if code := gpu.errors.get("nvmlDeviceGetHandleByIndex_v2"):
+        raise _Return(code)
+    _write_handle(out, gpu.address)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetName(lib: FakeNvml, dev: _FakeDevice, buf: Any, length: Any) -> int | None:
+    _write_string(buf, length, dev.name)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetUUID(lib: FakeNvml, dev: _FakeDevice, buf: Any, length: Any) -> int | None:
+    _write_string(buf, length, dev.uuid)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetIndex(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    _write(out, _gpu_only(dev).index)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetPciInfo_v3(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    gpu = _board(dev)
+    out._obj.busId = gpu.pci_bus_id.encode()
+    out._obj.busIdLegacy = gpu.pci_bus_id.encode()[:15]
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetArchitecture(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    _write(out, _board(dev).architecture)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetMemoryInfo(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    out._obj.total = dev.memory_total
+    out._obj.used = dev.memory_used
+    out._obj.free = max(0, dev.memory_total - dev.memory_used)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetUtilizationRates(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    # With MIG on, the parent GPU has no utilization of its own (NVML: NOT_SUPPORTED).
+    if dev.util_gpu is None or dev.util_memory is None or (
+        isinstance(dev, FakeGpu) and dev.mig_enabled
+    ):
+        raise _Return(NOT_SUPPORTED)
+    out._obj.gpu = dev.util_gpu
+    out._obj.memory = dev.util_memory
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetTemperature(lib: FakeNvml, dev: _FakeDevice, sensor: Any, out: Any) -> int | None:
+    if sensor.value != pynvml.NVML_TEMPERATURE_GPU:
+        raise _Return(INVALID_ARGUMENT)
+    _write(out, _gpu_only(dev).temperature_c)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetPowerUsage(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    _write(out, _gpu_only(dev).power_mw)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetEnforcedPowerLimit(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    _write(out, _gpu_only(dev).power_limit_mw)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetTotalEnergyConsumption(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    _write(out, _gpu_only(dev).energy_mj)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetFanSpeed(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    _write(out, _gpu_only(dev).fan_percent)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetClockInfo(lib: FakeNvml, dev: _FakeDevice, clock: Any, out: Any) -> int | None:
+    gpu = _gpu_only(dev)
+    by_type = {
+        pynvml.NVML_CLOCK_GRAPHICS: gpu.sm_clock_mhz,
+        pynvml.NVML_CLOCK_SM: gpu.sm_clock_mhz,
+        pynvml.NVML_CLOCK_MEM: gpu.mem_clock_mhz,
+    }
+    if clock.value not in by_type:
+        raise _Return(INVALID_ARGUMENT)
+    _write(out, by_type[clock.value])
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetTotalEccErrors(
+    lib: FakeNvml, dev: _FakeDevice, error_type: Any, counter_type: Any, out: Any
+) -> int | None:
+    gpu = _gpu_only(dev)
+    if error_type.value == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+        _write(out, gpu.ecc_corrected)
+    elif error_type.value == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+        _write(out, gpu.ecc_uncorrected)
+    else:
+        raise _Return(INVALID_ARGUMENT)
+    return None
+
+
+# --- MIG
+
+
+@_device_entry
+def nvmlDeviceGetMigMode(lib: FakeNvml, dev: _FakeDevice, current: Any, pending: Any) -> int | None:
+    gpu = _gpu_only(dev)
+    if gpu.mig_enabled is None:
+        raise _Return(NOT_SUPPORTED)
+    mode = pynvml.NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else pynvml.NVML_DEVICE_MIG_DISABLE
+    current._obj.value = mode
+    pending._obj.value = mode
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetMaxMigDeviceCount(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    gpu = _gpu_only(dev)
+    if gpu.mig_enabled is None:
+        raise _Return(NOT_SUPPORTED)
+    out._obj.value = gpu.max_mig_devices
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetMigDeviceHandleByIndex(
+    lib: FakeNvml, dev: _FakeDevice, index: Any, out: Any
+) -> int | None:
+    gpu = _gpu_only(dev)
+    if not gpu.mig_enabled:
+        raise _Return(INVALID_ARGUMENT)
+    if index.value >= gpu.max_mig_devices:
+        raise _Return(INVALID_ARGUMENT)
+    if index.value >= len(gpu.mig_slices):
+        raise _Return(NOT_FOUND)  # an empty slot
+    _write_handle(out, gpu.mig_slices[index.value].address)
+    return None
+
+
+@_device_entry
+def nvmlDeviceIsMigDeviceHandle(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    out._obj.value = int(isinstance(dev, FakeMigSlice))
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetGpuInstanceId(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    if not isinstance(dev, FakeMigSlice):
+        raise _Return(INVALID_ARGUMENT)
+    out._obj.value = dev.gpu_instance_id
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    lib: FakeNvml, dev: _FakeDevice, out: Any
+) -> int | None:
+    if not isinstance(dev, FakeMigSlice) or dev.parent is None:
+        raise _Return(INVALID_ARGUMENT)
+    _write_handle(out, dev.parent.address)
+    return None
+
+
+# --- processes
+
+
+def _running(dev: _FakeDevice, kind: str) -> Iterator[tuple[FakeProcess, int]]:
+    """The processes of one kind on a device, with their GPU-instance id. A MIG-enabled
+    parent lists the processes of all its slices, as NVML does."""
+    if isinstance(dev, FakeGpu) and dev.mig_enabled:
+        for mig in dev.mig_slices:
+            for proc in mig.processes:
+                if kind in proc.kinds:
+                    yield proc, mig.gpu_instance_id
+        return
+    gi = dev.gpu_instance_id if isinstance(dev, FakeMigSlice) else _NO_INSTANCE
+    for proc in dev.processes:
+        if kind in proc.kinds:
+            yield proc, gi
+
+
+def _processes(dev: _FakeDevice, kind: str, count: Any, infos: Any) -> int | None:
+    """nvmlDeviceGet{Compute,Graphics}RunningProcesses{,_v2,_v3}: the size query (infos is
+    NULL) answers INSUFFICIENT_SIZE with the count, or SUCCESS when there are none."""
+    running = list(_running(dev, kind))
+    if infos is None or count._obj.value < len(running):
+        count._obj.value = len(running)
+        return SUCCESS if not running else INSUFFICIENT_SIZE
+    for slot, (proc, gi) in zip(infos, running, strict=False):
+        slot.pid = proc.pid
+        slot.usedGpuMemory = _NOT_AVAILABLE_ULL if proc.used_memory is None else proc.used_memory
+        slot.gpuInstanceId = gi
+        slot.computeInstanceId = _NO_INSTANCE if gi == _NO_INSTANCE else proc.compute_instance_id
+    count._obj.value = len(running)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetComputeRunningProcesses_v3(
+    lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
+) -> int | None:
+    return _processes(dev, "compute", count, infos)
+
+
+@_device_entry
+def nvmlDeviceGetComputeRunningProcesses_v2(
+    lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
+) -> int | None:
+    return _processes(dev, "compute", count, infos)
+
+
+@_device_entry
+def nvmlDeviceGetGraphicsRunningProcesses_v3(
+    lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
+) -> int | None:
+    return _processes(dev, "graphics", count, infos)
+
+
+@_device_entry
+def nvmlDeviceGetGraphicsRunningProcesses_v2(
+    lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
+) -> int | None:
+    return _processes(dev, "graphics", count, infos)
+
+
+@_device_entry
+def nvmlDeviceGetProcessUtilization(
+    lib: FakeNvml, dev: _FakeDevice, samples: Any, count: Any, last_seen: Any
+) -> int | None:
+    """Samples with ``timeStamp > lastSeenTimeStamp`` (µs), oldest first; NOT_FOUND when
+    there are none. A buffer too small gets the oldest samples that fit."""
+    if not dev.process_utilization_supported or (isinstance(dev, FakeGpu) and dev.mig_enabled):
+        raise _Return(NOT_SUPPORTED)
+    buffer = dev.util_samples
+    start = bisect.bisect_right(buffer, last_seen.value, key=itemgetter(0))
+    new = len(buffer) - start
+    if new == 0:
+        raise _Return(NOT_FOUND)
+    if samples is None:
+        count._obj.value = new
+        return INSUFFICIENT_SIZE
+    filled = min(new, count._obj.value, len(samples))
+    for i in range(filled):
+        ts, pid, sm, mem = buffer[start + i]
+        slot = samples[i]
+        slot.pid = pid
+        slot.timeStamp = ts
+        slot.smUtil = sm
+        slot.memUtil = mem
+    count._obj.value = filled
+    return None
+
+
+# --- events
+
+
+@_entry
+def nvmlEventSetCreate(lib: FakeNvml, out: Any) -> int | None:
+    event_set = _EventSet(_token=ctypes.create_string_buffer(1))
+    address = ctypes.addressof(event_set._token)
+    lib._event_sets[address] = event_set
+    _write_handle(out, address)
+    return None
+
+
+@_device_entry
+def nvmlDeviceRegisterEvents(
+    lib: FakeNvml, dev: _FakeDevice, event_types: Any, event_set: Any
+) -> int | None:
+    gpu = _gpu_only(dev)
+    if not gpu.events_supported:
+        raise _Return(NOT_SUPPORTED)
+    registered = lib._event_sets.get(_address(event_set))
+    if registered is None:
+        raise _Return(INVALID_ARGUMENT)
+    if event_types.value & pynvml.nvmlEventTypeXidCriticalError:
+        registered.devices.add(gpu.address)
+    return None
+
+
+@_entry
+def nvmlEventSetWait_v2(lib: FakeNvml, event_set: Any, data: Any, timeout_ms: Any) -> int | None:
+    """Hands out the oldest queued XID event for a GPU registered in this set; when there is
+    none, waits (at most ``max_event_wait_s``, so tests stay fast) and answers TIMEOUT."""
+    address = _address(event_set)
+    with lib._events_changed:
+        if address not in lib._event_sets:
+            raise _Return(INVALID_ARGUMENT)
+        event = lib._pop_event(address)
+        if event is None:
+            lib._events_changed.wait(min(timeout_ms.value / 1000, lib.max_event_wait_s))
+            event = lib._pop_event(address)
+    if event is None:
+        raise _Return(TIMEOUT)
+    gpu, xid, gpu_instance_id = event
+    data._obj.device = ctypes.cast(ctypes.c_void_p(gpu.address), pynvml.c_nvmlDevice_t)
+    data._obj.eventType = pynvml.nvmlEventTypeXidCriticalError
+    data._obj.eventData = xid
+    data._obj.gpuInstanceId = gpu_instance_id
+    data._obj.computeInstanceId = _NO_INSTANCE if gpu_instance_id == _NO_INSTANCE else 0
+    return None
+
+
+@_entry
+def nvmlEventSetFree(lib: FakeNvml, event_set: Any) -> int | None:
+    with lib._events_changed:
+        if lib._event_sets.pop(_address(event_set), None) is None:
+            raise _Return(INVALID_ARGUMENT)
+        lib._events_changed.notify_all()
+    return None
+
+
+def _address(handle: Any) -> int:
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class FakeNvml:
+    """The fake library: a node's GPUs plus the library-wide state (init refcount, driver
+    loaded, XID queue). Build it with :meth:`add_gpu` / :meth:`add_mig_slice`; see the module
+    docstring for how to install it.
+
+    ``calls`` counts every entry point call by name and ``missing_lookups`` every lookup of a
+    missing symbol, so tests can check what pynvml (and the code under test) asked for.
+    """
+
+    def __init__(
+        self,
+        gpus: int = 0,
+        *,
+        driver_version: str = "550.54.15",
+        missing_functions: set[str] | None = None,
+        max_event_wait_s: float = 0.02,
+    ) -> None:
+        self.driver_version = driver_version
+        self.gpus: list[FakeGpu] = []
+        self.missing_functions: set[str] = set(missing_functions or ())
+        self.errors: dict[str, int] = {}
+        self.driver_loaded = True
+        self.init_count = 0
+        self.max_event_wait_s = max_event_wait_s
+        self.calls: Counter[str] = Counter()
+        self.missing_lookups: Counter[str] = Counter()
+        self._by_address: dict[int, _FakeDevice] = {}
+        self._event_sets: dict[int, _EventSet] = {}
+        self._events: list[tuple[FakeGpu, int, int]] = []
+        self._events_changed = threading.Condition()
+        # pynvml sets ``restype`` on this one, so it must be a plain function object.
+        self.nvmlErrorString = _error_string
+        for _ in range(gpus):
+            self.add_gpu()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not found normally, i.e. the C entry points.
+        entry = _ENTRY_POINTS.get(name)
+        if entry is None or name in self.missing_functions:
+            if name.startswith("nvml"):
+                self.missing_lookups[name] += 1
+            raise AttributeError(name)
+        return functools.partial(entry, self)
+
+    # --- building a node
+
+    def add_gpu(self, **fields: Any) -> FakeGpu:
+        """Add a GPU with realistic A100 defaults; ``fields`` override any FakeGpu field."""
+        index = len(self.gpus)
+        fields.setdefault("uuid", f"GPU-{uuidlib.UUID(int=0xA100_0000 + index)}")
+        fields.setdefault("name", "NVIDIA A100-SXM4-80GB")
+        fields.setdefault("pci_bus_id", f"00000000:{0x10 + index:02X}:00.0")
+        gpu = FakeGpu(index=index, **fields)
+        self._register(gpu)
+        self.gpus.append(gpu)
+        return gpu
+
+    def add_mig_slice(
+        self,
+        gpu: FakeGpu | int,
+        profile: str = "1g.10gb",
+        *,
+        gpu_instance_id: int | None = None,
+        memory_total: int | None = None,
+        **fields: Any,
+    ) -> FakeMigSlice:
+        """Add a MIG slice to a GPU (and turn MIG mode on for it). The slice's memory defaults
+        to the size in its profile name; its name is ``"<gpu name> MIG <profile>"``."""
+        parent = self.gpus[gpu] if isinstance(gpu, int) else gpu
+        parent.mig_enabled = True
+        gi = gpu_instance_id if gpu_instance_id is not None else len(parent.mig_slices) + 1
+        if memory_total is None:
+            memory_total = int(profile.split(".")[1].removesuffix("gb").split("+")[0]) * GIB
+        fields.setdefault("uuid", f"MIG-{uuidlib.UUID(int=(0x316 << 64) + parent.index * 64 + gi)}")
+        fields.setdefault("name", f"{parent.name} MIG {profile}")
+        fields.setdefault("memory_used", 0)
+        mig = FakeMigSlice(
+            parent=parent, gpu_instance_id=gi, profile=profile, memory_total=memory_total,
+            **fields,
+        )
+        self._register(mig)
+        parent.mig_slices.append(mig)
+        return mig
+
+    def _register(self, dev: _FakeDevice) -> None:
+        # A real (tiny) allocation per handle: distinct, stable addresses that stay valid.
+        dev._token = ctypes.create_string_buffer(1)
+        dev.address = ctypes.addressof(dev._token)
+        self._by_address[dev.address] = dev
+
+    def device(self, uuid: str) -> _FakeDevice:
+        return next(d for d in self._by_address.values() if d.uuid == uuid)
+
+    # --- driving it
+
+    def inject_xid(self, gpu: FakeGpu | int, xid: int, gpu_instance_id: int | None = None) -> None:
+        """Queue an XID critical-error event, as the driver raises it for a GPU (and, under
+        MIG, for one of its GPU instances)."""
+        target = self.gpus[gpu] if isinstance(gpu, int) else gpu
+        gi = _NO_INSTANCE if gpu_instance_id is None else gpu_instance_id
+        with self._events_changed:
+            self._events.append((target, xid, gi))
+            self._events_changed.notify_all()
+
+    def pending_events(self) -> int:
+        with self._events_changed:
+            return len(self._events)
+
+    def record_process_samples(self, timestamp_us: int) -> None:
+        """One driver sampling tick: a sample for every process on every device that keeps
+        per-process utilization, with the process's current ``sm_util``/``mem_util``."""
+        for dev in self._by_address.values():
+            if dev.process_utilization_supported:
+                for proc in dev.processes:
+                    dev.add_util_sample(proc.pid, timestamp_us, proc.sm_util, proc.mem_util)
+
+    # --- internals used by the entry points
+
+    def _check(self, name: str) -> None:
+        if name in ("nvmlShutdown",):
+            return
+        if not self.driver_loaded:
+            raise _Return(DRIVER_NOT_LOADED)
+        if name != "nvmlInitWithFlags" and self.init_count == 0:
+            raise _Return(UNINITIALIZED)
+        if code := self.errors.get(name):
+            raise _Return(code)
+
+    def _device(self, handle: Any, name: str) -> Any:
+        dev = self._by_address.get(_address(handle))
+        if dev is None:
+            raise _Return(INVALID_ARGUMENT)
+        if dev.is_lost:
+            raise _Return(GPU_IS_LOST)
+        if code := dev.errors.get(name):
+            raise _Return(code)
+        return dev
+
+    def _pop_event(self, event_set: int) -> tuple[FakeGpu, int, int] | None:
+        registered = self._event_sets[event_set].devices
+        for i, event in enumerate(self._events):
+            if event[0].address in registered:
+                return self._events.pop(i)
+        return None
+
+
+def _error_string(code: int) -> bytes:
+    return f"NVML error {code}".encode()
