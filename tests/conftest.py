@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -94,3 +95,22 @@ def start_exporter() -> Iterator[Callable[..., ExporterProcess]]:
     yield start
     for exp in started:
         exp.stop()
+
+
+def _debian_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        # Not a skip: the README's test command (scripts/test) installs Debian's prometheus
+        # package, so a missing binary means the suite was run some other way.
+        pytest.fail(f"{name} not found: run the suite with scripts/test, which installs it")
+    return path
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return _debian_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    return _debian_tool("prometheus")
