@@ -1,0 +1,246 @@
+"""Which pod and container a host process belongs to, read from ``<proc-root>/<pid>/cgroup``.
+
+NVML reports *host* PIDs on each GPU. The kubelet puts every container into a cgroup whose
+path names the pod UID and the container ID, so ``/proc/<pid>/cgroup`` is enough to tie a
+GPU process to a container without asking the container runtime.
+
+Sources for the path layouts (kubelet ``pkg/kubelet/cm`` cgroup naming, runc/crun systemd
+scope naming, ``proc(5)`` and ``cgroups(7)``):
+
+- cgroup v1: one line per hierarchy, ``<id>:<controller,...>:<path>``;
+  cgroup v2: a single line ``0::<path>``. A cgroup removed under v2 shows `` (deleted)``.
+- cgroupfs driver: ``/kubepods[/burstable|/besteffort]/pod<uid>/<container-id>``
+  (guaranteed pods have no QoS level; cri-o names the leaf ``crio-<id>``).
+- systemd driver: ``/kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid>.slice/
+  <prefix>-<container-id>.scope`` with ``<prefix>`` one of ``cri-containerd`` (containerd),
+  ``crio`` (cri-o) and ``docker`` (dockershim / cri-dockerd). systemd escapes ``-`` in unit
+  names, so the UID's dashes appear as underscores.
+- cri-o runs each container's monitor (``conmon``) in a sibling ``crio-conmon-<id>.scope``;
+  conmon is not the container, so that scope maps to no container.
+- With a private cgroup namespace (the default for containers on cgroup v2) paths are
+  relative to the reader's own cgroup, e.g. ``0::/../../kubepods-besteffort-pod<uid>.slice/
+  cri-containerd-<id>.scope``; nested clusters (kind, k3s in docker) put the whole tree under
+  a prefix such as ``/kubelet.slice/kubelet-kubepods.slice/...`` or ``/docker/<id>/kubepods/
+  ...``. So the parser looks for the pod component anywhere in the path instead of anchoring
+  at ``/kubepods``.
+- Static (mirror) pods carry the kubelet's config hash as UID: 32 hex digits, no dashes.
+
+The parser returns the container ID as bare lowercase hex, which is how the API server's
+``status.containerStatuses[].containerID`` reads once its ``<runtime>://`` prefix is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["ContainerRef", "PidResolver", "ResolverStats", "parse_cgroup"]
+
+# A pod component: cgroupfs ``pod<uid>``; systemd ``kubepods[-<qos>]-pod<uid>.slice``, also
+# with a prefix (kind's ``kubelet-kubepods-...``). The UID is a UUID (dashes, or underscores
+# after systemd escaping) or a static pod's 32-hex config hash.
+_POD_RE = re.compile(
+    r"^(?:[a-z0-9_.-]*-)?pod"
+    r"(?P<uid>[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_]"
+    r"[0-9a-fA-F]{12}|[0-9a-fA-F]{32})"
+    r"(?:\.slice)?$"
+)
+# A container component directly below the pod component.
+_CONTAINER_RE = re.compile(
+    r"^(?:(?P<prefix>cri-containerd|crio|docker)-)?(?P<id>[0-9a-fA-F]{64})(?:\.scope)?$"
+)
+_RUNTIME_BY_PREFIX = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "docker"}
+_DELETED_SUFFIX = " (deleted)"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """The container a process runs in.
+
+    ``pod_uid`` is the dashed UUID form (``1b4e28ba-2fa1-11d2-883f-0016d3cca427``), or the
+    32-hex config hash of a static pod. ``container_id`` is 64 lowercase hex digits.
+    ``runtime`` is ``containerd``, ``cri-o`` or ``docker`` when the cgroup path names it
+    (systemd driver, cri-o), or ``""`` when it does not (cgroupfs driver with containerd or
+    docker, whose leaf is the bare ID).
+    """
+
+    pod_uid: str
+    container_id: str
+    runtime: str
+
+
+def _parse_path(path: str) -> ContainerRef | None:
+    if path.endswith(_DELETED_SUFFIX):
+        path = path[: -len(_DELETED_SUFFIX)]
+    parts = [p for p in path.split("/") if p and p != ".."]
+    # Search from the leaf upwards: with nesting (kind, k3s in docker) an outer component may
+    # look like a container, but the pod component is always the innermost kubepods level.
+    for i in range(len(parts) - 2, -1, -1):
+        pod = _POD_RE.match(parts[i])
+        if pod is None:
+            continue
+        leaf = parts[i + 1]
+        if leaf.startswith("crio-conmon-"):
+            return None
+        container = _CONTAINER_RE.match(leaf)
+        if container is None:
+            # A process directly in the pod cgroup (conmon with conmon_cgroup="pod") or an
+            # unknown layout: not a container we can name.
+            return None
+        prefix = container.group("prefix")
+        return ContainerRef(
+            pod_uid=pod.group("uid").replace("_", "-").lower(),
+            container_id=container.group("id").lower(),
+            runtime=_RUNTIME_BY_PREFIX[prefix] if prefix else "",
+        )
+    return None
+
+
+def parse_cgroup(text: str) -> ContainerRef | None:
+    """Parse the text of ``/proc/<pid>/cgroup`` (v1, v2 or hybrid).
+
+    Returns the pod UID and container ID, or ``None`` for a process outside any pod
+    (host services, ``init.scope``, the cri-o conmon monitor) and for text that is not a
+    cgroup file. Lines are tried in file order; the first that names a container wins (under
+    v1 every controller normally carries the same path; under hybrid mode the unified ``0::``
+    line may be just ``/`` while the v1 lines carry the kubepods path).
+    """
+    for line in text.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3 or not fields[0].strip().isdigit():
+            continue
+        ref = _parse_path(fields[2].strip())
+        if ref is not None:
+            return ref
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolverStats:
+    """Counters since the resolver was created, for the exporter's self-metrics.
+
+    ``read_errors``: ``cgroup`` or ``stat`` files that exist but could not be read
+    (permissions, e.g. ``/proc`` mounted with ``hidepid=1``) or parsed. ``vanished``: PIDs
+    with no ``/proc`` entry (the process exited, which is normal; but if every GPU PID
+    vanishes, the exporter does not see the host's PID namespace: no ``hostPID`` and no
+    host ``/proc`` mounted at ``proc_root``).
+    ``cache_hits`` / ``cache_misses``: lookups answered from the cache / by reading files.
+    """
+
+    read_errors: int
+    vanished: int
+    cache_hits: int
+    cache_misses: int
+    cached_pids: int
+
+
+class _Gone(Exception):
+    """The process behind a PID exited while it was being looked up."""
+
+
+def _start_time(stat_text: str) -> int:
+    # proc(5): field 22 of /proc/<pid>/stat is the start time in clock ticks since boot.
+    # Field 2 (comm) is in parentheses and may contain spaces and ')', so split after the
+    # last ')': what follows starts at field 3.
+    rest = stat_text[stat_text.rindex(")") + 2 :].split()
+    return int(rest[22 - 3])
+
+
+class PidResolver:
+    """Resolve host PIDs to containers, caching each answer per process.
+
+    The cache key is ``(pid, start time)`` (``/proc/<pid>/stat`` field 22): PIDs are
+    reused, and a new process behind an old PID has a new start time, so its cgroup file is
+    read afresh. The cache holds exactly the PIDs of the latest :meth:`resolve` call; pass
+    every PID of one sampling round in one call, or PIDs of the other calls are evicted and
+    re-read next time. Thread-safe. Never raises for unreadable or missing files.
+    """
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self._proc_root = proc_root
+        self._lock = threading.Lock()
+        self._cache: dict[int, tuple[int, ContainerRef | None]] = {}
+        self._read_errors = 0
+        self._vanished = 0
+        self._hits = 0
+        self._misses = 0
+
+    def _read(self, pid: int, name: str) -> str | None:
+        """Read ``<proc_root>/<pid>/<name>``; ``None`` when unreadable (counted).
+
+        Raises :class:`_Gone` when the process no longer exists.
+        """
+        path = os.path.join(self._proc_root, str(pid), name)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            # ESRCH: the process died between opening its directory and reading.
+            raise _Gone from None
+        except OSError:
+            self._read_errors += 1
+        return None
+
+    def _stat_start(self, pid: int) -> int | None:
+        text = self._read(pid, "stat")
+        if text is None:
+            return None
+        try:
+            return _start_time(text)
+        except (ValueError, IndexError):
+            self._read_errors += 1
+            return None
+
+    def _lookup(self, pid: int) -> ContainerRef | None:
+        start = self._stat_start(pid)
+        if start is not None:
+            cached = self._cache.get(pid)
+            if cached is not None and cached[0] == start:
+                self._hits += 1
+                return cached[1]
+        self._cache.pop(pid, None)
+        self._misses += 1
+        text = self._read(pid, "cgroup")
+        if text is None:
+            return None
+        ref = parse_cgroup(text)
+        # Cache only when the PID demonstrably kept one process across the read: if it was
+        # reused in between, the cgroup text may belong to either process. (An unreadable
+        # stat file means no cache at all: without a start time reuse cannot be detected.)
+        try:
+            if start is not None and self._stat_start(pid) == start:
+                self._cache[pid] = (start, ref)
+        except _Gone:
+            # It exited just after the read: the answer is still the one NVML saw.
+            pass
+        return ref
+
+    def resolve(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:
+        """Map each PID to its container, or ``None`` (host process, gone, unreadable)."""
+        with self._lock:
+            out: dict[int, ContainerRef | None] = {}
+            for pid in pids:
+                if pid in out:
+                    continue
+                try:
+                    out[pid] = self._lookup(pid)
+                except _Gone:
+                    self._vanished += 1
+                    self._cache.pop(pid, None)
+                    out[pid] = None
+            for stale in self._cache.keys() - out.keys():
+                del self._cache[stale]
+            return out
+
+    def stats(self) -> ResolverStats:
+        with self._lock:
+            return ResolverStats(
+                read_errors=self._read_errors,
+                vanished=self._vanished,
+                cache_hits=self._hits,
+                cache_misses=self._misses,
+                cached_pids=len(self._cache),
+            )
