@@ -1,1 +1,4 @@
-"""gpuscope dashboard (Dash + plotly). Built in a later issue; the package exists so the layout is fixed."""
+"""gpuscope dashboard (Dash + plotly).
+
+Built in a later issue; the package exists now so the repository layout is fixed.
+"""

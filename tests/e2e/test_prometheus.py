@@ -105,7 +105,7 @@ def test_prometheus_sees_the_scenario_values(
     assert value(prom, 'up{job="gpuscope"}') == 1
     g0 = '{gpu="0", node="e2e-node"}'
     assert value(prom, f"gpu_utilization_ratio{g0}") == pytest.approx(0.75)
-    assert value(prom, f"gpu_memory_utilization_ratio{g0}") == pytest.approx(0.375)  # 0.5 × u
+    assert value(prom, f"gpu_memory_utilization_ratio{g0}") == pytest.approx(0.375)  # 0.5 x u
     assert value(prom, f"gpu_memory_used_bytes{g0}") == 8 * GIB
     assert value(prom, f"gpu_memory_total_bytes{g0}") == 24 * GIB
     assert value(prom, f"gpu_power_watts{g0}") == pytest.approx(60 + 240 * 0.75)
