@@ -16,9 +16,12 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
+from exporter.attribution import AttributionInputs, Attributor, LiveInputs
+from exporter.collectors.container import ContainerCollector
 from exporter.collectors.exporter import ExporterCollector
 from exporter.collectors.gpu import GpuCollector
 from exporter.config import Config, ConfigError, parse_config
+from exporter.kube import NodeInfo
 from exporter.model import Source
 from exporter.sampler import Sampler
 from exporter.server import ExporterServer
@@ -30,40 +33,62 @@ class StartupError(Exception):
     """Bad input found while building the exporter; ``str()`` is the one line to show."""
 
 
-def build_source(cfg: Config) -> Source:
+def build_source(cfg: Config) -> tuple[Source, AttributionInputs]:
+    """The GPU source and where attribution gets its facts (live node or scenario)."""
     if cfg.source == "simulated":
         # Imported here: the simulated source (and PyYAML) is not needed on a real node.
         from exporter.scenario import ScenarioError, load_scenario
         from exporter.simulated import SimulatedSource
+        from exporter.simulated_attribution import ScenarioInputs
 
         try:
             scenario = load_scenario(cfg.scenario)
         except ScenarioError as exc:
             raise StartupError(str(exc)) from None
-        return SimulatedSource(scenario)
+        return SimulatedSource(scenario), ScenarioInputs(scenario)
+
+    from exporter.kube import KubeConfigError, MetadataDisabled, PodMetadataWatcher, load_config
     from exporter.nvml import NvmlSource
 
-    return NvmlSource()
+    try:
+        kube = load_config(cfg.kubeconfig)
+    except KubeConfigError as exc:
+        raise StartupError(f"--kubeconfig: {exc}") from None
+    watcher = None
+    if isinstance(kube, MetadataDisabled):
+        log.warning("pod and node names off: %s", kube.reason)
+    else:
+        watcher = PodMetadataWatcher(kube, cfg.node_name)
+    inputs = LiveInputs(
+        kubelet_socket=cfg.kubelet_socket, proc_root=cfg.proc_root,
+        metadata_watcher=watcher, resource_names=cfg.gpu_resources,
+    )
+    return NvmlSource(), inputs
 
 
-def build_registry(cfg: Config, sampler: Sampler) -> CollectorRegistry:
+def build_registry(cfg: Config, sampler: Sampler, attributor: Attributor) -> CollectorRegistry:
     # Our own registry, never the global one: no process/platform collectors we did not ask
     # for, and tests can build as many exporters as they like in one process.
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(sampler.latest, process_metrics=cfg.process_metrics))
-    registry.register(ExporterCollector(sampler))
+    registry.register(ContainerCollector(attributor.latest))
+    registry.register(ExporterCollector(sampler, extra_parts=(attributor.parts,)))
     return registry
 
 
 def run(cfg: Config, stop: threading.Event) -> int:
-    source = build_source(cfg)
-    sampler = Sampler(source, cfg.interval)
-    registry = build_registry(cfg, sampler)
+    source, inputs = build_source(cfg)
+    attributor = Attributor(
+        inputs, node_fallback=NodeInfo(instance_type=cfg.instance_type or "")
+    )
+    sampler = Sampler(source, cfg.interval, listeners=(attributor,))
+    registry = build_registry(cfg, sampler, attributor)
     try:
         server = ExporterServer(
             cfg.listen_host, cfg.listen_port, registry, sampler.alive, sampler.ready
         )
     except OSError as exc:
+        attributor.close()
         source.close()
         raise StartupError(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}: "
                            f"{exc.strerror or exc}") from None
@@ -77,6 +102,7 @@ def run(cfg: Config, stop: threading.Event) -> int:
     log.info("shutting down")
     server.stop()
     sampler.stop()
+    attributor.close()
     source.close()
     return 0
 

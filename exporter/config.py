@@ -34,6 +34,10 @@ class Config:
     instance_type: str | None
     process_metrics: bool
     log_level: str
+    kubelet_socket: str
+    proc_root: str
+    kubeconfig: str | None
+    gpu_resources: tuple[str, ...]
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -80,6 +84,15 @@ def text(value: str) -> str:
     return value
 
 
+def names(value: str) -> tuple[str, ...]:
+    """A comma-separated list, e.g. extended resource names ``example.com/gpu,acme/mig-*``."""
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    for item in items:
+        if "/" not in item:
+            raise ValueError(f"expected resource names like vendor.com/gpu, got {item!r}")
+    return items
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise ConfigError(message)
@@ -112,6 +125,14 @@ _FLAGS: tuple[_Flag, ...] = (
     _Flag("--instance-type", text, None, "instance type when node labels are unavailable"),
     _Flag("--process-metrics", boolean, "false", "also export per-process series (cardinality!)",
           boolean=True),
+    _Flag("--kubelet-socket", text, "/var/lib/kubelet/pod-resources/kubelet.sock",
+          "kubelet PodResources v1 socket (which container holds which GPU)"),
+    _Flag("--proc-root", text, "/proc", "host /proc (PID to container via cgroups)"),
+    _Flag("--kubeconfig", text, None,
+          "kubeconfig for pod/node names (default: in-cluster config; neither: names off)"),
+    _Flag("--gpu-resources", names, "",
+          "extra GPU resource names besides nvidia.com/gpu, nvidia.com/gpu.shared, "
+          "nvidia.com/mig-* (comma-separated; a trailing * matches a prefix)"),
     _Flag("--log-level", choice("debug", "info", "warning", "error"), "info", "log verbosity"),
 )
 

@@ -124,6 +124,47 @@ _SPECS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetComputeRunningProcesses_v3 / nvmlDeviceGetGraphicsRunningProcesses_v3",
     ),
     MetricSpec(
+        "container_gpu_allocated", "gauge",
+        "1 when the kubelet allocated this device (GPU, MIG slice, or time-slicing replicas "
+        "of a GPU) to the container.", "1", CONTAINER_LABELS,
+        "kubelet PodResources v1 List(), device IDs resolved to NVML UUIDs",
+    ),
+    MetricSpec(
+        "container_gpu_utilization_ratio", "gauge",
+        "Sum of the container's processes' SM utilization on the device over the sampling "
+        "interval (0..1); 0 for an allocated device the container does not use.", "ratio",
+        CONTAINER_LABELS,
+        "nvmlDeviceGetProcessUtilization per PID, PID to container via /proc/<pid>/cgroup",
+    ),
+    MetricSpec(
+        "container_gpu_memory_used_bytes", "gauge",
+        "Device memory used by the container's processes on the device.", "bytes",
+        CONTAINER_LABELS,
+        "nvmlDeviceGetComputeRunningProcesses_v3 / GraphicsRunningProcesses_v3 per PID",
+    ),
+    MetricSpec(
+        "gpu_pod_info", "gauge",
+        "A pod that holds a GPU or runs a process on one; workload is <Kind>/<name> of its "
+        "top owner. Always 1.", "1", ("namespace", "pod", "uid", "workload"),
+        "API server: pods on this node (list + watch), ownerReferences and job labels",
+    ),
+    MetricSpec(
+        "gpu_node_info", "gauge",
+        "This node's instance type, zone and capacity type (on-demand or spot). Always 1.",
+        "1", ("instance_type", "zone", "capacity_type"),
+        "API server: this node's labels; --instance-type as a fallback",
+    ),
+    MetricSpec(
+        "gpu_exporter_attribution_unresolved_devices", "gauge",
+        "Allocated device IDs that matched no device NVML reports (last round).", "devices",
+        (), "kubelet PodResources v1 List() against NVML UUIDs",
+    ),
+    MetricSpec(
+        "gpu_exporter_attribution_unnamed_processes", "gauge",
+        "GPU processes in a pod the API server has not named (yet); counted as host "
+        "processes (last round).", "processes", (), "/proc/<pid>/cgroup and the API server",
+    ),
+    MetricSpec(
         "gpu_exporter_nvml_up", "gauge",
         "1 when the GPU source (NVML, or the simulated source) is initialised and answering.",
         "1", (), "nvmlInit; retried with backoff while the library or driver is missing",
@@ -140,6 +181,11 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "gpu_exporter_collector_duration_seconds", "gauge",
         "How long the collector's last run took.", "seconds", ("collector",), "exporter",
+    ),
+    MetricSpec(
+        "gpu_exporter_collector_errors_total", "counter",
+        "Failures of the collector since the exporter started (kubelet List() calls, API-server "
+        "requests, unreadable /proc files).", "errors", ("collector",), "exporter",
     ),
     MetricSpec(
         "gpu_exporter_sampling_interval_seconds", "gauge",

@@ -87,12 +87,15 @@ class DeviceSample:
 
 @dataclass(frozen=True, slots=True)
 class PartResult:
-    """Success and duration of one part of a sampling round (node_exporter's per-collector
-    ``success``/``duration`` pair), e.g. ``nvml_devices``, ``nvml_processes``, ``xid``."""
+    """Success and duration of one part of the work (node_exporter's per-collector
+    ``success``/``duration`` pair), e.g. ``nvml_devices``, ``nvml_processes``, ``xid``,
+    ``kubelet``. ``errors_total`` counts the part's failures since start, where it keeps
+    such a count (background workers do)."""
 
     name: str
     success: bool
     duration_seconds: float
+    errors_total: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,11 +42,14 @@ class ExporterCollector(Collector):
 
         success = new_family("gpu_exporter_collector_success")
         duration = new_family("gpu_exporter_collector_duration_seconds")
+        errors = new_family("gpu_exporter_collector_errors_total")
         parts: list[PartResult] = list(snap.parts) if snap is not None else []
         for provider in self._extra_parts:
             parts.extend(provider())
         for part in parts:
             success.add_metric([part.name], 1.0 if part.success else 0.0)
             duration.add_metric([part.name], part.duration_seconds)
+            errors.add_metric([part.name], float(part.errors_total))
         yield success
         yield duration
+        yield errors

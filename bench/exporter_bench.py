@@ -1,0 +1,885 @@
+"""Benchmark of gpuscope-exporter on one busy node: CPU, RSS, scrape latency, series count.
+
+Not a test. It starts the real exporter as a separate process on loopback, waits for
+``/readyz``, warms up, then for ``--duration`` seconds scrapes ``/metrics`` once per
+``--scrape-interval`` (default: every second) and reports:
+
+* CPU: percent of one core used by the exporter process (all its threads), from the
+  ``utime + stime`` delta of ``/proc/<pid>/stat`` over the measured window only (start-up and
+  warm-up excluded), divided by the window's wall time;
+* RSS: ``VmRSS`` of ``/proc/<pid>/status`` sampled after every scrape (peak and at the end of
+  the window) and ``VmHWM`` (the kernel's high-water mark since the process started, so it
+  includes start-up);
+* scrape latency p50/p99: client side, from sending ``GET /metrics`` to reading the last
+  byte, over one kept-alive HTTP/1.1 connection, uncompressed (``Accept-Encoding: identity``,
+  no ``Accept`` header, so the Prometheus text format 0.0.4);
+* series: the sample lines of the last scrape.
+
+Sources (``--source``):
+
+* ``simulated``: ``python3 -m exporter --source simulated --scenario FILE``, FILE written from
+  ``exporter.scenario.synthetic_scenario(gpus, processes_per_gpu)``;
+* ``nvml-fake``: ``python3 -m bench.nvml_fake_exporter``, the real NvmlSource and pynvml over
+  the FakeNvml double of libnvidia-ml (see that module), with a driver-tick thread in the
+  exporter process whose CPU is reported separately.
+
+Other modes: ``--import-costs`` (RSS and import time of each module the exporter loads, each
+step in a fresh interpreter) and ``--micro`` (in-process time of one ``sample()`` and one
+``/metrics`` render). ``--profile FILE`` records a py-spy profile of the measured window
+(collapsed stacks), which perturbs the numbers a little.
+
+Run from the repository root::
+
+    python3 bench/exporter_bench.py --source simulated
+    python3 bench/exporter_bench.py --source nvml-fake --process-metrics --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import http.client
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+MIB = 1024 * 1024
+
+# Targets from issue 2, item 7; nvitop-exporter measured on the same load (ANCHORS.md).
+TARGET_CPU_PERCENT = 1.0
+TARGET_RSS_MIB = 35.0
+TARGET_P50_MS = 3.0
+NVITOP_REFERENCE = {"cpu_percent": 4.0, "rss_mb": 33.0, "scrape_ms": 15.0, "series": 756}
+
+FAKE_TICK_THREAD = "fake-nvml-tick"  # bench/nvml_fake_exporter.py names its thread so
+
+
+# ---------------------------------------------------------------------------------------------
+# /proc readers
+
+
+def cpu_ticks(pid: int, task: int | None = None) -> int:
+    """utime + stime (clock ticks) of a process (all threads) or of one of its threads."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+    text = Path(path).read_text()
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS, VmHWM, RssAnon and RssFile of a process, in KiB."""
+    wanted = ("VmRSS", "VmHWM", "RssAnon", "RssFile")
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in wanted:
+            out[key] = int(value.split()[0])
+    return out
+
+
+def thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """Per thread (tid): OS thread name and utime + stime ticks."""
+    out: dict[int, tuple[str, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            tid = int(task.name)
+            out[tid] = ((task / "comm").read_text().strip(), cpu_ticks(pid, tid))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine and versions
+
+
+def machine_info() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    versions: dict[str, str] = {}
+    for dist in ("prometheus-client", "nvidia-ml-py", "PyYAML"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "packages": versions,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Starting the exporter
+
+
+def write_scenario(path: Path, gpus: int, processes_per_gpu: int) -> None:
+    """Write ``synthetic_scenario(gpus, processes_per_gpu)`` as a scenario YAML file.
+
+    The scenario module builds it from a plain mapping (the one a YAML file would give) and
+    offers no dump, so the mapping is captured on its way into ``scenario_from_dict`` and
+    written with ``yaml.safe_dump``; reading the file back must give the same scenario.
+    """
+    import dataclasses
+
+    import yaml
+
+    from exporter import scenario as sc
+
+    captured: list[object] = []
+    original = sc.scenario_from_dict
+
+    def capture(data: object, source: str = "<scenario>") -> sc.Scenario:
+        captured.append(data)
+        return original(data, source)
+
+    sc.scenario_from_dict = capture
+    try:
+        built = sc.synthetic_scenario(gpus, processes_per_gpu)
+    finally:
+        sc.scenario_from_dict = original
+    path.write_text(yaml.safe_dump(captured[-1], sort_keys=False), encoding="utf-8")
+    loaded = sc.load_scenario(path)
+    if dataclasses.replace(loaded, source=built.source) != built:
+        raise SystemExit(f"{path}: the written scenario does not read back as the synthetic one")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the benchmark process dies (Linux), so no exporter is
+    left behind even if the benchmark is killed with SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Exporter:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    command: list[str]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 20) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after 10 s; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def exporter_command(args: argparse.Namespace, port: int, scenario: Path | None) -> list[str]:
+    common = [
+        "--listen", f"127.0.0.1:{port}",
+        "--interval", f"{args.interval:g}",
+        "--node-name", "bench",
+        "--log-level", args.log_level,
+    ]
+    if args.process_metrics:
+        common.append("--process-metrics")
+    if args.source == "simulated":
+        assert scenario is not None
+        return [args.python, "-m", "exporter", "--source", "simulated",
+                "--scenario", str(scenario), *common]
+    return [args.python, "-m", "bench.nvml_fake_exporter",
+            "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu),
+            "--", *common]
+
+
+def start_exporter(args: argparse.Namespace, workdir: Path) -> Exporter:
+    scenario = None
+    if args.source == "simulated":
+        scenario = workdir / f"synthetic-{args.gpus}x{args.processes_per_gpu}.yaml"
+        write_scenario(scenario, args.gpus, args.processes_per_gpu)
+    port = free_port()
+    command = exporter_command(args, port, scenario)
+    log_path = workdir / "exporter.log"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # No GPUSCOPE_* from the caller's environment: the flags above are the whole config.
+    for key in [k for k in env if k.startswith("GPUSCOPE_")]:
+        del env[key]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            preexec_fn=_die_with_parent,
+        )
+    return Exporter(proc, port, log_path, command)
+
+
+def wait_ready(exp: Exporter, timeout: float) -> float:
+    """Poll /readyz until 200; returns seconds from spawn. Raises on exit or timeout."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        if exp.proc.poll() is not None:
+            raise RuntimeError(f"exporter exited with {exp.proc.returncode}:\n{exp.log_tail()}")
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection("127.0.0.1", exp.port, timeout=2)
+            try:
+                conn.request("GET", "/readyz")
+                resp = conn.getresponse()
+                resp.read()
+                if resp.status == 200:
+                    return time.monotonic() - started
+            finally:
+                conn.close()
+        time.sleep(0.05)
+    raise RuntimeError(f"exporter not ready after {timeout:g} s:\n{exp.log_tail()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scraping
+
+
+class Scraper:
+    """GET /metrics over one kept-alive connection (reconnects, and counts it, if dropped)."""
+
+    def __init__(self, port: int, timeout: float = 5.0) -> None:
+        self._port = port
+        self._timeout = timeout
+        self._conn: http.client.HTTPConnection | None = None
+        self.connects = 0
+
+    def scrape(self) -> tuple[float, bytes]:
+        """(latency in seconds, body). The connection is opened outside the timed part."""
+        if self._conn is None:
+            self._conn = http.client.HTTPConnection("127.0.0.1", self._port, timeout=self._timeout)
+            self._conn.connect()
+            self.connects += 1
+        conn = self._conn
+        try:
+            started = time.perf_counter()
+            # http.client sends "Accept-Encoding: identity" by default: no gzip.
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            body = resp.read()
+            latency = time.perf_counter() - started
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if resp.status != 200:
+            raise RuntimeError(f"/metrics answered {resp.status}")
+        if resp.will_close:
+            self.close()
+        return latency, body
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_exposition(body: bytes) -> tuple[int, dict[str, int], dict[str, float]]:
+    """(series count, series per metric name, last sampling round's part durations)."""
+    per_name: dict[str, int] = {}
+    parts: dict[str, float] = {}
+    total = 0
+    for line in body.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        total += 1
+        name = m.group(1)
+        per_name[name] = per_name.get(name, 0) + 1
+        if name == "gpu_exporter_collector_duration_seconds" and m.group(2):
+            part = re.search(r'collector="([^"]*)"', m.group(2))
+            if part:
+                parts[part.group(1)] = float(m.group(3))
+    return total, per_name, parts
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiling (optional)
+
+
+def py_spy() -> str | None:
+    return shutil.which("py-spy")
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """OS thread id -> Python thread name, from ``py-spy dump`` (empty without py-spy)."""
+    exe = py_spy()
+    if exe is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [exe, "dump", "--pid", str(pid), "--json"], capture_output=True, timeout=30,
+            check=True,
+        ).stdout
+        dumped = json.loads(out)
+    except (subprocess.SubprocessError, OSError, ValueError):
+        return {}
+    names: dict[int, str] = {}
+    for thread in dumped if isinstance(dumped, list) else []:
+        tid = thread.get("os_thread_id")
+        if isinstance(tid, int):
+            names[tid] = str(thread.get("thread_name") or "")
+    return names
+
+
+def start_profile(pid: int, seconds: float, out: Path, rate: int) -> subprocess.Popen[bytes]:
+    exe = py_spy()
+    if exe is None:
+        raise SystemExit("--profile needs py-spy on PATH (pip install py-spy)")
+    return subprocess.Popen(
+        [exe, "record", "--pid", str(pid), "--duration", str(int(seconds) + 1),
+         "--rate", str(rate), "--format", "raw", "--threads", "--nonblocking",
+         "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement
+
+
+@dataclass
+class ThreadCpu:
+    tid: int
+    os_name: str
+    python_name: str
+    cpu_percent: float
+
+
+@dataclass
+class Result:
+    source: str
+    process_metrics: bool
+    gpus: int
+    processes_per_gpu: int
+    interval_s: float
+    scrape_interval_s: float
+    duration_s: float
+    command: list[str]
+    startup_s: float
+    rss_at_ready_mib: float
+    window_s: float
+    cpu_percent: float
+    fake_driver_tick_cpu_percent: float | None
+    rss_peak_mib: float
+    rss_end_mib: float
+    rss_hwm_mib: float
+    rss_anon_end_mib: float
+    rss_file_end_mib: float
+    scrapes: int
+    scrape_failures: int
+    connects: int
+    scrape_p50_ms: float
+    scrape_p99_ms: float
+    scrape_max_ms: float
+    scrape_mean_ms: float
+    body_bytes: int
+    series: int
+    series_by_metric: dict[str, int]
+    sample_parts_s: dict[str, float]
+    threads: list[ThreadCpu] = field(default_factory=list)
+    profile: str | None = None
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def verdicts(self) -> dict[str, str]:
+        return {
+            "cpu": verdict(self.cpu_percent, TARGET_CPU_PERCENT, "%"),
+            "rss_peak": verdict(self.rss_peak_mib, TARGET_RSS_MIB, " MiB"),
+            "rss_end": verdict(self.rss_end_mib, TARGET_RSS_MIB, " MiB"),
+            "scrape_p50": verdict(self.scrape_p50_ms, TARGET_P50_MS, " ms"),
+        }
+
+
+def verdict(value: float, target: float, unit: str) -> str:
+    if value <= target:
+        return "met"
+    over = value - target
+    return f"missed by {over:.2f}{unit} ({over / target:.0%})"
+
+
+def measure(args: argparse.Namespace) -> Result:
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
+        exp = start_exporter(args, Path(tmp))
+        try:
+            return _measure(args, exp)
+        finally:
+            code = exp.stop()
+            if code not in (0, None) and args.verbose:
+                print(f"exporter exit code {code}:\n{exp.log_tail()}", file=sys.stderr)
+
+
+def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
+    startup = wait_ready(exp, args.startup_timeout)
+    rss_at_ready = memory_kib(exp.pid)["VmRSS"] / 1024
+    scraper = Scraper(exp.port)
+    try:
+        # Warm-up: first scrapes pay one-off costs (lazy imports, first allocations).
+        warm_end = time.monotonic() + args.warmup
+        while time.monotonic() < warm_end:
+            scraper.scrape()
+            time.sleep(min(args.scrape_interval, max(0.0, warm_end - time.monotonic())))
+
+        profiler = None
+        profile_path: Path | None = None
+        if args.profile:
+            profile_path = Path(args.profile).resolve()
+            profiler = start_profile(exp.pid, args.duration, profile_path, args.profile_rate)
+
+        threads_before = thread_ticks(exp.pid)
+        ticks_before = cpu_ticks(exp.pid)
+        started = time.monotonic()
+        latencies: list[float] = []
+        rss_seen: list[int] = []
+        failures = 0
+        body = b""
+        n = 0
+        while True:
+            due = started + n * args.scrape_interval
+            if due >= started + args.duration:
+                break
+            time.sleep(max(0.0, due - time.monotonic()))
+            if exp.proc.poll() is not None:
+                raise RuntimeError(f"exporter died during the run:\n{exp.log_tail()}")
+            try:
+                latency, body = scraper.scrape()
+                latencies.append(latency)
+            except (OSError, http.client.HTTPException, RuntimeError):
+                failures += 1
+            rss_seen.append(memory_kib(exp.pid)["VmRSS"])
+            n += 1
+        time.sleep(max(0.0, started + args.duration - time.monotonic()))
+        ticks_after = cpu_ticks(exp.pid)
+        window = time.monotonic() - started
+        threads_after = thread_ticks(exp.pid)
+        mem_end = memory_kib(exp.pid)
+    finally:
+        scraper.close()
+
+    if profiler is not None:
+        try:
+            profiler.wait(30)
+        except subprocess.TimeoutExpired:
+            profiler.kill()
+            profiler.wait()
+    names = thread_names(exp.pid) if args.thread_names else {}
+    if not latencies:
+        raise RuntimeError(f"no successful scrape:\n{exp.log_tail()}")
+
+    def pct(ticks: int) -> float:
+        return ticks / CLK_TCK / window * 100
+
+    threads: list[ThreadCpu] = []
+    fake_tick: float | None = None
+    for tid, (os_name, after) in sorted(threads_after.items()):
+        before = threads_before.get(tid, (os_name, 0))[1]
+        share = pct(after - before)
+        if os_name == FAKE_TICK_THREAD:
+            fake_tick = (fake_tick or 0.0) + share
+        threads.append(ThreadCpu(tid, os_name, names.get(tid, ""), round(share, 3)))
+
+    series, per_name, parts = parse_exposition(body)
+    ms = [x * 1000 for x in latencies]
+    return Result(
+        source=args.source,
+        process_metrics=args.process_metrics,
+        gpus=args.gpus,
+        processes_per_gpu=args.processes_per_gpu,
+        interval_s=args.interval,
+        scrape_interval_s=args.scrape_interval,
+        duration_s=args.duration,
+        command=exp.command,
+        startup_s=round(startup, 3),
+        rss_at_ready_mib=round(rss_at_ready, 2),
+        window_s=round(window, 3),
+        cpu_percent=round(pct(ticks_after - ticks_before), 3),
+        fake_driver_tick_cpu_percent=None if fake_tick is None else round(fake_tick, 3),
+        rss_peak_mib=round(max(rss_seen) / 1024, 2),
+        rss_end_mib=round(mem_end["VmRSS"] / 1024, 2),
+        rss_hwm_mib=round(mem_end["VmHWM"] / 1024, 2),
+        rss_anon_end_mib=round(mem_end.get("RssAnon", 0) / 1024, 2),
+        rss_file_end_mib=round(mem_end.get("RssFile", 0) / 1024, 2),
+        scrapes=len(latencies),
+        scrape_failures=failures,
+        connects=scraper.connects,
+        scrape_p50_ms=round(percentile(ms, 50), 3),
+        scrape_p99_ms=round(percentile(ms, 99), 3),
+        scrape_max_ms=round(max(ms), 3),
+        scrape_mean_ms=round(statistics.fmean(ms), 3),
+        body_bytes=len(body),
+        series=series,
+        series_by_metric=per_name,
+        sample_parts_s=parts,
+        threads=threads,
+        profile=str(profile_path) if profile_path else None,
+        machine=machine_info(),
+    )
+
+
+def print_result(r: Result) -> None:
+    v = r.verdicts()
+    pm = "on" if r.process_metrics else "off"
+    print(f"gpuscope-exporter benchmark: source={r.source}, {r.gpus} GPUs x "
+          f"{r.processes_per_gpu} processes, process metrics {pm}")
+    print(f"  sampling every {r.interval_s:g} s, scraped every {r.scrape_interval_s:g} s "
+          f"for {r.window_s:.1f} s ({r.scrapes} scrapes, {r.scrape_failures} failed, "
+          f"{r.connects} connection(s))")
+    print(f"  start-up to /readyz: {r.startup_s:.2f} s, RSS then {r.rss_at_ready_mib:.1f} MiB")
+    print(f"  CPU:   {r.cpu_percent:.2f} % of one core   (target <= {TARGET_CPU_PERCENT:g} %: "
+          f"{v['cpu']})")
+    if r.fake_driver_tick_cpu_percent is not None:
+        print(f"         of which the fake driver's tick thread: "
+              f"{r.fake_driver_tick_cpu_percent:.2f} %")
+    print(f"  RSS:   peak {r.rss_peak_mib:.1f} MiB ({v['rss_peak']}), end {r.rss_end_mib:.1f} MiB "
+          f"({v['rss_end']}), high-water mark incl. start-up {r.rss_hwm_mib:.1f} MiB")
+    print(f"         at end: anonymous {r.rss_anon_end_mib:.1f} MiB, "
+          f"file-backed {r.rss_file_end_mib:.1f} MiB")
+    print(f"  scrape (GET /metrics, keep-alive, uncompressed text 0.0.4, {r.body_bytes} bytes): "
+          f"p50 {r.scrape_p50_ms:.2f} ms ({v['scrape_p50']}), p99 {r.scrape_p99_ms:.2f} ms, "
+          f"max {r.scrape_max_ms:.2f} ms")
+    print(f"  series: {r.series}")
+    if r.sample_parts_s:
+        parts = ", ".join(f"{k} {s * 1000:.2f} ms" for k, s in r.sample_parts_s.items())
+        print(f"  last sampling round: {parts}")
+    busy = [t for t in r.threads if t.cpu_percent > 0]
+    if busy:
+        shown = ", ".join(
+            f"{t.python_name or t.os_name}[{t.tid}] {t.cpu_percent:.2f} %"
+            for t in sorted(busy, key=lambda t: -t.cpu_percent)
+        )
+        print(f"  CPU by thread: {shown}")
+    if r.profile:
+        print(f"  py-spy profile (collapsed stacks): {r.profile}")
+    print(f"  reference, nvitop-exporter on this load: ~{NVITOP_REFERENCE['cpu_percent']:g} %, "
+          f"{NVITOP_REFERENCE['rss_mb']:g} MB, ~{NVITOP_REFERENCE['scrape_ms']:g} ms, "
+          f"{NVITOP_REFERENCE['series']} series")
+
+
+# ---------------------------------------------------------------------------------------------
+# --import-costs: what each module the exporter loads adds to RSS and start-up time
+
+# Cumulative steps in the order the exporter imports them. Each is run in a fresh interpreter
+# that imports every step up to and including it, then reports VmRSS.
+IMPORT_STEPS: tuple[tuple[str, str], ...] = (
+    ("python3 (bare interpreter)", ""),
+    ("stdlib used by the server (http.server, logging, gzip, threading)",
+     "import http.server, logging, gzip, threading, argparse"),
+    ("prometheus_client", "import prometheus_client"),
+    ("exporter.cli (config, sampler, collectors, server)", "import exporter.cli"),
+    ("pynvml (nvidia-ml-py)", "import pynvml"),
+    ("exporter.nvml", "import exporter.nvml"),
+    ("yaml (PyYAML, simulated source only)", "import yaml"),
+    ("exporter.scenario + exporter.simulated", "import exporter.scenario, exporter.simulated"),
+    ("tests.exporter.fake_nvml (benchmark only)", "import tests.exporter.fake_nvml"),
+    ("grpc + protobuf (kubelet PodResources; not imported by the exporter today)",
+     "import grpc, google.protobuf"),
+)
+
+_RSS_PROBE = (
+    "import re\n"
+    "t = open('/proc/self/status').read()\n"
+    "print(re.search(r'VmRSS:\\s+(\\d+)', t).group(1))\n"
+)
+
+
+def import_costs(python: str) -> list[dict[str, Any]]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    rows: list[dict[str, Any]] = []
+    code = ""
+    previous: tuple[int, int] | None = None
+    for label, statement in IMPORT_STEPS:
+        if statement:
+            code += statement + "\n"
+        rss_runs: list[int] = []
+        time_runs: list[int] = []
+        for _ in range(3):
+            out = subprocess.run(
+                [python, "-X", "importtime", "-c", code + _RSS_PROBE], cwd=REPO, env=env,
+                capture_output=True, text=True, timeout=60,
+            )
+            if out.returncode != 0:
+                break
+            rss_runs.append(int(out.stdout.split()[-1]))
+            time_runs.append(_top_level_import_us(out.stderr))
+        if len(rss_runs) < 3:
+            rows.append({"step": label, "error": "import failed"})
+            continue
+        rss, us = int(statistics.median(rss_runs)), int(statistics.median(time_runs))
+        rows.append({
+            "step": label,
+            "rss_mib": round(rss / 1024, 2),
+            "delta_mib": None if previous is None else round((rss - previous[0]) / 1024, 2),
+            "import_ms": round(us / 1000, 1),
+            "delta_import_ms": None if previous is None else round((us - previous[1]) / 1000, 1),
+        })
+        previous = (rss, us)
+    return rows
+
+
+def _top_level_import_us(stderr: str) -> int:
+    """Sum of the cumulative ``-X importtime`` microseconds of top-level imports (those the
+    code or the interpreter's start-up asked for, not their dependencies)."""
+    total = 0
+    for line in stderr.splitlines():
+        # "import time:       self |  cumulative | imported package"; nested ones are indented.
+        m = re.match(r"import time:\s+\d+\s+\|\s+(\d+)\s+\|( *)\S", line)
+        if m and len(m.group(2)) == 1:
+            total += int(m.group(1))
+    return total
+
+
+def print_import_costs(rows: list[dict[str, Any]]) -> None:
+    print("RSS after importing each step (cumulative; median of 3 fresh interpreters):")
+    print(f"  {'step':<76} {'RSS MiB':>8} {'+MiB':>6} {'+import ms':>10}")
+    for row in rows:
+        if "error" in row:
+            print(f"  {row['step']:<76} {row['error']}")
+            continue
+        delta = "" if row["delta_mib"] is None else f"{row['delta_mib']:+.1f}"
+        ms = "" if row["delta_import_ms"] is None else f"{row['delta_import_ms']:+.1f}"
+        print(f"  {row['step']:<76} {row['rss_mib']:>8.1f} {delta:>6} {ms:>10}")
+
+
+# ---------------------------------------------------------------------------------------------
+# --micro: in-process cost of one sampling round and one render
+
+
+class _TickingSource:
+    """NvmlSource over the fake, with one fake driver tick before every sample (in-process
+    stand-in for the tick thread of bench/nvml_fake_exporter.py)."""
+
+    name = "nvml"
+
+    def __init__(self, gpus: int, processes_per_gpu: int) -> None:
+        from bench.nvml_fake_exporter import build_node
+        from exporter.nvml import NvmlSource
+
+        self.fake = build_node(gpus, processes_per_gpu)
+        fake = self.fake
+        self._inner = NvmlSource(library_loader=lambda: fake, xid_events=False)
+        self._n = 0
+
+    def tick(self) -> None:
+        from bench.nvml_fake_exporter import tick
+
+        tick(self.fake, int(time.time() * 1_000_000), self._n)
+        self._n += 1
+
+    def sample(self) -> Any:
+        self.tick()
+        return self._inner.sample()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def micro(args: argparse.Namespace) -> dict[str, Any]:
+    from prometheus_client.exposition import generate_latest
+
+    from exporter.cli import build_registry
+    from exporter.config import parse_config
+    from exporter.model import Source
+    from exporter.sampler import Sampler
+
+    source: Source
+    ticking: _TickingSource | None = None
+    if args.source == "simulated":
+        from exporter.scenario import synthetic_scenario
+        from exporter.simulated import SimulatedSource
+
+        source = SimulatedSource(synthetic_scenario(args.gpus, args.processes_per_gpu))
+    else:
+        source = ticking = _TickingSource(args.gpus, args.processes_per_gpu)
+    flags = ["--source", "simulated" if args.source == "simulated" else "nvml",
+             "--node-name", "bench"]
+    if args.process_metrics:
+        flags.append("--process-metrics")
+    cfg = parse_config(flags, environ={})
+    sampler = Sampler(source, args.interval)
+    registry = build_registry(cfg, sampler)
+    sampler.run_once()
+    generate_latest(registry)
+
+    def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(rounds):
+            fn()
+        return ((time.process_time() - cpu0) / rounds * 1000,
+                (time.perf_counter() - wall0) / rounds * 1000)
+
+    rounds = args.micro_rounds
+    out: dict[str, Any] = {"source": args.source, "process_metrics": args.process_metrics,
+                           "rounds": rounds}
+    if ticking is not None:
+        out["fake_tick_cpu_ms"], _ = timed(ticking.tick, rounds)
+    out["sample_cpu_ms"], out["sample_wall_ms"] = timed(sampler.run_once, rounds)
+    out["render_cpu_ms"], out["render_wall_ms"] = timed(lambda: generate_latest(registry),
+                                                        rounds)
+    for key in list(out):
+        if key.endswith("_ms"):
+            out[key] = round(out[key], 3)
+    source.close()
+    return out
+
+
+def print_micro(m: dict[str, Any]) -> None:
+    print(f"in-process, source={m['source']}, process metrics "
+          f"{'on' if m['process_metrics'] else 'off'}, {m['rounds']} rounds:")
+    print(f"  one sampling round (Sampler.run_once): {m['sample_cpu_ms']:.2f} ms CPU, "
+          f"{m['sample_wall_ms']:.2f} ms wall")
+    if "fake_tick_cpu_ms" in m:
+        print(f"    (includes one fake driver tick: {m['fake_tick_cpu_ms']:.2f} ms CPU)")
+    print(f"  one /metrics render (generate_latest): {m['render_cpu_ms']:.2f} ms CPU, "
+          f"{m['render_wall_ms']:.2f} ms wall")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python3 bench/exporter_bench.py",
+        description="Benchmark gpuscope-exporter: CPU, RSS, scrape latency, series count.",
+    )
+    p.add_argument("--source", choices=("simulated", "nvml-fake"), default="simulated")
+    p.add_argument("--process-metrics", action="store_true",
+                   help="export per-process series too (one per process and metric)")
+    p.add_argument("--duration", type=float, default=60.0, help="measured seconds (default 60)")
+    p.add_argument("--interval", type=float, default=1.0,
+                   help="exporter sampling interval in seconds (default 1)")
+    p.add_argument("--scrape-interval", type=float, default=1.0,
+                   help="seconds between scrapes (default 1)")
+    p.add_argument("--warmup", type=float, default=5.0,
+                   help="seconds of scraping after /readyz before measuring (default 5)")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--processes-per-gpu", type=int, default=64)
+    p.add_argument("--startup-timeout", type=float, default=60.0)
+    p.add_argument("--python", default=sys.executable, help="interpreter for the exporter")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="exporter log level (default info, the exporter's own default)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.add_argument("--profile", metavar="FILE",
+                   help="py-spy record the measured window into FILE (collapsed stacks)")
+    p.add_argument("--profile-rate", type=int, default=500, help="py-spy samples/s (default 500)")
+    p.add_argument("--no-thread-names", dest="thread_names", action="store_false",
+                   help="do not ask py-spy dump for Python thread names after the run")
+    p.add_argument("--import-costs", action="store_true",
+                   help="only measure RSS and import time of each module the exporter loads")
+    p.add_argument("--micro", action="store_true",
+                   help="only time one sampling round and one render, in this process")
+    p.add_argument("--micro-rounds", type=int, default=200)
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    for name in ("duration", "interval", "scrape_interval"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive")
+    if args.warmup < 0 or args.gpus < 0 or args.processes_per_gpu < 0:
+        p.error("--warmup, --gpus and --processes-per-gpu must not be negative")
+    return args
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit so the finally blocks stop the exporter."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    # The scenario writer and --micro import the exporter (and the fake) from this checkout.
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    if args.import_costs:
+        rows = import_costs(args.python)
+        if args.json:
+            print(json.dumps({"import_costs": rows, "machine": machine_info()}, indent=2))
+        else:
+            print_import_costs(rows)
+        return 0
+    if args.micro:
+        m = micro(args)
+        if args.json:
+            print(json.dumps(m, indent=2))
+        else:
+            print_micro(m)
+        return 0
+    with _sigterm_as_exit():
+        try:
+            result = measure(args)
+        except RuntimeError as exc:
+            print(f"exporter_bench: error: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        out = asdict(result)
+        out["verdicts"] = result.verdicts()
+        out["targets"] = {"cpu_percent": TARGET_CPU_PERCENT, "rss_mib": TARGET_RSS_MIB,
+                          "scrape_p50_ms": TARGET_P50_MS}
+        out["nvitop_exporter_reference"] = NVITOP_REFERENCE
+        print(json.dumps(out, indent=2))
+    else:
+        print_result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

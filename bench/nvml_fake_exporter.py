@@ -1,0 +1,138 @@
+"""Run the real exporter (``exporter.cli.main``) over the FakeNvml test double of libnvidia-ml.
+
+Used by ``bench/exporter_bench.py --source nvml-fake``; not a test. It builds a node of
+``--gpus`` A100s with ``--processes-per-gpu`` compute processes each, then runs
+``gpuscope-exporter --source nvml`` with every remaining argument, except that the source is
+``NvmlSource(library_loader=lambda: fake)``. Everything above the C library is real: pynvml's
+ctypes marshalling, NvmlSource, the sampler, the collectors and the HTTP server.
+
+A *driver tick* thread inside this process stands in for the driver's per-process
+utilization sampler: every ``--driver-tick`` seconds it appends one sample per process to each
+GPU's buffer. Its CPU is counted in the process's total, so the thread names itself
+``fake-nvml-tick`` (``/proc/<pid>/task/<tid>/comm``) and the benchmark reports it separately.
+The fake's Python entry points run on the sampler thread, in place of the C library's
+own (native, much cheaper) work; a profile shows how much of a round they take.
+
+Run from the repository root::
+
+    python3 -m bench.nvml_fake_exporter --gpus 8 --processes-per-gpu 64 -- \
+        --listen 127.0.0.1:9400 --interval 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from exporter import cli
+from exporter.config import Config
+from exporter.model import Source
+from exporter.nvml import NvmlSource
+from tests.exporter.fake_nvml import GIB, FakeNvml
+
+TICK_THREAD_NAME = "fake-nvml-tick"
+# Per-GPU sample buffer: a few ticks are plenty for an exporter that reads every interval,
+# and a small buffer keeps the fake's own memory out of the exporter's RSS (the default
+# 4096-sample buffer of FakeGpu would hold ~3 MB of tuples on 8 GPUs).
+BUFFER_TICKS = 4
+
+
+def build_node(gpus: int, processes_per_gpu: int) -> FakeNvml:
+    """``gpus`` A100-80GB GPUs, each with ``processes_per_gpu`` compute processes sharing
+    ~72 GiB of memory. ``max_event_wait_s`` matches NvmlSource's 1 s XID wait, so the XID
+    thread blocks as long as it would in the real driver instead of polling at 50 Hz."""
+    fake = FakeNvml(gpus, max_event_wait_s=1.0)
+    memory = (72 * GIB // max(processes_per_gpu, 1)) if processes_per_gpu else 0
+    for gpu in fake.gpus:
+        gpu.max_util_samples = BUFFER_TICKS * max(processes_per_gpu, 1)
+        for i in range(processes_per_gpu):
+            gpu.add_process(
+                10_000 + gpu.index * processes_per_gpu + i,
+                used_memory=memory,
+                sm_util=1 + i % 3,
+                mem_util=i % 2,
+            )
+    return fake
+
+
+def tick(fake: FakeNvml, timestamp_us: int, n: int) -> None:
+    """One driver sampling tick: a new sample per process (utilization varies per tick).
+
+    Unlike ``FakeNvml.record_process_samples`` (insort + trim in place), each GPU's buffer is
+    replaced by a new list in one assignment: the sampler thread may be reading the old one
+    at this moment, and an in-place trim would shift the samples under it.
+    """
+    for gpu in fake.gpus:
+        if not gpu.process_utilization_supported:
+            continue
+        new: list[tuple[int, int, int, int]] = []
+        for i, proc in enumerate(gpu.processes):
+            proc.sm_util = 1 + (i + n) % 3
+            new.append((timestamp_us, proc.pid, proc.sm_util, proc.mem_util))
+        gpu.util_samples = (gpu.util_samples + new)[-gpu.max_util_samples :]
+
+
+def _name_this_thread(name: str) -> None:
+    """Set the OS thread name (Linux ``prctl(PR_SET_NAME)``); a no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _tick_forever(fake: FakeNvml, period: float, stop: threading.Event) -> None:
+    _name_this_thread(TICK_THREAD_NAME)
+    n = 0
+    next_due = time.monotonic()
+    while True:
+        tick(fake, int(time.time() * 1_000_000), n)
+        n += 1
+        next_due += period
+        if stop.wait(max(0.0, next_due - time.monotonic())):
+            return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m bench.nvml_fake_exporter",
+        description="gpuscope-exporter --source nvml over a fake libnvidia-ml (benchmark only).",
+        epilog="Arguments after '--' go to gpuscope-exporter (--source is forced to nvml).",
+    )
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--processes-per-gpu", type=int, default=64)
+    parser.add_argument("--driver-tick", type=float, default=1.0,
+                        help="seconds between per-process utilization samples (default 1)")
+    args, rest = parser.parse_known_args(argv)
+    exporter_args = [a for a in rest if a != "--"]
+
+    fake = build_node(args.gpus, args.processes_per_gpu)
+    stop = threading.Event()
+    ticker = threading.Thread(
+        target=_tick_forever, args=(fake, args.driver_tick, stop), name=TICK_THREAD_NAME,
+        daemon=True,
+    )
+    ticker.start()
+
+    def fake_source(cfg: Config) -> Source:
+        return NvmlSource(library_loader=lambda: fake)
+
+    # The only change to the real code path: build_source returns NVML over the fake.
+    cli.build_source = fake_source
+    print(
+        f"nvml-fake: {len(fake.gpus)} GPUs x {args.processes_per_gpu} processes, "
+        f"driver tick {args.driver_tick:g} s",
+        file=sys.stderr,
+    )
+    try:
+        return cli.main([*exporter_args, "--source", "nvml"])
+    finally:
+        stop.set()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
