@@ -32,8 +32,18 @@ gpus:
     ecc: {corrected: 5, uncorrected: 1}
     count: 3
 processes:
-  - {pid: 1001, gpu: 0, memory: 6GiB, utilization: 0.5}
-  - {pid: 1002, gpu: 0, memory: 2GiB, utilization: 0.25}
+  - {pid: 1001, gpu: 0, memory: 6GiB, utilization: 0.5, pod: ml/train-a/main}
+  - {pid: 1002, gpu: 0, memory: 2GiB, utilization: 0.25, pod: ml/train-b/main}
+pods:
+  - namespace: ml
+    name: train-a
+    workload: PyTorchJob/a
+    containers: [{name: main, gpus: ["0::0"]}]
+  - namespace: ml
+    name: train-b
+    workload: PyTorchJob/b
+    containers: [{name: main, gpus: ["0::1"]}]
+  - {namespace: ml, name: notebook, containers: [{name: lab, gpus: [1]}]}
 faults:
   - {type: lost, gpu: 2}
   - {type: xid, gpu: 1, code: 79}
@@ -131,6 +141,15 @@ def test_prometheus_sees_the_scenario_values(
     time.sleep(4)
     rate = value(prom, f"rate(gpu_energy_joules_total{g0}[5s])")
     assert rate == pytest.approx(60 + 240 * 0.75, rel=0.2)
+
+    # Time-slicing: each container its own value, not the device's copied.
+    assert value(prom, 'container_gpu_utilization_ratio{pod="train-a"}') == 0.5
+    assert value(prom, 'container_gpu_utilization_ratio{pod="train-b"}') == 0.25
+    assert value(prom, 'container_gpu_memory_used_bytes{pod="train-a"}') == 6 * GIB
+    assert value(prom, 'sum(container_gpu_allocated{namespace="ml"})') == 3
+    assert value(prom, 'container_gpu_utilization_ratio{pod="notebook"}') == 0  # allocated-idle
+    assert value(prom, 'count(gpu_pod_info{workload=~"PyTorchJob/.*"})') == 2
+    assert value(prom, 'gpu_node_info{instance_type="g5.12xlarge"}') == 1
 
     assert value(prom, "gpu_exporter_nvml_up") == 1
     assert value(prom, 'gpu_exporter_collector_success{collector="simulated"}') == 1
