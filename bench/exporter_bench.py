@@ -21,12 +21,15 @@ Sources (``--source``):
   ``exporter.scenario.synthetic_scenario(gpus, processes_per_gpu)``;
 * ``nvml-fake``: ``python3 -m bench.nvml_fake_exporter``, the real NvmlSource and pynvml over
   the FakeNvml double of libnvidia-ml (see that module), with a driver-tick thread in the
-  exporter process whose CPU is reported separately.
+  exporter process whose CPU is reported separately. Attribution runs on live inputs as on a
+  node: a ``/proc`` tree with a ``stat`` and ``cgroup`` file per fake PID, and (unless
+  ``--no-kubelet``) a fake kubelet PodResources server on a unix socket, served from this
+  benchmark process so its CPU is not counted. No API server: pod names stay unknown, so the
+  processes are counted as unnamed (host) rather than per container.
 
-Other modes: ``--import-costs`` (RSS and import time of each module the exporter loads, each
-step in a fresh interpreter) and ``--micro`` (in-process time of one ``sample()`` and one
-``/metrics`` render). ``--profile FILE`` records a py-spy profile of the measured window
-(collapsed stacks), which perturbs the numbers a little.
+``--import-costs`` measures instead the RSS and import time that each module the exporter
+loads adds, each step in a fresh interpreter. ``--profile FILE`` records a py-spy profile of
+the measured window (collapsed stacks), which perturbs the numbers a little.
 
 Run from the repository root::
 
@@ -52,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -123,7 +126,19 @@ def machine_info() -> dict[str, Any]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = "not installed"
+    git: dict[str, str] = {}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        git["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+            timeout=10,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "exporter"], cwd=REPO, capture_output=True,
+            text=True, timeout=10,
+        ).stdout.splitlines()
+        git["exporter_changes"] = f"{len(changed)} uncommitted file(s) under exporter/"
     return {
+        "git": git,
         "nproc": os.cpu_count(),
         "cpu_model": model,
         "python": platform.python_version(),
@@ -197,18 +212,85 @@ class Exporter:
         return ""
 
     def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after 10 s; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
+        return stop_process(self.proc)
 
 
-def exporter_command(args: argparse.Namespace, port: int, scenario: Path | None) -> list[str]:
+def serve_fake_kubelet(socket_path: Path, gpus: int, processes_per_gpu: int) -> None:
+    """A PodResources v1 ``List`` server on a unix socket (grpcio), answering the allocations
+    of the nvml-fake node: each GPU shared by up to four pods through time-slicing replicas
+    (device IDs ``<uuid>::<replica>``), as in ``synthetic_scenario``. Runs until SIGTERM, in
+    a process of its own (``--serve-fake-kubelet``), so neither its CPU nor grpc's fork
+    handlers touch the benchmark or the exporter."""
+    from concurrent import futures
+
+    import grpc
+
+    from bench.nvml_fake_exporter import build_node, pods_per_gpu
+    from exporter.podresources import podresources_v1_pb2 as pb2
+    from exporter.podresources import podresources_v1_pb2_grpc as pb2_grpc
+
+    pods = []
+    n = pods_per_gpu(processes_per_gpu)
+    for gpu in build_node(gpus, 0).gpus:
+        for r in range(n):
+            device = pb2.ContainerDevices(
+                resource_name="nvidia.com/gpu",
+                device_ids=[f"{gpu.uuid}::{r}" if n > 1 else gpu.uuid],
+            )
+            pods.append(pb2.PodResources(
+                name=f"synth-{gpu.index}-{r}", namespace="synthetic",
+                containers=[pb2.ContainerResources(name="main", devices=[device])],
+            ))
+    answer = pb2.ListPodResourcesResponse(pod_resources=pods)
+
+    class Servicer(pb2_grpc.PodResourcesListerServicer):
+        def List(self, request: Any, context: Any) -> Any:  # the generated method name
+            return answer
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb2_grpc.add_PodResourcesListerServicer_to_server(  # type: ignore[no-untyped-call]
+        Servicer(), server
+    )
+    server.add_insecure_port(f"unix://{socket_path}")
+    server.start()
+    _die_with_parent()
+    with _sigterm_as_exit(), contextlib.suppress(SystemExit, KeyboardInterrupt):
+        server.wait_for_termination()
+    server.stop(grace=None).wait(5)
+
+
+def start_fake_kubelet(args: argparse.Namespace, socket_path: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--serve-fake-kubelet", str(socket_path),
+         "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu)],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not socket_path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise RuntimeError("the fake kubelet did not start")
+        time.sleep(0.05)
+    return proc
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> int | None:
+    """SIGTERM, then SIGKILL after 10 s; returns the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+def exporter_command(
+    args: argparse.Namespace, port: int, scenario: Path | None, workdir: Path
+) -> list[str]:
     common = [
         "--listen", f"127.0.0.1:{port}",
         "--interval", f"{args.interval:g}",
@@ -223,7 +305,8 @@ def exporter_command(args: argparse.Namespace, port: int, scenario: Path | None)
                 "--scenario", str(scenario), *common]
     return [args.python, "-m", "bench.nvml_fake_exporter",
             "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu),
-            "--", *common]
+            "--proc-tree", str(workdir / "proc"), "--",
+            *common, "--kubelet-socket", str(workdir / "kubelet.sock")]
 
 
 def start_exporter(args: argparse.Namespace, workdir: Path) -> Exporter:
@@ -232,7 +315,7 @@ def start_exporter(args: argparse.Namespace, workdir: Path) -> Exporter:
         scenario = workdir / f"synthetic-{args.gpus}x{args.processes_per_gpu}.yaml"
         write_scenario(scenario, args.gpus, args.processes_per_gpu)
     port = free_port()
-    command = exporter_command(args, port, scenario)
+    command = exporter_command(args, port, scenario, workdir)
     log_path = workdir / "exporter.log"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -311,6 +394,10 @@ class Scraper:
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def count_series(body: bytes) -> int:
+    return sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#"))
 
 
 def parse_exposition(body: bytes) -> tuple[int, dict[str, int], dict[str, float]]:
@@ -427,10 +514,14 @@ class Result:
     scrape_mean_ms: float
     body_bytes: int
     series: int
+    series_min: int
+    series_max: int
     series_by_metric: dict[str, int]
     sample_parts_s: dict[str, float]
     threads: list[ThreadCpu] = field(default_factory=list)
     profile: str | None = None
+    kubelet: bool = False
+    loadavg: list[float] = field(default_factory=list)  # 1-min load at window start and end
     machine: dict[str, Any] = field(default_factory=dict)
 
     def verdicts(self) -> dict[str, str]:
@@ -451,13 +542,22 @@ def verdict(value: float, target: float, unit: str) -> str:
 
 def measure(args: argparse.Namespace) -> Result:
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
-        exp = start_exporter(args, Path(tmp))
+        kubelet = None
+        if args.source == "nvml-fake" and args.kubelet:
+            kubelet = start_fake_kubelet(args, Path(tmp) / "kubelet.sock")
         try:
-            return _measure(args, exp)
+            exp = start_exporter(args, Path(tmp))
+            try:
+                result = _measure(args, exp)
+            finally:
+                code = exp.stop()
+                if code not in (0, None) and args.verbose:
+                    print(f"exporter exit code {code}:\n{exp.log_tail()}", file=sys.stderr)
         finally:
-            code = exp.stop()
-            if code not in (0, None) and args.verbose:
-                print(f"exporter exit code {code}:\n{exp.log_tail()}", file=sys.stderr)
+            if kubelet is not None:
+                stop_process(kubelet)
+        result.kubelet = kubelet is not None
+        return result
 
 
 def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
@@ -477,11 +577,13 @@ def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
             profile_path = Path(args.profile).resolve()
             profiler = start_profile(exp.pid, args.duration, profile_path, args.profile_rate)
 
+        load_before = os.getloadavg()
         threads_before = thread_ticks(exp.pid)
         ticks_before = cpu_ticks(exp.pid)
         started = time.monotonic()
         latencies: list[float] = []
         rss_seen: list[int] = []
+        series_seen: list[int] = []
         failures = 0
         body = b""
         n = 0
@@ -495,6 +597,7 @@ def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
             try:
                 latency, body = scraper.scrape()
                 latencies.append(latency)
+                series_seen.append(count_series(body))
             except (OSError, http.client.HTTPException, RuntimeError):
                 failures += 1
             rss_seen.append(memory_kib(exp.pid)["VmRSS"])
@@ -504,6 +607,9 @@ def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
         window = time.monotonic() - started
         threads_after = thread_ticks(exp.pid)
         mem_end = memory_kib(exp.pid)
+        load_after = os.getloadavg()
+        # While the scrape connection (and so its handler thread) still exists.
+        names = thread_names(exp.pid) if args.thread_names else {}
     finally:
         scraper.close()
 
@@ -513,7 +619,6 @@ def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
         except subprocess.TimeoutExpired:
             profiler.kill()
             profiler.wait()
-    names = thread_names(exp.pid) if args.thread_names else {}
     if not latencies:
         raise RuntimeError(f"no successful scrape:\n{exp.log_tail()}")
 
@@ -559,11 +664,14 @@ def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
         scrape_mean_ms=round(statistics.fmean(ms), 3),
         body_bytes=len(body),
         series=series,
+        series_min=min(series_seen),
+        series_max=max(series_seen),
         series_by_metric=per_name,
         sample_parts_s=parts,
         threads=threads,
         profile=str(profile_path) if profile_path else None,
         machine=machine_info(),
+        loadavg=[round(load_before[0], 2), round(load_after[0], 2)],
     )
 
 
@@ -575,6 +683,9 @@ def print_result(r: Result) -> None:
     print(f"  sampling every {r.interval_s:g} s, scraped every {r.scrape_interval_s:g} s "
           f"for {r.window_s:.1f} s ({r.scrapes} scrapes, {r.scrape_failures} failed, "
           f"{r.connects} connection(s))")
+    if r.source == "nvml-fake":
+        kubelet = "a fake kubelet (PodResources List)" if r.kubelet else "no kubelet socket"
+        print(f"  attribution inputs: a /proc tree for the fake PIDs, {kubelet}, no API server")
     print(f"  start-up to /readyz: {r.startup_s:.2f} s, RSS then {r.rss_at_ready_mib:.1f} MiB")
     print(f"  CPU:   {r.cpu_percent:.2f} % of one core   (target <= {TARGET_CPU_PERCENT:g} %: "
           f"{v['cpu']})")
@@ -588,7 +699,8 @@ def print_result(r: Result) -> None:
     print(f"  scrape (GET /metrics, keep-alive, uncompressed text 0.0.4, {r.body_bytes} bytes): "
           f"p50 {r.scrape_p50_ms:.2f} ms ({v['scrape_p50']}), p99 {r.scrape_p99_ms:.2f} ms, "
           f"max {r.scrape_max_ms:.2f} ms")
-    print(f"  series: {r.series}")
+    print(f"  series: {r.series} in the last scrape ({r.series_min}..{r.series_max} during the "
+          f"window)")
     if r.sample_parts_s:
         parts = ", ".join(f"{k} {s * 1000:.2f} ms" for k, s in r.sample_parts_s.items())
         print(f"  last sampling round: {parts}")
@@ -601,6 +713,8 @@ def print_result(r: Result) -> None:
         print(f"  CPU by thread: {shown}")
     if r.profile:
         print(f"  py-spy profile (collapsed stacks): {r.profile}")
+    print(f"  machine: {r.machine.get('nproc')} CPUs, 1-min load {r.loadavg[0]:.2f} at start, "
+          f"{r.loadavg[1]:.2f} at end of the window")
     print(f"  reference, nvitop-exporter on this load: ~{NVITOP_REFERENCE['cpu_percent']:g} %, "
           f"{NVITOP_REFERENCE['rss_mb']:g} MB, ~{NVITOP_REFERENCE['scrape_ms']:g} ms, "
           f"{NVITOP_REFERENCE['series']} series")
@@ -693,99 +807,6 @@ def print_import_costs(rows: list[dict[str, Any]]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# --micro: in-process cost of one sampling round and one render
-
-
-class _TickingSource:
-    """NvmlSource over the fake, with one fake driver tick before every sample (in-process
-    stand-in for the tick thread of bench/nvml_fake_exporter.py)."""
-
-    name = "nvml"
-
-    def __init__(self, gpus: int, processes_per_gpu: int) -> None:
-        from bench.nvml_fake_exporter import build_node
-        from exporter.nvml import NvmlSource
-
-        self.fake = build_node(gpus, processes_per_gpu)
-        fake = self.fake
-        self._inner = NvmlSource(library_loader=lambda: fake, xid_events=False)
-        self._n = 0
-
-    def tick(self) -> None:
-        from bench.nvml_fake_exporter import tick
-
-        tick(self.fake, int(time.time() * 1_000_000), self._n)
-        self._n += 1
-
-    def sample(self) -> Any:
-        self.tick()
-        return self._inner.sample()
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-def micro(args: argparse.Namespace) -> dict[str, Any]:
-    from prometheus_client.exposition import generate_latest
-
-    from exporter.cli import build_registry
-    from exporter.config import parse_config
-    from exporter.model import Source
-    from exporter.sampler import Sampler
-
-    source: Source
-    ticking: _TickingSource | None = None
-    if args.source == "simulated":
-        from exporter.scenario import synthetic_scenario
-        from exporter.simulated import SimulatedSource
-
-        source = SimulatedSource(synthetic_scenario(args.gpus, args.processes_per_gpu))
-    else:
-        source = ticking = _TickingSource(args.gpus, args.processes_per_gpu)
-    flags = ["--source", "simulated" if args.source == "simulated" else "nvml",
-             "--node-name", "bench"]
-    if args.process_metrics:
-        flags.append("--process-metrics")
-    cfg = parse_config(flags, environ={})
-    sampler = Sampler(source, args.interval)
-    registry = build_registry(cfg, sampler)
-    sampler.run_once()
-    generate_latest(registry)
-
-    def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        for _ in range(rounds):
-            fn()
-        return ((time.process_time() - cpu0) / rounds * 1000,
-                (time.perf_counter() - wall0) / rounds * 1000)
-
-    rounds = args.micro_rounds
-    out: dict[str, Any] = {"source": args.source, "process_metrics": args.process_metrics,
-                           "rounds": rounds}
-    if ticking is not None:
-        out["fake_tick_cpu_ms"], _ = timed(ticking.tick, rounds)
-    out["sample_cpu_ms"], out["sample_wall_ms"] = timed(sampler.run_once, rounds)
-    out["render_cpu_ms"], out["render_wall_ms"] = timed(lambda: generate_latest(registry),
-                                                        rounds)
-    for key in list(out):
-        if key.endswith("_ms"):
-            out[key] = round(out[key], 3)
-    source.close()
-    return out
-
-
-def print_micro(m: dict[str, Any]) -> None:
-    print(f"in-process, source={m['source']}, process metrics "
-          f"{'on' if m['process_metrics'] else 'off'}, {m['rounds']} rounds:")
-    print(f"  one sampling round (Sampler.run_once): {m['sample_cpu_ms']:.2f} ms CPU, "
-          f"{m['sample_wall_ms']:.2f} ms wall")
-    if "fake_tick_cpu_ms" in m:
-        print(f"    (includes one fake driver tick: {m['fake_tick_cpu_ms']:.2f} ms CPU)")
-    print(f"  one /metrics render (generate_latest): {m['render_cpu_ms']:.2f} ms CPU, "
-          f"{m['render_wall_ms']:.2f} ms wall")
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -805,6 +826,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="seconds of scraping after /readyz before measuring (default 5)")
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--processes-per-gpu", type=int, default=64)
+    p.add_argument("--no-kubelet", dest="kubelet", action="store_false",
+                   help="nvml-fake: no fake kubelet socket (no allocations, no grpc import)")
     p.add_argument("--startup-timeout", type=float, default=60.0)
     p.add_argument("--python", default=sys.executable, help="interpreter for the exporter")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
@@ -817,10 +840,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="do not ask py-spy dump for Python thread names after the run")
     p.add_argument("--import-costs", action="store_true",
                    help="only measure RSS and import time of each module the exporter loads")
-    p.add_argument("--micro", action="store_true",
-                   help="only time one sampling round and one render, in this process")
-    p.add_argument("--micro-rounds", type=int, default=200)
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--serve-fake-kubelet", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("duration", "interval", "scrape_interval"):
         if getattr(args, name) <= 0:
@@ -846,22 +867,18 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    # The scenario writer and --micro import the exporter (and the fake) from this checkout.
+    # The scenario writer imports the exporter from this checkout.
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
+    if args.serve_fake_kubelet:
+        serve_fake_kubelet(args.serve_fake_kubelet, args.gpus, args.processes_per_gpu)
+        return 0
     if args.import_costs:
         rows = import_costs(args.python)
         if args.json:
             print(json.dumps({"import_costs": rows, "machine": machine_info()}, indent=2))
         else:
             print_import_costs(rows)
-        return 0
-    if args.micro:
-        m = micro(args)
-        if args.json:
-            print(json.dumps(m, indent=2))
-        else:
-            print_micro(m)
         return 0
     with _sigterm_as_exit():
         try:

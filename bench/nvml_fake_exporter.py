@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from exporter import cli
-from exporter.config import Config
-from exporter.model import Source
-from exporter.nvml import NvmlSource
+from exporter import cli, nvml
 from tests.exporter.fake_nvml import GIB, FakeNvml
 
 TICK_THREAD_NAME = "fake-nvml-tick"
@@ -97,6 +98,41 @@ def _tick_forever(fake: FakeNvml, period: float, stop: threading.Event) -> None:
             return
 
 
+def pod_uid(gpu: int, replica: int) -> str:
+    """The UID of the pod that holds time-slicing replica ``replica`` of GPU ``gpu``."""
+    return str(uuid.UUID(int=(0xB0D << 64) + (gpu << 16) + replica))
+
+
+def container_id(gpu: int, replica: int) -> str:
+    """The 64-hex container ID of that pod's one container."""
+    return hashlib.sha256(f"gpuscope-bench-{gpu}-{replica}".encode()).hexdigest()
+
+
+def pods_per_gpu(processes_per_gpu: int) -> int:
+    """Time-slicing pods sharing each GPU (as in ``synthetic_scenario``: up to four)."""
+    return max(1, min(4, processes_per_gpu))
+
+
+def write_proc_tree(root: Path, fake: FakeNvml) -> None:
+    """A host ``/proc`` for the fake PIDs: ``<pid>/stat`` (start time, field 22) and
+    ``<pid>/cgroup`` (cgroup v2, systemd driver, containerd), process ``i`` of GPU ``g`` in
+    pod ``i % pods_per_gpu``, so attribution reads and parses what it would on a node."""
+    for gpu in fake.gpus:
+        n_pods = pods_per_gpu(len(gpu.processes))
+        for i, proc in enumerate(gpu.processes):
+            replica = i % n_pods
+            uid = pod_uid(gpu.index, replica).replace("-", "_")
+            d = root / str(proc.pid)
+            d.mkdir(parents=True, exist_ok=True)
+            fields = ["S", "1", *["0"] * 18, str(1000 + proc.pid), *["0"] * 30]
+            (d / "stat").write_text(f"{proc.pid} (python3) {' '.join(fields)}\n")
+            (d / "cgroup").write_text(
+                "0::/kubepods.slice/kubepods-besteffort.slice/"
+                f"kubepods-besteffort-pod{uid}.slice/"
+                f"cri-containerd-{container_id(gpu.index, replica)}.scope\n"
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m bench.nvml_fake_exporter",
@@ -107,10 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes-per-gpu", type=int, default=64)
     parser.add_argument("--driver-tick", type=float, default=1.0,
                         help="seconds between per-process utilization samples (default 1)")
+    parser.add_argument("--proc-tree", type=Path, metavar="DIR",
+                        help="write a /proc tree for the fake PIDs into DIR and pass "
+                             "--proc-root DIR to the exporter")
     args, rest = parser.parse_known_args(argv)
     exporter_args = [a for a in rest if a != "--"]
 
     fake = build_node(args.gpus, args.processes_per_gpu)
+    if args.proc_tree is not None:
+        write_proc_tree(args.proc_tree, fake)
+        exporter_args += ["--proc-root", str(args.proc_tree)]
     stop = threading.Event()
     ticker = threading.Thread(
         target=_tick_forever, args=(fake, args.driver_tick, stop), name=TICK_THREAD_NAME,
@@ -118,11 +160,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ticker.start()
 
-    def fake_source(cfg: Config) -> Source:
-        return NvmlSource(library_loader=lambda: fake)
+    class FakeLibraryNvmlSource(nvml.NvmlSource):
+        """NvmlSource whose libnvidia-ml is the fake (unless a caller passes a loader)."""
 
-    # The only change to the real code path: build_source returns NVML over the fake.
-    cli.build_source = fake_source
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("library_loader", lambda: fake)
+            super().__init__(**kwargs)
+
+    # The only change to the real code path: cli.build_source imports NvmlSource from
+    # exporter.nvml when it runs, and gets this subclass, i.e.
+    # NvmlSource(library_loader=lambda: fake). Everything else is gpuscope-exporter as is.
+    nvml.NvmlSource = FakeLibraryNvmlSource  # type: ignore[misc]
     print(
         f"nvml-fake: {len(fake.gpus)} GPUs x {args.processes_per_gpu} processes, "
         f"driver tick {args.driver_tick:g} s",

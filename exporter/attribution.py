@@ -26,7 +26,9 @@ The rules, and why:
 - Several time-slicing replicas of one GPU held by one container count once (allocated 1).
 - A process whose cgroup names no pod is a host process: summed per device under empty
   namespace/pod/container labels. So is a pod process whose pod the API server does not
-  (yet) know: it is counted in ``unnamed_processes`` rather than guessed at.
+  (yet) know: it is counted in ``unnamed_processes`` rather than guessed at, and an
+  allocated container on that device with no named process gets no usage values (unknown)
+  rather than 0 (which would read as allocated-but-idle).
 """
 
 from __future__ import annotations
@@ -147,6 +149,10 @@ def attribute(
         rows.setdefault((key, uuid), _Row()).allocated = True
 
     unnamed = 0
+    # Devices running a pod process we cannot name: an allocated container there with no
+    # named process of its own may be the one running it, so its usage is unknown (None),
+    # not 0 — reporting 0 would make a busy pod look allocated-but-idle.
+    devices_with_unnamed: set[str] = set()
     pods_with_processes: dict[ContainerKey, str] = {}
     for dev in snapshot.devices:
         if not dev.up:
@@ -159,6 +165,7 @@ def attribute(
                 name = pod.containers.get(ref.container_id) if pod is not None else None
                 if pod is None or name is None:
                     unnamed += 1
+                    devices_with_unnamed.add(dev.uuid)
                 else:
                     key = ContainerKey(pod.namespace, pod.name, name)
                     pods_with_processes[key] = pod.uid
@@ -171,6 +178,9 @@ def attribute(
         device = devices.get(uuid)
         if device is None or not device.up:
             # A lost device: the allocation is still held and shown, with no usage values.
+            usages.append(ContainerUsage(key, uuid, row.allocated, None, None))
+            continue
+        if not row.pids and uuid in devices_with_unnamed and key != HOST:
             usages.append(ContainerUsage(key, uuid, row.allocated, None, None))
             continue
         util = row.utilization

@@ -40,7 +40,9 @@ class ContainerCollector(Collector):
         yield util
         yield memory
         yield pods
-        if result.node is not None:
+        if result.node is not None and any(
+            (result.node.instance_type, result.node.zone, result.node.capacity_type)
+        ):
             node = new_family("gpu_node_info")
             node.add_metric(
                 [result.node.instance_type, result.node.zone, result.node.capacity_type], 1.0

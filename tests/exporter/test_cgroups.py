@@ -311,17 +311,9 @@ def test_missing_cgroup_file_and_bad_stat(tmp_path: Path) -> None:
     assert stats.cached_pids == 0  # no start time, no cache
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of mode")
-def test_unreadable_cgroup_is_counted_not_raised(proc: Path) -> None:
-    (proc / "1000" / "cgroup").chmod(0)
-    resolver = PidResolver(str(proc))
-    assert resolver.resolve([1000])[1000] is None
-    assert resolver.stats().read_errors == 1
-
-
 def test_unreadable_is_a_directory(proc: Path) -> None:
     # Reading a directory raises IsADirectoryError (an OSError): counted as a read error.
-    # This stands in for permission errors when the tests run as root.
+    # It stands in for a permission error, which root (as CI runs) would not get.
     target = proc / "1000" / "cgroup"
     target.unlink()
     target.mkdir()

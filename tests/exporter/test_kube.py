@@ -15,10 +15,8 @@ import ipaddress
 import json
 import os
 import queue
-import shutil
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import threading
@@ -1286,84 +1284,11 @@ def _pki_cryptography(tmp: Path) -> Pki:
     )
 
 
-def _pki_openssl(tmp: Path) -> Pki:
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp)
-
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    run(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=kubernetes",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    )
-    for name, ext in (
-        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
-        ("client", "extendedKeyUsage=clientAuth"),
-    ):
-        (tmp / f"{name}.ext").write_text(ext + "\nbasicConstraints=critical,CA:FALSE\n")
-        run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        run(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            f"{name}.ext",
-            "-out",
-            f"{name}.crt",
-        )
-    return Pki(
-        (tmp / "ca.crt").read_bytes(),
-        tmp / "server.crt",
-        tmp / "server.key",
-        (tmp / "client.crt").read_bytes(),
-        (tmp / "client.key").read_bytes(),
-    )
-
-
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
     tmp = tmp_path / "pki"
     tmp.mkdir()
-    try:
-        import cryptography  # noqa: F401
-    except ImportError:
-        if shutil.which("openssl") is None:
-            pytest.skip(
-                "HTTPS tests need the `cryptography` package or the openssl CLI "
-                "to make a certificate; neither is installed"
-            )
-        return _pki_openssl(tmp)
     return _pki_cryptography(tmp)
-
-
-def test_pki_openssl_fallback_works(tmp_path: Path) -> None:
-    """The openssl-CLI path of the fixture (used where `cryptography` is missing)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI not installed; the cryptography path is used instead")
-    p = _pki_openssl(tmp_path)
-    ctx = ssl.create_default_context(cadata=p.ca.decode())
-    ctx.load_verify_locations(cadata=p.ca.decode())
-    assert b"BEGIN CERTIFICATE" in p.client_cert
 
 
 def server_tls(p: Pki, require_client_cert: bool) -> ssl.SSLContext:
