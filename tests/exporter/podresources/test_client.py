@@ -360,9 +360,8 @@ def test_field_numbers_match_the_kubelet_api() -> None:
 
 
 def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
-    from grpc_tools import protoc  # a test dependency (pyproject [test])
-
     from google.protobuf import descriptor_pb2
+    from grpc_tools import protoc  # a test dependency (pyproject [test])
 
     root = Path(__file__).resolve().parents[3]
     out = tmp_path / "set.pb"
