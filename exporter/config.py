@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -38,6 +40,17 @@ class Config:
     proc_root: str
     kubeconfig: str | None
     gpu_resources: tuple[str, ...]
+    # CloudWatch (docs/cloudwatch.md)
+    cloudwatch: bool
+    cloudwatch_namespace: str
+    cloudwatch_region: str | None
+    cloudwatch_endpoint_url: str | None
+    cloudwatch_interval: float
+    cloudwatch_dry_run: bool
+    cloudwatch_buffer: float
+    cloudwatch_device_dimensions: str
+    cluster_name: str | None
+    instance_id: str | None
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -69,6 +82,71 @@ def boolean(value: str) -> bool:
     if lowered in ("0", "false", "no", "off", ""):
         return False
     raise ValueError(f"expected true or false, got {value!r}")
+
+
+def cloudwatch_namespace(value: str) -> str:
+    """A CloudWatch namespace: 1..255 printable ASCII characters, not ``AWS/…`` (reserved)."""
+    if not 1 <= len(value) <= 255:
+        raise ValueError(f"expected 1 to 255 characters, got {len(value)}")
+    if not value.isascii() or not value.isprintable():
+        raise ValueError(f"expected printable ASCII, got {value!r}")
+    if value.startswith("AWS/"):
+        raise ValueError(f"namespaces starting with AWS/ are reserved for AWS, got {value!r}")
+    return value
+
+
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+")
+
+
+def aws_region(value: str) -> str:
+    if not _REGION.fullmatch(value):
+        raise ValueError(f"expected an AWS region like us-east-1, got {value!r}")
+    return value
+
+
+def endpoint_url(value: str) -> str:
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    try:
+        parsed.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ValueError(f"bad port in {value!r}") from None
+    return value
+
+
+def publish_interval(value: str) -> float:
+    """Seconds, 1..3600: CloudWatch stores standard-resolution data per minute, and a
+    longer interval would hold back every alarm."""
+    seconds = positive_seconds(value)
+    if not 1.0 <= seconds <= 3600.0:
+        raise ValueError(f"expected 1 to 3600 seconds, got {value!r}")
+    return seconds
+
+
+def buffer_seconds(value: str) -> float:
+    seconds = positive_seconds(value)
+    if seconds > 86400.0:
+        raise ValueError(f"expected at most 86400 seconds (one day), got {value!r}")
+    return seconds
+
+
+def dimension_value(value: str) -> str:
+    """A CloudWatch dimension value: 1..1024 characters."""
+    if not 1 <= len(value) <= 1024 or not value.strip():
+        raise ValueError(f"expected 1 to 1024 characters, got {value!r}")
+    return value
+
+
+_INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
+
+
+def instance_id(value: str) -> str:
+    """An EC2 instance ID (``i-0123456789abcdef0``) or ``imds`` (ask instance metadata)."""
+    if value != "imds" and not _INSTANCE_ID.fullmatch(value):
+        raise ValueError(f"expected an instance ID like i-0123456789abcdef0 or imds, "
+                         f"got {value!r}")
+    return value
 
 
 def choice(*options: str) -> Callable[[str], str]:
@@ -134,13 +212,37 @@ _FLAGS: tuple[_Flag, ...] = (
           "extra GPU resource names besides nvidia.com/gpu, nvidia.com/gpu.shared, "
           "nvidia.com/mig-* (comma-separated; a trailing * matches a prefix)"),
     _Flag("--log-level", choice("debug", "info", "warning", "error"), "info", "log verbosity"),
+    _Flag("--cloudwatch", boolean, "false",
+          "publish to CloudWatch (boto3 default credentials: IRSA, instance profile, env)",
+          boolean=True),
+    _Flag("--cloudwatch-namespace", cloudwatch_namespace, "CWAgent", "CloudWatch namespace"),
+    _Flag("--cloudwatch-region", aws_region, None,
+          "AWS region (default: the AWS environment, e.g. AWS_REGION)"),
+    _Flag("--cloudwatch-endpoint-url", endpoint_url, None,
+          "CloudWatch endpoint (VPC endpoints, tests)"),
+    _Flag("--cloudwatch-interval", publish_interval, "60",
+          "seconds aggregated into one datum per series (one flush per interval)"),
+    _Flag("--cloudwatch-dry-run", boolean, "false",
+          "print the datums as JSON lines on stdout instead of sending them (no AWS call)",
+          boolean=True),
+    _Flag("--cloudwatch-buffer", buffer_seconds, "1800",
+          "seconds of data kept while CloudWatch is unreachable; older data is dropped"),
+    _Flag("--cloudwatch-device-dimensions", choice("agent", "extended", "both"), "both",
+          "device dimension sets: agent (host,index,name,arch), extended (plus InstanceId, "
+          "InstanceType, ClusterName), or both"),
+    _Flag("--cluster-name", dimension_value, None,
+          "cluster name (ClusterName dimension; pod and node rollups need it)"),
+    _Flag("--instance-id", instance_id, None,
+          "EC2 instance ID for the InstanceId dimension, or imds to ask instance metadata"),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpuscope-exporter",
-        description="GPU metrics exporter: NVML (or a simulated fleet) to Prometheus.",
+        description=(
+            "GPU metrics exporter: NVML (or a simulated fleet) to Prometheus and CloudWatch."
+        ),
         epilog="Every flag can also be set as GPUSCOPE_<FLAG>, e.g. GPUSCOPE_INTERVAL=5.",
     )
     for f in _FLAGS:
@@ -189,5 +291,7 @@ def parse_config(
     host, port = values.pop("listen")
     if values["scenario"] is not None and values["source"] != "simulated":
         raise ConfigError("--scenario only applies to --source simulated")
+    if values["cloudwatch_dry_run"] and not values["cloudwatch"]:
+        raise ConfigError("--cloudwatch-dry-run only applies with --cloudwatch")
     node_name = values.pop("node_name") or env.get("NODE_NAME") or hostname()
     return Config(listen_host=host, listen_port=port, node_name=node_name, **values)

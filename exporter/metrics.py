@@ -196,6 +196,39 @@ _SPECS: tuple[MetricSpec, ...] = (
         "Sampling rounds skipped because a round overran the interval.", "rounds", (),
         "exporter",
     ),
+    MetricSpec(
+        "gpu_exporter_cloudwatch_datums_sent_total", "counter",
+        "Datums CloudWatch accepted (PutMetricData). Only with --cloudwatch.", "datums", (),
+        "CloudWatch sink",
+    ),
+    MetricSpec(
+        "gpu_exporter_cloudwatch_requests_total", "counter",
+        "PutMetricData calls made, successful or not (each may include botocore's own "
+        "retries). Only with --cloudwatch.", "requests", (), "CloudWatch sink",
+    ),
+    MetricSpec(
+        "gpu_exporter_cloudwatch_request_failures_total", "counter",
+        "PutMetricData calls that failed after botocore's retries (throttling, 5xx, network, "
+        "credentials, or a rejected request). Only with --cloudwatch.", "requests", (),
+        "CloudWatch sink",
+    ),
+    MetricSpec(
+        "gpu_exporter_cloudwatch_datums_dropped_total", "counter",
+        "Datums given up on: buffer_full (oldest data beyond --cloudwatch-buffer during an "
+        "outage), rejected (CloudWatch refused the request's content), shutdown (not sent "
+        "before the shutdown deadline). Only with --cloudwatch.", "datums", ("reason",),
+        "CloudWatch sink",
+    ),
+    MetricSpec(
+        "gpu_exporter_cloudwatch_datums_buffered", "gauge",
+        "Datums of closed intervals waiting to be sent. Only with --cloudwatch.", "datums", (),
+        "CloudWatch sink",
+    ),
+    MetricSpec(
+        "gpu_exporter_cloudwatch_last_success_timestamp_seconds", "gauge",
+        "Wall-clock time of the last PutMetricData call CloudWatch accepted. Only with "
+        "--cloudwatch, after the first success.", "seconds", (), "CloudWatch sink",
+    ),
 )
 
 METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in _SPECS}

@@ -641,12 +641,14 @@ _CAPACITY_TYPES: tuple[CapacityType, ...] = ("on-demand", "spot")
 _QOS: tuple[QosClass, ...] = ("guaranteed", "burstable", "besteffort")
 _KINDS: tuple[ProcessKind, ...] = ("compute", "graphics")
 
+# Model name fragment -> the architecture name NVML/nvidia-smi report (exporter/nvml.py uses
+# the same spelling), so simulated data carries the CloudWatch ``arch`` a real node would.
 _ARCHITECTURES = (
-    ("B200", "blackwell"), ("GB200", "blackwell"), ("H100", "hopper"), ("H200", "hopper"),
-    ("H800", "hopper"), ("GH200", "hopper"), ("L40", "ada"), ("L4", "ada"),
-    ("RTX 40", "ada"), ("A100", "ampere"), ("A800", "ampere"), ("A10", "ampere"),
-    ("A30", "ampere"), ("A40", "ampere"), ("A16", "ampere"), ("RTX A", "ampere"),
-    ("T4", "turing"), ("V100", "volta"), ("P100", "pascal"), ("K80", "kepler"),
+    ("B200", "Blackwell"), ("GB200", "Blackwell"), ("H100", "Hopper"), ("H200", "Hopper"),
+    ("H800", "Hopper"), ("GH200", "Hopper"), ("L40", "Ada Lovelace"), ("L4", "Ada Lovelace"),
+    ("RTX 40", "Ada Lovelace"), ("A100", "Ampere"), ("A800", "Ampere"), ("A10", "Ampere"),
+    ("A30", "Ampere"), ("A40", "Ampere"), ("A16", "Ampere"), ("RTX A", "Ampere"),
+    ("T4", "Turing"), ("V100", "Volta"), ("P100", "Pascal"), ("K80", "Kepler"),
 )
 
 # Defaults of a GPU entry: an A100-SXM4-80GB (power in W, temperature in C).

@@ -14,7 +14,7 @@ def fixed_snapshot() -> Snapshot:
         uuid="GPU-11111111-2222-3333-4444-555555555555",
         model="NVIDIA A100-SXM4-80GB",
         pci_bus_id="00000000:07:00.0",
-        architecture="ampere",
+        architecture="Ampere",
         utilization_ratio=0.87,
         memory_utilization_ratio=0.42,
         memory_used_bytes=30 * GIB,

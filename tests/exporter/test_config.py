@@ -16,6 +16,14 @@ def test_defaults() -> None:
     assert cfg.source == "nvml"
     assert cfg.node_name == "host-from-uname"
     assert cfg.process_metrics is False
+    assert cfg.cloudwatch is False
+    assert cfg.cloudwatch_namespace == "CWAgent"
+    assert cfg.cloudwatch_region is None and cfg.cloudwatch_endpoint_url is None
+    assert cfg.cloudwatch_interval == 60.0
+    assert cfg.cloudwatch_dry_run is False
+    assert cfg.cloudwatch_buffer == 1800.0
+    assert cfg.cloudwatch_device_dimensions == "both"
+    assert cfg.cluster_name is None and cfg.instance_id is None
 
 
 def test_env_vars_fill_every_flag_and_flags_win() -> None:
@@ -43,6 +51,40 @@ def test_env_vars_fill_every_flag_and_flags_win() -> None:
     assert cfg.process_metrics is False
 
 
+def test_cloudwatch_flags_from_env_and_flags() -> None:
+    env = {
+        "GPUSCOPE_CLOUDWATCH": "true",
+        "GPUSCOPE_CLOUDWATCH_NAMESPACE": "Team/GPU",
+        "GPUSCOPE_CLOUDWATCH_REGION": "eu-west-1",
+        "GPUSCOPE_CLOUDWATCH_ENDPOINT_URL": "https://monitoring.eu-west-1.amazonaws.com",
+        "GPUSCOPE_CLOUDWATCH_INTERVAL": "30",
+        "GPUSCOPE_CLOUDWATCH_DRY_RUN": "yes",
+        "GPUSCOPE_CLOUDWATCH_BUFFER": "600",
+        "GPUSCOPE_CLOUDWATCH_DEVICE_DIMENSIONS": "agent",
+        "GPUSCOPE_CLUSTER_NAME": "prod-east",
+        "GPUSCOPE_INSTANCE_ID": "i-0123456789abcdef0",
+    }
+    cfg = parse([], env)
+    assert cfg.cloudwatch is True
+    assert cfg.cloudwatch_namespace == "Team/GPU"
+    assert cfg.cloudwatch_region == "eu-west-1"
+    assert cfg.cloudwatch_endpoint_url == "https://monitoring.eu-west-1.amazonaws.com"
+    assert cfg.cloudwatch_interval == 30.0
+    assert cfg.cloudwatch_dry_run is True
+    assert cfg.cloudwatch_buffer == 600.0
+    assert cfg.cloudwatch_device_dimensions == "agent"
+    assert cfg.cluster_name == "prod-east"
+    assert cfg.instance_id == "i-0123456789abcdef0"
+    cfg = parse(["--no-cloudwatch-dry-run", "--cloudwatch-interval", "60", "--instance-id",
+                 "imds", "--cloudwatch-endpoint-url", "http://127.0.0.1:5000",
+                 "--cloudwatch-region", "us-gov-west-1"], env)
+    assert cfg.cloudwatch_dry_run is False
+    assert cfg.cloudwatch_interval == 60.0
+    assert cfg.instance_id == "imds"
+    assert cfg.cloudwatch_endpoint_url == "http://127.0.0.1:5000"
+    assert cfg.cloudwatch_region == "us-gov-west-1"
+
+
 def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
     assert parse([], {"NODE_NAME": "from-downward-api"}).node_name == "from-downward-api"
     assert parse(["--node-name", "explicit"], {"NODE_NAME": "x"}).node_name == "explicit"
@@ -61,6 +103,24 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         ([], {"GPUSCOPE_PROCESS_METRICS": "maybe"}, "GPUSCOPE_PROCESS_METRICS: expected true"),
         (["--bogus"], {}, "unrecognized arguments: --bogus"),
         (["--scenario", "x.yaml"], {}, "--scenario only applies to --source simulated"),
+        (["--cloudwatch-region", "US-EAST-1"], {}, "--cloudwatch-region: expected an AWS"),
+        (["--cloudwatch-namespace", ""], {}, "--cloudwatch-namespace: expected 1 to 255"),
+        (["--cloudwatch-namespace", "AWS/EC2"], {}, "are reserved for AWS"),
+        (["--cloudwatch-namespace", "GPU\tmetrics"], {}, "expected printable ASCII"),
+        (["--cloudwatch-endpoint-url", "monitoring.local"], {},
+         "--cloudwatch-endpoint-url: expected an http:// or https:// URL"),
+        (["--cloudwatch-endpoint-url", "http://host:99999"], {}, "bad port"),
+        (["--cloudwatch-interval", "0"], {}, "--cloudwatch-interval: expected a positive"),
+        (["--cloudwatch-interval", "7200"], {}, "--cloudwatch-interval: expected 1 to 3600"),
+        (["--cloudwatch-buffer", "-5"], {}, "--cloudwatch-buffer: expected a positive"),
+        (["--cloudwatch-buffer", "1e9"], {}, "--cloudwatch-buffer: expected at most 86400"),
+        (["--cloudwatch-device-dimensions", "all"], {},
+         "--cloudwatch-device-dimensions: expected one of agent, extended, both"),
+        (["--cluster-name", ""], {}, "--cluster-name: expected 1 to 1024 characters"),
+        (["--instance-id", "0123"], {}, "--instance-id: expected an instance ID"),
+        ([], {"GPUSCOPE_CLOUDWATCH": "sure"}, "GPUSCOPE_CLOUDWATCH: expected true or false"),
+        ([], {"GPUSCOPE_CLOUDWATCH_INTERVAL": "1m"}, "GPUSCOPE_CLOUDWATCH_INTERVAL: expected"),
+        (["--cloudwatch-dry-run"], {}, "--cloudwatch-dry-run only applies with --cloudwatch"),
     ],
 )
 def test_bad_values_give_one_line(argv: list[str], env: dict[str, str], fragment: str) -> None:

@@ -88,7 +88,7 @@ def test_load_from_path_minimal_file_gets_a100_defaults(tmp_path: Path) -> None:
     assert s.node.capacity_type == "on-demand"
     g = s.gpus[0]
     assert g.model == "NVIDIA A100-SXM4-80GB"
-    assert g.architecture == "ampere"
+    assert g.architecture == "Ampere"
     assert g.memory_total_bytes == 80 * GIB
     assert g.power_limit_watts == 400.0
     assert g.power_idle_watts == 60.0
@@ -136,7 +136,7 @@ def test_count_replicates_with_distinct_indices_uuids_and_bus_ids() -> None:
           - {model: Tesla T4, memory_total: 16GiB}
     """)
     assert [g.index for g in s.gpus] == [0, 1, 2, 3]
-    assert [g.architecture for g in s.gpus] == ["hopper"] * 3 + ["turing"]
+    assert [g.architecture for g in s.gpus] == ["Hopper"] * 3 + ["Turing"]
     assert len({g.uuid for g in s.gpus}) == 4
     assert len({g.pci_bus_id for g in s.gpus}) == 4
 
@@ -223,7 +223,7 @@ def test_yaml_anchors_and_merge_keys_work() -> None:
     """)
     assert [g.power_limit_watts for g in s.gpus] == [72.0, 60.0]
     assert s.gpus[1].model == "NVIDIA L4"
-    assert s.gpus[1].architecture == "ada"
+    assert s.gpus[1].architecture == "Ada Lovelace"
 
 
 def test_faults_parse() -> None:

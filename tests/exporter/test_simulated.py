@@ -109,7 +109,7 @@ def test_derived_device_values_follow_processes() -> None:
     assert d.memory_clock_hertz == 1593e6
     assert d.fan_speed_ratio == pytest.approx(0.45)
     assert d.ecc_corrected_errors == 4 and d.ecc_uncorrected_errors == 1
-    assert d.architecture == "ampere"
+    assert d.architecture == "Ampere"
     assert d.pci_bus_id == "00000000:10:00.0"
     assert [(p.pid, p.kinds, p.memory_used_bytes, p.sm_utilization_ratio)
             for p in d.processes] == [(100, ("compute",), 10 * GIB, 0.25)]
