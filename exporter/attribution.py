@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter.cgroups import ContainerRef
-from exporter.kube import MetadataSnapshot, NodeInfo
+from exporter.kube_model import MetadataSnapshot, NodeInfo
 from exporter.model import DeviceSample, PartResult, Snapshot
 from exporter.podresources.client import Allocation
 from exporter.podresources.devices import resolve

@@ -51,13 +51,16 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from exporter import __version__
-from exporter.model import PartResult
+
+# The data types live in a module of their own, without this client, for the code that only
+# reads them (attribution, the simulated source); re-exported here as before.
+from exporter.kube_model import MetadataSnapshot, NodeInfo, OwnerRef, PodInfo, WatcherStats
 
 __all__ = [
     "DEFAULT_SERVICEACCOUNT_DIR",
@@ -84,10 +87,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _USER_AGENT = f"gpuscope-exporter/{__version__}"
-
-
-def _empty_mapping() -> Mapping[str, str]:
-    return MappingProxyType({})
 
 
 # --------------------------------------------------------------------------------------
@@ -591,33 +590,6 @@ def _status_message(body: bytes, reason: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class OwnerRef:
-    """One ``metadata.ownerReferences`` entry."""
-
-    api_version: str
-    kind: str
-    name: str
-    uid: str = ""
-    controller: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PodInfo:
-    """What the exporter needs of one pod. ``containers`` maps a bare container ID
-    (64 hex, no ``containerd://`` prefix, as :mod:`exporter.cgroups` returns it) to the
-    container's name, for regular, init and ephemeral containers, including the previous
-    instance of a restarted container."""
-
-    uid: str
-    namespace: str
-    name: str
-    labels: Mapping[str, str] = field(default_factory=_empty_mapping)
-    owners: tuple[OwnerRef, ...] = ()
-    workload: str = ""
-    containers: Mapping[str, str] = field(default_factory=_empty_mapping)
-
-
 # Kubeflow training-operator's ``training.kubeflow.org/operator-name`` values → kinds.
 _KUBEFLOW_OPERATOR_KINDS = {
     "pytorchjob-controller": "PyTorchJob",
@@ -756,16 +728,6 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo | None:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """This node's labels as ``gpu_node_info`` needs them; ``""`` where unknown.
-    ``capacity_type`` is ``spot``, ``on-demand`` or ``""``."""
-
-    instance_type: str = ""
-    zone: str = ""
-    capacity_type: str = ""
-
-
 def _capacity_type(labels: Mapping[str, str]) -> str:
     eks = labels.get("eks.amazonaws.com/capacityType")
     if eks:  # EKS managed node groups: ON_DEMAND, SPOT (CAPACITY_BLOCK is reserved)
@@ -807,57 +769,6 @@ def node_info_from_labels(labels: Mapping[str, str]) -> NodeInfo:
 # --------------------------------------------------------------------------------------
 # The watcher
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WatcherStats:
-    """Counters and last-attempt results for the exporter's self-metrics.
-
-    ``pods_success``: the last list or watch attempt is healthy (False from the first
-    failure until the next successful list). ``pods_duration_seconds``: the last list.
-    """
-
-    pod_lists_total: int = 0
-    pod_list_errors_total: int = 0
-    watch_errors_total: int = 0
-    watch_events_total: int = 0
-    relists_gone_total: int = 0
-    node_requests_total: int = 0
-    node_errors_total: int = 0
-    pods_success: bool = False
-    pods_duration_seconds: float = 0.0
-    node_success: bool = False
-    node_duration_seconds: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class MetadataSnapshot:
-    """The latest known pods (by UID) and node of this node. Immutable.
-
-    ``synced`` is True once a pod list has succeeded; before that ``pods`` is empty and
-    means "unknown", not "no pods". ``*_updated_at`` are the watcher clock's readings of
-    the last successful list/event and node fetch.
-    """
-
-    pods: Mapping[str, PodInfo] = field(default_factory=lambda: MappingProxyType({}))
-    node: NodeInfo | None = None
-    synced: bool = False
-    pods_updated_at: float | None = None
-    node_updated_at: float | None = None
-    stats: WatcherStats = field(default_factory=WatcherStats)
-
-    def container_name(self, pod_uid: str, container_id: str) -> str | None:
-        pod = self.pods.get(pod_uid)
-        return pod.containers.get(container_id) if pod is not None else None
-
-    def parts(self) -> tuple[PartResult, ...]:
-        """``gpu_exporter_collector_success``/``_duration_seconds`` for ``kube_pods`` and
-        ``kube_node``."""
-        s = self.stats
-        return (
-            PartResult("kube_pods", s.pods_success, s.pods_duration_seconds),
-            PartResult("kube_node", s.node_success, s.node_duration_seconds),
-        )
 
 
 class _ResourceExpired(Exception):

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from exporter.cgroups import ContainerRef
-from exporter.kube import MetadataSnapshot, NodeInfo, PodInfo
+from exporter.kube_model import MetadataSnapshot, NodeInfo, PodInfo
 from exporter.model import PartResult
 from exporter.podresources.client import Allocation
 from exporter.podresources.devices import parse_device_id

@@ -326,3 +326,24 @@ def test_real_proc_self_does_not_raise() -> None:
     resolver = PidResolver()
     got = resolver.resolve([os.getpid()])
     assert os.getpid() in got
+
+
+def test_files_longer_than_one_read_and_non_utf8_comm(tmp_path: Path) -> None:
+    # The resolver reads with os.read: a cgroup file larger than its read size is read to
+    # the end (the container line comes last here), and a comm that is not UTF-8 does not
+    # stop the start time being parsed (nor does an undecodable byte stop the cgroup parse).
+    root = tmp_path / "proc"
+    filler = "".join(f"{i}:ctl{i}:/system.slice/some-{'x' * 60}.service\n" for i in range(300))
+    assert len(filler) > 3 * 8192
+    write_proc(root, 77, "", start=10)
+    (root / "77" / "cgroup").write_bytes(
+        filler.encode() + b"\xff\n" + CASES["v2-systemd-crio"][0].encode()
+    )
+    (root / "77" / "stat").write_bytes(
+        stat_line(77, "py", 10).replace("(py)", "(p\xff)").encode("latin-1")
+    )
+    resolver = PidResolver(str(root))
+    assert resolver.resolve([77])[77] == ContainerRef(UID_CRIO, CID_D, "cri-o")
+    assert resolver.resolve([77])[77] == ContainerRef(UID_CRIO, CID_D, "cri-o")
+    stats = resolver.stats()
+    assert (stats.cache_misses, stats.cache_hits, stats.read_errors) == (1, 1, 0)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gzip
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -8,7 +9,7 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from exporter.collectors.gpu import GpuCollector
-from exporter.server import ExporterServer
+from exporter.server import ExporterServer, _Handler
 from tests.exporter.snapshots import fixed_snapshot
 
 
@@ -41,11 +42,55 @@ def test_metrics_gzip_when_asked(server: str) -> None:
     assert "gpu_info{" in gzip.decompress(raw).decode()
 
 
-def test_openmetrics_negotiated(server: str) -> None:
-    r = requests.get(server + "/metrics",
-                     headers={"Accept": "application/openmetrics-text; version=1.0.0"}, timeout=5)
+# What Prometheus sends: 2.x, and 3.x with its default scrape_protocols.
+PROMETHEUS_2_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+PROMETHEUS_3_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,"
+    "*/*;q=0.1"
+)
+
+
+@pytest.mark.parametrize("accept", [PROMETHEUS_2_ACCEPT, PROMETHEUS_3_ACCEPT, "*/*", "text/*"])
+def test_text_when_accepted_even_if_openmetrics_preferred(server: str, accept: str) -> None:
+    # The exporter uses nothing OpenMetrics-only, and the text encoder is far cheaper.
+    r = requests.get(server + "/metrics", headers={"Accept": accept}, timeout=5)
+    assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# EOF" not in r.text
+    assert 'gpu_up{gpu="1",uuid="GPU-66666666-7777-8888-9999-000000000000"} 0.0' in r.text
+
+
+@pytest.mark.parametrize("accept", [
+    "application/openmetrics-text; version=1.0.0",
+    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0",
+])
+def test_openmetrics_only_when_nothing_else_accepted(server: str, accept: str) -> None:
+    r = requests.get(server + "/metrics", headers={"Accept": accept}, timeout=5)
     assert r.headers["Content-Type"].startswith("application/openmetrics-text")
     assert r.text.rstrip().endswith("# EOF")
+
+
+def test_accepted_sockets_have_nagle_off(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With Nagle on, the body (second write) waited for the client's delayed ACK of the
+    # headers: a request after another on a kept-alive connection stalled 40+ ms.
+    seen: list[int] = []
+    setup = _Handler.setup
+
+    def record(handler: _Handler) -> None:
+        setup(handler)
+        seen.append(handler.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    monkeypatch.setattr(_Handler, "setup", record)
+    with requests.Session() as session:  # one kept-alive connection, two requests
+        assert session.get(server + "/healthz", timeout=5).status_code == 200
+        assert session.get(server + "/metrics", timeout=5).status_code == 200
+    assert len(seen) == 1 and seen[0] != 0
 
 
 def test_probes(server: str) -> None:

@@ -1,0 +1,323 @@
+"""Render ``alerts/gpuscope-rules.yaml`` as a Prometheus Operator ``PrometheusRule``.
+
+The rule file is the one source. ``python -m alerts.render`` writes
+``alerts/generated/prometheusrule.yaml`` from it (checked in, never edited by hand);
+``--check`` fails when the checked-in file is out of date. The same module gives tests a copy
+of the rules with every ``for:`` capped (:func:`cap_for`), so a test never keeps a second,
+hand-edited rule set.
+
+Bad input (an unreadable or invalid rule file, a bad flag) ends in one
+``gpuscope-render: error: ...`` line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from yaml.nodes import ScalarNode
+
+ALERTS_DIR = Path(__file__).resolve().parent
+RULES_FILE = ALERTS_DIR / "gpuscope-rules.yaml"
+GENERATED_FILE = ALERTS_DIR / "generated" / "prometheusrule.yaml"
+
+API_VERSION = "monitoring.coreos.com/v1"
+KIND = "PrometheusRule"
+DEFAULT_NAME = "gpuscope"
+DEFAULT_LABELS: dict[str, str] = {
+    "app.kubernetes.io/name": "gpuscope",
+    "app.kubernetes.io/component": "alerts",
+    "app.kubernetes.io/part-of": "gpuscope",
+}
+
+# Prometheus' duration syntax, as the PrometheusRule CRD validates it.
+_DURATION = re.compile(
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
+_DURATION_UNITS = {"y": 365 * 86400.0, "w": 7 * 86400.0, "d": 86400.0, "h": 3600.0,
+                   "m": 60.0, "s": 1.0, "ms": 0.001}
+_DURATION_PART = re.compile(r"([0-9]+)(ms|y|w|d|h|m|s)")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_RECORD_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_K8S_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+_GROUP_KEYS = {"name", "interval", "rules", "limit", "partial_response_strategy",
+               "query_offset"}
+_RULE_KEYS = {"record", "alert", "expr", "for", "keep_firing_for", "labels", "annotations"}
+_TOP_KEYS = {"apiVersion", "kind", "metadata", "spec"}
+_METADATA_KEYS = {"name", "namespace", "labels", "annotations"}
+
+
+class RenderError(Exception):
+    """A rule file or generated object that is not valid; ``str()`` is one line."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Prometheus duration such as ``1h30m`` or ``500ms``."""
+    if not isinstance(text, str) or not text or not _DURATION.match(text):
+        raise RenderError(f"not a Prometheus duration: {text!r}")
+    return sum(int(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+def load_rules(path: Path = RULES_FILE) -> dict[str, Any]:
+    """The rule file as data (``{"groups": [...]}``), checked with :func:`rule_group_errors`."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RenderError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise RenderError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict) or set(data) != {"groups"}:
+        raise RenderError(f"{path}: expected a mapping with exactly one key, 'groups'")
+    errors = rule_group_errors(data["groups"], where="groups")
+    if errors:
+        raise RenderError(f"{path}: {errors[0]}")
+    return data
+
+
+def rule_group_errors(groups: object, where: str = "spec.groups") -> list[str]:
+    """Problems in a list of rule groups, each one line naming its path; empty when valid."""
+    errors: list[str] = []
+    if not isinstance(groups, list) or not groups:
+        return [f"{where}: expected a non-empty list of groups"]
+    names: set[str] = set()
+    for gi, group in enumerate(groups):
+        at = f"{where}[{gi}]"
+        if not isinstance(group, dict):
+            errors.append(f"{at}: expected a mapping")
+            continue
+        errors += [f"{at}.{k}: unknown key" for k in sorted(set(group) - _GROUP_KEYS)]
+        name = group.get("name")
+        if not isinstance(name, str) or not name:
+            errors.append(f"{at}.name: expected a non-empty string")
+        elif name in names:
+            errors.append(f"{at}.name: duplicate group name {name!r}")
+        else:
+            names.add(name)
+        if "interval" in group:
+            errors += _duration_errors(group["interval"], f"{at}.interval")
+        rules = group.get("rules")
+        if not isinstance(rules, list) or not rules:
+            errors.append(f"{at}.rules: expected a non-empty list of rules")
+            continue
+        for ri, rule in enumerate(rules):
+            errors += _rule_errors(rule, f"{at}.rules[{ri}]")
+    return errors
+
+
+def _rule_errors(rule: object, at: str) -> list[str]:
+    if not isinstance(rule, dict):
+        return [f"{at}: expected a mapping"]
+    errors = [f"{at}.{k}: unknown key" for k in sorted(set(rule) - _RULE_KEYS)]
+    is_alert, is_record = "alert" in rule, "record" in rule
+    if is_alert == is_record:
+        errors.append(f"{at}: expected exactly one of 'alert' and 'record'")
+    elif is_record:
+        record = rule["record"]
+        if not isinstance(record, str) or not _RECORD_NAME.match(record):
+            errors.append(f"{at}.record: not a metric name: {record!r}")
+        for key in ("for", "keep_firing_for", "annotations"):
+            if key in rule:
+                errors.append(f"{at}.{key}: only alerting rules have it")
+    else:
+        alert = rule["alert"]
+        if not isinstance(alert, str) or not alert:
+            errors.append(f"{at}.alert: expected a non-empty string")
+    expr = rule.get("expr")
+    if isinstance(expr, bool) or not isinstance(expr, (str, int)) or expr == "":
+        errors.append(f"{at}.expr: expected a PromQL expression")
+    for key in ("for", "keep_firing_for"):
+        if key in rule:
+            errors += _duration_errors(rule[key], f"{at}.{key}")
+    for key in ("labels", "annotations"):
+        if key in rule:
+            errors += _string_map_errors(rule[key], f"{at}.{key}", _LABEL_NAME)
+    return errors
+
+
+def _duration_errors(value: object, at: str) -> list[str]:
+    if isinstance(value, str) and value and _DURATION.match(value):
+        return []
+    return [f"{at}: not a Prometheus duration: {value!r}"]
+
+
+def _string_map_errors(value: object, at: str, key_pattern: re.Pattern[str]) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{at}: expected a mapping of strings"]
+    errors = []
+    for k, v in value.items():
+        if not isinstance(k, str) or not key_pattern.match(k):
+            errors.append(f"{at}: invalid key {k!r}")
+        if not isinstance(v, str):
+            errors.append(f"{at}.{k}: expected a string, got {type(v).__name__}")
+    return errors
+
+
+def validate_prometheus_rule(obj: object) -> list[str]:
+    """A minimal schema check of a PrometheusRule (what the CRD's OpenAPI schema requires of
+    the fields this project uses); returns the problems, empty when valid."""
+    if not isinstance(obj, dict):
+        return ["expected a mapping"]
+    errors = [f"{k}: unknown key" for k in sorted(set(obj) - _TOP_KEYS)]
+    if obj.get("apiVersion") != API_VERSION:
+        errors.append(f"apiVersion: expected {API_VERSION!r}, got {obj.get('apiVersion')!r}")
+    if obj.get("kind") != KIND:
+        errors.append(f"kind: expected {KIND!r}, got {obj.get('kind')!r}")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        errors.append("metadata: expected a mapping")
+    else:
+        errors += [f"metadata.{k}: unknown key" for k in sorted(set(metadata) - _METADATA_KEYS)]
+        name = metadata.get("name")
+        if not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+            errors.append(f"metadata.name: not a DNS subdomain name: {name!r}")
+        if "namespace" in metadata:
+            ns = metadata["namespace"]
+            if not isinstance(ns, str) or len(ns) > 63 or not _DNS_SUBDOMAIN.match(ns) or "." in ns:
+                errors.append(f"metadata.namespace: not a DNS label: {ns!r}")
+        for key in ("labels", "annotations"):
+            if key in metadata:
+                errors += _string_map_errors(metadata[key], f"metadata.{key}", _K8S_LABEL_KEY)
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        errors.append("spec: expected a mapping")
+    else:
+        errors += [f"spec.{k}: unknown key" for k in sorted(set(spec) - {"groups"})]
+        errors += rule_group_errors(spec.get("groups"))
+    return errors
+
+
+def prometheus_rule(
+    rules: Mapping[str, Any],
+    *,
+    name: str = DEFAULT_NAME,
+    labels: Mapping[str, str] | None = None,
+    runbook_base: str | None = None,
+) -> dict[str, Any]:
+    """The PrometheusRule object for ``rules`` (as :func:`load_rules` returns them).
+
+    ``runbook_base`` is put in front of every relative ``runbook_url`` (e.g. the URL of the
+    repository's tree, so that ``docs/alerts.md#gpulost`` becomes a link)."""
+    groups = copy.deepcopy(list(rules["groups"]))
+    if runbook_base:
+        for group in groups:
+            for rule in group["rules"]:
+                url = rule.get("annotations", {}).get("runbook_url")
+                if isinstance(url, str) and "://" not in url:
+                    rule["annotations"]["runbook_url"] = runbook_base.rstrip("/") + "/" + url
+    obj: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "labels": dict(DEFAULT_LABELS if labels is None else labels)},
+        "spec": {"groups": groups},
+    }
+    errors = validate_prometheus_rule(obj)
+    if errors:
+        raise RenderError(errors[0])
+    return obj
+
+
+def cap_for(rules: Mapping[str, Any], limit: str) -> dict[str, Any]:
+    """A copy of ``rules`` with every ``for:`` longer than ``limit`` set to ``limit`` (tests
+    run the real rules with short durations)."""
+    cap = parse_duration(limit)
+    out = copy.deepcopy(dict(rules))
+    for group in out["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule and parse_duration(rule["for"]) > cap:
+                rule["for"] = limit
+    return out
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (PromQL), lists indented under their key, no
+    anchors: the output reads like the hand-written source."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(obj: object, header: str = "") -> str:
+    body = yaml.dump(obj, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 16,
+                     default_flow_style=False)
+    lines = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    return lines + body
+
+
+GENERATED_HEADER = """\
+Generated from alerts/gpuscope-rules.yaml by `python -m alerts.render`: do not edit.
+Change the rule file and run the command again (a test fails while this file is out of date)."""
+
+
+def render_generated(rules_file: Path = RULES_FILE, runbook_base: str | None = None) -> str:
+    """The text of ``alerts/generated/prometheusrule.yaml``."""
+    obj = prometheus_rule(load_rules(rules_file), runbook_base=runbook_base)
+    return dump_yaml(obj, GENERATED_HEADER)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise RenderError(message)
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="gpuscope-render",
+                description="Render the gpuscope rule file as a PrometheusRule.")
+    p.add_argument("--rules", type=Path, default=RULES_FILE, help="rule file to render")
+    p.add_argument("--output", "-o", type=Path, default=GENERATED_FILE,
+                   help="where to write the PrometheusRule ('-' for stdout)")
+    p.add_argument("--runbook-base", default=None,
+                   help="URL put in front of relative runbook_url annotations")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if the output file is not up to date")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        text = render_generated(args.rules, args.runbook_base)
+    except RenderError as exc:
+        print(f"gpuscope-render: error: {exc}", file=sys.stderr)
+        return 2
+    out: Path = args.output
+    if str(out) == "-":
+        sys.stdout.write(text)
+        return 0
+    if args.check:
+        try:
+            current = out.read_text(encoding="utf-8")
+        except OSError:
+            current = None
+        if current != text:
+            print(f"gpuscope-render: {out} is out of date: run python -m alerts.render",
+                  file=sys.stderr)
+            return 1
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

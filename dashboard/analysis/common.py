@@ -1,0 +1,70 @@
+"""Shared rule for every "condition holds for >= D" verdict.
+
+A verdict rests on the *trailing run*: the most recent stretch of consecutive steps in which
+the condition held. It is true when that run is at least ``min(D, window, history)`` long,
+where history is how much data has been collected so far (an embedded dashboard starts with
+none). Each step stands for the ``step`` seconds that end at its timestamp; a missing step
+(no data) breaks a run, so a gap never counts as evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dashboard.series import Window
+
+# Slack when comparing a run with the required duration: timestamps are milliseconds.
+EPSILON = 1e-3
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The trailing run of a condition: ``start`` (seconds since the epoch) to ``end``."""
+
+    start: float
+    end: float
+    first_index: int  # index of the run's first point in the series
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+def required_seconds(duration: float, window: Window, history_start: float) -> float:
+    """``min(D, window, history collected)``: how long a condition must have held."""
+    history = max(0.0, window.end - history_start)
+    return min(duration, window.seconds, history)
+
+
+def trailing_run(
+    times: Sequence[float],
+    flags: Sequence[bool],
+    step: float,
+    history_start: float,
+) -> Run | None:
+    """The trailing run of true ``flags``, or None when the last point is false (or there is
+    no point). A run that begins at the series' first point starts no earlier than
+    ``history_start`` (nothing is known before it)."""
+    if not times or not flags[-1]:
+        return None
+    i = len(times) - 1
+    while i > 0 and flags[i - 1] and times[i] - times[i - 1] <= 1.5 * step:
+        i -= 1
+    start = max(times[i] - step, history_start)
+    if i == 0 and start - history_start <= 2 * step:
+        # The run goes back to this device's first point, which lies within two steps of
+        # where the fleet's history begins: targets are scraped at different offsets, so a
+        # device's first sample can trail the fleet's first by up to a scrape interval. It
+        # has held for all the history there is (at most two steps are given the benefit).
+        start = history_start
+    return Run(start=start, end=times[-1], first_index=i)
+
+
+def holds(run: Run | None, required: float) -> bool:
+    return run is not None and run.seconds >= required - EPSILON
+
+
+def is_fresh(times: Sequence[float], window: Window) -> bool:
+    """The series has a point in its last step or so: it describes the present."""
+    return bool(times) and times[-1] >= window.end - 1.5 * window.step

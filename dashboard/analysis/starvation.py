@@ -1,0 +1,152 @@
+"""Starved containers.
+
+- time-slice starvation: >= 2 containers share a device, the device is >= ``busy`` (0.9)
+  busy, and a container's share of the summed container utilization is below
+  ``share_factor`` (0.5) x its fair share (1/n), for >= ``duration`` (10 min, shortened to
+  the window and the history collected).
+- input-starved (suspected): a container holds device memory, its mean utilization is in
+  (``low``, ``high``) = (0.05, 0.5) and it varies strongly: coefficient of variation
+  (stddev / mean of its raw samples) >= ``min_cv`` (0.5), over at least ``min_samples``
+  samples. A training loop waiting on its data loader looks like that: bursts of full
+  utilization between idle gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from dashboard.series import ContainerRef, GpuRef, Series, UtilStats, Window
+
+BUSY_THRESHOLD = 0.9
+SHARE_FACTOR = 0.5
+STARVATION_DURATION = 10 * 60.0
+
+INPUT_LOW = 0.05
+INPUT_HIGH = 0.5
+INPUT_MIN_CV = 0.5
+INPUT_MIN_SAMPLES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ShareVerdict:
+    """One container on a time-sliced device, at the latest step.
+
+    ``share``: its part of the containers' summed utilization; ``fair_share``: 1/n;
+    ``starved_seconds``: the trailing run of the starvation condition (0 if not starving
+    now); ``starved``: that run is at least ``required_seconds`` long.
+    """
+
+    ref: ContainerRef
+    utilization: float
+    share: float | None
+    fair_share: float
+    sharers: int
+    gpu_utilization: float | None
+    starved: bool
+    starved_since: float | None
+    starved_seconds: float
+    required_seconds: float
+
+
+def timeslice_shares(
+    containers: Mapping[ContainerRef, Series],
+    gpu_util: Mapping[GpuRef, Series],
+    window: Window,
+    history_start: float,
+    *,
+    busy: float = BUSY_THRESHOLD,
+    share_factor: float = SHARE_FACTOR,
+    duration: float = STARVATION_DURATION,
+) -> list[ShareVerdict]:
+    """A verdict for every container currently on a device shared by >= 2 containers.
+
+    Host processes (empty namespace) are not containers and are left out.
+    """
+    required = required_seconds(duration, window, history_start)
+    by_gpu: dict[GpuRef, dict[ContainerRef, dict[float, float]]] = {}
+    for ref, series in containers.items():
+        if ref.namespace:
+            by_gpu.setdefault(ref.gpu, {})[ref] = series.at()
+    out: list[ShareVerdict] = []
+    for gpu, members in by_gpu.items():
+        if len(members) < 2:
+            continue
+        gpu_at = gpu_util[gpu].at() if gpu in gpu_util else {}
+        times = sorted({t for values in members.values() for t in values})
+        if not is_fresh(times, window):
+            continue
+        # Per step: how many share the device, their summed utilization, the device's.
+        sharers = {t: sum(1 for v in members.values() if t in v) for t in times}
+        totals = {t: sum(v[t] for v in members.values() if t in v) for t in times}
+        latest = times[-1]
+        for ref, values in members.items():
+            if latest not in values:
+                continue  # not on the device any more
+            own_times = sorted(values)
+            flags = []
+            for t in own_times:
+                n, total, dev = sharers[t], totals[t], gpu_at.get(t)
+                flags.append(
+                    n >= 2 and dev is not None and dev >= busy and total > 0
+                    and values[t] / total < share_factor / n
+                )
+            run = trailing_run(own_times, flags, window.step, history_start)
+            n, total = sharers[latest], totals[latest]
+            out.append(ShareVerdict(
+                ref=ref,
+                utilization=values[latest],
+                share=values[latest] / total if total > 0 else None,
+                fair_share=1.0 / n,
+                sharers=n,
+                gpu_utilization=gpu_at.get(latest),
+                starved=holds(run, required),
+                starved_since=run.start if run else None,
+                starved_seconds=run.seconds if run else 0.0,
+                required_seconds=required,
+            ))
+    out.sort(key=lambda v: (v.ref.node, v.ref.uuid, v.ref.namespace, v.ref.pod, v.ref.container))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class InputStarved:
+    ref: ContainerRef
+    mean: float
+    stddev: float
+    cv: float
+    samples: int
+    memory_bytes: float
+
+
+def input_starved(
+    stats: Mapping[ContainerRef, UtilStats],
+    *,
+    low: float = INPUT_LOW,
+    high: float = INPUT_HIGH,
+    min_cv: float = INPUT_MIN_CV,
+    min_samples: int = INPUT_MIN_SAMPLES,
+) -> list[InputStarved]:
+    """Containers that look input-starved (a suspicion, not a measurement of the cause)."""
+    out = []
+    for ref, s in stats.items():
+        if not ref.namespace or s.samples < min_samples or s.memory_bytes <= 0:
+            continue
+        if not low < s.mean < high:
+            continue
+        cv = s.stddev / s.mean
+        if cv >= min_cv:
+            out.append(InputStarved(ref, s.mean, s.stddev, cv, s.samples, s.memory_bytes))
+    out.sort(key=lambda r: (r.ref.namespace, r.ref.pod, r.ref.container, r.ref.uuid))
+    return out
+
+
+def series_stats(series: Series, memory_bytes: float = 0.0) -> UtilStats:
+    """Mean and population standard deviation of raw samples."""
+    n = len(series.values)
+    if n == 0:
+        return UtilStats(0.0, 0.0, 0, memory_bytes)
+    mean = sum(series.values) / n
+    var = sum((v - mean) ** 2 for v in series.values) / n
+    return UtilStats(mean, var**0.5, n, memory_bytes)

@@ -1,0 +1,82 @@
+"""The Dash application: layout, callbacks and the HTTP server around them."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import socketserver
+import threading
+from pathlib import Path
+
+from dash import Dash
+from dash.development.base_component import Component
+from flask import request
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from dashboard.callbacks import register_callbacks
+from dashboard.layout import layout
+from dashboard.service import DashboardService
+
+
+def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> Dash:
+    app = Dash(
+        __name__,
+        title="gpuscope",
+        update_title="",
+        assets_folder=str(Path(__file__).parent / "assets"),
+        serve_locally=True,
+    )
+    def page() -> Component:
+        return layout(source=service.source.description, refresh_seconds=refresh_seconds)
+
+    app.layout = page
+
+    def prefetch_on_page_request() -> None:
+        # The page itself is requested a good half second before its first callback (the
+        # browser loads the scripts in between): start the default view's queries now.
+        if request.path == "/":
+            service.prefetch()
+
+    app.server.before_request(prefetch_on_page_request)
+    register_callbacks(app, service)
+    return app
+
+
+class DashboardServer:
+    """Serves the app with werkzeug's threaded server from a background thread."""
+
+    def __init__(self, app: Dash, host: str, port: int) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        # Bind here: werkzeug reports a busy port by printing and exiting the process; an
+        # OSError from bind() lets the CLI say it in one line.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._socket.bind((host, port))
+            self._socket.listen(128)
+        except OSError:
+            self._socket.close()
+            raise
+        self._httpd: BaseWSGIServer = make_server(
+            host, port, app.server, threaded=True, fd=self._socket.fileno()
+        )
+        if isinstance(self._httpd, socketserver.ThreadingMixIn):
+            # Do not wait for browsers' keep-alive connections when stopping.
+            self._httpd.daemon_threads = True
+            self._httpd.block_on_close = False
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="gpuscope-dashboard", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._socket.getsockname()[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._socket.close()

@@ -1,0 +1,283 @@
+"""``gpuscope-dashboard``: the fleet dashboard on one of three data sources.
+
+    gpuscope-dashboard --demo                                  # simulated fleet, no setup
+    gpuscope-dashboard --prometheus http://prometheus:9090
+    gpuscope-dashboard --targets http://10.0.0.5:9400/metrics,gpu-b=http://10.0.0.6:9400/metrics
+
+Every flag can also be set as ``GPUSCOPE_<FLAG>`` (``--prices`` -> ``GPUSCOPE_PRICES``); the
+command line wins. A bad flag, value or price file ends in one ``gpuscope-dashboard: error:``
+line and exit code 2. Binds to 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, NoReturn
+
+from dashboard.data import DataSource, EmbeddedData, PrometheusData, Target, parse_targets
+from dashboard.prices import PriceError, PriceTable, load_prices
+
+log = logging.getLogger("gpuscope.dashboard")
+
+PROG = "gpuscope-dashboard"
+ENV_PREFIX = "GPUSCOPE_"
+
+
+class ConfigError(Exception):
+    """A bad flag or environment value; ``str()`` is the one line to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    prometheus: str | None
+    targets: tuple[Target, ...] | None
+    demo: bool
+    listen_host: str
+    listen_port: int
+    prices: str | None
+    refresh: float
+    scrape_interval: float
+    log_level: str
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT such as 127.0.0.1:8050, got {value!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0..65535, got {port}")
+    return host.strip("[]"), port
+
+
+def parse_url(value: str) -> str:
+    parts = urllib.parse.urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http(s) URL such as http://prometheus:9090, got {value!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError(f"bad port in {value!r}") from None
+    return value.strip().rstrip("/")
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def log_level(value: str) -> str:
+    if value not in ("debug", "info", "warning", "error"):
+        raise ValueError(f"expected one of debug, info, warning, error, got {value!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class _Flag:
+    flag: str
+    convert: Callable[[str], Any]
+    default: str | None
+    help: str
+    boolean: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+
+_FLAGS: tuple[_Flag, ...] = (
+    _Flag("--prometheus", parse_url, None, "Prometheus-compatible HTTP API to query"),
+    _Flag("--targets", parse_targets, None,
+          "exporters to scrape directly, comma-separated [NODE=]URL "
+          "(node label: NODE, else the URL's host)"),
+    _Flag("--demo", boolean, "false", "run a simulated fleet in-process and show it",
+          boolean=True),
+    _Flag("--listen", parse_listen, "127.0.0.1:8050", "HOST:PORT to serve the dashboard on"),
+    _Flag("--prices", str, None, "YAML of instance type -> on-demand $/hour (overrides the "
+          "bundled table)"),
+    _Flag("--refresh", positive_seconds, "30", "auto-refresh interval of the page in seconds "
+          "(demo: 10)"),
+    _Flag("--scrape-interval", positive_seconds, "15",
+          "embedded mode: seconds between scrapes of the targets (demo: 5)"),
+    _Flag("--log-level", log_level, "info", "debug, info, warning or error"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="GPU fleet dashboard: idle nodes and their cost, starved pods, stragglers.",
+        epilog="Every flag can also be set as GPUSCOPE_<FLAG>, e.g. "
+               "GPUSCOPE_PROMETHEUS=http://prometheus:9090.",
+    )
+    for f in _FLAGS:
+        if f.boolean:
+            parser.add_argument(f.flag, dest=f.dest, action=argparse.BooleanOptionalAction,
+                                default=None, help=f"{f.help} [env {f.env}]")
+        else:
+            parser.add_argument(f.flag, dest=f.dest, metavar=f.dest.upper(), default=None,
+                                help=f"{f.help} [env {f.env}"
+                                     + (f"; default {f.default}]" if f.default else "]"))
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None,
+                 environ: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    values: dict[str, Any] = {}
+    explicit: set[str] = set()
+    for f in _FLAGS:
+        given = getattr(args, f.dest)
+        origin, raw = None, None
+        if given is not None:
+            explicit.add(f.dest)
+            if f.boolean:
+                values[f.dest] = given
+                continue
+            origin, raw = f.flag, given
+        elif f.env in env and (env[f.env] != "" or f.boolean):
+            explicit.add(f.dest)
+            origin, raw = f.env, env[f.env]
+        if raw is None:
+            values[f.dest] = f.convert(f.default) if f.default is not None else None
+            continue
+        try:
+            values[f.dest] = f.convert(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+
+    modes = [name for name, on in (("--prometheus", values["prometheus"] is not None),
+                                   ("--targets", values["targets"] is not None),
+                                   ("--demo", values["demo"])) if on]
+    if not modes:
+        raise ConfigError("choose a data source: --prometheus URL, --targets URL,... or --demo")
+    if len(modes) > 1:
+        raise ConfigError(f"choose one data source, got {' and '.join(modes)}")
+    if values["demo"]:
+        if "refresh" not in explicit:
+            values["refresh"] = 10.0
+        if "scrape_interval" not in explicit:
+            values["scrape_interval"] = 5.0
+    host, port = values.pop("listen")
+    return Config(listen_host=host, listen_port=port, **values)
+
+
+class StartupError(Exception):
+    """A problem found while starting (price file, port); ``str()`` is one line."""
+
+
+def run(cfg: Config, stop: threading.Event,
+        ready: Callable[[int], None] | None = None) -> int:
+    from dashboard.app import DashboardServer, create_app
+    from dashboard.service import DashboardService
+
+    try:
+        prices: PriceTable = load_prices(cfg.prices)
+    except PriceError as exc:
+        raise StartupError(f"--prices {exc}") from None
+
+    cleanup: list[Callable[[], None]] = []
+    source: DataSource
+    if cfg.prometheus is not None:
+        source = PrometheusData(cfg.prometheus)
+    else:
+        targets = cfg.targets or ()
+        if cfg.demo:
+            from dashboard.demo import DemoFleet
+
+            fleet = DemoFleet()
+            cleanup.append(fleet.stop)
+            targets = fleet.start()
+        label = f"demo: {len(targets)} simulated nodes, scraped in-process" if cfg.demo else None
+        embedded = EmbeddedData(targets, interval=cfg.scrape_interval, label=label)
+        if cfg.demo:
+            fleet.backfill(embedded, step=cfg.scrape_interval)
+        embedded.start()
+        source = embedded
+    cleanup.insert(0, source.close)
+
+    service = DashboardService(source, prices)
+    service.keep_warm(cfg.refresh)
+    cleanup.insert(0, service.close)
+    app = create_app(service, refresh_seconds=cfg.refresh)
+    try:
+        server = DashboardServer(app, cfg.listen_host, cfg.listen_port)
+    except OSError as exc:
+        for fn in cleanup:
+            fn()
+        raise StartupError(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}: "
+                           f"{exc.strerror or exc}") from None
+    server.start()
+    host = f"[{cfg.listen_host}]" if ":" in cfg.listen_host else cfg.listen_host
+    print(f"{PROG}: {source.description}; open http://{host}:{server.port}/",
+          file=sys.stderr, flush=True)
+    if ready is not None:
+        ready(server.port)
+    stop.wait()
+    log.info("shutting down")
+    server.stop()
+    for fn in cleanup:
+        fn()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = parse_config(argv)
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=cfg.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return run(cfg, stop)
+    except StartupError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""``gpuscope-dashboard --demo``: a simulated fleet in-process, and embedded scraping of it.
+
+Every node is a real exporter, assembled the way ``gpuscope-exporter --source simulated``
+assembles one (scenario -> :class:`SimulatedSource` + :class:`ScenarioInputs` ->
+:class:`Attributor` + :class:`Sampler` -> ``build_registry`` -> :class:`ExporterServer`), on
+a free loopback port. The scenarios next to this file plant one of each finding:
+
+==============================  ==================  ========================================
+node                            instance type       planted
+==============================  ==================  ========================================
+ip-10-0-1-11.ec2.internal       p5.48xlarge         straggler: rank 5 of PyTorchJob/llama-pretrain
+ip-10-0-2-37.ec2.internal       p4d.24xlarge        idle node: 2 GPUs allocated-idle, 6 unallocated
+ip-10-0-3-52.ec2.internal       g5.12xlarge         time-slice starved rerank-api; input-starved
+                                                    resnet-finetune trainer
+ip-10-0-4-18.ec2.internal       g5.12xlarge         idle node: all unallocated
+ip-10-0-5-90.ec2.internal       g6.xlarge           idle node: allocated-idle dev pod
+ip-10-0-5-91.ec2.internal       g6.xlarge           near miss: steady 6 % (not idle)
+dgx-a100-01                     DGX-A100 (no price) busy, evenly loaded (nothing)
+==============================  ==================  ========================================
+
+The simulation is deterministic in scenario time, so the fleet can be given a past: the
+demo starts its scenarios ``history`` seconds ago and fills the dashboard's store with
+what the exporters would have served then (the same collectors render each past snapshot),
+so the "for >= 30 min" verdicts have their evidence from the first page load. The
+embedded mode itself (``--targets``) starts empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from dashboard.data import EmbeddedData, Sample, Target
+from exporter.attribution import Attributor, attribute
+from exporter.cli import build_registry
+from exporter.collectors.container import ContainerCollector
+from exporter.collectors.gpu import GpuCollector
+from exporter.config import parse_config
+from exporter.kube import NodeInfo
+from exporter.model import Snapshot
+from exporter.sampler import Sampler
+from exporter.scenario import Scenario, load_scenario
+from exporter.server import ExporterServer
+from exporter.simulated import SimulatedSource
+from exporter.simulated_attribution import ScenarioInputs
+
+log = logging.getLogger(__name__)
+
+DEMO_HISTORY = 3600.0      # seconds of past the demo fleet comes with
+DEMO_SCRAPE_INTERVAL = 5.0  # the demo's scrape interval, and the spacing of its past samples
+
+
+def scenario_files() -> list[Path]:
+    """The bundled demo scenarios, in a stable order."""
+    folder = resources.files("dashboard.demo")
+    return sorted(Path(str(folder.joinpath(name.name))) for name in folder.iterdir()
+                  if name.name.endswith(".yaml"))
+
+
+@dataclass
+class _Node:
+    scenario: Scenario
+    source: SimulatedSource
+    inputs: ScenarioInputs
+    attributor: Attributor
+    sampler: Sampler
+    server: ExporterServer
+
+    @property
+    def name(self) -> str:
+        return self.scenario.node.name
+
+    @property
+    def target(self) -> Target:
+        return Target(url=f"http://127.0.0.1:{self.server.port}/metrics", node=self.name)
+
+
+def _samples(snapshot: Snapshot, node: _Node) -> Iterator[Sample]:
+    """What the exporter's collectors would have rendered for ``snapshot``."""
+    pids = {p.pid for d in snapshot.devices for p in d.processes}
+    attribution = attribute(
+        snapshot, node.inputs.allocations(), node.inputs.containers_of(pids),
+        node.inputs.metadata(), node_fallback=NodeInfo(),
+    )
+    for collector in (GpuCollector(lambda: snapshot), ContainerCollector(lambda: attribution)):
+        for family in collector.collect():
+            for s in family.samples:
+                yield s.name, s.labels, s.value
+
+
+class DemoFleet:
+    """Starts one simulated exporter per scenario on 127.0.0.1 (free ports)."""
+
+    def __init__(
+        self,
+        scenarios: Sequence[str | Path] | None = None,
+        *,
+        interval: float = 1.0,
+        history: float = DEMO_HISTORY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._paths = [Path(p) for p in scenarios] if scenarios else scenario_files()
+        self._interval = interval
+        self._history = history
+        self._clock = clock
+        self._started = clock()
+        self.nodes: list[_Node] = []
+
+    def start(self) -> tuple[Target, ...]:
+        for path in self._paths:
+            scenario = load_scenario(path)
+            cfg = parse_config(
+                ["--source", "simulated", "--listen", "127.0.0.1:0",
+                 "--node-name", scenario.node.name, "--interval", str(self._interval)],
+                environ={},
+            )
+            source = SimulatedSource(scenario, clock=self._clock,
+                                     start=self._started - self._history)
+            inputs = ScenarioInputs(scenario)
+            attributor = Attributor(inputs)
+            sampler = Sampler(source, cfg.interval, clock=self._clock, listeners=(attributor,))
+            registry = build_registry(cfg, sampler, attributor)
+            server = ExporterServer(cfg.listen_host, 0, registry, sampler.alive, sampler.ready)
+            node = _Node(scenario, source, inputs, attributor, sampler, server)
+            sampler.start()
+            server.start()
+            self.nodes.append(node)
+            log.info("demo node %s on %s", node.name, node.target.url)
+        return tuple(n.target for n in self.nodes)
+
+    def backfill(self, store: EmbeddedData, step: float = DEMO_SCRAPE_INTERVAL) -> int:
+        """Fills ``store`` with the fleet's past (``history`` seconds, every ``step``: use
+        the store's scrape interval, so past and live data are equally dense).
+
+        Returns the number of past scrapes stored."""
+        count = 0
+        start = self._started - self._history
+        for node in self.nodes:
+            # A source of its own: the live one belongs to the sampler thread.
+            past = SimulatedSource(node.scenario, clock=self._clock, start=start)
+            t = step
+            while t < self._history:
+                store.ingest(node.name, _samples(past.sample_at(t, start + t), node), start + t)
+                count += 1
+                t += step
+        return count
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.server.stop()
+            node.sampler.stop()
+            node.attributor.close()
+            node.source.close()
+        self.nodes.clear()

@@ -1,0 +1,42 @@
+"""Formatting of numbers, money, durations and times for the page."""
+
+from __future__ import annotations
+
+import time
+
+
+def money(value: float | None, per_hour: bool = False) -> str:
+    if value is None:
+        return "unknown"
+    text = f"${value:,.2f}" if value >= 0.995 or value == 0 else f"${value:,.3f}"
+    return text + ("/h" if per_hour else "")
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f}%"
+
+
+def duration(seconds: float | None) -> str:
+    """``45s``, ``12m``, ``3h 05m``, ``2d 4h``."""
+    if seconds is None:
+        return "n/a"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m" if s % 60 == 0 or s >= 600 else f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d {(s % 86400) // 3600}h"
+
+
+def clock(ts: float) -> str:
+    """Local wall-clock time of day, with the date when not today."""
+    lt = time.localtime(ts)
+    if time.strftime("%Y-%m-%d", lt) == time.strftime("%Y-%m-%d", time.localtime()):
+        return time.strftime("%H:%M:%S", lt)
+    return time.strftime("%Y-%m-%d %H:%M", lt)
+
+
+def gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"

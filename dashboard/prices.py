@@ -1,0 +1,131 @@
+"""Instance type -> on-demand $/hour, from the bundled dated table and an optional override.
+
+``dashboard/prices.yaml`` (bundled) holds one table per provider, each with its region,
+date and source. ``--prices FILE`` adds or replaces entries: the same format, or a plain
+``instance-type: price`` mapping. A bad file raises :class:`PriceError` with one line.
+Lookups of unknown types return None: the dashboard shows "unknown", never $0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+BUNDLED = "prices.yaml"
+
+
+class PriceError(Exception):
+    """A price file that cannot be used; ``str()`` is one line naming the file and key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    instance_type: str
+    per_hour: float
+    provider: str = ""
+    region: str = ""
+    date: str = ""
+    source: str = ""
+
+
+class PriceTable:
+    def __init__(self, prices: Mapping[str, Price]) -> None:
+        self._prices = dict(prices)
+        self._folded = {k.lower(): v for k, v in prices.items()}
+
+    def __len__(self) -> int:
+        return len(self._prices)
+
+    def lookup(self, instance_type: str) -> Price | None:
+        """Exact match first, then case-insensitive (Azure sizes appear in both cases)."""
+        if not instance_type:
+            return None
+        return self._prices.get(instance_type) or self._folded.get(instance_type.lower())
+
+    def per_hour(self, instance_type: str) -> float | None:
+        price = self.lookup(instance_type)
+        return price.per_hour if price is not None else None
+
+    def entries(self) -> list[Price]:
+        return sorted(self._prices.values(), key=lambda p: (p.provider, p.instance_type))
+
+    def merged(self, override: PriceTable) -> PriceTable:
+        return PriceTable({**self._prices, **override._prices})
+
+
+def _price_value(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PriceError(f"{where}: expected a number of dollars per hour, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise PriceError(f"{where}: expected a price >= 0, got {value!r}")
+    return number
+
+
+def _entries(mapping: Any, where: str, meta: Mapping[str, str]) -> dict[str, Price]:
+    if not isinstance(mapping, dict):
+        raise PriceError(f"{where}: expected a mapping of instance type to $/hour")
+    out = {}
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not key.strip():
+            raise PriceError(f"{where}: instance types must be non-empty strings, got {key!r}")
+        out[key] = Price(key, _price_value(value, f"{where}.{key}"), **meta)
+    return out
+
+
+def parse_prices(data: Any, source: str) -> PriceTable:
+    """Either ``{tables: [{provider, region, date, source, prices: {...}}, ...]}``, or
+    ``{prices: {...}}``, or a plain ``{instance-type: price}`` mapping."""
+    if not isinstance(data, dict) or not data:
+        raise PriceError(f"{source}: expected a mapping of instance types to $/hour")
+    prices: dict[str, Price] = {}
+    if "tables" in data:
+        tables = data["tables"]
+        if not isinstance(tables, list):
+            raise PriceError(f"{source}: tables: expected a list")
+        for i, table in enumerate(tables):
+            where = f"{source}: tables[{i}]"
+            if not isinstance(table, dict) or "prices" not in table:
+                raise PriceError(f"{where}: expected a mapping with 'prices'")
+            meta = {k: str(table.get(k, "")) for k in ("provider", "region", "date", "source")}
+            prices.update(_entries(table["prices"], f"{where}.prices", meta))
+    elif "prices" in data:
+        prices.update(_entries(data["prices"], f"{source}: prices", {}))
+    else:
+        prices.update(_entries({k: v for k, v in data.items() if k != "currency"},
+                               source, {"source": source}))
+    currency = data.get("currency", "USD")
+    if currency != "USD":
+        raise PriceError(f"{source}: currency: only USD is supported, got {currency!r}")
+    return PriceTable(prices)
+
+
+def bundled_prices() -> PriceTable:
+    text = resources.files("dashboard").joinpath(BUNDLED).read_text(encoding="utf-8")
+    return parse_prices(yaml.safe_load(text), BUNDLED)
+
+
+def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
+    """The bundled table, with the entries of ``path`` (if given) winning."""
+    table = bundled_prices()
+    if path is None:
+        return table
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise PriceError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PriceError(f"{name}: not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}: " if mark is not None else ""
+        raise PriceError(f"{name}: {at}invalid YAML") from None
+    return table.merged(parse_prices(data, name))

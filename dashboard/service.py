@@ -1,0 +1,204 @@
+"""Glue between the page and the data: validates filters, runs the views, and keeps the
+last good answer so a slow or unreachable backend shows a banner over the last data
+instead of an error page.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from dashboard import fmt
+from dashboard.analysis import Thresholds
+from dashboard.data import DataError, DataSource, InvalidFilter, validate_namespace
+from dashboard.prices import PriceTable
+from dashboard.series import NodeDetail, PodDetail
+from dashboard.views import FleetView, build_fleet_view
+
+log = logging.getLogger(__name__)
+
+WINDOWS: dict[str, float] = {
+    "15m": 15 * 60.0,
+    "1h": 3600.0,
+    "6h": 6 * 3600.0,
+    "24h": 86400.0,
+    "7d": 7 * 86400.0,
+}
+DEFAULT_WINDOW = "1h"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A view (possibly an older one) and a banner explaining what went wrong, if anything."""
+
+    view: FleetView | None
+    banner: str | None = None
+    fetched_at: float | None = None
+
+
+def _with_problems(fut: Future[Answer], problems: list[str]) -> Future[Answer]:
+    """``fut``'s answer with ``problems`` put in front of its banner."""
+    out: Future[Answer] = Future()
+
+    def done(f: Future[Answer]) -> None:
+        try:
+            answer = f.result()
+        except BaseException as exc:  # pragma: no cover - _compute never raises
+            out.set_exception(exc)
+            return
+        banner = " ".join([*problems, *([answer.banner] if answer.banner else [])])
+        out.set_result(Answer(answer.view, banner or None, answer.fetched_at))
+
+    fut.add_done_callback(done)
+    return out
+
+
+def window_seconds(key: str | None) -> float:
+    return WINDOWS.get(key or DEFAULT_WINDOW, WINDOWS[DEFAULT_WINDOW])
+
+
+Key = tuple[str, str | None]
+
+
+class DashboardService:
+    """Computes fleet views, one computation per (window, namespace) at a time: requests
+    that arrive while one is running (several browsers, or the page load's prefetch and
+    its first callback) share it, and a result younger than ``share_for`` seconds is reused.
+    """
+
+    def __init__(
+        self,
+        source: DataSource,
+        prices: PriceTable,
+        thresholds: Thresholds | None = None,
+        clock: Callable[[], float] = time.time,
+        share_for: float = 2.0,
+    ) -> None:
+        self.source = source
+        self.prices = prices
+        self.thresholds = thresholds or Thresholds()
+        self._clock = clock
+        self._share_for = share_for
+        self._lock = threading.Lock()
+        self._last: dict[Key, tuple[FleetView, float]] = {}
+        self._last_any: tuple[FleetView, float] | None = None
+        self._inflight: dict[Key, tuple[Future[Answer], float]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleet-view")
+        self._warm_key: Key | None = None
+        self._warm_every = 0.0
+        self._stop = threading.Event()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def keep_warm(self, every: float, window: str = DEFAULT_WINDOW) -> None:
+        """Recompute the default view (``window``, all namespaces) every ``every`` seconds in
+        the background, so page loads and auto-refreshes of that view read a result at most
+        ``every`` seconds old instead of waiting for the queries. One computation per
+        interval serves every browser."""
+        self._warm_key = (window, None)
+        self._warm_every = every
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                began = time.monotonic()
+                with self._lock:
+                    found = self._inflight.get((window, None))
+                    if found is None or found[0].done():
+                        fut = self._pool.submit(self._compute, (window, None), [])
+                        self._inflight[(window, None)] = (fut, began)
+                    else:
+                        fut = found[0]
+                try:
+                    fut.result()
+                except Exception:  # pragma: no cover - _compute never raises
+                    log.exception("background refresh failed")
+                self._stop.wait(max(0.0, every - (time.monotonic() - began)))
+
+        threading.Thread(target=loop, name="fleet-view-warm", daemon=True).start()
+
+    def prefetch(self, window: str | None = None, namespace_text: str | None = None) -> None:
+        """Start computing a view the page is about to ask for (the page load calls this,
+        so the queries run while the browser is still loading scripts)."""
+        self._shared(window, namespace_text)
+
+    def fleet(self, window: str | None, namespace_text: str | None) -> Answer:
+        return self._shared(window, namespace_text).result()
+
+    def _shared(self, window: str | None, namespace_text: str | None) -> Future[Answer]:
+        problems = []
+        namespace = None
+        if namespace_text and namespace_text.strip():
+            try:
+                namespace = validate_namespace(namespace_text)
+            except InvalidFilter as exc:
+                problems.append(f"Namespace filter ignored: {exc}.")
+        key = (window or DEFAULT_WINDOW, namespace)
+        now = time.monotonic()
+        with self._lock:
+            found = self._inflight.get(key)
+            if found is not None:
+                fut, started = found
+                share_for = (self._warm_every * 1.5 + 5.0 if key == self._warm_key
+                             else self._share_for)
+                if not fut.done() or now - started < share_for:
+                    if not problems:
+                        return fut
+                    # Same data; this request's own filter problem goes on its banner.
+                    return _with_problems(fut, problems)
+            fut = self._pool.submit(self._compute, key, [])
+            self._inflight[key] = (fut, now)
+        return _with_problems(fut, problems) if problems else fut
+
+    def _compute(self, key: Key, problems: list[str]) -> Answer:
+        window, namespace = key
+        try:
+            data = self.source.fleet(window_seconds(window), namespace)
+            view = build_fleet_view(data, self.prices, self.thresholds, namespace)
+        except DataError as exc:
+            return self._fallback(key, [*problems, f"{exc}."])
+        except Exception as exc:  # never a traceback page
+            log.exception("building the fleet view failed")
+            return self._fallback(key, [*problems, f"Internal error: {type(exc).__name__}: {exc}"])
+        now = self._clock()
+        with self._lock:
+            self._last[key] = (view, now)
+            self._last_any = (view, now)
+        return Answer(view, " ".join(problems) or None, now)
+
+    def _fallback(self, key: Key, problems: list[str]) -> Answer:
+        with self._lock:
+            found = self._last.get(key) or self._last_any
+        if found is None:
+            return Answer(None, " ".join([*problems, "No data yet."]))
+        view, at = found
+        return Answer(view, " ".join([*problems, f"Showing the last data, from {fmt.clock(at)}."]),
+                      at)
+
+    def node(self, node: str | None, window: str | None) -> tuple[NodeDetail | None, str | None]:
+        if not node:
+            return None, None
+        try:
+            return self.source.node_detail(node, window_seconds(window)), None
+        except (DataError, InvalidFilter) as exc:
+            return None, str(exc)
+        except Exception as exc:
+            log.exception("node drill-down failed")
+            return None, f"Internal error: {type(exc).__name__}: {exc}"
+
+    def pod(self, pod: str | None, window: str | None) -> tuple[PodDetail | None, str | None]:
+        if not pod:
+            return None, None
+        namespace, _, name = pod.partition("/")
+        try:
+            return self.source.pod_detail(namespace, name, window_seconds(window)), None
+        except (DataError, InvalidFilter) as exc:
+            return None, str(exc)
+        except Exception as exc:
+            log.exception("pod drill-down failed")
+            return None, f"Internal error: {type(exc).__name__}: {exc}"

@@ -1,0 +1,179 @@
+"""The PrometheusRule is generated from the rule file, validated, and checked in up to date."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from alerts import render
+from alerts.render import (
+    GENERATED_FILE,
+    RenderError,
+    cap_for,
+    dump_yaml,
+    load_rules,
+    parse_duration,
+    prometheus_rule,
+    render_generated,
+    validate_prometheus_rule,
+)
+from tests.alerts.conftest import REPO
+
+
+def generated() -> dict[str, Any]:
+    data = yaml.safe_load(GENERATED_FILE.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def test_checked_in_prometheusrule_is_up_to_date() -> None:
+    assert GENERATED_FILE.read_text(encoding="utf-8") == render_generated(), (
+        "alerts/generated/prometheusrule.yaml is out of date: run python -m alerts.render")
+    result = subprocess.run([sys.executable, "-m", "alerts.render", "--check"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_prometheusrule_structure_and_content_come_from_the_rule_file() -> None:
+    obj = generated()
+    assert validate_prometheus_rule(obj) == []
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert obj["kind"] == "PrometheusRule"
+    assert obj["metadata"]["name"] == "gpuscope"
+    assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuscope"
+    assert "namespace" not in obj["metadata"]  # the kustomization sets it
+    assert obj["spec"]["groups"] == load_rules()["groups"]
+
+
+def test_prometheusrule_groups_pass_promtool(promtool: str, tmp_path: Path) -> None:
+    rules = tmp_path / "from-prometheusrule.yaml"
+    rules.write_text(dump_yaml({"groups": generated()["spec"]["groups"]}))
+    result = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 21 rules found" in result.stdout
+
+
+def _broken(change: str) -> dict[str, Any]:
+    obj = copy.deepcopy(generated())
+    group = obj["spec"]["groups"][1]
+    alert = group["rules"][0]
+    if change == "apiVersion":
+        obj["apiVersion"] = "monitoring.coreos.com/v1alpha1"
+    elif change == "kind":
+        obj["kind"] = "PrometheusRules"
+    elif change == "name":
+        obj["metadata"]["name"] = "GPUscope_rules"
+    elif change == "label-value":
+        obj["metadata"]["labels"]["team"] = 7
+    elif change == "no-groups":
+        obj["spec"]["groups"] = []
+    elif change == "duplicate-group":
+        obj["spec"]["groups"].append(copy.deepcopy(group))
+    elif change == "both-alert-and-record":
+        alert["record"] = "x:y:z"
+    elif change == "no-expr":
+        del alert["expr"]
+    elif change == "bad-for":
+        alert["for"] = "1 hour"
+    elif change == "unknown-rule-key":
+        alert["severity"] = "warning"
+    elif change == "annotation-not-string":
+        alert["annotations"]["summary"] = ["a", "list"]
+    elif change == "record-with-for":
+        obj["spec"]["groups"][0]["rules"][0]["for"] = "5m"
+    elif change == "bad-record-name":
+        obj["spec"]["groups"][0]["rules"][0]["record"] = "node gpu"
+    elif change == "unknown-top-key":
+        obj["status"] = {}
+    return obj
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ("apiVersion", "apiVersion: expected 'monitoring.coreos.com/v1'"),
+    ("kind", "kind: expected 'PrometheusRule'"),
+    ("name", "metadata.name: not a DNS subdomain name"),
+    ("label-value", "metadata.labels.team: expected a string"),
+    ("no-groups", "spec.groups: expected a non-empty list"),
+    ("duplicate-group", "spec.groups[2].name: duplicate group name 'gpuscope.alerts'"),
+    ("both-alert-and-record", "spec.groups[1].rules[0]: expected exactly one of"),
+    ("no-expr", "spec.groups[1].rules[0].expr: expected a PromQL expression"),
+    ("bad-for", "spec.groups[1].rules[0].for: not a Prometheus duration"),
+    ("unknown-rule-key", "spec.groups[1].rules[0].severity: unknown key"),
+    ("annotation-not-string", "spec.groups[1].rules[0].annotations.summary: expected a string"),
+    ("record-with-for", "spec.groups[0].rules[0].for: only alerting rules have it"),
+    ("bad-record-name", "spec.groups[0].rules[0].record: not a metric name"),
+    ("unknown-top-key", "status: unknown key"),
+])
+def test_schema_check_finds_each_kind_of_mistake(change: str, error: str) -> None:
+    errors = validate_prometheus_rule(_broken(change))
+    assert any(e.startswith(error) for e in errors), errors
+
+
+def test_runbook_base_makes_links_absolute() -> None:
+    obj = prometheus_rule(load_rules(), runbook_base="https://git.example.com/gpuscope/blob/main/")
+    urls = [r["annotations"]["runbook_url"] for g in obj["spec"]["groups"] for r in g["rules"]
+            if "alert" in r]
+    assert "https://git.example.com/gpuscope/blob/main/docs/alerts.md#gpulost" in urls
+    assert all(u.startswith("https://git.example.com/gpuscope/blob/main/docs/alerts.md#")
+               for u in urls)
+
+
+def test_cap_for_shortens_long_durations_only() -> None:
+    rules = load_rules()
+    capped = cap_for(rules, "2m")
+    durations = {r["alert"]: r.get("for") for g in capped["groups"] for r in g["rules"]
+                 if "alert" in r}
+    assert durations["GpuNodeUnderutilized"] == "2m"
+    assert durations["GpuLost"] == "1m"  # already shorter
+    assert durations["GpuEccUncorrected"] is None  # no for: at all
+    assert load_rules() == rules  # the source is untouched
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("1h", 3600), ("30m", 1800), ("1h30m", 5400), ("500ms", 0.5), ("2d", 172800), ("0", 0),
+])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1 h", "h", "1.5h", "-1m", "1m1h"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(RenderError):
+        parse_duration(text)
+
+
+def test_render_check_reports_a_stale_file(tmp_path: Path) -> None:
+    out = tmp_path / "prometheusrule.yaml"
+    assert render.main(["--output", str(out)]) == 0
+    assert render.main(["--output", str(out), "--check"]) == 0
+    out.write_text(out.read_text().replace("for: 1h", "for: 2h"))
+    assert render.main(["--output", str(out), "--check"]) == 1
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("groups: [", "invalid YAML"),
+    ("rules: []\n", "expected a mapping with exactly one key, 'groups'"),
+    ("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: up\n        for: soon\n",
+     "groups[0].rules[0].for: not a Prometheus duration: 'soon'"),
+])
+def test_render_bad_rule_file_is_one_line_and_exit_2(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "alerts.render", "--rules", str(rules), "--output", "-"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("gpuscope-render: error: ")
+    assert message in result.stderr

@@ -1,0 +1,106 @@
+"""Fixtures of the dashboard tests: hand-built series, a headless Chromium, and the demo
+dashboard as a real ``gpuscope-dashboard --demo`` process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import requests
+from playwright.sync_api import BrowserContext, Page, sync_playwright
+
+from dashboard.series import Series, Window
+from tests.conftest import REPO, free_port, wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-first-run",
+]
+
+T0 = 1_800_000_000.0  # a fixed "now" for hand-built series
+
+
+def make_series(values: Sequence[float], *, step: float = 60.0, end: float = T0) -> Series:
+    """``values`` at ``end - (n-1)*step ... end``."""
+    n = len(values)
+    return Series(tuple(end - (n - 1 - i) * step for i in range(n)), tuple(values))
+
+
+def make_window(seconds: float, *, step: float = 60.0, end: float = T0) -> Window:
+    return Window(start=end - seconds, end=end, step=step)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[BrowserContext]:
+    """One headless Chromium (Debian's, never a downloaded one) for the session."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} not found: apt-get install chromium (scripts/setup --test)")
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
+        context.set_default_timeout(20_000)
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(browser: BrowserContext) -> Iterator[Page]:
+    pg = browser.new_page()
+    yield pg
+    pg.close()
+
+
+class DashboardProcess:
+    """``python -m dashboard ...`` on a free loopback port."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self._log = log.open("wb")
+        self.log_path = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dashboard", "--listen", f"127.0.0.1:{self.port}", *args],
+            cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")},
+        )
+
+    def wait_ready(self, timeout: float = 40.0) -> None:
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"dashboard exited {self.proc.returncode}: "
+                                     f"{self.log_path.read_text()}")
+            try:
+                return requests.get(self.url, timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for(up, timeout, self.url)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def demo_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardProcess]:
+    proc = DashboardProcess(["--demo"], tmp_path_factory.mktemp("demo") / "dashboard.log")
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()

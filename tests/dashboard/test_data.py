@@ -1,0 +1,235 @@
+"""The data layer without a server: PromQL escaping and validation, target parsing,
+windows, and the embedded store's bounds and bucketing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs
+
+import pytest
+
+from dashboard.data import (
+    DataError,
+    EmbeddedData,
+    InvalidFilter,
+    PrometheusData,
+    Target,
+    escape_label_value,
+    make_window,
+    parse_targets,
+    selector,
+    validate_namespace,
+    validate_node,
+)
+from dashboard.series import ContainerRef, GpuRef
+
+INJECTION = '"}) or vector(1) or up{x="'
+
+
+@pytest.mark.parametrize(("raw", "escaped"), [
+    ("ml", "ml"),
+    ('a"b', 'a\\"b'),
+    ("a\\b", "a\\\\b"),
+    ("a\nb\tc\rd", "a\\nb\\tc\\rd"),
+    ("\x00\x1f\x7f", "\\u0000\\u001f\\u007f"),
+    ("ünïcode", "ünïcode"),
+    (INJECTION, '\\"}) or vector(1) or up{x=\\"'),
+])
+def test_escape_label_value(raw: str, escaped: str) -> None:
+    assert escape_label_value(raw) == escaped
+
+
+def test_selector_quotes_every_value() -> None:
+    q = selector("container_gpu_utilization_ratio", {"namespace": '!=""'}, pod=INJECTION)
+    assert q == ('container_gpu_utilization_ratio{namespace!="", '
+                 'pod="\\"}) or vector(1) or up{x=\\""}')
+    with pytest.raises(ValueError):
+        selector("bad name")
+    with pytest.raises(ValueError):
+        selector("x", **{"bad-label": "v"})
+
+
+def test_regex_matchers_escape_regex_then_string() -> None:
+    prom = PrometheusData("http://127.0.0.1:1")
+    w = make_window(3600, 10_000.0, min_step=15, max_points=60)
+    queries = prom.second_round(w, ["ip-10-0-1-1.ec2.internal", 'odd"node\\'], [], [])
+    # '.', '-' and '\\' are regex-escaped first, then backslashes and the quote are escaped
+    # for the string literal.
+    expected = r'node=~"ip\\-10\\-0\\-1\\-1\\.ec2\\.internal|odd\"node\\\\"'
+    assert expected in queries["allocated"]
+    assert set(queries) == {"allocated"}
+    assert set(prom.second_round(w, [], ["GPU-1"], ["GPU-2"], "ml")) == {"shared", "stats"}
+    prom.close()
+
+
+def test_namespace_and_node_validation() -> None:
+    assert validate_namespace(" ml-train ") == "ml-train"
+    for bad in (INJECTION, "ML", "a_b", "-a", "a" * 64, ""):
+        with pytest.raises(InvalidFilter):
+            validate_namespace(bad)
+    for good in ("ip-10-0-1-11.ec2.internal", "10.0.0.5", "::1", "GPU-Node_1"):
+        assert validate_node(good) == good
+    for bad in (INJECTION, "a b", 'x"y', ""):
+        with pytest.raises(InvalidFilter):
+            validate_node(bad)
+
+
+def test_parse_targets() -> None:
+    assert parse_targets("http://10.0.0.5:9400/metrics, gpu-b=http://10.0.0.6:9400") == (
+        Target("http://10.0.0.5:9400/metrics", "10.0.0.5"),
+        Target("http://10.0.0.6:9400/metrics", "gpu-b"),
+    )
+    # A query string with '=' is not a node hint.
+    assert parse_targets("http://h:1/metrics?a=b")[0].node == "h"
+    for bad in ("", "10.0.0.5:9400", "ftp://h/metrics", "http://h:99999/", 'a"b=http://h:1/',
+                "http://h:1/m,http://h:1/m"):
+        with pytest.raises(ValueError):
+            parse_targets(bad)
+
+
+def test_window_step_divides_the_window() -> None:
+    w = make_window(3600, 10_000.0, min_step=15, max_points=120)
+    assert (w.step, w.start, w.end) == (30.0, 6400.0, 10_000.0)
+    assert len(w.times()) == 121 and w.times()[0] == w.start and w.times()[-1] == w.end
+    assert make_window(900, 0.0, min_step=15, max_points=120).step == 15.0
+    assert make_window(7 * 86400, 0.0, min_step=15, max_points=120).step == 5040.0
+
+
+class _RecordingPrometheus(BaseHTTPRequestHandler):
+    """Answers every query with an empty result and records it."""
+
+    queries: list[str] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        form = parse_qs(self.rfile.read(length).decode())
+        self.queries.append(form["query"][0])
+        kind = "matrix" if self.path.endswith("query_range") else "vector"
+        body = json.dumps({"status": "success", "data": {"resultType": kind, "result": []}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recording_prometheus() -> Iterator[tuple[str, list[str]]]:
+    queries: list[str] = []
+    handler = type("H", (_RecordingPrometheus,), {"queries": queries})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", queries
+    server.shutdown()
+    server.server_close()
+
+
+def test_injection_through_the_data_layer_is_rejected_before_any_query(
+    recording_prometheus: tuple[str, list[str]],
+) -> None:
+    url, queries = recording_prometheus
+    prom = PrometheusData(url)
+    with pytest.raises(InvalidFilter):
+        prom.fleet(3600, namespace=INJECTION)
+    with pytest.raises(InvalidFilter):
+        prom.pod_detail(INJECTION, "p", 3600)
+    with pytest.raises(InvalidFilter):
+        prom.node_detail(INJECTION, 3600)
+    assert queries == []
+    # A valid filter is sent, quoted, and every query is a fixed set.
+    data = prom.fleet(3600, namespace="ml")
+    assert data.queries == len(queries) == 6  # nothing for a second round to look at
+    assert any('namespace="ml"' in q for q in queries)
+    prom.close()
+
+
+def test_label_values_from_the_backend_are_escaped_in_drill_downs(
+    recording_prometheus: tuple[str, list[str]],
+) -> None:
+    # Node names come back from Prometheus; whatever they hold, they are quoted when sent.
+    url, queries = recording_prometheus
+    prom = PrometheusData(url)
+    prom.node_detail("node:with.odd-chars", 900)
+    assert all('node="node:with.odd-chars"' in q for q in queries)
+    prom.close()
+
+
+def test_prometheus_unreachable_is_a_data_error() -> None:
+    prom = PrometheusData("http://127.0.0.1:1", timeout=2)
+    with pytest.raises(DataError, match="unreachable"):
+        prom.fleet(900)
+    prom.close()
+
+
+def exposition(util: float, *, uuid: str = "GPU-1", pods: bool = True) -> str:
+    lines = [
+        f'gpu_info{{gpu="0",uuid="{uuid}",model="A10G",driver_version="1",pci_bus_id="",'
+        f'parent_uuid="",mig_profile=""}} 1',
+        f'gpu_utilization_ratio{{gpu="0",uuid="{uuid}"}} {util}',
+        'gpu_node_info{instance_type="g5.xlarge",zone="z",capacity_type="on-demand"} 1',
+    ]
+    if pods:
+        lines += [
+            f'container_gpu_allocated{{namespace="ml",pod="p",container="c",uuid="{uuid}"}} 1',
+            f'container_gpu_utilization_ratio{{namespace="ml",pod="p",container="c",'
+            f'uuid="{uuid}"}} {util}',
+            f'container_gpu_memory_used_bytes{{namespace="ml",pod="p",container="c",'
+            f'uuid="{uuid}"}} 1024',
+            'gpu_pod_info{namespace="ml",pod="p",uid="u",workload="Job/j"} 1',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_embedded_store_adds_node_label_and_buckets_like_prometheus() -> None:
+    now = [1000.0]
+    store = EmbeddedData([], interval=10, clock=lambda: now[0])
+    for i in range(30):  # 300 s of samples every 10 s
+        store.ingest_text("node-a", exposition(0.0 if i < 20 else 0.5), 700.0 + i * 10)
+    now[0] = 990.0
+    data = store.fleet(300)
+    ref = GpuRef("node-a", "GPU-1")
+    assert data.history_start == 700.0
+    assert data.gpus[ref].gpu == "0"
+    assert data.nodes["node-a"].instance_type == "g5.xlarge"
+    busy = data.gpu_busy_max[ref]
+    assert busy.times[-1] == 990.0
+    # Each point is the max over (t - 20 s, t]: the range is at least 2 scrape intervals.
+    assert busy.values[-1] == 0.5
+    assert data.gpu_mean[ref] == pytest.approx(0.5 * 10 / 30)  # samples in (690, 990]
+    cref = ContainerRef("node-a", "ml", "p", "c", "GPU-1")
+    assert data.container_stats[cref].samples == 30
+    assert data.container_stats[cref].memory_bytes == 1024
+    assert data.pods[cref.pod_key].workload == "Job/j"
+    store.close()
+
+
+def test_embedded_store_is_bounded_by_count_age_and_series() -> None:
+    store = EmbeddedData([], interval=1, capacity=100, max_age=50, max_series=3,
+                         clock=lambda: 1000.0)
+    for i in range(400):
+        store.ingest_text("n", exposition(0.1), 600.0 + i)
+    ring = next(iter(store._rings.values()))
+    assert len(ring.times) <= 100 + 100 // 8
+    store.expire(1000.0)
+    assert ring.times[0] >= 950.0
+    # Three series fit; the others of the exposition are dropped and counted.
+    assert len(store._rings) == 3
+    assert store.dropped_series > 0
+    assert any("dropped" in n for n in store.target_notes(1000.0))
+    store.close()
+
+
+def test_embedded_target_down_is_a_note_not_an_error() -> None:
+    store = EmbeddedData([Target("http://127.0.0.1:1/metrics", "gone")], interval=1, timeout=1)
+    store.scrape_once()
+    data = store.fleet(900)
+    assert data.gpus == {}
+    assert any("gone" in n and "not answering" in n for n in data.notes)
+    store.close()

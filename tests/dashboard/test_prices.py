@@ -1,0 +1,74 @@
+"""The bundled price table and --prices overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dashboard.prices import PriceError, bundled_prices, load_prices
+
+ANCHORS = {
+    "p5.48xlarge": 55.04, "p4d.24xlarge": 21.957642, "p3.8xlarge": 12.24,
+    "g5.12xlarge": 5.672, "g5.xlarge": 1.006, "g6.xlarge": 0.8048, "g4dn.xlarge": 0.526,
+}
+
+
+def test_bundled_table_has_the_aws_anchor_prices_with_date_and_source() -> None:
+    table = bundled_prices()
+    for itype, price in ANCHORS.items():
+        entry = table.lookup(itype)
+        assert entry is not None and entry.per_hour == price
+        assert entry.provider == "aws" and entry.date == "2026-07-20"
+        assert entry.region == "us-east-1" and entry.source
+    for entry in table.entries():
+        assert entry.per_hour > 0 and entry.date and entry.source and entry.region
+    providers = {e.provider for e in table.entries()}
+    assert providers == {"aws", "gcp", "azure"}
+
+
+def test_unknown_instance_type_has_no_price() -> None:
+    table = bundled_prices()
+    assert table.per_hour("DGX-A100") is None
+    assert table.per_hour("") is None
+    assert table.per_hour("standard_nc24ads_a100_v4") == 3.673  # case-insensitive fallback
+
+
+def test_override_file_wins_and_adds(tmp_path: Path) -> None:
+    f = tmp_path / "prices.yaml"
+    f.write_text("p5.48xlarge: 40.0\nDGX-A100: 0\n")
+    table = load_prices(f)
+    assert table.per_hour("p5.48xlarge") == 40.0
+    assert table.per_hour("DGX-A100") == 0.0       # explicitly free is allowed
+    assert table.per_hour("g5.12xlarge") == 5.672  # the rest stays
+
+
+def test_override_in_table_format(tmp_path: Path) -> None:
+    f = tmp_path / "prices.yaml"
+    f.write_text("tables:\n  - provider: onprem\n    date: '2026-01-01'\n"
+                 "    prices: {DGX-A100: 9.5}\n")
+    entry = load_prices(f).lookup("DGX-A100")
+    assert entry is not None and entry.per_hour == 9.5 and entry.provider == "onprem"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("p5.48xlarge: lots\n", "p5.48xlarge: expected a number"),
+    ("p5.48xlarge: -1\n", "expected a price >= 0"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("p5: [\n", "invalid YAML"),
+    ("currency: EUR\np5.48xlarge: 3\n", "only USD"),
+    ("tables: 3\n", "tables: expected a list"),
+])
+def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "prices.yaml"
+    f.write_text(text)
+    with pytest.raises(PriceError) as info:
+        load_prices(f)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+    assert str(f) in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PriceError, match="cannot read"):
+        load_prices(tmp_path / "nope.yaml")

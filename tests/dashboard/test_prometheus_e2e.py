@@ -1,0 +1,205 @@
+"""Against a real Prometheus that scraped real (simulated) exporters: the dashboard's
+numbers equal the PromQL answers, and user input reaches PromQL only escaped."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from dashboard.data import InvalidFilter, PrometheusData, selector
+from dashboard.prices import bundled_prices
+from dashboard.views import FleetView, build_fleet_view
+from tests.conftest import ExporterProcess, free_port, wait_for
+
+IDLE = """
+version: 1
+node: {name: e2e-idle, instance_type: g5.12xlarge, seed: 1}
+gpus: [{count: 2, model: NVIDIA A10G, memory_total: 24GiB}]
+pods: [{namespace: ml, name: notebook, containers: [{name: lab, gpus: [0]}]}]
+processes: [{pid: 10, gpu: 0, memory: 1GiB, utilization: 0, pod: ml/notebook/lab}]
+"""
+
+BUSY = """
+version: 1
+node: {name: e2e-busy, instance_type: p4d.24xlarge, seed: 2}
+gpus: [{count: 4, model: NVIDIA A100-SXM4-40GB, memory_total: 40GiB}]
+pods:
+  - {namespace: serve, name: chat, containers: [{name: s, gpus: ["0::0"]}]}
+  - {namespace: serve, name: embed, containers: [{name: s, gpus: ["0::1"]}]}
+  - {namespace: serve, name: rerank, containers: [{name: s, gpus: ["0::2"]}]}
+  - {namespace: ml, name: ddp-worker-0, workload: PyTorchJob/ddp,
+    containers: [{name: t, gpus: [1]}]}
+  - {namespace: ml, name: ddp-worker-1, workload: PyTorchJob/ddp,
+    containers: [{name: t, gpus: [2]}]}
+  - {namespace: ml, name: ddp-worker-2, workload: PyTorchJob/ddp,
+    containers: [{name: t, gpus: [3]}]}
+processes:
+  - {pid: 20, gpu: 0, memory: 2GiB, utilization: 0.6, pod: serve/chat/s}
+  - {pid: 21, gpu: 0, memory: 2GiB, utilization: 0.3, pod: serve/embed/s}
+  - {pid: 22, gpu: 0, memory: 3GiB, utilization: 0.05, pod: serve/rerank/s}
+  - {pid: 30, gpu: 1, memory: 30GiB, utilization: 0.9, pod: ml/ddp-worker-0/t}
+  - {pid: 31, gpu: 2, memory: 30GiB, utilization: 0.9, pod: ml/ddp-worker-1/t}
+  - {pid: 32, gpu: 3, memory: 30GiB, utilization: 0.3, pod: ml/ddp-worker-2/t}
+"""
+
+INJECTION = '"}) or vector(1) or up{x="'
+
+
+def promql(base: str, query: str, at: float | None = None) -> list[dict]:  # type: ignore[type-arg]
+    params = {"query": query}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    r = requests.get(base + "/api/v1/query", params=params, timeout=5)
+    r.raise_for_status()
+    body = r.json()
+    assert body["status"] == "success", body
+    return body["data"]["result"]  # type: ignore[no-any-return]
+
+
+def scalar(base: str, query: str, at: float | None = None) -> float:
+    result = promql(base, query, at)
+    assert len(result) == 1, (query, result)
+    return float(result[0]["value"][1])
+
+
+@pytest.fixture(scope="module")
+def fleet(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Two simulated exporters (real processes) and a real Prometheus scraping them every
+    second, shared by this module's tests."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    exporters: list[ExporterProcess] = []
+    prom: subprocess.Popen[bytes] | None = None
+    try:
+        targets = {}
+        for name, text in (("e2e-idle", IDLE), ("e2e-busy", BUSY)):
+            scenario = tmp / f"{name}.yaml"
+            scenario.write_text(text)
+            exp = ExporterProcess(["--source", "simulated", "--scenario", str(scenario),
+                                   "--interval", "0.5"])
+            exporters.append(exp)
+            targets[name] = f"127.0.0.1:{exp.port}"
+        for exp in exporters:
+            exp.wait_ready()
+        port = free_port()
+        lines = ["global: {scrape_interval: 1s}", "scrape_configs:", "  - job_name: gpuscope",
+                 "    static_configs:"]
+        for node, target in targets.items():
+            lines += [f"      - targets: ['{target}']", f"        labels: {{node: {node}}}"]
+        (tmp / "prometheus.yml").write_text("\n".join(lines) + "\n")
+        log = (tmp / "prometheus.log").open("wb")
+        prom = subprocess.Popen(
+            [prometheus_bin, f"--config.file={tmp / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def enough() -> bool:
+            try:
+                return scalar(base, "min(count_over_time(gpu_utilization_ratio[1m]))") >= 5
+            except (requests.RequestException, AssertionError):
+                return False
+
+        wait_for(enough, 60, "Prometheus to scrape both exporters 5 times")
+        yield base
+    finally:
+        if prom is not None:
+            prom.terminate()
+            prom.wait(15)
+        for exp in exporters:
+            exp.stop()
+
+
+def view_of(base: str) -> tuple[FleetView, PrometheusData]:
+    # One-second steps; each looks back 15 s, so scrapes delayed by a busy machine (CI runs
+    # on 2 shared cores) leave no gap: a gap breaks every "for at least" run, and the
+    # history here is only seconds long.
+    prom = PrometheusData(base, min_step=1, lookback=15, max_points=900)
+    data = prom.fleet(900)
+    assert data.queries == 9
+    return build_fleet_view(data, bundled_prices()), prom
+
+
+def test_dashboard_numbers_equal_promql_answers(fleet: str) -> None:
+    base = fleet
+    view, prom = view_of(base)
+    at = view.window.end
+    k = view.kpis
+    assert k.gpus == scalar(base, 'count(gpu_info{parent_uuid=""})', at) == 6
+    assert k.mean_utilization == pytest.approx(
+        scalar(base, "avg(avg_over_time(gpu_utilization_ratio[900s]))", at), rel=1e-9)
+    assert k.idle == scalar(base, "count(gpu_utilization_ratio < 0.05)", at) == 2
+    assert k.busy == scalar(base, "count(gpu_utilization_ratio >= 0.05)", at) == 4
+
+    # Idle node and its price: the node whose every GPU is below 0.05, at g5.12xlarge's price.
+    idle_nodes = promql(base, "max by (node) (gpu_utilization_ratio) < 0.05", at)
+    assert [r.node for r in view.idle_rows] == [m["metric"]["node"] for m in idle_nodes]
+    [row] = view.idle_rows
+    itype = promql(base, 'gpu_node_info{node="e2e-idle"}', at)[0]["metric"]["instance_type"]
+    assert row.instance_type == itype
+    assert row.price_per_hour == bundled_prices().per_hour(itype) == 5.672
+    assert k.burning_per_hour == 5.672
+    assert row.gpus == scalar(base, 'count(gpu_info{node="e2e-idle", parent_uuid=""})', at)
+    assert row.allocated_gpus == scalar(base, 'count(container_gpu_allocated{node="e2e-idle"})',
+                                        at) == 1
+
+    # Time-slicing: each container's share of the summed container load.
+    shares = promql(base, 'container_gpu_utilization_ratio{namespace="serve"} / on (node, uuid)'
+                          ' group_left sum by (node, uuid)'
+                          ' (container_gpu_utilization_ratio{namespace!=""})', at)
+    expected = {m["metric"]["pod"]: float(m["value"][1]) for m in shares}
+    got = {r.pod: r for r in view.share_rows}
+    assert set(got) == set(expected) == {"chat", "embed", "rerank"}
+    for pod, share in expected.items():
+        assert got[pod].share == pytest.approx(share, rel=1e-9)
+        assert got[pod].fair_share == pytest.approx(
+            1 / scalar(base, 'count(container_gpu_allocated{namespace="serve"})', at))
+    assert got["rerank"].gpu_utilization == pytest.approx(
+        scalar(base, 'gpu_utilization_ratio{node="e2e-busy", gpu="0"}', at))
+    assert [(r.kind, r.pod) for r in view.starved_rows] == [("time-slice", "rerank")]
+
+    # Straggler: rank 2 against the workload's median.
+    [s] = view.straggler_rows
+    assert s.pods == ("ddp-worker-2",)
+    assert s.utilization == pytest.approx(
+        scalar(base, 'container_gpu_utilization_ratio{pod="ddp-worker-2"}', at))
+    assert s.median == pytest.approx(scalar(
+        base, 'quantile(0.5, container_gpu_utilization_ratio{namespace="ml", pod=~"ddp-.*"})',
+        at))
+
+    # Drill-downs.
+    node = prom.node_detail("e2e-busy", 900)
+    assert node.queries == 3
+    assert node.utilization["0"].values[-1] == pytest.approx(
+        scalar(base, 'gpu_utilization_ratio{node="e2e-busy", gpu="0"}'))
+    assert {"serve/rerank/s (GPU 0)", "ml/ddp-worker-2/t (GPU 3)"} <= set(node.containers)
+    pod = prom.pod_detail("serve", "rerank", 900)
+    assert pod.queries == 2
+    assert pod.memory_used["s (e2e-busy GPU 0)"].values[-1] == scalar(
+        base, 'container_gpu_memory_used_bytes{pod="rerank"}')
+    prom.close()
+
+
+def test_injection_is_escaped_against_a_real_prometheus(fleet: str) -> None:
+    base = fleet
+    # What an unescaped filter would do: with a payload shaped for the query around it, the
+    # attacker's expression runs and its vector(1) comes back.
+    payload = 'x"} or vector(1) or up{x="'
+    raw = f'container_gpu_utilization_ratio{{namespace="{payload}"}}'
+    assert any(r["metric"] == {} and r["value"][1] == "1" for r in promql(base, raw))
+    # Escaped, any such value is one label matcher that matches nothing, and parses fine.
+    for value in (INJECTION, payload, 'a\\"b\nc\x00', "serve\\"):
+        assert promql(base, selector("container_gpu_utilization_ratio", namespace=value)) == []
+    assert len(promql(base, selector("container_gpu_utilization_ratio", namespace="serve"))) == 3
+    # The data layer refuses it before any query.
+    prom = PrometheusData(base)
+    with pytest.raises(InvalidFilter):
+        prom.fleet(900, namespace=INJECTION)
+    assert prom.queries_total == 0
+    narrowed = build_fleet_view(prom.fleet(900, namespace="serve"), bundled_prices(), None,
+                                "serve")
+    assert [r.pod for r in narrowed.starved_rows] == ["rerank"]
+    prom.close()

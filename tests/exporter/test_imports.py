@@ -1,0 +1,57 @@
+"""What the simulated exporter loads: none of the heavy optional clients.
+
+Each check runs in a fresh interpreter, since this test process has imported everything.
+``ssl`` and ``http.client`` are not on the list: the standard library's ``http.server``, which
+serves ``/metrics``, imports both itself (as does ``prometheus_client``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# grpc + protobuf: the kubelet PodResources client (~12-19 MiB); boto3: the CloudWatch sink;
+# pynvml: the NVML source; exporter.kube: the API-server client.
+HEAVY = (
+    "grpc",
+    "google.protobuf",
+    "exporter.podresources.podresources_v1_pb2",
+    "boto3",
+    "botocore",
+    "pynvml",
+    "exporter.nvml",
+    "exporter.cloudwatch",
+)
+
+
+def loaded_after(code: str) -> set[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60,
+        check=True,
+    )
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_simulated_exporter_loads_no_heavy_client() -> None:
+    loaded = loaded_after(
+        "from exporter.cli import build_source\n"
+        "from exporter.config import parse_config\n"
+        "build_source(parse_config(['--source', 'simulated'], environ={}))\n"
+    )
+    assert "exporter.simulated" in loaded  # the probe did build the source
+    assert not {m for m in loaded for heavy in HEAVY if m == heavy or m.startswith(heavy + ".")}
+
+
+def test_attribution_and_collectors_do_not_load_the_kube_client() -> None:
+    loaded = loaded_after(
+        "import exporter.attribution, exporter.simulated_attribution\n"
+        "import exporter.collectors.container, exporter.collectors.exporter\n"
+        "import exporter.collectors.gpu\n"
+    )
+    assert "exporter.kube_model" in loaded
+    assert "exporter.kube" not in loaded
