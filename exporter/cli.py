@@ -22,7 +22,7 @@ from exporter.collectors.container import ContainerCollector
 from exporter.collectors.exporter import ExporterCollector
 from exporter.collectors.gpu import GpuCollector
 from exporter.config import Config, ConfigError, parse_config
-from exporter.kube import NodeInfo
+from exporter.kube_model import NodeInfo
 from exporter.model import Source
 from exporter.sampler import Sampler
 from exporter.server import ExporterServer
