@@ -13,27 +13,29 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
 import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType
-from typing import Any, NoReturn
 
 from dashboard.data import DataSource, EmbeddedData, PrometheusData, Target, parse_targets
 from dashboard.prices import PriceError, PriceTable, load_prices
+from exporter.flags import (
+    ConfigError,
+    Flag,
+    StartupError,
+    boolean,
+    log_level,
+    positive_seconds,
+    read_flags,
+    run_main,
+)
+from exporter.flags import build_parser as _build_parser
 
 log = logging.getLogger("gpuscope.dashboard")
 
 PROG = "gpuscope-dashboard"
-ENV_PREFIX = "GPUSCOPE_"
-
-
-class ConfigError(Exception):
-    """A bad flag or environment value; ``str()`` is the one line to show."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,114 +72,43 @@ def parse_url(value: str) -> str:
     return value.strip().rstrip("/")
 
 
-def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"expected a number of seconds, got {value!r}") from None
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
-    return seconds
 
 
-def boolean(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
 
 
-def log_level(value: str) -> str:
-    if value not in ("debug", "info", "warning", "error"):
-        raise ValueError(f"expected one of debug, info, warning, error, got {value!r}")
-    return value
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(message)
-
-
-@dataclass(frozen=True)
-class _Flag:
-    flag: str
-    convert: Callable[[str], Any]
-    default: str | None
-    help: str
-    boolean: bool = False
-
-    @property
-    def dest(self) -> str:
-        return self.flag.removeprefix("--").replace("-", "_")
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.dest.upper()
-
-
-_FLAGS: tuple[_Flag, ...] = (
-    _Flag("--prometheus", parse_url, None, "Prometheus-compatible HTTP API to query"),
-    _Flag("--targets", parse_targets, None,
+_FLAGS: tuple[Flag, ...] = (
+    Flag("--prometheus", parse_url, None, "Prometheus-compatible HTTP API to query"),
+    Flag("--targets", parse_targets, None,
           "exporters to scrape directly, comma-separated [NODE=]URL "
           "(node label: NODE, else the URL's host)"),
-    _Flag("--demo", boolean, "false", "run a simulated fleet in-process and show it",
+    Flag("--demo", boolean, "false", "run a simulated fleet in-process and show it",
           boolean=True),
-    _Flag("--listen", parse_listen, "127.0.0.1:8050", "HOST:PORT to serve the dashboard on"),
-    _Flag("--prices", str, None, "YAML of instance type -> on-demand $/hour (overrides the "
+    Flag("--listen", parse_listen, "127.0.0.1:8050", "HOST:PORT to serve the dashboard on"),
+    Flag("--prices", str, None, "YAML of instance type -> on-demand $/hour (overrides the "
           "bundled table)"),
-    _Flag("--refresh", positive_seconds, "30", "auto-refresh interval of the page in seconds "
+    Flag("--refresh", positive_seconds, "30", "auto-refresh interval of the page in seconds "
           "(demo: 10)"),
-    _Flag("--scrape-interval", positive_seconds, "15",
+    Flag("--scrape-interval", positive_seconds, "15",
           "embedded mode: seconds between scrapes of the targets (demo: 5)"),
-    _Flag("--log-level", log_level, "info", "debug, info, warning or error"),
+    Flag("--log-level", log_level, "info", "debug, info, warning or error"),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG,
-        description="GPU fleet dashboard: idle nodes and their cost, starved pods, stragglers.",
-        epilog="Every flag can also be set as GPUSCOPE_<FLAG>, e.g. "
-               "GPUSCOPE_PROMETHEUS=http://prometheus:9090.",
+    return _build_parser(
+        PROG,
+        "GPU fleet dashboard: idle nodes and their cost, starved pods, stragglers.",
+        "Every flag can also be set as GPUSCOPE_<FLAG>, e.g. "
+        "GPUSCOPE_PROMETHEUS=http://prometheus:9090.",
+        _FLAGS,
     )
-    for f in _FLAGS:
-        if f.boolean:
-            parser.add_argument(f.flag, dest=f.dest, action=argparse.BooleanOptionalAction,
-                                default=None, help=f"{f.help} [env {f.env}]")
-        else:
-            parser.add_argument(f.flag, dest=f.dest, metavar=f.dest.upper(), default=None,
-                                help=f"{f.help} [env {f.env}"
-                                     + (f"; default {f.default}]" if f.default else "]"))
-    return parser
 
 
 def parse_config(argv: Sequence[str] | None = None,
                  environ: Mapping[str, str] | None = None) -> Config:
-    env = os.environ if environ is None else environ
-    args = build_parser().parse_args(argv)
-    values: dict[str, Any] = {}
-    explicit: set[str] = set()
-    for f in _FLAGS:
-        given = getattr(args, f.dest)
-        origin, raw = None, None
-        if given is not None:
-            explicit.add(f.dest)
-            if f.boolean:
-                values[f.dest] = given
-                continue
-            origin, raw = f.flag, given
-        elif f.env in env and (env[f.env] != "" or f.boolean):
-            explicit.add(f.dest)
-            origin, raw = f.env, env[f.env]
-        if raw is None:
-            values[f.dest] = f.convert(f.default) if f.default is not None else None
-            continue
-        try:
-            values[f.dest] = f.convert(raw)
-        except ValueError as exc:
-            raise ConfigError(f"{origin}: {exc}") from None
+    values, explicit = read_flags(build_parser(), _FLAGS, argv, environ)
 
     modes = [name for name, on in (("--prometheus", values["prometheus"] is not None),
                                    ("--targets", values["targets"] is not None),
@@ -193,10 +124,6 @@ def parse_config(argv: Sequence[str] | None = None,
             values["scrape_interval"] = 5.0
     host, port = values.pop("listen")
     return Config(listen_host=host, listen_port=port, **values)
-
-
-class StartupError(Exception):
-    """A problem found while starting (price file, port); ``str()`` is one line."""
 
 
 def run(cfg: Config, stop: threading.Event,
@@ -255,28 +182,7 @@ def run(cfg: Config, stop: threading.Event,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        cfg = parse_config(argv)
-    except ConfigError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=cfg.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        return run(cfg, stop)
-    except StartupError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+    return run_main(PROG, parse_config, lambda cfg: cfg.log_level, run, argv)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,9 @@ process: they show up in ``gpu_up``, ``gpu_exporter_nvml_up`` and ``/readyz``.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 from collections.abc import Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, cast
 
 from prometheus_client import CollectorRegistry
@@ -21,7 +19,8 @@ from exporter.attribution import AttributionInputs, Attributor, LiveInputs
 from exporter.collectors.container import ContainerCollector
 from exporter.collectors.exporter import ExporterCollector
 from exporter.collectors.gpu import GpuCollector
-from exporter.config import Config, ConfigError, parse_config
+from exporter.config import Config, parse_config
+from exporter.flags import StartupError, run_main
 from exporter.kube_model import NodeInfo
 from exporter.model import Source
 from exporter.sampler import Sampler
@@ -31,10 +30,6 @@ if TYPE_CHECKING:  # the CloudWatch sink (and boto3) is imported only when switc
     from exporter.cloudwatch import CloudWatchSink
 
 log = logging.getLogger("gpuscope.exporter")
-
-
-class StartupError(Exception):
-    """Bad input found while building the exporter; ``str()`` is the one line to show."""
 
 
 def build_source(cfg: Config) -> tuple[Source, AttributionInputs]:
@@ -178,28 +173,7 @@ def run(cfg: Config, stop: threading.Event) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        cfg = parse_config(argv)
-    except ConfigError as exc:
-        print(f"gpuscope-exporter: error: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=cfg.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        return run(cfg, stop)
-    except StartupError as exc:
-        print(f"gpuscope-exporter: error: {exc}", file=sys.stderr)
-        return 2
+    return run_main("gpuscope-exporter", parse_config, lambda cfg: cfg.log_level, run, argv)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,22 @@ import socket
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
 
-T = TypeVar("T")
+from exporter.flags import (
+    ConfigError,
+    Flag,
+    boolean,
+    choice,
+    log_level,
+    positive_seconds,
+    read_flags,
+    text,
+)
+from exporter.flags import (
+    build_parser as _build_parser,
+)
 
-ENV_PREFIX = "GPUSCOPE_"
-
-
-class ConfigError(Exception):
-    """A bad flag or environment value; ``str()`` is the single line to show the user."""
+__all__ = ["Config", "ConfigError", "build_parser", "parse_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,23 +72,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, port
 
 
-def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"expected a number of seconds, got {value!r}") from None
-    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
-    return seconds
 
 
-def boolean(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
 
 
 def cloudwatch_namespace(value: str) -> str:
@@ -149,17 +141,8 @@ def instance_id(value: str) -> str:
     return value
 
 
-def choice(*options: str) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
-        return value
-
-    return check
 
 
-def text(value: str) -> str:
-    return value
 
 
 def names(value: str) -> tuple[str, ...]:
@@ -171,99 +154,57 @@ def names(value: str) -> tuple[str, ...]:
     return items
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(message)
-
-
-@dataclass(frozen=True)
-class _Flag:
-    flag: str
-    convert: Callable[[str], Any]
-    default: str | None
-    help: str
-    boolean: bool = False
-
-    @property
-    def dest(self) -> str:
-        return self.flag.removeprefix("--").replace("-", "_")
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.dest.upper()
-
-
-_FLAGS: tuple[_Flag, ...] = (
-    _Flag("--listen", parse_listen, "0.0.0.0:9400",
+_FLAGS: tuple[Flag, ...] = (
+    Flag("--listen", parse_listen, "0.0.0.0:9400",
           "HOST:PORT to serve /metrics, /healthz, /readyz"),
-    _Flag("--interval", positive_seconds, "1", "sampling interval in seconds"),
-    _Flag("--source", choice("nvml", "simulated"), "nvml", "where samples come from"),
-    _Flag("--scenario", text, None, "YAML scenario for --source simulated (default: built-in)"),
-    _Flag("--node-name", text, None, "this node's name (default: $NODE_NAME, else the hostname)"),
-    _Flag("--instance-type", text, None, "instance type when node labels are unavailable"),
-    _Flag("--process-metrics", boolean, "false", "also export per-process series (cardinality!)",
+    Flag("--interval", positive_seconds, "1", "sampling interval in seconds"),
+    Flag("--source", choice("nvml", "simulated"), "nvml", "where samples come from"),
+    Flag("--scenario", text, None, "YAML scenario for --source simulated (default: built-in)"),
+    Flag("--node-name", text, None, "this node's name (default: $NODE_NAME, else the hostname)"),
+    Flag("--instance-type", text, None, "instance type when node labels are unavailable"),
+    Flag("--process-metrics", boolean, "false", "also export per-process series (cardinality!)",
           boolean=True),
-    _Flag("--kubelet-socket", text, "/var/lib/kubelet/pod-resources/kubelet.sock",
+    Flag("--kubelet-socket", text, "/var/lib/kubelet/pod-resources/kubelet.sock",
           "kubelet PodResources v1 socket (which container holds which GPU)"),
-    _Flag("--proc-root", text, "/proc", "host /proc (PID to container via cgroups)"),
-    _Flag("--kubeconfig", text, None,
+    Flag("--proc-root", text, "/proc", "host /proc (PID to container via cgroups)"),
+    Flag("--kubeconfig", text, None,
           "kubeconfig for pod/node names (default: in-cluster config; neither: names off)"),
-    _Flag("--gpu-resources", names, "",
+    Flag("--gpu-resources", names, "",
           "extra GPU resource names besides nvidia.com/gpu, nvidia.com/gpu.shared, "
           "nvidia.com/mig-* (comma-separated; a trailing * matches a prefix)"),
-    _Flag("--log-level", choice("debug", "info", "warning", "error"), "info", "log verbosity"),
-    _Flag("--cloudwatch", boolean, "false",
+    Flag("--log-level", log_level, "info", "log verbosity"),
+    Flag("--cloudwatch", boolean, "false",
           "publish to CloudWatch (boto3 default credentials: IRSA, instance profile, env)",
           boolean=True),
-    _Flag("--cloudwatch-namespace", cloudwatch_namespace, "CWAgent", "CloudWatch namespace"),
-    _Flag("--cloudwatch-region", aws_region, None,
+    Flag("--cloudwatch-namespace", cloudwatch_namespace, "CWAgent", "CloudWatch namespace"),
+    Flag("--cloudwatch-region", aws_region, None,
           "AWS region (default: the AWS environment, e.g. AWS_REGION)"),
-    _Flag("--cloudwatch-endpoint-url", endpoint_url, None,
+    Flag("--cloudwatch-endpoint-url", endpoint_url, None,
           "CloudWatch endpoint (VPC endpoints, tests)"),
-    _Flag("--cloudwatch-interval", publish_interval, "60",
+    Flag("--cloudwatch-interval", publish_interval, "60",
           "seconds aggregated into one datum per series (one flush per interval)"),
-    _Flag("--cloudwatch-dry-run", boolean, "false",
+    Flag("--cloudwatch-dry-run", boolean, "false",
           "print the datums as JSON lines on stdout instead of sending them (no AWS call)",
           boolean=True),
-    _Flag("--cloudwatch-buffer", buffer_seconds, "1800",
+    Flag("--cloudwatch-buffer", buffer_seconds, "1800",
           "seconds of data kept while CloudWatch is unreachable; older data is dropped"),
-    _Flag("--cloudwatch-device-dimensions", choice("agent", "extended", "both"), "both",
+    Flag("--cloudwatch-device-dimensions", choice("agent", "extended", "both"), "both",
           "device dimension sets: agent (host,index,name,arch), extended (plus InstanceId, "
           "InstanceType, ClusterName), or both"),
-    _Flag("--cluster-name", dimension_value, None,
+    Flag("--cluster-name", dimension_value, None,
           "cluster name (ClusterName dimension; pod and node rollups need it)"),
-    _Flag("--instance-id", instance_id, None,
+    Flag("--instance-id", instance_id, None,
           "EC2 instance ID for the InstanceId dimension, or imds to ask instance metadata"),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="gpuscope-exporter",
-        description=(
-            "GPU metrics exporter: NVML (or a simulated fleet) to Prometheus and CloudWatch."
-        ),
-        epilog="Every flag can also be set as GPUSCOPE_<FLAG>, e.g. GPUSCOPE_INTERVAL=5.",
+    return _build_parser(
+        "gpuscope-exporter",
+        "GPU metrics exporter: NVML (or a simulated fleet) to Prometheus and CloudWatch.",
+        "Every flag can also be set as GPUSCOPE_<FLAG>, e.g. GPUSCOPE_INTERVAL=5.",
+        _FLAGS,
     )
-    for f in _FLAGS:
-        if f.boolean:
-            parser.add_argument(
-                f.flag, dest=f.dest, action=argparse.BooleanOptionalAction, default=None,
-                help=f"{f.help} [env {f.env}]",
-            )
-        else:
-            parser.add_argument(
-                f.flag, dest=f.dest, metavar=f.dest.upper(), default=None,
-                help=f"{f.help} [env {f.env}; default {f.default}]",
-            )
-    return parser
-
-
-def _convert(f: _Flag, raw: str, origin: str) -> Any:
-    try:
-        return f.convert(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{origin}: {exc}") from None
 
 
 def parse_config(
@@ -273,20 +214,7 @@ def parse_config(
 ) -> Config:
     """Flags win over ``GPUSCOPE_*`` variables, which win over defaults."""
     env = os.environ if environ is None else environ
-    args = build_parser().parse_args(argv)
-    values: dict[str, Any] = {}
-    for f in _FLAGS:
-        given = getattr(args, f.dest)
-        if f.boolean and given is not None:
-            values[f.dest] = given
-        elif given is not None:
-            values[f.dest] = _convert(f, given, f.flag)
-        elif f.env in env:
-            values[f.dest] = _convert(f, env[f.env], f.env)
-        elif f.default is not None:
-            values[f.dest] = f.convert(f.default)
-        else:
-            values[f.dest] = None
+    values, _ = read_flags(build_parser(), _FLAGS, argv, env)
 
     host, port = values.pop("listen")
     if values["scenario"] is not None and values["source"] != "simulated":

@@ -1,0 +1,173 @@
+"""Flag machinery shared by ``gpuscope-exporter`` and ``gpuscope-dashboard``.
+
+Flags are declared as data (:class:`Flag`); :func:`read_flags` resolves each one from the
+command line, else ``GPUSCOPE_<FLAG>``, else its default, converting with the flag's own
+function. Any bad value raises :class:`ConfigError` whose text is one line naming the flag
+or variable; :func:`run_main` prints it as ``<prog>: error: ...`` and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, NoReturn, TypeVar
+
+ENV_PREFIX = "GPUSCOPE_"
+
+C = TypeVar("C")
+
+
+class ConfigError(Exception):
+    """A bad flag or environment value; ``str()`` is the single line to show the user."""
+
+
+class StartupError(Exception):
+    """Bad input found while starting (a scenario or price file, a busy port); one line."""
+
+
+# -- converters: str -> value, ValueError with a short reason on bad input ------------------
+def positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):  # also rejects nan
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def choice(*options: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return value
+
+    return check
+
+
+def text(value: str) -> str:
+    return value
+
+
+log_level = choice("debug", "info", "warning", "error")
+
+
+# -- declaration and parsing ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Flag:
+    flag: str
+    convert: Callable[[str], Any]
+    default: str | None
+    help: str
+    boolean: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def build_parser(
+    prog: str, description: str, epilog: str, flags: Sequence[Flag]
+) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=description, epilog=epilog)
+    for f in flags:
+        if f.boolean:
+            parser.add_argument(f.flag, dest=f.dest, action=argparse.BooleanOptionalAction,
+                                default=None, help=f"{f.help} [env {f.env}]")
+        else:
+            default = f"; default {f.default}" if f.default else ""
+            parser.add_argument(f.flag, dest=f.dest, metavar=f.dest.upper(), default=None,
+                                help=f"{f.help} [env {f.env}{default}]")
+    return parser
+
+
+def read_flags(
+    parser: argparse.ArgumentParser,
+    flags: Sequence[Flag],
+    argv: Sequence[str] | None,
+    environ: Mapping[str, str] | None,
+) -> tuple[dict[str, Any], set[str]]:
+    """Values by ``dest`` (flag > ``GPUSCOPE_*`` > default) and the dests set explicitly.
+    An empty environment variable counts as unset, except for booleans (empty = false)."""
+    env = os.environ if environ is None else environ
+    args = parser.parse_args(argv)
+    values: dict[str, Any] = {}
+    explicit: set[str] = set()
+    for f in flags:
+        given = getattr(args, f.dest)
+        origin, raw = None, None
+        if given is not None:
+            explicit.add(f.dest)
+            if f.boolean:
+                values[f.dest] = given
+                continue
+            origin, raw = f.flag, given
+        elif f.env in env and (env[f.env] != "" or f.boolean):
+            explicit.add(f.dest)
+            origin, raw = f.env, env[f.env]
+        if raw is None:
+            values[f.dest] = f.convert(f.default) if f.default is not None else None
+            continue
+        try:
+            values[f.dest] = f.convert(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+    return values, explicit
+
+
+def run_main(
+    prog: str,
+    parse: Callable[[Sequence[str] | None], C],
+    level_of: Callable[[C], str],
+    run: Callable[[C, threading.Event], int],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse, set up logging, stop on SIGTERM/SIGINT, and turn :class:`ConfigError` and
+    :class:`StartupError` into one ``<prog>: error: ...`` line and exit code 2."""
+    try:
+        cfg = parse(argv)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=level_of(cfg).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return run(cfg, stop)
+    except StartupError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
