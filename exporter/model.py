@@ -85,6 +85,24 @@ class DeviceSample:
         return self.parent_uuid is not None
 
 
+#: The measurement fields of :class:`DeviceSample` (all None when the device is down).
+MEASUREMENTS: tuple[str, ...] = (
+    "utilization_ratio",
+    "memory_utilization_ratio",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "energy_joules",
+    "sm_clock_hertz",
+    "memory_clock_hertz",
+    "fan_speed_ratio",
+    "ecc_corrected_errors",
+    "ecc_uncorrected_errors",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PartResult:
     """Success and duration of one part of the work (node_exporter's per-collector

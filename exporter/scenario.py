@@ -33,7 +33,7 @@ from typing import Literal, NoReturn, TypeVar
 
 import yaml
 
-from exporter.model import ProcessKind
+from exporter.model import MEASUREMENTS, ProcessKind
 
 __all__ = [
     "DEFAULT_SCENARIO_NAME",
@@ -77,23 +77,7 @@ QosClass = Literal["guaranteed", "burstable", "besteffort"]
 #: Names accepted in ``unsupported:`` lists and ``not_supported`` faults. All but the last
 #: two are :class:`~exporter.model.DeviceSample` fields; ``process_utilization`` and
 #: ``process_memory`` blank the per-process ``sm_utilization_ratio`` / ``memory_used_bytes``.
-DEVICE_FIELDS: tuple[str, ...] = (
-    "utilization_ratio",
-    "memory_utilization_ratio",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "temperature_celsius",
-    "power_watts",
-    "power_limit_watts",
-    "energy_joules",
-    "sm_clock_hertz",
-    "memory_clock_hertz",
-    "fan_speed_ratio",
-    "ecc_corrected_errors",
-    "ecc_uncorrected_errors",
-    "process_utilization",
-    "process_memory",
-)
+DEVICE_FIELDS: tuple[str, ...] = (*MEASUREMENTS, "process_utilization", "process_memory")
 
 #: How the built-in scenario is named in error messages and logs.
 DEFAULT_SCENARIO_NAME = "exporter/scenarios/default.yaml"

@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.model import DeviceSample, ProcessSample, Snapshot, XidCount
+from exporter.model import MEASUREMENTS, DeviceSample, ProcessSample, Snapshot, XidCount
 from exporter.nvml import NvmlSource
 from tests.exporter.fake_nvml import (
     GIB,
@@ -105,21 +105,6 @@ def parts(snap: Snapshot) -> dict[str, bool]:
     return {p.name: p.success for p in snap.parts}
 
 
-MEASUREMENTS = (
-    "utilization_ratio",
-    "memory_utilization_ratio",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "temperature_celsius",
-    "power_watts",
-    "power_limit_watts",
-    "energy_joules",
-    "sm_clock_hertz",
-    "memory_clock_hertz",
-    "fan_speed_ratio",
-    "ecc_corrected_errors",
-    "ecc_uncorrected_errors",
-)
 
 
 def assert_no_measurements(dev: DeviceSample) -> None:
