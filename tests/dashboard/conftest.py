@@ -3,12 +3,16 @@ dashboard as a real ``gpuscope-dashboard --demo`` process."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 import requests
@@ -104,3 +108,36 @@ def demo_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboa
         yield proc
     finally:
         proc.stop()
+
+
+class _RecordingPrometheus(BaseHTTPRequestHandler):
+    """A Prometheus HTTP API that answers every query with an empty result and records it."""
+
+    queries: list[str] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        form = parse_qs(self.rfile.read(length).decode())
+        self.queries.append(form["query"][0])
+        kind = "matrix" if self.path.endswith("query_range") else "vector"
+        body = json.dumps({"status": "success", "data": {"resultType": kind, "result": []}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recording_prometheus() -> Iterator[tuple[str, list[str]]]:
+    """(base URL, the PromQL queries it received, in order)."""
+    queries: list[str] = []
+    handler = type("H", (_RecordingPrometheus,), {"queries": queries})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", queries
+    server.shutdown()
+    server.server_close()

@@ -7,11 +7,7 @@ a page whose backend fails mid-way shows a banner over the last data.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs
 
 import pytest
 from playwright.sync_api import Page
@@ -136,24 +132,6 @@ def test_pod_drill_down_and_window_selector(page: Page, demo_dashboard: Dashboar
 # -- Prometheus mode: injection through the UI -------------------------------------------------
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    queries: list[str]
-
-    def do_POST(self) -> None:
-        form = parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
-        self.queries.append(form["query"][0])
-        kind = "matrix" if self.path.endswith("query_range") else "vector"
-        body = json.dumps({"status": "success", "data": {"resultType": kind, "result": []}})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def serve() -> Iterator[Callable[[DashboardService, float], str]]:
     servers: list[DashboardServer] = []
@@ -170,32 +148,28 @@ def serve() -> Iterator[Callable[[DashboardService, float], str]]:
 
 
 def test_promql_injection_through_the_namespace_filter_is_harmless(
-    page: Page, serve: Callable[[DashboardService, float], str]
+    page: Page,
+    serve: Callable[[DashboardService, float], str],
+    recording_prometheus: tuple[str, list[str]],
 ) -> None:
-    queries: list[str] = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("R", (_Recorder,), {"queries": queries}))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        prom = PrometheusData(f"http://127.0.0.1:{httpd.server_port}")
-        url = serve(DashboardService(prom, bundled_prices()), 30.0)
-        open_page(page, url)
-        assert len(queries) == 6  # first round only: an empty fleet needs no second
-        page.fill(f"#{ids.NAMESPACE_FILTER}", INJECTION)
-        page.press(f"#{ids.NAMESPACE_FILTER}", "Enter")
-        banner = page.locator(f"#{ids.BANNER}")
-        banner.wait_for(state="visible")
-        assert "Namespace filter ignored: not a Kubernetes namespace name" in banner.inner_text()
-        assert "vector(1)" not in "".join(queries)
-        # A valid namespace goes through, quoted.
-        page.fill(f"#{ids.NAMESPACE_FILTER}", "ml-train")
-        page.press(f"#{ids.NAMESPACE_FILTER}", "Enter")
-        banner.wait_for(state="hidden")
-        assert any('namespace="ml-train"' in q for q in queries)
-        assert "Traceback" not in page.content()
-        prom.close()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    base, queries = recording_prometheus
+    prom = PrometheusData(base)
+    url = serve(DashboardService(prom, bundled_prices()), 30.0)
+    open_page(page, url)
+    assert len(queries) == 6  # first round only: an empty fleet needs no second
+    page.fill(f"#{ids.NAMESPACE_FILTER}", INJECTION)
+    page.press(f"#{ids.NAMESPACE_FILTER}", "Enter")
+    banner = page.locator(f"#{ids.BANNER}")
+    banner.wait_for(state="visible")
+    assert "Namespace filter ignored: not a Kubernetes namespace name" in banner.inner_text()
+    assert "vector(1)" not in "".join(queries)
+    # A valid namespace goes through, quoted.
+    page.fill(f"#{ids.NAMESPACE_FILTER}", "ml-train")
+    page.press(f"#{ids.NAMESPACE_FILTER}", "Enter")
+    banner.wait_for(state="hidden")
+    assert any('namespace="ml-train"' in q for q in queries)
+    assert "Traceback" not in page.content()
+    prom.close()
 
 
 class _Switchable:

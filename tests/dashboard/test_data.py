@@ -3,12 +3,6 @@ windows, and the embedded store's bounds and bucketing."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from urllib.parse import parse_qs
-
 import pytest
 
 from dashboard.data import (
@@ -96,39 +90,6 @@ def test_window_step_divides_the_window() -> None:
     assert len(w.times()) == 121 and w.times()[0] == w.start and w.times()[-1] == w.end
     assert make_window(900, 0.0, min_step=15, max_points=120).step == 15.0
     assert make_window(7 * 86400, 0.0, min_step=15, max_points=120).step == 5040.0
-
-
-class _RecordingPrometheus(BaseHTTPRequestHandler):
-    """Answers every query with an empty result and records it."""
-
-    queries: list[str] = []
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", 0))
-        form = parse_qs(self.rfile.read(length).decode())
-        self.queries.append(form["query"][0])
-        kind = "matrix" if self.path.endswith("query_range") else "vector"
-        body = json.dumps({"status": "success", "data": {"resultType": kind, "result": []}})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def recording_prometheus() -> Iterator[tuple[str, list[str]]]:
-    queries: list[str] = []
-    handler = type("H", (_RecordingPrometheus,), {"queries": queries})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", queries
-    server.shutdown()
-    server.server_close()
 
 
 def test_injection_through_the_data_layer_is_rejected_before_any_query(

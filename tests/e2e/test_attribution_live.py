@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pynvml
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,7 +47,7 @@ from exporter.podresources import client as podresources_client
 from exporter.podresources import podresources_v1_pb2 as pb2
 from exporter.sampler import Sampler
 from tests.conftest import free_port
-from tests.exporter.fake_nvml import GIB, MIB, FakeGpu, FakeMigSlice, FakeNvml
+from tests.exporter.fake_nvml import GIB, MIB, FakeGpu, FakeMigSlice, FakeNvml, restored_pynvml
 from tests.exporter.podresources.test_client import (
     FakeKubelet,
     KubeletServer,
@@ -491,17 +490,8 @@ class Bench:
 
 @pytest.fixture(autouse=True)
 def pynvml_state() -> Iterator[None]:
-    """NvmlSource installs the NVML double as pynvml's library: restore pynvml afterwards."""
-    saved_lib = pynvml.nvmlLib
-    saved_cache = dict(pynvml._nvmlGetFunctionPointer_cache)
-    saved_refcount = pynvml._nvmlLib_refcount
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    yield
-    pynvml.nvmlLib = saved_lib
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    pynvml._nvmlGetFunctionPointer_cache.update(saved_cache)
-    pynvml._nvmlLib_refcount = saved_refcount
+    with restored_pynvml():
+        yield
 
 
 @pytest.fixture(autouse=True)

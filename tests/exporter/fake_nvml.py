@@ -30,6 +30,7 @@ also serves the benchmark (8 GPUs x 64 processes).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import functools
 import threading
@@ -784,3 +785,22 @@ class FakeNvml:
 
 def _error_string(code: int) -> bytes:
     return f"NVML error {code}".encode()
+
+
+@contextlib.contextmanager
+def restored_pynvml() -> Iterator[None]:
+    """Run with pynvml's module state (library, function-pointer cache, refcount) emptied, and
+    put it back afterwards: NvmlSource installs the double as pynvml's library, and other
+    tests must not see it."""
+    saved_lib = pynvml.nvmlLib
+    saved_cache = dict(pynvml._nvmlGetFunctionPointer_cache)
+    saved_refcount = pynvml._nvmlLib_refcount
+    pynvml.nvmlLib = None
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    try:
+        yield
+    finally:
+        pynvml.nvmlLib = saved_lib
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlGetFunctionPointer_cache.update(saved_cache)
+        pynvml._nvmlLib_refcount = saved_refcount

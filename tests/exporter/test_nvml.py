@@ -24,6 +24,7 @@ from tests.exporter.fake_nvml import (
     NO_PERMISSION,
     UNKNOWN,
     FakeNvml,
+    restored_pynvml,
 )
 
 T0 = 1_700_000_000.0  # wall clock at the start of every test, seconds
@@ -45,16 +46,8 @@ class FakeClock:
 
 @pytest.fixture(autouse=True)
 def pynvml_state() -> Iterator[None]:
-    saved_lib = pynvml.nvmlLib
-    saved_cache = dict(pynvml._nvmlGetFunctionPointer_cache)
-    saved_refcount = pynvml._nvmlLib_refcount
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    yield
-    pynvml.nvmlLib = saved_lib
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    pynvml._nvmlGetFunctionPointer_cache.update(saved_cache)
-    pynvml._nvmlLib_refcount = saved_refcount
+    with restored_pynvml():
+        yield
 
 
 @pytest.fixture
