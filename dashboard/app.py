@@ -38,6 +38,12 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
             service.prefetch()
 
     app.server.before_request(prefetch_on_page_request)
+
+    def healthz() -> tuple[str, int, dict[str, str]]:
+        # For probes: answers without credentials when --basic-auth-file is on.
+        return "ok\n", 200, {"Content-Type": "text/plain; charset=utf-8"}
+
+    app.server.add_url_rule("/healthz", "healthz", healthz)
     register_callbacks(app, service)
     return app
 

@@ -49,6 +49,7 @@ class Config:
     refresh: float
     scrape_interval: float
     log_level: str
+    basic_auth_file: str | None
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -93,6 +94,8 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--scrape-interval", positive_seconds, "15",
           "embedded mode: seconds between scrapes of the targets (demo: 5)"),
     Flag("--log-level", log_level, "info", "debug, info, warning or error"),
+    Flag("--basic-auth-file", str, None, "require HTTP basic auth: file of user:HASH lines "
+          "(make them with: python -m dashboard.auth hash USER)"),
 )
 
 
@@ -131,6 +134,14 @@ def run(cfg: Config, stop: threading.Event,
     from dashboard.app import DashboardServer, create_app
     from dashboard.service import DashboardService
 
+    auth = None
+    if cfg.basic_auth_file is not None:
+        from dashboard.auth import AuthFileError, load_credentials
+
+        try:
+            auth = load_credentials(cfg.basic_auth_file)
+        except AuthFileError as exc:
+            raise StartupError(f"--basic-auth-file {exc}") from None
     try:
         prices: PriceTable = load_prices(cfg.prices)
     except PriceError as exc:
@@ -160,6 +171,11 @@ def run(cfg: Config, stop: threading.Event,
     service.keep_warm(cfg.refresh)
     cleanup.insert(0, service.close)
     app = create_app(service, refresh_seconds=cfg.refresh)
+    if auth is not None:
+        from dashboard.auth import install
+
+        install(app.server, auth)
+        log.info("basic auth on: %d user(s) from %s", len(auth.users), cfg.basic_auth_file)
     try:
         server = DashboardServer(app, cfg.listen_host, cfg.listen_port)
     except OSError as exc:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from exporter.cardinality import CONTAINER_FAMILY, DroppedSeries, cap_containers
 from exporter.cgroups import ContainerRef
 from exporter.kube_model import MetadataSnapshot, NodeInfo
 from exporter.model import DeviceSample, PartResult, Snapshot
@@ -254,9 +255,14 @@ class Attributor:
         *,
         node_fallback: NodeInfo | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        max_containers: int | None = None,
+        dropped: DroppedSeries | None = None,
     ) -> None:
         self._inputs = inputs
         self._node_fallback = node_fallback
+        # --max-container-series (exporter/cardinality.py); drops are counted in `dropped`.
+        self._max_containers = max_containers
+        self._dropped = dropped if dropped is not None else DroppedSeries()
         self._monotonic = monotonic
         self._latest: Attribution | None = None
         self._lock = threading.Lock()
@@ -275,6 +281,9 @@ class Attributor:
                 self._inputs.metadata(),
                 node_fallback=self._node_fallback,
             )
+            if self._max_containers is not None:
+                result, left_out = cap_containers(result, self._max_containers)
+                self._dropped.add(CONTAINER_FAMILY, left_out)
             ok = True
         except Exception:  # never let attribution stop device metrics
             log.exception("attribution failed")

@@ -8,6 +8,7 @@ process: they show up in ``gpu_up``, ``gpu_exporter_nvml_up`` and ``/readyz``.
 from __future__ import annotations
 
 import logging
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 from prometheus_client import CollectorRegistry
 
 from exporter.attribution import AttributionInputs, Attributor, LiveInputs
+from exporter.cardinality import DroppedSeries, ProcessSeriesCap
 from exporter.collectors.container import ContainerCollector
 from exporter.collectors.exporter import ExporterCollector
 from exporter.collectors.gpu import GpuCollector
@@ -23,8 +25,8 @@ from exporter.config import Config, parse_config
 from exporter.flags import StartupError, run_main
 from exporter.kube_model import NodeInfo
 from exporter.model import Source
-from exporter.sampler import Sampler
-from exporter.server import ExporterServer
+from exporter.sampler import Listener, Sampler
+from exporter.server import ExporterServer, TLSError, tls_context
 
 if TYPE_CHECKING:  # the CloudWatch sink (and boto3) is imported only when switched on
     from exporter.cloudwatch import CloudWatchSink
@@ -107,13 +109,18 @@ def build_cloudwatch(cfg: Config, attributor: Attributor) -> CloudWatchSink | No
 def build_registry(
     cfg: Config, sampler: Sampler, attributor: Attributor,
     cloudwatch: CloudWatchSink | None = None,
+    *, process_cap: ProcessSeriesCap | None = None, dropped: DroppedSeries | None = None,
 ) -> CollectorRegistry:
     # Our own registry, never the global one: no process/platform collectors we did not ask
     # for, and tests can build as many exporters as they like in one process.
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(sampler.latest, process_metrics=cfg.process_metrics))
+    registry.register(GpuCollector(sampler.latest, process_metrics=cfg.process_metrics,
+                                   process_cap=process_cap))
     registry.register(ContainerCollector(attributor.latest))
-    registry.register(ExporterCollector(sampler, extra_parts=(attributor.parts,)))
+    registry.register(ExporterCollector(
+        sampler, extra_parts=(attributor.parts,),
+        dropped_series=dropped.totals if dropped is not None else None,
+    ))
     if cloudwatch is not None:
         from exporter.collectors.cloudwatch import CloudWatchCollector
 
@@ -121,10 +128,24 @@ def build_registry(
     return registry
 
 
+def build_tls(cfg: Config) -> ssl.SSLContext | None:
+    """The TLS context for the endpoints with ``--tls-cert-file`` (docs/security.md), else
+    None; an unusable file is a one-line startup error."""
+    if cfg.tls_cert_file is None or cfg.tls_key_file is None:
+        return None
+    try:
+        return tls_context(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file)
+    except TLSError as exc:
+        raise StartupError(str(exc)) from None
+
+
 def run(cfg: Config, stop: threading.Event) -> int:
+    ssl_context = build_tls(cfg)  # first: nothing to clean up when a file is bad
     source, inputs = build_source(cfg)
+    dropped = DroppedSeries()
     attributor = Attributor(
-        inputs, node_fallback=NodeInfo(instance_type=cfg.instance_type or "")
+        inputs, node_fallback=NodeInfo(instance_type=cfg.instance_type or ""),
+        max_containers=cfg.max_container_series, dropped=dropped,
     )
     try:
         cloudwatch = build_cloudwatch(cfg, attributor)
@@ -133,18 +154,38 @@ def run(cfg: Config, stop: threading.Event) -> int:
         source.close()
         raise
     # The sink runs after the attributor, so it reads the attribution of the same round.
-    listeners = (attributor,) if cloudwatch is None else (attributor, cloudwatch)
+    listeners: tuple[Listener, ...] = (attributor,)
+    if cloudwatch is not None:
+        listeners += (cloudwatch,)
+    process_cap = None
+    if cfg.process_metrics:
+        process_cap = ProcessSeriesCap(cfg.max_process_series, dropped)
+        listeners += (process_cap,)
     sampler = Sampler(source, cfg.interval, listeners=listeners)
-    registry = build_registry(cfg, sampler, attributor, cloudwatch)
+    registry = build_registry(cfg, sampler, attributor, cloudwatch,
+                              process_cap=process_cap, dropped=dropped)
     try:
         server = ExporterServer(
-            cfg.listen_host, cfg.listen_port, registry, sampler.alive, sampler.ready
+            cfg.listen_host, cfg.listen_port, registry, sampler.alive, sampler.ready,
+            ssl_context=ssl_context,
         )
     except OSError as exc:
         attributor.close()
         source.close()
         raise StartupError(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}: "
                            f"{exc.strerror or exc}") from None
+    probes = None
+    if cfg.probe_listen is not None:  # plain-HTTP /healthz and /readyz for the kubelet
+        probe_host, probe_port = cfg.probe_listen
+        try:
+            probes = ExporterServer(probe_host, probe_port, registry, sampler.alive,
+                                    sampler.ready, probes_only=True)
+        except OSError as exc:
+            server.stop()
+            attributor.close()
+            source.close()
+            raise StartupError(f"--probe-listen: cannot listen on {probe_host}:{probe_port}: "
+                               f"{exc.strerror or exc}") from None
     sampler.start()
     if cloudwatch is not None:
         cloudwatch.start()
@@ -153,6 +194,12 @@ def run(cfg: Config, stop: threading.Event) -> int:
         "serving on %s:%d, source=%s, interval=%gs, node=%s",
         cfg.listen_host, server.port, cfg.source, cfg.interval, cfg.node_name,
     )
+    if ssl_context is not None:
+        log.info("TLS on%s", ", client certificates required" if cfg.tls_client_ca_file
+                 else "")
+    if probes is not None:
+        probes.start()
+        log.info("/healthz and /readyz also over plain HTTP on port %d", probes.port)
     if cloudwatch is not None:
         log.info(
             "CloudWatch: namespace %s, every %gs%s", cfg.cloudwatch_namespace,
@@ -162,6 +209,8 @@ def run(cfg: Config, stop: threading.Event) -> int:
     stop.wait()
     log.info("shutting down")
     server.stop()
+    if probes is not None:
+        probes.stop()
     sampler.stop()
     if cloudwatch is not None:
         # No more samples: close the open interval and send what is buffered, bounded by

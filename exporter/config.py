@@ -58,6 +58,14 @@ class Config:
     cloudwatch_device_dimensions: str
     cluster_name: str | None
     instance_id: str | None
+    # Cardinality caps (exporter/cardinality.py)
+    max_process_series: int
+    max_container_series: int
+    # TLS for the endpoints (docs/security.md)
+    tls_cert_file: str | None
+    tls_key_file: str | None
+    tls_client_ca_file: str | None
+    probe_listen: tuple[str, int] | None
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -145,6 +153,17 @@ def instance_id(value: str) -> str:
 
 
 
+def series_cap(value: str) -> int:
+    """A cap on label sets: an integer 1..1,000,000."""
+    text = value.strip()
+    if not text.isdigit():
+        raise ValueError(f"expected a whole number of series, got {value!r}")
+    number = int(text)
+    if not 1 <= number <= 1_000_000:
+        raise ValueError(f"expected 1 to 1000000, got {number}")
+    return number
+
+
 def names(value: str) -> tuple[str, ...]:
     """A comma-separated list, e.g. extended resource names ``example.com/gpu,acme/mig-*``."""
     items = tuple(v.strip() for v in value.split(",") if v.strip())
@@ -172,6 +191,11 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--gpu-resources", names, "",
           "extra GPU resource names besides nvidia.com/gpu, nvidia.com/gpu.shared, "
           "nvidia.com/mig-* (comma-separated; a trailing * matches a prefix)"),
+    Flag("--max-process-series", series_cap, "2000",
+          "most per-process series (--process-metrics) per node; the processes holding the "
+          "most device memory are kept, the rest counted in gpu_exporter_series_dropped_total"),
+    Flag("--max-container-series", series_cap, "2000",
+          "most (container, device) rows of container_gpu_* per node; allocated rows first"),
     Flag("--log-level", log_level, "info", "log verbosity"),
     Flag("--cloudwatch", boolean, "false",
           "publish to CloudWatch (boto3 default credentials: IRSA, instance profile, env)",
@@ -195,6 +219,14 @@ _FLAGS: tuple[Flag, ...] = (
           "cluster name (ClusterName dimension; pod and node rollups need it)"),
     Flag("--instance-id", instance_id, None,
           "EC2 instance ID for the InstanceId dimension, or imds to ask instance metadata"),
+    Flag("--tls-cert-file", text, None,
+          "PEM certificate (chain): serve every endpoint over TLS (with --tls-key-file)"),
+    Flag("--tls-key-file", text, None, "PEM private key of --tls-cert-file"),
+    Flag("--tls-client-ca-file", text, None,
+          "PEM CA certificate(s): require client certificates signed by them"),
+    Flag("--probe-listen", parse_listen, None,
+          "HOST:PORT to also serve /healthz and /readyz, and nothing else, over plain HTTP "
+          "(kubelet probes cannot present a client certificate)"),
 )
 
 
@@ -221,5 +253,9 @@ def parse_config(
         raise ConfigError("--scenario only applies to --source simulated")
     if values["cloudwatch_dry_run"] and not values["cloudwatch"]:
         raise ConfigError("--cloudwatch-dry-run only applies with --cloudwatch")
+    if (values["tls_cert_file"] is None) != (values["tls_key_file"] is None):
+        raise ConfigError("--tls-cert-file and --tls-key-file go together: give both or neither")
+    if values["tls_client_ca_file"] is not None and values["tls_cert_file"] is None:
+        raise ConfigError("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
     node_name = values.pop("node_name") or env.get("NODE_NAME") or hostname()
     return Config(listen_host=host, listen_port=port, node_name=node_name, **values)

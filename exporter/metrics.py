@@ -197,6 +197,12 @@ _SPECS: tuple[MetricSpec, ...] = (
         "exporter",
     ),
     MetricSpec(
+        "gpu_exporter_series_dropped_total", "counter",
+        "Label sets left out of /metrics by a cardinality cap, summed over sampling rounds: "
+        "gpu_process (--max-process-series), container_gpu (--max-container-series).",
+        "series", ("family",), "exporter",
+    ),
+    MetricSpec(
         "gpu_exporter_cloudwatch_datums_sent_total", "counter",
         "Datums CloudWatch accepted (PutMetricData). Only with --cloudwatch.", "datums", (),
         "CloudWatch sink",

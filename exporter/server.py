@@ -10,6 +10,12 @@ when it prefers OpenMetrics (Prometheus does: ``text/plain;version=0.0.4;q=0.5``
 encoder costs about 60 % more than its text encoder, which :mod:`exporter.exposition` beats
 again by about 2x with byte-identical output. OpenMetrics is served only to a client that
 accepts nothing else.
+
+With a certificate and key (``--tls-cert-file``, ``--tls-key-file``) every endpoint is served
+over TLS 1.2 or newer, and with ``--tls-client-ca-file`` only to clients presenting a
+certificate signed by that CA. The handshake runs in the connection's own thread with a
+timeout, never in the accept loop, so a client that connects and sends nothing cannot hold up
+other scrapes. Certificates are read once at start: a restart picks up rotated files.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ import contextlib
 import gzip
 import logging
 import socket
+import ssl
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -61,6 +70,65 @@ def _accepts_text_004(accept: str) -> bool:
     return False
 
 
+#: Seconds a client has, after connecting, to complete the TLS handshake.
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+class TLSError(Exception):
+    """A certificate, key or CA file that cannot be used; ``str()`` is one line."""
+
+
+def _refuse_password() -> str:
+    # Called by OpenSSL for an encrypted key; without it OpenSSL would prompt on the terminal.
+    raise TLSError("--tls-key-file: encrypted private keys are not supported")
+
+
+def _read(flag: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise TLSError(f"{flag} {path}: {exc.strerror or exc}") from None
+
+
+def tls_context(
+    cert_file: str, key_file: str, client_ca_file: str | None = None
+) -> ssl.SSLContext:
+    """A server context for TLS 1.2 or newer with this certificate (chain) and key; with
+    ``client_ca_file``, a client certificate signed by that CA is required. Files are PEM;
+    cert and key may be the same file. Raises :class:`TLSError` with one line."""
+    if b"-----BEGIN CERTIFICATE-----" not in _read("--tls-cert-file", cert_file):
+        raise TLSError(f"--tls-cert-file {cert_file}: no PEM certificate in it")
+    if b"PRIVATE KEY-----" not in _read("--tls-key-file", key_file):
+        raise TLSError(f"--tls-key-file {key_file}: no PEM private key in it")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
+    try:
+        ctx.load_cert_chain(cert_file, key_file, password=_refuse_password)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise TLSError(f"--tls-key-file {key_file} is not the key of the certificate in "
+                           f"--tls-cert-file {cert_file}") from None
+        raise TLSError(f"--tls-cert-file {cert_file}, --tls-key-file {key_file}: cannot load "
+                       f"them: {exc.reason or exc}") from None
+    except OSError as exc:  # removed or unreadable since it was read above
+        raise TLSError(f"--tls-cert-file {cert_file}, --tls-key-file {key_file}: "
+                       f"{exc.strerror or exc}") from None
+    if client_ca_file is not None:
+        _read("--tls-client-ca-file", client_ca_file)
+        try:
+            ctx.load_verify_locations(cafile=client_ca_file)
+        except ssl.SSLError as exc:
+            raise TLSError(f"--tls-client-ca-file {client_ca_file}: no usable PEM CA "
+                           f"certificate in it ({exc.reason or exc})") from None
+        except OSError as exc:
+            raise TLSError(f"--tls-client-ca-file {client_ca_file}: "
+                           f"{exc.strerror or exc}") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -71,13 +139,49 @@ class _HTTPServer(ThreadingHTTPServer):
         registry: CollectorRegistry,
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
+        ssl_context: ssl.SSLContext | None = None,
+        probes_only: bool = False,
     ) -> None:
         if ":" in address[0]:  # an IPv6 literal such as "::"
             self.address_family = socket.AF_INET6
         self.registry = registry
         self.healthy = healthy
         self.ready = ready
+        self.ssl_context = ssl_context
+        self.probes_only = probes_only
         super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        if self.ssl_context is not None:
+            # No I/O here, in the accept loop: the handshake runs in the connection's thread.
+            try:
+                sock = self.ssl_context.wrap_socket(
+                    sock, server_side=True, do_handshake_on_connect=False
+                )
+            except OSError:
+                sock.close()
+                raise
+        return sock, address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            # A client that connects and never finishes its handshake (or speaks plain HTTP)
+            # holds only this thread, and only for TLS_HANDSHAKE_TIMEOUT seconds.
+            try:
+                request.settimeout(TLS_HANDSHAKE_TIMEOUT)
+                request.do_handshake()
+                request.settimeout(None)
+            except OSError as exc:  # ssl.SSLError, TimeoutError, a reset
+                log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
+                return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ssl.SSLError):  # a TLS client gone mid-request
+            log.debug("TLS error with %s: %s", client_address[0], sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -92,7 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path == "/metrics":
+        if self.server.probes_only and path not in ("/healthz", "/readyz"):
+            self._send(404, "text/plain; charset=utf-8", b"not found\n")
+        elif path == "/metrics":
             self._metrics()
         elif path == "/healthz":
             self._probe(self.server.healthy(), "sampler loop alive", "sampler loop stalled or dead")
@@ -140,7 +246,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ExporterServer:
-    """Serves the endpoints on ``host:port`` from a background thread."""
+    """Serves the endpoints on ``host:port`` from a background thread; over TLS with an
+    ``ssl_context`` (see :func:`tls_context`); only ``/healthz`` and ``/readyz`` with
+    ``probes_only`` (plain-HTTP probes next to a TLS port that requires client certificates)."""
 
     def __init__(
         self,
@@ -149,8 +257,11 @@ class ExporterServer:
         registry: CollectorRegistry,
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
+        ssl_context: ssl.SSLContext | None = None,
+        probes_only: bool = False,
     ) -> None:
-        self._httpd = _HTTPServer((host, port), registry, healthy, ready)
+        self._httpd = _HTTPServer((host, port), registry, healthy, ready, ssl_context,
+                                  probes_only)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="gpuscope-http", daemon=True
         )
@@ -164,5 +275,6 @@ class ExporterServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._httpd.shutdown()
+        if self._thread.is_alive():  # shutdown() would wait forever on a server never started
+            self._httpd.shutdown()
         self._httpd.server_close()

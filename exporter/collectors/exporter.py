@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -20,9 +20,13 @@ class ExporterCollector(Collector):
     ``simulated``) plus whatever background workers report through ``extra_parts``
     (kubelet, API server), each with its own success and duration."""
 
-    def __init__(self, sampler: Sampler, extra_parts: tuple[PartsProvider, ...] = ()) -> None:
+    def __init__(
+        self, sampler: Sampler, extra_parts: tuple[PartsProvider, ...] = (),
+        dropped_series: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
         self._sampler = sampler
         self._extra_parts = extra_parts
+        self._dropped_series = dropped_series
 
     def collect(self) -> Iterator[Metric]:
         snap = self._sampler.latest()
@@ -39,6 +43,11 @@ class ExporterCollector(Collector):
         missed = new_family("gpu_exporter_missed_rounds_total")
         missed.add_metric([], float(self._sampler.missed_rounds))
         yield missed
+        if self._dropped_series is not None:
+            dropped = new_family("gpu_exporter_series_dropped_total")
+            for family, count in sorted(self._dropped_series().items()):
+                dropped.add_metric([family], float(count))
+            yield dropped
 
         success = new_family("gpu_exporter_collector_success")
         duration = new_family("gpu_exporter_collector_duration_seconds")

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from exporter.cardinality import ProcessKeys, ProcessSeriesCap
 from exporter.metrics import Family, new_family
 from exporter.model import DeviceSample, Snapshot
 
@@ -30,13 +31,18 @@ _DEVICE_VALUES: tuple[tuple[str, str], ...] = (
 
 class GpuCollector(Collector):
     """Renders ``gpu_info``, ``gpu_up``, the device values, XID counters and (opt-in)
-    per-process series from ``latest()``; before the first sample it yields nothing."""
+    per-process series from ``latest()``; before the first sample it yields nothing.
+
+    ``process_cap`` (``--max-process-series``) picks which processes get series when a
+    round has more than the cap; without one every process does."""
 
     def __init__(
-        self, latest: Callable[[], Snapshot | None], *, process_metrics: bool = False
+        self, latest: Callable[[], Snapshot | None], *, process_metrics: bool = False,
+        process_cap: ProcessSeriesCap | None = None,
     ) -> None:
         self._latest = latest
         self._process_metrics = process_metrics
+        self._process_cap = process_cap
 
     def collect(self) -> Iterator[Metric]:
         snap = self._latest()
@@ -49,6 +55,9 @@ class GpuCollector(Collector):
         proc_util = new_family("gpu_process_utilization_ratio")
         proc_mem = new_family("gpu_process_memory_used_bytes")
         driver = snap.driver_version or ""
+        kept: ProcessKeys | None = None
+        if self._process_metrics and self._process_cap is not None:
+            kept = self._process_cap.kept(snap)
         for dev in snap.devices:
             ids = [dev.index, dev.uuid]
             info.add_metric(
@@ -64,7 +73,7 @@ class GpuCollector(Collector):
             for x in dev.xid_errors:
                 xid.add_metric([*ids, str(x.xid)], float(x.count))
             if self._process_metrics:
-                _add_processes(dev, ids, proc_util, proc_mem)
+                _add_processes(dev, ids, proc_util, proc_mem, kept)
         yield info
         yield up
         yield from values.values()
@@ -74,8 +83,12 @@ class GpuCollector(Collector):
             yield proc_mem
 
 
-def _add_processes(dev: DeviceSample, ids: list[str], util: Family, mem: Family) -> None:
+def _add_processes(
+    dev: DeviceSample, ids: list[str], util: Family, mem: Family, kept: ProcessKeys | None
+) -> None:
     for proc in dev.processes:
+        if kept is not None and (dev.uuid, proc.pid) not in kept:
+            continue
         labels = [*ids, str(proc.pid)]
         if proc.sm_utilization_ratio is not None:
             util.add_metric(labels, proc.sm_utilization_ratio)

@@ -1,0 +1,35 @@
+# Convenience targets. The README's two commands (scripts/demo, scripts/test) are the
+# supported entry points; these add the long-running checks that stay out of CI.
+.PHONY: demo test load soak fuzz audit bench
+
+demo:
+	scripts/demo
+
+test:
+	scripts/test
+
+# wrk against /metrics (8 GPUs x 64 processes, 32 pods, 100 connections, 60 s) and against the
+# dashboard's main page (10 users, embedded and Prometheus modes): docs/reliability.md.
+load:
+	scripts/setup --bench
+	.venv/bin/python bench/load.py
+
+# The exporter at --interval 0.1 on the live path with pods and processes churning, 30 minutes:
+# RSS, open files and threads must stay flat, no stale series (docs/reliability.md).
+soak:
+	scripts/setup --bench
+	.venv/bin/python bench/soak.py
+
+# The fuzz tests of tests/fuzz with 50x the examples CI runs.
+fuzz:
+	scripts/setup --test
+	GPUSCOPE_FUZZ_EXAMPLES=50 .venv/bin/python -m pytest -q tests/fuzz
+
+audit:
+	scripts/setup --test
+	GPUSCOPE_AUDIT_STRICT=1 .venv/bin/python scripts/audit.py
+
+# The exporter benchmark of issue 2 (CPU, RSS, scrape latency): docs/benchmarks.md.
+bench:
+	scripts/setup --bench
+	.venv/bin/python bench/exporter_bench.py --source simulated
