@@ -771,6 +771,10 @@ def node_info_from_labels(labels: Mapping[str, str]) -> NodeInfo:
 # --------------------------------------------------------------------------------------
 
 
+# A watch open at least this long (seconds) worked: its end, clean or not, resets the backoff.
+_WATCH_WORKED_S = 1.0
+
+
 class _ResourceExpired(Exception):
     """410 Gone: the watch's resourceVersion is older than the API server keeps."""
 
@@ -783,7 +787,9 @@ class PodMetadataWatcher:
     list's ``resourceVersion`` with bookmarks and a jittered ``timeoutSeconds``. A watch
     the server ends cleanly is resumed from the last ``resourceVersion``; ``410 Gone``
     relists at once; a broken stream, timeout or error status relists after an
-    exponential backoff with jitter. Another thread GETs the Node every
+    exponential backoff with jitter, which only a watch that worked (stayed open or
+    delivered events) resets: a successful list does not, so a watch that fails at once
+    every time makes the relists back off too. Another thread GETs the Node every
     ``node_refresh_s`` (``node_retry_s`` after a failure). Failures keep the last known
     pods and node.
     """
@@ -920,7 +926,9 @@ class PodMetadataWatcher:
                 try:
                     resource_version = self._list_pods(consistent)
                     consistent = False
-                    backoff = self._backoff_initial_s
+                    # The backoff is not reset here but by a watch that works: with a watch
+                    # that fails at once (a proxy that breaks watches, a 500 from an unhealthy
+                    # watch cache), resetting here would relist at the first delay forever.
                 except _Closed:
                     return
                 except Exception as e:
@@ -933,7 +941,7 @@ class PodMetadataWatcher:
                 started = self._clock()
                 resource_version, events = self._watch(resource_version)
                 gone_streak = 0
-                if events == 0 and self._clock() - started < 1.0:
+                if events == 0 and self._clock() - started < _WATCH_WORKED_S:
                     # The server ended an empty watch at once: pause rather than spin.
                     backoff = self._backoff(backoff)
                 else:
@@ -952,6 +960,8 @@ class PodMetadataWatcher:
             except Exception as e:
                 if self._stop.is_set():
                     return
+                if self._clock() - started >= _WATCH_WORKED_S:
+                    backoff = self._backoff_initial_s  # it worked for a while, then broke
                 self._pods_error("pod watch", e, watch_errors_total=1)
                 resource_version = None
                 backoff = self._backoff(backoff)

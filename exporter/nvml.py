@@ -51,6 +51,10 @@ _UTIL_LOOKBACK_SECONDS = 1.0
 _NO_GPU_INSTANCE = 0xFFFFFFFF
 # After an unexpected event-wait error, pause before waiting again so the thread never spins.
 _XID_ERROR_PAUSE_SECONDS = 1.0
+# XID events logged one by one per window; beyond that (an XID storm can be thousands a
+# second) they are only counted, and one line per window sums up what was not logged.
+_XID_LOG_BURST = 10
+_XID_LOG_WINDOW_SECONDS = 60.0
 
 # NVML architecture enum -> the name nvidia-smi prints (the CloudWatch ``arch`` dimension).
 _ARCHITECTURES: dict[int, str] = {
@@ -473,12 +477,14 @@ class _XidWatcher:
         mig_slices: dict[tuple[int, int], str],
         counts: _XidCounts,
         wait_timeout_ms: int,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.event_set = event_set
         self._gpus = gpus
         self._mig_slices = mig_slices
         self._counts = counts
         self._wait_timeout_ms = wait_timeout_ms
+        self._log = _XidLog(monotonic)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpuscope-nvml-xid", daemon=True)
 
@@ -519,6 +525,9 @@ class _XidWatcher:
             failing = False
             if event is not None:
                 self._count(*event)
+            else:
+                self._log.flush()  # a quiet moment: sum up a storm that has ended
+        self._log.flush(force=True)
 
     def _count(self, handle: object, xid: int, gpu_instance_id: int) -> None:
         key = _handle_key(handle)
@@ -530,10 +539,60 @@ class _XidWatcher:
             except _NvmlFault:
                 uuid = None
         if uuid is None:
-            log.warning("XID %d on an unknown device, not counted", xid)
+            self._log.event(xid, None)
             return
-        log.warning("XID %d on %s", xid, uuid)
         self._counts.add(uuid, xid)
+        self._log.event(xid, uuid)
+
+
+class _XidLog:
+    """Logs XID events one by one up to ``_XID_LOG_BURST`` per ``_XID_LOG_WINDOW_SECONDS``;
+    the rest of a window are summed up in one line when it ends, so an XID storm (thousands
+    of events a second) neither floods the log nor costs the event thread more than
+    counting them does. The counts themselves (``gpu_xid_errors_total``) are never limited.
+    Used by the event thread only."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self._monotonic = monotonic
+        self._window_start: float | None = None
+        self._logged = 0
+        self._suppressed: dict[tuple[str, int], int] = {}  # (uuid or "", xid) -> events
+
+    def event(self, xid: int, uuid: str | None) -> None:
+        self.flush()
+        if self._window_start is None:
+            self._window_start = self._monotonic()
+        if self._logged < _XID_LOG_BURST:
+            self._logged += 1
+            if uuid is None:
+                log.warning("XID %d on an unknown device, not counted", xid)
+            else:
+                log.warning("XID %d on %s", xid, uuid)
+            return
+        key = (uuid or "", xid)
+        self._suppressed[key] = self._suppressed.get(key, 0) + 1
+
+    def flush(self, *, force: bool = False) -> None:
+        """End the window once it is over (or now, with ``force``), logging the summary of
+        the events it did not log one by one."""
+        start = self._window_start
+        if start is None:
+            return
+        elapsed = self._monotonic() - start
+        if not force and elapsed < _XID_LOG_WINDOW_SECONDS:
+            return
+        if self._suppressed:
+            detail = ", ".join(
+                f"XID {xid} on {uuid or 'an unknown device'}: {n}"
+                for (uuid, xid), n in sorted(self._suppressed.items())
+            )
+            log.warning(
+                "%d more XID events in %.0f s, not logged one by one (%s)",
+                sum(self._suppressed.values()), elapsed, detail,
+            )
+        self._window_start = None
+        self._logged = 0
+        self._suppressed = {}
 
 
 @dataclass(eq=False, slots=True)
@@ -734,7 +793,8 @@ class NvmlSource:
             _quietly(_event_set_free, event_set)
             return None
         watcher = _XidWatcher(
-            event_set, gpus, mig_slices, self._xid_counts, self._xid_wait_timeout_ms
+            event_set, gpus, mig_slices, self._xid_counts, self._xid_wait_timeout_ms,
+            self._monotonic,
         )
         watcher.start()
         return watcher

@@ -173,6 +173,7 @@ class CloudWatchSink:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._abandoned = False  # stop() gave up waiting for the flush thread
 
     # -- sampler thread ---------------------------------------------------------------------
     def __call__(self, snapshot: Snapshot) -> None:
@@ -241,6 +242,22 @@ class CloudWatchSink:
             return
         self._stop.set()
         self._thread.join(self.settings.shutdown_timeout + 2.0 if timeout is None else timeout)
+        if self._thread.is_alive():
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """The flush thread is still inside a call (a hung connection: botocore's timeouts
+        and retries can take far longer than the shutdown budget) and the process is about
+        to exit: count and log everything not confirmed sent, the open interval included,
+        instead of letting it vanish with the thread."""
+        pending = sum(len(datums_for(i)) for i in self._aggregator.take_all())
+        with self._lock:
+            self._abandoned = True
+            left = self._buffered + pending
+            self._dropped["shutdown"] += left
+        log.warning("CloudWatch: %d datums not sent before shutdown (a PutMetricData call "
+                    "was still running after %g s; its datums are counted too)", left,
+                    self.settings.shutdown_timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -253,8 +270,12 @@ class CloudWatchSink:
         self._final_flush()
 
     def _final_flush(self) -> None:
+        if self._abandoned:
+            return  # stop() has counted and reported what is left
         if not self._flush_all():
             with self._lock:
+                if self._abandoned:
+                    return
                 left = self._buffered
                 self._dropped["shutdown"] += left
                 self._buffered = 0
@@ -323,6 +344,8 @@ class CloudWatchSink:
         protocol = self._publisher.protocol
         while self._buffered:
             if deadline is not None and self._monotonic() >= deadline:
+                return False
+            if self._abandoned:  # stop() gave up on this thread and counted the rest
                 return False
             candidates = self._candidates()
             n, size = take_batch(candidates, namespace, protocol)
