@@ -8,7 +8,20 @@ from dash import Dash, Input, Output, State, no_update
 
 from dashboard import components, fmt, ids
 from dashboard.figures import empty_figure, heatmap_figure, timeseries_figure
-from dashboard.service import DashboardService
+from dashboard.service import WINDOWS, DashboardService
+
+
+# A callback request is JSON that anyone can send, whatever the page offers: a dropdown's
+# value may arrive as a number, a list or an unknown key. The callbacks never raise (a bug
+# shows as a banner), so inputs are narrowed to what the service takes first.
+def _text(value: Any) -> str | None:
+    """A text input's value, or None for anything that is not a string."""
+    return value if isinstance(value, str) else None
+
+
+def _window(value: Any) -> str | None:
+    """A key of WINDOWS, or None (the default window) for anything else."""
+    return value if isinstance(value, str) and value in WINDOWS else None
 
 
 def register_callbacks(app: Dash, service: DashboardService) -> None:
@@ -35,7 +48,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.NAMESPACE_FILTER, "value"),
     )
     def update_fleet(_n: int | None, window: str | None, namespace: str | None) -> tuple[Any, ...]:
-        answer = service.fleet(window, namespace)
+        answer = service.fleet(_window(window), _text(namespace))
         banner = answer.banner or ""
         banner_class = "banner" if banner else "banner hidden"
         view = answer.view
@@ -91,7 +104,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.REFRESH, "n_intervals"),
     )
     def update_node(node: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
-        detail, problem = service.node(node, window)
+        detail, problem = service.node(_text(node), _window(window))
         if detail is None:
             message = problem or "No node selected"
             return (empty_figure(message, 120), empty_figure(message, 120),
@@ -114,7 +127,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.REFRESH, "n_intervals"),
     )
     def update_pod(pod: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
-        detail, problem = service.pod(pod, window)
+        detail, problem = service.pod(_text(pod), _window(window))
         if detail is None:
             message = problem or "No pod selected"
             return empty_figure(message, 120), empty_figure(message, 120), problem or ""

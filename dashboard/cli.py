@@ -54,7 +54,8 @@ class Config:
 
 def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not host:
+    digits = port_text.isascii() and port_text.isdigit() and len(port_text) <= 5
+    if not sep or not digits or not host:
         raise ValueError(f"expected HOST:PORT such as 127.0.0.1:8050, got {value!r}")
     port = int(port_text)
     if not 0 <= port <= 65535:

@@ -23,6 +23,22 @@ BUNDLED = "prices.yaml"
 class PriceError(Exception):
     """A price file that cannot be used; ``str()`` is one line naming the file and key."""
 
+    def __init__(self, message: str) -> None:
+        # One line whatever a key or file name holds (a quoted YAML key may hold newlines).
+        super().__init__(" ".join(message.split()))
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` cut to a readable length (and safe for huge integers)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return "a huge integer" if value > 0 else "a huge negative integer"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
 
 @dataclass(frozen=True, slots=True)
 class Price:
@@ -61,10 +77,13 @@ class PriceTable:
 
 def _price_value(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PriceError(f"{where}: expected a number of dollars per hour, got {value!r}")
-    number = float(value)
+        raise PriceError(f"{where}: expected a number of dollars per hour, got {_show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the floats
+        number = math.inf
     if not math.isfinite(number) or number < 0:
-        raise PriceError(f"{where}: expected a price >= 0, got {value!r}")
+        raise PriceError(f"{where}: expected a price >= 0, got {_show(value)}")
     return number
 
 
@@ -74,7 +93,8 @@ def _entries(mapping: Any, where: str, meta: Mapping[str, str]) -> dict[str, Pri
     out = {}
     for key, value in mapping.items():
         if not isinstance(key, str) or not key.strip():
-            raise PriceError(f"{where}: instance types must be non-empty strings, got {key!r}")
+            raise PriceError(f"{where}: instance types must be non-empty strings, "
+                             f"got {_show(key)}")
         out[key] = Price(key, _price_value(value, f"{where}.{key}"), **meta)
     return out
 
@@ -102,7 +122,7 @@ def parse_prices(data: Any, source: str) -> PriceTable:
                                source, {"source": source}))
     currency = data.get("currency", "USD")
     if currency != "USD":
-        raise PriceError(f"{source}: currency: only USD is supported, got {currency!r}")
+        raise PriceError(f"{source}: currency: only USD is supported, got {_show(currency)}")
     return PriceTable(prices)
 
 
@@ -119,13 +139,24 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     name = os.fspath(path)
     try:
         with open(name, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            text = f.read()
     except OSError as exc:
         raise PriceError(f"{name}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise PriceError(f"{name}: not UTF-8 text") from None
+    except ValueError as exc:  # "embedded null byte" in the path
+        raise PriceError(f"{name!r}: cannot read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}: " if mark is not None else ""
         raise PriceError(f"{name}: {at}invalid YAML") from None
+    except RecursionError:
+        raise PriceError(f"{name}: invalid YAML (nested too deeply)") from None
+    except Exception:  # whatever PyYAML raises, the text is not valid YAML
+        # PyYAML's constructors raise ValueError, KeyError, IndexError, AttributeError ...
+        # for some bad scalars: an integer of more than 4300 digits, '!!float x', '!!int',
+        # '!!bool x', '!!timestamp x'.
+        raise PriceError(f"{name}: invalid YAML (a value that cannot be read)") from None
     return table.merged(parse_prices(data, name))

@@ -63,6 +63,10 @@ def window_seconds(key: str | None) -> float:
 
 Key = tuple[str, str | None]
 
+# Views kept per (window, namespace): every distinct namespace typed into the filter is a
+# key, so the caches are bounded (oldest out) to keep a long-running dashboard's memory flat.
+MAX_CACHED_VIEWS = 32
+
 
 class DashboardService:
     """Computes fleet views, one computation per (window, namespace) at a time: requests
@@ -152,8 +156,18 @@ class DashboardService:
                     # Same data; this request's own filter problem goes on its banner.
                     return _with_problems(fut, problems)
             fut = self._pool.submit(self._compute, key, [])
+            self._inflight.pop(key, None)
             self._inflight[key] = (fut, now)
+            self._trim_inflight()
         return _with_problems(fut, problems) if problems else fut
+
+    def _trim_inflight(self) -> None:
+        """Forget finished computations, oldest first, beyond :data:`MAX_CACHED_VIEWS`
+        (running ones and the kept-warm view stay). Called with the lock held."""
+        excess = len(self._inflight) - MAX_CACHED_VIEWS
+        for key in [k for k, (f, _) in self._inflight.items()
+                    if f.done() and k != self._warm_key][:max(0, excess)]:
+            del self._inflight[key]
 
     def _compute(self, key: Key, problems: list[str]) -> Answer:
         window, namespace = key
@@ -167,7 +181,10 @@ class DashboardService:
             return self._fallback(key, [*problems, f"Internal error: {type(exc).__name__}: {exc}"])
         now = self._clock()
         with self._lock:
+            self._last.pop(key, None)  # re-inserted last: the dict's order is the age order
             self._last[key] = (view, now)
+            while len(self._last) > MAX_CACHED_VIEWS:
+                del self._last[next(iter(self._last))]
             self._last_any = (view, now)
         return Answer(view, " ".join(problems) or None, now)
 

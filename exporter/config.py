@@ -71,7 +71,7 @@ class Config:
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT``."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
         raise ValueError(f"expected HOST:PORT, got {value!r}")
     port = int(port_text)
     if not 0 <= port <= 65535:

@@ -88,7 +88,8 @@ class Flag:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(message)
+        # argparse quotes arguments raw ("unrecognized arguments: a<newline>b"): one line.
+        raise ConfigError(" ".join(message.split()))
 
 
 def build_parser(
@@ -126,6 +127,9 @@ def read_flags(
             if f.boolean:
                 values[f.dest] = given
                 continue
+            if not isinstance(given, str):
+                # argparse drops a "--" value: --listen=-- arrives as [], not "--".
+                given = "--"
             origin, raw = f.flag, given
         elif f.env in env and (env[f.env] != "" or f.boolean):
             explicit.add(f.dest)

@@ -155,3 +155,20 @@ def test_invalid_namespace_filter_is_ignored_with_a_banner(
     narrowed = service.fleet("1h", "vision")
     assert narrowed.banner is None and narrowed.view is not None
     assert [r.pod for r in narrowed.view.starved_rows] == ["resnet-finetune-8kq2x"]
+
+
+def test_view_caches_stay_bounded_whatever_namespaces_are_typed(
+    demo: tuple[DemoFleet, EmbeddedData],
+) -> None:
+    """Every distinct namespace typed into the filter is a cache key; a dashboard left open
+    for weeks must not keep them all."""
+    from dashboard.service import MAX_CACHED_VIEWS
+
+    service = DashboardService(demo[1], bundled_prices(), share_for=0)
+    for i in range(MAX_CACHED_VIEWS + 20):
+        assert service.fleet("1h", f"team-{i}").view is not None
+    assert len(service._last) <= MAX_CACHED_VIEWS
+    assert len(service._inflight) <= MAX_CACHED_VIEWS
+    # The newest views are the ones kept.
+    assert ("1h", f"team-{MAX_CACHED_VIEWS + 19}") in service._last
+    assert ("1h", "team-0") not in service._last
