@@ -11,6 +11,7 @@ import logging
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -168,6 +169,9 @@ def run(cfg: Config, stop: threading.Event) -> int:
         server = ExporterServer(
             cfg.listen_host, cfg.listen_port, registry, sampler.alive, sampler.ready,
             ssl_context=ssl_context,
+            # Re-render /metrics after each sampling round, and at least once per interval
+            # (a stuck round still lets the workers' self-metrics through).
+            render_key=lambda: (sampler.rounds, int(time.monotonic() // cfg.interval)),
         )
     except OSError as exc:
         attributor.close()

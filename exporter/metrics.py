@@ -192,6 +192,10 @@ _SPECS: tuple[MetricSpec, ...] = (
         "Configured sampling interval (--interval).", "seconds", (), "exporter",
     ),
     MetricSpec(
+        "gpu_exporter_sampling_rounds_total", "counter",
+        "Sampling rounds completed since the exporter started.", "rounds", (), "exporter",
+    ),
+    MetricSpec(
         "gpu_exporter_missed_rounds_total", "counter",
         "Sampling rounds skipped because a round overran the interval.", "rounds", (),
         "exporter",

@@ -85,12 +85,14 @@ class Sampler:
             log.exception("source %s failed to sample", self.source.name)
             snap = Snapshot(timestamp=self._clock(), source_up=False)
         self._latest = snap
-        self.rounds += 1
         for listener in self._listeners:
             try:
                 listener(snap)
             except Exception:
                 log.exception("snapshot listener %r failed", listener)
+        # Counted once the listeners (attribution) have published this round too: the HTTP
+        # server re-renders /metrics when this changes.
+        self.rounds += 1
         self._heartbeat = self._monotonic()
         return snap
 

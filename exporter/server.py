@@ -27,7 +27,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -129,9 +129,23 @@ def tls_context(
     return ctx
 
 
+def _encode(
+    registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzip_ok: bool
+) -> tuple[bytes, bool]:
+    """The body and whether it is gzipped: only when the client accepts it and the body is
+    over 1 KiB (for a few hundred series gzip saves ~85 % on the wire)."""
+    body = encoder(registry)
+    if gzip_ok and len(body) > 1024:
+        return gzip.compress(body, compresslevel=1), True
+    return body, False
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # The listen backlog. socketserver's default of 5 made the kernel drop the handshakes of
+    # clients connecting together (100 at once under wrk); they retried after 1, 3, 7, 15 s.
+    request_queue_size = 128
 
     def __init__(
         self,
@@ -141,6 +155,7 @@ class _HTTPServer(ThreadingHTTPServer):
         ready: Callable[[], bool],
         ssl_context: ssl.SSLContext | None = None,
         probes_only: bool = False,
+        render_key: Callable[[], Hashable] | None = None,
     ) -> None:
         if ":" in address[0]:  # an IPv6 literal such as "::"
             self.address_family = socket.AF_INET6
@@ -149,7 +164,30 @@ class _HTTPServer(ThreadingHTTPServer):
         self.ready = ready
         self.ssl_context = ssl_context
         self.probes_only = probes_only
+        self._render_key = render_key
+        self._render_lock = threading.Lock()
+        # (content type, gzip accepted) -> (render key, body, gzipped): one rendering per
+        # sampling round however many clients scrape (see ExporterServer).
+        self._rendered: dict[tuple[str, bool], tuple[Hashable, bytes, bool]] = {}
         super().__init__(address, _Handler)
+
+    def render(
+        self, content_type: str, encoder: Callable[[CollectorRegistry], bytes], gzip_ok: bool
+    ) -> tuple[bytes, bool]:
+        """The ``/metrics`` body and whether it is gzipped, from the cache while the render
+        key is unchanged."""
+        if self._render_key is None:
+            return _encode(self.registry, encoder, gzip_ok)
+        # Under the lock: when 100 scrapes arrive together, one renders and 99 wait for it
+        # instead of all 100 rendering the same bytes while fighting over the GIL.
+        with self._render_lock:
+            key = self._render_key()
+            cached = self._rendered.get((content_type, gzip_ok))
+            if cached is not None and cached[0] == key:
+                return cached[1], cached[2]
+            body, gzipped = _encode(self.registry, encoder, gzip_ok)
+            self._rendered[(content_type, gzip_ok)] = (key, body, gzipped)
+            return body, gzipped
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, address = super().get_request()
@@ -178,8 +216,11 @@ class _HTTPServer(ThreadingHTTPServer):
         super().finish_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], ssl.SSLError):  # a TLS client gone mid-request
-            log.debug("TLS error with %s: %s", client_address[0], sys.exc_info()[1])
+        exc = sys.exc_info()[1]
+        # A client gone mid-request (a TLS error, a reset, a closed pipe) is the client's
+        # business: a debug line, not a traceback on stderr for every impatient scraper.
+        if isinstance(exc, ssl.SSLError | ConnectionResetError | BrokenPipeError):
+            log.debug("connection from %s ended early: %r", client_address[0], exc)
             return
         super().handle_error(request, client_address)
 
@@ -211,16 +252,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _metrics(self) -> None:
         accept = self.headers.get("Accept", "")
+        encoder: Callable[[CollectorRegistry], bytes]
         if _accepts_text_004(accept):
-            body, content_type = generate_text(self.server.registry), CONTENT_TYPE
+            encoder, content_type = generate_text, CONTENT_TYPE
         else:  # OpenMetrics (or text 1.0.0) only: prometheus_client negotiates the details
             encoder, content_type = choose_encoder(accept)
-            body = encoder(self.server.registry)
-        headers = {}
-        # Prometheus always offers gzip; for a few hundred series it saves ~85 % on the wire.
-        if "gzip" in self.headers.get("Accept-Encoding", "") and len(body) > 1024:
-            body = gzip.compress(body, compresslevel=1)
-            headers["Content-Encoding"] = "gzip"
+        gzip_ok = "gzip" in self.headers.get("Accept-Encoding", "")
+        body, gzipped = self.server.render(content_type, encoder, gzip_ok)
+        headers = {"Content-Encoding": "gzip"} if gzipped else {}
         self._send(200, content_type, body, headers)
 
     def _probe(self, ok: bool, good: str, bad: str) -> None:
@@ -248,7 +287,15 @@ class _Handler(BaseHTTPRequestHandler):
 class ExporterServer:
     """Serves the endpoints on ``host:port`` from a background thread; over TLS with an
     ``ssl_context`` (see :func:`tls_context`); only ``/healthz`` and ``/readyz`` with
-    ``probes_only`` (plain-HTTP probes next to a TLS port that requires client certificates)."""
+    ``probes_only`` (plain-HTTP probes next to a TLS port that requires client certificates).
+
+    With ``render_key``, ``/metrics`` is rendered once per distinct key and the bytes are
+    served to every scrape until the key changes. The CLI's key changes with every completed
+    sampling round and at least once per interval: device and container values are exactly
+    what an uncached scrape would see, and the few values that change between rounds (the
+    background workers' self-metrics, CloudWatch counters) are at most one interval old,
+    while 100 concurrent scrapers cost one rendering per round instead of 100
+    (``bench/load.py``; docs/reliability.md has the figures before and after)."""
 
     def __init__(
         self,
@@ -259,9 +306,10 @@ class ExporterServer:
         ready: Callable[[], bool],
         ssl_context: ssl.SSLContext | None = None,
         probes_only: bool = False,
+        render_key: Callable[[], Hashable] | None = None,
     ) -> None:
         self._httpd = _HTTPServer((host, port), registry, healthy, ready, ssl_context,
-                                  probes_only)
+                                  probes_only, render_key)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="gpuscope-http", daemon=True
         )

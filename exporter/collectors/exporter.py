@@ -40,6 +40,9 @@ class ExporterCollector(Collector):
         interval = new_family("gpu_exporter_sampling_interval_seconds")
         interval.add_metric([], self._sampler.interval)
         yield interval
+        rounds = new_family("gpu_exporter_sampling_rounds_total")
+        rounds.add_metric([], float(self._sampler.rounds))
+        yield rounds
         missed = new_family("gpu_exporter_missed_rounds_total")
         missed.add_metric([], float(self._sampler.missed_rounds))
         yield missed

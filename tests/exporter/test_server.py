@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import gzip
 import socket
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 
 from exporter.collectors.gpu import GpuCollector
 from exporter.server import ExporterServer, _Handler
@@ -101,3 +104,79 @@ def test_probes(server: str) -> None:
     assert requests.get(server + "/healthz", timeout=5).status_code == 503
     assert requests.get(server + "/readyz", timeout=5).status_code == 200
     assert requests.get(server + "/nope", timeout=5).status_code == 404
+
+
+class CountingCollector:
+    """One gauge whose value is the number of times it was collected."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        self.calls += 1
+        time.sleep(0.005)  # a rendering that takes a while, so concurrent scrapes overlap
+        yield GaugeMetricFamily("renders", "Renders so far.", value=self.calls)
+
+
+PLAIN = {"Accept-Encoding": "identity"}
+
+
+def test_render_once_per_key_however_many_scrape() -> None:
+    collector = CountingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    key = [0]
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True,
+                         render_key=lambda: key[0])
+    srv.start()
+    url = f"http://127.0.0.1:{srv.port}/metrics"
+    try:
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            bodies = list(pool.map(lambda _: requests.get(url, headers=PLAIN, timeout=10).text,
+                                   range(64)))
+        assert collector.calls == 1
+        assert set(bodies) == {bodies[0]} and "renders 1.0" in bodies[0]
+        # A client accepting gzip is a variant of its own, rendered once too (this body is
+        # under 1 KiB, so it goes out uncompressed either way).
+        zipped = requests.get(url, headers={"Accept-Encoding": "gzip"}, timeout=5)
+        assert "renders 2.0" in zipped.text and "Content-Encoding" not in zipped.headers
+        assert "renders 1.0" in requests.get(url, headers=PLAIN, timeout=5).text
+        key[0] = 1  # the next sampling round
+        assert "renders 3.0" in requests.get(url, headers=PLAIN, timeout=5).text
+        assert collector.calls == 3
+    finally:
+        srv.stop()
+
+
+def test_without_a_render_key_every_scrape_renders() -> None:
+    collector = CountingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True)
+    srv.start()
+    try:
+        for i in range(1, 4):
+            body = requests.get(f"http://127.0.0.1:{srv.port}/metrics", timeout=5).text
+            assert f"renders {i}.0" in body
+    finally:
+        srv.stop()
+
+
+def test_listen_backlog_admits_a_burst_of_connections() -> None:
+    """100 clients connecting at once all get through the handshake at once (the default
+    backlog of 5 made most of them wait for SYN retransmits, 1 s and more)."""
+    registry = CollectorRegistry(auto_describe=False)
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True)
+    srv.start()
+    socks: list[socket.socket] = []
+    try:
+        # The kernel completes a handshake for a connection in the backlog before the
+        # accept loop gets to it; past the backlog, the SYN is dropped and retried after 1 s.
+        started = time.monotonic()
+        for _ in range(100):
+            socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=5))
+        assert time.monotonic() - started < 0.9
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
