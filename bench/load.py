@@ -11,7 +11,8 @@ A. Exporter. ``python -m exporter --source simulated --scenario FILE --interval 
    once with ``Accept-Encoding: gzip`` (as Prometheus asks), each on a fresh exporter.
    Meanwhile a side thread scrapes ``/metrics`` once a second for
    ``gpu_exporter_last_sample_timestamp_seconds`` and ``gpu_exporter_missed_rounds_total``
-   (the exporter exposes no rounds counter) and reads the exporter's CPU and RSS from
+   (rounds are counted from the distinct sample timestamps seen, as a scraper sees them)
+   and reads the exporter's CPU and RSS from
    ``/proc``. Fails on any wrk error (connect, read, write, timeout, non-2xx, unexpected
    body), on wrk connections that never reached the server (handshakes dropped by a full
    listen queue, seen in /proc/net/tcp), on a missed sampling round, or when a scrape saw
