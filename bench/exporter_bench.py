@@ -235,7 +235,7 @@ def serve_fake_kubelet(socket_path: Path, gpus: int, processes_per_gpu: int) -> 
     server.add_insecure_port(f"unix://{socket_path}")
     server.start()
     _die_with_parent()
-    with _sigterm_as_exit(), contextlib.suppress(SystemExit, KeyboardInterrupt):
+    with sigterm_as_exit(), contextlib.suppress(SystemExit, KeyboardInterrupt):
         server.wait_for_termination()
     server.stop(grace=None).wait(5)
 
@@ -940,7 +940,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
+def sigterm_as_exit() -> Iterator[None]:
     """Turn SIGTERM into SystemExit so the finally blocks stop the exporter."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -968,7 +968,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print_import_costs(rows)
         return 0
-    with _sigterm_as_exit():
+    with sigterm_as_exit():
         try:
             result = measure(args)
         except RuntimeError as exc:

@@ -991,7 +991,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dashboard: list[DashboardRun] = []
     problems: list[str] = []
     began = time.time()
-    with eb._sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="gpuscope-load-") as tmp:
+    with eb.sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="gpuscope-load-") as tmp:
         try:
             if args.only in (None, "exporter"):
                 variants = ["default", "gzip"]

@@ -160,6 +160,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ticker.start()
 
+    print(
+        f"nvml-fake: {len(fake.gpus)} GPUs x {args.processes_per_gpu} processes, "
+        f"driver tick {args.driver_tick:g} s",
+        file=sys.stderr,
+    )
+    return run_exporter_over(fake, exporter_args, stop)
+
+
+def run_exporter_over(fake: FakeNvml, exporter_args: list[str], stop: threading.Event) -> int:
+    """``gpuscope-exporter --source nvml`` with ``fake`` as libnvidia-ml; sets ``stop`` when
+    the exporter returns."""
+
     class FakeLibraryNvmlSource(nvml.NvmlSource):
         """NvmlSource whose libnvidia-ml is the fake (unless a caller passes a loader)."""
 
@@ -171,11 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # exporter.nvml when it runs, and gets this subclass, i.e.
     # NvmlSource(library_loader=lambda: fake). Everything else is gpuscope-exporter as is.
     nvml.NvmlSource = FakeLibraryNvmlSource  # type: ignore[misc]
-    print(
-        f"nvml-fake: {len(fake.gpus)} GPUs x {args.processes_per_gpu} processes, "
-        f"driver tick {args.driver_tick:g} s",
-        file=sys.stderr,
-    )
     try:
         return cli.main([*exporter_args, "--source", "nvml"])
     finally:

@@ -53,7 +53,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -62,10 +61,9 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,6 +73,7 @@ if str(REPO) not in sys.path:  # run as a script: bench/ is on sys.path, not the
 import grpc  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from bench.exporter_bench import sigterm_as_exit  # noqa: E402
 from bench.soak_exporter import (  # noqa: E402
     DRIVER_THREAD_NAME,
     MAX_PROCESSES_PER_GPU,
@@ -728,18 +727,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def wait_ready(proc: subprocess.Popen[bytes], port: int, node: Node, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -986,7 +973,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="gpuscope-soak-"))  # short: a unix socket inside
     try:
-        with _sigterm_as_exit():
+        with sigterm_as_exit():
             try:
                 result = run(args, workdir)
             except RuntimeError as exc:

@@ -42,10 +42,8 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
-from bench.nvml_fake_exporter import _name_this_thread
-from exporter import cli, nvml
+from bench.nvml_fake_exporter import _name_this_thread, run_exporter_over
 from tests.exporter.fake_nvml import FakeNvml, FakeProcess
 
 DRIVER_THREAD_NAME = "fake-nvml-drv"
@@ -258,16 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(target=_trace_memory, args=(trace, every, stop),
                          name="soak-tracemalloc", daemon=True).start()
 
-    class FakeLibraryNvmlSource(nvml.NvmlSource):
-        def __init__(self, **kwargs: Any) -> None:
-            kwargs.setdefault("library_loader", lambda: fake)
-            super().__init__(**kwargs)
-
-    nvml.NvmlSource = FakeLibraryNvmlSource  # type: ignore[misc]
-    try:
-        return cli.main([*exporter_args, "--source", "nvml"])
-    finally:
-        stop.set()
+    return run_exporter_over(fake, exporter_args, stop)
 
 
 if __name__ == "__main__":

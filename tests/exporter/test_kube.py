@@ -10,8 +10,6 @@ Every wait is bounded.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import json
 import os
 import queue
@@ -47,6 +45,7 @@ from exporter.kube import (
     node_info_from_labels,
     pod_from_json,
 )
+from tests.pki import TestCA
 
 NODE = "ip-10-0-12-34.ec2.internal"
 OTHER_NODE = "ip-10-0-99-1.ec2.internal"
@@ -1201,87 +1200,13 @@ class Pki:
 
 
 def _pki_cryptography(tmp: Path) -> Pki:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(cn: str, usage: x509.ObjectIdentifier, san: bool) -> tuple[bytes, bytes]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-        )
-        if san:
-            b = b.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-        cert = b.sign(ca_key, hashes.SHA256())
-        return cert.public_bytes(serialization.Encoding.PEM), key_pem(key)
-
-    server_cert, server_key = leaf("kube-apiserver", ExtendedKeyUsageOID.SERVER_AUTH, True)
-    client_cert, client_key = leaf("gpuscope", ExtendedKeyUsageOID.CLIENT_AUTH, False)
-    (tmp / "server.crt").write_bytes(server_cert)
-    (tmp / "server.key").write_bytes(server_key)
-    return Pki(
-        ca.public_bytes(serialization.Encoding.PEM),
-        tmp / "server.crt",
-        tmp / "server.key",
-        client_cert,
-        client_key,
-    )
+    ca = TestCA("kubernetes")
+    server = ca.issue("kube-apiserver", server=True, sans=["127.0.0.1"])
+    client = ca.issue("gpuscope", server=False)
+    (tmp / "server.crt").write_bytes(server.cert_pem)
+    (tmp / "server.key").write_bytes(server.key_pem)
+    return Pki(ca.cert_pem, tmp / "server.crt", tmp / "server.key", client.cert_pem,
+               client.key_pem)
 
 
 @pytest.fixture

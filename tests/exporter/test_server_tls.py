@@ -6,8 +6,6 @@ client certificate from the same CA, and a client certificate from another CA.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import socket
 import ssl
@@ -31,6 +29,7 @@ from exporter.flags import StartupError
 from exporter.server import ExporterServer, TLSError, tls_context
 from tests.conftest import REPO, ExporterProcess, free_port, wait_for
 from tests.exporter.snapshots import fixed_snapshot
+from tests.pki import Issued, TestCA
 
 SERVER_NAME = "gpuscope-exporter.gpuscope.svc"  # as docs/security.md suggests
 
@@ -48,78 +47,21 @@ class Pki:
 
 
 def _make_pki(tmp: Path) -> Pki:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
     def write(name: str, data: bytes) -> Path:
         path = tmp / name
         path.write_bytes(data)
         return path
 
-    def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
+    def files(name: str, issued: Issued) -> tuple[Path, Path]:
+        return write(f"{name}.crt", issued.cert_pem), write(f"{name}.key", issued.key_pem)
 
-    def builder(
-        subject: str, issuer: str, key: ec.EllipticCurvePrivateKey
-    ) -> x509.CertificateBuilder:
-        return (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-        )
-
-    def ca(name: str) -> tuple[ec.EllipticCurvePrivateKey, Path]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
-            builder(name, name, key)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                           critical=False)
-            .sign(key, hashes.SHA256())
-        )
-        return key, write(f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM))
-
-    def leaf(name: str, ca_name: str, ca_key: ec.EllipticCurvePrivateKey,
-             usage: x509.ObjectIdentifier, ip: bool) -> tuple[Path, Path]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        b = (
-            builder(name, ca_name, key)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                ca_key.public_key()), critical=False)
-        )
-        if ip:
-            b = b.add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName(SERVER_NAME)]),
-                critical=False)
-        cert = b.sign(ca_key, hashes.SHA256())
-        return (write(f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM)),
-                write(f"{name}.key", key_pem(key)))
-
-    ca_key, ca_path = ca("gpuscope-ca")
-    other_key, other_path = ca("other-ca")
-    server_cert, server_key = leaf("exporter", "gpuscope-ca", ca_key,
-                                   ExtendedKeyUsageOID.SERVER_AUTH, ip=True)
-    client_cert, client_key = leaf("prometheus", "gpuscope-ca", ca_key,
-                                   ExtendedKeyUsageOID.CLIENT_AUTH, ip=False)
-    other_cert, other_client_key = leaf("intruder", "other-ca", other_key,
-                                        ExtendedKeyUsageOID.CLIENT_AUTH, ip=False)
-    return Pki(ca_path, server_cert, server_key, client_cert, client_key, other_path,
-               other_cert, other_client_key)
+    ca, other = TestCA("gpuscope-ca"), TestCA("other-ca")
+    server_cert, server_key = files(
+        "exporter", ca.issue("exporter", server=True, sans=["127.0.0.1", SERVER_NAME]))
+    client_cert, client_key = files("prometheus", ca.issue("prometheus", server=False))
+    other_cert, other_key = files("intruder", other.issue("intruder", server=False))
+    return Pki(write("gpuscope-ca.crt", ca.cert_pem), server_cert, server_key, client_cert,
+               client_key, write("other-ca.crt", other.cert_pem), other_cert, other_key)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -29,3 +31,58 @@ def yaml_like(keys: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
         ),
         max_leaves=25,
     )
+
+
+# -- mutations of a valid document -------------------------------------------------------------
+
+
+def paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into ``doc`` (keys and indices), the root included."""
+    out = [prefix]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += paths(v, (*prefix, i))
+    return out
+
+
+def get(doc: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
+@st.composite
+def mutated(
+    draw: st.DrawFn, docs: Sequence[Any], bad: st.SearchStrategy[Any],
+    keys: st.SearchStrategy[Any],
+) -> Any:
+    """One of ``docs`` (deep-copied) after one to three edits at random paths: a value
+    replaced by one of ``bad``, an entry dropped, a key renamed (to one of ``keys`` or a near
+    miss), an entry added, a list item duplicated, or a subtree copied elsewhere."""
+    doc = copy.deepcopy(draw(st.sampled_from(docs)))
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(paths(doc)))
+        target = get(doc, where)
+        op = draw(st.sampled_from(["replace", "drop", "rename", "add", "duplicate", "swap"]))
+        if op == "replace" and where:
+            get(doc, where[:-1])[where[-1]] = draw(bad)
+        elif op == "drop" and isinstance(target, dict | list) and target:
+            key = draw(st.sampled_from(list(target.keys()) if isinstance(target, dict)
+                                       else range(len(target))))
+            del target[key]
+        elif op == "rename" and isinstance(target, dict) and target:
+            key = draw(st.sampled_from(list(target)))
+            new = draw(st.one_of(keys, st.just(str(key)[:-1] or "x"), st.just(str(key) + "s")))
+            if new not in target:
+                target[new] = target.pop(key)
+        elif op == "add" and isinstance(target, dict):
+            target[draw(keys)] = draw(bad)
+        elif op == "duplicate" and isinstance(target, list) and target:
+            target.append(copy.deepcopy(draw(st.sampled_from(target))))
+        elif op == "swap" and where:
+            other = get(doc, draw(st.sampled_from(paths(doc))))
+            get(doc, where[:-1])[where[-1]] = copy.deepcopy(other)
+    return doc

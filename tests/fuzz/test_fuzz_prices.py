@@ -9,7 +9,6 @@ the file name. Settings: ``tests/fuzz/_profile.py``.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import tempfile
@@ -25,6 +24,7 @@ from dashboard.prices import PriceError, PriceTable, load_prices, parse_prices
 from tests.conftest import REPO
 from tests.fuzz._profile import fuzz
 from tests.fuzz._strategies import NUMBERS, SCALARS, yaml_like
+from tests.fuzz._strategies import mutated as mutated_doc
 
 KEYS = st.sampled_from(["tables", "prices", "currency", "p5.48xlarge", "provider", "region",
                         "date", "source"])
@@ -105,48 +105,16 @@ def test_any_document_parses_or_fails_with_one_line(doc: Any) -> None:
         check_table(table)
 
 
-def paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += paths(v, (*prefix, i))
-    return out
-
-
-def get(doc: Any, path: tuple[Any, ...]) -> Any:
-    for part in path:
-        doc = doc[part]
-    return doc
-
-
 BAD = st.one_of(SCALARS, NUMBERS, DOCS, st.sampled_from(
     [-1, -0.01, 10**400, math.nan, math.inf, "", " ", "EUR", [], {}, None, True, "1.5"]))
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> Any:
-    doc = copy.deepcopy(BUNDLED_DOC)
-    for _ in range(draw(st.integers(1, 3))):
-        where = draw(st.sampled_from(paths(doc)))
-        target = get(doc, where)
-        op = draw(st.sampled_from(["replace", "drop", "rename", "add"]))
-        if op == "replace" and where:
-            get(doc, where[:-1])[where[-1]] = draw(BAD)
-        elif op == "drop" and isinstance(target, dict | list) and target:
-            key = draw(st.sampled_from(list(target) if isinstance(target, dict)
-                                       else range(len(target))))
-            del target[key]
-        elif op == "rename" and isinstance(target, dict) and target:
-            key = draw(st.sampled_from(list(target)))
-            new = draw(st.one_of(st.text(max_size=10), st.integers(), st.none(), st.booleans()))
-            if new not in target:
-                target[new] = target.pop(key)
-        elif op == "add" and isinstance(target, dict):
-            target[draw(st.text(max_size=10))] = draw(BAD)
-    return doc
+# Renamed and added keys: any text, or the non-string keys YAML allows.
+ODD_KEYS = st.one_of(st.text(max_size=10), st.integers(), st.none(), st.booleans())
+
+
+def mutated() -> st.SearchStrategy[Any]:
+    return mutated_doc([BUNDLED_DOC], BAD, ODD_KEYS)
 
 
 @fuzz(200)

@@ -13,7 +13,6 @@ exception. Settings: ``tests/fuzz/_profile.py``.
 
 from __future__ import annotations
 
-import copy
 import io
 import math
 import os
@@ -44,6 +43,7 @@ from exporter.simulated_attribution import ScenarioInputs
 from tests.conftest import REPO
 from tests.fuzz._profile import fuzz
 from tests.fuzz._strategies import SCALARS, yaml_like
+from tests.fuzz._strategies import mutated as mutated_doc
 
 SOURCE = "fuzz.yaml"
 
@@ -219,23 +219,6 @@ def test_any_document_as_yaml_loads_or_fails_with_one_line(doc: Any) -> None:
 # -- mutations of valid scenarios --------------------------------------------------------------
 
 
-def paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += paths(v, (*prefix, i))
-    return out
-
-
-def get(doc: Any, path: tuple[Any, ...]) -> Any:
-    for part in path:
-        doc = doc[part]
-    return doc
-
-
 BAD_VALUES = st.one_of(
     SCALARS,
     st.sampled_from([
@@ -248,32 +231,8 @@ BAD_VALUES = st.one_of(
 )
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> Any:
-    doc = copy.deepcopy(VALID_DOCS[draw(st.sampled_from(sorted(VALID_DOCS)))])
-    for _ in range(draw(st.integers(1, 3))):
-        where = draw(st.sampled_from(paths(doc)))
-        target = get(doc, where)
-        op = draw(st.sampled_from(["replace", "drop", "rename", "add", "duplicate", "swap"]))
-        if op == "replace" and where:
-            get(doc, where[:-1])[where[-1]] = draw(BAD_VALUES)
-        elif op == "drop" and isinstance(target, dict | list) and target:
-            key = draw(st.sampled_from(list(target.keys()) if isinstance(target, dict)
-                                       else range(len(target))))
-            del target[key]
-        elif op == "rename" and isinstance(target, dict) and target:
-            key = draw(st.sampled_from(list(target)))
-            new = draw(st.one_of(KEYS, st.just(str(key)[:-1] or "x"), st.just(str(key) + "s")))
-            if new not in target:
-                target[new] = target.pop(key)
-        elif op == "add" and isinstance(target, dict):
-            target[draw(KEYS)] = draw(BAD_VALUES)
-        elif op == "duplicate" and isinstance(target, list) and target:
-            target.append(copy.deepcopy(draw(st.sampled_from(target))))
-        elif op == "swap" and where:
-            other = get(doc, draw(st.sampled_from(paths(doc))))
-            get(doc, where[:-1])[where[-1]] = copy.deepcopy(other)
-    return doc
+def mutated() -> st.SearchStrategy[Any]:
+    return mutated_doc([VALID_DOCS[name] for name in sorted(VALID_DOCS)], BAD_VALUES, KEYS)
 
 
 @fuzz(250)
