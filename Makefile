@@ -14,7 +14,7 @@ load:
 	scripts/setup --bench
 	.venv/bin/python bench/load.py
 
-# The exporter at --interval 0.1 on the live path with pods and processes churning, 30 minutes:
+# The exporter at --interval 0.1 on the live path with pods and processes churning, 65 minutes:
 # RSS, open files and threads must stay flat, no stale series (docs/reliability.md).
 soak:
 	scripts/setup --bench

@@ -37,7 +37,7 @@ writes the figures and the time series.
 
 Run from the repository root::
 
-    .venv/bin/python bench/soak.py                       # 30 minutes
+    .venv/bin/python bench/soak.py                       # 65 minutes
     .venv/bin/python bench/soak.py --duration 120 --faults-every 15
     .venv/bin/python bench/soak.py --duration 1900 --json /tmp/soak.json
 """
@@ -679,8 +679,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="bench/soak.py", description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    p.add_argument("--duration", type=float, default=1800.0,
-                   help="seconds of churn and measurement (default 1800)")
+    # 65 minutes: glibc's per-thread arenas take ~35 minutes of this churn to settle, so
+    # the RSS slope of a 30-minute run's second half still measures the allocator warming
+    # up (+3 MiB/h), not the exporter (docs/reliability.md#soak).
+    p.add_argument("--duration", type=float, default=3900.0,
+                   help="seconds of churn and measurement (default 3900)")
     p.add_argument("--interval", type=float, default=0.1, help="exporter --interval (0.1)")
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--replicas", type=int, default=4,

@@ -23,6 +23,9 @@ taken one such period after start: for
 diagnosing a leak, never for the figures (tracing costs CPU and memory). ``SOAK_OBJECTS=FILE``
 is the cheap version: one JSON line per period with pymalloc's allocated block count, the
 number of objects the GC tracks and the types whose count changed most.
+``SOAK_MALLOC_TRIM=SECONDS`` calls glibc's ``malloc_trim(0)`` that often, to tell memory glibc
+keeps after ``free()`` from memory the process holds (it did not stop the creep: see
+docs/reliability.md).
 
 Run from the repository root (``bench/soak.py`` does)::
 
@@ -242,6 +245,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         target=_drive, args=(Driver(fake), args.driver_tick, stop), name=DRIVER_THREAD_NAME,
         daemon=True,
     ).start()
+    trim_every = os.environ.get("SOAK_MALLOC_TRIM")
+    if trim_every:  # diagnosis: does RSS creep go away when glibc returns free pages?
+        libc = ctypes.CDLL("libc.so.6")
+
+        def trim() -> None:
+            while not stop.wait(float(trim_every)):
+                libc.malloc_trim(0)
+
+        threading.Thread(target=trim, name="soak-malloc-trim", daemon=True).start()
     objects = os.environ.get("SOAK_OBJECTS")
     if objects:
         every = float(os.environ.get("SOAK_TRACEMALLOC_EVERY", "60"))
