@@ -207,8 +207,8 @@ def serve_fake_kubelet(socket_path: Path, gpus: int, processes_per_gpu: int) -> 
     import grpc
 
     from bench.nvml_fake_exporter import build_node, pods_per_gpu
-    from exporter.podresources import podresources_v1_pb2 as pb2
-    from exporter.podresources import podresources_v1_pb2_grpc as pb2_grpc
+    from tests.kubelet_api import podresources_v1_pb2 as pb2
+    from tests.kubelet_api import podresources_v1_pb2_grpc as pb2_grpc
 
     pods = []
     n = pods_per_gpu(processes_per_gpu)
@@ -817,8 +817,9 @@ IMPORT_STEPS: tuple[tuple[str, str], ...] = (
      "import exporter.cli"),
     ("pynvml (nvidia-ml-py)", "import pynvml"),
     ("exporter.nvml", "import exporter.nvml"),
-    ("grpc + protobuf + PodResources stubs (once the kubelet socket exists)",
-     "import grpc, exporter.podresources.podresources_v1_pb2_grpc"),
+    ("PodResources client: HTTP/2, HPACK, protobuf wire decoder (pure Python)",
+     "import exporter.podresources.grpc_call, exporter.podresources.hpack, "
+     "exporter.podresources.wire"),
     ("yaml (PyYAML; simulated source)", "import yaml"),
     ("exporter.scenario, .simulated, .simulated_attribution (simulated source)",
      "import exporter.scenario, exporter.simulated, exporter.simulated_attribution"),

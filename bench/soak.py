@@ -79,10 +79,10 @@ from bench.soak_exporter import (  # noqa: E402
     MAX_PROCESSES_PER_GPU,
     gpu_uuid,
 )
-from exporter.podresources import podresources_v1_pb2 as pb2  # noqa: E402
-from exporter.podresources import podresources_v1_pb2_grpc as pb2_grpc  # noqa: E402
 from tests.exporter.test_cgroups import remove_proc, write_proc  # noqa: E402
 from tests.exporter.test_kube import NODE, TOKEN, FakeApi, write_kubeconfig  # noqa: E402
+from tests.kubelet_api import podresources_v1_pb2 as pb2  # noqa: E402
+from tests.kubelet_api import podresources_v1_pb2_grpc as pb2_grpc  # noqa: E402
 
 
 class PodSpecLike(Protocol):

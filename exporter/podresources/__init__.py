@@ -1,8 +1,9 @@
 """Kubelet PodResources v1: which container was allocated which GPU.
 
-Importing this package is cheap: ``grpc`` and the generated protobuf modules load only when
-a :class:`PodResourcesClient` makes its first call. See ``client.py`` (the client and the
-background watcher) and ``devices.py`` (device-ID normalisation).
+Pure Python and stdlib only: no grpcio, no protobuf runtime. See ``client.py`` (the client
+and the background watcher), ``grpc_call.py`` (one unary gRPC call over HTTP/2 on a unix
+socket), ``hpack.py`` (HTTP/2 header compression), ``wire.py`` (the answer's protobuf
+encoding) and ``devices.py`` (device-ID normalisation).
 """
 
 from exporter.podresources.client import (

@@ -44,7 +44,6 @@ from exporter.config import parse_config
 from exporter.kube import KubeConfig, NodeInfo, PodMetadataWatcher, load_config
 from exporter.nvml import NvmlSource
 from exporter.podresources import client as podresources_client
-from exporter.podresources import podresources_v1_pb2 as pb2
 from exporter.sampler import Sampler
 from tests.conftest import free_port
 from tests.exporter.fake_nvml import GIB, MIB, FakeGpu, FakeMigSlice, FakeNvml, restored_pynvml
@@ -58,6 +57,7 @@ from tests.exporter.podresources.test_client import (
 )
 from tests.exporter.test_cgroups import remove_proc, systemd_pod, v1_file, write_proc
 from tests.exporter.test_kube import NODE, OTHER_NODE, TOKEN, FakeApi, write_kubeconfig
+from tests.kubelet_api import podresources_v1_pb2 as pb2
 
 T0 = 1_780_000_000.0  # the wall clock of the first sampling round
 KUBELET_DEADLINE_S = 0.5  # the List() deadline in these tests (production: 5 s)

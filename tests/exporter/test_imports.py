@@ -14,12 +14,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# grpc + protobuf: the kubelet PodResources client (~12-19 MiB); boto3: the CloudWatch sink;
-# pynvml: the NVML source; exporter.kube: the API-server client.
+# grpc + protobuf: never on a node (the PodResources client is pure Python; only the tests'
+# kubelet doubles use them); boto3: the CloudWatch sink; pynvml: the NVML source;
+# exporter.kube: the API-server client.
 HEAVY = (
     "grpc",
     "google.protobuf",
-    "exporter.podresources.podresources_v1_pb2",
+    "tests.kubelet_api",
     "boto3",
     "botocore",
     "pynvml",

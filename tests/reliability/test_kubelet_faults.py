@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 import pytest
 from google.protobuf.message import DecodeError
 
-from exporter.podresources import podresources_v1_pb2 as pb2
 from tests.e2e.test_attribution_live import (
     ALLOCATED,
     MEMORY,
@@ -37,6 +36,7 @@ from tests.e2e.test_attribution_live import (  # autouse fixtures: 0.5 s List() 
     kubelet_deadline as kubelet_deadline,
 )
 from tests.e2e.test_attribution_live import pynvml_state as pynvml_state
+from tests.kubelet_api import podresources_v1_pb2 as pb2
 
 
 class RawUnixServer:
@@ -118,10 +118,10 @@ FAULTS: dict[str, tuple[Callable[[Bench], Callable[[], None]], str]] = {
     "socket-removed": (removed, "absent"),
     "grpc-not-protobuf": (
         raw_grpc(lambda b: b"\xff\xfe\xfd\x00 not a protobuf message"),
-        "INTERNAL: Exception deserializing response",
+        "INTERNAL: bad answer",
     ),
     "grpc-truncated-protobuf": (
-        raw_grpc(truncated_response), "INTERNAL: Exception deserializing response"
+        raw_grpc(truncated_response), "INTERNAL: bad answer"
     ),
     "http1-not-grpc": (
         not_grpc(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"), "UNAVAILABLE"

@@ -7,6 +7,7 @@ protobuf decoding all run for real. Every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from exporter.podresources import podresources_v1_pb2 as pb2
-from exporter.podresources import podresources_v1_pb2_grpc as pb2_grpc
 from exporter.podresources.client import (
     DEFAULT_RESOURCES,
     Allocation,
@@ -31,6 +30,8 @@ from exporter.podresources.client import (
     matches_resource,
 )
 from exporter.podresources.devices import NodeDevice, parse_device_id, resolve
+from tests.kubelet_api import podresources_v1_pb2 as pb2
+from tests.kubelet_api import podresources_v1_pb2_grpc as pb2_grpc
 
 MakeClient = Callable[..., PodResourcesClient]
 
@@ -367,7 +368,7 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
     out = tmp_path / "set.pb"
     rc = protoc.main([
         "protoc", f"--proto_path={root}", f"--descriptor_set_out={out}",
-        "exporter/podresources/podresources_v1.proto",
+        "tests/kubelet_api/podresources_v1.proto",
     ])
     assert rc == 0
     fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
@@ -376,7 +377,7 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
             field.ClearField("json_name")
     # What the committed module embeds, byte for byte as generate.sh's protoc produced it.
     committed = descriptor_pb2.FileDescriptorProto.FromString(pb2.DESCRIPTOR.serialized_pb)
-    assert committed == fresh, "run exporter/podresources/generate.sh after editing the .proto"
+    assert committed == fresh, "run tests/kubelet_api/generate.sh after editing the .proto"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,15 +407,19 @@ def test_response_over_4_5_mb_decodes(kubelet: KubeletServer, make_client: MakeC
         make_client(max_receive_bytes=4 * 1024 * 1024).list_allocations()
 
 
-def test_one_channel_for_many_calls(kubelet: KubeletServer, make_client: MakeClient) -> None:
+def test_one_short_connection_per_call(kubelet: KubeletServer, make_client: MakeClient) -> None:
     servicer = kubelet.start(FakeKubelet(response(
         pod("a", "p", container("c", devices("nvidia.com/gpu", GPU0))))))
     client = make_client()
-    assert client.channels_created == 0  # nothing dialled before the first call
+    assert client.connections_made == 0  # nothing dialled before the first call
+    sockets_before = open_sockets()
     for _ in range(5):
         assert len(client.list_allocations()) == 1
     assert servicer.calls == 5
-    assert client.channels_created == 1
+    assert client.connections_made == 5
+    # Every connection was closed after its call (and so the server's end too): the sockets
+    # open in this process, client and server together, come back to what they were.
+    assert wait_until(lambda: open_sockets() <= sockets_before), (open_sockets(), sockets_before)
 
 
 def test_socket_absent_then_present(kubelet: KubeletServer, make_client: MakeClient) -> None:
@@ -427,7 +432,7 @@ def test_socket_absent_then_present(kubelet: KubeletServer, make_client: MakeCli
     assert "absent" in (status.last_error or "")
     assert status.last_success_age_seconds is None
     assert watcher.latest() == ()
-    assert client.channels_created == 0
+    assert client.connections_made == 0
 
     kubelet.start(FakeKubelet(response(gpu_pod("a", "p", GPU0))))
     assert watcher.refresh_once() is True
@@ -627,12 +632,26 @@ def test_watcher_rejects_bad_interval() -> None:
         PodResourcesWatcher(ScriptedLister([0.0], []), interval=0)
 
 
-def test_importing_the_package_does_not_load_grpc() -> None:
+def open_sockets() -> int:
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed while listing
+            count += fd.readlink().name.startswith("socket:")
+    return count
+
+
+def test_a_real_call_loads_neither_grpc_nor_protobuf(kubelet: KubeletServer) -> None:
+    # The whole point of grpc_call.py and wire.py: a node's exporter talks to the kubelet
+    # without grpcio or the protobuf runtime in memory. The server here is grpcio, in this
+    # process; the client runs in a fresh interpreter.
+    kubelet.start(FakeKubelet(response(gpu_pod("a", "p", GPU0))))
     code = (
         "import sys, exporter.podresources\n"
         "from exporter.podresources import PodResourcesClient, PodResourcesWatcher\n"
         "w = PodResourcesWatcher(PodResourcesClient('/nonexistent/kubelet.sock'))\n"
-        "assert w.refresh_once() is False\n"  # socket absent: no need to load grpc either
+        "assert w.refresh_once() is False\n"
+        f"c = PodResourcesClient({kubelet.path!r})\n"
+        "print([(a.pod, a.device.uuid) for a in c.list_allocations()])\n"
         "loaded = [m for m in sys.modules if m == 'grpc' or m.startswith(('grpc.', 'google.'))]\n"
         "assert not loaded, loaded\n"
     )
@@ -640,3 +659,4 @@ def test_importing_the_package_does_not_load_grpc() -> None:
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
                             text=True, timeout=30)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"[('p', '{GPU0}')]"

@@ -5,7 +5,7 @@
 import grpc
 import warnings
 
-from exporter.podresources import podresources_v1_pb2 as exporter_dot_podresources_dot_podresources__v1__pb2
+from tests.kubelet_api import podresources_v1_pb2 as tests_dot_kubelet__api_dot_podresources__v1__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -20,7 +20,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in exporter/podresources/podresources_v1_pb2_grpc.py depends on'
+        + ' but the generated code in tests/kubelet_api/podresources_v1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -40,8 +40,8 @@ class PodResourcesListerStub:
         """
         self.List = channel.unary_unary(
                 '/v1.PodResourcesLister/List',
-                request_serializer=exporter_dot_podresources_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=exporter_dot_podresources_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
+                request_serializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
+                response_deserializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -62,8 +62,8 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'List': grpc.unary_unary_rpc_method_handler(
                     servicer.List,
-                    request_deserializer=exporter_dot_podresources_dot_podresources__v1__pb2.ListPodResourcesRequest.FromString,
-                    response_serializer=exporter_dot_podresources_dot_podresources__v1__pb2.ListPodResourcesResponse.SerializeToString,
+                    request_deserializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesRequest.FromString,
+                    response_serializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -93,8 +93,8 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/List',
-            exporter_dot_podresources_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
-            exporter_dot_podresources_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
+            tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
+            tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,9 +6,9 @@
 # The generated code embeds the versions of the generator: podresources_v1_pb2.py refuses
 # to load on a protobuf runtime older than the bundled protoc, and podresources_v1_pb2_grpc.py
 # refuses a grpcio older than grpcio-tools. Keep GRPCIO_TOOLS_VERSION in step with the
-# lower bounds on grpcio and protobuf in pyproject.toml.
+# lower bounds on grpcio and protobuf in pyproject.toml's test extra.
 #
-# Usage (from anywhere): bash exporter/podresources/generate.sh
+# Usage (from anywhere): bash tests/kubelet_api/generate.sh
 set -euo pipefail
 
 GRPCIO_TOOLS_VERSION="1.85.1"   # bundles protoc 35.1 -> protobuf Python gencode 7.35.1
@@ -26,19 +26,19 @@ fi
 
 cd "$root"
 # Proto path = repository root, so the generated _pb2_grpc module imports its _pb2 sibling as
-# exporter.podresources.podresources_v1_pb2 (an absolute import that works inside the package).
+# tests.kubelet_api.podresources_v1_pb2 (an absolute import that works from the repository root).
 "$python" -m grpc_tools.protoc \
     --proto_path=. \
     --python_out=. \
     --pyi_out=. \
     --grpc_python_out=. \
-    exporter/podresources/podresources_v1.proto
+    tests/kubelet_api/podresources_v1.proto
 # Mark the output as generated for the linters wherever they run, whatever their config:
 # ruff skips the files, mypy keeps using the .pyi types but reports nothing inside them.
-for f in exporter/podresources/podresources_v1_pb2.py \
-         exporter/podresources/podresources_v1_pb2.pyi \
-         exporter/podresources/podresources_v1_pb2_grpc.py; do
+for f in tests/kubelet_api/podresources_v1_pb2.py \
+         tests/kubelet_api/podresources_v1_pb2.pyi \
+         tests/kubelet_api/podresources_v1_pb2_grpc.py; do
     { printf '# ruff: noqa\n# mypy: ignore-errors\n'; cat "$f"; } > "$f.tmp"
     mv "$f.tmp" "$f"
 done
-echo "generate.sh: regenerated exporter/podresources/podresources_v1_pb2{.py,.pyi,_grpc.py}"
+echo "generate.sh: regenerated tests/kubelet_api/podresources_v1_pb2{.py,.pyi,_grpc.py}"
