@@ -9,11 +9,13 @@ reader inside a private cgroup namespace (relative paths).
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from exporter.cgroups import ContainerRef, PidResolver, parse_cgroup
+from exporter.cgroups import ContainerRef, PidResolver, is_procfs, parse_cgroup
 
 # Real-looking identifiers: 64-hex container IDs and version-4 pod UIDs.
 CID_A = "4f1c9a2be8d7c6b5a49382716f5e4d3c2b1a0f9e8d7c6b5a4938271605f4e3d2"
@@ -347,3 +349,133 @@ def test_files_longer_than_one_read_and_non_utf8_comm(tmp_path: Path) -> None:
     assert resolver.resolve([77])[77] == ContainerRef(UID_CRIO, CID_D, "cri-o")
     stats = resolver.stats()
     assert (stats.cache_misses, stats.cache_hits, stats.read_errors) == (1, 1, 0)
+
+
+# --- held stat files on a real procfs -------------------------------------------------------
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    made: list[subprocess.Popen[bytes]] = []
+    yield made
+    for child in made:
+        child.kill()
+        child.wait(timeout=5)
+
+
+def spawn(children: list[subprocess.Popen[bytes]], n: int) -> list[int]:
+    for _ in range(n):
+        children.append(subprocess.Popen(["sleep", "60"]))
+    return [c.pid for c in children[-n:]]
+
+
+def test_real_proc_holds_stat_files_and_skips_path_reads(
+    children: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = spawn(children, 3)
+    fds_before = open_fds()
+    resolver = PidResolver("/proc")  # procfs, detected from the mount table
+    first = resolver.resolve(pids)
+    assert set(first) == set(pids)
+    stats = resolver.stats()
+    assert (stats.cache_misses, stats.cached_pids, stats.held_fds) == (3, 3, 3)
+    assert open_fds() == fds_before + 3
+
+    # A cache hit is one pread on the held file: no path is opened at all.
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, *args: int, **kwargs: int) -> int:
+        opened.append(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    assert resolver.resolve(pids) == first
+    monkeypatch.undo()
+    assert opened == []
+    assert resolver.stats().cache_hits == 3
+
+    resolver.close()
+    assert open_fds() == fds_before
+    assert resolver.stats().held_fds == 0
+    assert resolver.resolve(pids) == first  # still works after close(), reopening
+
+
+def test_real_proc_reaped_process_is_looked_up_afresh(
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    # The reuse check on a held file: once its process is reaped (what must happen before
+    # the PID can be reused), the read fails and the PID is looked up by path again.
+    pids = spawn(children, 2)
+    fds_before = open_fds()
+    resolver = PidResolver("/proc")
+    resolver.resolve(pids)
+    assert resolver.stats().held_fds == 2
+    children[0].kill()
+    children[0].wait(timeout=5)
+    got = resolver.resolve(pids)
+    assert got[pids[0]] is None  # gone: no /proc entry any more
+    stats = resolver.stats()
+    assert stats.vanished == 1
+    assert (stats.cached_pids, stats.held_fds) == (1, 1)
+    assert stats.cache_hits == 1  # the live one
+    assert open_fds() == fds_before + 1  # the dead process's file was closed
+    resolver.resolve([])  # nothing asked for: everything evicted, every file closed
+    assert open_fds() == fds_before
+    assert resolver.stats().held_fds == 0
+
+
+def test_held_files_are_capped(children: list[subprocess.Popen[bytes]]) -> None:
+    pids = spawn(children, 4)
+    resolver = PidResolver("/proc", max_held_fds=2)
+    first = resolver.resolve(pids)
+    stats = resolver.stats()
+    assert (stats.cached_pids, stats.held_fds) == (4, 2)
+    # PIDs past the cap use path reads, with the same answers and the same cache.
+    assert resolver.resolve(pids) == first
+    assert resolver.stats().cache_hits == 4
+    resolver.close()
+
+
+def test_fake_trees_never_hold_files(proc: Path) -> None:
+    # A regular file kept open would read a replaced file's old contents: a copied or fake
+    # tree must be read by path every time (test_pid_reuse_rereads relies on it).
+    resolver = PidResolver(str(proc))
+    resolver.resolve(list(range(1000, 1000 + len(CASES))))
+    assert resolver.stats().held_fds == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/proc", True),
+        ("/proc/1", True),
+        ("/host/proc", True),
+        ("/host/proc/self", True),
+        ("/host/procfake", False),
+        ("/", False),
+        ("/mnt/with space", True),
+        ("/tmp", False),
+    ],
+)
+def test_is_procfs_reads_the_mount_table(tmp_path: Path, path: str, expected: bool) -> None:
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        "23 22 0:22 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n"
+        "24 22 0:23 / /tmp rw - tmpfs tmpfs rw\n"
+        "25 22 0:22 / /host/proc rw,nosuid - proc proc rw\n"
+        "26 22 0:22 / /mnt/with\\040space rw - proc proc rw\n"
+        "garbage line\n"
+    )
+    # realpath() of a path that does not exist here is the path itself.
+    assert is_procfs(path, mountinfo=str(table)) is expected
+
+
+def test_is_procfs_unreadable_table_is_false(tmp_path: Path) -> None:
+    assert is_procfs("/proc", mountinfo=str(tmp_path / "absent")) is False
+    assert is_procfs("/proc") is True  # this machine's own table
