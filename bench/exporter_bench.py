@@ -27,6 +27,10 @@ Sources (``--source``):
   ``--no-kubelet``) a fake kubelet PodResources server on a unix socket, in a process of its
   own so its CPU is not counted. No API server: pod names stay unknown, so the processes are
   counted as unnamed rather than per container.
+* ``nvml-c``: ``python3 -m bench.nvml_c_exporter``, the same as ``nvml-fake`` (same node,
+  ``/proc`` tree and fake kubelet) but libnvidia-ml is ``bench/fake_libnvml/fake_nvml.c``,
+  built with gcc and opened with ``ctypes.CDLL``: no Python double runs in the exporter
+  process, and no driver tick thread (the library synthesizes its samples from the clock).
 
 ``--import-costs`` measures instead the RSS and import time that each module the exporter
 loads adds, each step in a fresh interpreter. ``--profile FILE`` records a py-spy profile of
@@ -36,6 +40,7 @@ Run from the repository root::
 
     python3 bench/exporter_bench.py --source simulated
     python3 bench/exporter_bench.py --source nvml-fake --process-metrics --json
+    python3 bench/exporter_bench.py --source nvml-c
 """
 
 from __future__ import annotations
@@ -315,7 +320,10 @@ def exporter_command(
         assert scenario is not None
         return [*python_argv(args), "-m", "exporter", "--source", "simulated",
                 "--scenario", str(scenario), *common]
-    return [*python_argv(args), "-m", "bench.nvml_fake_exporter",
+    runner = ["-m", "bench.nvml_fake_exporter"]
+    if args.source == "nvml-c":
+        runner = ["-m", "bench.nvml_c_exporter", "--library", str(args.fake_library)]
+    return [*python_argv(args), *runner,
             "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu),
             "--proc-tree", str(workdir / "proc"), "--",
             *common, "--kubelet-socket", str(workdir / "kubelet.sock")]
@@ -613,9 +621,15 @@ def verdict(value: float, target: float, unit: str) -> str:
 
 
 def measure(args: argparse.Namespace) -> Result:
+    if args.source == "nvml-c":
+        # Built here, before the exporter starts: a build is not start-up time, and a missing
+        # gcc is one line from main().
+        from bench.nvml_c_exporter import build_library
+
+        args.fake_library = build_library()
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
         kubelet = None
-        if args.source == "nvml-fake" and args.kubelet:
+        if args.source in ("nvml-fake", "nvml-c") and args.kubelet:
             kubelet = start_fake_kubelet(args, Path(tmp) / "kubelet.sock")
         try:
             exp = start_exporter(args, Path(tmp))
@@ -761,7 +775,7 @@ def print_result(r: Result) -> None:
     print(f"  sampling every {r.interval_s:g} s, scraped every {r.scrape_interval_s:g} s "
           f"for {r.window_s:.1f} s ({r.scrapes} scrapes, {r.scrape_failures} failed, "
           f"{r.connects} connection(s))")
-    if r.source == "nvml-fake":
+    if r.source in ("nvml-fake", "nvml-c"):
         kubelet = "a fake kubelet (PodResources List)" if r.kubelet else "no kubelet socket"
         print(f"  attribution inputs: a /proc tree for the fake PIDs, {kubelet}, no API server")
     print(f"  start-up to /readyz: {r.startup_s:.2f} s, RSS then {r.rss_at_ready_mib:.1f} MiB")
@@ -770,6 +784,8 @@ def print_result(r: Result) -> None:
     if r.fake_driver_tick_cpu_percent is not None:
         print(f"         of which the fake driver's tick thread: "
               f"{r.fake_driver_tick_cpu_percent:.2f} %")
+    elif r.source == "nvml-c":
+        print("         (no driver tick thread: the C library makes its samples from the clock)")
     print(f"  RSS:   peak {r.rss_peak_mib:.1f} MiB ({v['rss_peak']}), end {r.rss_end_mib:.1f} MiB "
           f"({v['rss_end']}); start of window {r.rss_start_mib:.1f} MiB, high-water mark "
           f"incl. start-up {r.rss_hwm_mib:.1f} MiB")
@@ -892,7 +908,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python3 bench/exporter_bench.py",
         description="Benchmark gpuscope-exporter: CPU, RSS, scrape latency, series count.",
     )
-    p.add_argument("--source", choices=("simulated", "nvml-fake"), default="simulated")
+    p.add_argument("--source", choices=("simulated", "nvml-fake", "nvml-c"),
+                   default="simulated")
     p.add_argument("--process-metrics", action="store_true",
                    help="export per-process series too (one per process and metric)")
     p.add_argument("--openmetrics", action="store_true",
@@ -910,7 +927,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--processes-per-gpu", type=int, default=64)
     p.add_argument("--no-kubelet", dest="kubelet", action="store_false",
-                   help="nvml-fake: no fake kubelet socket (no allocations, no grpc import)")
+                   help="nvml-fake, nvml-c: no fake kubelet socket (no allocations, no grpc "
+                        "import)")
     p.add_argument("--startup-timeout", type=float, default=60.0)
     p.add_argument("--python", default=sys.executable, help="interpreter for the exporter")
     p.add_argument("--no-site", action="store_true",
@@ -931,6 +949,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="only measure RSS and import time of each module the exporter loads")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--serve-fake-kubelet", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
+    p.set_defaults(fake_library=None)  # nvml-c: the built library (measure() sets it)
     args = p.parse_args(argv)
     for name in ("duration", "interval", "scrape_interval"):
         if getattr(args, name) <= 0:

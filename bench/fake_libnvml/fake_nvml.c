@@ -1,0 +1,680 @@
+/*
+ * A fake libnvidia-ml for the benchmark: the NVML entry points exporter/nvml.py reaches
+ * through pynvml, in C, so that the double's own cost is what a real driver's library costs
+ * (native code behind a ctypes call), not Python's.
+ *
+ * The node is the one bench/nvml_fake_exporter.py's build_node(gpus, ppg) gives FakeNvml
+ * (tests/exporter/fake_nvml.py): GPU g is an A100-SXM4-80GB with UUID
+ * GPU-00000000-0000-0000-0000-0000a100000<g> (uuid.UUID(int=0xA1000000 + g)), PCI bus ID
+ * 00000000:<0x10 + g>:00.0, 80 GiB of memory with 1 GiB used, utilization 50 % / 20 %,
+ * 45 C, 250 W of 400 W, 1e9 mJ, SM 1410 MHz, memory 1593 MHz, fan 30 %, no ECC errors,
+ * Ampere, no MIG (MigMode NOT_SUPPORTED), XID events registrable but none ever raised; and
+ * ppg compute processes, process i with PID 10000 + g * ppg + i and 72 GiB / ppg bytes,
+ * outside any MIG instance. No graphics processes. Driver 550.54.15.
+ *
+ * Per-process utilization: the driver keeps a buffer of samples, one per process per tick.
+ * Here there is no driver thread: the samples are synthesized from CLOCK_REALTIME, one per
+ * process at every whole second k (timeStamp k * 1e6 us, smUtil 1 + (i + k) % 3,
+ * memUtil i % 2), the last FAKE_NVML_HISTORY_SECONDS seconds of them being "in the buffer".
+ *
+ * Configuration, read by nvmlInit* when the library goes from uninitialised to initialised:
+ *   FAKE_NVML_GPUS                 GPUs (default 8, at most 64)
+ *   FAKE_NVML_PROCESSES_PER_GPU    compute processes per GPU (default 64)
+ *   FAKE_NVML_HISTORY_SECONDS      seconds of per-process samples kept (default 4)
+ *
+ * Return codes follow the Python double where the two could differ (nvmlShutdown when not
+ * initialised answers SUCCESS; a size query of the process utilization answers
+ * INSUFFICIENT_SIZE; a buffer too small gets the oldest samples that fit).
+ *
+ * Thread safety: the node is immutable between nvmlInit and nvmlShutdown; the init refcount
+ * and the event sets are guarded by one mutex. nvmlEventSetWait_v2 sleeps without holding it
+ * (ctypes has released the GIL for the call).
+ *
+ * Build: gcc -O2 -shared -fPIC -o libnvidia-ml-fake.so fake_nvml.c
+ */
+
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int nvmlReturn_t;
+
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_MEMORY = 20,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+/* Constants of nvml.h (pynvml's values). */
+#define NVML_TEMPERATURE_GPU 0
+#define NVML_CLOCK_GRAPHICS 0
+#define NVML_CLOCK_SM 1
+#define NVML_CLOCK_MEM 2
+#define NVML_MEMORY_ERROR_TYPE_CORRECTED 0
+#define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
+#define NVML_DEVICE_ARCH_AMPERE 7
+#define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL
+#define NVML_MEMORY_V2_VERSION 0x02000028U /* nvmlMemory_v2: sizeof | 2 << 24 */
+#define NO_INSTANCE 0xFFFFFFFFU            /* gpuInstanceId outside any MIG instance */
+
+/* Structs, as nvml.h (and pynvml's ctypes mirrors) lay them out. */
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+/* nvmlProcessInfo_t: the element of both the _v2 and the _v3 process lists. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+struct fake_device {
+    unsigned int index;
+    char uuid[64];
+    char pci_bus_id[32];
+};
+typedef struct fake_device *nvmlDevice_t;
+
+struct fake_event_set {
+    int in_use;
+    unsigned long long registered; /* bit g: GPU g registered for XID events */
+};
+typedef struct fake_event_set *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+/* ----------------------------------------------------------------------------------------- */
+/* The node */
+
+#define MAX_GPUS 64
+#define MAX_EVENT_SETS 64
+#define MAX_PROCESSES_PER_GPU 100000U
+#define MAX_HISTORY_SECONDS 3600U
+#define GIB (1024ULL * 1024ULL * 1024ULL)
+
+static const char DRIVER_VERSION[] = "550.54.15";
+static const char GPU_NAME[] = "NVIDIA A100-SXM4-80GB";
+static const unsigned long long MEMORY_TOTAL = 80 * GIB;
+static const unsigned long long MEMORY_USED = 1 * GIB;
+static const unsigned int UTIL_GPU = 50, UTIL_MEMORY = 20;
+static const unsigned int TEMPERATURE_C = 45;
+static const unsigned int POWER_MW = 250000, POWER_LIMIT_MW = 400000;
+static const unsigned long long ENERGY_MJ = 1000000000ULL;
+static const unsigned int SM_CLOCK_MHZ = 1410, MEM_CLOCK_MHZ = 1593;
+static const unsigned int FAN_PERCENT = 30;
+static const unsigned int PCI_DEVICE_ID = 0x20B210DEU;    /* A100-SXM4-80GB */
+static const unsigned int PCI_SUBSYSTEM_ID = 0x147F10DEU;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_init_count;                 /* written under g_lock, read atomically */
+static unsigned int g_gpus;              /* the node: set at init, constant until shutdown */
+static unsigned int g_processes_per_gpu;
+static unsigned int g_history_seconds;
+static unsigned long long g_process_memory;
+static struct fake_device g_devices[MAX_GPUS];
+static struct fake_event_set g_event_sets[MAX_EVENT_SETS];
+
+static unsigned int env_uint(const char *name, unsigned int fallback, unsigned int max) {
+    const char *text = getenv(name);
+    if (text == NULL || *text == '\0')
+        return fallback;
+    char *end;
+    errno = 0;
+    unsigned long value = strtoul(text, &end, 10);
+    if (errno != 0 || *end != '\0' || text[0] == '-') {
+        fprintf(stderr, "fake libnvidia-ml: %s=%s is not a number; using %u\n", name, text,
+                fallback);
+        return fallback;
+    }
+    if (value > max) {
+        fprintf(stderr, "fake libnvidia-ml: %s=%lu is over %u; using %u\n", name, value, max,
+                max);
+        return max;
+    }
+    return (unsigned int)value;
+}
+
+/* Build the node from the environment (under g_lock, while uninitialised). */
+static void build_node(void) {
+    g_gpus = env_uint("FAKE_NVML_GPUS", 8, MAX_GPUS);
+    g_processes_per_gpu = env_uint("FAKE_NVML_PROCESSES_PER_GPU", 64, MAX_PROCESSES_PER_GPU);
+    g_history_seconds = env_uint("FAKE_NVML_HISTORY_SECONDS", 4, MAX_HISTORY_SECONDS);
+    if (g_history_seconds == 0)
+        g_history_seconds = 1;
+    g_process_memory = g_processes_per_gpu ? 72 * GIB / g_processes_per_gpu : 0;
+    for (unsigned int g = 0; g < MAX_GPUS; g++) {
+        struct fake_device *d = &g_devices[g];
+        d->index = g;
+        /* str(uuid.UUID(int=0xA1000000 + g)) */
+        snprintf(d->uuid, sizeof d->uuid, "GPU-00000000-0000-0000-0000-%012x", 0xA1000000U + g);
+        snprintf(d->pci_bus_id, sizeof d->pci_bus_id, "00000000:%02X:00.0", 0x10U + g);
+    }
+}
+
+static int initialised(void) {
+    return __atomic_load_n(&g_init_count, __ATOMIC_ACQUIRE) > 0;
+}
+
+/* The device behind a handle, or NULL when it is not one of ours. */
+static struct fake_device *device_of(nvmlDevice_t handle) {
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)g_devices;
+    if (p < base || (p - base) % sizeof(struct fake_device) != 0)
+        return NULL;
+    uintptr_t index = (p - base) / sizeof(struct fake_device);
+    return index < g_gpus ? &g_devices[index] : NULL;
+}
+
+/* Start of every device entry point: initialised, and a valid handle. */
+#define DEVICE_ENTRY(handle, dev)                          \
+    if (!initialised())                                    \
+        return NVML_ERROR_UNINITIALIZED;                   \
+    struct fake_device *dev = device_of(handle);           \
+    if (dev == NULL)                                       \
+        return NVML_ERROR_INVALID_ARGUMENT
+
+static nvmlReturn_t write_string(char *buf, unsigned int length, const char *text) {
+    size_t n = strlen(text);
+    if (buf == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (n + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, text, n + 1);
+    return NVML_SUCCESS;
+}
+
+#define WRITE(out, value)                         \
+    do {                                          \
+        if ((out) == NULL)                        \
+            return NVML_ERROR_INVALID_ARGUMENT;   \
+        *(out) = (value);                         \
+        return NVML_SUCCESS;                      \
+    } while (0)
+
+/* ----------------------------------------------------------------------------------------- */
+/* Library */
+
+static nvmlReturn_t init(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_init_count == 0)
+        build_node();
+    __atomic_store_n(&g_init_count, g_init_count + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_lock);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return init();
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return init(); }
+
+EXPORT nvmlReturn_t nvmlInit(void) { return init(); }
+
+EXPORT nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_init_count > 0)
+        __atomic_store_n(&g_init_count, g_init_count - 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_lock);
+    return NVML_SUCCESS;
+}
+
+/* Not NVML: the init refcount, for tests (every nvmlInit matched by an nvmlShutdown). */
+EXPORT int fakeNvmlInitCount(void) { return __atomic_load_n(&g_init_count, __ATOMIC_ACQUIRE); }
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 8: return "Insufficient External Power";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 15: return "GPU is lost";
+    case 20: return "Insufficient Memory";
+    default: return "Unknown Error";
+    }
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    return write_string(version, length, DRIVER_VERSION);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    WRITE(count, g_gpus);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    if (index >= g_gpus)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    WRITE(device, &g_devices[index]);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Device identity and readings */
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    return write_string(name, length, GPU_NAME);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    DEVICE_ENTRY(device, dev);
+    return write_string(uuid, length, dev->uuid);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    DEVICE_ENTRY(device, dev);
+    WRITE(index, dev->index);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    DEVICE_ENTRY(device, dev);
+    if (pci == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", dev->pci_bus_id);
+    /* FakeNvml writes busId[:15] (16 bytes with the NUL) into the legacy field too. */
+    memcpy(pci->busIdLegacy, dev->pci_bus_id, sizeof pci->busIdLegacy - 1);
+    pci->domain = 0;
+    pci->bus = 0x10U + dev->index;
+    pci->device = 0;
+    pci->pciDeviceId = PCI_DEVICE_ID;
+    pci->pciSubSystemId = PCI_SUBSYSTEM_ID;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    WRITE(arch, NVML_DEVICE_ARCH_AMPERE);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memory->total = MEMORY_TOTAL;
+    memory->used = MEMORY_USED;
+    memory->free = MEMORY_TOTAL - MEMORY_USED;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != NVML_MEMORY_V2_VERSION)
+        return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+    memory->total = MEMORY_TOTAL;
+    memory->reserved = 0;
+    memory->used = MEMORY_USED;
+    memory->free = MEMORY_TOTAL - MEMORY_USED;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                   nvmlUtilization_t *utilization) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (utilization == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    utilization->gpu = UTIL_GPU;
+    utilization->memory = UTIL_MEMORY;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor,
+                                              unsigned int *temp) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (sensor != NVML_TEMPERATURE_GPU)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    WRITE(temp, TEMPERATURE_C);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    WRITE(power, POWER_MW);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    WRITE(limit, POWER_LIMIT_MW);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                         unsigned long long *energy) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    WRITE(energy, ENERGY_MJ);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    WRITE(speed, FAN_PERCENT);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    switch (type) {
+    case NVML_CLOCK_GRAPHICS:
+    case NVML_CLOCK_SM:
+        WRITE(clock, SM_CLOCK_MHZ);
+    case NVML_CLOCK_MEM:
+        WRITE(clock, MEM_CLOCK_MHZ);
+    default:
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type,
+                                                 int counter_type, unsigned long long *count) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    (void)counter_type;
+    if (error_type != NVML_MEMORY_ERROR_TYPE_CORRECTED &&
+        error_type != NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    WRITE(count, 0ULL);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* MIG: these GPUs cannot do it (FakeGpu.mig_enabled None) */
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current,
+                                          unsigned int *pending) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    (void)current;
+    (void)pending;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    (void)count;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                         nvmlDevice_t *mig) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    (void)index;
+    (void)mig;
+    return NVML_ERROR_INVALID_ARGUMENT; /* MIG is not enabled */
+}
+
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *is_mig) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    WRITE(is_mig, 0U);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    (void)id;
+    return NVML_ERROR_INVALID_ARGUMENT; /* not a MIG device handle */
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig,
+                                                                  nvmlDevice_t *device) {
+    DEVICE_ENTRY(mig, dev);
+    (void)dev;
+    (void)device;
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Processes */
+
+/* The size query (infos NULL, or *count too small) answers INSUFFICIENT_SIZE with the count,
+   or SUCCESS when there are none. */
+static nvmlReturn_t running_processes(struct fake_device *dev, unsigned int n,
+                                      unsigned int *count, nvmlProcessInfo_t *infos) {
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (infos == NULL || *count < n) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    unsigned int first_pid = 10000U + dev->index * g_processes_per_gpu;
+    for (unsigned int i = 0; i < n; i++) {
+        infos[i].pid = first_pid + i;
+        infos[i].usedGpuMemory = g_process_memory;
+        infos[i].gpuInstanceId = NO_INSTANCE;
+        infos[i].computeInstanceId = NO_INSTANCE;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                             unsigned int *count,
+                                                             nvmlProcessInfo_t *infos) {
+    DEVICE_ENTRY(device, dev);
+    return running_processes(dev, g_processes_per_gpu, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                             unsigned int *count,
+                                                             nvmlProcessInfo_t *infos) {
+    DEVICE_ENTRY(device, dev);
+    return running_processes(dev, g_processes_per_gpu, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
+                                                              unsigned int *count,
+                                                              nvmlProcessInfo_t *infos) {
+    DEVICE_ENTRY(device, dev);
+    return running_processes(dev, 0, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device,
+                                                              unsigned int *count,
+                                                              nvmlProcessInfo_t *infos) {
+    DEVICE_ENTRY(device, dev);
+    return running_processes(dev, 0, count, infos);
+}
+
+/* Samples with timeStamp > lastSeenTimeStamp (us), oldest first; NOT_FOUND when there are
+   none; samples NULL is the size query (INSUFFICIENT_SIZE with *count set); a buffer too
+   small gets the oldest samples that fit. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                     nvmlProcessUtilizationSample_t *samples,
+                                                     unsigned int *count,
+                                                     unsigned long long last_seen_us) {
+    DEVICE_ENTRY(device, dev);
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long ppg = g_processes_per_gpu;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long newest = (unsigned long long)now.tv_sec; /* whole seconds: sample k */
+    unsigned long long oldest = newest + 1 - g_history_seconds;
+    unsigned long long first = last_seen_us / 1000000ULL + 1; /* k * 1e6 > last_seen */
+    if (first < oldest)
+        first = oldest;
+    if (ppg == 0 || first > newest)
+        return NVML_ERROR_NOT_FOUND;
+    unsigned long long available = (newest - first + 1) * ppg;
+    if (available > UINT_MAX)
+        available = UINT_MAX;
+    if (samples == NULL) {
+        *count = (unsigned int)available;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned long long filled = *count < available ? *count : available;
+    unsigned int first_pid = 10000U + dev->index * g_processes_per_gpu;
+    for (unsigned long long j = 0; j < filled; j++) {
+        unsigned long long k = first + j / ppg;
+        unsigned int i = (unsigned int)(j % ppg);
+        nvmlProcessUtilizationSample_t *s = &samples[j];
+        s->pid = first_pid + i;
+        s->timeStamp = k * 1000000ULL;
+        s->smUtil = 1U + (unsigned int)((i + k) % 3);
+        s->memUtil = i % 2;
+        s->encUtil = 0;
+        s->decUtil = 0;
+    }
+    *count = (unsigned int)filled;
+    return NVML_SUCCESS;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Events: sets can be created and registered; no event ever arrives */
+
+static struct fake_event_set *event_set_of(nvmlEventSet_t handle) {
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)g_event_sets;
+    if (p < base || (p - base) % sizeof(struct fake_event_set) != 0)
+        return NULL;
+    uintptr_t index = (p - base) / sizeof(struct fake_event_set);
+    return index < MAX_EVENT_SETS ? &g_event_sets[index] : NULL;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = NVML_ERROR_MEMORY;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < MAX_EVENT_SETS; i++) {
+        if (!g_event_sets[i].in_use) {
+            g_event_sets[i].in_use = 1;
+            g_event_sets[i].registered = 0;
+            *set = &g_event_sets[i];
+            rc = NVML_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                              nvmlEventSet_t set) {
+    DEVICE_ENTRY(device, dev);
+    struct fake_event_set *es = event_set_of(set);
+    nvmlReturn_t rc = NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g_lock);
+    if (es != NULL && es->in_use) {
+        if (types & NVML_EVENT_TYPE_XID_CRITICAL_ERROR)
+            es->registered |= 1ULL << dev->index;
+        rc = NVML_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Waits the whole timeout (no event ever comes) and answers TIMEOUT. */
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                         unsigned int timeout_ms) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    struct fake_event_set *es = event_set_of(set);
+    pthread_mutex_lock(&g_lock);
+    int valid = es != NULL && es->in_use;
+    pthread_mutex_unlock(&g_lock);
+    if (!valid || data == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec left = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    struct fake_event_set *es = event_set_of(set);
+    nvmlReturn_t rc = NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g_lock);
+    if (es != NULL && es->in_use) {
+        es->in_use = 0;
+        es->registered = 0;
+        rc = NVML_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}

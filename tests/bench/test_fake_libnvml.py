@@ -1,0 +1,223 @@
+"""The C fake of libnvidia-ml (``bench/fake_libnvml/fake_nvml.c``) against the Python one.
+
+``bench/exporter_bench.py --source nvml-c`` runs the exporter over the C library, and
+``--source nvml-fake`` over ``tests/exporter/fake_nvml.py`` with the node of
+``bench.nvml_fake_exporter.build_node``; the two runs are compared, so the C double must play
+the same node. Here NvmlSource (with the real pynvml) samples both, and every reading must be
+equal but the per-process utilization, which varies with time in both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from bench.nvml_c_exporter import HISTORY_SECONDS, BuildError, build_library, load_library
+from bench.nvml_fake_exporter import BUFFER_TICKS, build_node, tick
+from exporter.model import DeviceSample, Snapshot
+from exporter.nvml import NvmlSource
+from tests.exporter.fake_nvml import restored_pynvml
+
+GPUS = 2
+PROCESSES_PER_GPU = 3
+SAMPLE = pynvml.c_nvmlProcessUtilizationSample_t
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    try:
+        path = build_library(tmp_path_factory.mktemp("fake_libnvml"))
+    except BuildError as exc:
+        # Not a skip: scripts/setup --test installs gcc and the libc headers.
+        pytest.fail(str(exc))
+    return load_library(path)
+
+
+@pytest.fixture
+def lib(library: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> Iterator[ctypes.CDLL]:
+    """The library for a 2 x 3 node, uninitialised before and after the test, and pynvml's
+    globals put back afterwards."""
+    monkeypatch.setenv("FAKE_NVML_GPUS", str(GPUS))
+    monkeypatch.setenv("FAKE_NVML_PROCESSES_PER_GPU", str(PROCESSES_PER_GPU))
+    monkeypatch.setenv("FAKE_NVML_HISTORY_SECONDS", str(HISTORY_SECONDS))
+    assert library.fakeNvmlInitCount() == 0
+    with restored_pynvml():
+        yield library
+    assert library.fakeNvmlInitCount() == 0
+
+
+def sample_once(loader_result: object) -> Snapshot:
+    refcount = pynvml._nvmlLib_refcount
+    source = NvmlSource(library_loader=lambda: loader_result, xid_wait_timeout_ms=50)
+    try:
+        snapshot = source.sample()
+    finally:
+        source.close()
+    assert pynvml._nvmlLib_refcount == refcount
+    return snapshot
+
+
+def without_process_utilization(dev: DeviceSample) -> DeviceSample:
+    procs = tuple(dataclasses.replace(p, sm_utilization_ratio=None) for p in dev.processes)
+    return dataclasses.replace(dev, processes=procs)
+
+
+def test_history_matches_the_python_double() -> None:
+    assert HISTORY_SECONDS == BUFFER_TICKS
+
+
+def test_snapshot_matches_python_double(lib: ctypes.CDLL) -> None:
+    c_snapshot = sample_once(lib)
+    assert lib.fakeNvmlInitCount() == 0
+
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    tick(fake, int(time.time() * 1_000_000), 0)  # one driver tick, as the bench's thread does
+    with restored_pynvml():
+        py_snapshot = sample_once(fake)
+    assert fake.init_count == 0
+
+    assert c_snapshot.source_up and py_snapshot.source_up
+    assert c_snapshot.driver_version == py_snapshot.driver_version == "550.54.15"
+    assert [(p.name, p.success) for p in c_snapshot.parts] == [
+        (p.name, p.success) for p in py_snapshot.parts
+    ]
+    assert all(p.success for p in c_snapshot.parts)
+    assert len(c_snapshot.devices) == len(py_snapshot.devices) == GPUS
+    for c_dev, py_dev in zip(c_snapshot.devices, py_snapshot.devices, strict=True):
+        # Names, UUIDs, PCI, memory, power, temperature, clocks, fan, ECC, PIDs, memory per
+        # process: everything but the per-process utilization is equal.
+        assert without_process_utilization(c_dev) == without_process_utilization(py_dev)
+        assert c_dev.up
+        assert c_dev.utilization_ratio == 0.5
+        assert c_dev.power_watts == 250.0
+        assert c_dev.temperature_celsius == 45.0
+        assert [p.pid for p in c_dev.processes] == [
+            10_000 + int(c_dev.index) * PROCESSES_PER_GPU + i for i in range(PROCESSES_PER_GPU)
+        ]
+        for c_proc, py_proc in zip(c_dev.processes, py_dev.processes, strict=True):
+            # Both doubles sample 1..3 % per process; the cursor starts 1 s back, so the
+            # first round sees the newest whole-second sample (C) or the tick (Python).
+            assert c_proc.sm_utilization_ratio in (0.01, 0.02, 0.03)
+            assert py_proc.sm_utilization_ratio in (0.01, 0.02, 0.03)
+
+
+def test_uninitialised_library_answers_uninitialized(lib: ctypes.CDLL) -> None:
+    count = ctypes.c_uint(0)
+    assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == pynvml.NVML_ERROR_UNINITIALIZED
+    assert lib.nvmlInitWithFlags(0) == pynvml.NVML_SUCCESS
+    try:
+        assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == pynvml.NVML_SUCCESS
+        assert count.value == GPUS
+        handle = pynvml.c_nvmlDevice_t()
+        rc = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(GPUS), ctypes.byref(handle))
+        assert rc == pynvml.NVML_ERROR_INVALID_ARGUMENT
+    finally:
+        assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
+
+
+def _utilization(
+    lib: ctypes.CDLL, handle: object, last_seen_us: int, room: int | None
+) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+    """(return code, count, samples as (timeStamp, pid, smUtil, memUtil)); ``room`` None is
+    the size query."""
+    count = ctypes.c_uint(room or 0)
+    samples = None if room is None else (SAMPLE * room)()
+    rc = lib.nvmlDeviceGetProcessUtilization(
+        handle, samples, ctypes.byref(count), ctypes.c_ulonglong(last_seen_us)
+    )
+    got = [] if samples is None or rc != pynvml.NVML_SUCCESS else [
+        (s.timeStamp, s.pid, s.smUtil, s.memUtil) for s in samples[: count.value]
+    ]
+    return rc, count.value, got
+
+
+def test_process_utilization_behaves_like_the_driver_buffer(lib: ctypes.CDLL) -> None:
+    assert lib.nvmlInitWithFlags(0) == pynvml.NVML_SUCCESS
+    try:
+        handle = pynvml.c_nvmlDevice_t()
+        assert lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(1), ctypes.byref(handle)) == 0
+        kept = HISTORY_SECONDS * PROCESSES_PER_GPU
+
+        # Size query: INSUFFICIENT_SIZE with the count of samples newer than lastSeen.
+        rc, count, _ = _utilization(lib, handle, 0, None)
+        assert (rc, count) == (pynvml.NVML_ERROR_INSUFFICIENT_SIZE, kept)
+
+        rc, count, got = _utilization(lib, handle, 0, kept)
+        assert (rc, count) == (pynvml.NVML_SUCCESS, kept)
+        newest = got[-1][0]
+        assert newest % 1_000_000 == 0
+        assert abs(newest / 1e6 - time.time()) < 2
+        assert [ts for ts, *_ in got] == sorted(ts for ts, *_ in got)  # oldest first
+        assert len({ts for ts, *_ in got}) == HISTORY_SECONDS
+        first_pid = 10_000 + 1 * PROCESSES_PER_GPU
+        for ts, pid, sm, mem in got:
+            i = pid - first_pid
+            assert 0 <= i < PROCESSES_PER_GPU
+            assert sm == 1 + (i + ts // 1_000_000) % 3
+            assert mem == i % 2
+
+        # Only samples newer than lastSeenTimeStamp; none: NOT_FOUND.
+        rc, count, got = _utilization(lib, handle, newest - 1, kept)
+        assert rc == pynvml.NVML_SUCCESS
+        assert count >= PROCESSES_PER_GPU and all(ts >= newest for ts, *_ in got)
+        future = int((time.time() + 10) * 1_000_000)
+        assert _utilization(lib, handle, future, None)[0] == pynvml.NVML_ERROR_NOT_FOUND
+        assert _utilization(lib, handle, future, kept)[0] == pynvml.NVML_ERROR_NOT_FOUND
+
+        # A buffer too small gets the oldest samples that fit.
+        last_seen = newest - 2_000_000
+        rc, count, small = _utilization(lib, handle, last_seen, 2)
+        assert (rc, count) == (pynvml.NVML_SUCCESS, 2)
+        assert [(ts, pid) for ts, pid, *_ in small] == [
+            (newest - 1_000_000, first_pid), (newest - 1_000_000, first_pid + 1)
+        ]
+
+        # Through pynvml, as NvmlSource calls it.
+        pynvml.nvmlLib = lib
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
+        assert len(samples) >= kept
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetProcessUtilization(handle, future)
+    finally:
+        assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
+
+
+def test_event_wait_blocks_for_the_timeout(lib: ctypes.CDLL) -> None:
+    assert lib.nvmlInitWithFlags(0) == pynvml.NVML_SUCCESS
+    try:
+        pynvml.nvmlLib = lib
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        event_set = pynvml.nvmlEventSetCreate()
+        pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+        started = time.monotonic()
+        with pytest.raises(pynvml.NVMLError_Timeout):
+            pynvml.nvmlEventSetWait_v2(event_set, 100)
+        assert time.monotonic() - started >= 0.09
+        pynvml.nvmlEventSetFree(event_set)
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):
+            pynvml.nvmlEventSetFree(event_set)
+        assert pynvml.nvmlErrorString(pynvml.NVML_ERROR_TIMEOUT) == "Timeout"
+    finally:
+        assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
+
+
+def test_build_is_cached_and_fails_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BuildError) as failed:
+        build_library(tmp_path / "none", compiler="no-such-cc-for-gpuscope")
+    assert "not found" in str(failed.value)
+    assert "\n" not in str(failed.value)
+    try:
+        path = build_library(tmp_path / "lib")
+    except BuildError as exc:
+        # Not a skip: scripts/setup --test installs gcc and the libc headers.
+        pytest.fail(str(exc))
+    built = path.stat().st_mtime_ns
+    assert build_library(tmp_path / "lib") == path
+    assert path.stat().st_mtime_ns == built
+    assert list((tmp_path / "lib").iterdir()) == [path]
