@@ -69,6 +69,7 @@ VM); protobuf's upb parses it in about 2 ms there.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = [
@@ -128,161 +129,104 @@ def decode_list_response(data: bytes | memoryview) -> tuple[PodResources, ...]:
             buf = bytes(memoryview(data))  # one copy: indexing bytes is faster than a view
         except (TypeError, ValueError) as error:  # released view, not a buffer
             raise WireError(f"not a byte buffer: {error}") from None
-    pods: list[PodResources] = []
-    pos = 0
-    end = len(buf)
+    return tuple(_pod(buf, start, stop)
+                 for _, start, stop in _fields(buf, 0, len(buf), 0, (0x0A,)))
+
+
+def _fields(
+    buf: bytes, pos: int, end: int, level: int, wanted: tuple[int, ...]
+) -> Iterator[tuple[int, int, int]]:
+    """The length-delimited fields of the message in ``buf[pos:end]`` whose tags are in
+    ``wanted``, as (tag, start, stop) in wire order; every other field is skipped (checked
+    as protobuf checks it). ``level``: the message depth, for the nesting limit of groups."""
     while pos < end:
         tag = buf[pos]
         pos += 1
         if tag > 0x7F:
             tag, pos = _tag(buf, pos - 1, end)
-        if tag == 0x0A:  # pod_resources = 1, length-delimited
-            if pos >= end:
-                raise _truncated(pos)
-            size = buf[pos]
-            pos += 1
-            if size > 0x7F:
-                size, pos = _length(buf, pos - 1)
-            stop = pos + size
-            if stop > end:
-                raise _past_end(pos, size)
-            pods.append(_pod(buf, pos, stop))
-            pos = stop
-        else:
-            pos = _skip(buf, pos, end, tag, 0)
-    return tuple(pods)
+        if tag not in wanted:
+            pos = _skip(buf, pos, end, tag, level)
+            continue
+        start, pos = _delimited(buf, pos, end)
+        yield tag, start, pos
 
 
 def _pod(buf: bytes, pos: int, end: int) -> PodResources:
+    # name = 1, namespace = 2, containers = 3 (level 1)
     name = namespace = ""
     containers: list[ContainerResources] = []
-    while pos < end:
-        tag = buf[pos]
-        pos += 1
-        if tag > 0x7F:
-            tag, pos = _tag(buf, pos - 1, end)
-        if tag != 0x0A and tag != 0x12 and tag != 0x1A:  # not 1, 2, 3 length-delimited
-            pos = _skip(buf, pos, end, tag, 1)
-            continue
-        if pos >= end:
-            raise _truncated(pos)
-        size = buf[pos]
-        pos += 1
-        if size > 0x7F:
-            size, pos = _length(buf, pos - 1)
-        stop = pos + size
-        if stop > end:
-            raise _past_end(pos, size)
+    for tag, start, stop in _fields(buf, pos, end, 1, (0x0A, 0x12, 0x1A)):
         if tag == 0x1A:
-            containers.append(_container(buf, pos, stop))
+            containers.append(_container(buf, start, stop))
+        elif tag == 0x0A:
+            name = _text(buf, start, stop)
         else:
-            try:
-                text = buf[pos:stop].decode()
-            except UnicodeDecodeError:
-                raise _bad_utf8(pos) from None
-            if tag == 0x0A:
-                name = text
-            else:
-                namespace = text
-        pos = stop
+            namespace = _text(buf, start, stop)
     return PodResources(name, namespace, tuple(containers))
 
 
 def _container(buf: bytes, pos: int, end: int) -> ContainerResources:
+    # name = 1, devices = 2 (level 2)
     name = ""
     devices: list[ContainerDevices] = []
-    while pos < end:
-        tag = buf[pos]
-        pos += 1
-        if tag > 0x7F:
-            tag, pos = _tag(buf, pos - 1, end)
-        if tag != 0x12 and tag != 0x0A:  # not devices = 2 / name = 1, length-delimited
-            pos = _skip(buf, pos, end, tag, 2)
-            continue
-        if pos >= end:
-            raise _truncated(pos)
-        size = buf[pos]
-        pos += 1
-        if size > 0x7F:
-            size, pos = _length(buf, pos - 1)
-        stop = pos + size
-        if stop > end:
-            raise _past_end(pos, size)
+    for tag, start, stop in _fields(buf, pos, end, 2, (0x0A, 0x12)):
         if tag == 0x12:
-            devices.append(_devices(buf, pos, stop))
+            devices.append(_devices(buf, start, stop))
         else:
-            try:
-                name = buf[pos:stop].decode()
-            except UnicodeDecodeError:
-                raise _bad_utf8(pos) from None
-        pos = stop
+            name = _text(buf, start, stop)
     return ContainerResources(name, tuple(devices))
 
 
 def _devices(buf: bytes, pos: int, end: int) -> ContainerDevices:
+    # resource_name = 1, device_ids = 2, topology = 3 (level 3)
     resource_name = ""
     device_ids: list[str] = []
-    while pos < end:
-        tag = buf[pos]
-        pos += 1
-        if tag > 0x7F:
-            tag, pos = _tag(buf, pos - 1, end)
-        if tag != 0x12 and tag != 0x0A and tag != 0x1A:  # not 2, 1, 3 length-delimited
-            pos = _skip(buf, pos, end, tag, 3)
-            continue
-        if pos >= end:
-            raise _truncated(pos)
-        size = buf[pos]
-        pos += 1
-        if size > 0x7F:
-            size, pos = _length(buf, pos - 1)
-        stop = pos + size
-        if stop > end:
-            raise _past_end(pos, size)
-        if tag == 0x1A:
-            _topology(buf, pos, stop)  # not kept, but protobuf parses it
+    for tag, start, stop in _fields(buf, pos, end, 3, (0x0A, 0x12, 0x1A)):
+        if tag == 0x12:
+            device_ids.append(_text(buf, start, stop))
+        elif tag == 0x0A:
+            resource_name = _text(buf, start, stop)
         else:
-            try:
-                text = buf[pos:stop].decode()
-            except UnicodeDecodeError:
-                raise _bad_utf8(pos) from None
-            if tag == 0x12:
-                device_ids.append(text)
-            else:
-                resource_name = text
-        pos = stop
+            _topology(buf, start, stop)  # not kept, but protobuf parses it
     return ContainerDevices(resource_name, tuple(device_ids))
 
 
 def _topology(buf: bytes, pos: int, end: int) -> None:
     """Check a ``TopologyInfo``: ``repeated NUMANode nodes = 1`` (level 4)."""
-    while pos < end:
-        tag = buf[pos]
-        pos += 1
-        if tag > 0x7F:
-            tag, pos = _tag(buf, pos - 1, end)
-        if tag != 0x0A:
-            pos = _skip(buf, pos, end, tag, 4)
-            continue
-        if pos >= end:
-            raise _truncated(pos)
-        size = buf[pos]
-        pos += 1
-        if size > 0x7F:
-            size, pos = _length(buf, pos - 1)
-        stop = pos + size
-        if stop > end:
-            raise _past_end(pos, size)
+    for _, at, stop in _fields(buf, pos, end, 4, (0x0A,)):
         # NUMANode { int64 ID = 1; } (level 5): a varint, checked and skipped.
-        while pos < stop:
-            tag = buf[pos]
-            pos += 1
-            if tag == 0x08 and pos < stop and buf[pos] < 0x80:  # ID < 128: the usual case
-                pos += 1
+        while at < stop:
+            tag = buf[at]
+            at += 1
+            if tag == 0x08 and at < stop and buf[at] < 0x80:  # ID < 128: the usual case
+                at += 1
                 continue
             if tag > 0x7F:
-                tag, pos = _tag(buf, pos - 1, stop)
-            pos = _skip(buf, pos, stop, tag, 5)
+                tag, at = _tag(buf, at - 1, stop)
+            at = _skip(buf, at, stop, tag, 5)
+
+
+def _delimited(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The value of a length-delimited field whose tag was just read: (start, stop) of its
+    bytes, which must lie inside the enclosing message (``end``)."""
+    if pos >= end:
+        raise _truncated(pos)
+    size = buf[pos]
+    pos += 1
+    if size > 0x7F:
+        size, pos = _length(buf, pos - 1)
+    stop = pos + size
+    if stop > end:
+        raise _past_end(pos, size)
+    return pos, stop
+
+
+def _text(buf: bytes, start: int, stop: int) -> str:
+    """A proto3 ``string``: UTF-8, checked as protobuf checks it."""
+    try:
+        return buf[start:stop].decode()
+    except UnicodeDecodeError:
+        raise _bad_utf8(start) from None
 
 
 def _tag(buf: bytes, pos: int, end: int) -> tuple[int, int]:
