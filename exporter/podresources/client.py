@@ -40,7 +40,7 @@ from typing import Protocol
 
 from exporter.podresources import wire
 from exporter.podresources.devices import DeviceRef, parse_device_id
-from exporter.podresources.grpc_call import GrpcError, UnixGrpcCall
+from exporter.podresources.grpc_call import GrpcError, UnixGrpcCall, check_limits
 
 __all__ = [
     "DEFAULT_KUBELET_SOCKET",
@@ -127,10 +127,7 @@ class PodResourcesClient:
     ) -> None:
         if not socket_path:
             raise ValueError("socket_path must not be empty")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        if max_receive_bytes <= 0:
-            raise ValueError(f"max_receive_bytes must be > 0, got {max_receive_bytes}")
+        check_limits(timeout, max_receive_bytes)  # refused now, not at the first call
         self.socket_path = socket_path
         self.timeout = timeout
         self.max_receive_bytes = max_receive_bytes

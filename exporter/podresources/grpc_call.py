@@ -43,7 +43,7 @@ from urllib.parse import unquote
 
 from exporter.podresources import hpack
 
-__all__ = ["STATUS_NAMES", "GrpcError", "UnixGrpcCall", "unary_call"]
+__all__ = ["STATUS_NAMES", "GrpcError", "UnixGrpcCall", "check_limits", "unary_call"]
 
 #: gRPC status codes by number (grpc/grpc doc/statuscodes.md).
 STATUS_NAMES: dict[int, str] = {
@@ -129,6 +129,15 @@ def _grpc_timeout(seconds: float) -> str:
     return f"{min(99_999_999, max(1, int(seconds * 1000 + 0.999)))}m"
 
 
+def check_limits(timeout: float, max_receive_bytes: int) -> None:
+    """Raise ``ValueError`` unless the deadline (seconds) and the answer limit (bytes) are
+    positive; for callers that want a bad value refused before the first call."""
+    if timeout <= 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    if max_receive_bytes <= 0:
+        raise ValueError(f"max_receive_bytes must be > 0, got {max_receive_bytes}")
+
+
 class UnixGrpcCall:
     """One unary call; :meth:`run` performs it, :meth:`cancel` aborts it from another thread.
 
@@ -150,10 +159,7 @@ class UnixGrpcCall:
         user_agent: str = "gpuscope",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        if max_receive_bytes <= 0:
-            raise ValueError(f"max_receive_bytes must be > 0, got {max_receive_bytes}")
+        check_limits(timeout, max_receive_bytes)
         self.socket_path = socket_path
         self.method = method
         self.request = request
