@@ -30,11 +30,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from exporter import cli, nvml
+from bench.nvml_fake_exporter import build_node, run_exporter_over, write_proc_tree
 
 SOURCE = Path(__file__).resolve().parent / "fake_libnvml" / "fake_nvml.c"
 DEFAULT_BUILD_DIR = SOURCE.parent / "build"
@@ -107,24 +107,7 @@ def write_proc_tree_for(root: Path, gpus: int, processes_per_gpu: int) -> None:
     """``nvml_fake_exporter.write_proc_tree`` for the node the library plays: the PIDs come
     from the Python double's ``build_node`` (the same), which is dropped afterwards; the
     exporter's NVML calls never reach it."""
-    from bench.nvml_fake_exporter import build_node, write_proc_tree
-
     write_proc_tree(root, build_node(gpus, processes_per_gpu))
-
-
-def run_exporter_over_library(library: object, exporter_args: list[str]) -> int:
-    """``gpuscope-exporter --source nvml`` with ``library`` as libnvidia-ml (the subclass trick
-    of ``nvml_fake_exporter.run_exporter_over``)."""
-
-    class CLibraryNvmlSource(nvml.NvmlSource):
-        """NvmlSource whose libnvidia-ml is the C fake (unless a caller passes a loader)."""
-
-        def __init__(self, **kwargs: Any) -> None:
-            kwargs.setdefault("library_loader", lambda: library)
-            super().__init__(**kwargs)
-
-    nvml.NvmlSource = CLibraryNvmlSource  # type: ignore[misc]
-    return cli.main([*exporter_args, "--source", "nvml"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"nvml-c: {args.gpus} GPUs x {args.processes_per_gpu} processes, library {path}",
         file=sys.stderr,
     )
-    return run_exporter_over_library(library, exporter_args)
+    return run_exporter_over(library, exporter_args, threading.Event())
 
 
 if __name__ == "__main__":

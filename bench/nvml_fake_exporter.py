@@ -168,9 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_exporter_over(fake, exporter_args, stop)
 
 
-def run_exporter_over(fake: FakeNvml, exporter_args: list[str], stop: threading.Event) -> int:
-    """``gpuscope-exporter --source nvml`` with ``fake`` as libnvidia-ml; sets ``stop`` when
-    the exporter returns."""
+def run_exporter_over(fake: object, exporter_args: list[str], stop: threading.Event) -> int:
+    """``gpuscope-exporter --source nvml`` with ``fake`` as libnvidia-ml (the Python double,
+    or the C one as a ``ctypes.CDLL``); sets ``stop`` when the exporter returns."""
 
     class FakeLibraryNvmlSource(nvml.NvmlSource):
         """NvmlSource whose libnvidia-ml is the fake (unless a caller passes a loader)."""

@@ -212,6 +212,11 @@ def _read_all(fd: int) -> bytes:
     return data
 
 
+# A cached PID: (start time, container, fd of its held stat file or -1).
+_Entry = tuple[int, ContainerRef | None, int]
+_UNCACHED: _Entry = (0, None, -1)
+
+
 class PidResolver:
     """Resolve host PIDs to containers, caching each answer per process.
 
@@ -250,8 +255,7 @@ class PidResolver:
         self._proc_root = proc_root
         self._prefix = os.path.join(proc_root, "")  # + "<pid>/<name>" = os.path.join(...)
         self._lock = threading.Lock()
-        # pid -> (start time, container, fd of its stat file or -1)
-        self._cache: dict[int, tuple[int, ContainerRef | None, int]] = {}
+        self._cache: dict[int, _Entry] = {}
         self._hold = is_procfs(proc_root) if hold_fds is None else hold_fds
         self._max_held = _default_max_held_fds() if max_held_fds is None else max_held_fds
         self._held = 0
@@ -301,7 +305,7 @@ class PidResolver:
         except (ValueError, IndexError):
             return None
 
-    def _release(self, entry: tuple[int, ContainerRef | None, int] | None) -> None:
+    def _release(self, entry: _Entry | None) -> None:
         if entry is not None and entry[2] >= 0:
             os.close(entry[2])
             self._held -= 1
@@ -337,19 +341,20 @@ class PidResolver:
         fd = self._open_stat(pid)
         try:
             return self._read_and_cache(pid, fd)
-        except BaseException:
-            # Raised only before anything was cached (or the fd closed), so the fd is ours.
-            if fd >= 0:
+        finally:
+            # Kept only when the answer was cached with it; otherwise (not cacheable, gone,
+            # any error) it is closed here, the one place that owns a freshly opened file.
+            if fd >= 0 and self._cache.get(pid, _UNCACHED)[2] != fd:
                 os.close(fd)
                 self._held -= 1
-            raise
 
     def _read_and_cache(self, pid: int, fd: int) -> ContainerRef | None:
         """Read the start time, the cgroup file and the start time again; cache the answer
         only when both start times agree, i.e. the PID kept one process across the read:
         if it was reused in between, the cgroup text may belong to either process. (An
         unreadable stat file means no cache at all: without a start time reuse cannot be
-        detected.) ``fd``: the held ``stat`` file (procfs), or -1 to read by path."""
+        detected.) ``fd``: the ``stat`` file to hold (procfs), or -1 to read by path; the
+        caller closes it unless it ends up in the cache."""
         if fd >= 0:
             start = self._held_start(fd)
             if start is None:
@@ -358,9 +363,6 @@ class PidResolver:
             start = self._parse_start(self._read(pid, "stat"))
         data = self._read(pid, "cgroup")
         if data is None:
-            if fd >= 0:
-                os.close(fd)
-                self._held -= 1
             return None
         ref = parse_cgroup(data.decode("utf-8", "replace"))
         again = None
@@ -371,9 +373,6 @@ class PidResolver:
                     self._read(pid, "stat"))
         if start is not None and again == start:
             self._cache[pid] = (start, ref, fd)
-        elif fd >= 0:
-            os.close(fd)
-            self._held -= 1
         return ref
 
     def resolve(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:

@@ -171,6 +171,8 @@ class UnixGrpcCall:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._cancelled = False
+        # Per connection, so set afresh by run(): bytes received but not yet framed, and the
+        # HPACK decoder whose dynamic table follows the server's.
         self._buffer = bytearray()
         self._decoder = hpack.Decoder(max_header_list_size=_MAX_HEADER_LIST)
 
@@ -186,6 +188,8 @@ class UnixGrpcCall:
     def run(self) -> bytes:
         """Make the call and return the answer message's bytes; raises :class:`GrpcError`."""
         deadline = _Deadline(self.timeout, self._clock)
+        self._buffer = bytearray()
+        self._decoder = hpack.Decoder(max_header_list_size=_MAX_HEADER_LIST)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with self._lock:
             if self._cancelled:
