@@ -1,6 +1,6 @@
 """Render ``alerts/gpuscope-rules.yaml`` as a Prometheus Operator ``PrometheusRule``.
 
-The rule file is the one source. ``python -m alerts.render`` writes
+The rule file is the one source. ``python -m gpuscope.alerts.render`` writes
 ``alerts/generated/prometheusrule.yaml`` from it (checked in, never edited by hand);
 ``--check`` fails when the checked-in file is out of date. The same module gives tests a copy
 of the rules with every ``for:`` capped (:func:`cap_for`), so a test never keeps a second,
@@ -265,7 +265,7 @@ def dump_yaml(obj: object, header: str = "") -> str:
 
 
 GENERATED_HEADER = """\
-Generated from alerts/gpuscope-rules.yaml by `python -m alerts.render`: do not edit.
+Generated from alerts/gpuscope-rules.yaml by `python -m gpuscope.alerts.render`: do not edit.
 Change the rule file and run the command again (a test fails while this file is out of date)."""
 
 
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             current = None
         if current != text:
-            print(f"gpuscope-render: {out} is out of date: run python -m alerts.render",
+            print(f"gpuscope-render: {out} is out of date: run python -m gpuscope.alerts.render",
                   file=sys.stderr)
             return 1
         return 0

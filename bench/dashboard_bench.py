@@ -39,25 +39,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dashboard import components  # noqa: E402
-from dashboard.data import PrometheusData  # noqa: E402
-from dashboard.figures import heatmap_figure  # noqa: E402
-from dashboard.prices import load_prices  # noqa: E402
-from dashboard.views import build_fleet_view  # noqa: E402
-from exporter.attribution import attribute  # noqa: E402
-from exporter.collectors.container import ContainerCollector  # noqa: E402
-from exporter.collectors.gpu import GpuCollector  # noqa: E402
-from exporter.kube import NodeInfo  # noqa: E402
-from exporter.scenario import load_scenario  # noqa: E402
-from exporter.simulated import SimulatedSource  # noqa: E402
-from exporter.simulated_attribution import ScenarioInputs  # noqa: E402
+from gpuscope.dashboard import components  # noqa: E402
+from gpuscope.dashboard.data import PrometheusData  # noqa: E402
+from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
+from gpuscope.dashboard.prices import load_prices  # noqa: E402
+from gpuscope.dashboard.views import build_fleet_view  # noqa: E402
+from gpuscope.exporter.kubernetes.apiserver import NodeInfo  # noqa: E402
+from gpuscope.exporter.kubernetes.attribution import attribute  # noqa: E402
+from gpuscope.exporter.kubernetes.simulated import ScenarioInputs  # noqa: E402
+from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector  # noqa: E402
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector  # noqa: E402
+from gpuscope.exporter.sources.scenario import load_scenario  # noqa: E402
+from gpuscope.exporter.sources.simulated import SimulatedSource  # noqa: E402
 
 # (scenario file, share of the fleet)
 TEMPLATES = (
     (REPO / "dashboard/demo/p5-train.yaml", 0.5),
     (REPO / "dashboard/demo/p4d-idle.yaml", 0.2),
     (REPO / "dashboard/demo/onprem-dgx.yaml", 0.2),
-    (REPO / "exporter/scenarios/default.yaml", 0.1),
+    (REPO / "exporter/sources/scenarios/default.yaml", 0.1),
 )
 KEEP = {  # what the fleet page and the drill-downs read; the rest is left out
     "gpu_info", "gpu_node_info", "gpu_pod_info", "gpu_utilization_ratio",
@@ -258,8 +258,8 @@ def main() -> int:
               f"analysis {result['analysis_s']:.2f}s, rendering {result['render_s']:.2f}s")
 
         if not args.no_browser:
-            from dashboard.app import DashboardServer, create_app
-            from dashboard.service import DashboardService
+            from gpuscope.dashboard.app import DashboardServer, create_app
+            from gpuscope.dashboard.service import DashboardService
 
             if not os.path.exists(CHROMIUM):
                 raise SystemExit(f"{CHROMIUM} not found: apt-get install chromium "

@@ -19,7 +19,7 @@ Not a test. It starts the real exporter as a separate process on loopback, waits
 Sources (``--source``):
 
 * ``simulated``: ``python3 -m exporter --source simulated --scenario FILE``, FILE written from
-  ``exporter.scenario.synthetic_scenario(gpus, processes_per_gpu)``;
+  ``gpuscope.exporter.sources.scenario.synthetic_scenario(gpus, processes_per_gpu)``;
 * ``nvml-fake``: ``python3 -m bench.nvml_fake_exporter``, the real NvmlSource and pynvml over
   the FakeNvml double of libnvidia-ml (see that module), with a driver-tick thread in the
   exporter process whose CPU is reported separately. Attribution runs on live inputs as on a
@@ -161,7 +161,7 @@ def write_scenario(path: Path, gpus: int, processes_per_gpu: int) -> None:
     """Write ``synthetic_document(gpus, processes_per_gpu)`` as a scenario YAML file."""
     import yaml
 
-    from exporter.scenario import load_scenario, synthetic_document
+    from gpuscope.exporter.sources.scenario import load_scenario, synthetic_document
 
     path.write_text(yaml.safe_dump(synthetic_document(gpus, processes_per_gpu), sort_keys=False),
                     encoding="utf-8")
@@ -318,7 +318,7 @@ def exporter_command(
         common.append("--process-metrics")
     if args.source == "simulated":
         assert scenario is not None
-        return [*python_argv(args), "-m", "exporter", "--source", "simulated",
+        return [*python_argv(args), "-m", "gpuscope.exporter", "--source", "simulated",
                 "--scenario", str(scenario), *common]
     runner = ["-m", "bench.nvml_fake_exporter"]
     if args.source == "nvml-c":
@@ -330,7 +330,8 @@ def exporter_command(
 
 
 # What --bytecode installs: the exporter, and what bench/nvml_fake_exporter.py imports.
-INSTALLED_FILES = ("tests/__init__.py", "tests/exporter/__init__.py", "tests/exporter/fake_nvml.py")
+INSTALLED_FILES = ("tests/__init__.py", "tests/exporter/__init__.py",
+                   "tests/exporter/sources/__init__.py", "tests/exporter/sources/fake_nvml.py")
 
 
 def precompile(args: argparse.Namespace, workdir: Path) -> Path:
@@ -827,19 +828,24 @@ IMPORT_STEPS: tuple[tuple[str, str], ...] = (
      "import http.server, logging, gzip, threading, argparse"),
     ("prometheus_client", "import prometheus_client"),
     ("exporter core (config, sampler, collectors, server)",
-     "import exporter.config, exporter.sampler, exporter.server, exporter.collectors.gpu, "
-     "exporter.collectors.exporter"),
+     "import gpuscope.exporter.config, gpuscope.exporter.sampler, "
+     "gpuscope.exporter.sinks.prometheus.server, "
+     "gpuscope.exporter.sinks.prometheus.collectors.gpu, "
+     "gpuscope.exporter.sinks.prometheus.collectors.exporter"),
     ("attribution (exporter.cli: attribution, kube, cgroups, podresources client)",
-     "import exporter.cli"),
+     "import gpuscope.exporter.cli"),
     ("pynvml (nvidia-ml-py)", "import pynvml"),
-    ("exporter.nvml", "import exporter.nvml"),
+    ("gpuscope.exporter.sources.nvml", "import gpuscope.exporter.sources.nvml"),
     ("PodResources client: HTTP/2, HPACK, protobuf wire decoder (pure Python)",
-     "import exporter.podresources.grpc_call, exporter.podresources.hpack, "
-     "exporter.podresources.wire"),
+     "import gpuscope.exporter.kubernetes.podresources.grpc_call, "
+     "gpuscope.exporter.kubernetes.podresources.hpack, "
+     "gpuscope.exporter.kubernetes.podresources.wire"),
     ("yaml (PyYAML; simulated source)", "import yaml"),
-    ("exporter.scenario, .simulated, .simulated_attribution (simulated source)",
-     "import exporter.scenario, exporter.simulated, exporter.simulated_attribution"),
-    ("tests.exporter.fake_nvml (benchmark only)", "import tests.exporter.fake_nvml"),
+    ("sources.scenario, sources.simulated, kubernetes.simulated (simulated source)",
+     "import gpuscope.exporter.sources.scenario, gpuscope.exporter.sources.simulated, "
+     "gpuscope.exporter.kubernetes.simulated"),
+    ("tests.exporter.sources.fake_nvml (benchmark only)",
+     "import tests.exporter.sources.fake_nvml"),
 )
 
 _PROBE = """

@@ -3,7 +3,7 @@
 Not a test and not run by CI: it takes about 6.5 minutes (``--quick``: about 1.5). Needs Debian's
 ``wrk`` and, for the Prometheus mode of the dashboard, ``prometheus``/``promtool``.
 
-A. Exporter. ``python -m exporter --source simulated --scenario FILE --interval 1`` as its
+A. Exporter. ``python -m gpuscope.exporter --source simulated --scenario FILE --interval 1`` as its
    own process on 127.0.0.1, FILE being ``synthetic_scenario(8, 64)`` (8 GPUs x 64
    processes; 32 pods, four time-slicing each GPU through replicas ``g::r``, each pod's
    container owning 16 processes of its GPU). After ``/readyz``:
@@ -62,7 +62,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import exporter_bench as eb  # noqa: E402
-from dashboard import ids  # noqa: E402
+from gpuscope.dashboard import ids  # noqa: E402
 
 WRK = "wrk"
 MARK = "LOAD_JSON "  # the line the wrk script prints its numbers on
@@ -681,7 +681,7 @@ def profile_summary(path: Path, top: int = 12) -> Profile:
 
 def dashboard_command(mode: str, port: int, prometheus: str | None) -> list[str]:
     script = Path(sys.executable).with_name("gpuscope-dashboard")
-    cli = [str(script)] if script.exists() else [sys.executable, "-m", "dashboard"]
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "gpuscope.dashboard"]
     source = ["--demo"] if mode == "embedded" else ["--prometheus", str(prometheus)]
     return [*cli, *source, "--listen", f"127.0.0.1:{port}"]
 

@@ -1,4 +1,4 @@
-"""Run the real exporter (``exporter.cli.main``) over a fake libnvidia-ml written in C.
+"""Run the real exporter (``gpuscope.exporter.cli.main``) over a fake libnvidia-ml written in C.
 
 Used by ``bench/exporter_bench.py --source nvml-c``; not a test. Like
 ``bench/nvml_fake_exporter.py`` (``--source nvml-fake``) it runs ``gpuscope-exporter --source

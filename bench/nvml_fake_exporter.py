@@ -1,4 +1,5 @@
-"""Run the real exporter (``exporter.cli.main``) over the FakeNvml test double of libnvidia-ml.
+"""Run the real exporter (``gpuscope.exporter.cli.main``) over the FakeNvml test double of
+libnvidia-ml.
 
 Used by ``bench/exporter_bench.py --source nvml-fake``; not a test. It builds a node of
 ``--gpus`` A100s with ``--processes-per-gpu`` compute processes each, then runs
@@ -32,8 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter import cli, nvml
-from tests.exporter.fake_nvml import GIB, FakeNvml
+from gpuscope.exporter import cli
+from gpuscope.exporter.sources import nvml
+from tests.exporter.sources.fake_nvml import GIB, FakeNvml
 
 TICK_THREAD_NAME = "fake-nvml-tick"
 # Per-GPU sample buffer: a few ticks are plenty for an exporter that reads every interval,
@@ -180,7 +182,7 @@ def run_exporter_over(fake: object, exporter_args: list[str], stop: threading.Ev
             super().__init__(**kwargs)
 
     # The only change to the real code path: cli.build_source imports NvmlSource from
-    # exporter.nvml when it runs, and gets this subclass, i.e.
+    # gpuscope.exporter.sources.nvml when it runs, and gets this subclass, i.e.
     # NvmlSource(library_loader=lambda: fake). Everything else is gpuscope-exporter as is.
     nvml.NvmlSource = FakeLibraryNvmlSource  # type: ignore[misc]
     try:

@@ -61,7 +61,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     exporter = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "--source", "nvml", "--listen", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gpuscope.exporter",
+         "--source", "nvml", "--listen", f"127.0.0.1:{port}",
          "--interval", "1", "--process-metrics"],
         stdout=(args.out / "exporter.log").open("w"), stderr=subprocess.STDOUT,
     )

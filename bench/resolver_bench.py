@@ -1,7 +1,8 @@
 """PID -> container resolution on this machine's real /proc: path reads vs held stat files.
 
 The exporter re-checks every GPU process's start time in every sampling round (PID reuse,
-see ``exporter/cgroups.py``). ``exporter_bench.py --source nvml-fake`` cannot show what that
+see ``exporter/kubernetes/cgroups.py``). ``exporter_bench.py --source nvml-fake`` cannot show what
+that
 costs on a node, because its processes live in a fake ``/proc`` tree of regular files, where
 the resolver always reads by path. This script starts N real (sleeping) processes and times
 ``PidResolver.resolve`` over their PIDs on ``/proc``, both ways, alternating:
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter.cgroups import PidResolver
+from gpuscope.exporter.kubernetes.cgroups import PidResolver
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,10 +6,11 @@ pynvml over the FakeNvml double of libnvidia-ml (``bench/soak_exporter.py``), an
 attribution against a node this process plays:
 
 * the kubelet: a real grpcio PodResources v1 server on a unix socket (``KubeletServer`` of
-  ``tests/exporter/podresources/test_client.py``), answering with the pods alive now;
+  ``tests/exporter/kubernetes/podresources/test_client.py``), answering with the pods alive now;
 * ``/proc``: a tree in a temporary directory, ``<pid>/stat`` (start time) and
   ``<pid>/cgroup`` in the seven cgroup formats of ``tests/e2e/test_attribution_live.py``;
-* the API server: ``FakeApi`` of ``tests/exporter/test_kube.py`` over HTTP (list + watch of
+* the API server: ``FakeApi`` of ``tests/exporter/kubernetes/test_apiserver.py`` over HTTP (list +
+watch of
   this node's pods, GET of the node), through a kubeconfig file.
 
 Churn, every ``--churn-every`` seconds: pods whose lifetime (``--pod-lifetime``, uniform) is
@@ -79,8 +80,8 @@ from bench.soak_exporter import (  # noqa: E402
     MAX_PROCESSES_PER_GPU,
     gpu_uuid,
 )
-from tests.exporter.test_cgroups import remove_proc, write_proc  # noqa: E402
-from tests.exporter.test_kube import NODE, TOKEN, FakeApi, write_kubeconfig  # noqa: E402
+from tests.exporter.kubernetes.test_apiserver import NODE, TOKEN, FakeApi, write_kubeconfig  # noqa: E402
+from tests.exporter.kubernetes.test_cgroups import remove_proc, write_proc  # noqa: E402
 from tests.kubelet_api import podresources_v1_pb2 as pb2  # noqa: E402
 from tests.kubelet_api import podresources_v1_pb2_grpc as pb2_grpc  # noqa: E402
 
@@ -104,7 +105,7 @@ class PodSpecLike(Protocol):
 # Loaded at run time only: these test modules import test code that mypy cannot check from
 # here (grpc_tools has no type stubs), so their names are typed by what the soak uses.
 _live: Any = importlib.import_module("tests.e2e.test_attribution_live")
-_podresources: Any = importlib.import_module("tests.exporter.podresources.test_client")
+_podresources: Any = importlib.import_module("tests.exporter.kubernetes.podresources.test_client")
 PodSpec: Callable[..., PodSpecLike] = _live.PodSpec
 owner: Callable[[str, str, str], dict[str, Any]] = _live.owner
 RUNTIMES: dict[str, str] = _live.RUNTIMES
@@ -138,7 +139,7 @@ PROCESS_FAMILIES = ("gpu_process_utilization_ratio", "gpu_process_memory_used_by
 
 class Kubelet(pb2_grpc.PodResourcesListerServicer):
     """The kubelet's PodResources v1 service (served by ``KubeletServer`` of
-    tests/exporter/podresources/test_client.py). Its answer carries a generation; each
+    tests/exporter/kubernetes/podresources/test_client.py). Its answer carries a generation; each
     ``List()`` answered is recorded as (monotonic time, generation) for the soak to learn when
     the kubelet stopped listing a pod. Bounded: the soak drains the record every loop."""
 

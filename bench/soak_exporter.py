@@ -1,6 +1,6 @@
 """The exporter process of ``bench/soak.py``: the real exporter over FakeNvml, driven by a pipe.
 
-Not a test. Like ``bench/nvml_fake_exporter.py`` it runs ``exporter.cli.main`` with
+Not a test. Like ``bench/nvml_fake_exporter.py`` it runs ``gpuscope.exporter.cli.main`` with
 ``--source nvml`` and ``NvmlSource(library_loader=lambda: fake)``, so everything above the C
 library is real. The fake lives in this process, so the soak drives it through this
 process's stdin, one command per line (a thread named ``fake-nvml-drv`` applies them and,
@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Sequence
 
 from bench.nvml_fake_exporter import _name_this_thread, run_exporter_over
-from tests.exporter.fake_nvml import FakeNvml, FakeProcess
+from tests.exporter.sources.fake_nvml import FakeNvml, FakeProcess
 
 DRIVER_THREAD_NAME = "fake-nvml-drv"
 BUFFER_TICKS = 4

@@ -1,7 +1,7 @@
-"""``python -m dashboard`` runs ``gpuscope-dashboard``."""
+"""``python -m gpuscope.dashboard`` runs ``gpuscope-dashboard``."""
 
 import sys
 
-from dashboard.cli import main
+from gpuscope.dashboard.cli import main
 
 sys.exit(main())

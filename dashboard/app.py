@@ -13,9 +13,9 @@ from dash.development.base_component import Component
 from flask import request
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from dashboard.callbacks import register_callbacks
-from dashboard.layout import layout
-from dashboard.service import DashboardService
+from gpuscope.dashboard.callbacks import register_callbacks
+from gpuscope.dashboard.layout import layout
+from gpuscope.dashboard.service import DashboardService
 
 
 def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> Dash:

@@ -4,8 +4,8 @@ The credentials file has one ``user:HASH`` per line (blank lines and ``#`` comme
 ignored), where ``HASH`` is ``pbkdf2_sha256$<iterations>$<salt, base64>$<hash, base64>``:
 PBKDF2-HMAC-SHA256 from the standard library. Make a line with
 
-    python -m dashboard.auth hash alice            # asks for the password twice
-    printf '%s\\n' "$PASSWORD" | python -m dashboard.auth hash alice
+    python -m gpuscope.dashboard.auth hash alice            # asks for the password twice
+    printf '%s\\n' "$PASSWORD" | python -m gpuscope.dashboard.auth hash alice
 
 Every request needs the credentials (pages, Dash's ``_dash-*`` routes, assets, unknown paths)
 except ``/healthz``. A verified (user, password) pair is remembered in memory, under an HMAC
@@ -230,7 +230,8 @@ def install(server: Flask, auth: BasicAuth, open_paths: frozenset[str] = OPEN_PA
     server.before_request_funcs.setdefault(None, []).insert(0, require_auth)
 
 
-# -- python -m dashboard.auth hash USER ------------------------------------------------------
+# -- python -m gpuscope.dashboard.auth hash USER
+# ------------------------------------------------------
 def _read_password(stdin_is_tty: bool) -> str:
     if not stdin_is_tty:
         line = sys.stdin.readline()
@@ -243,7 +244,7 @@ def _read_password(stdin_is_tty: bool) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dashboard.auth",
+        prog="python -m gpuscope.dashboard.auth",
         description="Make a line for gpuscope-dashboard's --basic-auth-file.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -254,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
                       help=f"PBKDF2 iterations (default {DEFAULT_ITERATIONS})")
     args = parser.parse_args(argv)
-    prog = "python -m dashboard.auth"
+    prog = "python -m gpuscope.dashboard.auth"
     user: str = args.user
     if not user or ":" in user or any(c.isspace() or not c.isprintable() for c in user):
         print(f"{prog}: error: the user name must be non-empty, without ':' or spaces",

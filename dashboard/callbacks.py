@@ -6,9 +6,9 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, no_update
 
-from dashboard import components, fmt, ids
-from dashboard.figures import empty_figure, heatmap_figure, timeseries_figure
-from dashboard.service import WINDOWS, DashboardService
+from gpuscope.dashboard import components, fmt, ids
+from gpuscope.dashboard.figures import empty_figure, heatmap_figure, timeseries_figure
+from gpuscope.dashboard.service import WINDOWS, DashboardService
 
 
 # A callback request is JSON that anyone can send, whatever the page offers: a dropdown's

@@ -19,9 +19,9 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dashboard.data import DataSource, EmbeddedData, PrometheusData, Target, parse_targets
-from dashboard.prices import PriceError, PriceTable, load_prices
-from exporter.flags import (
+from gpuscope.dashboard.data import DataSource, EmbeddedData, PrometheusData, Target, parse_targets
+from gpuscope.dashboard.prices import PriceError, PriceTable, load_prices
+from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
     StartupError,
@@ -31,7 +31,7 @@ from exporter.flags import (
     read_flags,
     run_main,
 )
-from exporter.flags import build_parser as _build_parser
+from gpuscope.exporter.flags import build_parser as _build_parser
 
 log = logging.getLogger("gpuscope.dashboard")
 
@@ -96,7 +96,7 @@ _FLAGS: tuple[Flag, ...] = (
           "embedded mode: seconds between scrapes of the targets (demo: 5)"),
     Flag("--log-level", log_level, "info", "debug, info, warning or error"),
     Flag("--basic-auth-file", str, None, "require HTTP basic auth: file of user:HASH lines "
-          "(make them with: python -m dashboard.auth hash USER)"),
+          "(make them with: python -m gpuscope.dashboard.auth hash USER)"),
 )
 
 
@@ -132,12 +132,12 @@ def parse_config(argv: Sequence[str] | None = None,
 
 def run(cfg: Config, stop: threading.Event,
         ready: Callable[[int], None] | None = None) -> int:
-    from dashboard.app import DashboardServer, create_app
-    from dashboard.service import DashboardService
+    from gpuscope.dashboard.app import DashboardServer, create_app
+    from gpuscope.dashboard.service import DashboardService
 
     auth = None
     if cfg.basic_auth_file is not None:
-        from dashboard.auth import AuthFileError, load_credentials
+        from gpuscope.dashboard.auth import AuthFileError, load_credentials
 
         try:
             auth = load_credentials(cfg.basic_auth_file)
@@ -155,7 +155,7 @@ def run(cfg: Config, stop: threading.Event,
     else:
         targets = cfg.targets or ()
         if cfg.demo:
-            from dashboard.demo import DemoFleet
+            from gpuscope.dashboard.demo import DemoFleet
 
             fleet = DemoFleet()
             cleanup.append(fleet.stop)
@@ -173,7 +173,7 @@ def run(cfg: Config, stop: threading.Event,
     cleanup.insert(0, service.close)
     app = create_app(service, refresh_seconds=cfg.refresh)
     if auth is not None:
-        from dashboard.auth import install
+        from gpuscope.dashboard.auth import install
 
         install(app.server, auth)
         log.info("basic auth on: %d user(s) from %s", len(auth.users), cfg.basic_auth_file)

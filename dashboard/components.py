@@ -8,8 +8,8 @@ from dash import html
 from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
 
-from dashboard import fmt
-from dashboard.views import FleetView, IdleRow, ShareRow, StarvedRow, StragglerRow
+from gpuscope.dashboard import fmt
+from gpuscope.dashboard.views import FleetView, IdleRow, ShareRow, StarvedRow, StragglerRow
 
 
 def kpi_cards(view: FleetView) -> list[Component]:

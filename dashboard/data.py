@@ -1,7 +1,7 @@
 """Data access: the only module that talks to Prometheus or scrapes exporters.
 
 Three sources behind one :class:`DataSource` protocol, all returning the same
-:class:`~dashboard.series.FleetData` / ``NodeDetail`` / ``PodDetail``:
+:class:`~gpuscope.dashboard.series.FleetData` / ``NodeDetail`` / ``PodDetail``:
 
 - :class:`PrometheusData` (``--prometheus URL``): any Prometheus-compatible HTTP API. Every
   aggregation happens server-side (``max by``, ``avg_over_time`` ... per step, one point
@@ -11,7 +11,7 @@ Three sources behind one :class:`DataSource` protocol, all returning the same
 - :class:`EmbeddedData` (``--targets URL,...``): scrapes exporters directly into a bounded
   in-memory window (one ring per series, bounded by age and by point count, and a cap on
   the number of series), adding the ``node`` label the exporter leaves to the scraper.
-- the demo (``--demo``, :mod:`dashboard.demo`) runs simulated exporters in-process and an
+- the demo (``--demo``, :mod:`gpuscope.dashboard.demo`) runs simulated exporters in-process and an
   :class:`EmbeddedData` on them.
 """
 
@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard.analysis import Thresholds
-from dashboard.series import (
+from gpuscope.dashboard.analysis import Thresholds
+from gpuscope.dashboard.series import (
     ContainerRef,
     FleetData,
     GpuInfo,

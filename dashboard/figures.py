@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import plotly.graph_objects as go
 
-from dashboard.series import Series
-from dashboard.views import Heatmap
+from gpuscope.dashboard.series import Series
+from gpuscope.dashboard.views import Heatmap
 
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
 _MARGIN = {"l": 10, "r": 10, "t": 36, "b": 10}

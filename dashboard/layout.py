@@ -6,9 +6,9 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
 
-from dashboard import components, ids
-from dashboard.figures import empty_figure
-from dashboard.service import DEFAULT_WINDOW, WINDOWS
+from gpuscope.dashboard import components, ids
+from gpuscope.dashboard.figures import empty_figure
+from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS
 
 _GRAPH_CONFIG = dcc.Graph.Config(displaylogo=False, responsive=True)
 

@@ -127,7 +127,7 @@ def parse_prices(data: Any, source: str) -> PriceTable:
 
 
 def bundled_prices() -> PriceTable:
-    text = resources.files("dashboard").joinpath(BUNDLED).read_text(encoding="utf-8")
+    text = resources.files("gpuscope.dashboard").joinpath(BUNDLED).read_text(encoding="utf-8")
     return parse_prices(yaml.safe_load(text), BUNDLED)
 
 

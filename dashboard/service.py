@@ -12,12 +12,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from dashboard import fmt
-from dashboard.analysis import Thresholds
-from dashboard.data import DataError, DataSource, InvalidFilter, validate_namespace
-from dashboard.prices import PriceTable
-from dashboard.series import NodeDetail, PodDetail
-from dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard import fmt
+from gpuscope.dashboard.analysis import Thresholds
+from gpuscope.dashboard.data import DataError, DataSource, InvalidFilter, validate_namespace
+from gpuscope.dashboard.prices import PriceTable
+from gpuscope.dashboard.series import NodeDetail, PodDetail
+from gpuscope.dashboard.views import FleetView, build_fleet_view
 
 log = logging.getLogger(__name__)
 

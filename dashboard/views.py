@@ -1,4 +1,4 @@
-"""From :class:`~dashboard.series.FleetData` to what the page shows: runs the analysis and
+"""From :class:`~gpuscope.dashboard.series.FleetData` to what the page shows: runs the analysis and
 prices the waste. Pure (no I/O), so every number on the page is testable without a browser.
 """
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dashboard.analysis import Thresholds
-from dashboard.analysis.idle import idle_gpus, idle_nodes, physical_gpus
-from dashboard.analysis.starvation import input_starved, timeslice_shares
-from dashboard.analysis.stragglers import stragglers
-from dashboard.analysis.waste import waste
-from dashboard.prices import PriceTable
-from dashboard.series import FleetData, GpuRef, Window
+from gpuscope.dashboard.analysis import Thresholds
+from gpuscope.dashboard.analysis.idle import idle_gpus, idle_nodes, physical_gpus
+from gpuscope.dashboard.analysis.starvation import input_starved, timeslice_shares
+from gpuscope.dashboard.analysis.stragglers import stragglers
+from gpuscope.dashboard.analysis.waste import waste
+from gpuscope.dashboard.prices import PriceTable
+from gpuscope.dashboard.series import FleetData, GpuRef, Window
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
-"""``python -m exporter`` is ``gpuscope-exporter``."""
+"""``python -m gpuscope.exporter`` is ``gpuscope-exporter``."""
 
 import sys
 
-from exporter.cli import main
+from gpuscope.exporter.cli import main
 
 sys.exit(main())

@@ -25,10 +25,10 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exporter.model import Snapshot
+from gpuscope.exporter.model import Snapshot
 
-if TYPE_CHECKING:  # exporter.attribution imports this module
-    from exporter.attribution import Attribution, ContainerUsage
+if TYPE_CHECKING:  # gpuscope.exporter.kubernetes.attribution imports this module
+    from gpuscope.exporter.kubernetes.attribution import Attribution, ContainerUsage
 
 PROCESS_FAMILY = "gpu_process"
 CONTAINER_FAMILY = "container_gpu"

@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING, cast
 
 from prometheus_client import CollectorRegistry
 
-from exporter.attribution import AttributionInputs, Attributor, LiveInputs
-from exporter.cardinality import DroppedSeries, ProcessSeriesCap
-from exporter.collectors.container import ContainerCollector
-from exporter.collectors.exporter import ExporterCollector
-from exporter.collectors.gpu import GpuCollector
-from exporter.config import Config, parse_config
-from exporter.flags import StartupError, run_main
-from exporter.kube_model import NodeInfo
-from exporter.model import Source
-from exporter.sampler import Listener, Sampler
-from exporter.server import ExporterServer, TLSError, tls_context
+from gpuscope.exporter.cardinality import DroppedSeries, ProcessSeriesCap
+from gpuscope.exporter.config import Config, parse_config
+from gpuscope.exporter.flags import StartupError, run_main
+from gpuscope.exporter.kubernetes.attribution import AttributionInputs, Attributor, LiveInputs
+from gpuscope.exporter.kubernetes.metadata import NodeInfo
+from gpuscope.exporter.model import Source
+from gpuscope.exporter.sampler import Listener, Sampler
+from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector
+from gpuscope.exporter.sinks.prometheus.collectors.exporter import ExporterCollector
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
+from gpuscope.exporter.sinks.prometheus.server import ExporterServer, TLSError, tls_context
 
 if TYPE_CHECKING:  # the CloudWatch sink (and boto3) is imported only when switched on
-    from exporter.cloudwatch import CloudWatchSink
+    from gpuscope.exporter.sinks.cloudwatch import CloudWatchSink
 
 log = logging.getLogger("gpuscope.exporter")
 
@@ -39,9 +39,9 @@ def build_source(cfg: Config) -> tuple[Source, AttributionInputs]:
     """The GPU source and where attribution gets its facts (live node or scenario)."""
     if cfg.source == "simulated":
         # Imported here: the simulated source (and PyYAML) is not needed on a real node.
-        from exporter.scenario import ScenarioError, load_scenario
-        from exporter.simulated import SimulatedSource
-        from exporter.simulated_attribution import ScenarioInputs
+        from gpuscope.exporter.kubernetes.simulated import ScenarioInputs
+        from gpuscope.exporter.sources.scenario import ScenarioError, load_scenario
+        from gpuscope.exporter.sources.simulated import SimulatedSource
 
         try:
             scenario = load_scenario(cfg.scenario)
@@ -49,8 +49,13 @@ def build_source(cfg: Config) -> tuple[Source, AttributionInputs]:
             raise StartupError(str(exc)) from None
         return SimulatedSource(scenario), ScenarioInputs(scenario)
 
-    from exporter.kube import KubeConfigError, MetadataDisabled, PodMetadataWatcher, load_config
-    from exporter.nvml import NvmlSource
+    from gpuscope.exporter.kubernetes.apiserver import (
+        KubeConfigError,
+        MetadataDisabled,
+        PodMetadataWatcher,
+        load_config,
+    )
+    from gpuscope.exporter.sources.nvml import NvmlSource
 
     try:
         kube = load_config(cfg.kubeconfig)
@@ -75,13 +80,13 @@ def build_cloudwatch(cfg: Config, attributor: Attributor) -> CloudWatchSink | No
     cannot be resolved is a one-line startup error."""
     if not cfg.cloudwatch:
         return None
-    from exporter.cloudwatch import CloudWatchSink, Identity, SinkSettings
-    from exporter.cloudwatch.publish import ClientError, make_client
-    from exporter.cloudwatch.series import DeviceDimensions
+    from gpuscope.exporter.sinks.cloudwatch import CloudWatchSink, Identity, SinkSettings
+    from gpuscope.exporter.sinks.cloudwatch.publish import ClientError, make_client
+    from gpuscope.exporter.sinks.cloudwatch.series import DeviceDimensions
 
     instance_id = cfg.instance_id
     if instance_id == "imds":
-        from exporter.cloudwatch.imds import instance_id_from_imds
+        from gpuscope.exporter.sinks.cloudwatch.imds import instance_id_from_imds
 
         instance_id = instance_id_from_imds()
     identity = Identity(
@@ -123,7 +128,7 @@ def build_registry(
         dropped_series=dropped.totals if dropped is not None else None,
     ))
     if cloudwatch is not None:
-        from exporter.collectors.cloudwatch import CloudWatchCollector
+        from gpuscope.exporter.sinks.prometheus.collectors.cloudwatch import CloudWatchCollector
 
         registry.register(CloudWatchCollector(cloudwatch.stats))
     return registry

@@ -15,7 +15,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.flags import (
+from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
     boolean,
@@ -25,7 +25,7 @@ from exporter.flags import (
     read_flags,
     text,
 )
-from exporter.flags import (
+from gpuscope.exporter.flags import (
     build_parser as _build_parser,
 )
 

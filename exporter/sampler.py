@@ -1,7 +1,8 @@
 """The sampling loop: calls ``Source.sample()`` on a fixed interval in its own thread.
 
 Scrapes never touch the source. They read :meth:`Sampler.latest`, an atomic reference to
-the last frozen :class:`~exporter.model.Snapshot`, so a slow or hung NVML call can delay the
+the last frozen :class:`~gpuscope.exporter.model.Snapshot`, so a slow or hung NVML call can delay
+the
 next sample but never a scrape. Listeners (sinks such as CloudWatch) are called with every
 snapshot on the sampler thread, and must be quick (append to a buffer and return).
 """
@@ -13,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from exporter.model import Snapshot, Source
+from gpuscope.exporter.model import Snapshot, Source
 
 log = logging.getLogger(__name__)
 

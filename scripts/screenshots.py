@@ -71,7 +71,8 @@ def main() -> int:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard", "--demo", "--refresh", "3600",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuscope.dashboard",
+                             "--demo", "--refresh", "3600",
                              "--listen", f"127.0.0.1:{port}"], cwd=REPO)
     try:
         wait_up(url, proc)

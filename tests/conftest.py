@@ -45,7 +45,8 @@ class ExporterProcess:
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{self.port}", *args]
+        cmd = [sys.executable, "-m", "gpuscope.exporter",
+               "--listen", f"127.0.0.1:{self.port}", *args]
         self.proc = subprocess.Popen(
             cmd,
             cwd=REPO,

@@ -1,10 +1,10 @@
 /*
- * A fake libnvidia-ml for the benchmark: the NVML entry points exporter/nvml.py reaches
+ * A fake libnvidia-ml for the benchmark: the NVML entry points exporter/sources/nvml.py reaches
  * through pynvml, in C, so that the double's own cost is what a real driver's library costs
  * (native code behind a ctypes call), not Python's.
  *
  * The node is the one bench/nvml_fake_exporter.py's build_node(gpus, ppg) gives FakeNvml
- * (tests/exporter/fake_nvml.py): GPU g is an A100-SXM4-80GB with UUID
+ * (tests/exporter/sources/fake_nvml.py): GPU g is an A100-SXM4-80GB with UUID
  * GPU-00000000-0000-0000-0000-0000a100000<g> (uuid.UUID(int=0xA1000000 + g)), PCI bus ID
  * 00000000:<0x10 + g>:00.0, 80 GiB of memory with 1 GiB used, utilization 50 % / 20 %,
  * 45 C, 250 W of 400 W, 1e9 mJ, SM 1410 MHz, memory 1593 MHz, fan 30 %, no ECC errors,

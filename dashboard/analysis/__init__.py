@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.analysis.idle import IDLE_DURATION, IDLE_THRESHOLD
-from dashboard.analysis.starvation import (
+from gpuscope.dashboard.analysis.idle import IDLE_DURATION, IDLE_THRESHOLD
+from gpuscope.dashboard.analysis.starvation import (
     BUSY_THRESHOLD,
     INPUT_HIGH,
     INPUT_LOW,
@@ -16,7 +16,7 @@ from dashboard.analysis.starvation import (
     SHARE_FACTOR,
     STARVATION_DURATION,
 )
-from dashboard.analysis.stragglers import STRAGGLER_DURATION, STRAGGLER_FACTOR
+from gpuscope.dashboard.analysis.stragglers import STRAGGLER_DURATION, STRAGGLER_FACTOR
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dashboard.series import Window
+from gpuscope.dashboard.series import Window
 
 # Slack when comparing a run with the required duration: timestamps are milliseconds.
 EPSILON = 1e-3

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
-from dashboard.series import GpuInfo, GpuRef, Series, Window
+from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 
 IDLE_THRESHOLD = 0.05
 IDLE_DURATION = 30 * 60.0

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
-from dashboard.series import ContainerRef, GpuRef, Series, UtilStats, Window
+from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, UtilStats, Window
 
 BUSY_THRESHOLD = 0.9
 SHARE_FACTOR = 0.5

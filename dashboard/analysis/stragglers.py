@@ -13,8 +13,8 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
-from dashboard.series import ContainerRef, GpuRef, PodInfo, PodKey, Series, Window
+from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.series import ContainerRef, GpuRef, PodInfo, PodKey, Series, Window
 
 STRAGGLER_FACTOR = 0.5
 STRAGGLER_DURATION = 10 * 60.0

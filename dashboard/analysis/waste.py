@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dashboard.analysis.idle import NodeIdle
+from gpuscope.dashboard.analysis.idle import NodeIdle
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,19 +34,19 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from dashboard.data import EmbeddedData, Sample, Target
-from exporter.attribution import Attributor, attribute
-from exporter.cli import build_registry
-from exporter.collectors.container import ContainerCollector
-from exporter.collectors.gpu import GpuCollector
-from exporter.config import parse_config
-from exporter.kube import NodeInfo
-from exporter.model import Snapshot
-from exporter.sampler import Sampler
-from exporter.scenario import Scenario, load_scenario
-from exporter.server import ExporterServer
-from exporter.simulated import SimulatedSource
-from exporter.simulated_attribution import ScenarioInputs
+from gpuscope.dashboard.data import EmbeddedData, Sample, Target
+from gpuscope.exporter.cli import build_registry
+from gpuscope.exporter.config import parse_config
+from gpuscope.exporter.kubernetes.apiserver import NodeInfo
+from gpuscope.exporter.kubernetes.attribution import Attributor, attribute
+from gpuscope.exporter.kubernetes.simulated import ScenarioInputs
+from gpuscope.exporter.model import Snapshot
+from gpuscope.exporter.sampler import Sampler
+from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
+from gpuscope.exporter.sinks.prometheus.server import ExporterServer
+from gpuscope.exporter.sources.scenario import Scenario, load_scenario
+from gpuscope.exporter.sources.simulated import SimulatedSource
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ DEMO_SCRAPE_INTERVAL = 5.0  # the demo's scrape interval, and the spacing of its
 
 def scenario_files() -> list[Path]:
     """The bundled demo scenarios, in a stable order."""
-    folder = resources.files("dashboard.demo")
+    folder = resources.files("gpuscope.dashboard.demo")
     return sorted(Path(str(folder.joinpath(name.name))) for name in folder.iterdir()
                   if name.name.endswith(".yaml"))
 

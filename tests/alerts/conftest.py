@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 # One way to run a real moto server for the whole suite (the CloudWatch sink tests' fixture).
-from tests.exporter.cloudwatch.conftest import MotoServer
-from tests.exporter.cloudwatch.conftest import moto_server as moto_server
+from tests.exporter.sinks.cloudwatch.conftest import MotoServer
+from tests.exporter.sinks.cloudwatch.conftest import moto_server as moto_server
 
 
 def debian_tool(*names: str, package: str) -> str:

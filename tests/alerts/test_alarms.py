@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from alerts.alarms import Options, canonical, desired_alarms, discover
+from gpuscope.alerts.alarms import Options, canonical, desired_alarms, discover
 from tests.alerts.conftest import REPO
 
 REGION = "us-east-1"
@@ -84,7 +84,8 @@ def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True
 def alarms_cli(url: str, *args: str, env: dict[str, str] | None = None
                ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "alerts.alarms", *args, "--region", REGION, "--endpoint-url", url],
+        [sys.executable, "-m", "gpuscope.alerts.alarms",
+         *args, "--region", REGION, "--endpoint-url", url],
         cwd=REPO, env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=120,
     )
 
@@ -302,7 +303,7 @@ def test_canonical_treats_aws_defaults_as_equal() -> None:
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "alerts.alarms", *args, *(
+        [sys.executable, "-m", "gpuscope.alerts.alarms", *args, *(
             [] if "--region" in args else ["--region", REGION])],
         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60,
     )
@@ -314,7 +315,8 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
 
 
 def test_missing_region_is_one_line_and_exit_2() -> None:
-    result = subprocess.run([sys.executable, "-m", "alerts.alarms", "plan", "--cluster", "prod"],
+    result = subprocess.run([sys.executable, "-m", "gpuscope.alerts.alarms",
+                             "plan", "--cluster", "prod"],
                             cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stderr) == (
         2, "gpuscope-alarms: error: no AWS region: pass --region or set AWS_REGION\n")
@@ -335,7 +337,7 @@ def test_aws_error_is_one_line_and_exit_1(
 ) -> None:
     from botocore.exceptions import ClientError
 
-    from alerts import alarms
+    from gpuscope.alerts import alarms
 
     class Denied:
         def list_metrics(self, **kwargs: Any) -> dict[str, Any]:

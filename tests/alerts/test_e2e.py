@@ -4,7 +4,8 @@
 Four simulated nodes (tests/alerts/scenarios/): ``idle-node`` (every GPU idle), and three near
 misses: ``busy-node`` (one GPU of four at work), ``mig-node`` (a GPU in MIG mode, its slices
 without utilization) and ``lost-node`` (an idle GPU beside a lost one). The rules are the
-shipped ones with every ``for:`` capped at a few seconds (:func:`alerts.render.cap_for`, the
+shipped ones with every ``for:`` capped at a few seconds (:func:`gpuscope.alerts.render.cap_for`,
+the
 only change); the Alertmanager configuration is the example one with its receivers pointed at
 the webhook and its waits shortened. One stack serves the module's tests.
 """
@@ -25,7 +26,7 @@ import pytest
 import requests
 import yaml
 
-from alerts.render import cap_for, dump_yaml, load_rules
+from gpuscope.alerts.render import cap_for, dump_yaml, load_rules
 from tests.alerts.conftest import REPO
 from tests.conftest import ExporterProcess, free_port, wait_for
 
@@ -264,10 +265,10 @@ def test_idle_node_alert_reaches_the_webhook_through_alertmanager(stack: Stack) 
 def test_dashboard_idle_nodes_agree_with_the_alert(stack: Stack) -> None:
     """The dashboard's idle-node flag (its idle-nodes table) and GpuNodeUnderutilized, on the
     same Prometheus data, with the same threshold and the same (shortened) duration."""
-    from dashboard.analysis import Thresholds
-    from dashboard.data import PrometheusData
-    from dashboard.prices import bundled_prices
-    from dashboard.views import build_fleet_view
+    from gpuscope.dashboard.analysis import Thresholds
+    from gpuscope.dashboard.data import PrometheusData
+    from gpuscope.dashboard.prices import bundled_prices
+    from gpuscope.dashboard.views import build_fleet_view
 
     wait_for(lambda: stack.firing("GpuNodeUnderutilized") == {"idle-node"}, 45,
              "GpuNodeUnderutilized to fire for idle-node")

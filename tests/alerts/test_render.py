@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import render
-from alerts.render import (
+from gpuscope.alerts import render
+from gpuscope.alerts.render import (
     GENERATED_FILE,
     RenderError,
     cap_for,
@@ -34,8 +34,8 @@ def generated() -> dict[str, Any]:
 
 def test_checked_in_prometheusrule_is_up_to_date() -> None:
     assert GENERATED_FILE.read_text(encoding="utf-8") == render_generated(), (
-        "alerts/generated/prometheusrule.yaml is out of date: run python -m alerts.render")
-    result = subprocess.run([sys.executable, "-m", "alerts.render", "--check"], cwd=REPO,
+        "alerts/generated/prometheusrule.yaml is out of date: run python -m gpuscope.alerts.render")
+    result = subprocess.run([sys.executable, "-m", "gpuscope.alerts.render", "--check"], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
 
@@ -169,7 +169,7 @@ def test_render_bad_rule_file_is_one_line_and_exit_2(
     rules = tmp_path / "rules.yaml"
     rules.write_text(content)
     result = subprocess.run(
-        [sys.executable, "-m", "alerts.render", "--rules", str(rules), "--output", "-"],
+        [sys.executable, "-m", "gpuscope.alerts.render", "--rules", str(rules), "--output", "-"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 2

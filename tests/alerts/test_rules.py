@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.render import RULES_FILE, load_rules
+from gpuscope.alerts.render import RULES_FILE, load_rules
 from tests.alerts.conftest import REPO
 
 PROMTOOL_TESTS = sorted((Path(__file__).parent / "promtool").glob("*_test.yaml"))

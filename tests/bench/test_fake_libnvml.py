@@ -1,7 +1,7 @@
 """The C fake of libnvidia-ml (``bench/fake_libnvml/fake_nvml.c``) against the Python one.
 
 ``bench/exporter_bench.py --source nvml-c`` runs the exporter over the C library, and
-``--source nvml-fake`` over ``tests/exporter/fake_nvml.py`` with the node of
+``--source nvml-fake`` over ``tests/exporter/sources/fake_nvml.py`` with the node of
 ``bench.nvml_fake_exporter.build_node``; the two runs are compared, so the C double must play
 the same node. Here NvmlSource (with the real pynvml) samples both, and every reading must be
 equal but the per-process utilization, which varies with time in both.
@@ -20,9 +20,9 @@ import pytest
 
 from bench.nvml_c_exporter import HISTORY_SECONDS, BuildError, build_library, load_library
 from bench.nvml_fake_exporter import BUFFER_TICKS, build_node, tick
-from exporter.model import DeviceSample, Snapshot
-from exporter.nvml import NvmlSource
-from tests.exporter.fake_nvml import restored_pynvml
+from gpuscope.exporter.model import DeviceSample, Snapshot
+from gpuscope.exporter.sources.nvml import NvmlSource
+from tests.exporter.sources.fake_nvml import restored_pynvml
 
 GPUS = 2
 PROCESSES_PER_GPU = 3

@@ -18,7 +18,7 @@ import pytest
 import requests
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
-from dashboard.series import Series, Window
+from gpuscope.dashboard.series import Series, Window
 from tests.conftest import REPO, free_port, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -64,7 +64,7 @@ def page(browser: BrowserContext) -> Iterator[Page]:
 
 
 class DashboardProcess:
-    """``python -m dashboard ...`` on a free loopback port."""
+    """``python -m gpuscope.dashboard ...`` on a free loopback port."""
 
     def __init__(self, args: list[str], log: Path) -> None:
         self.port = free_port()
@@ -72,7 +72,8 @@ class DashboardProcess:
         self._log = log.open("wb")
         self.log_path = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dashboard", "--listen", f"127.0.0.1:{self.port}", *args],
+            [sys.executable, "-m", "gpuscope.dashboard",
+             "--listen", f"127.0.0.1:{self.port}", *args],
             cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT,
             env={k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")},
         )

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from dashboard import auth as auth_module
-from dashboard.auth import (
+from gpuscope.dashboard import auth as auth_module
+from gpuscope.dashboard.auth import (
     AuthFileError,
     BasicAuth,
     hash_password,
@@ -25,7 +25,7 @@ from dashboard.auth import (
     parse_hash,
     verify_password,
 )
-from dashboard.cli import main, parse_config
+from gpuscope.dashboard.cli import main, parse_config
 from tests.conftest import REPO, wait_for
 from tests.dashboard.conftest import DashboardProcess
 
@@ -169,7 +169,8 @@ def test_check_and_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_hash_command(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "dashboard.auth", "hash", "alice", "--iterations", str(FAST)],
+        [sys.executable, "-m", "gpuscope.dashboard.auth",
+         "hash", "alice", "--iterations", str(FAST)],
         input="s3cret: with spaces\n", cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
@@ -177,7 +178,8 @@ def test_hash_command(tmp_path: Path) -> None:
     (tmp_path / "users").write_text(line + "\n")
     auth = load_credentials(str(tmp_path / "users"))
     assert auth.check("alice", "s3cret: with spaces") and not auth.check("alice", "s3cret")
-    bad = subprocess.run([sys.executable, "-m", "dashboard.auth", "hash", "alice"], input="",
+    bad = subprocess.run([sys.executable, "-m", "gpuscope.dashboard.auth",
+                          "hash", "alice"], input="",
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "error: empty password" in bad.stderr
@@ -194,7 +196,7 @@ def test_cli_with_a_malformed_file_exits_2_with_one_line(tmp_path: Path) -> None
     users = tmp_path / "users"
     users.write_text("# users\nalice:secret\n")
     result = subprocess.run(
-        [sys.executable, "-m", "dashboard", "--prometheus", "http://127.0.0.1:1",
+        [sys.executable, "-m", "gpuscope.dashboard", "--prometheus", "http://127.0.0.1:1",
          "--listen", "127.0.0.1:0", "--basic-auth-file", str(users)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
         env={k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")},

@@ -13,12 +13,12 @@ import pytest
 from playwright.sync_api import Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from dashboard import fmt, ids
-from dashboard.app import DashboardServer, create_app
-from dashboard.data import DataError, PrometheusData
-from dashboard.prices import bundled_prices
-from dashboard.series import FleetData, GpuInfo, GpuRef, NodeDetail, NodeInfo, PodDetail
-from dashboard.service import DashboardService
+from gpuscope.dashboard import fmt, ids
+from gpuscope.dashboard.app import DashboardServer, create_app
+from gpuscope.dashboard.data import DataError, PrometheusData
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeDetail, NodeInfo, PodDetail
+from gpuscope.dashboard.service import DashboardService
 from tests.dashboard.conftest import DashboardProcess, make_series, make_window
 
 INJECTION = '"}) or vector(1) or up{x="'

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.cli import ConfigError, main, parse_config
-from dashboard.data import Target
+from gpuscope.dashboard.cli import ConfigError, main, parse_config
+from gpuscope.dashboard.data import Target
 from tests.conftest import REPO
 
 
@@ -79,7 +79,7 @@ def test_port_in_use_is_one_line() -> None:
         s.listen()
         port = s.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "dashboard", "--prometheus", "http://127.0.0.1:1",
+            [sys.executable, "-m", "gpuscope.dashboard", "--prometheus", "http://127.0.0.1:1",
              "--listen", f"127.0.0.1:{port}"],
             cwd=REPO, capture_output=True, text=True, timeout=60,
         )

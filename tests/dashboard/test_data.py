@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.data import (
+from gpuscope.dashboard.data import (
     DataError,
     EmbeddedData,
     InvalidFilter,
@@ -18,7 +18,7 @@ from dashboard.data import (
     validate_namespace,
     validate_node,
 )
-from dashboard.series import ContainerRef, GpuRef
+from gpuscope.dashboard.series import ContainerRef, GpuRef
 
 INJECTION = '"}) or vector(1) or up{x="'
 

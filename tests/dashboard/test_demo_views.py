@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from dashboard.data import DataError, EmbeddedData
-from dashboard.demo import DemoFleet
-from dashboard.prices import bundled_prices
-from dashboard.series import FleetData, NodeDetail, PodDetail
-from dashboard.service import DashboardService
-from dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.data import DataError, EmbeddedData
+from gpuscope.dashboard.demo import DemoFleet
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail
+from gpuscope.dashboard.service import DashboardService
+from gpuscope.dashboard.views import FleetView, build_fleet_view
 
 IDLE_NODES = {
     "ip-10-0-2-37.ec2.internal": ("p4d.24xlarge", 8, 2),   # type, GPUs, allocated-idle GPUs
@@ -162,7 +162,7 @@ def test_view_caches_stay_bounded_whatever_namespaces_are_typed(
 ) -> None:
     """Every distinct namespace typed into the filter is a cache key; a dashboard left open
     for weeks must not keep them all."""
-    from dashboard.service import MAX_CACHED_VIEWS
+    from gpuscope.dashboard.service import MAX_CACHED_VIEWS
 
     service = DashboardService(demo[1], bundled_prices(), share_for=0)
     for i in range(MAX_CACHED_VIEWS + 20):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.prices import PriceError, bundled_prices, load_prices
+from gpuscope.dashboard.prices import PriceError, bundled_prices, load_prices
 
 ANCHORS = {
     "p5.48xlarge": 55.04, "p4d.24xlarge": 21.957642, "p3.8xlarge": 12.24,

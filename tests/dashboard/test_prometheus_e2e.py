@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from dashboard.data import InvalidFilter, PrometheusData, selector
-from dashboard.prices import bundled_prices
-from dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.data import InvalidFilter, PrometheusData, selector
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.views import FleetView, build_fleet_view
 from tests.conftest import ExporterProcess, free_port, wait_for
 
 IDLE = """

@@ -273,8 +273,8 @@ def test_build_context_holds_what_the_build_copies() -> None:
             copied += [s.rstrip("/") for s in sources]
     assert sorted(copied) == sorted(allow)
     assert PYPROJECT["project"]["readme"] in copied
-    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert {p.rstrip("*") for p in packages} <= set(copied)
+    folders = PYPROJECT["tool"]["setuptools"]["package-dir"].values()
+    assert set(folders) <= set(copied)
     for path in copied:
         assert (REPO / path).exists(), path
 

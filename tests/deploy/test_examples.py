@@ -1,5 +1,5 @@
 """deploy/examples: every NVIDIA device-plugin configuration shipped as supported produces
-resource names and device IDs the exporter attributes (exporter/podresources)."""
+resource names and device IDs the exporter attributes (exporter/kubernetes/podresources)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import yaml
 from kubernetes_validate import validate
 
-from exporter.podresources.client import DEFAULT_RESOURCES, matches_resource
-from exporter.podresources.devices import parse_device_id
+from gpuscope.exporter.kubernetes.podresources.client import DEFAULT_RESOURCES, matches_resource
+from gpuscope.exporter.kubernetes.podresources.devices import parse_device_id
 from tests.deploy.render import DEPLOY
 
 CONFIGMAP = DEPLOY / "examples" / "nvidia-device-plugin-config.yaml"

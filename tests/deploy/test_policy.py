@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from exporter.config import parse_config
+from gpuscope.exporter.config import parse_config
 from tests.deploy.render import (
     KUSTOMIZATIONS,
     PROVIDER_OVERLAYS,

@@ -3,8 +3,8 @@
 kustomize refuses files outside a kustomization's directory (without
 --load-restrictor LoadRestrictionsNone, which `kubectl apply -k` users would all need), so
 deploy/base/prometheusrule.yaml is a byte-for-byte copy of alerts/generated/prometheusrule.yaml
-(rendered by `python -m alerts.render` from alerts/gpuscope-rules.yaml). After changing the
-rules:  python -m alerts.render && cp alerts/generated/prometheusrule.yaml deploy/base/
+(rendered by `python -m gpuscope.alerts.render` from alerts/gpuscope-rules.yaml). After changing the
+rules:  python -m gpuscope.alerts.render && cp alerts/generated/prometheusrule.yaml deploy/base/
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ COPY = DEPLOY / "base" / "prometheusrule.yaml"
 
 
 def test_copy_is_identical_to_the_generated_rules() -> None:
-    assert SOURCE.is_file(), f"{SOURCE.relative_to(REPO)} is missing: run python -m alerts.render"
+    assert SOURCE.is_file(), (
+        f"{SOURCE.relative_to(REPO)} is missing: run python -m gpuscope.alerts.render")
     assert COPY.read_bytes() == SOURCE.read_bytes(), (
         "deploy/base/prometheusrule.yaml differs from alerts/generated/prometheusrule.yaml: "
         "cp alerts/generated/prometheusrule.yaml deploy/base/prometheusrule.yaml"

@@ -3,13 +3,15 @@
 Everything the exporter talks to on a GPU node is real here except the hardware:
 
 - the kubelet: a grpcio PodResources v1 server on a unix socket in tmp_path
-  (``tests/exporter/podresources/test_client.py``'s ``KubeletServer``/``FakeKubelet``);
+  (``tests/exporter/kubernetes/podresources/test_client.py``'s ``KubeletServer``/``FakeKubelet``);
 - ``/proc``: a tree in tmp_path with realistic ``cgroup`` and ``stat`` files in every format
   the exporter must read (cgroup v1 cgroupfs, v1 systemd with containerd and docker, v2
   systemd with containerd, cri-o with its conmon monitor, v2 cgroupfs, a relative path under a
   private cgroup namespace, host services);
-- the API server: ``tests/exporter/test_kube.py``'s ``FakeApi`` over real HTTP, reached
-  through a kubeconfig file read by ``exporter.kube.load_config`` and served to the real
+- the API server: ``tests/exporter/kubernetes/test_apiserver.py``'s ``FakeApi`` over real HTTP,
+  reached
+  through a kubeconfig file read by ``gpuscope.exporter.kubernetes.apiserver.load_config`` and
+  served to the real
   ``PodMetadataWatcher`` (list + watch of this node's pods, GET of the node);
 - NVML: the real ``NvmlSource`` through real pynvml, over the ``FakeNvml`` C-library double.
 
@@ -38,16 +40,20 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution import Attributor, LiveInputs
-from exporter.cli import build_registry
-from exporter.config import parse_config
-from exporter.kube import KubeConfig, NodeInfo, PodMetadataWatcher, load_config
-from exporter.nvml import NvmlSource
-from exporter.podresources import client as podresources_client
-from exporter.sampler import Sampler
+from gpuscope.exporter.cli import build_registry
+from gpuscope.exporter.config import parse_config
+from gpuscope.exporter.kubernetes.apiserver import (
+    KubeConfig,
+    NodeInfo,
+    PodMetadataWatcher,
+    load_config,
+)
+from gpuscope.exporter.kubernetes.attribution import Attributor, LiveInputs
+from gpuscope.exporter.kubernetes.podresources import client as podresources_client
+from gpuscope.exporter.sampler import Sampler
+from gpuscope.exporter.sources.nvml import NvmlSource
 from tests.conftest import free_port
-from tests.exporter.fake_nvml import GIB, MIB, FakeGpu, FakeMigSlice, FakeNvml, restored_pynvml
-from tests.exporter.podresources.test_client import (
+from tests.exporter.kubernetes.podresources.test_client import (
     FakeKubelet,
     KubeletServer,
     container,
@@ -55,8 +61,22 @@ from tests.exporter.podresources.test_client import (
     pod,
     response,
 )
-from tests.exporter.test_cgroups import remove_proc, systemd_pod, v1_file, write_proc
-from tests.exporter.test_kube import NODE, OTHER_NODE, TOKEN, FakeApi, write_kubeconfig
+from tests.exporter.kubernetes.test_apiserver import (
+    NODE,
+    OTHER_NODE,
+    TOKEN,
+    FakeApi,
+    write_kubeconfig,
+)
+from tests.exporter.kubernetes.test_cgroups import remove_proc, systemd_pod, v1_file, write_proc
+from tests.exporter.sources.fake_nvml import (
+    GIB,
+    MIB,
+    FakeGpu,
+    FakeMigSlice,
+    FakeNvml,
+    restored_pynvml,
+)
 from tests.kubelet_api import podresources_v1_pb2 as pb2
 
 T0 = 1_780_000_000.0  # the wall clock of the first sampling round

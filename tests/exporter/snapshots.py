@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.model import DeviceSample, PartResult, ProcessSample, Snapshot, XidCount
+from gpuscope.exporter.model import DeviceSample, PartResult, ProcessSample, Snapshot, XidCount
 
 GIB = 1024**3
 

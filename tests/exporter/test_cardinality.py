@@ -10,8 +10,7 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution import HOST, Attribution, ContainerKey, ContainerUsage, PodIdentity
-from exporter.cardinality import (
+from gpuscope.exporter.cardinality import (
     CONTAINER_FAMILY,
     PROCESS_FAMILY,
     DroppedSeries,
@@ -19,9 +18,16 @@ from exporter.cardinality import (
     cap_containers,
     keep_processes,
 )
-from exporter.collectors.gpu import GpuCollector
-from exporter.model import DeviceSample, ProcessSample, Snapshot
-from exporter.scenario import synthetic_document
+from gpuscope.exporter.kubernetes.attribution import (
+    HOST,
+    Attribution,
+    ContainerKey,
+    ContainerUsage,
+    PodIdentity,
+)
+from gpuscope.exporter.model import DeviceSample, ProcessSample, Snapshot
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
+from gpuscope.exporter.sources.scenario import synthetic_document
 from tests.conftest import ExporterProcess
 
 

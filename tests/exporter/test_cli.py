@@ -16,7 +16,7 @@ from tests.conftest import REPO, ExporterProcess
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
+        [sys.executable, "-m", "gpuscope.exporter", *args],
         cwd=REPO, capture_output=True, text=True, timeout=60, env=env,
     )
 

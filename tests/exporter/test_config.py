@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import ConfigError, parse_config
+from gpuscope.exporter.config import ConfigError, parse_config
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.flags import (
+from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
     StartupError,

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # grpc + protobuf: never on a node (the PodResources client is pure Python; only the tests'
 # kubelet doubles use them); boto3: the CloudWatch sink; pynvml: the NVML source;
-# exporter.kube: the API-server client.
+# gpuscope.exporter.kubernetes.apiserver: the API-server client.
 HEAVY = (
     "grpc",
     "google.protobuf",
@@ -24,8 +24,8 @@ HEAVY = (
     "boto3",
     "botocore",
     "pynvml",
-    "exporter.nvml",
-    "exporter.cloudwatch",
+    "gpuscope.exporter.sources.nvml",
+    "gpuscope.exporter.sinks.cloudwatch",
 )
 
 
@@ -40,19 +40,20 @@ def loaded_after(code: str) -> set[str]:
 
 def test_simulated_exporter_loads_no_heavy_client() -> None:
     loaded = loaded_after(
-        "from exporter.cli import build_source\n"
-        "from exporter.config import parse_config\n"
+        "from gpuscope.exporter.cli import build_source\n"
+        "from gpuscope.exporter.config import parse_config\n"
         "build_source(parse_config(['--source', 'simulated'], environ={}))\n"
     )
-    assert "exporter.simulated" in loaded  # the probe did build the source
+    assert "gpuscope.exporter.sources.simulated" in loaded  # the probe did build the source
     assert not {m for m in loaded for heavy in HEAVY if m == heavy or m.startswith(heavy + ".")}
 
 
 def test_attribution_and_collectors_do_not_load_the_kube_client() -> None:
     loaded = loaded_after(
-        "import exporter.attribution, exporter.simulated_attribution\n"
-        "import exporter.collectors.container, exporter.collectors.exporter\n"
-        "import exporter.collectors.gpu\n"
+        "import gpuscope.exporter.kubernetes.attribution, gpuscope.exporter.kubernetes.simulated\n"
+        "import gpuscope.exporter.sinks.prometheus.collectors.container\n"
+        "import gpuscope.exporter.sinks.prometheus.collectors.exporter\n"
+        "import gpuscope.exporter.sinks.prometheus.collectors.gpu\n"
     )
-    assert "exporter.kube_model" in loaded
-    assert "exporter.kube" not in loaded
+    assert "gpuscope.exporter.kubernetes.metadata" in loaded
+    assert "gpuscope.exporter.kubernetes.apiserver" not in loaded

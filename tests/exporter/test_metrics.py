@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from exporter.metrics import METRICS, new_family
+from gpuscope.exporter.metrics import METRICS, new_family
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

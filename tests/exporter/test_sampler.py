@@ -3,8 +3,8 @@ from __future__ import annotations
 import threading
 import time
 
-from exporter.model import Snapshot
-from exporter.sampler import Sampler
+from gpuscope.exporter.model import Snapshot
+from gpuscope.exporter.sampler import Sampler
 
 
 class FakeClock:

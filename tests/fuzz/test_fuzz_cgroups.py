@@ -1,4 +1,5 @@
-"""Fuzzing ``exporter.cgroups``: ``/proc/<pid>/cgroup`` text to (pod UID, container ID).
+"""Fuzzing ``gpuscope.exporter.kubernetes.cgroups``: ``/proc/<pid>/cgroup`` text to (pod UID,
+container ID).
 
 ``parse_cgroup`` documents no error at all: any text gives a :class:`ContainerRef` or
 ``None``. :class:`PidResolver` reads the bytes from ``/proc`` and "never raises for
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.cgroups import ContainerRef, PidResolver, parse_cgroup
+from gpuscope.exporter.kubernetes.cgroups import ContainerRef, PidResolver, parse_cgroup
 from tests.fuzz._profile import fuzz
 
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}")

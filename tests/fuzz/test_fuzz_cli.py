@@ -22,9 +22,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import dashboard.cli as dashboard_cli
-import exporter.config as exporter_config
-from exporter.flags import ConfigError, Flag
+import gpuscope.dashboard.cli as dashboard_cli
+import gpuscope.exporter.config as exporter_config
+from gpuscope.exporter.flags import ConfigError, Flag
 from tests.conftest import REPO
 from tests.fuzz._profile import fuzz
 
@@ -178,7 +178,7 @@ def test_processes_exit_2_with_one_line(tmp_path: Path) -> None:
     for name, (prog, argv, extra, expect) in PROCESS_CASES.items():
         argv = [a.replace("PRICES", str(prices)) for a in argv]
         procs[name] = (subprocess.Popen(
-            [sys.executable, "-m", prog, *argv], cwd=REPO, env={**env, **extra},
+            [sys.executable, "-m", f"gpuscope.{prog}", *argv], cwd=REPO, env={**env, **extra},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ), expect.replace("PRICES", str(prices)))
     failures: list[Any] = []

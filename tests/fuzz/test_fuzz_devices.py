@@ -1,4 +1,5 @@
-"""Fuzzing ``exporter.podresources.devices``: kubelet device IDs to NVML devices.
+"""Fuzzing ``gpuscope.exporter.kubernetes.podresources.devices``: kubelet device IDs to NVML
+devices.
 
 ``parse_device_id`` "never raises: unknown shapes set ``error``" (a one-line reason), and
 ``resolve`` is a pure lookup. Every documented shape (``GPU-<uuid>``, ``MIG-<uuid>``, either
@@ -14,7 +15,12 @@ import dataclasses
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.podresources.devices import DeviceRef, NodeDevice, parse_device_id, resolve
+from gpuscope.exporter.kubernetes.podresources.devices import (
+    DeviceRef,
+    NodeDevice,
+    parse_device_id,
+    resolve,
+)
 from tests.fuzz._profile import fuzz
 
 

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dashboard.prices import PriceError, PriceTable, load_prices, parse_prices
+from gpuscope.dashboard.prices import PriceError, PriceTable, load_prices, parse_prices
 from tests.conftest import REPO
 from tests.fuzz._profile import fuzz
 from tests.fuzz._strategies import NUMBERS, SCALARS, yaml_like

@@ -39,8 +39,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dashboard import callbacks, ids
-from dashboard.data import (
+from gpuscope.dashboard import callbacks, ids
+from gpuscope.dashboard.data import (
     InvalidFilter,
     PrometheusData,
     _any_of,
@@ -50,8 +50,8 @@ from dashboard.data import (
     validate_node,
     validate_pod,
 )
-from dashboard.prices import bundled_prices
-from dashboard.service import WINDOWS, DashboardService
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.service import WINDOWS, DashboardService
 from tests.fuzz._profile import fuzz
 
 INJECTIONS = st.sampled_from([

@@ -1,4 +1,5 @@
-"""Fuzzing the scenario loader (``exporter.scenario``) and ``gpuscope-exporter --scenario``.
+"""Fuzzing the scenario loader (``gpuscope.exporter.sources.scenario``) and ``gpuscope-exporter
+--scenario``.
 
 The documented contract: a scenario that cannot be read or is invalid raises
 :class:`ScenarioError` whose text is one line naming the file and the key path (e.g.
@@ -28,18 +29,18 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.attribution import Attribution, attribute
-from exporter.collectors.container import ContainerCollector
-from exporter.collectors.gpu import GpuCollector
-from exporter.scenario import (
+from gpuscope.exporter.kubernetes.attribution import Attribution, attribute
+from gpuscope.exporter.kubernetes.simulated import ScenarioInputs
+from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
+from gpuscope.exporter.sources.scenario import (
     Scenario,
     ScenarioError,
     _Loader,
     scenario_from_dict,
     scenario_from_yaml,
 )
-from exporter.simulated import SimulatedSource
-from exporter.simulated_attribution import ScenarioInputs
+from gpuscope.exporter.sources.simulated import SimulatedSource
 from tests.conftest import REPO
 from tests.fuzz._profile import fuzz
 from tests.fuzz._strategies import SCALARS, yaml_like
@@ -55,7 +56,7 @@ DOCS_EXAMPLE = re.search(
 assert DOCS_EXAMPLE is not None
 VALID_TEXTS = {
     "docs-example": DOCS_EXAMPLE.group(1),
-    "default": (REPO / "exporter" / "scenarios" / "default.yaml").read_text(),
+    "default": (REPO / "exporter" / "sources" / "scenarios" / "default.yaml").read_text(),
     "demo-p5-train": (REPO / "dashboard" / "demo" / "p5-train.yaml").read_text(),
 }
 # Loaded as the loader reads them (YAML 1.2: `on` is a key, not true; merges resolved).
@@ -292,7 +293,8 @@ def test_cli_exits_2_with_one_line_for_bad_scenario_files(tmp_path: Path) -> Non
         path = tmp_path / f"{name}.yaml"
         path.write_text(text)
         procs[name] = (path, subprocess.Popen(
-            [sys.executable, "-m", "exporter", "--source", "simulated", "--scenario", str(path),
+            [sys.executable, "-m", "gpuscope.exporter",
+             "--source", "simulated", "--scenario", str(path),
              "--listen", "127.0.0.1:0"],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ))

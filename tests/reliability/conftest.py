@@ -3,4 +3,4 @@ where they live (each module imports the autouse ones it needs itself, so they a
 only there)."""
 
 from tests.e2e.test_attribution_live import bench  # noqa: F401
-from tests.exporter.cloudwatch.conftest import moto, moto_server, proxy  # noqa: F401
+from tests.exporter.sinks.cloudwatch.conftest import moto, moto_server, proxy  # noqa: F401

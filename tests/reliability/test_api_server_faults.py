@@ -1,7 +1,8 @@
 """The API server failing under the pod/node metadata watcher: 500s on every request after a
 watch was cut mid-stream, and a watch endpoint that keeps answering 500 while lists work.
 
-``tests/exporter/test_kube.py``'s ``FakeApi`` over real HTTP, with one addition made here: it
+``tests/exporter/kubernetes/test_apiserver.py``'s ``FakeApi`` over real HTTP, with one addition
+made here: it
 answers ``500 InternalError`` (the API server's Status body) to the request kinds a test
 names. What must hold (docs/attribution.md, Faults): the last known names are kept, the
 watcher relists once the server is back, its retries back off (exponentially, up to the cap,
@@ -20,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from exporter.kube import NodeInfo, PodMetadataWatcher
-from tests.exporter import test_kube
-from tests.exporter.test_kube import (
+from gpuscope.exporter.kubernetes.apiserver import NodeInfo, PodMetadataWatcher
+from tests.exporter.kubernetes import test_apiserver as test_kube
+from tests.exporter.kubernetes.test_apiserver import (
     CID,
     UID_A,
     UID_C,

@@ -2,7 +2,7 @@
 seconds), and SIGTERM while a PutMetricData call is in flight.
 
 The throttle runs the real sink and the real boto3 client against a real moto server,
-through the recording fault proxy of ``tests/exporter/cloudwatch`` (``wire.py``); only the
+through the recording fault proxy of ``tests/exporter/sinks/cloudwatch`` (``wire.py``); only the
 clocks are the test's. Sampling rounds and the flush thread's wake-ups are replayed in
 time order on that clock, as the two threads would run them. The SIGTERM cases run a real
 ``gpuscope-exporter --cloudwatch`` process (and, for a call that never returns, the sink
@@ -21,12 +21,12 @@ from itertools import pairwise
 
 import pytest
 
-from exporter.cloudwatch import CloudWatchSink, Identity, SinkSettings
-from exporter.collectors.cloudwatch import CloudWatchCollector
+from gpuscope.exporter.sinks.cloudwatch import CloudWatchSink, Identity, SinkSettings
+from gpuscope.exporter.sinks.prometheus.collectors.cloudwatch import CloudWatchCollector
 from tests.conftest import ExporterProcess
-from tests.exporter.cloudwatch.conftest import MotoServer
-from tests.exporter.cloudwatch.conftest import aws_env as aws_env  # autouse fixture
-from tests.exporter.cloudwatch.helpers import (
+from tests.exporter.sinks.cloudwatch.conftest import MotoServer
+from tests.exporter.sinks.cloudwatch.conftest import aws_env as aws_env  # autouse fixture
+from tests.exporter.sinks.cloudwatch.helpers import (
     FakeClock,
     FakeCloudWatch,
     gpu,
@@ -36,7 +36,7 @@ from tests.exporter.cloudwatch.helpers import (
     read_aggregates,
     snapshot,
 )
-from tests.exporter.cloudwatch.wire import WireProxy, WireRequest, wait_until
+from tests.exporter.sinks.cloudwatch.wire import WireProxy, WireRequest, wait_until
 
 UTIL = "nvidia_smi_utilization_gpu"
 INTERVAL = 60.0
@@ -100,10 +100,10 @@ def test_ten_minute_throttle(
     proxy.plan = plan
     # The CLI's settings (retry 1 s doubling to 60 s, --cloudwatch-buffer), but no botocore
     # retries inside a call: those sleep on the real clock (the in-call retries are covered
-    # by tests/exporter/cloudwatch/test_faults.py).
+    # by tests/exporter/sinks/cloudwatch/test_faults.py).
     sink = moto_sink(clock, proxy.url, identity=Identity(host="node-t"), total_attempts=1,
                      buffer_seconds=buffer_seconds)
-    caplog.set_level(logging.WARNING, "exporter.cloudwatch")
+    caplog.set_level(logging.WARNING, "gpuscope.exporter.sinks.cloudwatch")
     node = Node(sink, clock)
     node.run_until(throttle_end)
     throttled = sink.stats()
@@ -234,7 +234,7 @@ def test_sigterm_while_put_metric_data_never_returns_is_reported(
         SinkSettings(interval=0.2, flush_spread_seconds=0.0, shutdown_timeout=0.5),
         Identity(host="h"), client_factory=Hanging,
     )
-    caplog.set_level(logging.WARNING, "exporter.cloudwatch")
+    caplog.set_level(logging.WARNING, "gpuscope.exporter.sinks.cloudwatch")
     sink.start()
     try:
         deadline = time.monotonic() + 5

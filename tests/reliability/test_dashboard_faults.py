@@ -42,7 +42,7 @@ class Dashboard:
         env.update(TMPDIR=str(tmp_path / "no-such-dir"), HOME=str(home),
                    XDG_CACHE_HOME=str(home / ".cache"))
         script = Path(sys.executable).with_name("gpuscope-dashboard")
-        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "dashboard"]
+        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "gpuscope.dashboard"]
         # Output to a pipe (regular files cannot grow under the limit), drained by a thread.
         self.proc = subprocess.Popen(
             [*cmd, "--demo", "--listen", f"127.0.0.1:{self.port}"],

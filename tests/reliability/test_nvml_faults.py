@@ -1,7 +1,7 @@
 """NVML faults against the whole exporter: the library missing at start and installed later,
 and an XID storm through the NVML double's event set into NvmlSource's XID thread.
 
-The NVML C library is ``FakeNvml`` (``tests/exporter/fake_nvml.py``) under the real pynvml;
+The NVML C library is ``FakeNvml`` (``tests/exporter/sources/fake_nvml.py``) under the real pynvml;
 the rest is the production code, wired by ``exporter.cli.run()`` or the real ``Sampler``.
 Every wait is bounded.
 """
@@ -22,14 +22,14 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-import exporter.nvml
-from exporter import cli
-from exporter.config import parse_config
-from exporter.model import Snapshot
-from exporter.nvml import NvmlSource
-from exporter.sampler import Sampler
+import gpuscope.exporter.sources.nvml
+from gpuscope.exporter import cli
+from gpuscope.exporter.config import parse_config
+from gpuscope.exporter.model import Snapshot
+from gpuscope.exporter.sampler import Sampler
+from gpuscope.exporter.sources.nvml import NvmlSource
 from tests.conftest import free_port, wait_for
-from tests.exporter.fake_nvml import FakeNvml, restored_pynvml
+from tests.exporter.sources.fake_nvml import FakeNvml, restored_pynvml
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ def test_library_absent_at_start_then_installed_whole_exporter(
     library = Library(fake)
     # The production wiring (cli.run: NvmlSource, attribution, sampler, collectors, HTTP),
     # with only NVML's library loader and its retry backoff (1 s .. 60 s) made test-sized.
-    monkeypatch.setattr(exporter.nvml, "NvmlSource", functools.partial(
+    monkeypatch.setattr(gpuscope.exporter.sources.nvml, "NvmlSource", functools.partial(
         NvmlSource, library_loader=library, retry_initial_seconds=0.1,
         retry_max_seconds=0.4, xid_wait_timeout_ms=50,
     ))
@@ -156,7 +156,7 @@ def test_xid_storm_counts_exactly_without_disturbing_sampling(
         round_seconds.append(sum(p.duration_seconds for p in snap.parts))
 
     sampler = Sampler(source, interval, listeners=(record,))
-    caplog.set_level(logging.INFO, "exporter.nvml")
+    caplog.set_level(logging.INFO, "gpuscope.exporter.sources.nvml")
     try:
         sampler.start()
         wait_for(lambda: sampler.rounds >= 2, 5, "sampling")
@@ -166,7 +166,7 @@ def test_xid_storm_counts_exactly_without_disturbing_sampling(
         assert xid_thread is not None
         tracemalloc.start()
         kept_before = tracemalloc.take_snapshot().filter_traces(
-            [tracemalloc.Filter(True, exporter.nvml.__file__)])
+            [tracemalloc.Filter(True, gpuscope.exporter.sources.nvml.__file__)])
         caplog.clear()
 
         sent: Counter[tuple[str, int]] = Counter()
@@ -214,7 +214,7 @@ def test_xid_storm_counts_exactly_without_disturbing_sampling(
         assert cpu < 0.5 * storm, f"XID thread used {cpu:.2f} s CPU in {storm:.2f} s"
         # Memory: what nvml.py holds on to does not grow with the number of events.
         kept_after = tracemalloc.take_snapshot().filter_traces(
-            [tracemalloc.Filter(True, exporter.nvml.__file__)])
+            [tracemalloc.Filter(True, gpuscope.exporter.sources.nvml.__file__)])
         growth = sum(s.size_diff for s in kept_after.compare_to(kept_before, "filename"))
         assert growth < 64 * 1024, growth
     finally:
@@ -224,7 +224,7 @@ def test_xid_storm_counts_exactly_without_disturbing_sampling(
     assert fake.init_count == 0
     # The log is not flooded: the first events one by one, the rest summed up in one line
     # (here when the thread stops; in a long storm once a minute).
-    lines = [r.getMessage() for r in caplog.records if r.name == "exporter.nvml"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "gpuscope.exporter.sources.nvml"]
     one_by_one = [m for m in lines if m.startswith("XID ")]
     summary = [m for m in lines if "more XID events" in m]
     assert len(one_by_one) == 10, lines[:20]

@@ -1,0 +1,391 @@
+"""Per-container GPU usage: joins who was *allocated* a device with who *uses* it.
+
+Three facts are joined for every sampling round (design card, "Attribution"):
+
+1. **Allocations** — which container holds which device, from the kubelet PodResources v1
+   ``List()`` (``gpuscope.exporter.kubernetes.podresources``), device IDs resolved to NVML UUIDs.
+2. **Processes** — which host PID runs on which device, with its memory and SM utilization,
+   from the snapshot (NVML).
+3. **PID → container** — ``<proc-root>/<pid>/cgroup`` gives the pod UID and container ID
+   (``gpuscope.exporter.kubernetes.cgroups``); the API server gives their names
+   (``gpuscope.exporter.kubernetes.apiserver``).
+
+:func:`attribute` is a pure function of those facts, so the per-container numbers are tested
+value by value without a cluster. :class:`Attributor` runs it on the sampler thread for every
+snapshot, reading inputs that background threads keep fresh: a scrape only renders the stored
+result and never waits on the kubelet or the API server.
+
+The rules, and why:
+
+- A container's utilization on a device is the **sum of its own processes'** SM utilization
+  (NVML per-process samples over the interval). Under time-slicing every container gets its
+  own true number, never a copy of the device value, and the containers' values add up to
+  the processes' values.
+- A container holding a device with no process on it gets utilization 0 and memory 0 when
+  the device reports per-process utilization (allocated-but-idle is a finding, not a gap);
+  on a device that cannot report it (a MIG slice without GPM) utilization stays absent.
+- Several time-slicing replicas of one GPU held by one container count once (allocated 1).
+- A process whose cgroup names no pod is a host process: summed per device under empty
+  namespace/pod/container labels. So is a pod process whose pod the API server does not
+  (yet) know: it is counted in ``unnamed_processes`` rather than guessed at, and an
+  allocated container on that device with no named process gets no usage values (unknown)
+  rather than 0 (which would read as allocated-but-idle).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpuscope.exporter.cardinality import CONTAINER_FAMILY, DroppedSeries, cap_containers
+from gpuscope.exporter.kubernetes.cgroups import ContainerRef
+from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, NodeInfo
+from gpuscope.exporter.kubernetes.podresources.client import Allocation
+from gpuscope.exporter.kubernetes.podresources.devices import resolve
+from gpuscope.exporter.model import DeviceSample, PartResult, Snapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ContainerKey:
+    """A container by name; all empty for host (non-pod) processes."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+HOST = ContainerKey("", "", "")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerUsage:
+    """One container on one device (``uuid``) in one sampling round.
+
+    ``utilization_ratio``: sum of the container's processes' SM utilization (0..1 each), or
+    None where the device cannot report per-process utilization. ``memory_used_bytes``: sum
+    of its processes' device memory (None when NVML reported none of them).
+    """
+
+    key: ContainerKey
+    uuid: str
+    allocated: bool
+    utilization_ratio: float | None
+    memory_used_bytes: int | None
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    """A pod that holds a GPU or runs a process on one (``gpu_pod_info``)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    workload: str
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """The result of one join. ``node`` is None when nothing is known about the node."""
+
+    timestamp: float
+    containers: tuple[ContainerUsage, ...] = ()
+    pods: tuple[PodIdentity, ...] = ()
+    node: NodeInfo | None = None
+    unresolved_allocations: int = 0
+    unnamed_processes: int = 0
+    parts: tuple[PartResult, ...] = field(default=())
+
+
+def _supports_process_utilization(dev: DeviceSample) -> bool:
+    if any(p.sm_utilization_ratio is not None for p in dev.processes):
+        return True
+    # No process to ask about: a device that reports its own utilization also reports
+    # per-process utilization; a MIG slice without GPM reports neither.
+    return dev.utilization_ratio is not None
+
+
+@dataclass(slots=True)
+class _Row:
+    """Accumulates one (container, device) pair during a join."""
+
+    allocated: bool = False
+    utilization: float | None = None
+    memory: int | None = None
+    pids: list[int] = field(default_factory=list)
+
+    def add(self, pid: int, utilization: float | None, memory: int | None) -> None:
+        self.pids.append(pid)
+        if utilization is not None:
+            self.utilization = (self.utilization or 0.0) + utilization
+        if memory is not None:
+            self.memory = (self.memory or 0) + memory
+
+
+def attribute(
+    snapshot: Snapshot,
+    allocations: Sequence[Allocation],
+    containers_of: Mapping[int, ContainerRef | None],
+    metadata: MetadataSnapshot,
+    *,
+    node_fallback: NodeInfo | None = None,
+) -> Attribution:
+    """Join one snapshot with the latest allocations, cgroup facts and names. Pure."""
+    devices = {d.uuid: d for d in snapshot.devices if d.uuid}
+    pod_uids = {(p.namespace, p.name): p.uid for p in metadata.pods.values()}
+
+    rows: dict[tuple[ContainerKey, str], _Row] = {}
+    unresolved = 0
+    for alloc in allocations:
+        uuid = resolve(alloc.device, snapshot.devices)
+        if uuid is None:
+            unresolved += 1
+            continue
+        key = ContainerKey(alloc.namespace, alloc.pod, alloc.container)
+        rows.setdefault((key, uuid), _Row()).allocated = True
+
+    unnamed = 0
+    # Devices running a pod process we cannot name: an allocated container there with no
+    # named process of its own may be the one running it, so its usage is unknown (None),
+    # not 0 — reporting 0 would make a busy pod look allocated-but-idle.
+    devices_with_unnamed: set[str] = set()
+    pods_with_processes: dict[ContainerKey, str] = {}
+    for dev in snapshot.devices:
+        if not dev.up:
+            continue
+        for proc in dev.processes:
+            ref = containers_of.get(proc.pid)
+            key = HOST
+            if ref is not None:
+                pod = metadata.pods.get(ref.pod_uid)
+                name = pod.containers.get(ref.container_id) if pod is not None else None
+                if pod is None or name is None:
+                    unnamed += 1
+                    devices_with_unnamed.add(dev.uuid)
+                else:
+                    key = ContainerKey(pod.namespace, pod.name, name)
+                    pods_with_processes[key] = pod.uid
+            rows.setdefault((key, dev.uuid), _Row()).add(
+                proc.pid, proc.sm_utilization_ratio, proc.memory_used_bytes
+            )
+
+    usages = []
+    for (key, uuid), row in sorted(rows.items()):
+        device = devices.get(uuid)
+        if device is None or not device.up:
+            # A lost device: the allocation is still held and shown, with no usage values.
+            usages.append(ContainerUsage(key, uuid, row.allocated, None, None))
+            continue
+        if not row.pids and uuid in devices_with_unnamed and key != HOST:
+            usages.append(ContainerUsage(key, uuid, row.allocated, None, None))
+            continue
+        util = row.utilization
+        if util is None and _supports_process_utilization(device):
+            util = 0.0
+        mem = row.memory if row.memory is not None or row.pids else 0
+        usages.append(ContainerUsage(
+            key, uuid, row.allocated,
+            None if util is None else min(util, 1.0),
+            mem,
+            tuple(sorted(row.pids)),
+        ))
+
+    pods: dict[tuple[str, str], PodIdentity] = {}
+    for u in usages:
+        if u.key == HOST:
+            continue
+        ident = (u.key.namespace, u.key.pod)
+        if ident in pods:
+            continue
+        uid = pods_with_processes.get(u.key) or pod_uids.get(ident, "")
+        info = metadata.pods.get(uid) if uid else None
+        pods[ident] = PodIdentity(ident[0], ident[1], uid, info.workload if info else "")
+
+    node = metadata.node
+    if node is None or not node.instance_type:
+        node = _merge_node(node, node_fallback)
+    return Attribution(
+        timestamp=snapshot.timestamp,
+        containers=tuple(usages),
+        pods=tuple(sorted(pods.values(), key=lambda p: (p.namespace, p.pod))),
+        node=node,
+        unresolved_allocations=unresolved,
+        unnamed_processes=unnamed,
+    )
+
+
+def _merge_node(node: NodeInfo | None, fallback: NodeInfo | None) -> NodeInfo | None:
+    if fallback is None:
+        return node
+    if node is None:
+        return fallback
+    return NodeInfo(
+        instance_type=node.instance_type or fallback.instance_type,
+        zone=node.zone or fallback.zone,
+        capacity_type=node.capacity_type or fallback.capacity_type,
+    )
+
+
+class AttributionInputs(Protocol):
+    """Where the three facts come from: the live node, or a simulated scenario."""
+
+    def allocations(self) -> Sequence[Allocation]: ...
+
+    def containers_of(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]: ...
+
+    def metadata(self) -> MetadataSnapshot: ...
+
+    def parts(self) -> Sequence[PartResult]: ...
+
+    def close(self) -> None: ...
+
+
+class Attributor:
+    """Runs :func:`attribute` for every snapshot (a :class:`~gpuscope.exporter.sampler.Sampler`
+    listener, so on the sampler thread) and keeps the latest result for the collector."""
+
+    def __init__(
+        self,
+        inputs: AttributionInputs,
+        *,
+        node_fallback: NodeInfo | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_containers: int | None = None,
+        dropped: DroppedSeries | None = None,
+    ) -> None:
+        self._inputs = inputs
+        self._node_fallback = node_fallback
+        # --max-container-series (exporter/cardinality.py); drops are counted in `dropped`.
+        self._max_containers = max_containers
+        self._dropped = dropped if dropped is not None else DroppedSeries()
+        self._monotonic = monotonic
+        self._latest: Attribution | None = None
+        self._lock = threading.Lock()
+
+    def latest(self) -> Attribution | None:
+        return self._latest
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        started = self._monotonic()
+        try:
+            pids = {p.pid for d in snapshot.devices for p in d.processes}
+            result = attribute(
+                snapshot,
+                self._inputs.allocations(),
+                self._inputs.containers_of(pids),
+                self._inputs.metadata(),
+                node_fallback=self._node_fallback,
+            )
+            if self._max_containers is not None:
+                result, left_out = cap_containers(result, self._max_containers)
+                self._dropped.add(CONTAINER_FAMILY, left_out)
+            ok = True
+        except Exception:  # never let attribution stop device metrics
+            log.exception("attribution failed")
+            result = Attribution(timestamp=snapshot.timestamp)
+            ok = False
+        part = PartResult("attribution", ok, self._monotonic() - started)
+        parts = (part, *self._inputs.parts())
+        with self._lock:
+            self._latest = Attribution(
+                timestamp=result.timestamp, containers=result.containers, pods=result.pods,
+                node=result.node, unresolved_allocations=result.unresolved_allocations,
+                unnamed_processes=result.unnamed_processes, parts=parts,
+            )
+
+    def parts(self) -> Sequence[PartResult]:
+        latest = self._latest
+        return latest.parts if latest is not None else ()
+
+    def close(self) -> None:
+        self._inputs.close()
+
+
+class LiveInputs:
+    """The three facts on a real node, each refreshed by its own background worker.
+
+    - allocations: :class:`~gpuscope.exporter.kubernetes.podresources.client.PodResourcesWatcher`
+      (``List()``
+      every ``kubelet_interval`` seconds, one short connection per call);
+    - PID → container: :class:`~gpuscope.exporter.kubernetes.cgroups.PidResolver` on ``proc_root``
+      (cached per
+      PID and process start time, which is re-checked every round: ~2-5 µs per PID, on the
+      sampler thread);
+    - names: :class:`~gpuscope.exporter.kubernetes.apiserver.PodMetadataWatcher` (list + watch of
+      this node's pods),
+      or none when no kubeconfig and no in-cluster config exist.
+    """
+
+    def __init__(
+        self,
+        *,
+        kubelet_socket: str,
+        proc_root: str,
+        metadata_watcher: PodMetadataWatcherLike | None,
+        resource_names: Sequence[str] | None = None,
+        kubelet_interval: float = 10.0,
+    ) -> None:
+        from gpuscope.exporter.kubernetes.cgroups import PidResolver
+        from gpuscope.exporter.kubernetes.podresources.client import (
+            DEFAULT_RESOURCES,
+            PodResourcesClient,
+            PodResourcesWatcher,
+        )
+
+        names = (*DEFAULT_RESOURCES, *(resource_names or ()))
+        self._kubelet = PodResourcesWatcher(
+            PodResourcesClient(kubelet_socket, resource_names=names), interval=kubelet_interval
+        )
+        self._resolver = PidResolver(proc_root)
+        self._metadata = metadata_watcher
+        self._kubelet.start()
+        if self._metadata is not None:
+            self._metadata.start()
+
+    def allocations(self) -> Sequence[Allocation]:
+        return self._kubelet.latest()
+
+    def containers_of(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:
+        return self._resolver.resolve(pids)
+
+    def metadata(self) -> MetadataSnapshot:
+        return self._metadata.snapshot() if self._metadata is not None else MetadataSnapshot()
+
+    def parts(self) -> Sequence[PartResult]:
+        status = self._kubelet.status()
+        parts = [PartResult(
+            "kubelet", bool(status.success), status.duration_seconds or 0.0, status.errors_total
+        )]
+        resolver = self._resolver.stats()
+        parts.append(PartResult("proc", True, 0.0, resolver.read_errors))
+        if self._metadata is not None:
+            meta = self._metadata.snapshot()
+            stats = meta.stats
+            pods, node = meta.parts()
+            parts.append(PartResult(
+                pods.name, pods.success, pods.duration_seconds,
+                stats.pod_list_errors_total + stats.watch_errors_total,
+            ))
+            parts.append(PartResult(node.name, node.success, node.duration_seconds,
+                                    stats.node_errors_total))
+        return parts
+
+    def close(self) -> None:
+        self._kubelet.stop()
+        if self._metadata is not None:
+            self._metadata.stop()
+        self._resolver.close()
+
+
+class PodMetadataWatcherLike(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 5.0) -> None: ...
+
+    def snapshot(self) -> MetadataSnapshot: ...

@@ -1,0 +1,111 @@
+"""The plain data types of pod and node metadata, without the API-server client.
+
+:mod:`gpuscope.exporter.kubernetes.apiserver` fills them from the API server and re-exports them;
+the attribution code
+and the simulated source only read them, so they import them from here and do not load the
+client (1,100 lines of module code: 0.2 MiB RSS from bytecode, 1.5 MiB when compiled from
+source at start-up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gpuscope.exporter.model import PartResult
+
+__all__ = ["MetadataSnapshot", "NodeInfo", "OwnerRef", "PodInfo", "WatcherStats"]
+
+
+def _empty_mapping() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """One ``metadata.ownerReferences`` entry."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str = ""
+    controller: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """What the exporter needs of one pod. ``containers`` maps a bare container ID
+    (64 hex, no ``containerd://`` prefix, as :mod:`gpuscope.exporter.kubernetes.cgroups` returns
+    it) to the
+    container's name, for regular, init and ephemeral containers, including the previous
+    instance of a restarted container."""
+
+    uid: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=_empty_mapping)
+    owners: tuple[OwnerRef, ...] = ()
+    workload: str = ""
+    containers: Mapping[str, str] = field(default_factory=_empty_mapping)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """This node's labels as ``gpu_node_info`` needs them; ``""`` where unknown.
+    ``capacity_type`` is ``spot``, ``on-demand`` or ``""``."""
+
+    instance_type: str = ""
+    zone: str = ""
+    capacity_type: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherStats:
+    """Counters and last-attempt results for the exporter's self-metrics.
+
+    ``pods_success``: the last list or watch attempt is healthy (False from the first
+    failure until the next successful list). ``pods_duration_seconds``: the last list.
+    """
+
+    pod_lists_total: int = 0
+    pod_list_errors_total: int = 0
+    watch_errors_total: int = 0
+    watch_events_total: int = 0
+    relists_gone_total: int = 0
+    node_requests_total: int = 0
+    node_errors_total: int = 0
+    pods_success: bool = False
+    pods_duration_seconds: float = 0.0
+    node_success: bool = False
+    node_duration_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSnapshot:
+    """The latest known pods (by UID) and node of this node. Immutable.
+
+    ``synced`` is True once a pod list has succeeded; before that ``pods`` is empty and
+    means "unknown", not "no pods". ``*_updated_at`` are the watcher clock's readings of
+    the last successful list/event and node fetch.
+    """
+
+    pods: Mapping[str, PodInfo] = field(default_factory=lambda: MappingProxyType({}))
+    node: NodeInfo | None = None
+    synced: bool = False
+    pods_updated_at: float | None = None
+    node_updated_at: float | None = None
+    stats: WatcherStats = field(default_factory=WatcherStats)
+
+    def container_name(self, pod_uid: str, container_id: str) -> str | None:
+        pod = self.pods.get(pod_uid)
+        return pod.containers.get(container_id) if pod is not None else None
+
+    def parts(self) -> tuple[PartResult, ...]:
+        """``gpu_exporter_collector_success``/``_duration_seconds`` for ``kube_pods`` and
+        ``kube_node``."""
+        s = self.stats
+        return (
+            PartResult("kube_pods", s.pods_success, s.pods_duration_seconds),
+            PartResult("kube_node", s.node_success, s.node_duration_seconds),
+        )

@@ -1,0 +1,96 @@
+"""Device-level series (``gpu_*``) rendered from the latest snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from gpuscope.exporter.cardinality import ProcessKeys, ProcessSeriesCap
+from gpuscope.exporter.metrics import Family, new_family
+from gpuscope.exporter.model import DeviceSample, Snapshot
+
+# (metric name, DeviceSample attribute) for the plain per-device values. A None attribute
+# (NVML NOT_SUPPORTED, or the device is down) means the series is left out, never 0.
+_DEVICE_VALUES: tuple[tuple[str, str], ...] = (
+    ("gpu_utilization_ratio", "utilization_ratio"),
+    ("gpu_memory_utilization_ratio", "memory_utilization_ratio"),
+    ("gpu_memory_used_bytes", "memory_used_bytes"),
+    ("gpu_memory_total_bytes", "memory_total_bytes"),
+    ("gpu_temperature_celsius", "temperature_celsius"),
+    ("gpu_power_watts", "power_watts"),
+    ("gpu_power_limit_watts", "power_limit_watts"),
+    ("gpu_energy_joules_total", "energy_joules"),
+    ("gpu_sm_clock_hertz", "sm_clock_hertz"),
+    ("gpu_memory_clock_hertz", "memory_clock_hertz"),
+    ("gpu_ecc_corrected_errors_total", "ecc_corrected_errors"),
+    ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected_errors"),
+)
+
+
+class GpuCollector(Collector):
+    """Renders ``gpu_info``, ``gpu_up``, the device values, XID counters and (opt-in)
+    per-process series from ``latest()``; before the first sample it yields nothing.
+
+    ``process_cap`` (``--max-process-series``) picks which processes get series when a
+    round has more than the cap; without one every process does."""
+
+    def __init__(
+        self, latest: Callable[[], Snapshot | None], *, process_metrics: bool = False,
+        process_cap: ProcessSeriesCap | None = None,
+    ) -> None:
+        self._latest = latest
+        self._process_metrics = process_metrics
+        self._process_cap = process_cap
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._latest()
+        if snap is None:
+            return
+        info = new_family("gpu_info")
+        up = new_family("gpu_up")
+        values = {name: new_family(name) for name, _ in _DEVICE_VALUES}
+        xid = new_family("gpu_xid_errors_total")
+        proc_util = new_family("gpu_process_utilization_ratio")
+        proc_mem = new_family("gpu_process_memory_used_bytes")
+        driver = snap.driver_version or ""
+        kept: ProcessKeys | None = None
+        if self._process_metrics and self._process_cap is not None:
+            kept = self._process_cap.kept(snap)
+        for dev in snap.devices:
+            ids = [dev.index, dev.uuid]
+            info.add_metric(
+                [*ids, dev.model, driver, dev.pci_bus_id, dev.parent_uuid or "",
+                 dev.mig_profile or ""],
+                1.0,
+            )
+            up.add_metric(ids, 1.0 if dev.up else 0.0)
+            for name, attr in _DEVICE_VALUES:
+                value = getattr(dev, attr)
+                if value is not None:
+                    values[name].add_metric(ids, float(value))
+            for x in dev.xid_errors:
+                xid.add_metric([*ids, str(x.xid)], float(x.count))
+            if self._process_metrics:
+                _add_processes(dev, ids, proc_util, proc_mem, kept)
+        yield info
+        yield up
+        yield from values.values()
+        yield xid
+        if self._process_metrics:
+            yield proc_util
+            yield proc_mem
+
+
+def _add_processes(
+    dev: DeviceSample, ids: list[str], util: Family, mem: Family, kept: ProcessKeys | None
+) -> None:
+    for proc in dev.processes:
+        if kept is not None and (dev.uuid, proc.pid) not in kept:
+            continue
+        labels = [*ids, str(proc.pid)]
+        if proc.sm_utilization_ratio is not None:
+            util.add_metric(labels, proc.sm_utilization_ratio)
+        if proc.memory_used_bytes is not None:
+            mem.add_metric(labels, float(proc.memory_used_bytes))

@@ -1,0 +1,1624 @@
+"""Scenario files for the simulated GPU source: loading, strict validation, typed model.
+
+A scenario describes one simulated node: the node itself, its GPUs (and MIG slices), the
+processes that run on them with a utilization *pattern* each, the Kubernetes pods and
+containers that hold the GPUs, and faults (lost GPUs, XID events, NVML going away). The
+format is documented in ``docs/scenarios.md``; this module is its reference implementation.
+
+Everything is validated up front: an unknown key, a wrong type, a value out of range or a
+reference to something that does not exist raises :class:`ScenarioError` whose message is
+one line naming the file and the key path, e.g.
+``scenario.yaml: gpus[2].memory_total: expected a size like '80GiB', got 'lots'``.
+
+Units in the resulting dataclasses are base units: bytes, seconds (of *scenario time*, which
+starts at 0 when the simulated source starts), watts, degrees celsius, hertz, ratios 0..1.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import hashlib
+import importlib.resources
+import math
+import os
+import random
+import re
+import uuid as uuid_module
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, NoReturn, TypeVar
+
+import yaml
+
+from gpuscope.exporter.model import MEASUREMENTS, ProcessKind
+
+__all__ = [
+    "DEFAULT_SCENARIO_NAME",
+    "DEVICE_FIELDS",
+    "BurstyPattern",
+    "ConstantPattern",
+    "ContainerRef",
+    "ContainerSpec",
+    "DeviceRef",
+    "Fault",
+    "GpuSpec",
+    "Lifetime",
+    "LostFault",
+    "MigSliceSpec",
+    "NodeSpec",
+    "NotSupportedFault",
+    "NvmlDownFault",
+    "PodSpec",
+    "ProcessSpec",
+    "RandomPattern",
+    "Scenario",
+    "ScenarioError",
+    "SinePattern",
+    "SteppedPattern",
+    "UtilizationPattern",
+    "Window",
+    "XidFault",
+    "derived_seed",
+    "derived_uuid",
+    "guess_architecture",
+    "load_default_scenario",
+    "load_scenario",
+    "scenario_from_dict",
+    "scenario_from_yaml",
+    "synthetic_document",
+    "synthetic_scenario",
+]
+
+CapacityType = Literal["on-demand", "spot"]
+QosClass = Literal["guaranteed", "burstable", "besteffort"]
+
+#: Names accepted in ``unsupported:`` lists and ``not_supported`` faults. All but the last
+#: two are :class:`~gpuscope.exporter.model.DeviceSample` fields; ``process_utilization`` and
+#: ``process_memory`` blank the per-process ``sm_utilization_ratio`` / ``memory_used_bytes``.
+DEVICE_FIELDS: tuple[str, ...] = (*MEASUREMENTS, "process_utilization", "process_memory")
+
+#: How the built-in scenario is named in error messages and logs.
+DEFAULT_SCENARIO_NAME = "exporter/sources/scenarios/default.yaml"
+
+SCENARIO_VERSION = 1
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be read or is invalid. ``str()`` is one line naming the file and
+    the key path; the CLI prints it and exits 2."""
+
+
+# ----------------------------------------------------------------------------------------
+# Utilization patterns. Each is a pure function of tau, the seconds since the process's
+# current incarnation started; every value is a ratio in 0..1.
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantPattern:
+    """Always ``value`` (ratio 0..1)."""
+
+    value: float
+
+    def value_at(self, tau: float) -> float:
+        """Utilization ratio at ``tau`` seconds into the process's incarnation."""
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class SteppedPattern:
+    """Piecewise constant: ``steps`` is ``((t_seconds, ratio), ...)`` with strictly increasing
+    times; a value holds from its time until the next step's time. Before the first step the
+    value is 0. With ``repeat`` (seconds, greater than the last step time) the schedule
+    restarts every ``repeat`` seconds."""
+
+    steps: tuple[tuple[float, float], ...]
+    repeat: float | None = None
+    _times: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _values: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_times", tuple(s[0] for s in self.steps))
+        object.__setattr__(self, "_values", tuple(s[1] for s in self.steps))
+
+    def value_at(self, tau: float) -> float:
+        """Utilization ratio at ``tau`` seconds into the process's incarnation."""
+        if self.repeat is not None:
+            tau %= self.repeat
+        i = bisect.bisect_right(self._times, tau) - 1
+        return self._values[i] if i >= 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BurstyPattern:
+    """A square wave: ``high`` for the first ``duty`` fraction of every ``period`` seconds,
+    ``low`` for the rest. ``phase`` (seconds) is how far into its cycle the wave is at
+    tau = 0."""
+
+    low: float
+    high: float
+    period: float
+    duty: float
+    phase: float = 0.0
+
+    def value_at(self, tau: float) -> float:
+        """Utilization ratio at ``tau`` seconds into the process's incarnation."""
+        pos = (tau + self.phase) % self.period
+        return self.high if pos < self.duty * self.period else self.low
+
+
+@lru_cache(maxsize=16384)
+def _bucket_unit(seed: int, bucket: int) -> float:
+    """A uniform number in [0, 1) that depends only on ``seed`` and the time bucket."""
+    return random.Random((seed << 32) ^ (bucket & 0xFFFFFFFF)).random()
+
+
+@dataclass(frozen=True, slots=True)
+class RandomPattern:
+    """Seeded noise: scenario time is cut into buckets of ``interval`` seconds and each bucket
+    gets a value drawn uniformly from [``low``, ``high``] by ``random.Random`` seeded from
+    (``seed``, bucket number). ``smooth`` interpolates linearly from one bucket's value to the
+    next (a wandering line) instead of holding it (a staircase). The value at a given time
+    never depends on when or how often it was asked for."""
+
+    low: float
+    high: float
+    interval: float
+    seed: int
+    smooth: bool = False
+
+    def value_at(self, tau: float) -> float:
+        """Utilization ratio at ``tau`` seconds into the process's incarnation."""
+        pos = tau / self.interval
+        bucket = math.floor(pos)
+        span = self.high - self.low
+        v0 = self.low + span * _bucket_unit(self.seed, bucket)
+        if not self.smooth:
+            return v0
+        v1 = self.low + span * _bucket_unit(self.seed, bucket + 1)
+        return v0 + (v1 - v0) * (pos - bucket)
+
+
+@dataclass(frozen=True, slots=True)
+class SinePattern:
+    """A sine wave between ``low`` and ``high`` with ``period`` seconds (diurnal inference
+    load); ``phase`` seconds shifts it (at tau = -phase the wave is at its midpoint, rising).
+    """
+
+    low: float
+    high: float
+    period: float
+    phase: float = 0.0
+
+    def value_at(self, tau: float) -> float:
+        """Utilization ratio at ``tau`` seconds into the process's incarnation."""
+        s = math.sin(2.0 * math.pi * (tau + self.phase) / self.period)
+        return self.low + (self.high - self.low) * 0.5 * (1.0 + s)
+
+
+UtilizationPattern = ConstantPattern | SteppedPattern | BurstyPattern | RandomPattern | SinePattern
+
+
+# ----------------------------------------------------------------------------------------
+# Time: process lifetimes and fault windows (seconds of scenario time).
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """When a process exists. It starts at ``start`` and ends at ``stop`` (None: never).
+    With ``period``/``on`` (``every:`` in the file) it runs for ``on`` seconds at the start of
+    every ``period`` seconds counted from ``start``, each run being a new incarnation."""
+
+    start: float = 0.0
+    stop: float | None = None
+    period: float | None = None
+    on: float | None = None
+
+    @property
+    def always(self) -> bool:
+        """True when the process runs for the whole scenario."""
+        return self.start == 0.0 and self.stop is None and self.period is None
+
+    def incarnation_start(self, t: float) -> float | None:
+        """Scenario time at which the incarnation running at ``t`` started, or None when the
+        process does not run at ``t``."""
+        if t < self.start or (self.stop is not None and t >= self.stop):
+            return None
+        if self.period is None or self.on is None:
+            return self.start
+        since = self.start + ((t - self.start) // self.period) * self.period
+        return since if t - since < self.on else None
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A fault window: from ``at`` for ``duration`` seconds (None: until the end); with
+    ``every``, the window repeats every ``every`` seconds counted from ``at``."""
+
+    at: float = 0.0
+    duration: float | None = None
+    every: float | None = None
+
+    def contains(self, t: float) -> bool:
+        """True when scenario time ``t`` (seconds) is inside the window."""
+        if t < self.at:
+            return False
+        if self.duration is None:
+            return True
+        d = t - self.at
+        if self.every is not None:
+            d %= self.every
+        return d < self.duration
+
+
+# ----------------------------------------------------------------------------------------
+# References
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """A device as a scenario names it: GPU ``gpu`` (``"3"``), MIG slice ``"3/1"`` (parent
+    index / GPU-instance id), or time-slicing replica ``"3::1"`` (pod allocations only)."""
+
+    gpu: int
+    gpu_instance_id: int | None = None
+    replica: int | None = None
+
+    @property
+    def device_index(self) -> str:
+        """The ``gpu`` label / ``DeviceSample.index`` of the device (replica dropped)."""
+        if self.gpu_instance_id is not None:
+            return f"{self.gpu}/{self.gpu_instance_id}"
+        return str(self.gpu)
+
+    def __str__(self) -> str:
+        if self.replica is not None:
+            return f"{self.gpu}::{self.replica}"
+        return self.device_index
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """``namespace/pod/container``: the container a process belongs to."""
+
+    namespace: str
+    pod: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}"
+
+
+# ----------------------------------------------------------------------------------------
+# The scenario model
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """The simulated node (node metadata: ``gpu_node_info``; driver version: ``gpu_info``)."""
+
+    name: str
+    instance_type: str | None
+    zone: str | None
+    capacity_type: CapacityType
+    driver_version: str
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class MigSliceSpec:
+    """One MIG slice (a GPU instance with its compute instance) of a GPU in MIG mode."""
+
+    gpu_instance_id: int
+    profile: str
+    index: str
+    uuid: str
+    memory_total_bytes: int
+    compute_slices: int
+    utilization_supported: bool
+    unsupported: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One physical GPU. Power in watts, temperatures in celsius, clocks in hertz, memory in
+    bytes, ratios 0..1. ``temperature_*``, ``sm_clock_*`` and ``fan_*`` give the value at
+    utilization 0 (idle) and 1 (busy)."""
+
+    index: int
+    uuid: str
+    model: str
+    architecture: str | None
+    pci_bus_id: str
+    memory_total_bytes: int
+    memory_reserved_bytes: int
+    power_limit_watts: float
+    power_idle_watts: float
+    temperature_idle_celsius: float
+    temperature_busy_celsius: float
+    sm_clock_idle_hertz: float
+    sm_clock_busy_hertz: float
+    memory_clock_hertz: float
+    fan_idle_ratio: float | None
+    fan_busy_ratio: float | None
+    memory_utilization_factor: float
+    base_utilization: float
+    ecc_corrected_errors: int
+    ecc_uncorrected_errors: int
+    unsupported: frozenset[str]
+    mig: tuple[MigSliceSpec, ...] = ()
+
+    @property
+    def mig_enabled(self) -> bool:
+        """True when the GPU is in MIG mode (its work runs on its slices)."""
+        return bool(self.mig)
+
+    def slice(self, gpu_instance_id: int) -> MigSliceSpec | None:
+        """The MIG slice with this GPU-instance id, if any."""
+        for s in self.mig:
+            if s.gpu_instance_id == gpu_instance_id:
+                return s
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """A process on a GPU or MIG slice: host ``pid``, device memory (bytes, constant while it
+    runs), a utilization pattern, a lifetime, and optionally the container it runs in."""
+
+    pid: int
+    device: DeviceRef
+    kinds: tuple[ProcessKind, ...]
+    memory_bytes: int
+    utilization: UtilizationPattern
+    lifetime: Lifetime
+    pod: ContainerRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """A container and the devices the kubelet allocated to it (``nvidia.com/gpu``,
+    ``nvidia.com/mig-*`` or time-slicing replicas)."""
+
+    name: str
+    id: str
+    devices: tuple[DeviceRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    """A pod on the node. ``workload`` is ``<Kind>/<name>`` of its top owner, or empty."""
+
+    namespace: str
+    name: str
+    uid: str
+    workload: str
+    qos: QosClass
+    containers: tuple[ContainerSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LostFault:
+    """GPU ``gpu`` (and its MIG slices) is lost during ``window``: ``up`` False and every
+    measurement None."""
+
+    gpu: int
+    window: Window
+
+
+@dataclass(frozen=True, slots=True)
+class XidFault:
+    """GPU ``gpu`` raises XID ``code`` at ``at`` and then every ``every`` seconds, ``count``
+    events at most (None: unlimited)."""
+
+    gpu: int
+    code: int
+    at: float
+    every: float | None
+    count: int | None
+
+    def count_at(self, t: float) -> int:
+        """Events raised up to and including scenario time ``t``."""
+        if t < self.at:
+            return 0
+        n = 1 if self.every is None else int((t - self.at) // self.every) + 1
+        return n if self.count is None else min(n, self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlDownFault:
+    """NVML is unavailable during ``window``: ``source_up`` False and no devices."""
+
+    window: Window
+
+
+@dataclass(frozen=True, slots=True)
+class NotSupportedFault:
+    """During ``window`` the device answers NOT_SUPPORTED for ``fields`` (they become None)."""
+
+    device: DeviceRef
+    fields: frozenset[str]
+    window: Window
+
+
+Fault = LostFault | XidFault | NvmlDownFault | NotSupportedFault
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario. ``source`` names where it came from (a path, or the built-in)."""
+
+    node: NodeSpec
+    gpus: tuple[GpuSpec, ...]
+    processes: tuple[ProcessSpec, ...] = ()
+    pods: tuple[PodSpec, ...] = ()
+    faults: tuple[Fault, ...] = ()
+    description: str = ""
+    source: str = "<scenario>"
+
+    def gpu(self, index: int) -> GpuSpec:
+        """The GPU with this index (``IndexError`` when there is none)."""
+        return self.gpus[index]
+
+    def device_uuid(self, ref: DeviceRef) -> str:
+        """The UUID NVML (GPU, MIG slice) or the kubelet (``<uuid>::<n>`` for a time-slicing
+        replica) uses for ``ref``."""
+        gpu = self.gpus[ref.gpu]
+        if ref.gpu_instance_id is not None:
+            sl = gpu.slice(ref.gpu_instance_id)
+            if sl is None:
+                raise KeyError(str(ref))
+            return sl.uuid
+        if ref.replica is not None:
+            return f"{gpu.uuid}::{ref.replica}"
+        return gpu.uuid
+
+    def pod(self, namespace: str, name: str) -> PodSpec | None:
+        """The pod ``namespace/name``, if the scenario has one."""
+        for p in self.pods:
+            if p.namespace == namespace and p.name == name:
+                return p
+        return None
+
+
+# ----------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------
+
+_BOOL = "tag:yaml.org,2002:bool"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+# libyaml's parser when PyYAML was built with it (the wheels are): a 10,000-process
+# scenario parses in about a second instead of ten. Resolvers and constructors stay Python.
+_SafeBase = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+
+
+class _Loader(_SafeBase):  # type: ignore[misc,valid-type]
+    """SafeLoader with YAML 1.2 scalars (only true/false are booleans, so a key named ``on``
+    stays a string; no sexagesimal numbers) that rejects duplicate keys."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_Loader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+)$"), list("-+0123456789")
+)
+_Loader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def _construct_mapping_no_duplicates(
+    loader: _Loader, node: yaml.MappingNode
+) -> dict[object, object]:
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == _MERGE:
+            continue
+        if not isinstance(key_node, yaml.ScalarNode):
+            # A list or mapping as a key: unhashable (dict() would raise TypeError).
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a scalar, not a list or mapping",
+                key_node.start_mark,
+            )
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    loader.flatten_mapping(node)
+    return dict(loader.construct_pairs(node, deep=True))
+
+
+_Loader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping_no_duplicates
+)
+
+
+
+def _yaml_error_line(source: str, exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        return _one_line(f"{source}: {where}invalid YAML: {problem}")
+    return _one_line(f"{source}: invalid YAML: {exc}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def scenario_from_yaml(text: str, source: str = "<scenario>") -> Scenario:
+    """Parse and validate scenario YAML ``text``; ``source`` names it in error messages."""
+    if _too_deep(text):
+        raise ScenarioError(_one_line(f"{source}: invalid YAML: nested too deeply"))
+    try:
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ScenarioError(_yaml_error_line(source, exc)) from None
+    except RecursionError:
+        raise ScenarioError(f"{source}: invalid YAML: nested too deeply") from None
+    except Exception as exc:  # whatever PyYAML raises, the text is not valid YAML
+        # PyYAML's constructors raise ValueError, KeyError, IndexError, AttributeError ...
+        # for some bad scalars: an integer of more than 4300 digits, '!!float x', '!!int',
+        # '!!bool x', '!!timestamp x'.
+        raise ScenarioError(_one_line(f"{source}: invalid YAML: {_show_error(exc)}")) from None
+    return scenario_from_dict(data, source)
+
+
+# A scenario nests about 8 levels. libyaml's composer (the CSafeLoader base) recurses in C:
+# some ten thousand levels of "[[[[..." overflow the stack and kill the process.
+_MAX_DEPTH = 1000
+
+
+def _too_deep(text: str) -> bool:
+    """Whether ``text`` nests YAML collections more than ``_MAX_DEPTH`` levels deep.
+
+    A cheap bound first, enough for every ordinary file: each flow collection needs a bracket,
+    and nested block collections need a greater column (at most two levels per column), so
+    the depth is at most brackets + 2 x (longest line + 1). Past it, count exactly on
+    libyaml's event stream, which is iterative."""
+    longest = max(map(len, text.splitlines()), default=0)
+    if text.count("[") + text.count("{") + 2 * (longest + 1) <= _MAX_DEPTH:
+        return False
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > _MAX_DEPTH:
+                    return True
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return False  # the real load reports it, with its position
+    return False
+
+
+def _show_error(exc: Exception) -> str:
+    text = str(exc)
+    text = text if len(text) <= 120 else text[:117] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:
+    """Load and validate the scenario file at ``path``; ``None`` loads the built-in default.
+
+    Raises :class:`ScenarioError` (one line) when the file cannot be read or is invalid.
+    """
+    if path is None:
+        return load_default_scenario()
+    source = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(_one_line(f"{source}: cannot read: not UTF-8 text")) from None
+    except OSError as exc:
+        raise ScenarioError(_one_line(f"{source}: cannot read: {exc.strerror or exc}")) from None
+    except ValueError as exc:  # e.g. "embedded null byte" in the path
+        raise ScenarioError(_one_line(f"{source!r}: cannot read: {exc}")) from None
+    return scenario_from_yaml(text, source)
+
+
+def load_default_scenario() -> Scenario:
+    """The built-in scenario shipped as ``exporter/sources/scenarios/default.yaml``."""
+    res = importlib.resources.files("gpuscope.exporter.sources").joinpath("scenarios/default.yaml")
+    return scenario_from_yaml(res.read_text(encoding="utf-8"), DEFAULT_SCENARIO_NAME)
+
+
+def scenario_from_dict(data: object, source: str = "<scenario>") -> Scenario:
+    """Validate an already-parsed scenario (the mapping YAML would give)."""
+    return _Parser(source).scenario(data)
+
+
+# ----------------------------------------------------------------------------------------
+# Validation
+# ----------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]i?b|b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+}
+_DURATION_PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_FREQ_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(hz|khz|mhz|ghz)\s*$", re.IGNORECASE)
+_FREQ_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
+_POWER_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*w\s*$", re.IGNORECASE)
+_PERCENT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
+_PROFILE_RE = re.compile(r"^([1-9][0-9]{0,3})g\.([1-9][0-9]{0,5})gb(?:\+[a-z0-9]+)?\Z")
+_GPU_UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_MIG_UUID_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_UID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_CONTAINER_ID_RE = re.compile(r"^[0-9a-f]{64}\Z")
+_PCI_RE = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\Z")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_WORKLOAD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*/[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?\Z")
+_PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_DEVREF_RE = re.compile(r"^([0-9]{1,9})(?:/([0-9]{1,9})|::([0-9]{1,9}))?\Z")
+# Bounds on numbers, so that every scenario the loader accepts can be played and exported:
+# NVML's counters and sizes are unsigned 64-bit; a scenario lasts at most _MAX_DURATION
+# seconds (~31 years) at a resolution of at most 1 ms (the smallest unit of the format), so
+# no pattern, lifetime, window or XID arithmetic leaves the finite floats.
+_MAX_UINT64 = 2**64 - 1
+_MAX_DURATION = 1e9
+_MIN_POSITIVE_DURATION = 0.001
+_MAX_GPUS = 1024
+_CAPACITY_TYPES: tuple[CapacityType, ...] = ("on-demand", "spot")
+_QOS: tuple[QosClass, ...] = ("guaranteed", "burstable", "besteffort")
+_KINDS: tuple[ProcessKind, ...] = ("compute", "graphics")
+
+# Model name fragment -> the architecture name NVML/nvidia-smi report (exporter/sources/nvml.py uses
+# the same spelling), so simulated data carries the CloudWatch ``arch`` a real node would.
+_ARCHITECTURES = (
+    ("B200", "Blackwell"), ("GB200", "Blackwell"), ("H100", "Hopper"), ("H200", "Hopper"),
+    ("H800", "Hopper"), ("GH200", "Hopper"), ("L40", "Ada Lovelace"), ("L4", "Ada Lovelace"),
+    ("RTX 40", "Ada Lovelace"), ("A100", "Ampere"), ("A800", "Ampere"), ("A10", "Ampere"),
+    ("A30", "Ampere"), ("A40", "Ampere"), ("A16", "Ampere"), ("RTX A", "Ampere"),
+    ("T4", "Turing"), ("V100", "Volta"), ("P100", "Pascal"), ("K80", "Kepler"),
+)
+
+# Defaults of a GPU entry: an A100-SXM4-80GB (power in W, temperature in C).
+_DEFAULT_GPU: dict[str, object] = {
+    "model": "NVIDIA A100-SXM4-80GB",
+    "memory_total": 80 * 2**30,
+    "memory_reserved": 0,
+    "power_limit": 400.0,
+    "power_idle": 60.0,
+    "temperature_idle": 32.0,
+    "temperature_busy": 72.0,
+    "sm_clock_idle": 210e6,
+    "sm_clock_busy": 1410e6,
+    "memory_clock": 1593e6,
+    "memory_utilization_factor": 0.5,
+}
+
+
+def derived_uuid(seed: int, *parts: object) -> str:
+    """A UUID-formatted string that depends only on the seed and ``parts``."""
+    digest = hashlib.sha256("/".join(["gpuscope", str(seed), *map(str, parts)]).encode())
+    return str(uuid_module.UUID(bytes=digest.digest()[:16], version=4))
+
+
+def derived_seed(seed: int, *parts: object) -> int:
+    """A 31-bit integer seed that depends only on the node seed and ``parts``."""
+    digest = hashlib.sha256("/".join(["seed", str(seed), *map(str, parts)]).encode())
+    return int.from_bytes(digest.digest()[:4], "big") & 0x7FFFFFFF
+
+
+def guess_architecture(model: str) -> str | None:
+    """The architecture name NVML would report for a model name, when it is a known one."""
+    for needle, arch in _ARCHITECTURES:
+        if needle in model:
+            return arch
+    return None
+
+
+def _size_text(n: int) -> str:
+    """Bytes as a human-readable size for messages: '80GiB', '39.75GiB', '512MiB'."""
+    if n > _MAX_UINT64:
+        return "more than 16EiB"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}" if n % scale else f"{n // scale}{unit}"
+    return f"{n} bytes"
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, int) and value.bit_length() > 64:
+        return "a huge integer" if value > 0 else "a huge negative integer"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Parser:
+    """Turns the loaded YAML into the dataclasses, raising one-line ScenarioErrors."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.seed = 0
+
+    # -- error and primitive helpers -----------------------------------------------------
+    def fail(self, path: str, message: str) -> NoReturn:
+        where = f"{path}: " if path else ""
+        raise ScenarioError(_one_line(f"{self.source}: {where}{message}"))
+
+    def mapping(
+        self,
+        value: object,
+        path: str,
+        allowed: tuple[str, ...],
+        required: tuple[str, ...] = (),
+    ) -> dict[str, object]:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {_show(value)}")
+        for key in value:
+            if not isinstance(key, str):
+                self.fail(path, f"keys must be strings, got {_show(key)}")
+            if key not in allowed:
+                hint = difflib.get_close_matches(key[:100], allowed, n=1)
+                suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+                # A key that is not a plain word (empty, spaces, a megabyte) is quoted.
+                name = key if _PLAIN_KEY_RE.fullmatch(key) else _show(key)
+                sub = f"{path}.{name}" if path else name
+                self.fail(
+                    sub, f"unknown key{suggestion} (expected one of: {', '.join(allowed)})"
+                )
+        for key in required:
+            if key not in value:
+                self.fail(path, f"missing required key '{key}'")
+        return value
+
+    def seq(self, value: object, path: str) -> list[object]:
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list, got {_show(value)}")
+        return value
+
+    def string(self, value: object, path: str, *, empty: bool = False) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"expected a string, got {_show(value)}")
+        if not empty and not value.strip():
+            self.fail(path, "must not be empty")
+        return value
+
+    def integer(
+        self, value: object, path: str, minimum: int | None = None,
+        maximum: int = _MAX_UINT64,
+    ) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected an integer, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            self.fail(path, f"must be >= {minimum}, got {_show(value)}")
+        if value > maximum:
+            self.fail(path, f"must be <= {maximum}, got {_show(value)}")
+        return value
+
+    def boolean(self, value: object, path: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"expected true or false, got {_show(value)}")
+        return value
+
+    def number(
+        self,
+        value: object,
+        path: str,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        what: str = "a number",
+    ) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(path, f"expected {what}, got {_show(value)}")
+        try:
+            result = float(value)
+        except OverflowError:
+            result = math.inf
+        if not math.isfinite(result):
+            self.fail(path, f"expected a finite number, got {_show(value)}")
+        if minimum is not None and result < minimum:
+            self.fail(path, f"must be >= {minimum:g}, got {result:g}")
+        if maximum is not None and result > maximum:
+            self.fail(path, f"must be <= {maximum:g}, got {result:g}")
+        return result
+
+    def ratio(self, value: object, path: str) -> float:
+        """A ratio 0..1, or a percentage string like ``'93%'``."""
+        if isinstance(value, str):
+            m = _PERCENT_RE.match(value)
+            if not m:
+                self.fail(path, f"expected a ratio 0..1 or a percentage like '90%', "
+                                f"got {_show(value)}")
+            value = float(m.group(1)) / 100.0
+        return self.number(value, path, 0.0, 1.0, "a ratio 0..1")
+
+    def size(self, value: object, path: str) -> int:
+        """Bytes: an integer, or a string like ``'80GiB'``, ``'40GB'``, ``'512MiB'``."""
+        size: int | None = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                self.fail(path, f"must be >= 0, got {_show(value)}")
+            size = value
+        elif isinstance(value, str):
+            m = _SIZE_RE.match(value)
+            if m:
+                unit = (m.group(2) or "b").lower()
+                number = float(m.group(1)) * _SIZE_UNITS[unit]
+                size = round(number) if math.isfinite(number) else _MAX_UINT64 + 1
+        if size is None:
+            self.fail(path, f"expected a size like '80GiB', got {_show(value)}")
+        if size > _MAX_UINT64:
+            self.fail(path, f"must be less than 16EiB (2^64 bytes), got {_show(value)}")
+        return size
+
+    def duration(self, value: object, path: str, *, positive: bool = False) -> float:
+        """Seconds: a number, or a string like ``'90s'``, ``'5m'``, ``'1h30m'``."""
+        seconds: float | None = None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                seconds = float(value)
+            except OverflowError:
+                seconds = math.inf
+        elif isinstance(value, str):
+            text = value.replace(" ", "")
+            parts = _DURATION_PART_RE.findall(text)
+            if parts and "".join(n + u for n, u in parts) == text:
+                seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+        if seconds is None or not math.isfinite(seconds):
+            self.fail(path, f"expected seconds or a duration like '90s', '5m', '1h30m', "
+                            f"got {_show(value)}")
+        if seconds < 0 or (positive and seconds == 0):
+            self.fail(path, f"must be {'> 0' if positive else '>= 0'} seconds, "
+                            f"got {_show(value)}")
+        if positive and seconds < _MIN_POSITIVE_DURATION:
+            self.fail(path, f"must be at least 1ms, got {_show(value)}")
+        if seconds > _MAX_DURATION:
+            self.fail(path, f"must be at most {_MAX_DURATION:g} seconds, got {_show(value)}")
+        return seconds
+
+    def frequency(self, value: object, path: str) -> float:
+        """Hertz, from a string like ``'1410MHz'`` (a bare number is ambiguous: rejected)."""
+        if isinstance(value, str):
+            m = _FREQ_RE.match(value)
+            if m:
+                hertz = float(m.group(1)) * _FREQ_UNITS[m.group(2).lower()]
+                if math.isfinite(hertz):
+                    return hertz
+        self.fail(path, f"expected a frequency like '1410MHz', got {_show(value)}")
+
+    def watts(self, value: object, path: str) -> float:
+        """Watts: a number or a string like ``'400W'``."""
+        if isinstance(value, str):
+            m = _POWER_RE.match(value)
+            if not m:
+                self.fail(path, f"expected watts like 400 or '400W', got {_show(value)}")
+            value = float(m.group(1))
+        return self.number(value, path, 0.0, what="watts like 400 or '400W'")
+
+    def choice(self, value: object, path: str, options: tuple[T, ...]) -> T:
+        for option in options:
+            if value == option:
+                return option
+        self.fail(path, f"expected one of {', '.join(map(str, options))}, got {_show(value)}")
+
+    def fields(self, value: object, path: str) -> frozenset[str]:
+        items = self.seq(value, path)
+        result: set[str] = set()
+        for i, item in enumerate(items):
+            name = self.string(item, f"{path}[{i}]")
+            if name not in DEVICE_FIELDS:
+                hint = difflib.get_close_matches(name, DEVICE_FIELDS, n=1)
+                suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+                self.fail(f"{path}[{i}]", f"unknown field {name!r}{suggestion} "
+                                          f"(expected one of: {', '.join(DEVICE_FIELDS)})")
+            result.add(name)
+        return frozenset(result)
+
+    def devref(self, value: object, path: str) -> DeviceRef:
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        elif isinstance(value, str):
+            text = value.strip()
+        else:
+            text = ""
+        m = _DEVREF_RE.match(text)
+        if not m:
+            self.fail(path, f"expected a device like 0, '0/1' (MIG slice) or '0::1' "
+                            f"(time-slicing replica), got {_show(value)}")
+        gi = int(m.group(2)) if m.group(2) is not None else None
+        replica = int(m.group(3)) if m.group(3) is not None else None
+        return DeviceRef(int(m.group(1)), gi, replica)
+
+    # -- sections --------------------------------------------------------------------------
+    def scenario(self, data: object) -> Scenario:
+        if data is None:
+            self.fail("", "empty scenario; expected a mapping with at least 'gpus'")
+        top = self.mapping(
+            data, "", ("version", "description", "node", "gpus", "processes", "pods", "faults"),
+            ("gpus",),
+        )
+        if "version" in top:
+            version = self.integer(top["version"], "version")
+            if version != SCENARIO_VERSION:
+                self.fail("version", f"unsupported scenario version {_show(version)} "
+                                     f"(this gpuscope reads version {SCENARIO_VERSION})")
+        description = self.string(top.get("description", ""), "description", empty=True)
+        node = self.node(top.get("node", {}))
+        self.seed = node.seed
+        gpus = self.gpus(top["gpus"])
+        pods = self.pods(top.get("pods", []), gpus)
+        processes = self.processes(top.get("processes", []), gpus, pods)
+        faults = self.faults(top.get("faults", []), gpus)
+        return Scenario(node, gpus, processes, pods, faults, description, self.source)
+
+    def node(self, value: object) -> NodeSpec:
+        path = "node"
+        m = self.mapping(
+            value, path,
+            ("name", "instance_type", "zone", "capacity_type", "driver_version", "seed"),
+        )
+
+        def optional(key: str) -> str | None:
+            raw = m.get(key)
+            return None if raw is None else self.string(raw, f"{path}.{key}")
+
+        return NodeSpec(
+            name=self.string(m.get("name", "gpuscope-sim"), f"{path}.name"),
+            instance_type=optional("instance_type"),
+            zone=optional("zone"),
+            capacity_type=self.choice(
+                m.get("capacity_type", "on-demand"), f"{path}.capacity_type", _CAPACITY_TYPES
+            ),
+            driver_version=self.version_string(m.get("driver_version", "550.90.07"),
+                                               f"{path}.driver_version"),
+            seed=self.integer(m.get("seed", 0), f"{path}.seed", 0),
+        )
+
+    def version_string(self, value: object, path: str) -> str:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            self.fail(path, f"expected a string (quote it, e.g. '550.90.07'), got {_show(value)}")
+        return self.string(value, path)
+
+    def idle_busy(self, value: object, path: str, conv: Callable[[object, str], float],
+                  defaults: tuple[object, object] | None) -> tuple[float, float]:
+        m = self.mapping(value, path, ("idle", "busy"), () if defaults else ("idle", "busy"))
+        d_idle, d_busy = defaults if defaults else (None, None)
+        idle = conv(m.get("idle", d_idle), f"{path}.idle")
+        busy = conv(m.get("busy", d_busy), f"{path}.busy")
+        return idle, busy
+
+    _GPU_KEYS = (
+        "count", "model", "architecture", "uuid", "pci_bus_id", "memory_total",
+        "memory_reserved", "power_limit", "power_idle", "temperature", "sm_clock",
+        "memory_clock", "fan_speed", "memory_utilization_factor", "base_utilization", "ecc",
+        "unsupported", "mig",
+    )
+
+    def gpus(self, value: object) -> tuple[GpuSpec, ...]:
+        result: list[GpuSpec] = []
+        uuids: dict[str, str] = {}
+        for i, entry in enumerate(self.seq(value, "gpus")):
+            path = f"gpus[{i}]"
+            m = self.mapping(entry, path, self._GPU_KEYS)
+            count = self.integer(m.get("count", 1), f"{path}.count", 1)
+            if len(result) + count > _MAX_GPUS:
+                self.fail(f"{path}.count", f"a scenario has at most {_MAX_GPUS} GPUs, this "
+                                           f"entry brings it to {len(result) + count}")
+            for key in ("uuid", "pci_bus_id"):
+                if count > 1 and key in m:
+                    self.fail(f"{path}.{key}", f"cannot be set on an entry with count {count} "
+                                               "(each GPU needs its own)")
+            for _ in range(count):
+                gpu = self.gpu(m, path, len(result))
+                for dev_uuid in (gpu.uuid, *(s.uuid for s in gpu.mig)):
+                    if dev_uuid in uuids:
+                        self.fail(path, f"uuid {dev_uuid} is already used by {uuids[dev_uuid]}")
+                    uuids[dev_uuid] = f"gpu {gpu.index}"
+                result.append(gpu)
+        return tuple(result)
+
+    def gpu(self, m: dict[str, object], path: str, index: int) -> GpuSpec:
+        d = _DEFAULT_GPU
+        model = self.string(m.get("model", d["model"]), f"{path}.model")
+        arch_raw = m.get("architecture")
+        architecture = (
+            guess_architecture(model) if arch_raw is None
+            else self.string(arch_raw, f"{path}.architecture")
+        )
+        if "uuid" in m:
+            gpu_uuid = self.string(m["uuid"], f"{path}.uuid")
+            if not _GPU_UUID_RE.match(gpu_uuid):
+                self.fail(f"{path}.uuid", f"expected 'GPU-' and a lowercase UUID, "
+                                          f"got {_show(gpu_uuid)}")
+        else:
+            gpu_uuid = "GPU-" + derived_uuid(self.seed, "gpu", index)
+        if "pci_bus_id" in m:
+            pci = self.string(m["pci_bus_id"], f"{path}.pci_bus_id")
+            if not _PCI_RE.match(pci):
+                self.fail(f"{path}.pci_bus_id", f"expected a PCI address like "
+                                                f"'00000000:10:1C.0', got {_show(pci)}")
+        else:
+            pci = f"{index // 240:08X}:{0x10 + index % 240:02X}:00.0"
+        total = self.size(m.get("memory_total", d["memory_total"]), f"{path}.memory_total")
+        if total == 0:
+            self.fail(f"{path}.memory_total", "must be > 0")
+        reserved = self.size(m.get("memory_reserved", d["memory_reserved"]),
+                             f"{path}.memory_reserved")
+        if reserved > total:
+            self.fail(f"{path}.memory_reserved", "must not exceed memory_total")
+        limit = self.watts(m.get("power_limit", d["power_limit"]), f"{path}.power_limit")
+        if limit == 0:
+            self.fail(f"{path}.power_limit", "must be > 0 watts")
+        idle_power = self.watts(m.get("power_idle", d["power_idle"]), f"{path}.power_idle")
+        if idle_power > limit:
+            self.fail(f"{path}.power_idle",
+                      f"must not exceed power_limit ({limit:g} W), got {idle_power:g}")
+
+        def celsius(v: object, p: str) -> float:
+            return self.number(v, p, -40.0, 130.0, "degrees celsius")
+
+        t_idle, t_busy = self.idle_busy(
+            m.get("temperature", {}), f"{path}.temperature", celsius,
+            (d["temperature_idle"], d["temperature_busy"]),
+        )
+        sm_idle, sm_busy = self.idle_busy(
+            m.get("sm_clock", {}), f"{path}.sm_clock", self.frequency,
+            (f"{d['sm_clock_idle']}Hz", f"{d['sm_clock_busy']}Hz"),
+        )
+        mem_clock = self.frequency(m.get("memory_clock", f"{d['memory_clock']}Hz"),
+                                   f"{path}.memory_clock")
+        fan_idle: float | None = None
+        fan_busy: float | None = None
+        if m.get("fan_speed") is not None:
+            fan_idle, fan_busy = self.idle_busy(m["fan_speed"], f"{path}.fan_speed",
+                                                self.ratio, None)
+        mem_factor = self.number(
+            m.get("memory_utilization_factor", d["memory_utilization_factor"]),
+            f"{path}.memory_utilization_factor", 0.0, 10.0,
+        )
+        base = self.ratio(m.get("base_utilization", 0.0), f"{path}.base_utilization")
+        ecc = self.mapping(m.get("ecc", {}), f"{path}.ecc", ("corrected", "uncorrected"))
+        unsupported = self.fields(m.get("unsupported", []), f"{path}.unsupported")
+        mig: tuple[MigSliceSpec, ...] = ()
+        if m.get("mig") is not None:
+            mig = self.mig(m["mig"], f"{path}.mig", index, model, total - reserved)
+        return GpuSpec(
+            index=index,
+            uuid=gpu_uuid,
+            model=model,
+            architecture=architecture,
+            pci_bus_id=pci,
+            memory_total_bytes=total,
+            memory_reserved_bytes=reserved,
+            power_limit_watts=limit,
+            power_idle_watts=idle_power,
+            temperature_idle_celsius=t_idle,
+            temperature_busy_celsius=t_busy,
+            sm_clock_idle_hertz=sm_idle,
+            sm_clock_busy_hertz=sm_busy,
+            memory_clock_hertz=mem_clock,
+            fan_idle_ratio=fan_idle,
+            fan_busy_ratio=fan_busy,
+            memory_utilization_factor=mem_factor,
+            base_utilization=base,
+            ecc_corrected_errors=self.integer(ecc.get("corrected", 0), f"{path}.ecc.corrected",
+                                              0),
+            ecc_uncorrected_errors=self.integer(ecc.get("uncorrected", 0),
+                                                f"{path}.ecc.uncorrected", 0),
+            unsupported=unsupported,
+            mig=mig,
+        )
+
+    def mig(
+        self, value: object, path: str, gpu_index: int, model: str, available: int
+    ) -> tuple[MigSliceSpec, ...]:
+        slices: list[MigSliceSpec] = []
+        items = self.seq(value, path)
+        if not items:
+            self.fail(path, "must list at least one slice (leave 'mig' out for a GPU "
+                            "without MIG mode)")
+        seen: set[int] = set()
+        used = 0
+        for i, entry in enumerate(items):
+            p = f"{path}[{i}]"
+            m = self.mapping(
+                entry, p,
+                ("profile", "gpu_instance_id", "memory", "utilization_supported", "uuid",
+                 "unsupported"),
+                ("profile", "gpu_instance_id"),
+            )
+            profile = self.string(m["profile"], f"{p}.profile")
+            pm = _PROFILE_RE.match(profile)
+            if not pm:
+                self.fail(f"{p}.profile", f"expected a MIG profile like '3g.40gb', "
+                                          f"got {_show(profile)}")
+            gi = self.integer(m["gpu_instance_id"], f"{p}.gpu_instance_id", 0)
+            if gi in seen:
+                self.fail(f"{p}.gpu_instance_id", f"gpu_instance_id {gi} is used twice")
+            seen.add(gi)
+            memory = (
+                self.size(m["memory"], f"{p}.memory") if "memory" in m
+                else int(pm.group(2)) * 2**30
+            )
+            used += memory
+            if used > available:
+                self.fail(f"{p}.memory", f"the slices' memory adds up to {_size_text(used)}, "
+                                         f"more than the GPU's memory_total minus "
+                                         f"memory_reserved ({_size_text(available)})")
+            if "uuid" in m:
+                mig_uuid = self.string(m["uuid"], f"{p}.uuid")
+                if not _MIG_UUID_RE.match(mig_uuid):
+                    self.fail(f"{p}.uuid", f"expected 'MIG-' and a lowercase UUID, "
+                                           f"got {_show(mig_uuid)}")
+            else:
+                mig_uuid = "MIG-" + derived_uuid(self.seed, "mig", gpu_index, gi)
+            slices.append(MigSliceSpec(
+                gpu_instance_id=gi,
+                profile=profile,
+                index=f"{gpu_index}/{gi}",
+                uuid=mig_uuid,
+                memory_total_bytes=memory,
+                compute_slices=int(pm.group(1)),
+                utilization_supported=self.boolean(
+                    m.get("utilization_supported", False), f"{p}.utilization_supported"
+                ),
+                unsupported=self.fields(m.get("unsupported", []), f"{p}.unsupported"),
+            ))
+        slices.sort(key=lambda s: s.gpu_instance_id)
+        return tuple(slices)
+
+    def existing_device(
+        self, ref: DeviceRef, path: str, gpus: tuple[GpuSpec, ...], *, allocation: bool
+    ) -> None:
+        """Check that ``ref`` names a device that exists and fits its use."""
+        if ref.gpu >= len(gpus):
+            self.fail(path, f"no GPU {ref.gpu} (the scenario has {len(gpus)} GPUs, "
+                            f"0..{len(gpus) - 1})")
+        gpu = gpus[ref.gpu]
+        if ref.gpu_instance_id is not None:
+            if not gpu.mig_enabled:
+                self.fail(path, f"GPU {ref.gpu} is not in MIG mode (it has no 'mig' slices)")
+            if gpu.slice(ref.gpu_instance_id) is None:
+                ids = ", ".join(str(s.gpu_instance_id) for s in gpu.mig)
+                self.fail(path, f"GPU {ref.gpu} has no MIG slice with gpu_instance_id "
+                                f"{ref.gpu_instance_id} (it has {ids})")
+        elif gpu.mig_enabled:
+            what = "allocate" if allocation else "run processes on"
+            self.fail(path, f"GPU {ref.gpu} is in MIG mode; {what} one of its slices, "
+                            f"e.g. '{ref.gpu}/{gpu.mig[0].gpu_instance_id}'")
+        if ref.replica is not None and not allocation:
+            self.fail(path, f"a process runs on a device, not on a time-slicing replica; "
+                            f"use {ref.gpu}")
+
+    def pods(self, value: object, gpus: tuple[GpuSpec, ...]) -> tuple[PodSpec, ...]:
+        result: list[PodSpec] = []
+        names: set[tuple[str, str]] = set()
+        uids: set[str] = set()
+        container_ids: set[str] = set()
+        # device index -> (holder, kind): kind "whole" or the replica numbers in use
+        holders: dict[str, tuple[str, str]] = {}
+        for i, entry in enumerate(self.seq(value, "pods")):
+            path = f"pods[{i}]"
+            m = self.mapping(entry, path,
+                             ("namespace", "name", "uid", "workload", "qos", "containers"),
+                             ("namespace", "name", "containers"))
+            ns = self.string(m["namespace"], f"{path}.namespace")
+            if not _DNS_LABEL_RE.match(ns):
+                self.fail(f"{path}.namespace", f"not a valid namespace name: {_show(ns)}")
+            name = self.string(m["name"], f"{path}.name")
+            if not _DNS_SUBDOMAIN_RE.match(name):
+                self.fail(f"{path}.name", f"not a valid pod name: {_show(name)}")
+            if (ns, name) in names:
+                self.fail(f"{path}.name", f"pod {ns}/{name} is listed twice")
+            names.add((ns, name))
+            if "uid" in m:
+                uid = self.string(m["uid"], f"{path}.uid")
+                if not _UID_RE.match(uid):
+                    self.fail(f"{path}.uid", f"expected a lowercase UUID, got {_show(uid)}")
+            else:
+                uid = derived_uuid(self.seed, "pod", ns, name)
+            if uid in uids:
+                self.fail(f"{path}.uid", f"uid {uid} is used by another pod")
+            uids.add(uid)
+            workload = self.string(m.get("workload", ""), f"{path}.workload", empty=True)
+            if workload and not _WORKLOAD_RE.match(workload):
+                self.fail(f"{path}.workload", f"expected '<Kind>/<name>' like "
+                                              f"'PyTorchJob/ddp-run', got {_show(workload)}")
+            qos = self.choice(m.get("qos", "guaranteed"), f"{path}.qos", _QOS)
+            containers: list[ContainerSpec] = []
+            cnames: set[str] = set()
+            citems = self.seq(m["containers"], f"{path}.containers")
+            if not citems:
+                self.fail(f"{path}.containers", "a pod needs at least one container")
+            for j, centry in enumerate(citems):
+                cpath = f"{path}.containers[{j}]"
+                cm = self.mapping(centry, cpath, ("name", "id", "gpus"), ("name",))
+                cname = self.string(cm["name"], f"{cpath}.name")
+                if not _DNS_LABEL_RE.match(cname):
+                    self.fail(f"{cpath}.name", f"not a valid container name: {_show(cname)}")
+                if cname in cnames:
+                    self.fail(f"{cpath}.name", f"container {cname!r} is listed twice")
+                cnames.add(cname)
+                if "id" in cm:
+                    cid = self.string(cm["id"], f"{cpath}.id")
+                    if not _CONTAINER_ID_RE.match(cid):
+                        self.fail(f"{cpath}.id", f"expected 64 lowercase hex digits, "
+                                                 f"got {_show(cid)}")
+                else:
+                    cid = hashlib.sha256(
+                        f"gpuscope/{self.seed}/container/{ns}/{name}/{cname}".encode()
+                    ).hexdigest()
+                if cid in container_ids:
+                    self.fail(f"{cpath}.id", "container id is used by another container")
+                container_ids.add(cid)
+                refs: list[DeviceRef] = []
+                holder = f"{ns}/{name}/{cname}"
+                for k, raw in enumerate(self.seq(cm.get("gpus", []), f"{cpath}.gpus")):
+                    rpath = f"{cpath}.gpus[{k}]"
+                    ref = self.devref(raw, rpath)
+                    self.existing_device(ref, rpath, gpus, allocation=True)
+                    if ref in refs:
+                        self.fail(rpath, f"device {ref} is listed twice")
+                    self.claim(holders, ref, holder, rpath)
+                    refs.append(ref)
+                containers.append(ContainerSpec(cname, cid, tuple(refs)))
+            result.append(PodSpec(ns, name, uid, workload, qos, tuple(containers)))
+        return tuple(result)
+
+    def claim(
+        self, holders: dict[str, tuple[str, str]], ref: DeviceRef, holder: str, path: str
+    ) -> None:
+        """A whole device goes to one container; a replica of a time-sliced GPU to one
+        container; a GPU is either allocated whole or as replicas."""
+        key = ref.device_index
+        if ref.replica is None:
+            if key in holders:
+                self.fail(path, f"device {ref} is already allocated to {holders[key][0]}")
+            holders[key] = (holder, "whole")
+            return
+        rkey = str(ref)
+        if key in holders and holders[key][1] == "whole":
+            self.fail(path, f"GPU {ref.gpu} is already allocated whole to {holders[key][0]}")
+        if rkey in holders:
+            self.fail(path, f"replica {ref} is already allocated to {holders[rkey][0]}")
+        holders[key] = (holder, "replicas")
+        holders[rkey] = (holder, "replica")
+
+    def processes(
+        self, value: object, gpus: tuple[GpuSpec, ...], pods: tuple[PodSpec, ...]
+    ) -> tuple[ProcessSpec, ...]:
+        containers = {
+            ContainerRef(p.namespace, p.name, c.name) for p in pods for c in p.containers
+        }
+        result: list[ProcessSpec] = []
+        on_device: set[tuple[int, str]] = set()
+        pid_pod: dict[int, ContainerRef | None] = {}
+        memory: dict[str, int] = {}
+        for i, entry in enumerate(self.seq(value, "processes")):
+            path = f"processes[{i}]"
+            m = self.mapping(
+                entry, path,
+                ("pid", "gpu", "kind", "memory", "utilization", "start", "stop", "every",
+                 "pod"),
+                ("pid", "gpu"),
+            )
+            pid = self.integer(m["pid"], f"{path}.pid", 1)
+            ref = self.devref(m["gpu"], f"{path}.gpu")
+            self.existing_device(ref, f"{path}.gpu", gpus, allocation=False)
+            if (pid, ref.device_index) in on_device:
+                self.fail(f"{path}.pid", f"pid {pid} is already listed on device {ref}")
+            on_device.add((pid, ref.device_index))
+            kinds = self.kinds(m.get("kind", "compute"), f"{path}.kind")
+            mem = self.size(m.get("memory", "512MiB"), f"{path}.memory")
+            gpu = gpus[ref.gpu]
+            if ref.gpu_instance_id is not None:
+                sl = gpu.slice(ref.gpu_instance_id)
+                assert sl is not None
+                capacity = sl.memory_total_bytes
+            else:
+                capacity = gpu.memory_total_bytes - gpu.memory_reserved_bytes
+            memory[ref.device_index] = memory.get(ref.device_index, 0) + mem
+            if memory[ref.device_index] > capacity:
+                self.fail(f"{path}.memory", f"the processes on device {ref} need "
+                                            f"{_size_text(memory[ref.device_index])}, more "
+                                            f"than its {_size_text(capacity)}")
+            pattern = self.pattern(m.get("utilization", 0.0), f"{path}.utilization", pid, ref)
+            lifetime = self.lifetime(m, path)
+            pod: ContainerRef | None = None
+            if m.get("pod") is not None:
+                text = self.string(m["pod"], f"{path}.pod")
+                parts = text.split("/")
+                if len(parts) != 3 or not all(parts):
+                    self.fail(f"{path}.pod", f"expected 'namespace/pod/container', "
+                                             f"got {_show(text)}")
+                pod = ContainerRef(*parts)
+                if pod not in containers:
+                    self.fail(f"{path}.pod", f"no container {pod} in 'pods'")
+            if pid in pid_pod and pid_pod[pid] != pod:
+                self.fail(f"{path}.pod", f"pid {pid} is listed elsewhere with pod "
+                                         f"{pid_pod[pid] or 'none'}; one process lives in one "
+                                         "container")
+            pid_pod[pid] = pod
+            result.append(ProcessSpec(pid, ref, kinds, mem, pattern, lifetime, pod))
+        return tuple(result)
+
+    def kinds(self, value: object, path: str) -> tuple[ProcessKind, ...]:
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            self.fail(path, "must name at least one of compute, graphics")
+        kinds: list[ProcessKind] = []
+        for k, item in enumerate(items):
+            p = path if not isinstance(value, list) else f"{path}[{k}]"
+            kind = self.choice(item, p, _KINDS)
+            if kind in kinds:
+                self.fail(p, f"{kind} is listed twice")
+            kinds.append(kind)
+        return tuple(sorted(kinds, key=_KINDS.index))
+
+    def lifetime(self, m: dict[str, object], path: str) -> Lifetime:
+        start = self.duration(m.get("start", 0), f"{path}.start")
+        stop: float | None = None
+        if m.get("stop") is not None:
+            stop = self.duration(m["stop"], f"{path}.stop")
+            if stop <= start:
+                self.fail(f"{path}.stop", f"must be after start ({start:g} s), got {stop:g}")
+        period: float | None = None
+        on: float | None = None
+        if m.get("every") is not None:
+            ep = f"{path}.every"
+            em = self.mapping(m["every"], ep, ("period", "on"), ("period", "on"))
+            period = self.duration(em["period"], f"{ep}.period", positive=True)
+            on = self.duration(em["on"], f"{ep}.on", positive=True)
+            if on > period:
+                self.fail(f"{ep}.on", f"must not exceed period ({period:g} s), got {on:g}")
+        return Lifetime(start, stop, period, on)
+
+    _PATTERN_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+        "constant": (("value",), ("value",)),
+        "stepped": (("steps", "repeat"), ("steps",)),
+        "bursty": (("low", "high", "period", "duty", "phase"), ("high", "period", "duty")),
+        "random": (("low", "high", "interval", "smooth", "seed"), ("low", "high")),
+        "sine": (("low", "high", "period", "phase"), ("low", "high", "period")),
+    }
+
+    def pattern(self, value: object, path: str, pid: int, ref: DeviceRef) -> UtilizationPattern:
+        if not isinstance(value, dict):
+            if isinstance(value, list):
+                self.fail(path, "expected a ratio or a mapping with 'pattern', got a list")
+            return ConstantPattern(self.ratio(value, path))
+        name = value.get("pattern")
+        if name is None:
+            self.fail(path, f"missing required key 'pattern' (one of: "
+                            f"{', '.join(self._PATTERN_KEYS)})")
+        kind = self.choice(name, f"{path}.pattern", tuple(self._PATTERN_KEYS))
+        allowed, required = self._PATTERN_KEYS[kind]
+        m = self.mapping(value, path, ("pattern", *allowed), required)
+        if kind == "constant":
+            return ConstantPattern(self.ratio(m["value"], f"{path}.value"))
+        if kind == "stepped":
+            steps_raw = self.seq(m["steps"], f"{path}.steps")
+            if not steps_raw:
+                self.fail(f"{path}.steps", "needs at least one [t_seconds, value] step")
+            steps: list[tuple[float, float]] = []
+            for j, step in enumerate(steps_raw):
+                sp = f"{path}.steps[{j}]"
+                if not isinstance(step, list) or len(step) != 2:
+                    self.fail(sp, f"expected [t_seconds, value], got {_show(step)}")
+                t = self.duration(step[0], f"{sp}[0]")
+                if steps and t <= steps[-1][0]:
+                    self.fail(f"{sp}[0]", f"step times must increase; {t:g} s follows "
+                                          f"{steps[-1][0]:g} s")
+                steps.append((t, self.ratio(step[1], f"{sp}[1]")))
+            repeat: float | None = None
+            if m.get("repeat") is not None:
+                repeat = self.duration(m["repeat"], f"{path}.repeat", positive=True)
+                if repeat <= steps[-1][0]:
+                    self.fail(f"{path}.repeat", f"must be longer than the last step's time "
+                                                f"({steps[-1][0]:g} s), got {repeat:g}")
+            return SteppedPattern(tuple(steps), repeat)
+        low = self.ratio(m.get("low", 0.0), f"{path}.low")
+        high = self.ratio(m.get("high", 1.0), f"{path}.high")
+        if low > high:
+            self.fail(f"{path}.low", f"must not exceed high ({high:g}), got {low:g}")
+        if kind == "bursty":
+            return BurstyPattern(
+                low, high,
+                self.duration(m["period"], f"{path}.period", positive=True),
+                self.ratio(m["duty"], f"{path}.duty"),
+                self.duration(m.get("phase", 0), f"{path}.phase"),
+            )
+        if kind == "random":
+            seed = (
+                self.integer(m["seed"], f"{path}.seed", 0) if m.get("seed") is not None
+                else derived_seed(self.seed, "process", pid, ref.device_index)
+            )
+            return RandomPattern(
+                low, high,
+                self.duration(m.get("interval", 10), f"{path}.interval", positive=True),
+                seed,
+                self.boolean(m.get("smooth", False), f"{path}.smooth"),
+            )
+        return SinePattern(
+            low, high,
+            self.duration(m["period"], f"{path}.period", positive=True),
+            self.duration(m.get("phase", 0), f"{path}.phase"),
+        )
+
+    _FAULT_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+        "lost": (("gpu", "at", "for", "every"), ("gpu",)),
+        "xid": (("gpu", "at", "code", "every", "count"), ("gpu", "code")),
+        "nvml_down": (("at", "for", "every"), ()),
+        "not_supported": (("gpu", "fields", "at", "for", "every"), ("gpu", "fields")),
+    }
+
+    def faults(self, value: object, gpus: tuple[GpuSpec, ...]) -> tuple[Fault, ...]:
+        result: list[Fault] = []
+        for i, entry in enumerate(self.seq(value, "faults")):
+            path = f"faults[{i}]"
+            if not isinstance(entry, dict):
+                self.fail(path, f"expected a mapping, got {_show(entry)}")
+            if "type" not in entry:
+                self.fail(path, f"missing required key 'type' (one of: "
+                                f"{', '.join(self._FAULT_KEYS)})")
+            kind = self.choice(entry["type"], f"{path}.type", tuple(self._FAULT_KEYS))
+            allowed, required = self._FAULT_KEYS[kind]
+            m = self.mapping(entry, path, ("type", *allowed), required)
+            if kind == "nvml_down":
+                result.append(NvmlDownFault(self.window(m, path)))
+                continue
+            ref = self.devref(m["gpu"], f"{path}.gpu")
+            self.fault_device(ref, f"{path}.gpu", gpus, slices_ok=kind == "not_supported")
+            if kind == "not_supported":
+                result.append(NotSupportedFault(
+                    ref, self.fields(m["fields"], f"{path}.fields"), self.window(m, path)
+                ))
+                continue
+            if kind == "lost":
+                result.append(LostFault(ref.gpu, self.window(m, path)))
+                continue
+            code = self.integer(m["code"], f"{path}.code", 1)
+            every: float | None = None
+            if m.get("every") is not None:
+                every = self.duration(m["every"], f"{path}.every", positive=True)
+            count: int | None = None
+            if m.get("count") is not None:
+                count = self.integer(m["count"], f"{path}.count", 1)
+            elif every is None:
+                count = 1
+            result.append(XidFault(
+                ref.gpu, code, self.duration(m.get("at", 0), f"{path}.at"), every, count
+            ))
+        return tuple(result)
+
+    def fault_device(
+        self, ref: DeviceRef, path: str, gpus: tuple[GpuSpec, ...], *, slices_ok: bool
+    ) -> None:
+        if ref.replica is not None:
+            self.fail(path, f"faults hit a device, not a time-slicing replica; use {ref.gpu}")
+        if ref.gpu_instance_id is not None and not slices_ok:
+            self.fail(path, f"this fault hits a whole GPU; use {ref.gpu}")
+        if ref.gpu >= len(gpus) or ref.gpu_instance_id is not None:
+            self.existing_device(ref, path, gpus, allocation=False)
+
+    def window(self, m: dict[str, object], path: str) -> Window:
+        at = self.duration(m.get("at", 0), f"{path}.at")
+        duration: float | None = None
+        if m.get("for") is not None:
+            duration = self.duration(m["for"], f"{path}.for", positive=True)
+        every: float | None = None
+        if m.get("every") is not None:
+            every = self.duration(m["every"], f"{path}.every", positive=True)
+            if duration is None:
+                self.fail(f"{path}.every", "a repeating window needs 'for'")
+            if duration >= every:
+                self.fail(f"{path}.for", f"must be shorter than every ({every:g} s), "
+                                         f"got {duration:g}")
+        return Window(at, duration, every)
+
+
+# ----------------------------------------------------------------------------------------
+# Programmatic scenarios (benchmarks, tests)
+# ----------------------------------------------------------------------------------------
+
+
+def synthetic_scenario(gpus: int, processes_per_gpu: int, seed: int = 0) -> Scenario:
+    """:func:`synthetic_document` validated into a :class:`Scenario`."""
+    return scenario_from_dict(
+        synthetic_document(gpus, processes_per_gpu, seed),
+        f"<synthetic {gpus}x{processes_per_gpu}>",
+    )
+
+
+def synthetic_document(gpus: int, processes_per_gpu: int, seed: int = 0) -> dict[str, object]:
+    """A busy node with ``gpus`` A100-80GB GPUs and ``processes_per_gpu`` processes on each,
+    as the plain mapping a scenario YAML file would give (``yaml.safe_dump`` writes it).
+
+    Processes cycle through every pattern (constant, bursty, stepped, random, sine), every
+    fourth one comes and goes, and each GPU is shared by up to four pods through
+    time-slicing replicas (a whole-GPU pod when there is one process). Utilizations are
+    scaled so that a GPU's processes add up to about 0.9.
+    """
+    if gpus < 0 or processes_per_gpu < 0:
+        raise ValueError("gpus and processes_per_gpu must be >= 0")
+    n = processes_per_gpu
+    share = 0.9 / n if n else 0.0
+    mem = (72 * 2**30 // n) // 2**20 * 2**20 if n else 0
+    pods: list[dict[str, object]] = []
+    procs: list[dict[str, object]] = []
+    for g in range(gpus):
+        n_pods = min(4, n)
+        for r in range(n_pods):
+            pods.append({
+                "namespace": "synthetic",
+                "name": f"synth-{g}-{r}",
+                "workload": f"Deployment/synth-{r}",
+                "containers": [{"name": "main",
+                                "gpus": [f"{g}::{r}"] if n_pods > 1 else [g]}],
+            })
+        for i in range(n):
+            kind = i % 5
+            util: dict[str, object]
+            if kind == 0:
+                util = {"pattern": "constant", "value": share}
+            elif kind == 1:
+                util = {"pattern": "bursty", "low": 0.0, "high": min(1.0, 2 * share),
+                        "period": 20, "duty": 0.5, "phase": i}
+            elif kind == 2:
+                util = {"pattern": "stepped", "repeat": 90,
+                        "steps": [[0, share * 0.5], [30, share], [60, share * 1.5]]}
+            elif kind == 3:
+                util = {"pattern": "random", "low": share * 0.5, "high": share * 1.5,
+                        "interval": 5, "smooth": i % 2 == 0}
+            else:
+                util = {"pattern": "sine", "low": 0.0, "high": min(1.0, 2 * share),
+                        "period": 300, "phase": 7 * i}
+            proc: dict[str, object] = {
+                "pid": 10_000 + g * n + i,
+                "gpu": g,
+                "memory": mem,
+                "utilization": util,
+                "pod": f"synthetic/synth-{g}-{i % n_pods}/main",
+            }
+            if i % 4 == 3:
+                proc["every"] = {"period": 120, "on": 90}
+                proc["start"] = i % 60
+            procs.append(proc)
+    data: dict[str, object] = {
+        "description": f"synthetic: {gpus} GPUs x {n} processes",
+        "node": {"name": "synthetic", "instance_type": "p4de.24xlarge", "seed": seed},
+        "gpus": [{"count": gpus}] if gpus else [],
+        "pods": pods,
+        "processes": procs,
+    }
+    return data

@@ -1,0 +1,210 @@
+"""The join itself, value by value, on hand-built facts (no kubelet, /proc or API server)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from gpuscope.exporter.kubernetes.apiserver import MetadataSnapshot, NodeInfo, PodInfo
+from gpuscope.exporter.kubernetes.attribution import (
+    HOST,
+    Attribution,
+    Attributor,
+    ContainerKey,
+    attribute,
+)
+from gpuscope.exporter.kubernetes.cgroups import ContainerRef
+from gpuscope.exporter.kubernetes.podresources.client import Allocation
+from gpuscope.exporter.kubernetes.podresources.devices import parse_device_id
+from gpuscope.exporter.model import DeviceSample, ProcessSample, Snapshot
+
+GIB = 1024**3
+G0 = "GPU-00000000-0000-0000-0000-000000000000"
+G1 = "GPU-11111111-1111-1111-1111-111111111111"
+G2 = "GPU-22222222-2222-2222-2222-222222222222"
+MIG_A = "MIG-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"
+MIG_B = "MIG-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb"
+
+
+def proc(pid: int, util: float | None, mem: int | None) -> ProcessSample:
+    return ProcessSample(pid=pid, kinds=("compute",), memory_used_bytes=mem,
+                         sm_utilization_ratio=util)
+
+
+def gpu(index: str, uuid: str, *procs: ProcessSample, util: float | None = 0.5,
+        parent: str | None = None, up: bool = True) -> DeviceSample:
+    return DeviceSample(index=index, uuid=uuid, model="NVIDIA A100", up=up, parent_uuid=parent,
+                        utilization_ratio=util if up else None, processes=procs)
+
+
+def alloc(ns: str, pod: str, container: str, device_id: str,
+          resource: str = "nvidia.com/gpu") -> Allocation:
+    return Allocation(ns, pod, container, resource, parse_device_id(device_id))
+
+
+def cid(n: int) -> str:
+    return f"{n:064x}"
+
+
+def pod_info(uid: str, ns: str, name: str, containers: dict[str, str],
+             workload: str = "") -> PodInfo:
+    return PodInfo(uid=uid, namespace=ns, name=name, workload=workload,
+                   containers=MappingProxyType(containers))
+
+
+def metadata(*pods: PodInfo, node: NodeInfo | None = None) -> MetadataSnapshot:
+    return MetadataSnapshot(pods=MappingProxyType({p.uid: p for p in pods}), node=node,
+                            synced=True)
+
+
+def by_key(result: Attribution) -> dict[tuple[ContainerKey, str], tuple[bool, float | None,
+                                                                       int | None]]:
+    return {(u.key, u.uuid): (u.allocated, u.utilization_ratio, u.memory_used_bytes)
+            for u in result.containers}
+
+
+def snap(*devices: DeviceSample) -> Snapshot:
+    return Snapshot(timestamp=100.0, source_up=True, devices=devices)
+
+
+def test_exclusive_gpus_and_allocated_idle() -> None:
+    s = snap(gpu("0", G0, proc(10, 0.9, 30 * GIB)), gpu("1", G1, util=0.0))
+    result = attribute(
+        s,
+        [alloc("ml", "train-0", "pytorch", G0), alloc("ml", "nb", "jupyter", G1)],
+        {10: ContainerRef("u-train", cid(1), "containerd")},
+        metadata(pod_info("u-train", "ml", "train-0", {cid(1): "pytorch"}, "PyTorchJob/ft"),
+                 pod_info("u-nb", "ml", "nb", {cid(2): "jupyter"})),
+    )
+    assert by_key(result) == {
+        (ContainerKey("ml", "train-0", "pytorch"), G0): (True, 0.9, 30 * GIB),
+        # Allocated, no process: utilization 0 and memory 0 (allocated-but-idle), not absent.
+        (ContainerKey("ml", "nb", "jupyter"), G1): (True, 0.0, 0),
+    }
+    assert [(p.pod, p.uid, p.workload) for p in result.pods] == [
+        ("nb", "u-nb", ""), ("train-0", "u-train", "PyTorchJob/ft"),
+    ]
+
+
+def test_three_pods_time_slicing_one_gpu_get_their_own_values() -> None:
+    s = snap(gpu("0", G0, proc(1, 0.5, 4 * GIB), proc(2, 0.3, 2 * GIB), proc(3, 0.1, GIB),
+                 proc(4, 0.05, GIB), util=0.95))
+    allocations = [alloc("s", f"api-{i}", "server", f"{G0}::{i}") for i in range(3)]
+    refs = {1: ContainerRef("u0", cid(10), "containerd"), 2: ContainerRef("u1", cid(11), "crio"),
+            3: ContainerRef("u2", cid(12), "docker"), 4: ContainerRef("u2", cid(12), "docker")}
+    meta = metadata(*(pod_info(f"u{i}", "s", f"api-{i}", {cid(10 + i): "server"})
+                      for i in range(3)))
+    got = by_key(attribute(s, allocations, refs, meta))
+    values = [got[(ContainerKey("s", f"api-{i}", "server"), G0)] for i in range(3)]
+    assert values[0] == (True, 0.5, 4 * GIB)
+    assert values[1] == (True, 0.3, 2 * GIB)
+    assert values[2][0] is True
+    assert values[2][1] == pytest.approx(0.15)  # its two processes, summed
+    assert values[2][2] == 2 * GIB
+    assert sum(v[1] for v in values if v[1] is not None) == pytest.approx(0.95)
+
+
+def test_replicas_held_by_one_container_count_once() -> None:
+    s = snap(gpu("0", G0))
+    allocations = [alloc("s", "big", "c", f"{G0}::0"), alloc("s", "big", "c", f"{G0}::1"),
+                   alloc("s", "big", "c", f"{G0}::2", "nvidia.com/gpu.shared")]
+    result = attribute(s, allocations, {}, metadata())
+    assert by_key(result) == {(ContainerKey("s", "big", "c"), G0): (True, 0.0, 0)}
+
+
+def test_mig_slices_for_two_pods_and_no_made_up_utilization() -> None:
+    s = snap(
+        gpu("0", G0, util=None),  # MIG parent: no util, no processes
+        gpu("0/1", MIG_A, proc(21, None, 5 * GIB), util=None, parent=G0),
+        gpu("0/2", MIG_B, util=None, parent=G0),
+    )
+    result = attribute(
+        s,
+        [alloc("a", "pa", "c", MIG_A, "nvidia.com/mig-1g.10gb"),
+         alloc("b", "pb", "c", MIG_B, "nvidia.com/mig-1g.10gb")],
+        {21: ContainerRef("ua", cid(1), "containerd")},
+        metadata(pod_info("ua", "a", "pa", {cid(1): "c"}), pod_info("ub", "b", "pb", {})),
+    )
+    assert by_key(result) == {
+        (ContainerKey("a", "pa", "c"), MIG_A): (True, None, 5 * GIB),
+        (ContainerKey("b", "pb", "c"), MIG_B): (True, None, 0),
+    }
+
+
+def test_host_processes_are_summed_per_device() -> None:
+    s = snap(gpu("0", G0, proc(7, 0.2, GIB), proc(8, 0.1, 2 * GIB)),
+             gpu("1", G1, proc(9, 0.4, GIB)))
+    result = attribute(s, [], {7: None, 8: None, 9: None}, metadata())
+    got = by_key(result)
+    assert got[(HOST, G0)][1] == pytest.approx(0.3)
+    assert got[(HOST, G0)][2] == 3 * GIB
+    assert got[(HOST, G1)] == (False, 0.4, GIB)
+    assert result.pods == ()
+
+
+def test_process_in_unknown_pod_is_counted_not_guessed() -> None:
+    s = snap(gpu("0", G0, proc(5, 0.6, GIB)))
+    result = attribute(s, [alloc("ns", "p", "c", G0)],
+                       {5: ContainerRef("not-yet-known", cid(3), "containerd")}, metadata())
+    assert result.unnamed_processes == 1
+    got = by_key(result)
+    assert got[(HOST, G0)] == (False, 0.6, GIB)
+    # The allocated container may be the one running PID 5: unknown, not allocated-idle.
+    assert got[(ContainerKey("ns", "p", "c"), G0)] == (True, None, None)
+
+
+def test_unresolvable_allocations_are_counted() -> None:
+    s = snap(gpu("0", G0))
+    result = attribute(s, [alloc("ns", "p", "c", G2), alloc("ns", "p", "c", "bogus-id")], {},
+                       metadata())
+    assert result.unresolved_allocations == 2
+    assert result.containers == ()
+
+
+def test_lost_device_keeps_allocation_without_values() -> None:
+    s = snap(gpu("0", G0, up=False))
+    result = attribute(s, [alloc("ns", "p", "c", G0)], {}, metadata())
+    assert by_key(result) == {(ContainerKey("ns", "p", "c"), G0): (True, None, None)}
+
+
+def test_gke_index_ids_resolve_through_the_snapshot() -> None:
+    s = snap(gpu("0", G0), gpu("1", G1, proc(3, 0.7, GIB)))
+    result = attribute(s, [alloc("ns", "p", "c", "nvidia1/vgpu2")],
+                       {3: ContainerRef("u", cid(4), "containerd")},
+                       metadata(pod_info("u", "ns", "p", {cid(4): "c"})))
+    assert by_key(result) == {(ContainerKey("ns", "p", "c"), G1): (True, 0.7, GIB)}
+
+
+def test_node_info_falls_back_to_the_flag() -> None:
+    s = snap(gpu("0", G0))
+    fallback = NodeInfo(instance_type="p4d.24xlarge")
+    assert attribute(s, [], {}, metadata(), node_fallback=fallback).node == fallback
+    labelled = NodeInfo("g5.xlarge", "us-east-1a", "spot")
+    got = attribute(s, [], {}, metadata(node=labelled), node_fallback=fallback).node
+    assert got == labelled
+
+
+class BrokenInputs:
+    def allocations(self) -> list[Allocation]:
+        raise RuntimeError("kubelet adapter bug")
+
+    def containers_of(self, pids: object) -> dict[int, ContainerRef | None]:
+        return {}
+
+    def metadata(self) -> MetadataSnapshot:
+        return MetadataSnapshot()
+
+    def parts(self) -> tuple[()]:
+        return ()
+
+    def close(self) -> None:
+        pass
+
+
+def test_attributor_contains_failures() -> None:
+    attributor = Attributor(BrokenInputs())
+    attributor(snap(gpu("0", G0)))
+    latest = attributor.latest()
+    assert latest is not None and latest.containers == ()
+    assert [(p.name, p.success) for p in attributor.parts()] == [("attribution", False)]

@@ -1,0 +1,168 @@
+"""Names, units, scale and dimension sets: snapshot -> observations (pure)."""
+
+from __future__ import annotations
+
+from gpuscope.exporter.model import DeviceSample
+from gpuscope.exporter.sinks.cloudwatch.series import (
+    DEVICE_METRICS,
+    NODE_UTILIZATION,
+    POD_MEMORY_USED,
+    POD_UTILIZATION,
+    UNITS,
+    Identity,
+    Observer,
+    megahertz,
+    mib,
+    percent,
+)
+from tests.exporter.sinks.cloudwatch.helpers import GIB, MIB, attribution, gpu, snapshot, usage
+
+AGENT_NAMES = {
+    "nvidia_smi_utilization_gpu", "nvidia_smi_utilization_memory", "nvidia_smi_memory_total",
+    "nvidia_smi_memory_used", "nvidia_smi_memory_free", "nvidia_smi_temperature_gpu",
+    "nvidia_smi_power_draw", "nvidia_smi_fan_speed", "nvidia_smi_clocks_current_sm",
+    "nvidia_smi_clocks_current_memory",
+}
+
+
+def as_dict(observations: list) -> dict:  # type: ignore[type-arg]
+    out: dict = {}  # type: ignore[type-arg]
+    for (name, dims), value in observations:
+        out.setdefault((name, dims), []).append(value)
+    return out
+
+
+def test_agent_names_and_no_unit() -> None:
+    assert {m.name for m in DEVICE_METRICS} == AGENT_NAMES
+    # The agent publishes its nvidia_smi_* metrics with no CloudWatch Unit.
+    assert all(UNITS[name] is None for name in AGENT_NAMES)
+    assert UNITS[POD_UTILIZATION] == "Percent"
+    assert UNITS[POD_MEMORY_USED] == "Bytes"
+    assert UNITS[NODE_UTILIZATION] == "Percent"
+
+
+def test_scale_conversions() -> None:
+    assert percent(0.93) == 93.0  # not 93.00000000000001
+    assert percent(0.5) == 50.0
+    assert percent(None) is None
+    assert percent(float("nan")) is None
+    assert mib(81559 * MIB) == 81559.0
+    assert mib(39.75 * GIB) == 40704.0
+    assert megahertz(1.98e9) == 1980.0
+    assert megahertz(1.593e9) == 1593.0
+
+
+def test_device_values_and_agent_dimensions() -> None:
+    dev = gpu(0, 0.87, memory_used=30 * GIB, fan_speed_ratio=0.4)
+    obs = as_dict(Observer(Identity(host="ip-10-0-1-2.ec2.internal")).observe(
+        snapshot(100.0, [dev]), None))
+    dims = (("host", "ip-10-0-1-2.ec2.internal"), ("index", "0"),
+            ("name", "NVIDIA A100-SXM4-80GB"), ("arch", "Ampere"))
+    assert obs == {
+        ("nvidia_smi_utilization_gpu", dims): [87.0],
+        ("nvidia_smi_utilization_memory", dims): [43.5],
+        ("nvidia_smi_memory_total", dims): [81920.0],
+        ("nvidia_smi_memory_used", dims): [30720.0],
+        ("nvidia_smi_memory_free", dims): [51200.0],
+        ("nvidia_smi_temperature_gpu", dims): [40.0],
+        ("nvidia_smi_power_draw", dims): [100.0],
+        ("nvidia_smi_fan_speed", dims): [40.0],
+        ("nvidia_smi_clocks_current_sm", dims): [1410.0],
+        ("nvidia_smi_clocks_current_memory", dims): [1593.0],
+    }
+
+
+def test_unsupported_values_and_lost_devices_are_left_out() -> None:
+    no_util = gpu(0, None)
+    lost = DeviceSample(index="1", uuid="GPU-lost", model="X", up=False)
+    obs = as_dict(Observer(Identity(host="h")).observe(snapshot(1.0, [no_util, lost]), None))
+    names = {name for name, _ in obs}
+    assert "nvidia_smi_utilization_gpu" not in names
+    assert "nvidia_smi_fan_speed" not in names
+    assert all(dict(dims)["index"] == "0" for _, dims in obs)
+
+
+def test_extended_dimension_set_and_choice() -> None:
+    dev = gpu(3, 0.5)
+    ident = Identity(host="h", cluster_name="prod", instance_id="i-0123456789abcdef0",
+                     instance_type="p4d.24xlarge")
+    agent = (("host", "h"), ("index", "3"), ("name", "NVIDIA A100-SXM4-80GB"),
+             ("arch", "Ampere"))
+    extended = (*agent, ("InstanceId", "i-0123456789abcdef0"),
+                ("InstanceType", "p4d.24xlarge"), ("ClusterName", "prod"))
+    both = Observer(ident).device_dimension_sets(dev, "p4d.24xlarge")
+    assert both == (agent, extended)
+    only_agent = Observer(Identity(host="h", cluster_name="prod", device_dimensions="agent"))
+    assert only_agent.device_dimension_sets(dev, None) == (agent,)
+    only_ext = Observer(Identity(host="h", cluster_name="prod", device_dimensions="extended"))
+    assert only_ext.device_dimension_sets(dev, None) == ((*agent, ("ClusterName", "prod")),)
+    # Nothing extra known: one set, never the same datum twice.
+    assert Observer(Identity(host="h")).device_dimension_sets(dev, None) == (agent,)
+
+
+def test_instance_type_from_node_labels_wins_over_flag() -> None:
+    ident = Identity(host="h", cluster_name="c", instance_type="from-flag")
+    observer = Observer(ident)
+    attr = attribution(5.0, [], instance_type="g5.12xlarge")
+    obs = as_dict(observer.observe(snapshot(5.0, [gpu(0, 0.5)]), attr))
+    node_keys = [dims for name, dims in obs if name == NODE_UTILIZATION]
+    assert node_keys == [(("ClusterName", "c"), ("NodeName", "h"),
+                          ("InstanceType", "g5.12xlarge"))]
+
+
+def test_mig_slices_keep_their_own_index_and_name() -> None:
+    parent = DeviceSample(index="7", uuid="GPU-p", model="NVIDIA H100 80GB HBM3",
+                          architecture="Hopper", memory_used_bytes=5 * GIB,
+                          memory_total_bytes=80 * GIB, power_watts=90.0)
+    sl = DeviceSample(index="7/1", uuid="MIG-1", model="NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+                      parent_uuid="GPU-p", mig_profile="3g.40gb", architecture="Hopper",
+                      utilization_ratio=0.25, memory_used_bytes=5 * GIB,
+                      memory_total_bytes=40 * GIB)
+    obs = as_dict(Observer(Identity(host="h", cluster_name="c")).observe(
+        snapshot(1.0, [parent, sl]), None))
+    parent_names = {n for n, d in obs if dict(d).get("index") == "7"}
+    slice_names = {n for n, d in obs if dict(d).get("index") == "7/1"}
+    # The parent is what nvidia-smi (and the agent) reports: no utilization with MIG on.
+    assert "nvidia_smi_utilization_gpu" not in parent_names
+    assert "nvidia_smi_power_draw" in parent_names
+    assert slice_names == {"nvidia_smi_utilization_gpu", "nvidia_smi_memory_total",
+                           "nvidia_smi_memory_used", "nvidia_smi_memory_free"}
+    slice_dims = next(dict(d) for n, d in obs if dict(d).get("index") == "7/1")
+    assert slice_dims["name"] == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    # The node rollup counts the slice (it reports utilization), not the parent.
+    assert [v for (n, _), v in ((k, v) for k, vs in obs.items() for v in vs)
+            if n == NODE_UTILIZATION] == [25.0]
+
+
+def test_pod_rollups_sum_containers_per_device() -> None:
+    a, b = gpu(0, 0.9), gpu(1, 0.2)
+    usages = [
+        usage("ml", "train", a.uuid, 0.5, 10 * GIB, container="worker"),
+        usage("ml", "train", a.uuid, 0.25, 2 * GIB, container="sidecar"),
+        usage("ml", "train", b.uuid, 0.125, 1 * GIB, container="worker"),
+        usage("web", "idle", b.uuid, 0.0, 0),
+        usage("", "", a.uuid, 0.125, 512 * MIB),  # host process: no pod
+        usage("web", "unknown", a.uuid, None, None),  # usage unknown: no value
+    ]
+    obs = as_dict(Observer(Identity(host="h", cluster_name="c")).observe(
+        snapshot(9.0, [a, b]), attribution(9.0, usages)))
+    train = (("ClusterName", "c"), ("Namespace", "ml"), ("PodName", "train"))
+    idle = (("ClusterName", "c"), ("Namespace", "web"), ("PodName", "idle"))
+    assert sorted(obs[(POD_UTILIZATION, train)]) == [12.5, 75.0]
+    assert sorted(obs[(POD_MEMORY_USED, train)]) == [1.0 * GIB, 12.0 * GIB]
+    assert obs[(POD_UTILIZATION, idle)] == [0.0]
+    assert obs[(POD_MEMORY_USED, idle)] == [0.0]
+    assert not any(dict(d).get("PodName") == "unknown" for _, d in obs)
+    assert sorted(obs[(NODE_UTILIZATION, (("ClusterName", "c"), ("NodeName", "h")))]) == [
+        20.0, 90.0]
+
+
+def test_stale_attribution_and_no_cluster_name_give_no_rollups() -> None:
+    a = gpu(0, 0.9)
+    attr = attribution(1.0, [usage("ml", "p", a.uuid, 0.5, GIB)])
+    with_cluster = Observer(Identity(host="h", cluster_name="c"))
+    names = {n for (n, _), _ in with_cluster.observe(snapshot(2.0, [a]), attr)}
+    assert POD_UTILIZATION not in names  # the join is of another round
+    without = Observer(Identity(host="h"))
+    names = {n for (n, _), _ in without.observe(snapshot(1.0, [a]), attr)}
+    assert not names & {POD_UTILIZATION, POD_MEMORY_USED, NODE_UTILIZATION}

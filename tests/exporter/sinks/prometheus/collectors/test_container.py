@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuscope.exporter.kubernetes.apiserver import NodeInfo
+from gpuscope.exporter.kubernetes.attribution import (
+    HOST,
+    Attribution,
+    ContainerKey,
+    ContainerUsage,
+    PodIdentity,
+)
+from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector
+
+
+def render(result: Attribution | None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ContainerCollector(lambda: result))
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_container_pod_and_node_series() -> None:
+    key = ContainerKey("ml", "train-0", "pytorch")
+    result = Attribution(
+        timestamp=1.0,
+        containers=(
+            ContainerUsage(key, "GPU-a", True, 0.9, 1024),
+            ContainerUsage(ContainerKey("ml", "nb", "j"), "MIG-b", True, None, 0),
+            ContainerUsage(HOST, "GPU-a", False, 0.05, 512),
+        ),
+        pods=(PodIdentity("ml", "train-0", "uid-1", "PyTorchJob/ft"),),
+        node=NodeInfo("p4d.24xlarge", "us-east-1a", "on-demand"),
+        unnamed_processes=2,
+    )
+    got = render(result)
+    lbl = (("container", "pytorch"), ("namespace", "ml"), ("pod", "train-0"), ("uuid", "GPU-a"))
+    assert got[("container_gpu_allocated", lbl)] == 1
+    assert got[("container_gpu_utilization_ratio", lbl)] == 0.9
+    assert got[("container_gpu_memory_used_bytes", lbl)] == 1024
+    host = (("container", ""), ("namespace", ""), ("pod", ""), ("uuid", "GPU-a"))
+    assert ("container_gpu_allocated", host) not in got
+    assert got[("container_gpu_utilization_ratio", host)] == 0.05
+    mig = (("container", "j"), ("namespace", "ml"), ("pod", "nb"), ("uuid", "MIG-b"))
+    assert ("container_gpu_utilization_ratio", mig) not in got  # absent, not 0
+    assert got[("container_gpu_memory_used_bytes", mig)] == 0
+    assert got[("gpu_pod_info", (("namespace", "ml"), ("pod", "train-0"), ("uid", "uid-1"),
+                                 ("workload", "PyTorchJob/ft")))] == 1
+    assert got[("gpu_node_info", (("capacity_type", "on-demand"),
+                                  ("instance_type", "p4d.24xlarge"), ("zone", "us-east-1a")))] == 1
+    assert got[("gpu_exporter_attribution_unnamed_processes", ())] == 2
+
+
+def test_nothing_before_first_join_and_vanished_pods_vanish() -> None:
+    assert render(None) == {}
+    empty = render(Attribution(timestamp=2.0))
+    assert not any(name.startswith("container_") or name == "gpu_pod_info" for name, _ in empty)

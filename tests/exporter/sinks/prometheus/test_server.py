@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+import gzip
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
+from gpuscope.exporter.sinks.prometheus.server import ExporterServer, _Handler
+from tests.exporter.snapshots import fixed_snapshot
+
+
+class Flags:
+    healthy = True
+    ready = False
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    snap = fixed_snapshot()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuCollector(lambda: snap))
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: Flags.healthy, lambda: Flags.ready)
+    srv.start()
+    yield f"http://127.0.0.1:{srv.port}"
+    srv.stop()
+
+
+def test_metrics_text_format(server: str) -> None:
+    r = requests.get(server + "/metrics", headers={"Accept-Encoding": "identity"}, timeout=5)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert 'gpu_up{gpu="1",uuid="GPU-66666666-7777-8888-9999-000000000000"} 0.0' in r.text
+
+
+def test_metrics_gzip_when_asked(server: str) -> None:
+    raw = requests.get(server + "/metrics", headers={"Accept-Encoding": "gzip"}, stream=True,
+                       timeout=5).raw.read(decode_content=False)
+    assert "gpu_info{" in gzip.decompress(raw).decode()
+
+
+# What Prometheus sends: 2.x, and 3.x with its default scrape_protocols.
+PROMETHEUS_2_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+PROMETHEUS_3_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,"
+    "*/*;q=0.1"
+)
+
+
+@pytest.mark.parametrize("accept", [PROMETHEUS_2_ACCEPT, PROMETHEUS_3_ACCEPT, "*/*", "text/*"])
+def test_text_when_accepted_even_if_openmetrics_preferred(server: str, accept: str) -> None:
+    # The exporter uses nothing OpenMetrics-only, and the text encoder is far cheaper.
+    r = requests.get(server + "/metrics", headers={"Accept": accept}, timeout=5)
+    assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# EOF" not in r.text
+    assert 'gpu_up{gpu="1",uuid="GPU-66666666-7777-8888-9999-000000000000"} 0.0' in r.text
+
+
+@pytest.mark.parametrize("accept", [
+    "application/openmetrics-text; version=1.0.0",
+    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0",
+])
+def test_openmetrics_only_when_nothing_else_accepted(server: str, accept: str) -> None:
+    r = requests.get(server + "/metrics", headers={"Accept": accept}, timeout=5)
+    assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert r.text.rstrip().endswith("# EOF")
+
+
+def test_accepted_sockets_have_nagle_off(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With Nagle on, the body (second write) waited for the client's delayed ACK of the
+    # headers: a request after another on a kept-alive connection stalled 40+ ms.
+    seen: list[int] = []
+    setup = _Handler.setup
+
+    def record(handler: _Handler) -> None:
+        setup(handler)
+        seen.append(handler.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    monkeypatch.setattr(_Handler, "setup", record)
+    with requests.Session() as session:  # one kept-alive connection, two requests
+        assert session.get(server + "/healthz", timeout=5).status_code == 200
+        assert session.get(server + "/metrics", timeout=5).status_code == 200
+    assert len(seen) == 1 and seen[0] != 0
+
+
+def test_probes(server: str) -> None:
+    Flags.healthy, Flags.ready = True, False
+    assert requests.get(server + "/healthz", timeout=5).status_code == 200
+    assert requests.get(server + "/readyz", timeout=5).status_code == 503
+    Flags.healthy, Flags.ready = False, True
+    assert requests.get(server + "/healthz", timeout=5).status_code == 503
+    assert requests.get(server + "/readyz", timeout=5).status_code == 200
+    assert requests.get(server + "/nope", timeout=5).status_code == 404
+
+
+class CountingCollector:
+    """One gauge whose value is the number of times it was collected."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        self.calls += 1
+        time.sleep(0.005)  # a rendering that takes a while, so concurrent scrapes overlap
+        yield GaugeMetricFamily("renders", "Renders so far.", value=self.calls)
+
+
+PLAIN = {"Accept-Encoding": "identity"}
+
+
+def test_render_once_per_key_however_many_scrape() -> None:
+    collector = CountingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    key = [0]
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True,
+                         render_key=lambda: key[0])
+    srv.start()
+    url = f"http://127.0.0.1:{srv.port}/metrics"
+    try:
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            bodies = list(pool.map(lambda _: requests.get(url, headers=PLAIN, timeout=10).text,
+                                   range(64)))
+        assert collector.calls == 1
+        assert set(bodies) == {bodies[0]} and "renders 1.0" in bodies[0]
+        # A client accepting gzip is a variant of its own, rendered once too (this body is
+        # under 1 KiB, so it goes out uncompressed either way).
+        zipped = requests.get(url, headers={"Accept-Encoding": "gzip"}, timeout=5)
+        assert "renders 2.0" in zipped.text and "Content-Encoding" not in zipped.headers
+        assert "renders 1.0" in requests.get(url, headers=PLAIN, timeout=5).text
+        key[0] = 1  # the next sampling round
+        assert "renders 3.0" in requests.get(url, headers=PLAIN, timeout=5).text
+        assert collector.calls == 3
+    finally:
+        srv.stop()
+
+
+def test_without_a_render_key_every_scrape_renders() -> None:
+    collector = CountingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True)
+    srv.start()
+    try:
+        for i in range(1, 4):
+            body = requests.get(f"http://127.0.0.1:{srv.port}/metrics", timeout=5).text
+            assert f"renders {i}.0" in body
+    finally:
+        srv.stop()
+
+
+def test_listen_backlog_admits_a_burst_of_connections() -> None:
+    """100 clients connecting at once all get through the handshake at once (the default
+    backlog of 5 made most of them wait for SYN retransmits, 1 s and more)."""
+    registry = CollectorRegistry(auto_describe=False)
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True)
+    srv.start()
+    socks: list[socket.socket] = []
+    try:
+        # The kernel completes a handshake for a connection in the backlog before the
+        # accept loop gets to it; past the backlog, the SYN is dropped and retried after 1 s.
+        started = time.monotonic()
+        for _ in range(100):
+            socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=5))
+        assert time.monotonic() - started < 0.9
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()

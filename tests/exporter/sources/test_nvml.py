@@ -1,0 +1,694 @@
+"""NvmlSource through the real pynvml module, with the NVML C library replaced by FakeNvml.
+
+pynvml's own ctypes marshalling, version fallbacks and error classes run for real; only
+``libnvidia-ml.so.1`` is a double. Every test restores pynvml's globals (library, function
+pointer cache, init refcount) so other tests see pynvml untouched.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpuscope.exporter.model import MEASUREMENTS, DeviceSample, ProcessSample, Snapshot, XidCount
+from gpuscope.exporter.sources.nvml import NvmlSource
+from tests.exporter.sources.fake_nvml import (
+    GIB,
+    MIB,
+    NO_PERMISSION,
+    UNKNOWN,
+    FakeNvml,
+    restored_pynvml,
+)
+
+T0 = 1_700_000_000.0  # wall clock at the start of every test, seconds
+T0_US = int(T0 * 1_000_000)
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture(autouse=True)
+def pynvml_state() -> Iterator[None]:
+    with restored_pynvml():
+        yield
+
+
+@pytest.fixture
+def fake() -> FakeNvml:
+    return FakeNvml(2)
+
+
+@pytest.fixture
+def wall() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def mono() -> FakeClock:
+    return FakeClock(100.0)
+
+
+SourceFactory = Callable[..., NvmlSource]
+
+
+@pytest.fixture
+def make_source(fake: FakeNvml, wall: FakeClock, mono: FakeClock) -> Iterator[SourceFactory]:
+    sources: list[NvmlSource] = []
+    refcount = pynvml._nvmlLib_refcount
+
+    def make(**kwargs: Any) -> NvmlSource:
+        kwargs.setdefault("library_loader", lambda: fake)
+        kwargs.setdefault("clock", wall)
+        kwargs.setdefault("monotonic", mono)
+        kwargs.setdefault("xid_wait_timeout_ms", 50)
+        source = NvmlSource(**kwargs)
+        sources.append(source)
+        return source
+
+    yield make
+    for source in sources:
+        source.close()
+    # Every nvmlInit was matched by an nvmlShutdown.
+    assert fake.init_count == 0
+    assert pynvml._nvmlLib_refcount == refcount
+
+
+def by_uuid(snap: Snapshot, uuid: str) -> DeviceSample:
+    return next(d for d in snap.devices if d.uuid == uuid)
+
+
+def parts(snap: Snapshot) -> dict[str, bool]:
+    return {p.name: p.success for p in snap.parts}
+
+
+
+
+def assert_no_measurements(dev: DeviceSample) -> None:
+    assert {name: getattr(dev, name) for name in MEASUREMENTS} == dict.fromkeys(MEASUREMENTS)
+    assert dev.processes == ()
+
+
+# --- device metrics
+
+
+def test_every_device_metric_in_base_units(fake: FakeNvml, make_source: SourceFactory) -> None:
+    gpu = fake.gpus[0]
+    gpu.util_gpu, gpu.util_memory = 87, 35
+    gpu.memory_used, gpu.memory_total = 12 * GIB, 80 * GIB
+    gpu.temperature_c = 61
+    gpu.power_mw, gpu.power_limit_mw = 312_500, 400_000
+    gpu.energy_mj = 123_456_789
+    gpu.sm_clock_mhz, gpu.mem_clock_mhz = 1410, 1593
+    gpu.fan_percent = 42
+    gpu.ecc_corrected, gpu.ecc_uncorrected = 7, 1
+    gpu.architecture = pynvml.NVML_DEVICE_ARCH_HOPPER
+    gpu.name = "NVIDIA H100 80GB HBM3"
+
+    snap = make_source().sample()
+
+    assert snap.source_up
+    assert snap.timestamp == T0
+    assert snap.driver_version == "550.54.15"
+    assert [d.index for d in snap.devices] == ["0", "1"]
+    assert snap.devices[0] == DeviceSample(
+        index="0",
+        uuid=gpu.uuid,
+        model="NVIDIA H100 80GB HBM3",
+        up=True,
+        pci_bus_id="00000000:10:00.0",
+        parent_uuid=None,
+        mig_profile=None,
+        architecture="Hopper",
+        utilization_ratio=0.87,
+        memory_utilization_ratio=0.35,
+        memory_used_bytes=12 * GIB,
+        memory_total_bytes=80 * GIB,
+        temperature_celsius=61.0,
+        power_watts=312.5,
+        power_limit_watts=400.0,
+        energy_joules=123_456.789,
+        sm_clock_hertz=1_410_000_000.0,
+        memory_clock_hertz=1_593_000_000.0,
+        fan_speed_ratio=0.42,
+        ecc_corrected_errors=7,
+        ecc_uncorrected_errors=1,
+        xid_errors=(),
+        processes=(),
+    )
+    second = snap.devices[1]
+    assert second.uuid == fake.gpus[1].uuid
+    assert second.architecture == "Ampere"
+    assert second.pci_bus_id == "00000000:11:00.0"
+    assert parts(snap) == {"nvml_devices": True, "nvml_processes": True, "xid": True}
+
+
+def test_nvml_is_initialised_once_and_static_facts_read_once(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    source = make_source()
+    for _ in range(3):
+        assert source.sample().source_up
+    assert fake.calls["nvmlInitWithFlags"] == 1
+    assert fake.calls["nvmlDeviceGetHandleByIndex_v2"] == 2
+    assert fake.calls["nvmlDeviceGetUUID"] == 2
+    assert fake.calls["nvmlDeviceGetName"] == 2
+    assert fake.calls["nvmlDeviceGetPciInfo_v3"] == 2
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 6
+    assert fake.calls["nvmlShutdown"] == 0
+    source.close()
+    assert fake.calls["nvmlShutdown"] == 1
+
+
+def test_not_supported_values_are_none_and_the_device_stays_up(
+    make_source: SourceFactory,
+) -> None:
+    fake = FakeNvml(
+        1, missing_functions={"nvmlDeviceGetTotalEnergyConsumption"}  # older driver
+    )
+    gpu = fake.gpus[0]
+    gpu.fan_percent = None  # passively cooled board
+    gpu.architecture = None
+    gpu.not_supported("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetUtilizationRates")
+    gpu.errors["nvmlDeviceGetEnforcedPowerLimit"] = NO_PERMISSION
+
+    snap = make_source(library_loader=lambda: fake).sample()
+
+    dev = snap.devices[0]
+    assert dev.up
+    assert dev.fan_speed_ratio is None
+    assert dev.architecture is None
+    assert dev.energy_joules is None
+    assert dev.ecc_corrected_errors is None and dev.ecc_uncorrected_errors is None
+    assert dev.utilization_ratio is None and dev.memory_utilization_ratio is None
+    assert dev.power_limit_watts is None
+    # Everything else is still there.
+    assert dev.power_watts == 250.0
+    assert dev.temperature_celsius == 45.0
+    assert dev.memory_total_bytes == 80 * GIB
+    assert parts(snap)["nvml_devices"]
+
+
+def test_unexpected_error_marks_only_that_device_down(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    source = make_source()
+    fake.gpus[0].errors["nvmlDeviceGetTemperature"] = UNKNOWN
+    snap = source.sample()
+    down, other = snap.devices
+    assert not down.up and down.uuid == fake.gpus[0].uuid and down.index == "0"
+    assert_no_measurements(down)
+    assert other.up and other.power_watts == 250.0
+    assert parts(snap)["nvml_devices"] is False
+
+    del fake.gpus[0].errors["nvmlDeviceGetTemperature"]
+    snap = source.sample()
+    assert snap.devices[0].up and snap.devices[0].temperature_celsius == 45.0
+    assert parts(snap)["nvml_devices"]
+
+
+# --- lost GPUs, missing library, driver unloaded
+
+
+def test_gpu_lost_mid_run_then_recovers(fake: FakeNvml, make_source: SourceFactory) -> None:
+    fake.gpus[0].add_process(100)
+    fake.gpus[1].add_process(200)
+    source = make_source()
+    assert all(d.up for d in source.sample().devices)
+
+    fake.gpus[0].lost = True
+    snap = source.sample()
+    lost, alive = snap.devices
+    assert snap.source_up
+    assert not lost.up
+    assert (lost.index, lost.uuid, lost.model) == ("0", fake.gpus[0].uuid, fake.gpus[0].name)
+    assert_no_measurements(lost)
+    assert alive.up and alive.utilization_ratio == 0.5 and alive.temperature_celsius == 45.0
+    assert [p.pid for p in alive.processes] == [200]
+
+    # Still lost: asked again every round, still down.
+    assert not source.sample().devices[0].up
+
+    fake.gpus[0].lost = False
+    fake.gpus[0].temperature_c = 50
+    back = source.sample().devices[0]
+    assert back.up and back.temperature_celsius == 50.0
+    assert [p.pid for p in back.processes] == [100]
+    assert fake.calls["nvmlInitWithFlags"] == 1  # no re-init for one lost GPU
+
+
+def test_gpu_lost_at_start_is_reported_down_then_identified(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    fake.gpus[1].lost = True
+    source = make_source()
+    snap = source.sample()
+    assert snap.devices[0].up
+    assert not snap.devices[1].up and snap.devices[1].index == "1"
+
+    fake.gpus[1].lost = False
+    snap = source.sample()
+    assert snap.devices[1].up
+    assert snap.devices[1].uuid == fake.gpus[1].uuid
+    assert snap.devices[1].power_watts == 250.0
+
+
+def test_library_missing_at_start_recovers_after_backoff(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    loads: list[float] = []
+
+    def loader() -> FakeNvml:
+        loads.append(mono.now - 100.0)
+        if len(loads) <= 3:
+            raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+        return fake
+
+    source = make_source(library_loader=loader)  # must not raise
+    snap = source.sample()
+    assert snap == Snapshot(
+        timestamp=T0, source_up=False, devices=(), parts=snap.parts
+    )
+    assert not any(parts(snap).values())
+    for _ in range(40):  # 10 s of sampling rounds, 0.25 s apart (exact in binary)
+        mono.advance(0.25)
+        snap = source.sample()
+        if snap.source_up:
+            break
+    # Attempts at start, then after 1, 2 and 4 s of backoff.
+    assert loads == pytest.approx([0.0, 1.0, 3.0, 7.0])
+    assert snap.source_up
+    assert [d.uuid for d in snap.devices] == [g.uuid for g in fake.gpus]
+    assert fake.calls["nvmlInitWithFlags"] == 1
+
+
+def test_backoff_is_capped(fake: FakeNvml, make_source: SourceFactory, mono: FakeClock) -> None:
+    attempts: list[float] = []
+
+    def loader() -> FakeNvml:
+        attempts.append(mono.now)
+        raise OSError("missing")
+
+    source = make_source(library_loader=loader, retry_max_seconds=4.0)
+    for _ in range(120):
+        mono.advance(0.25)
+        source.sample()
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(attempts)]
+    assert gaps[:3] == [1.0, 2.0, 4.0]
+    assert set(gaps[3:]) == {4.0}
+
+
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="a real NVML library is installed"
+)
+def test_no_loader_and_no_library_means_source_down(make_source: SourceFactory) -> None:
+    # pynvml itself tries to dlopen libnvidia-ml.so.1 and raises NVMLError_LibraryNotFound.
+    snap = make_source(library_loader=None).sample()
+    assert not snap.source_up and snap.devices == ()
+
+
+def test_driver_not_loaded_at_start(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    fake.driver_loaded = False
+    source = make_source()
+    assert not source.sample().source_up
+    fake.driver_loaded = True
+    assert not source.sample().source_up  # backoff not elapsed yet
+    mono.advance(1.0)
+    assert source.sample().source_up
+
+
+def test_init_failure_of_any_kind_never_raises(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    fake.errors["nvmlInitWithFlags"] = UNKNOWN
+    source = make_source()
+    assert not source.sample().source_up
+    del fake.errors["nvmlInitWithFlags"]
+    mono.advance(1.0)
+    assert source.sample().source_up
+
+
+def test_driver_unloaded_mid_run_reinitialises(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    source = make_source()
+    assert source.sample().source_up
+    assert fake.init_count == 1
+
+    fake.driver_loaded = False
+    snap = source.sample()
+    assert not snap.source_up and snap.devices == ()
+    assert fake.init_count == 0  # shut down
+    assert fake.calls["nvmlEventSetFree"] == 1  # XID thread stopped, event set freed
+
+    fake.driver_loaded = True
+    assert not source.sample().source_up  # waits for the backoff
+    assert fake.calls["nvmlInitWithFlags"] == 1
+    mono.advance(1.0)
+    snap = source.sample()
+    assert snap.source_up and all(d.up for d in snap.devices)
+    assert fake.calls["nvmlInitWithFlags"] == 2
+    assert parts(snap) == {"nvml_devices": True, "nvml_processes": True, "xid": True}
+
+    # The new XID thread counts events again.
+    fake.inject_xid(0, 31)
+    snap = wait_for(source, lambda s: bool(s.devices[0].xid_errors))
+    assert snap.devices[0].xid_errors == (XidCount(31, 1),)
+
+
+def test_uninitialized_mid_run_also_reinitialises(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    source = make_source()
+    assert source.sample().source_up
+    fake.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_UNINITIALIZED
+    assert not source.sample().source_up
+    del fake.errors["nvmlDeviceGetMemoryInfo"]
+    mono.advance(1.0)
+    assert source.sample().source_up
+
+
+# --- processes
+
+
+def test_processes_merged_by_pid_with_memory(fake: FakeNvml, make_source: SourceFactory) -> None:
+    gpu = fake.gpus[0]
+    gpu.add_process(300, kinds=("graphics",), used_memory=64 * MIB)
+    gpu.add_process(100, kinds=("compute", "graphics"), used_memory=3 * GIB)
+    gpu.add_process(200, used_memory=None)  # NVML: value not available
+    snap = make_source(process_utilization=False).sample()
+    assert snap.devices[0].processes == (
+        ProcessSample(100, ("compute", "graphics"), 3 * GIB, None),
+        ProcessSample(200, ("compute",), None, None),
+        ProcessSample(300, ("graphics",), 64 * MIB, None),
+    )
+    assert snap.devices[1].processes == ()
+    assert parts(snap)["nvml_processes"]
+
+
+def test_v3_process_calls_missing_fall_back_to_v2_once(make_source: SourceFactory) -> None:
+    fake = FakeNvml(
+        1,
+        missing_functions={
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        },
+    )
+    fake.gpus[0].add_process(100, kinds=("compute", "graphics"), used_memory=GIB)
+    fake.gpus[0].add_process(101, used_memory=2 * GIB)
+    source = make_source(library_loader=lambda: fake, process_utilization=False)
+    for _ in range(3):
+        snap = source.sample()
+        assert snap.devices[0].processes == (
+            ProcessSample(100, ("compute", "graphics"), GIB, None),
+            ProcessSample(101, ("compute",), 2 * GIB, None),
+        )
+    # The fallback is remembered: _v3 was looked up once per kind, _v2 used every round.
+    assert fake.missing_lookups["nvmlDeviceGetComputeRunningProcesses_v3"] == 1
+    assert fake.missing_lookups["nvmlDeviceGetGraphicsRunningProcesses_v3"] == 1
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 3 * 2  # size + fill
+    assert fake.calls["nvmlDeviceGetGraphicsRunningProcesses_v2"] == 3 * 2
+    # And what triggered it is pynvml's real error for a missing _v3: a plain Exception.
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLLibraryMismatchError) as raised:
+        pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    assert not isinstance(raised.value, pynvml.NVMLError)
+    source.close()
+
+
+def test_process_listing_failure_fails_the_part_not_the_device(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    fake.gpus[0].add_process(100)
+    fake.gpus[1].add_process(200)
+    fake.gpus[0].errors["nvmlDeviceGetComputeRunningProcesses_v3"] = UNKNOWN
+    snap = make_source().sample()
+    assert snap.devices[0].up and snap.devices[0].processes == ()
+    assert snap.devices[0].utilization_ratio == 0.5
+    assert [p.pid for p in snap.devices[1].processes] == [200]
+    assert parts(snap) == {"nvml_devices": True, "nvml_processes": False, "xid": True}
+
+
+# --- per-process utilization
+
+
+def test_process_utilization_cursor_counts_every_sample_once(
+    fake: FakeNvml, make_source: SourceFactory, wall: FakeClock
+) -> None:
+    gpu = fake.gpus[0]
+    gpu.add_process(100)
+    gpu.add_process(101)
+    # Samples the driver buffered long before the exporter started: never counted.
+    gpu.add_util_sample(100, T0_US - 5_000_000, 100)
+    gpu.add_util_sample(101, T0_US - 3_000_000, 100)
+    source = make_source()
+
+    def util() -> dict[int, float | None]:
+        return {p.pid: p.sm_utilization_ratio for p in source.sample().devices[0].processes}
+
+    gpu.add_util_sample(100, T0_US + 100, 40)
+    gpu.add_util_sample(101, T0_US + 150, 10)
+    gpu.add_util_sample(100, T0_US + 200, 60)
+    wall.advance(1)
+    assert util() == {100: pytest.approx(0.5), 101: pytest.approx(0.1)}
+
+    # No new samples: NVML answers NOT_FOUND; running processes get 0.0, not None.
+    wall.advance(1)
+    calls = fake.calls["nvmlDeviceGetProcessUtilization"]
+    assert util() == {100: 0.0, 101: 0.0}
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == calls + 1
+
+    # A sample stamped before the wall clock but after the newest one read is not lost:
+    # the cursor follows NVML's timestamps, not the exporter's clock.
+    wall.advance(10)
+    gpu.add_util_sample(100, T0_US + 300, 90)
+    gpu.add_util_sample(101, T0_US + 250, 30)
+    assert util() == {100: pytest.approx(0.9), 101: pytest.approx(0.3)}
+    assert util() == {100: 0.0, 101: 0.0}
+
+    fake.record_process_samples(T0_US + 400)  # both at their sm_util (0)
+    gpu.add_util_sample(101, T0_US + 401, 80)
+    assert util() == {100: 0.0, 101: pytest.approx(0.4)}
+
+
+def test_process_utilization_failure_keeps_the_cursor(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    gpu = fake.gpus[0]
+    gpu.add_process(100)
+    source = make_source()
+    gpu.add_util_sample(100, T0_US + 10, 70)
+    gpu.errors["nvmlDeviceGetProcessUtilization"] = UNKNOWN
+    snap = source.sample()
+    assert snap.devices[0].processes == (ProcessSample(100, ("compute",), 512 * MIB, None),)
+    assert parts(snap)["nvml_processes"] is False
+    del gpu.errors["nvmlDeviceGetProcessUtilization"]
+    snap = source.sample()
+    assert snap.devices[0].processes[0].sm_utilization_ratio == pytest.approx(0.7)
+    assert parts(snap)["nvml_processes"]
+
+
+def test_process_utilization_not_supported_is_none_and_not_asked_again(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    gpu = fake.gpus[0]
+    gpu.process_utilization_supported = False
+    gpu.add_process(100)
+    source = make_source()
+    for _ in range(3):
+        snap = source.sample()
+        assert snap.devices[0].processes[0].sm_utilization_ratio is None
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 1
+    assert parts(snap)["nvml_processes"]
+
+
+def test_benchmark_sized_node_samples_quickly(make_source: SourceFactory) -> None:
+    fake = FakeNvml(8)
+    for gpu in fake.gpus:
+        for pid in range(64):
+            gpu.add_process(1000 * gpu.index + pid, sm_util=pid % 100)
+    source = make_source(library_loader=lambda: fake)
+    fake.record_process_samples(T0_US + 1)
+    started = time.perf_counter()
+    snap = source.sample()
+    elapsed = time.perf_counter() - started
+    assert sum(len(d.processes) for d in snap.devices) == 8 * 64
+    assert snap.devices[3].processes[5].sm_utilization_ratio == pytest.approx(0.05)
+    assert elapsed < 1.0
+
+
+# --- MIG
+
+
+def test_mig_slices_are_devices_with_memory_and_processes(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    parent = fake.gpus[1]
+    small = fake.add_mig_slice(parent, "1g.10gb", gpu_instance_id=9, memory_used=2 * GIB)
+    large = fake.add_mig_slice(parent, "3g.40gb", gpu_instance_id=2, memory_used=30 * GIB)
+    small.add_process(500, used_memory=2 * GIB)
+    large.add_process(600, used_memory=20 * GIB)
+    large.add_process(601, used_memory=10 * GIB)
+    parent.memory_used = 32 * GIB
+
+    snap = make_source().sample()
+
+    assert [d.index for d in snap.devices] == ["0", "1", "1/9", "1/2"]
+    gpu = by_uuid(snap, parent.uuid)
+    assert gpu.up and not gpu.is_mig
+    assert gpu.utilization_ratio is None and gpu.memory_utilization_ratio is None
+    assert gpu.memory_used_bytes == 32 * GIB and gpu.memory_total_bytes == 80 * GIB
+    assert gpu.power_watts == 250.0  # board-level readings stay on the parent
+    assert gpu.processes == ()  # reported once, on the slices
+
+    one = by_uuid(snap, small.uuid)
+    assert one.uuid.startswith("MIG-")
+    assert (one.parent_uuid, one.mig_profile, one.model) == (
+        parent.uuid, "1g.10gb", "NVIDIA A100-SXM4-80GB",
+    )
+    assert one.is_mig and one.up
+    assert one.memory_used_bytes == 2 * GIB and one.memory_total_bytes == 10 * GIB
+    assert one.utilization_ratio is None and one.power_watts is None
+    assert one.pci_bus_id == parent.pci_bus_id
+    assert one.processes == (ProcessSample(500, ("compute",), 2 * GIB, None),)
+
+    three = by_uuid(snap, large.uuid)
+    assert three.mig_profile == "3g.40gb" and three.memory_total_bytes == 40 * GIB
+    assert [(p.pid, p.memory_used_bytes, p.sm_utilization_ratio) for p in three.processes] == [
+        (600, 20 * GIB, None),
+        (601, 10 * GIB, None),
+    ]
+    assert parts(snap)["nvml_devices"]
+
+
+def test_lost_mig_parent_takes_its_slices_down(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    mig = fake.add_mig_slice(0, "2g.20gb")
+    source = make_source()
+    fake.gpus[0].lost = True
+    snap = source.sample()
+    assert not by_uuid(snap, fake.gpus[0].uuid).up
+    sliced = by_uuid(snap, mig.uuid)
+    assert not sliced.up and sliced.mig_profile == "2g.20gb"
+    assert by_uuid(snap, fake.gpus[1].uuid).up
+    fake.gpus[0].lost = False
+    snap = source.sample()
+    assert by_uuid(snap, mig.uuid).up and by_uuid(snap, mig.uuid).memory_total_bytes == 20 * GIB
+
+
+# --- XID events
+
+
+def wait_for(
+    source: NvmlSource, done: Callable[[Snapshot], bool], timeout: float = 3.0
+) -> Snapshot:
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = source.sample()
+        if done(snap) or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.005)
+
+
+def test_xid_events_counted_per_device_and_code(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    mig = fake.add_mig_slice(1, "1g.10gb", gpu_instance_id=13)
+    source = make_source()
+    for xid in (13, 48, 13):
+        fake.inject_xid(0, xid)
+    fake.inject_xid(1, 43, gpu_instance_id=13)  # hits one MIG instance
+    fake.inject_xid(1, 79)  # the whole GPU
+
+    snap = wait_for(source, lambda s: fake.pending_events() == 0 and sum(
+        c.count for d in s.devices for c in d.xid_errors
+    ) == 5)
+
+    assert by_uuid(snap, fake.gpus[0].uuid).xid_errors == (XidCount(13, 2), XidCount(48, 1))
+    assert by_uuid(snap, fake.gpus[1].uuid).xid_errors == (XidCount(79, 1),)
+    assert by_uuid(snap, mig.uuid).xid_errors == (XidCount(43, 1),)
+    assert parts(snap)["xid"]
+
+    # Counters: they keep counting, and stay on a device that went down.
+    fake.inject_xid(0, 13)
+    fake.gpus[0].lost = True
+    snap = wait_for(source, lambda s: s.devices[0].xid_errors[0].count == 3)
+    assert not snap.devices[0].up
+    assert snap.devices[0].xid_errors == (XidCount(13, 3), XidCount(48, 1))
+
+
+def test_gpu_that_cannot_register_events_is_skipped(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    fake.gpus[0].events_supported = False
+    source = make_source()
+    fake.inject_xid(1, 62)
+    snap = wait_for(source, lambda s: bool(s.devices[1].xid_errors))
+    assert snap.devices[1].xid_errors == (XidCount(62, 1),)
+    assert snap.devices[0].up and snap.devices[0].xid_errors == ()
+    assert parts(snap)["xid"]
+
+
+def test_no_event_support_at_all_reports_the_xid_part_failed(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    for gpu in fake.gpus:
+        gpu.events_supported = False
+    snap = make_source().sample()
+    assert snap.source_up and all(d.up for d in snap.devices)
+    assert parts(snap) == {"nvml_devices": True, "nvml_processes": True, "xid": False}
+    assert fake.calls["nvmlEventSetFree"] == 1
+
+
+def test_xid_disabled_starts_no_thread(fake: FakeNvml, make_source: SourceFactory) -> None:
+    snap = make_source(xid_events=False).sample()
+    assert "xid" not in parts(snap)
+    assert fake.calls["nvmlEventSetCreate"] == 0
+
+
+# --- close
+
+
+def test_close_is_idempotent_and_stops_everything(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    source = make_source()
+    assert source.sample().source_up
+    watcher = source._session.xid if source._session else None
+    assert watcher is not None and watcher.alive()
+    started = time.monotonic()
+    source.close()
+    source.close()
+    assert time.monotonic() - started < 1.0
+    assert not watcher.alive()
+    assert fake.calls["nvmlShutdown"] == 1
+    assert fake.calls["nvmlEventSetFree"] == 1
+    assert fake.init_count == 0
+    assert not source.sample().source_up
+    assert fake.calls["nvmlInitWithFlags"] == 1
+
+
+def test_source_satisfies_the_protocol(make_source: SourceFactory) -> None:
+    from gpuscope.exporter.model import Source
+
+    source: Source = make_source()
+    assert source.name == "nvml"
