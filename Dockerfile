@@ -76,5 +76,5 @@ RUN --mount=type=bind,from=deps-exporter,source=/wheels,target=/wheels \
 # The DaemonSet runs this image as UID 0 with every capability dropped (the kubelet's
 # pod-resources socket is root-only); anywhere else it runs as this unprivileged user.
 USER ${APP_UID}:${APP_UID}
-EXPOSE 9400
+EXPOSE 9463
 ENTRYPOINT ["gpuscope-exporter"]

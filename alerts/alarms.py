@@ -35,6 +35,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, TextIO, cast
 
+from gpuscope.exporter.flags import version
+
 PROG = "gpuscope-alarms"
 RUNBOOK = "docs/alerts.md#cloudwatch-alarms"
 PERIOD = 300  # seconds: CloudWatch's standard resolution for alarms on agent metrics
@@ -399,6 +401,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> _Parser:
     p = _Parser(prog=PROG, description="Create or update gpuscope's CloudWatch alarms.")
+    p.add_argument("--version", action="version", version=f"{PROG} {version()}")
     p.add_argument("command", choices=("plan", "apply"),
                    help="plan: show what would change; apply: make the changes")
     p.add_argument("--cluster", required=True, help="cluster name (the ClusterName dimension)")

@@ -121,7 +121,7 @@ def openmetrics(nodes: int, end: float, times: int) -> Iterator[str]:
                 for key in ("uuid", "parent_uuid"):
                     if lab.get(key):
                         lab[key] = f"{lab[key][:-4]}{node_index:04d}"
-                lab.update(node=node, job="gpuscope", instance=f"{node}:9400")
+                lab.update(node=node, job="gpuscope", instance=f"{node}:9463")
                 text = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()))
                 lines = []
                 for k in range(times):

@@ -17,7 +17,7 @@ built beforehand instead.
 Run from the repository root::
 
     python3 -m bench.nvml_c_exporter --gpus 8 --processes-per-gpu 64 -- \
-        --listen 127.0.0.1:9400 --interval 1
+        --listen 127.0.0.1:9463 --interval 1
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ docs/reliability.md).
 
 Run from the repository root (``bench/soak.py`` does)::
 
-    python3 -m bench.soak_exporter --gpus 8 -- --listen 127.0.0.1:9400 --interval 0.1 ...
+    python3 -m bench.soak_exporter --gpus 8 -- --listen 127.0.0.1:9463 --interval 0.1 ...
 """
 
 from __future__ import annotations

@@ -1,4 +1,1 @@
-"""gpuscope dashboard (Dash + plotly).
-
-Built in a later issue; the package exists now so the repository layout is fixed.
-"""
+"""gpuscope dashboard (Dash + plotly): fleet view, starvation and stragglers, idle cost."""

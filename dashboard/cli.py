@@ -2,7 +2,7 @@
 
     gpuscope-dashboard --demo                                  # simulated fleet, no setup
     gpuscope-dashboard --prometheus http://prometheus:9090
-    gpuscope-dashboard --targets http://10.0.0.5:9400/metrics,gpu-b=http://10.0.0.6:9400/metrics
+    gpuscope-dashboard --targets http://10.0.0.5:9463/metrics,gpu-b=http://10.0.0.6:9463/metrics
 
 Every flag can also be set as ``GPUSCOPE_<FLAG>`` (``--prices`` -> ``GPUSCOPE_PRICES``); the
 command line wins. A bad flag, value or price file ends in one ``gpuscope-dashboard: error:``

@@ -554,7 +554,7 @@ class Target:
 def parse_targets(text: str) -> tuple[Target, ...]:
     """``URL[,URL...]``, each optionally ``NODE=URL``.
 
-    Without a ``NODE=`` hint the node is the URL's host (``http://10.0.0.5:9400/metrics``
+    Without a ``NODE=`` hint the node is the URL's host (``http://10.0.0.5:9463/metrics``
     -> ``10.0.0.5``): the exporter does not know its node name as a label (the scrape adds
     it), so name the node when the host is not the Kubernetes node name. A URL without a
     path gets ``/metrics``.
@@ -571,7 +571,7 @@ def parse_targets(text: str) -> tuple[Target, ...]:
             node, url = head.strip(), rest.strip()
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"expected an http(s) URL such as http://10.0.0.5:9400/metrics, "
+            raise ValueError(f"expected an http(s) URL such as http://10.0.0.5:9463/metrics, "
                              f"got {url!r}")
         try:
             parts.port  # noqa: B018 - raises on a bad port

@@ -1,3 +1,5 @@
 """gpuscope exporter: NVML (or simulated) GPU metrics for Prometheus and CloudWatch."""
 
-__version__ = "0.1.0"
+from gpuscope.exporter.flags import version
+
+__version__ = version()

@@ -174,7 +174,7 @@ def names(value: str) -> tuple[str, ...]:
 
 
 _FLAGS: tuple[Flag, ...] = (
-    Flag("--listen", parse_listen, "0.0.0.0:9400",
+    Flag("--listen", parse_listen, "0.0.0.0:9463",
           "HOST:PORT to serve /metrics, /healthz, /readyz"),
     Flag("--interval", positive_seconds, "1", "sampling interval in seconds"),
     Flag("--source", choice("nvml", "simulated"), "nvml", "where samples come from"),

@@ -9,6 +9,7 @@ or variable; :func:`run_main` prints it as ``<prog>: error: ...`` and exits 2.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import signal
@@ -52,13 +53,20 @@ def boolean(value: str) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
-def choice(*options: str) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+class _Choice:
+    """A converter that accepts one of ``options``; ``--help`` lists them."""
+
+    def __init__(self, options: tuple[str, ...]) -> None:
+        self.options = options
+
+    def __call__(self, value: str) -> str:
+        if value not in self.options:
+            raise ValueError(f"expected one of {', '.join(self.options)}, got {value!r}")
         return value
 
-    return check
+
+def choice(*options: str) -> Callable[[str], str]:
+    return _Choice(options)
 
 
 def text(value: str) -> str:
@@ -92,17 +100,30 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(" ".join(message.split()))
 
 
+def version() -> str:
+    """The installed gpuscope distribution's version (pyproject.toml), or ``unknown`` when
+    running from a tree that was never installed."""
+    try:
+        return importlib.metadata.version("gpuscope")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser(
     prog: str, description: str, epilog: str, flags: Sequence[Flag]
 ) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=description, epilog=epilog)
+    parser.add_argument("--version", action="version", version=f"{prog} {version()}")
     for f in flags:
         if f.boolean:
             parser.add_argument(f.flag, dest=f.dest, action=argparse.BooleanOptionalAction,
                                 default=None, help=f"{f.help} [env {f.env}]")
         else:
             default = f"; default {f.default}" if f.default else ""
-            parser.add_argument(f.flag, dest=f.dest, metavar=f.dest.upper(), default=None,
+            # A choice flag shows its choices as argparse does ({nvml,simulated}).
+            metavar = (f"{{{','.join(f.convert.options)}}}" if isinstance(f.convert, _Choice)
+                       else f.dest.upper())
+            parser.add_argument(f.flag, dest=f.dest, metavar=metavar, default=None,
                                 help=f"{f.help} [env {f.env}{default}]")
     return parser
 

@@ -27,9 +27,9 @@ def test_demo_refreshes_faster_unless_told() -> None:
 
 
 def test_targets_flag() -> None:
-    cfg = parse_config(["--targets", "a=http://10.0.0.5:9400/metrics,http://h:9400"], environ={})
-    assert cfg.targets == (Target("http://10.0.0.5:9400/metrics", "a"),
-                           Target("http://h:9400/metrics", "h"))
+    cfg = parse_config(["--targets", "a=http://10.0.0.5:9463/metrics,http://h:9463"], environ={})
+    assert cfg.targets == (Target("http://10.0.0.5:9463/metrics", "a"),
+                           Target("http://h:9463/metrics", "h"))
 
 
 def test_environment_variables_and_flag_precedence() -> None:
@@ -47,7 +47,7 @@ def test_environment_variables_and_flag_precedence() -> None:
     ([], {}, "choose a data source"),
     (["--demo", "--prometheus", "http://p:9090"], {}, "choose one data source"),
     (["--prometheus", "prom:9090"], {}, "--prometheus: expected an http(s) URL"),
-    (["--targets", "10.0.0.5:9400"], {}, "--targets: expected an http(s) URL"),
+    (["--targets", "10.0.0.5:9463"], {}, "--targets: expected an http(s) URL"),
     (["--demo", "--listen", "8050"], {}, "--listen: expected HOST:PORT"),
     (["--demo", "--refresh", "0"], {}, "--refresh: expected a positive number"),
     (["--demo"], {"GPUSCOPE_LISTEN": "nope"}, "GPUSCOPE_LISTEN: expected HOST:PORT"),

@@ -72,13 +72,13 @@ def test_namespace_and_node_validation() -> None:
 
 
 def test_parse_targets() -> None:
-    assert parse_targets("http://10.0.0.5:9400/metrics, gpu-b=http://10.0.0.6:9400") == (
-        Target("http://10.0.0.5:9400/metrics", "10.0.0.5"),
-        Target("http://10.0.0.6:9400/metrics", "gpu-b"),
+    assert parse_targets("http://10.0.0.5:9463/metrics, gpu-b=http://10.0.0.6:9463") == (
+        Target("http://10.0.0.5:9463/metrics", "10.0.0.5"),
+        Target("http://10.0.0.6:9463/metrics", "gpu-b"),
     )
     # A query string with '=' is not a node hint.
     assert parse_targets("http://h:1/metrics?a=b")[0].node == "h"
-    for bad in ("", "10.0.0.5:9400", "ftp://h/metrics", "http://h:99999/", 'a"b=http://h:1/',
+    for bad in ("", "10.0.0.5:9463", "ftp://h/metrics", "http://h:99999/", 'a"b=http://h:1/',
                 "http://h:1/m,http://h:1/m"):
         with pytest.raises(ValueError):
             parse_targets(bad)

@@ -305,7 +305,7 @@ def test_exporter_env_is_valid_exporter_configuration(name: str) -> None:
     """Every GPUSCOPE_* variable is a real flag with a value the exporter accepts."""
     env = {k: v for k, v in _env(exporter_container(render(name))).items() if isinstance(v, str)}
     config = parse_config([], environ={**env, "NODE_NAME": "node-1"}, hostname=lambda: "unused")
-    assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9400)
+    assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9463)
     assert config.source == "nvml"
     assert config.node_name == "node-1"
 
@@ -325,7 +325,7 @@ def test_probes(name: str) -> None:
     objs = render(name)
     c = exporter_container(objs)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": 9400}
+    assert ports == {"metrics": 9463}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     for d in containers(one(objs, "Deployment", "gpuscope-dashboard")):
@@ -412,7 +412,7 @@ def test_service_exposes_metrics_port_of_the_exporter_pods(name: str) -> None:
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["ports"] == [
-        {"name": "metrics", "port": 9400, "targetPort": "metrics", "protocol": "TCP"}]
+        {"name": "metrics", "port": 9463, "targetPort": "metrics", "protocol": "TCP"}]
 
 
 def _monitor_endpoints(name: str) -> list[tuple[Obj, Obj]]:

@@ -11,7 +11,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[n
 
 def test_defaults() -> None:
     cfg = parse([])
-    assert (cfg.listen_host, cfg.listen_port) == ("0.0.0.0", 9400)
+    assert (cfg.listen_host, cfg.listen_port) == ("0.0.0.0", 9463)
     assert cfg.interval == 1.0
     assert cfg.source == "nvml"
     assert cfg.node_name == "host-from-uname"
@@ -96,7 +96,7 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         (["--interval", "abc"], {}, "--interval: expected a number of seconds"),
         (["--interval", "-1"], {}, "--interval: expected a positive number"),
         (["--interval", "nan"], {}, "--interval: expected a positive number"),
-        (["--listen", "9400"], {}, "--listen: expected HOST:PORT"),
+        (["--listen", "9463"], {}, "--listen: expected HOST:PORT"),
         (["--listen", "0.0.0.0:70000"], {}, "--listen: port must be 0..65535"),
         (["--source", "dcgm"], {}, "--source: expected one of nvml, simulated"),
         ([], {"GPUSCOPE_INTERVAL": "soon"}, "GPUSCOPE_INTERVAL: expected a number"),
@@ -131,5 +131,5 @@ def test_bad_values_give_one_line(argv: list[str], env: dict[str, str], fragment
 
 
 def test_ipv6_and_all_interfaces() -> None:
-    assert parse(["--listen", "[::1]:9400"]).listen_host == "::1"
+    assert parse(["--listen", "[::1]:9463"]).listen_host == "::1"
     assert parse(["--listen", ":9500"]).listen_host == "0.0.0.0"

@@ -1,6 +1,13 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
 import pytest
+
+from gpuscope.exporter.config import build_parser as exporter_parser
 
 from gpuscope.exporter.flags import (
     ConfigError,
@@ -12,6 +19,7 @@ from gpuscope.exporter.flags import (
     read_flags,
     run_main,
 )
+from tests.conftest import REPO
 
 FLAGS = (
     Flag("--wait", positive_seconds, "5", "seconds"),
@@ -58,3 +66,21 @@ def test_run_main_turns_errors_into_one_line_and_exit_2(
 
     assert run_main("prog", lambda a: "cfg", lambda c: "info", start, []) == 2
     assert capsys.readouterr().err == "prog: error: cannot listen on 127.0.0.1:1: denied\n"
+
+
+@pytest.mark.parametrize("command", ["gpuscope-exporter", "gpuscope-dashboard",
+                                     "gpuscope-alarms"])
+def test_every_command_has_version(command: str) -> None:
+    script = Path(sys.executable).parent / command
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0, f"{command} {declared}\n", "")
+
+
+def test_help_lists_the_choices() -> None:
+    text = exporter_parser().format_help()
+    assert "--source {nvml,simulated}" in text
+    assert "--log-level {debug,info,warning,error}" in text
+    assert "--version" in text

@@ -58,7 +58,7 @@ def check(parse: Callable[[Sequence[str], Mapping[str, str]], object], argv: Seq
 EDGES = st.sampled_from([
     "", " ", "0", "1", "-1", "1e309", "-0", "nan", "NaN", "inf", "-inf", "0x10", "1_000",
     "3600", "3600.0001", "86401", "true", "false", "yes", "on", "off", "maybe", "TRUE ",
-    "127.0.0.1:9400", ":9400", ":99999", ":-1", "[::1]:80", "::1", "[::1", "host:", ":²",
+    "127.0.0.1:9463", ":9463", ":99999", ":-1", "[::1]:80", "::1", "[::1", "host:", ":²",
     ":" + "9" * 5000, "9" * 400, "http://x:1", "https://x", "http://[::1", "http://x:99999",
     "http://x:port", "ftp://x", "http://\uff03x/", "http://", "a=http://x:1/m", "=http://x",
     "http://x:1/,http://x:1/", ",", "a/b,c", "vendor.com/gpu,*", "us-east-1", "US-EAST-1",
