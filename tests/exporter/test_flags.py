@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from gpuscope.exporter.config import build_parser as exporter_parser
-
 from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
