@@ -43,13 +43,13 @@ from gpuscope.dashboard import callbacks, ids
 from gpuscope.dashboard.data import (
     InvalidFilter,
     PrometheusData,
-    _any_of,
     make_window,
     selector,
     validate_namespace,
     validate_node,
     validate_pod,
 )
+from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.service import WINDOWS, DashboardService
 from tests.fuzz._profile import fuzz
@@ -198,7 +198,7 @@ def test_selector_keeps_any_value_inside_one_literal(value: str, name: str) -> N
 @fuzz(300)
 @given(values=st.lists(STRINGS, min_size=1, max_size=5))
 def test_regex_matcher_matches_exactly_the_values(values: list[str]) -> None:
-    skel, lits = tokenize(f'x{{uuid=~"{_any_of(values)}"}}')
+    skel, lits = tokenize(f'x{{uuid=~"{any_of(values)}"}}')
     assert skel == 'x{uuid=~""}' and len(lits) == 1
     assert regex_alternatives(lits[0].value) == values
 

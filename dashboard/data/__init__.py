@@ -1,0 +1,47 @@
+"""Data access: the only package that talks to Prometheus or scrapes exporters.
+
+One module per data mode, all behind the :class:`~gpuscope.dashboard.data.source.DataSource`
+protocol and all returning the same :class:`~gpuscope.dashboard.series.FleetData` /
+``NodeDetail`` / ``PodDetail``:
+
+- :mod:`.prometheus` (``--prometheus URL``): any Prometheus-compatible HTTP API, every
+  aggregation server-side;
+- :mod:`.embedded` (``--targets URL,...``): scrapes exporters directly into a bounded window;
+- the demo (``--demo``, :mod:`gpuscope.dashboard.demo`) runs simulated exporters in-process
+  and an embedded data source on them.
+
+:mod:`.source` holds what they share (protocol, errors, name validation, windows) and
+:mod:`.promql` the escaping that keeps user input from changing a query.
+"""
+
+from gpuscope.dashboard.data.embedded import EmbeddedData, Sample, Target, parse_targets
+from gpuscope.dashboard.data.prometheus import PrometheusData
+from gpuscope.dashboard.data.promql import escape_label_value, selector
+from gpuscope.dashboard.data.source import (
+    INFO_LOOKBACK,
+    DataError,
+    DataSource,
+    InvalidFilter,
+    make_window,
+    validate_namespace,
+    validate_node,
+    validate_pod,
+)
+
+__all__ = [
+    "INFO_LOOKBACK",
+    "DataError",
+    "DataSource",
+    "EmbeddedData",
+    "InvalidFilter",
+    "PrometheusData",
+    "Sample",
+    "Target",
+    "escape_label_value",
+    "make_window",
+    "parse_targets",
+    "selector",
+    "validate_namespace",
+    "validate_node",
+    "validate_pod",
+]

@@ -1,0 +1,516 @@
+"""``--targets URL,...`` (and the demo): scrape exporters directly.
+
+The samples go into a bounded in-memory window (one ring per series, bounded by age and by
+point count, and a cap on the number of series), with the ``node`` label the exporter leaves
+to the scraper added here."""
+
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuscope.dashboard.data.source import (
+    INFO_LOOKBACK,
+    InvalidFilter,
+    make_window,
+    validate_namespace,
+    validate_node,
+    validate_pod,
+)
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    FleetData,
+    GpuInfo,
+    GpuRef,
+    NodeDetail,
+    NodeInfo,
+    PodDetail,
+    PodInfo,
+    PodKey,
+    Series,
+    UtilStats,
+    Window,
+)
+
+log = logging.getLogger(__name__)
+
+# -- embedded scraping -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An exporter to scrape; ``node`` is the value of the ``node`` label its series get."""
+
+    url: str
+    node: str
+
+
+def parse_targets(text: str) -> tuple[Target, ...]:
+    """``URL[,URL...]``, each optionally ``NODE=URL``.
+
+    Without a ``NODE=`` hint the node is the URL's host (``http://10.0.0.5:9463/metrics``
+    -> ``10.0.0.5``): the exporter does not know its node name as a label (the scrape adds
+    it), so name the node when the host is not the Kubernetes node name. A URL without a
+    path gets ``/metrics``.
+    """
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError("expected one or more exporter URLs")
+    targets: list[Target] = []
+    for item in items:
+        node: str | None = None
+        url = item
+        head, sep, rest = item.partition("=")
+        if sep and "://" not in head:
+            node, url = head.strip(), rest.strip()
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http(s) URL such as http://10.0.0.5:9463/metrics, "
+                             f"got {url!r}")
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise ValueError(f"bad port in {url!r}") from None
+        if not parts.path or parts.path == "/":
+            url = urllib.parse.urlunsplit(parts._replace(path="/metrics"))
+        try:
+            node = validate_node(node if node is not None else parts.hostname)
+        except InvalidFilter as exc:
+            raise ValueError(f"{item!r}: {exc}") from None
+        if any(t.url == url for t in targets):
+            raise ValueError(f"duplicate target {url!r}")
+        targets.append(Target(url=url, node=node))
+    return tuple(targets)
+
+
+# Series the embedded store keeps as time series, and those it keeps as "last seen" only.
+RING_METRICS = frozenset({
+    "gpu_utilization_ratio", "gpu_memory_used_bytes", "container_gpu_allocated",
+    "container_gpu_utilization_ratio", "container_gpu_memory_used_bytes",
+})
+Labels = tuple[tuple[str, str], ...]
+
+INFO_METRICS = frozenset({"gpu_info", "gpu_node_info", "gpu_pod_info"})
+
+Sample = tuple[str, Mapping[str, str], float]
+
+
+class _Ring:
+    """Times and values of one series in two float arrays (16 bytes a point), oldest first."""
+
+    __slots__ = ("times", "values")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.values = array("d")
+
+    def append(self, t: float, v: float, capacity: int) -> None:
+        if self.times and t <= self.times[-1]:
+            return  # out of order or repeated: keep the series monotonic
+        self.times.append(t)
+        self.values.append(v)
+        excess = len(self.times) - capacity
+        if excess > max(1, capacity // 8):  # trim in chunks: amortised O(1)
+            del self.times[:excess]
+            del self.values[:excess]
+
+    def trim_before(self, t: float) -> None:
+        i = bisect.bisect_left(self.times, t)
+        if i:
+            del self.times[:i]
+            del self.values[:i]
+
+    def points(self, after: float, until: float, capacity: int) -> tuple[list[float], list[float]]:
+        """Points with ``after < t <= until`` among the newest ``capacity``."""
+        lo = max(bisect.bisect_right(self.times, after), len(self.times) - capacity)
+        hi = bisect.bisect_right(self.times, until)
+        return list(self.times[lo:hi]), list(self.values[lo:hi])
+
+
+def _bucket(
+    times: Sequence[float], values: Sequence[float], evals: Sequence[float], rng: float,
+    how: Callable[[Sequence[float]], float],
+) -> Series:
+    """Per evaluation time ``e``, ``how`` of the values in ``(e - rng, e]`` (like
+    ``*_over_time(x[rng])`` in a range query); times without samples are left out."""
+    out_t: list[float] = []
+    out_v: list[float] = []
+    for e in evals:
+        lo = bisect.bisect_right(times, e - rng)
+        hi = bisect.bisect_right(times, e)
+        if hi > lo:
+            out_t.append(e)
+            out_v.append(how(values[lo:hi]))
+    return Series(tuple(out_t), tuple(out_v))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _stats(values: Sequence[float], memory: float) -> UtilStats:
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / n
+    return UtilStats(mean, math.sqrt(var), n, memory)
+
+
+@dataclass(slots=True)
+class _TargetState:
+    target: Target
+    last_success: float | None = None
+    last_error: str = ""
+
+
+class EmbeddedData:
+    """Scrapes exporters every ``interval`` seconds into a bounded in-memory store.
+
+    Bounds: each series keeps at most ``capacity`` points and none older than ``max_age``
+    seconds; at most ``max_series`` series are kept (new ones beyond that are dropped and
+    counted). Memory is about 16 bytes x points x series, e.g. 2,000 series x 1,440 points
+    = 46 MB at worst. History starts empty: verdicts say how much they rest on.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        *,
+        interval: float = 15.0,
+        capacity: int = 1440,
+        max_age: float = 7 * 86400.0,
+        max_series: int = 20000,
+        max_points: int = 120,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        label: str | None = None,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self.targets = tuple(targets)
+        self.interval = interval
+        self.capacity = capacity
+        self.max_age = max_age
+        self.max_series = max_series
+        self.max_points = max_points
+        self.timeout = timeout
+        self._clock = clock
+        self._label = label
+        self._lock = threading.Lock()
+        self._rings: dict[tuple[str, Labels], _Ring] = {}
+        self._info: dict[tuple[str, Labels], float] = {}
+        self._first: float | None = None
+        self.dropped_series = 0
+        self._state = {t.url: _TargetState(t) for t in self.targets}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, min(16, len(self.targets))), thread_name_prefix="scrape"
+        )
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    @property
+    def description(self) -> str:
+        if self._label:
+            return self._label
+        n = len(self.targets)
+        return f"embedded scraping of {n} exporter{'s' if n != 1 else ''}"
+
+    # -- ingest ----------------------------------------------------------------------------
+    def ingest(self, node: str, samples: Iterable[Sample], timestamp: float) -> None:
+        """Store one scrape's samples of ``node`` taken at ``timestamp``."""
+        with self._lock:
+            if self._first is None or timestamp < self._first:
+                self._first = timestamp
+            for name, labels, value in samples:
+                if name in INFO_METRICS:
+                    key = (name, self._key(labels, node))
+                    self._info[key] = max(timestamp, self._info.get(key, 0.0))
+                    continue
+                if name not in RING_METRICS or math.isnan(value):
+                    continue
+                key = (name, self._key(labels, node))
+                ring = self._rings.get(key)
+                if ring is None:
+                    if len(self._rings) >= self.max_series:
+                        self.dropped_series += 1
+                        continue
+                    ring = self._rings[key] = _Ring()
+                ring.append(timestamp, value, self.capacity)
+
+    @staticmethod
+    def _key(labels: Mapping[str, str], node: str) -> Labels:
+        return tuple(sorted({**labels, "node": node}.items()))
+
+    def ingest_text(self, node: str, text: str, timestamp: float) -> None:
+        """Store one scrape in the Prometheus text format."""
+        samples = [
+            (s.name, s.labels, s.value)
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+        self.ingest(node, samples, timestamp)
+
+    def expire(self, now: float) -> None:
+        """Drop points older than ``max_age`` and series left without points."""
+        cutoff = now - self.max_age
+        with self._lock:
+            for key in list(self._rings):
+                ring = self._rings[key]
+                ring.trim_before(cutoff)
+                if not ring.times:
+                    del self._rings[key]
+            for key, seen in list(self._info.items()):
+                if seen < cutoff:
+                    del self._info[key]
+            if self._first is not None and self._first < cutoff:
+                self._first = cutoff
+
+    # -- scraping --------------------------------------------------------------------------
+    def scrape_once(self) -> None:
+        """Scrape every target once (concurrently) and store what came back."""
+        futures = [self._pool.submit(self._scrape, t) for t in self.targets]
+        for f in futures:
+            f.result()
+        self.expire(self._clock())
+
+    def _scrape(self, target: Target) -> None:
+        state = self._state[target.url]
+        started = self._clock()
+        try:
+            req = urllib.request.Request(target.url, headers={"Accept": "text/plain"})
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                text = resp.read().decode("utf-8")
+            self.ingest_text(target.node, text, started)
+        except Exception as exc:  # any failure marks the target down; the loop goes on
+            state.last_error = str(getattr(exc, "reason", exc)) or type(exc).__name__
+            log.debug("scrape of %s failed: %s", target.url, state.last_error)
+            return
+        state.last_success = started
+        state.last_error = ""
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="gpuscope-scrape", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self.scrape_once()
+            except Exception:
+                log.exception("scrape round failed")
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 1)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def target_notes(self, now: float) -> tuple[str, ...]:
+        down = []
+        for state in self._state.values():
+            stale = state.last_success is None or now - state.last_success > 3 * self.interval
+            if stale and (state.last_error or state.last_success is not None):
+                down.append(f"{state.target.node} ({state.target.url}): "
+                            f"{state.last_error or 'no recent scrape'}")
+        notes = []
+        if down:
+            notes.append(f"{len(down)} of {len(self.targets)} exporters not answering: "
+                         + "; ".join(down))
+        if self.dropped_series:
+            notes.append(f"{self.dropped_series} series dropped (more than "
+                         f"{self.max_series} series)")
+        return tuple(notes)
+
+    # -- queries ---------------------------------------------------------------------------
+    def window(self, window_seconds: float) -> Window:
+        return make_window(window_seconds, self._clock(), min_step=self.interval,
+                           max_points=self.max_points)
+
+    def _select(
+        self, name: str, window: Window, rng: float, **match: str
+    ) -> list[tuple[dict[str, str], list[float], list[float]]]:
+        """Points of the ``name`` series matching ``match`` in ``(start - rng, end]``."""
+        out = []
+        with self._lock:
+            for (metric, labels), ring in self._rings.items():
+                if metric != name:
+                    continue
+                lab = dict(labels)
+                if any(lab.get(k) != v for k, v in match.items()):
+                    continue
+                times, values = ring.points(window.start - rng, window.end, self.capacity)
+                if times:
+                    out.append((lab, times, values))
+        return out
+
+    def _infos(self, name: str, since: float) -> list[dict[str, str]]:
+        with self._lock:
+            return [dict(labels) for (metric, labels), seen in self._info.items()
+                    if metric == name and seen >= since]
+
+    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
+        if namespace is not None:
+            namespace = validate_namespace(namespace)
+        window = self.window(window_seconds)
+        rng = max(window.step, 2 * self.interval)
+        evals = window.times()
+        lookback = window.end - max(INFO_LOOKBACK, 3 * self.interval)
+
+        gpus = {}
+        for lab in self._infos("gpu_info", lookback):
+            info = GpuInfo(lab["node"], lab.get("gpu", ""), lab.get("uuid", ""),
+                           lab.get("model", ""), lab.get("parent_uuid", ""),
+                           lab.get("mig_profile", ""))
+            gpus[info.ref] = info
+        nodes = {
+            lab["node"]: NodeInfo(lab["node"], lab.get("instance_type", ""), lab.get("zone", ""),
+                                  lab.get("capacity_type", ""))
+            for lab in self._infos("gpu_node_info", lookback)
+        }
+
+        def gref(lab: Mapping[str, str]) -> GpuRef:
+            return GpuRef(lab["node"], lab.get("uuid", ""))
+
+        def cref(lab: Mapping[str, str]) -> ContainerRef:
+            return ContainerRef(lab["node"], lab.get("namespace", ""), lab.get("pod", ""),
+                                lab.get("container", ""), lab.get("uuid", ""))
+
+        busy_max: dict[GpuRef, Series] = {}
+        gpu_mean: dict[GpuRef, float] = {}
+        step_mean: dict[GpuRef, Series] = {}
+        gpu_now: dict[GpuRef, float] = {}
+        for lab, times, values in self._select("gpu_utilization_ratio", window, rng):
+            ref = gref(lab)
+            busy_max[ref] = series = _bucket(times, values, evals, rng, max)
+            if series.times and series.times[-1] >= window.end - 1e-9:
+                gpu_now[ref] = series.values[-1]
+            step_mean[ref] = _bucket(times, values, evals, rng, _mean)
+            lo = bisect.bisect_right(times, window.start)
+            if lo < len(times):
+                gpu_mean[ref] = _mean(values[lo:])
+
+        holders: dict[GpuRef, set[ContainerRef]] = {}
+        alloc_points: dict[GpuRef, tuple[list[float], list[float]]] = {}
+        for lab, times, values in self._select("container_gpu_allocated", window, rng):
+            holder = cref(lab)
+            if holder.namespace:
+                holders.setdefault(holder.gpu, set()).add(holder)
+            merged = alloc_points.setdefault(holder.gpu, ([], []))
+            merged[0].extend(times)
+            merged[1].extend(values)
+        allocated = {}
+        for gpu, (times, values) in alloc_points.items():
+            order = sorted(range(len(times)), key=times.__getitem__)
+            allocated[gpu] = _bucket([times[i] for i in order], [values[i] for i in order],
+                                     evals, rng, max)
+        shared = {g for g, refs in holders.items() if len(refs) >= 2}
+
+        containers: dict[ContainerRef, Series] = {}
+        raw: dict[ContainerRef, list[float]] = {}
+        for lab, times, values in self._select("container_gpu_utilization_ratio", window, rng):
+            user = cref(lab)
+            if not user.namespace:
+                continue
+            containers[user] = _bucket(times, values, evals, rng, _mean)
+            lo = bisect.bisect_right(times, window.start)
+            if lo < len(times):
+                raw[user] = values[lo:]
+        if namespace is not None:
+            touched = {ref.gpu for ref in containers if ref.namespace == namespace}
+            containers = {ref: s for ref, s in containers.items() if ref.gpu in touched}
+        memory: dict[ContainerRef, float] = {}
+        for lab, times, values in self._select("container_gpu_memory_used_bytes", window, rng):
+            lo = bisect.bisect_right(times, window.start)
+            if lo < len(times):
+                memory[cref(lab)] = max(values[lo:])
+        stats = {
+            ref: _stats(values, memory.get(ref, 0.0)) for ref, values in raw.items()
+            if namespace is None or ref.namespace == namespace
+        }
+        pods = {}
+        for lab in self._infos("gpu_pod_info", window.start):
+            if namespace is not None and lab.get("namespace") != namespace:
+                continue
+            key = PodKey(lab["node"], lab.get("namespace", ""), lab.get("pod", ""))
+            pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+
+        with self._lock:
+            first = self._first
+        history_start = window.end if first is None else max(window.start, first)
+        return FleetData(
+            window=window,
+            history_start=history_start,
+            gpus=gpus,
+            nodes=nodes,
+            gpu_busy_max=busy_max,
+            gpu_now=gpu_now,
+            gpu_mean=gpu_mean,
+            gpu_step_mean={g: s for g, s in step_mean.items() if g in shared},
+            allocated=allocated,
+            containers=containers,
+            container_stats=stats,
+            pods=pods,
+            queries=0,
+            notes=self.target_notes(window.end),
+        )
+
+    def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
+        node = validate_node(node)
+        window = self.window(window_seconds)
+        rng = max(window.step, 2 * self.interval)
+        evals = window.times()
+        index = {lab.get("uuid", ""): lab.get("gpu", "")
+                 for lab in self._infos("gpu_info", window.start) if lab["node"] == node}
+
+        def by_gpu(name: str) -> dict[str, Series]:
+            return {lab.get("gpu", ""): _bucket(t, v, evals, rng, _mean)
+                    for lab, t, v in self._select(name, window, rng, node=node)}
+
+        containers = {}
+        for lab, t, v in self._select("container_gpu_utilization_ratio", window, rng, node=node):
+            if not lab.get("namespace"):
+                continue
+            gpu = index.get(lab.get("uuid", ""), lab.get("uuid", "")[-8:])
+            name = f"{lab['namespace']}/{lab.get('pod')}/{lab.get('container')} (GPU {gpu})"
+            containers[name] = _bucket(t, v, evals, rng, _mean)
+        return NodeDetail(node=node, window=window,
+                          utilization=by_gpu("gpu_utilization_ratio"),
+                          memory_used=by_gpu("gpu_memory_used_bytes"),
+                          containers=containers)
+
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+        namespace, pod = validate_namespace(namespace), validate_pod(pod)
+        window = self.window(window_seconds)
+        rng = max(window.step, 2 * self.interval)
+        evals = window.times()
+        index = {(lab["node"], lab.get("uuid", "")): lab.get("gpu", "")
+                 for lab in self._infos("gpu_info", window.start)}
+
+        def series(name: str) -> dict[str, Series]:
+            out = {}
+            for lab, t, v in self._select(name, window, rng, namespace=namespace, pod=pod):
+                gpu = index.get((lab["node"], lab.get("uuid", "")), "?")
+                out[f"{lab.get('container')} ({lab['node']} GPU {gpu})"] = _bucket(
+                    t, v, evals, rng, _mean)
+            return out
+
+        return PodDetail(namespace=namespace, pod=pod, window=window,
+                         utilization=series("container_gpu_utilization_ratio"),
+                         memory_used=series("container_gpu_memory_used_bytes"))

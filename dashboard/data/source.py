@@ -1,0 +1,91 @@
+"""What every data mode shares: the :class:`DataSource` protocol the views call, its errors,
+the validation of user-given names, and the window arithmetic."""
+
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Protocol
+
+from gpuscope.dashboard.series import (
+    FleetData,
+    NodeDetail,
+    PodDetail,
+    Window,
+)
+
+INFO_LOOKBACK = 300.0  # like Prometheus' lookback delta: an info series older than this is gone
+
+
+class DataError(Exception):
+    """The backend failed (unreachable, slow, an error answer); ``str()`` is one line."""
+
+
+class InvalidFilter(ValueError):
+    """A filter value (namespace, node, pod) that is not a valid Kubernetes name."""
+
+
+
+# -- names ---------------------------------------------------------------------------
+
+# Kubernetes names: a namespace is a DNS label; pods and nodes are DNS subdomains. Node names
+# from --targets hints may also be IP addresses (v4 or v6) or upper case host names.
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_POD = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NODE = re.compile(r"^[A-Za-z0-9:]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$")
+
+def validate_namespace(value: str) -> str:
+    value = value.strip()
+    if not _NAMESPACE.match(value):
+        raise InvalidFilter(f"not a Kubernetes namespace name: {value[:80]!r}")
+    return value
+
+
+def validate_pod(value: str) -> str:
+    value = value.strip()
+    if not _POD.match(value):
+        raise InvalidFilter(f"not a Kubernetes pod name: {value[:80]!r}")
+    return value
+
+
+def validate_node(value: str) -> str:
+    value = value.strip()
+    if not _NODE.match(value):
+        raise InvalidFilter(f"not a node name: {value[:80]!r}")
+    return value
+
+
+# -- windows ---------------------------------------------------------------------------------
+
+
+def make_window(
+    window_seconds: float, end: float, *, min_step: float, max_points: int
+) -> Window:
+    """A window whose step divides it evenly: ``window / n`` with ``n`` <= ``max_points``
+    steps of at least ``min_step`` seconds (Prometheus' and our buckets then coincide)."""
+    if window_seconds <= 0:
+        raise ValueError("window must be positive")
+    n = max(1, min(max_points, math.floor(window_seconds / min_step)))
+    end = round(end, 3)  # whole milliseconds: the resolution of Prometheus' timestamps
+    return Window(start=end - window_seconds, end=end, step=window_seconds / n)
+
+
+# -- the protocol ----------------------------------------------------------------------------
+
+
+class DataSource(Protocol):
+    """What the views need, whatever the backend."""
+
+    @property
+    def description(self) -> str: ...
+
+    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData: ...
+
+    def node_detail(self, node: str, window_seconds: float) -> NodeDetail: ...
+
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail: ...
+
+    def close(self) -> None: ...
+
+
