@@ -21,10 +21,10 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuscope.exporter.sinks.prometheus import server as server_module
 from gpuscope.exporter.cli import build_tls
 from gpuscope.exporter.config import ConfigError, parse_config
 from gpuscope.exporter.flags import StartupError
+from gpuscope.exporter.sinks.prometheus import server as server_module
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sinks.prometheus.server import ExporterServer, TLSError, tls_context
 from tests.conftest import REPO, ExporterProcess, free_port, wait_for
