@@ -36,10 +36,10 @@ from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sources.scenario import (
     Scenario,
     ScenarioError,
-    _Loader,
     scenario_from_dict,
     scenario_from_yaml,
 )
+from gpuscope.exporter.sources.scenario.load import _Loader
 from gpuscope.exporter.sources.simulated import SimulatedSource
 from tests.conftest import REPO
 from tests.fuzz._profile import fuzz

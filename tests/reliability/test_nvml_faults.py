@@ -226,7 +226,8 @@ def test_xid_storm_counts_exactly_without_disturbing_sampling(
     assert fake.init_count == 0
     # The log is not flooded: the first events one by one, the rest summed up in one line
     # (here when the thread stops; in a long storm once a minute).
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("gpuscope.exporter.sources.nvml")]
+    lines = [r.getMessage() for r in caplog.records
+             if r.name.startswith("gpuscope.exporter.sources.nvml")]
     one_by_one = [m for m in lines if m.startswith("XID ")]
     summary = [m for m in lines if "more XID events" in m]
     assert len(one_by_one) == 10, lines[:20]

@@ -1,0 +1,175 @@
+"""XID critical errors: counted per (device, XID code) by a daemon thread waiting on NVML
+events, and logged without flooding the log during an XID storm."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from gpuscope.exporter.model import XidCount
+from gpuscope.exporter.sources.nvml import calls
+from gpuscope.exporter.sources.nvml.calls import Fault, NvmlFault, handle_key, read
+
+log = logging.getLogger(__name__)
+
+# After an unexpected event-wait error, pause before waiting again so the thread never spins.
+_XID_ERROR_PAUSE_SECONDS = 1.0
+# XID events logged one by one per window; beyond that (an XID storm can be thousands a
+# second) they are only counted, and one line per window sums up what was not logged.
+_XID_LOG_BURST = 10
+_XID_LOG_WINDOW_SECONDS = 60.0
+
+
+class XidCounts:
+    """XID events per (device UUID, XID code) since the source was created. Written by the
+    event thread, read by the sampler thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, int], int] = {}
+
+    def add(self, uuid: str, xid: int) -> None:
+        with self._lock:
+            self._counts[(uuid, xid)] = self._counts.get((uuid, xid), 0) + 1
+
+    def by_device(self) -> dict[str, tuple[XidCount, ...]]:
+        with self._lock:
+            items = sorted(self._counts.items())
+        grouped: dict[str, list[XidCount]] = {}
+        for (uuid, xid), count in items:
+            grouped.setdefault(uuid, []).append(XidCount(xid=xid, count=count))
+        return {uuid: tuple(counts) for uuid, counts in grouped.items()}
+
+
+class XidWatcher:
+    """Waits for XID critical-error events on one NVML event set in a daemon thread.
+
+    An event names the physical GPU's handle and, under MIG, the GPU instance it hit; it is
+    counted for that MIG slice when the instance is known, else for the GPU.
+    """
+
+    def __init__(
+        self,
+        event_set: object,
+        gpus: dict[int, str],
+        mig_slices: dict[tuple[int, int], str],
+        counts: XidCounts,
+        wait_timeout_ms: int,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.event_set = event_set
+        self._gpus = gpus
+        self._mig_slices = mig_slices
+        self._counts = counts
+        self._wait_timeout_ms = wait_timeout_ms
+        self._log = XidLog(monotonic)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuscope-nvml-xid", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float) -> bool:
+        """Ask the thread to stop and wait for it; True when it has ended."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        failing = False  # log the first of a run of failures only
+        while not self._stop.is_set():
+            try:
+                event = read(calls.wait_xid, self.event_set, self._wait_timeout_ms)
+            except NvmlFault as fault:
+                if fault.fault is Fault.DRIVER:
+                    # The sampler notices too, shuts NVML down and starts a new watcher.
+                    log.warning("XID event thread stopping: %s", fault.error)
+                    return
+                if not failing:
+                    log.warning("waiting for XID events failed: %s", fault.error)
+                failing = True
+                self._stop.wait(_XID_ERROR_PAUSE_SECONDS)
+                continue
+            except Exception:  # a bug must not end XID counting silently
+                if not failing:
+                    log.exception("XID event thread error")
+                failing = True
+                self._stop.wait(_XID_ERROR_PAUSE_SECONDS)
+                continue
+            failing = False
+            if event is not None:
+                self._count(*event)
+            else:
+                self._log.flush()  # a quiet moment: sum up a storm that has ended
+        self._log.flush(force=True)
+
+    def _count(self, handle: object, xid: int, gpu_instance_id: int) -> None:
+        key = handle_key(handle)
+        uuid = self._mig_slices.get((key, gpu_instance_id)) or self._gpus.get(key)
+        if uuid is None:
+            # A handle we did not enumerate (should not happen): ask NVML who it is.
+            try:
+                uuid = read(calls.uuid, handle)
+            except NvmlFault:
+                uuid = None
+        if uuid is None:
+            self._log.event(xid, None)
+            return
+        self._counts.add(uuid, xid)
+        self._log.event(xid, uuid)
+
+
+class XidLog:
+    """Logs XID events one by one up to ``_XID_LOG_BURST`` per ``_XID_LOG_WINDOW_SECONDS``;
+    the rest of a window are summed up in one line when it ends, so an XID storm (thousands
+    of events a second) neither floods the log nor costs the event thread more than
+    counting them does. The counts themselves (``gpu_xid_errors_total``) are never limited.
+    Used by the event thread only."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self._monotonic = monotonic
+        self._window_start: float | None = None
+        self._logged = 0
+        self._suppressed: dict[tuple[str, int], int] = {}  # (uuid or "", xid) -> events
+
+    def event(self, xid: int, uuid: str | None) -> None:
+        self.flush()
+        if self._window_start is None:
+            self._window_start = self._monotonic()
+        if self._logged < _XID_LOG_BURST:
+            self._logged += 1
+            if uuid is None:
+                log.warning("XID %d on an unknown device, not counted", xid)
+            else:
+                log.warning("XID %d on %s", xid, uuid)
+            return
+        key = (uuid or "", xid)
+        self._suppressed[key] = self._suppressed.get(key, 0) + 1
+
+    def flush(self, *, force: bool = False) -> None:
+        """End the window once it is over (or now, with ``force``), logging the summary of
+        the events it did not log one by one."""
+        start = self._window_start
+        if start is None:
+            return
+        elapsed = self._monotonic() - start
+        if not force and elapsed < _XID_LOG_WINDOW_SECONDS:
+            return
+        if self._suppressed:
+            detail = ", ".join(
+                f"XID {xid} on {uuid or 'an unknown device'}: {n}"
+                for (uuid, xid), n in sorted(self._suppressed.items())
+            )
+            log.warning(
+                "%d more XID events in %.0f s, not logged one by one (%s)",
+                sum(self._suppressed.values()), elapsed, detail,
+            )
+        self._window_start = None
+        self._logged = 0
+        self._suppressed = {}
