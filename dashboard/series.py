@@ -145,13 +145,58 @@ class UtilStats:
 
 
 @dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a straggler's cause may show, over the last ``seconds`` of the window: throttle
+    seconds per second by reason (``rate(gpu_throttle_seconds_total)``), and the mean SM
+    clock (Hz) and temperature (C). None where the device does not report it."""
+
+    throttle: Mapping[str, float] = field(default_factory=dict)
+    sm_clock_hertz: float | None = None
+    temperature_celsius: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkSignals:
+    """The work signals of DESIGN.md per device, one point per step, each the *mean over the
+    step* from ``rate()`` of its counter (never an average of scraped gauges):
+
+    - ``utilization``: ``rate(gpu_busy_seconds_total)``, else the mean of
+      ``gpu_utilization_ratio`` where a device has no busy counter;
+    - ``sm``, ``tensor``, ``dram``: ``rate(gpu_{sm,tensor,dram}_active_seconds_total)`` (GPM);
+    - ``power``: watts, ``rate(gpu_energy_joules_total)``, else the mean of ``gpu_power_watts``;
+    - ``power_limit``: each device's latest ``gpu_power_limit_watts``;
+    - ``gpm``: the devices that have GPM series in the window (the others are judged by the
+      fallbacks: power for spinning and slow ranks, processes for MIG slices);
+    - ``throttle``: per device and reason, ``rate(gpu_throttle_seconds_total)``.
+
+    The Prometheus mode sends a value only at the steps where some verdict can use it (a
+    spinning step, a busy step of a workload with a slow-rank candidate, a throttled step);
+    every rule treats a missing value as "condition not met", so leaving out steps that
+    cannot meet a condition changes no verdict.
+    """
+
+    utilization: Mapping[GpuRef, Series] = field(default_factory=dict)
+    sm: Mapping[GpuRef, Series] = field(default_factory=dict)
+    tensor: Mapping[GpuRef, Series] = field(default_factory=dict)
+    dram: Mapping[GpuRef, Series] = field(default_factory=dict)
+    power: Mapping[GpuRef, Series] = field(default_factory=dict)
+    power_limit: Mapping[GpuRef, float] = field(default_factory=dict)
+    gpm: frozenset[GpuRef] = frozenset()
+    throttle: Mapping[GpuRef, Mapping[str, Series]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class FleetData:
     """Everything the fleet page needs, for one window.
 
-    - ``gpu_busy_max``: per step, the highest utilization sample of each device (a step is
-      idle only if every sample in it was below the threshold). Steps at or above the idle
-      threshold may be left out (Prometheus mode sends only idle steps): a missing step
-      breaks an idle run either way.
+    - ``gpu_busy_max``: per step, the activity each device's idle verdict rests on (a step is
+      idle when it is below the idle threshold). Steps at or above the threshold may be left
+      out (Prometheus mode sends only idle steps): a missing step breaks an idle run either
+      way. For a device that reports utilization it is the highest utilization sample in the
+      step (a single busy sample makes the step busy); for a MIG slice with GPM its SM
+      activity; for a MIG slice without either, 1 when a process held memory on it in the
+      step and 0 when none did. ``idle_signal`` says which (``utilization``, ``sm``,
+      ``process``; absent means ``utilization``).
     - ``gpu_now``: each device's highest utilization in the latest step; a device is
       reporting (has data) when it is here.
     - ``gpu_mean``: each device's mean utilization over the whole window.
@@ -162,6 +207,15 @@ class FleetData:
     - ``containers``: per step, each container's mean utilization of each device it uses.
     - ``container_stats``: mean / stddev / count of each container's raw samples, and the
       most device memory it held, over the window.
+    - ``signals``: the work signals (:class:`WorkSignals`); ``evidence``: a straggler
+      cause's evidence per device (at least for the devices of workloads with a straggler
+      or a slow-rank candidate).
+    - ``held_usage``: per step in which the container held its device
+      (``container_gpu_allocated``), how much of what it holds it used, by
+      ``held_signal`` (``sm``: its device's SM activity, when the device has GPM and it is
+      the device's only holder; ``utilization``: its own utilization, the highest sample in
+      the step; ``process``: 1 if it had a process on a MIG slice without GPM, else 0).
+      The Prometheus mode sends only the steps below the idle threshold.
     - ``history_start``: where collected data begins (>= window start); every "for >= D"
       verdict holds over ``min(D, window, end - history_start)``.
     - ``queries``: how many backend queries this took (Prometheus mode).
@@ -179,6 +233,11 @@ class FleetData:
     containers: Mapping[ContainerRef, Series] = field(default_factory=dict)
     container_stats: Mapping[ContainerRef, UtilStats] = field(default_factory=dict)
     pods: Mapping[PodKey, PodInfo] = field(default_factory=dict)
+    idle_signal: Mapping[GpuRef, str] = field(default_factory=dict)
+    signals: WorkSignals = field(default_factory=WorkSignals)
+    evidence: Mapping[GpuRef, Evidence] = field(default_factory=dict)
+    held_usage: Mapping[ContainerRef, Series] = field(default_factory=dict)
+    held_signal: Mapping[ContainerRef, str] = field(default_factory=dict)
     queries: int = 0
     notes: tuple[str, ...] = ()
 
@@ -189,14 +248,27 @@ class FleetData:
 
 @dataclass(frozen=True, slots=True)
 class NodeDetail:
-    """Drill-down for one node: per-device utilization and memory, per-container use."""
+    """Drill-down for one node: per-device utilization and memory, per-container use, the
+    work signals (SM, tensor and DRAM activity, power against its limit) and throttling.
+    Keys are GPU indices (``"3"``, ``"7/1"``); ``throttle`` keys are ``"<gpu> <reason>"``."""
 
     node: str
     window: Window
     utilization: Mapping[str, Series] = field(default_factory=dict)     # gpu index -> series
     memory_used: Mapping[str, Series] = field(default_factory=dict)     # gpu index -> bytes
     containers: Mapping[str, Series] = field(default_factory=dict)      # "ns/pod/container gpu"
+    sm: Mapping[str, Series] = field(default_factory=dict)              # ratio, rate()
+    tensor: Mapping[str, Series] = field(default_factory=dict)
+    dram: Mapping[str, Series] = field(default_factory=dict)
+    power_ratio: Mapping[str, Series] = field(default_factory=dict)     # power / limit
+    throttle: Mapping[str, Series] = field(default_factory=dict)        # seconds per second
     queries: int = 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing at all about this node in the window (an unknown or long-gone node)."""
+        return not any((self.utilization, self.memory_used, self.containers, self.sm,
+                        self.power_ratio))
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,4 +280,30 @@ class PodDetail:
     window: Window
     utilization: Mapping[str, Series] = field(default_factory=dict)     # "container@node/gpu"
     memory_used: Mapping[str, Series] = field(default_factory=dict)
+    queries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadDevice:
+    """One device a workload's containers use, with the pods on it."""
+
+    ref: GpuRef
+    gpu: str
+    model: str = ""
+    pods: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadDetail:
+    """Every device of one workload (one distributed run) side by side over the window:
+    utilization, SM activity and power, one series per device (means per step, from the
+    counters where the exporter has them)."""
+
+    namespace: str
+    workload: str
+    window: Window
+    devices: tuple[WorkloadDevice, ...] = ()
+    utilization: Mapping[GpuRef, Series] = field(default_factory=dict)
+    sm: Mapping[GpuRef, Series] = field(default_factory=dict)
+    power: Mapping[GpuRef, Series] = field(default_factory=dict)    # watts
     queries: int = 0

@@ -1,12 +1,26 @@
-"""Pure analysis functions on time series (no I/O): idle GPUs and nodes, waste in dollars,
-time-slicing and input starvation, stragglers. Thresholds are DESIGN.md's, as defaults
-that every function takes as keyword arguments and :class:`Thresholds` carries as one."""
+"""Pure analysis functions on time series (no I/O): idle GPUs, MIG slices and nodes, waste in
+dollars, time-slicing and input starvation, stragglers (stalled and slow), spinning and
+throttled GPUs, allocated-idle containers. Thresholds are DESIGN.md's, as defaults that every
+function takes as keyword arguments and :class:`Thresholds` carries as one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuscope.dashboard.analysis.allocated import (
+    ALLOCATED_IDLE_DURATION,
+    ALLOCATED_IDLE_THRESHOLD,
+)
 from gpuscope.dashboard.analysis.idle import IDLE_DURATION, IDLE_THRESHOLD
+from gpuscope.dashboard.analysis.spinning import (
+    SPIN_BUSY,
+    SPIN_DRAM,
+    SPIN_DURATION,
+    SPIN_POWER,
+    SPIN_SM,
+    SPIN_TENSOR,
+    SpinRule,
+)
 from gpuscope.dashboard.analysis.starvation import (
     BUSY_THRESHOLD,
     INPUT_HIGH,
@@ -16,7 +30,17 @@ from gpuscope.dashboard.analysis.starvation import (
     SHARE_FACTOR,
     STARVATION_DURATION,
 )
-from gpuscope.dashboard.analysis.stragglers import STRAGGLER_DURATION, STRAGGLER_FACTOR
+from gpuscope.dashboard.analysis.stragglers import (
+    SLOW_BUSY,
+    SLOW_FACTOR,
+    STRAGGLER_DURATION,
+    STRAGGLER_FACTOR,
+)
+from gpuscope.dashboard.analysis.throttle import (
+    THROTTLE_DURATION,
+    THROTTLE_RATIO,
+    THROTTLE_REASONS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +56,24 @@ class Thresholds:
     input_min_samples: int = INPUT_MIN_SAMPLES
     straggler_factor: float = STRAGGLER_FACTOR
     straggler_duration: float = STRAGGLER_DURATION
+    slow_factor: float = SLOW_FACTOR
+    slow_busy: float = SLOW_BUSY
+    spin_busy: float = SPIN_BUSY
+    spin_sm: float = SPIN_SM
+    spin_tensor: float = SPIN_TENSOR
+    spin_dram: float = SPIN_DRAM
+    spin_power: float = SPIN_POWER
+    spin_duration: float = SPIN_DURATION
+    throttle_ratio: float = THROTTLE_RATIO
+    throttle_duration: float = THROTTLE_DURATION
+    throttle_reasons: tuple[str, ...] = THROTTLE_REASONS
+    allocated_idle_utilization: float = ALLOCATED_IDLE_THRESHOLD
+    allocated_idle_duration: float = ALLOCATED_IDLE_DURATION
+
+    @property
+    def spin_rule(self) -> SpinRule:
+        return SpinRule(busy=self.spin_busy, sm=self.spin_sm, tensor=self.spin_tensor,
+                        dram=self.spin_dram, power=self.spin_power)
 
 
 __all__ = ["Thresholds"]

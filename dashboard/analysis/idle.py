@@ -2,17 +2,24 @@
 
 - idle GPU: utilization < ``threshold`` (0.05) for >= ``duration`` (30 min), the duration
   shortened to the window and to the history collected (see :mod:`.common`). Judged on the
-  per-step *maximum*, so a single busy sample inside a step makes the step busy.
-- idle node: every whole GPU on it is idle. A GPU that reports no utilization (lost, or in
-  MIG mode without per-slice utilization) cannot be shown idle, so its node is not idle.
+  per-step *maximum*, so a single busy sample inside a step makes the step busy. A step in
+  which the GPU *spins* (:mod:`.spinning`: busy by utilization, doing no work) counts as an
+  idle step: a hung job holds a node at "100 %" and does nothing.
+- idle MIG slice: its SM activity < ``threshold`` (GPM), else its utilization where it
+  reports one, else no process held memory on it, for the same duration (the data layer
+  gives each slice's per-step activity and says which signal it is).
+- idle node: every whole GPU on it is idle; a GPU in MIG mode is idle when every one of its
+  slices is. A GPU that reports nothing to judge it by (lost, not supported) cannot be shown
+  idle, so its node is not idle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.analysis.mig import mig_slices, slice_shares
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 
 IDLE_THRESHOLD = 0.05
@@ -25,8 +32,10 @@ class GpuIdle:
 
     ``idle_since``/``idle_seconds``: the trailing run below the threshold (None/0 when the
     latest step is busy); ``allocated_seconds``: the part of that run in which a container
-    held the device; ``required_seconds``: how long it had to be idle (min(D, window,
-    history)); ``history_seconds``: the history the verdict rests on.
+    held the device; ``spinning_seconds``: the part in which it spun; ``required_seconds``:
+    how long it had to be idle (min(D, window, history)); ``history_seconds``: the history
+    the verdict rests on; ``signal``: what it was judged by (``utilization``, ``sm``,
+    ``process``).
     """
 
     ref: GpuRef
@@ -37,6 +46,8 @@ class GpuIdle:
     required_seconds: float
     history_seconds: float
     has_data: bool = True
+    spinning_seconds: float = 0.0
+    signal: str = "utilization"
 
     @property
     def unallocated_seconds(self) -> float:
@@ -49,35 +60,49 @@ def idle_gpus(
     history_start: float,
     *,
     allocated: Mapping[GpuRef, Series] | None = None,
+    spinning: Mapping[GpuRef, Collection[float]] | None = None,
+    signal: Mapping[GpuRef, str] | None = None,
     threshold: float = IDLE_THRESHOLD,
     duration: float = IDLE_DURATION,
 ) -> dict[GpuRef, GpuIdle]:
-    """Verdict for every device with utilization data.
+    """Verdict for every device with activity data.
 
     ``allocated`` (per step, a value > 0 where a container held the device) splits each idle
-    run into allocated-idle and unallocated time.
+    run into allocated-idle and unallocated time; ``spinning`` (per device, the times of its
+    spinning steps) makes those steps idle; ``signal`` names each device's activity signal.
     """
     required = required_seconds(duration, window, history_start)
     history = max(0.0, window.end - history_start)
+    spinning = spinning or {}
+    signal = signal or {}
     out: dict[GpuRef, GpuIdle] = {}
-    for ref, series in busy_max.items():
-        if not is_fresh(series.times, window):
-            out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history, has_data=False)
+    for ref in set(busy_max) | set(spinning):
+        series = busy_max.get(ref)
+        spins = spinning.get(ref, ())
+        below = ({t for t, v in zip(series.times, series.values, strict=True) if v < threshold}
+                 if series is not None else set())
+        times = sorted((set(series.times) if series is not None else set()) | set(spins))
+        sig = signal.get(ref, "utilization")
+        if not is_fresh(times, window):
+            out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history, has_data=False,
+                               signal=sig)
             continue
-        flags = [v < threshold for v in series.values]
-        run = trailing_run(series.times, flags, window.step, history_start)
+        flags = [t in below or t in spins for t in times]
+        run = trailing_run(times, flags, window.step, history_start)
         if run is None:
-            out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history)
+            out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history, signal=sig)
             continue
+        run_times = times[run.first_index:]
         held = allocated.get(ref) if allocated is not None else None
         allocated_s = 0.0
         if held is not None:
             holding = {t for t, v in zip(held.times, held.values, strict=True) if v > 0}
-            run_times = series.times[run.first_index:]
             n_held = sum(1 for t in run_times if t in holding)
             allocated_s = run.seconds * n_held / len(run_times)
+        n_spin = sum(1 for t in run_times if t in spins and t not in below)
         out[ref] = GpuIdle(
-            ref, holds(run, required), run.start, run.seconds, allocated_s, required, history
+            ref, holds(run, required), run.start, run.seconds, allocated_s, required, history,
+            spinning_seconds=run.seconds * n_spin / len(run_times), signal=sig,
         )
     return out
 
@@ -85,7 +110,9 @@ def idle_gpus(
 @dataclass(frozen=True, slots=True)
 class NodeIdle:
     """A node all of whose GPUs are idle. ``idle_since`` is when the last of them went idle;
-    the GPU-seconds are summed over its GPUs' own idle runs."""
+    the GPU-seconds are summed over its GPUs' own idle runs, a MIG slice's weighted by its
+    share of its GPU (so they are whole-GPU seconds). ``spinning_gpus`` counts the GPUs that
+    spun in their idle run, ``mig_gpus`` the GPUs in MIG mode."""
 
     node: str
     gpus: int
@@ -95,6 +122,9 @@ class NodeIdle:
     allocated_gpus: int
     required_seconds: float
     history_seconds: float
+    spinning_gpu_seconds: float = 0.0
+    spinning_gpus: int = 0
+    mig_gpus: int = 0
 
     @property
     def unallocated_gpu_seconds(self) -> float:
@@ -110,24 +140,101 @@ def physical_gpus(gpus: Mapping[GpuRef, GpuInfo]) -> dict[str, list[GpuInfo]]:
     return by_node
 
 
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One idle device's contribution to its node, in whole-GPU units."""
+
+    since: float
+    seconds: float
+    allocated: float
+    spinning: float
+    required: float
+    history: float
+
+
+def _gpu_part(
+    info: GpuInfo,
+    verdicts: Mapping[GpuRef, GpuIdle],
+    slices: Mapping[GpuRef, list[GpuInfo]],
+    shares: Mapping[GpuRef, float],
+) -> _Part | None:
+    """A whole GPU's idle contribution, or None when it is not idle (or cannot be shown
+    idle). A GPU in MIG mode is idle when each of its slices is."""
+    parts = slices.get(info.ref)
+    if parts:
+        found = [verdicts.get(s.ref) for s in parts]
+        if any(v is None or not v.idle for v in found):
+            return None
+        idle = [(v, shares.get(s.ref, 0.0)) for v, s in zip(found, parts, strict=True)
+                if v is not None]
+        return _Part(
+            since=max(v.idle_since or 0.0 for v, _ in idle),
+            seconds=sum(v.idle_seconds * w for v, w in idle),
+            allocated=sum(v.allocated_seconds * w for v, w in idle),
+            spinning=0.0,
+            required=idle[0][0].required_seconds,
+            history=idle[0][0].history_seconds,
+        )
+    v = verdicts.get(info.ref)
+    if v is None or not v.idle:
+        return None
+    return _Part(v.idle_since or 0.0, v.idle_seconds, v.allocated_seconds, v.spinning_seconds,
+                 v.required_seconds, v.history_seconds)
+
+
 def idle_nodes(
     gpus: Mapping[GpuRef, GpuInfo], verdicts: Mapping[GpuRef, GpuIdle]
 ) -> dict[str, NodeIdle]:
-    """Nodes whose every whole GPU is idle."""
+    """Nodes whose every whole GPU is idle (a GPU in MIG mode: every slice)."""
+    slices = mig_slices(gpus)
+    shares = slice_shares(gpus)
     out: dict[str, NodeIdle] = {}
     for node, infos in physical_gpus(gpus).items():
-        found = [verdicts.get(info.ref) for info in infos]
-        if not found or any(v is None or not v.idle for v in found):
+        parts = [_gpu_part(info, verdicts, slices, shares) for info in infos]
+        if not parts or any(p is None for p in parts):
             continue
-        idle = [v for v in found if v is not None]
+        idle = [p for p in parts if p is not None]
         out[node] = NodeIdle(
             node=node,
             gpus=len(idle),
-            idle_since=max(v.idle_since or 0.0 for v in idle),
-            idle_gpu_seconds=sum(v.idle_seconds for v in idle),
-            allocated_gpu_seconds=sum(v.allocated_seconds for v in idle),
-            allocated_gpus=sum(1 for v in idle if v.allocated_seconds > 0),
-            required_seconds=idle[0].required_seconds,
-            history_seconds=idle[0].history_seconds,
+            idle_since=max(p.since for p in idle),
+            idle_gpu_seconds=sum(p.seconds for p in idle),
+            allocated_gpu_seconds=sum(p.allocated for p in idle),
+            allocated_gpus=sum(1 for p in idle if p.allocated > 0),
+            required_seconds=idle[0].required,
+            history_seconds=idle[0].history,
+            spinning_gpu_seconds=sum(p.spinning for p in idle),
+            spinning_gpus=sum(1 for p in idle if p.spinning > 0),
+            mig_gpus=sum(1 for info in infos if info.ref in slices),
         )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SliceIdle:
+    """An idle MIG slice on a node that is not idle: capacity of its own, paid for.
+    ``share``: its share of its GPU's compute slices."""
+
+    ref: GpuRef
+    parent: GpuRef
+    share: float
+    verdict: GpuIdle
+
+
+def idle_slices(
+    gpus: Mapping[GpuRef, GpuInfo],
+    verdicts: Mapping[GpuRef, GpuIdle],
+    skip_nodes: Collection[str] = (),
+) -> list[SliceIdle]:
+    """Idle MIG slices, except on ``skip_nodes`` (the idle nodes, whose waste has them)."""
+    shares = slice_shares(gpus)
+    out = []
+    for parent, parts in mig_slices(gpus).items():
+        if parent.node in skip_nodes:
+            continue
+        for info in parts:
+            v = verdicts.get(info.ref)
+            if v is not None and v.idle:
+                out.append(SliceIdle(info.ref, parent, shares.get(info.ref, 0.0), v))
+    out.sort(key=lambda s: (s.ref.node, s.parent.uuid, s.ref.uuid))
     return out

@@ -1,10 +1,18 @@
 """Stragglers: within one workload (the pods of one job, ``gpu_pod_info``'s ``workload``),
-a GPU whose utilization is below ``factor`` (0.5) x the workload's median for >= ``duration``
-(10 min, shortened to the window and the history collected).
+the GPU that holds the others back. GPUs are compared like with like: a workload's devices
+are grouped by GPU model, and each group is judged on its own (>= 2 devices).
 
-A "GPU" here is one device as the workload uses it: the summed utilization of the
-workload's containers on that device. The median is taken over the workload's devices at
-each step (the straggler included); a workload needs >= 2 devices to be compared.
+- *stalled*: a GPU whose utilization is below ``factor`` (0.5) x the group's median at every
+  step for >= ``duration`` (10 min, shortened to the window and the history collected): a
+  rank that waits while its peers work. A "GPU" here is one device as the workload uses it:
+  the summed utilization of the workload's containers on that device.
+- *slow*: while every GPU of the group shows utilization >= ``slow_busy`` (0.8), a GPU whose
+  SM activity (where every GPU of the group has GPM; else its power) is >= ``slow_factor``
+  (1.3) x the group's median, for the same duration: in a synchronous job the slow rank works
+  while its peers spin at 100 % waiting for it, so utilization cannot tell them apart and
+  the work signals can.
+
+The median is taken over the group's devices present at each step, the straggler included.
 """
 
 from __future__ import annotations
@@ -14,36 +22,168 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.series import ContainerRef, GpuRef, PodInfo, PodKey, Series, Window
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    GpuInfo,
+    GpuRef,
+    PodInfo,
+    PodKey,
+    Series,
+    Window,
+    WorkSignals,
+)
 
 STRAGGLER_FACTOR = 0.5
 STRAGGLER_DURATION = 10 * 60.0
+SLOW_FACTOR = 1.3
+SLOW_BUSY = 0.8
+
+GroupKey = tuple[str, str, str]  # namespace, workload, GPU model
 
 
 @dataclass(frozen=True, slots=True)
 class Straggler:
-    """``utilization`` and ``median`` are means over the straggling run."""
+    """``kind``: ``stalled`` or ``slow``; ``signal``: what was compared (``utilization``,
+    ``sm`` or ``power``); ``value`` and ``median`` are means over the straggling run."""
 
     namespace: str
     workload: str
     gpu: GpuRef
     pods: tuple[str, ...]
-    utilization: float
+    value: float
     median: float
     since: float
     seconds: float
     required_seconds: float
     devices: int
+    kind: str = "stalled"
+    signal: str = "utilization"
+    model: str = ""
+
+    @property
+    def utilization(self) -> float:
+        return self.value
 
     @property
     def ratio(self) -> float:
-        return self.utilization / self.median if self.median > 0 else 0.0
+        return self.value / self.median if self.median > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """The devices of one workload of one GPU model: per device, per step, the summed
+    utilization of the workload's containers on it, and the pods on it."""
+
+    key: GroupKey
+    devices: Mapping[GpuRef, Mapping[float, float]]
+    pods: Mapping[GpuRef, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
 class StragglerReport:
     stragglers: tuple[Straggler, ...]
     workloads_checked: int
+    groups: tuple[Group, ...] = ()
+
+
+def workload_groups(
+    containers: Mapping[ContainerRef, Series],
+    pods: Mapping[PodKey, PodInfo],
+    gpus: Mapping[GpuRef, GpuInfo] | None = None,
+) -> list[Group]:
+    """Every workload's devices, grouped by model (all of them, even single ones)."""
+    gpus = gpus or {}
+    per: dict[GroupKey, dict[GpuRef, dict[float, float]]] = {}
+    names: dict[tuple[GroupKey, GpuRef], set[str]] = {}
+    for ref, series in containers.items():
+        info = pods.get(ref.pod_key)
+        if info is None or not info.workload:
+            continue
+        model = gpus[ref.gpu].model if ref.gpu in gpus else ""
+        key = (ref.namespace, info.workload, model)
+        per_time = per.setdefault(key, {}).setdefault(ref.gpu, {})
+        for t, v in zip(series.times, series.values, strict=True):
+            per_time[t] = per_time.get(t, 0.0) + v
+        names.setdefault((key, ref.gpu), set()).add(ref.pod)
+    return [
+        Group(key, devices, {g: tuple(sorted(names[(key, g)])) for g in devices})
+        for key, devices in sorted(per.items())
+    ]
+
+
+def _medians(values: Mapping[GpuRef, Mapping[float, float]]) -> dict[float, float]:
+    times = sorted({t for v in values.values() for t in v})
+    out: dict[float, float] = {}
+    for t in times:
+        present = [v[t] for v in values.values() if t in v]
+        if len(present) >= 2:
+            out[t] = statistics.median(present)
+    return out
+
+
+def _stalled(group: Group, window: Window, history_start: float, required: float,
+             factor: float) -> list[Straggler]:
+    medians = _medians(group.devices)
+    found = []
+    for gpu, values in group.devices.items():
+        own = sorted(values)
+        if not is_fresh(own, window):
+            continue
+        flags = [t in medians and values[t] < factor * medians[t] for t in own]
+        run = trailing_run(own, flags, window.step, history_start)
+        if run is None or not holds(run, required):
+            continue
+        run_times = own[run.first_index:]
+        namespace, workload, model = group.key
+        found.append(Straggler(
+            namespace=namespace, workload=workload, gpu=gpu, pods=group.pods[gpu],
+            value=sum(values[t] for t in run_times) / len(run_times),
+            median=sum(medians[t] for t in run_times) / len(run_times),
+            since=run.start, seconds=run.seconds, required_seconds=required,
+            devices=len(group.devices), kind="stalled", signal="utilization", model=model,
+        ))
+    return found
+
+
+def _slow(group: Group, signals: WorkSignals, window: Window, history_start: float,
+          required: float, factor: float, busy: float) -> list[Straggler]:
+    members = list(group.devices)
+    signal = "sm" if all(g in signals.gpm for g in members) else "power"
+    measure = signals.sm if signal == "sm" else signals.power
+    util = {g: signals.utilization[g].at() for g in members if g in signals.utilization}
+    value = {g: measure[g].at() for g in members if g in measure}
+    times = sorted({t for v in group.devices.values() for t in v})
+    medians: dict[float, float] = {}
+    for t in times:
+        present = [g for g in members if t in group.devices[g]]
+        if len(present) < 2:
+            continue
+        if not all(t in util.get(g, {}) and util[g][t] >= busy for g in present):
+            continue
+        if not all(t in value.get(g, {}) for g in present):
+            continue
+        medians[t] = statistics.median(value[g][t] for g in present)
+    found = []
+    for gpu in members:
+        own = sorted(group.devices[gpu])
+        if not is_fresh(own, window) or gpu not in value:
+            continue
+        mine = value[gpu]
+        flags = [t in medians and medians[t] > 0 and mine[t] >= factor * medians[t]
+                 for t in own]
+        run = trailing_run(own, flags, window.step, history_start)
+        if run is None or not holds(run, required):
+            continue
+        run_times = own[run.first_index:]
+        namespace, workload, model = group.key
+        found.append(Straggler(
+            namespace=namespace, workload=workload, gpu=gpu, pods=group.pods[gpu],
+            value=sum(mine[t] for t in run_times) / len(run_times),
+            median=sum(medians[t] for t in run_times) / len(run_times),
+            since=run.start, seconds=run.seconds, required_seconds=required,
+            devices=len(members), kind="slow", signal=signal, model=model,
+        ))
+    return found
 
 
 def stragglers(
@@ -52,55 +192,26 @@ def stragglers(
     window: Window,
     history_start: float,
     *,
+    gpus: Mapping[GpuRef, GpuInfo] | None = None,
+    signals: WorkSignals | None = None,
     factor: float = STRAGGLER_FACTOR,
     duration: float = STRAGGLER_DURATION,
+    slow_factor: float = SLOW_FACTOR,
+    slow_busy: float = SLOW_BUSY,
 ) -> StragglerReport:
+    """Stalled stragglers, and slow ones where ``signals`` are given. ``gpus`` gives the
+    models to group by (without it, every device of a workload is one group)."""
     required = required_seconds(duration, window, history_start)
-    # (namespace, workload) -> device -> {time: summed utilization}, and the pods per device.
-    workloads: dict[tuple[str, str], dict[GpuRef, dict[float, float]]] = {}
-    pod_names: dict[tuple[str, str, GpuRef], set[str]] = {}
-    for ref, series in containers.items():
-        info = pods.get(ref.pod_key)
-        if info is None or not info.workload:
-            continue
-        key = (ref.namespace, info.workload)
-        per_time = workloads.setdefault(key, {}).setdefault(ref.gpu, {})
-        for t, v in zip(series.times, series.values, strict=True):
-            per_time[t] = per_time.get(t, 0.0) + v
-        pod_names.setdefault((*key, ref.gpu), set()).add(ref.pod)
-
+    groups = workload_groups(containers, pods, gpus)
     found: list[Straggler] = []
     checked = 0
-    for (namespace, workload), devices in workloads.items():
-        if len(devices) < 2:
+    for group in groups:
+        if len(group.devices) < 2:
             continue
         checked += 1
-        times = sorted({t for values in devices.values() for t in values})
-        medians: dict[float, float] = {}
-        for t in times:
-            present = [values[t] for values in devices.values() if t in values]
-            if len(present) >= 2:
-                medians[t] = statistics.median(present)
-        for gpu, values in devices.items():
-            own = sorted(values)
-            if not is_fresh(own, window):
-                continue
-            flags = [t in medians and values[t] < factor * medians[t] for t in own]
-            run = trailing_run(own, flags, window.step, history_start)
-            if not holds(run, required) or run is None:
-                continue
-            run_times = own[run.first_index:]
-            found.append(Straggler(
-                namespace=namespace,
-                workload=workload,
-                gpu=gpu,
-                pods=tuple(sorted(pod_names[(namespace, workload, gpu)])),
-                utilization=sum(values[t] for t in run_times) / len(run_times),
-                median=sum(medians[t] for t in run_times) / len(run_times),
-                since=run.start,
-                seconds=run.seconds,
-                required_seconds=required,
-                devices=len(devices),
-            ))
+        found.extend(_stalled(group, window, history_start, required, factor))
+        if signals is not None:
+            found.extend(_slow(group, signals, window, history_start, required, slow_factor,
+                               slow_busy))
     found.sort(key=lambda s: (s.namespace, s.workload, s.gpu))
-    return StragglerReport(tuple(found), checked)
+    return StragglerReport(tuple(found), checked, tuple(groups))

@@ -126,10 +126,12 @@ def test_node_is_idle_only_when_every_gpu_is() -> None:
 
 
 def test_mig_slices_do_not_count_as_gpus_of_the_node() -> None:
+    # B is in MIG mode: it is judged by its one slice, and counts as one GPU of the node.
     w = make_window(2 * HOUR)
-    v = idle_gpus({A: make_series([0.0] * 120), B: make_series([0.0] * 120)}, w, w.start)
+    mig = GpuRef("node-a", "MIG-x")
+    v = idle_gpus({A: make_series([0.0] * 120), mig: make_series([0.0] * 120)}, w, w.start)
     node = idle_nodes(infos(A, B, mig_parent_of=B), v)["node-a"]
-    assert node.gpus == 2
+    assert node.gpus == 2 and node.mig_gpus == 1
 
 
 def test_waste_is_idle_gpu_hours_times_price_per_gpu_split_by_allocation() -> None:

@@ -1,0 +1,119 @@
+"""Allocated-idle containers, on every node: who holds a GPU or MIG slice and does not use it.
+
+A container is allocated-idle when, at every step for >= ``duration`` (30 min, shortened to
+the window and the history collected), it held the device (``container_gpu_allocated``) and
+used less than ``threshold`` (0.05) of it, measured by (:func:`held_usage`):
+
+- ``sm``: the device's SM activity, where the device has GPM and the container is its only
+  holder (GPM measures the device, not a container);
+- ``utilization``: else the container's own utilization (the highest sample in the step);
+- ``process``: else, on a MIG slice without GPM (no utilization at all), whether it had a
+  process there: 1 when its processes held memory on the slice in the step, 0 when none ran.
+
+Host processes (empty namespace) hold nothing and are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, Window
+
+ALLOCATED_IDLE_THRESHOLD = 0.05
+ALLOCATED_IDLE_DURATION = 30 * 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedIdle:
+    """``usage``: mean over the idle run, by ``signal``."""
+
+    ref: ContainerRef
+    signal: str
+    usage: float
+    since: float
+    seconds: float
+    required_seconds: float
+    history_seconds: float
+
+
+def held_usage(
+    held: Mapping[ContainerRef, Series],
+    container_util: Mapping[ContainerRef, Series],
+    container_memory: Mapping[ContainerRef, Series],
+    device_sm: Mapping[GpuRef, Series],
+    gpm: Collection[GpuRef],
+    slices: Collection[GpuRef],
+) -> tuple[dict[ContainerRef, Series], dict[ContainerRef, str]]:
+    """Per container, per step in which it held its device: how much it used, and by which
+    signal (that of its latest step). All series share one step grid.
+
+    ``held``: per step, > 0 where the container held the device; ``container_util``: per
+    step, the container's highest utilization sample; ``container_memory``: per step, its
+    processes' memory on the device; ``device_sm``: per step, the device's SM activity;
+    ``gpm``: devices with GPM; ``slices``: the MIG slices."""
+    holders: dict[GpuRef, dict[float, int]] = {}
+    held_at: dict[ContainerRef, list[float]] = {}
+    for ref, series in held.items():
+        if not ref.namespace:
+            continue
+        times = [t for t, v in zip(series.times, series.values, strict=True) if v > 0]
+        held_at[ref] = times
+        count = holders.setdefault(ref.gpu, {})
+        for t in times:
+            count[t] = count.get(t, 0) + 1
+    usage: dict[ContainerRef, Series] = {}
+    signal: dict[ContainerRef, str] = {}
+    for ref, times in held_at.items():
+        sm = device_sm[ref.gpu].at() if ref.gpu in device_sm else {}
+        util = container_util[ref].at() if ref in container_util else {}
+        memory = container_memory[ref].at() if ref in container_memory else {}
+        gpm_device = ref.gpu in gpm
+        out_t: list[float] = []
+        out_v: list[float] = []
+        last = ""
+        for t in times:
+            if gpm_device and holders[ref.gpu].get(t) == 1 and t in sm:
+                value, last = sm[t], "sm"
+            elif t in util:
+                value, last = util[t], "utilization"
+            elif ref.gpu in slices and not gpm_device and t in memory:
+                value, last = (1.0 if memory[t] > 0 else 0.0), "process"
+            else:
+                continue
+            out_t.append(t)
+            out_v.append(value)
+        if out_t:
+            usage[ref] = Series(tuple(out_t), tuple(out_v))
+            signal[ref] = last
+    return usage, signal
+
+
+def allocated_idle(
+    usage: Mapping[ContainerRef, Series],
+    signal: Mapping[ContainerRef, str],
+    window: Window,
+    history_start: float,
+    *,
+    threshold: float = ALLOCATED_IDLE_THRESHOLD,
+    duration: float = ALLOCATED_IDLE_DURATION,
+) -> list[AllocatedIdle]:
+    """The containers whose held device has gone unused for long enough. ``usage`` may
+    leave out steps at or above the threshold (a missing step breaks a run)."""
+    required = required_seconds(duration, window, history_start)
+    history = max(0.0, window.end - history_start)
+    out: list[AllocatedIdle] = []
+    for ref, series in usage.items():
+        if not ref.namespace or not is_fresh(series.times, window):
+            continue
+        flags = [v < threshold for v in series.values]
+        run = trailing_run(series.times, flags, window.step, history_start)
+        if run is None or not holds(run, required):
+            continue
+        values = series.values[run.first_index:]
+        out.append(AllocatedIdle(ref, signal.get(ref, "utilization"),
+                                 sum(values) / len(values), run.start, run.seconds, required,
+                                 history))
+    out.sort(key=lambda a: (a.ref.node, a.ref.namespace, a.ref.pod, a.ref.container, a.ref.uuid))
+    return out

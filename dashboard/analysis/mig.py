@@ -1,0 +1,59 @@
+"""MIG slices as units of capacity: which GPU each slice belongs to, and its share of that
+GPU's compute slices (its share of the GPU's price).
+
+A profile names its compute slices: ``3g.40gb`` is 3 of the GPU's 7 (A100, H100, H200,
+B200) or 4 (A30); a compute-instance profile ``1c.3g.40gb`` is 1 of them. A GPU whose slices
+add up to more than the model's count is divided by their sum instead, so shares never add
+up to more than the whole GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from gpuscope.dashboard.series import GpuInfo, GpuRef
+
+_COMPUTE_INSTANCE = re.compile(r"^(\d+)c\.\d+g\.")
+_GPU_INSTANCE = re.compile(r"^(\d+)g\.")
+
+
+def compute_slices(profile: str) -> int | None:
+    """Compute slices of a MIG profile (``3g.40gb`` -> 3, ``1c.3g.40gb`` -> 1,
+    ``1g.10gb+me`` -> 1); None for an unknown form."""
+    match = _COMPUTE_INSTANCE.match(profile) or _GPU_INSTANCE.match(profile)
+    if match is None:
+        return None
+    n = int(match.group(1))
+    return n if n > 0 else None
+
+
+def slices_per_gpu(model: str) -> int:
+    """Compute slices of a whole GPU of this model: 4 on an A30, 7 on every other MIG GPU."""
+    return 4 if "A30" in model.upper() else 7
+
+
+def mig_slices(gpus: Mapping[GpuRef, GpuInfo]) -> dict[GpuRef, list[GpuInfo]]:
+    """The slices of every GPU in MIG mode, by the parent GPU's ref."""
+    out: dict[GpuRef, list[GpuInfo]] = {}
+    for info in gpus.values():
+        if not info.is_physical:
+            out.setdefault(GpuRef(info.node, info.parent_uuid), []).append(info)
+    return out
+
+
+def slice_shares(gpus: Mapping[GpuRef, GpuInfo]) -> dict[GpuRef, float]:
+    """Each MIG slice's share of its GPU (0..1); a slice of an unknown profile gets an even
+    share of what the known ones leave."""
+    out: dict[GpuRef, float] = {}
+    for parent, slices in mig_slices(gpus).items():
+        parent_info = gpus.get(parent)
+        model = parent_info.model if parent_info is not None else slices[0].model
+        counts = {s.ref: compute_slices(s.mig_profile) for s in slices}
+        known = sum(n for n in counts.values() if n is not None)
+        total = max(slices_per_gpu(model), known)
+        unknown = [ref for ref, n in counts.items() if n is None]
+        rest = max(0.0, 1.0 - known / total)
+        for ref, n in counts.items():
+            out[ref] = n / total if n is not None else rest / len(unknown)
+    return out

@@ -1,0 +1,144 @@
+"""Spinning GPUs: busy by utilization, doing no work.
+
+``gpu_utilization_ratio`` counts the time *any* kernel ran, so a rank waiting in an NCCL
+collective, a job hung in one, or a busy-wait reads 100 %. A step spins when the GPU's mean
+utilization is >= ``busy`` (0.5) and
+
+- with GPM: SM activity < ``sm`` (0.3), tensor activity < ``tensor`` (0.02) and DRAM
+  activity < ``dram`` (0.02) (NCCL keeps one CTA per channel spinning, so a few SMs stay
+  active: SM activity alone is not zero, tensor and DRAM activity are);
+- without GPM: power < ``power`` (0.25) x the power limit;
+
+and a GPU spins when its steps have for >= ``duration`` (30 min, shortened to the window and
+the history collected). Every value is a mean over its step from ``rate()`` of a counter.
+A missing value fails the step, so a device that lacks a signal is never called spinning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.series import GpuRef, Series, Window, WorkSignals
+
+SPIN_BUSY = 0.5
+SPIN_SM = 0.3
+SPIN_TENSOR = 0.02
+SPIN_DRAM = 0.02
+SPIN_POWER = 0.25
+SPIN_DURATION = 30 * 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Spinning:
+    """A device whose latest steps spin. ``spinning``: for long enough (the verdict);
+    ``signal``: ``gpm`` or ``power``; the values are means over the spinning run
+    (``sm``/``tensor``/``dram`` with GPM, ``power_ratio`` (power / limit) without)."""
+
+    ref: GpuRef
+    signal: str
+    spinning: bool
+    since: float
+    seconds: float
+    required_seconds: float
+    history_seconds: float
+    utilization: float
+    sm: float | None = None
+    tensor: float | None = None
+    dram: float | None = None
+    power_ratio: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpinRule:
+    busy: float = SPIN_BUSY
+    sm: float = SPIN_SM
+    tensor: float = SPIN_TENSOR
+    dram: float = SPIN_DRAM
+    power: float = SPIN_POWER
+
+
+def _spin_step(ref: GpuRef, signals: WorkSignals, rule: SpinRule,
+               at: Mapping[str, Mapping[float, float]], t: float) -> bool:
+    util = at["utilization"].get(t)
+    if util is None or util < rule.busy:
+        return False
+    if ref in signals.gpm:
+        sm, tensor, dram = at["sm"].get(t), at["tensor"].get(t), at["dram"].get(t)
+        return (sm is not None and tensor is not None and dram is not None
+                and sm < rule.sm and tensor < rule.tensor and dram < rule.dram)
+    limit = signals.power_limit.get(ref)
+    power = at["power"].get(t)
+    return power is not None and limit is not None and limit > 0 and power < rule.power * limit
+
+
+def _points(ref: GpuRef, signals: WorkSignals) -> dict[str, dict[float, float]]:
+    def of(m: Mapping[GpuRef, Series]) -> dict[float, float]:
+        s = m.get(ref)
+        return s.at() if s is not None else {}
+
+    return {"utilization": of(signals.utilization), "sm": of(signals.sm),
+            "tensor": of(signals.tensor), "dram": of(signals.dram), "power": of(signals.power)}
+
+
+def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
+                   ) -> dict[GpuRef, frozenset[float]]:
+    """The step times at which each device spins (devices that never do are left out)."""
+    rule = rule or SpinRule()
+    out: dict[GpuRef, frozenset[float]] = {}
+    for ref, util in signals.utilization.items():
+        at = _points(ref, signals)
+        steps = frozenset(t for t in util.times if _spin_step(ref, signals, rule, at, t))
+        if steps:
+            out[ref] = steps
+    return out
+
+
+def _mean(at: Mapping[float, float], times: list[float]) -> float | None:
+    values = [at[t] for t in times if t in at]
+    return sum(values) / len(values) if values else None
+
+
+def spinning_gpus(
+    signals: WorkSignals,
+    window: Window,
+    history_start: float,
+    *,
+    rule: SpinRule | None = None,
+    duration: float = SPIN_DURATION,
+) -> dict[GpuRef, Spinning]:
+    """Every device spinning at the latest step, with its trailing run; ``spinning`` is the
+    verdict (the run is at least min(duration, window, history) long)."""
+    rule = rule or SpinRule()
+    required = required_seconds(duration, window, history_start)
+    history = max(0.0, window.end - history_start)
+    out: dict[GpuRef, Spinning] = {}
+    for ref, util in signals.utilization.items():
+        times = list(util.times)
+        if not is_fresh(times, window):
+            continue
+        at = _points(ref, signals)
+        flags = [_spin_step(ref, signals, rule, at, t) for t in times]
+        run = trailing_run(times, flags, window.step, history_start)
+        if run is None:
+            continue
+        run_times = times[run.first_index:]
+        gpm = ref in signals.gpm
+        power = _mean(at["power"], run_times)
+        limit = signals.power_limit.get(ref)
+        out[ref] = Spinning(
+            ref=ref,
+            signal="gpm" if gpm else "power",
+            spinning=holds(run, required),
+            since=run.start,
+            seconds=run.seconds,
+            required_seconds=required,
+            history_seconds=history,
+            utilization=_mean(at["utilization"], run_times) or 0.0,
+            sm=_mean(at["sm"], run_times) if gpm else None,
+            tensor=_mean(at["tensor"], run_times) if gpm else None,
+            dram=_mean(at["dram"], run_times) if gpm else None,
+            power_ratio=(power / limit if power is not None and limit else None),
+        )
+    return out
