@@ -112,6 +112,76 @@ _SPECS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)",
     ),
     MetricSpec(
+        "gpu_busy_seconds_total", "counter",
+        "Seconds in which a kernel ran on the GPU, integrated from the driver's utilization "
+        "samples; rate() is the exact mean utilization over any window.", "seconds",
+        DEVICE_LABELS,
+        "nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES) / 100 integrated over the sample "
+        "timestamps (per-device cursor); where the driver keeps no samples, "
+        "nvmlDeviceGetUtilizationRates().gpu / 100 x the sampling interval",
+    ),
+    MetricSpec(
+        "gpu_sm_active_seconds_total", "counter",
+        "SM activity (fraction of SMs busy) integrated over time; rate() is the mean SM "
+        "activity (about DCGM's SM_ACTIVE). GPM: Hopper and newer.", "seconds", DEVICE_LABELS,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_SM_UTIL / 100 x elapsed (nvmlGpmSampleGet, "
+        "nvmlGpmMigSampleGet for a MIG slice)",
+    ),
+    MetricSpec(
+        "gpu_tensor_active_seconds_total", "counter",
+        "Tensor-core activity integrated over time; rate() is the mean (about DCGM's "
+        "PIPE_TENSOR_ACTIVE). GPM: Hopper and newer.", "seconds", DEVICE_LABELS,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_ANY_TENSOR_UTIL / 100 x elapsed",
+    ),
+    MetricSpec(
+        "gpu_dram_active_seconds_total", "counter",
+        "Device-memory bandwidth use (fraction of the peak) integrated over time; rate() is "
+        "the mean (about DCGM's DRAM_ACTIVE). GPM: Hopper and newer.", "seconds",
+        DEVICE_LABELS, "nvmlGpmMetricsGet NVML_GPM_METRIC_DRAM_BW_UTIL / 100 x elapsed",
+    ),
+    MetricSpec(
+        "gpu_graphics_active_seconds_total", "counter",
+        "Graphics/compute engine activity integrated over time; rate() is the mean (about "
+        "DCGM's GR_ENGINE_ACTIVE). GPM: Hopper and newer.", "seconds", DEVICE_LABELS,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_GRAPHICS_UTIL / 100 x elapsed",
+    ),
+    MetricSpec(
+        "gpu_sm_occupancy_ratio", "gauge",
+        "Resident warps against the SMs' maximum, mean over the last GPM interval (0..1). "
+        "GPM: Hopper and newer.", "ratio", DEVICE_LABELS,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_SM_OCCUPANCY / 100",
+    ),
+    MetricSpec(
+        "gpu_pcie_receive_bytes_total", "counter",
+        "Bytes received over PCIe (host or peer to this GPU). GPM: Hopper and newer.", "bytes",
+        DEVICE_LABELS, "nvmlGpmMetricsGet NVML_GPM_METRIC_PCIE_RX_PER_SEC x 1048576 x elapsed",
+    ),
+    MetricSpec(
+        "gpu_pcie_transmit_bytes_total", "counter",
+        "Bytes sent over PCIe by this GPU. GPM: Hopper and newer.", "bytes", DEVICE_LABELS,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_PCIE_TX_PER_SEC x 1048576 x elapsed",
+    ),
+    MetricSpec(
+        "gpu_nvlink_receive_bytes_total", "counter",
+        "Bytes received over all NVLinks. GPM: Hopper and newer.", "bytes", DEVICE_LABELS,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC x 1048576 x elapsed",
+    ),
+    MetricSpec(
+        "gpu_nvlink_transmit_bytes_total", "counter",
+        "Bytes sent over all NVLinks. GPM: Hopper and newer.", "bytes", DEVICE_LABELS,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC x 1048576 x elapsed",
+    ),
+    MetricSpec(
+        "gpu_throttle_seconds_total", "counter",
+        "Seconds the GPU's clocks were held down, per reason: power, thermal, sync_boost, "
+        "board_limit, low_utilization, reliability, app_clocks (any of those), base_clocks "
+        "(below base clocks); sw_thermal, hw_thermal, hw_power_brake where the driver gives "
+        "them.", "seconds", ("gpu", "uuid", "reason"),
+        "nvmlDeviceGetFieldValues NVML_FI_DEV_PERF_POLICY_* (74-81) and "
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_*_SLOWDOWN (269-271), ns; else "
+        "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_*).violationTime",
+    ),
+    MetricSpec(
         "gpu_process_utilization_ratio", "gauge",
         "Mean SM utilization of one process over the last sampling interval (0..1). "
         "Opt-in (--process-metrics): one series per process.", "ratio",

@@ -41,6 +41,33 @@ class XidCount:
     count: int
 
 
+#: The reasons of ``gpu_throttle_seconds_total``: the eight perf policies of NVML
+#: (``NVML_FI_DEV_PERF_POLICY_*`` / ``nvmlDeviceGetViolationStatus``), then the three
+#: clocks-event-reason durations newer drivers give (``NVML_FI_DEV_CLOCKS_EVENT_REASON_*``).
+THROTTLE_REASONS: tuple[str, ...] = (
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+    "app_clocks",
+    "base_clocks",
+    "sw_thermal",
+    "hw_thermal",
+    "hw_power_brake",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleTime:
+    """Seconds a GPU's clocks were held down for one reason (one of :data:`THROTTLE_REASONS`),
+    a counter that never goes backwards while the exporter runs."""
+
+    reason: str
+    seconds: float
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceSample:
     """One GPU, or one MIG slice (a device of its own), as seen in one sampling round.
@@ -54,6 +81,15 @@ class DeviceSample:
 
     ``index`` is the value of the ``gpu`` label: ``"0"`` for a GPU, ``"<parent>/<gi>"`` for a
     MIG slice (parent GPU index and GPU-instance id, as nvidia-smi shows them).
+
+    Work signals (what tells work from waiting) are counters that never go backwards while
+    the exporter runs, through GPU loss and driver reloads included, so that a rate over any
+    window is the exact mean: ``busy_seconds`` (time a kernel ran), the GPM activities
+    ``*_active_seconds`` (each activity ratio integrated over time) and interconnect bytes,
+    and ``throttle_seconds`` per reason. ``sm_occupancy_ratio`` is the mean over the last GPM
+    interval. A MIG slice carries its GPU instance's GPM values; throttling is board-level
+    (the parent GPU only). ``None`` (or no ``throttle_seconds``) where the device or driver
+    does not give them.
     """
 
     index: str
@@ -77,6 +113,17 @@ class DeviceSample:
     fan_speed_ratio: float | None = None
     ecc_corrected_errors: int | None = None
     ecc_uncorrected_errors: int | None = None
+    busy_seconds: float | None = None
+    sm_active_seconds: float | None = None
+    tensor_active_seconds: float | None = None
+    dram_active_seconds: float | None = None
+    graphics_active_seconds: float | None = None
+    sm_occupancy_ratio: float | None = None
+    pcie_receive_bytes: float | None = None
+    pcie_transmit_bytes: float | None = None
+    nvlink_receive_bytes: float | None = None
+    nvlink_transmit_bytes: float | None = None
+    throttle_seconds: tuple[ThrottleTime, ...] = ()
     xid_errors: tuple[XidCount, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
 
@@ -84,6 +131,21 @@ class DeviceSample:
     def is_mig(self) -> bool:
         return self.parent_uuid is not None
 
+
+#: The work-signal fields of :class:`DeviceSample` with one value each (``throttle_seconds``,
+#: one value per reason, is apart); the GPM ones are :data:`GPM_SIGNALS`.
+GPM_SIGNALS: tuple[str, ...] = (
+    "sm_active_seconds",
+    "tensor_active_seconds",
+    "dram_active_seconds",
+    "graphics_active_seconds",
+    "sm_occupancy_ratio",
+    "pcie_receive_bytes",
+    "pcie_transmit_bytes",
+    "nvlink_receive_bytes",
+    "nvlink_transmit_bytes",
+)
+WORK_SIGNALS: tuple[str, ...] = ("busy_seconds", *GPM_SIGNALS)
 
 #: The measurement fields of :class:`DeviceSample` (all None when the device is down).
 MEASUREMENTS: tuple[str, ...] = (
@@ -100,6 +162,7 @@ MEASUREMENTS: tuple[str, ...] = (
     "fan_speed_ratio",
     "ecc_corrected_errors",
     "ecc_uncorrected_errors",
+    *WORK_SIGNALS,
 )
 
 

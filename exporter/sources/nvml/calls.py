@@ -315,6 +315,117 @@ def process_utilization(handle: object, last_seen_us: int) -> list[tuple[int, in
     ]
 
 
+# --- work signals: utilization samples, throttle time, GPM
+
+
+def _union_value(value_type: int, value: Any) -> float:
+    """The member of an ``nvmlValue_t`` union that ``value_type`` (``NVML_VALUE_TYPE_*``) names."""
+    member = _VALUE_MEMBERS.get(value_type, "ullVal")
+    return float(field(value, member))
+
+
+_VALUE_MEMBERS: dict[int, str] = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+def utilization_samples(handle: object, last_seen_us: int) -> list[tuple[int, float]]:
+    """nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES): (timeStamp µs, GPU utilization %)
+    of every sample newer than ``last_seen_us``, oldest first; empty when there is none (NVML
+    answers NOT_FOUND)."""
+    try:
+        value_type, samples = pynvml.nvmlDeviceGetSamples(
+            handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, last_seen_us
+        )
+    except pynvml.NVMLError_NotFound:
+        return []
+    kind = int(value_type)
+    result = [
+        (int(field(s, "timeStamp")), _union_value(kind, field(s, "sampleValue")))
+        for s in samples
+    ]
+    result.sort(key=lambda sample: sample[0])
+    return result
+
+
+def field_values(handle: object, field_ids: tuple[int, ...]) -> list[float | None]:
+    """nvmlDeviceGetFieldValues: each field's value, in the order asked, or ``None`` where
+    that field's own ``nvmlReturn`` is not SUCCESS (a field this driver or GPU lacks)."""
+    values = pynvml.nvmlDeviceGetFieldValues(handle, list(field_ids))
+    result: list[float | None] = []
+    for v in values:
+        if int(field(v, "nvmlReturn")) != pynvml.NVML_SUCCESS:
+            result.append(None)
+        else:
+            result.append(_union_value(int(field(v, "valueType")), field(v, "value")))
+    return result
+
+
+def violation_time(handle: object, policy: int) -> int:
+    """nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_*).violationTime: nanoseconds the policy
+    held the clocks down since the driver loaded (deprecated in favour of the field values)."""
+    return int(field(pynvml.nvmlDeviceGetViolationStatus(handle, policy), "violationTime"))
+
+
+def gpm_supported(handle: object) -> bool:
+    """nvmlGpmQueryDeviceSupport (``nvmlGpmSupport_t`` version 1).isSupportedDevice."""
+    return bool(field(pynvml.nvmlGpmQueryDeviceSupport(handle), "isSupportedDevice"))
+
+
+def gpm_sample_alloc() -> object:
+    """nvmlGpmSampleAlloc: an opaque GPM sample buffer (free it with :func:`gpm_sample_free`)."""
+    sample: object = pynvml.nvmlGpmSampleAlloc()
+    return sample
+
+
+def gpm_sample_free(sample: object) -> None:
+    """nvmlGpmSampleFree."""
+    pynvml.nvmlGpmSampleFree(sample)
+
+
+def gpm_sample_get(handle: object, sample: object) -> None:
+    """nvmlGpmSampleGet: read the GPU's GPM counters into ``sample``."""
+    pynvml.nvmlGpmSampleGet(handle, sample)
+
+
+def gpm_mig_sample_get(handle: object, gpu_instance_id: int, sample: object) -> None:
+    """nvmlGpmMigSampleGet: read one MIG GPU instance's GPM counters into ``sample``
+    (``handle`` is the parent GPU's)."""
+    pynvml.nvmlGpmMigSampleGet(handle, gpu_instance_id, sample)
+
+
+def gpm_metrics_request(metric_ids: tuple[int, ...]) -> Any:
+    """A ``nvmlGpmMetricsGet_t`` (pynvml's ``c_nvmlGpmMetricsGet_t``, version
+    ``NVML_GPM_METRICS_GET_VERSION``) asking for ``metric_ids``; reused for every call."""
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(metric_ids)
+    for i, metric_id in enumerate(metric_ids):
+        request.metrics[i].metricId = metric_id
+    return request
+
+
+def gpm_metrics_get(request: Any, sample1: object, sample2: object) -> dict[int, float]:
+    """nvmlGpmMetricsGet between two samples: each metric's mean over the interval, by metric
+    id, for the metrics whose own ``nvmlReturn`` is SUCCESS (the others are left out)."""
+    request.sample1 = sample1
+    request.sample2 = sample2
+    pynvml.nvmlGpmMetricsGet(request)
+    result: dict[int, float] = {}
+    metrics = field(request, "metrics")
+    for i in range(int(field(request, "numMetrics"))):
+        m = metrics[i]
+        if int(field(m, "nvmlReturn")) == pynvml.NVML_SUCCESS:
+            result[int(field(m, "metricId"))] = float(field(m, "value"))
+    return result
+
+
 def event_set_create() -> object:
     """nvmlEventSetCreate."""
     event_set: object = pynvml.nvmlEventSetCreate()

@@ -14,6 +14,13 @@ the only place units change). Faults never escape ``sample()``:
 
 XID critical errors arrive as NVML events, waited for in a daemon thread of their own and
 counted per (device, XID code) for as long as the source lives.
+
+Work signals (what tells work from waiting) are counters kept per device UUID across NVML
+sessions, so that they never go backwards, through GPU loss and driver reloads included:
+busy time from the driver's utilization samples (:mod:`.busy`), throttle time per reason
+(:mod:`.throttle`) every round, and GPM activity per GPU and MIG GPU instance (:mod:`.gpm`)
+at a cadence of its own (``gpm_interval_seconds``, stretched so that GPM never takes more
+than ``gpm_cpu_budget`` of the time).
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ from gpuscope.exporter.model import (
     ProcessKind,
     ProcessSample,
     Snapshot,
+    ThrottleTime,
     XidCount,
 )
 from gpuscope.exporter.sources.nvml import calls
+from gpuscope.exporter.sources.nvml.busy import BusyTime
 from gpuscope.exporter.sources.nvml.calls import (
     Fault,
     NvmlFault,
@@ -48,10 +57,16 @@ from gpuscope.exporter.sources.nvml.calls import (
     read,
     watts,
 )
+from gpuscope.exporter.sources.nvml.gpm import GpmSampler, GpmTotals
+from gpuscope.exporter.sources.nvml.throttle import ThrottlePlan, ThrottleTotals
 from gpuscope.exporter.sources.nvml.xid import XidCounts, XidWatcher
 
 log = logging.getLogger(__name__)
 
+
+#: GPM cadence: at most every 10 s, and GPM takes at most 0.5 % of one core (docs/metrics.md).
+DEFAULT_GPM_INTERVAL_SECONDS = 10.0
+DEFAULT_GPM_CPU_BUDGET = 0.005
 
 # How far back the per-process utilization cursor starts: the driver keeps a buffer of older
 # samples, which belong to before the exporter started and must not be counted.
@@ -100,6 +115,24 @@ class _Device:
     up: bool = True
     process_utilization_supported: bool = True
     util_cursor_us: int = 0
+    gpm_supported: bool = False
+    throttle: ThrottlePlan = field(default_factory=ThrottlePlan)
+
+    @property
+    def gpm_key(self) -> tuple[object, ...]:
+        """The GPM target: a GPU, or (for a MIG slice) its parent's GPU instance."""
+        if self.parent is not None:
+            return ("gi", self.parent.key, self.gpu_instance_id)
+        return ("gpu", self.key)
+
+
+@dataclass(slots=True)
+class _Counters:
+    """One device's work-signal counters, kept by UUID across NVML sessions."""
+
+    busy: BusyTime = field(default_factory=BusyTime)
+    gpm: GpmTotals = field(default_factory=GpmTotals)
+    throttle: ThrottleTotals = field(default_factory=ThrottleTotals)
 
 
 @dataclass(eq=False, slots=True)
@@ -109,6 +142,7 @@ class _Session:
     driver_version: str | None
     devices: list[_Device]
     xid: XidWatcher | None = None
+    gpm: GpmSampler | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,6 +158,10 @@ class NvmlSource:
     init retry backoff (``retry_initial_seconds``, doubling up to ``retry_max_seconds``).
     ``process_utilization`` turns per-process SM utilization on, ``xid_events`` the XID event
     thread (which waits at most ``xid_wait_timeout_ms`` at a time, so ``close()`` is prompt).
+    ``gpm`` turns GPM on (where the GPU supports it); it is sampled every
+    ``gpm_interval_seconds`` at most (0: every round), less often when a GPM round takes more
+    than ``gpm_cpu_budget`` (a fraction of one core) of the time between two (GPM reads
+    counters over PCIe: about 1.4 ms per GPU or GPU instance on an H100).
 
     The constructor never raises for a missing library or driver: it tries to initialise, and
     ``sample()`` keeps trying (with backoff) until NVML answers.
@@ -146,6 +184,9 @@ class NvmlSource:
         process_utilization: bool = True,
         xid_events: bool = True,
         xid_wait_timeout_ms: int = 1000,
+        gpm: bool = True,
+        gpm_interval_seconds: float = DEFAULT_GPM_INTERVAL_SECONDS,
+        gpm_cpu_budget: float = DEFAULT_GPM_CPU_BUDGET,
     ) -> None:
         self._library_loader = library_loader
         self._library: object | None = None
@@ -162,6 +203,14 @@ class NvmlSource:
         # Utilization cursors by device UUID, kept across re-inits so that no sample already
         # counted is counted again after a driver reload.
         self._util_cursors: dict[str, int] = {}
+        self._gpm = gpm
+        self._gpm_interval = gpm_interval_seconds
+        self._gpm_budget = gpm_cpu_budget
+        self._next_gpm_at = 0.0
+        self._gpm_due = False
+        self._gpm_seconds = 0.0  # time spent in GPM calls this round
+        # Work-signal counters by device UUID, kept across re-inits: they never go back.
+        self._counters: dict[str, _Counters] = {}
         # The process-list calls to use; switched to _v2 for good when the driver lacks _v3.
         self._process_calls: dict[ProcessKind, Callable[[object], calls.Processes]] = {}
         self._session: _Session | None = None
@@ -207,6 +256,10 @@ class NvmlSource:
             for dev in devices:
                 self._identify(dev)
             session = _Session(driver_version=driver_version, devices=devices)
+            if self._gpm:
+                session.gpm = GpmSampler(self._monotonic)
+            for counters in self._counters.values():
+                counters.busy.new_session()
             if self._xid_events:
                 session.xid = self._watch_xid(devices)
         except BaseException:
@@ -229,6 +282,7 @@ class NvmlSource:
             arch = read(calls.architecture, dev.handle)
             dev.architecture = None if arch is None else _ARCHITECTURES.get(arch)
             dev.mig_enabled = bool(read(calls.mig_enabled, dev.handle))
+            dev.gpm_supported = self._gpm and self._gpm_supported(dev)
             dev.slices = self._mig_slices(dev) if dev.mig_enabled else []
         except NvmlFault as fault:
             if fault.fault is Fault.DRIVER:
@@ -261,10 +315,21 @@ class NvmlSource:
                 mig_profile=match.group(1) if match else None,
                 gpu_instance_id=gi,
                 identified=True,
+                gpm_supported=gpu.gpm_supported and gi is not None,
             )
             self._start_cursor(mig)
             slices.append(mig)
         return slices
+
+    def _gpm_supported(self, dev: _Device) -> bool:
+        """Whether NVML says the GPU has GPM; a GPU that fails the question has none."""
+        try:
+            return bool(read(calls.gpm_supported, dev.handle))
+        except NvmlFault as fault:
+            if fault.fault is not Fault.FAILED:
+                raise
+            log.info("GPM support query failed on %s: %s", dev.uuid, fault.error)
+            return False
 
     def _start_cursor(self, dev: _Device) -> None:
         start = int((self._clock() - _UTIL_LOOKBACK_SECONDS) * 1_000_000)
@@ -322,6 +387,8 @@ class NvmlSource:
             else:
                 # Still inside nvmlEventSetWait: freeing the set under it is not safe.
                 log.warning("XID event thread did not stop; leaving its event set")
+        if session.gpm is not None:
+            session.gpm.close()
         quietly(calls.shutdown)
 
     def close(self) -> None:
@@ -368,6 +435,9 @@ class NvmlSource:
         return Snapshot(timestamp=self._clock(), source_up=False, parts=tuple(parts))
 
     def _sample_session(self, session: _Session) -> Snapshot:
+        round_started = self._monotonic()
+        self._gpm_due = session.gpm is not None and round_started >= self._next_gpm_at
+        self._gpm_seconds = 0.0
         xid_started = self._monotonic()
         xids = self._xid_counts.by_device()
         xid_seconds = self._monotonic() - xid_started
@@ -401,6 +471,13 @@ class NvmlSource:
                 device_seconds += measured - started
                 devices_ok = devices_ok and sample.up
                 devices.append(sample)
+        if self._gpm_due:
+            # The next GPM round: after the interval, later when GPM took more than its
+            # budget (it reads counters over PCIe: ~1.4 ms per GPU or GPU instance).
+            spacing = self._gpm_interval
+            if self._gpm_budget > 0:
+                spacing = max(spacing, self._gpm_seconds / self._gpm_budget)
+            self._next_gpm_at = round_started + spacing
         parts = [
             PartResult("nvml_devices", devices_ok, device_seconds),
             PartResult("nvml_processes", processes_ok, process_seconds),
@@ -446,6 +523,7 @@ class NvmlSource:
                 # NOT_SUPPORTED, which would wrongly mark the slice down).
                 temperature = power = power_limit = energy = sm_clock = mem_clock = None
                 fan = ecc_corrected = ecc_uncorrected = None
+            work, throttle = self._work_signals(dev, h, None if util is None else util[0])
         except NvmlFault as fault:
             if fault.fault is Fault.DRIVER:
                 raise
@@ -478,8 +556,55 @@ class NvmlSource:
             fan_speed_ratio=None if fan is None else ratio(fan),
             ecc_corrected_errors=ecc_corrected,
             ecc_uncorrected_errors=ecc_uncorrected,
+            busy_seconds=work.get("busy_seconds"),
+            sm_active_seconds=work.get("sm_active_seconds"),
+            tensor_active_seconds=work.get("tensor_active_seconds"),
+            dram_active_seconds=work.get("dram_active_seconds"),
+            graphics_active_seconds=work.get("graphics_active_seconds"),
+            sm_occupancy_ratio=work.get("sm_occupancy_ratio"),
+            pcie_receive_bytes=work.get("pcie_receive_bytes"),
+            pcie_transmit_bytes=work.get("pcie_transmit_bytes"),
+            nvlink_receive_bytes=work.get("nvlink_receive_bytes"),
+            nvlink_transmit_bytes=work.get("nvlink_transmit_bytes"),
+            throttle_seconds=throttle,
             xid_errors=xids.get(dev.uuid, ()),
         )
+
+    def _work_signals(
+        self, dev: _Device, handle: object, utilization_percent: int | None
+    ) -> tuple[dict[str, float], tuple[ThrottleTime, ...]]:
+        """The device's work-signal counters after this round's reads: busy time, GPM (when
+        due: else the totals of the last GPM round) and, on a GPU, throttle time. Device
+        faults raise NvmlFault."""
+        counters = self._counters.get(dev.uuid)
+        if counters is None:
+            counters = self._counters[dev.uuid] = _Counters()
+        work: dict[str, float] = {}
+        start_us = int((self._clock() - _UTIL_LOOKBACK_SECONDS) * 1_000_000)
+        busy = counters.busy.update(handle, utilization_percent, start_us, self._monotonic())
+        if busy is not None:
+            work["busy_seconds"] = busy
+        gpm = self._session.gpm if self._session is not None else None
+        if dev.gpm_supported and gpm is not None:
+            if self._gpm_due:
+                started = self._monotonic()
+                means = gpm.sample(dev.gpm_key, self._gpm_take(dev))
+                self._gpm_seconds += self._monotonic() - started
+                if means is not None:
+                    counters.gpm.add(*means)
+            work.update(counters.gpm.reported())
+        throttle: tuple[ThrottleTime, ...] = ()
+        if dev.parent is None:
+            throttle = counters.throttle.update(dev.throttle.read(handle))
+        return work, throttle
+
+    def _gpm_take(self, dev: _Device) -> Callable[[object], None]:
+        """How to fill a GPM sample buffer for ``dev``: its GPU, or its MIG GPU instance."""
+        parent, gi = dev.parent, dev.gpu_instance_id
+        if parent is None:
+            return lambda buffer: calls.gpm_sample_get(dev.handle, buffer)
+        assert gi is not None
+        return lambda buffer: calls.gpm_mig_sample_get(parent.handle, gi, buffer)
 
     def _down_sample(self, dev: _Device, xids: dict[str, tuple[XidCount, ...]]) -> DeviceSample:
         # XID counts stay: the XID that took the GPU down (79, fallen off the bus) matters most.
@@ -497,6 +622,8 @@ class NvmlSource:
 
     def _mark(self, dev: _Device, *, up: bool, why: BaseException | None = None) -> None:
         """Record a device's up/down state, logging only the transitions."""
+        if not up:
+            self._interrupt(dev)
         if dev.up == up:
             return
         dev.up = up
@@ -505,6 +632,15 @@ class NvmlSource:
             log.info("device %s answers again", label)
         else:
             log.warning("device %s is down: %s", label, describe(why))
+
+    def _interrupt(self, dev: _Device) -> None:
+        """A device stopped answering: the time until it answers again is not integrated
+        (busy time from rates, GPM intervals)."""
+        counters = self._counters.get(dev.uuid)
+        if counters is not None:
+            counters.busy.interrupted()
+        if self._session is not None and self._session.gpm is not None:
+            self._session.gpm.restart(dev.gpm_key)
 
     # --- processes
 

@@ -19,9 +19,19 @@ calls whose ``_v3`` symbol is missing.
 
 State is plain mutable data (:class:`FakeGpu`, :class:`FakeMigSlice`, :class:`FakeProcess`) that
 a test may change between sampling rounds. Units are NVML's own: percent, bytes, °C, milliwatts,
-millijoules, MHz, microseconds. A measurement set to ``None`` answers
-``NVML_ERROR_NOT_SUPPORTED``; ``device.errors[entry_point] = code`` makes one entry point
-return any code on one device; ``fake.errors[entry_point] = code`` does it on all of them.
+millijoules, MHz, microseconds, nanoseconds (throttle time), MiB/s. A measurement set to
+``None`` answers ``NVML_ERROR_NOT_SUPPORTED``; ``device.errors[entry_point] = code`` makes one
+entry point return any code on one device; ``fake.errors[entry_point] = code`` does it on all
+of them.
+
+Work signals: the driver's GPU-utilization samples (``add_busy_sample``, read by
+``nvmlDeviceGetSamples``), the perf-policy violation counters (``violation_ns``, read as field
+values 74-81 or with ``nvmlDeviceGetViolationStatus``) and the clocks-event-reason durations
+(``clocks_event_ns``, fields 269-271), and GPM (``gpm_supported``; ``gpm`` holds the means
+``nvmlGpmMetricsGet`` answers for the interval that ends at the next ``nvmlGpmSampleGet`` or
+``nvmlGpmMigSampleGet``, ``gpm_unsupported`` the metric ids that answer NOT_SUPPORTED). GPM
+sample buffers are real allocations, checked like the driver does: a metrics request needs two
+filled buffers of one target, the older first, and a freed buffer is invalid.
 
 Entry points are cheap (a dict lookup per handle, no copies of the process lists), so the fake
 also serves the benchmark (8 GPUs x 64 processes).
@@ -34,6 +44,7 @@ import contextlib
 import ctypes
 import functools
 import threading
+import time
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -52,11 +63,34 @@ NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
 INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 DRIVER_NOT_LOADED: int = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
 TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
+ARGUMENT_VERSION_MISMATCH: int = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
 UNKNOWN: int = pynvml.NVML_ERROR_UNKNOWN
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+
+# The perf policies NVML keeps a violation counter for, and their field ids (74-81).
+PERF_POLICIES: tuple[int, ...] = (
+    pynvml.NVML_PERF_POLICY_POWER,
+    pynvml.NVML_PERF_POLICY_THERMAL,
+    pynvml.NVML_PERF_POLICY_SYNC_BOOST,
+    pynvml.NVML_PERF_POLICY_BOARD_LIMIT,
+    pynvml.NVML_PERF_POLICY_LOW_UTILIZATION,
+    pynvml.NVML_PERF_POLICY_RELIABILITY,
+    pynvml.NVML_PERF_POLICY_TOTAL_APP_CLOCKS,
+    pynvml.NVML_PERF_POLICY_TOTAL_BASE_CLOCKS,
+)
+PERF_POLICY_FIELDS: dict[int, int] = {
+    pynvml.NVML_FI_DEV_PERF_POLICY_POWER: pynvml.NVML_PERF_POLICY_POWER,
+    pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: pynvml.NVML_PERF_POLICY_THERMAL,
+    pynvml.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST: pynvml.NVML_PERF_POLICY_SYNC_BOOST,
+    pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT: pynvml.NVML_PERF_POLICY_BOARD_LIMIT,
+    pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION: pynvml.NVML_PERF_POLICY_LOW_UTILIZATION,
+    pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY: pynvml.NVML_PERF_POLICY_RELIABILITY,
+    pynvml.NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS: pynvml.NVML_PERF_POLICY_TOTAL_APP_CLOCKS,
+    pynvml.NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS: pynvml.NVML_PERF_POLICY_TOTAL_BASE_CLOCKS,
+}
 
 # usedGpuMemory value NVML writes when it cannot tell (pynvml turns it into None).
 _NOT_AVAILABLE_ULL: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
@@ -112,6 +146,13 @@ class _FakeDevice:
     process_utilization_supported: bool = True
     util_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
     max_util_samples: int = 4096
+    # The driver's GPU-utilization samples (timeStamp µs, percent), oldest first.
+    busy_samples: list[tuple[int, int]] = field(default_factory=list)
+    max_busy_samples: int = 120
+    busy_samples_supported: bool = True
+    # GPM means (metric id -> % or MiB/s) for the interval ending at the next sample.
+    gpm: dict[int, float] = field(default_factory=dict)
+    gpm_unsupported: set[int] = field(default_factory=set)
     address: int = 0  # the opaque handle's value, assigned by FakeNvml
     _token: Any = field(default=None, repr=False)
 
@@ -133,6 +174,13 @@ class _FakeDevice:
         excess = len(self.util_samples) - self.max_util_samples
         if excess > 0:
             del self.util_samples[:excess]
+
+    def add_busy_sample(self, timestamp_us: int, percent: int) -> None:
+        """Record one GPU-utilization sample, as the driver does every 1/6 s to 1 s."""
+        bisect.insort(self.busy_samples, (timestamp_us, percent))
+        excess = len(self.busy_samples) - self.max_busy_samples
+        if excess > 0:
+            del self.busy_samples[:excess]
 
     def not_supported(self, *entry_points: str) -> None:
         """Make these entry points answer NVML_ERROR_NOT_SUPPORTED on this device."""
@@ -164,6 +212,14 @@ class FakeGpu(_FakeDevice):
     mig_slices: list[FakeMigSlice] = field(default_factory=list)
     max_mig_devices: int = 7
     events_supported: bool = True
+    gpm_supported: bool = False  # Hopper and newer
+    # NVML_PERF_POLICY_* -> violation time (ns since the driver loaded); a policy left out
+    # answers NOT_SUPPORTED (field value or nvmlDeviceGetViolationStatus).
+    violation_ns: dict[int, int] = field(default_factory=lambda: dict.fromkeys(PERF_POLICIES, 0))
+    # Whether the perf-policy field ids (74-81) answer; False: an older driver without them.
+    perf_policy_fields: bool = True
+    # NVML_FI_DEV_CLOCKS_EVENT_REASON_*_SLOWDOWN field id (269-271) -> ns; newer drivers only.
+    clocks_event_ns: dict[int, int] = field(default_factory=dict)
 
     @property
     def is_lost(self) -> bool:
@@ -179,6 +235,7 @@ class FakeMigSlice(_FakeDevice):
     gpu_instance_id: int = 0
     profile: str = "1g.10gb"
     process_utilization_supported: bool = False
+    busy_samples_supported: bool = False
 
     @property
     def is_lost(self) -> bool:
@@ -571,6 +628,182 @@ def nvmlDeviceGetProcessUtilization(
     return None
 
 
+# --- work signals: utilization samples, throttle time, GPM
+
+
+def _int(value: Any) -> int:
+    """A C integer argument: pynvml passes some as ctypes objects, some as Python ints."""
+    return int(getattr(value, "value", value))
+
+
+@_device_entry
+def nvmlDeviceGetSamples(
+    lib: FakeNvml, dev: _FakeDevice, sampling_type: Any, last_seen: Any, value_type: Any,
+    count: Any, samples: Any,
+) -> int | None:
+    """GPU-utilization samples with ``timeStamp > lastSeenTimeStamp``, oldest first; NOT_FOUND
+    when there are none. ``samples`` NULL is the size query (SUCCESS with the count), as
+    pynvml expects it."""
+    if _int(sampling_type) != pynvml.NVML_GPU_UTILIZATION_SAMPLES:
+        raise _Return(NOT_SUPPORTED)
+    if not dev.busy_samples_supported or (isinstance(dev, FakeGpu) and dev.mig_enabled):
+        raise _Return(NOT_SUPPORTED)
+    buffer = dev.busy_samples
+    start = bisect.bisect_right(buffer, _int(last_seen), key=itemgetter(0))
+    new = len(buffer) - start
+    if new == 0:
+        raise _Return(NOT_FOUND)
+    value_type._obj.value = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+    if samples is None:
+        count._obj.value = new
+        return None
+    filled = min(new, count._obj.value, len(samples))
+    for i in range(filled):
+        ts, percent = buffer[start + i]
+        samples[i].timeStamp = ts
+        samples[i].sampleValue.uiVal = percent
+    count._obj.value = filled
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetFieldValues(
+    lib: FakeNvml, dev: _FakeDevice, count: Any, values: Any
+) -> int | None:
+    """Each field with its own return code: the perf-policy violation counters (74-81) and the
+    clocks-event-reason durations (269-271) the GPU has, NOT_SUPPORTED for the rest."""
+    gpu = _gpu_only(dev)
+    for i in range(_int(count)):
+        slot = values._obj[i]
+        field_id = slot.fieldId
+        value: int | None = None
+        if field_id in PERF_POLICY_FIELDS and gpu.perf_policy_fields:
+            value = gpu.violation_ns.get(PERF_POLICY_FIELDS[field_id])
+        elif field_id in gpu.clocks_event_ns:
+            value = gpu.clocks_event_ns[field_id]
+        slot.timestamp = lib.now_us()
+        slot.latencyUsec = 0
+        if value is None:
+            slot.nvmlReturn = NOT_SUPPORTED
+            continue
+        slot.nvmlReturn = SUCCESS
+        slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+        slot.value.ullVal = value
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetViolationStatus(
+    lib: FakeNvml, dev: _FakeDevice, policy: Any, out: Any
+) -> int | None:
+    gpu = _gpu_only(dev)
+    ns = gpu.violation_ns.get(_int(policy))
+    if ns is None:
+        raise _Return(NOT_SUPPORTED)
+    out._obj.referenceTime = lib.now_us()
+    out._obj.violationTime = ns
+    return None
+
+
+@dataclass(eq=False)
+class _GpmSample:
+    """One sample buffer: which target filled it (a GPU, or a GPU instance), in which order,
+    and the means the next metrics request answers when it is ``sample2``."""
+
+    _token: Any = field(default=None, repr=False)
+    target: tuple[int, int] | None = None  # (GPU address, GPU instance id or -1)
+    sequence: int = 0
+    means: dict[int, float] = field(default_factory=dict)
+    unsupported: frozenset[int] = frozenset()
+
+
+@_device_entry
+def nvmlGpmQueryDeviceSupport(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    if out._obj.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+        raise _Return(ARGUMENT_VERSION_MISMATCH)
+    out._obj.isSupportedDevice = int(_board(dev).gpm_supported)
+    return None
+
+
+@_entry
+def nvmlGpmSampleAlloc(lib: FakeNvml, out: Any) -> int | None:
+    sample = _GpmSample(_token=ctypes.create_string_buffer(1))
+    address = ctypes.addressof(sample._token)
+    lib._gpm_samples[address] = sample
+    _write_handle(out, address)
+    return None
+
+
+@_entry
+def nvmlGpmSampleFree(lib: FakeNvml, sample: Any) -> int | None:
+    if lib._gpm_samples.pop(_address(sample), None) is None:
+        raise _Return(INVALID_ARGUMENT)
+    return None
+
+
+def _fill_gpm(lib: FakeNvml, sample: Any, target: tuple[int, int], dev: _FakeDevice) -> None:
+    buffer = lib._gpm_samples.get(_address(sample))
+    if buffer is None:
+        raise _Return(INVALID_ARGUMENT)
+    lib._gpm_sequence += 1
+    buffer.target = target
+    buffer.sequence = lib._gpm_sequence
+    buffer.means = dict(dev.gpm)
+    buffer.unsupported = frozenset(dev.gpm_unsupported)
+
+
+@_device_entry
+def nvmlGpmSampleGet(lib: FakeNvml, dev: _FakeDevice, sample: Any) -> int | None:
+    gpu = _gpu_only(dev)
+    if not gpu.gpm_supported:
+        raise _Return(NOT_SUPPORTED)
+    _fill_gpm(lib, sample, (gpu.address, -1), gpu)
+    return None
+
+
+@_device_entry
+def nvmlGpmMigSampleGet(
+    lib: FakeNvml, dev: _FakeDevice, gpu_instance_id: Any, sample: Any
+) -> int | None:
+    gpu = _gpu_only(dev)
+    if not gpu.gpm_supported:
+        raise _Return(NOT_SUPPORTED)
+    gi = _int(gpu_instance_id)
+    mig = next((m for m in gpu.mig_slices if m.gpu_instance_id == gi), None)
+    if not gpu.mig_enabled or mig is None:
+        raise _Return(INVALID_ARGUMENT)
+    _fill_gpm(lib, sample, (gpu.address, gi), mig)
+    return None
+
+
+@_entry
+def nvmlGpmMetricsGet(lib: FakeNvml, request: Any) -> int | None:
+    """Each asked metric's mean between ``sample1`` and ``sample2`` (two filled buffers of one
+    target, ``sample1`` the older), with its own return code."""
+    get = request._obj
+    if get.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+        raise _Return(ARGUMENT_VERSION_MISMATCH)
+    first = lib._gpm_samples.get(_address(get.sample1))
+    second = lib._gpm_samples.get(_address(get.sample2))
+    if first is None or second is None or first is second:
+        raise _Return(INVALID_ARGUMENT)
+    if first.target is None or first.target != second.target:
+        raise _Return(INVALID_ARGUMENT)
+    if first.sequence >= second.sequence or get.numMetrics > len(get.metrics):
+        raise _Return(INVALID_ARGUMENT)
+    lib.gpm_requests.append((first.target, first.sequence, second.sequence))
+    for i in range(get.numMetrics):
+        metric = get.metrics[i]
+        mean = second.means.get(metric.metricId)
+        if mean is None or metric.metricId in second.unsupported:
+            metric.nvmlReturn = NOT_SUPPORTED
+            metric.value = 0.0
+        else:
+            metric.nvmlReturn = SUCCESS
+            metric.value = mean
+    return None
+
+
 # --- events
 
 
@@ -665,6 +898,12 @@ class FakeNvml:
         self.missing_lookups: Counter[str] = Counter()
         self._by_address: dict[int, _FakeDevice] = {}
         self._event_sets: dict[int, _EventSet] = {}
+        self._gpm_samples: dict[int, _GpmSample] = {}
+        self._gpm_sequence = 0
+        # (target, sample1 sequence, sample2 sequence) of every successful metrics request.
+        self.gpm_requests: list[tuple[tuple[int, int], int, int]] = []
+        # Wall clock (µs) of the timestamps the fake writes; tests may replace it.
+        self.now_us: Callable[[], int] = lambda: int(time.time() * 1_000_000)
         self._events: list[tuple[FakeGpu, int, int]] = []
         self._events_changed = threading.Condition()
         # pynvml sets ``restype`` on this one, so it must be a plain function object.
@@ -740,6 +979,10 @@ class FakeNvml:
         with self._events_changed:
             self._events.append((target, xid, gi))
             self._events_changed.notify_all()
+
+    def gpm_samples_allocated(self) -> int:
+        """GPM sample buffers allocated and not freed."""
+        return len(self._gpm_samples)
 
     def pending_events(self) -> int:
         with self._events_changed:

@@ -16,7 +16,15 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpuscope.exporter.model import MEASUREMENTS, DeviceSample, ProcessSample, Snapshot, XidCount
+from gpuscope.exporter.model import (
+    MEASUREMENTS,
+    THROTTLE_REASONS,
+    DeviceSample,
+    ProcessSample,
+    Snapshot,
+    ThrottleTime,
+    XidCount,
+)
 from gpuscope.exporter.sources.nvml import NvmlSource
 from tests.exporter.sources.fake_nvml import (
     GIB,
@@ -120,6 +128,7 @@ def test_every_device_metric_in_base_units(fake: FakeNvml, make_source: SourceFa
     gpu.ecc_corrected, gpu.ecc_uncorrected = 7, 1
     gpu.architecture = pynvml.NVML_DEVICE_ARCH_HOPPER
     gpu.name = "NVIDIA H100 80GB HBM3"
+    gpu.violation_ns[pynvml.NVML_PERF_POLICY_THERMAL] = 2_500_000_000
 
     snap = make_source().sample()
 
@@ -149,6 +158,13 @@ def test_every_device_metric_in_base_units(fake: FakeNvml, make_source: SourceFa
         fan_speed_ratio=0.42,
         ecc_corrected_errors=7,
         ecc_uncorrected_errors=1,
+        # The driver keeps utilization samples (none yet) and perf-policy counters (ns since
+        # it loaded); this GPU has no GPM (the fake's default).
+        busy_seconds=0.0,
+        throttle_seconds=tuple(
+            ThrottleTime(reason, 2.5 if reason == "thermal" else 0.0)
+            for reason in THROTTLE_REASONS[:8]
+        ),
         xid_errors=(),
         processes=(),
     )

@@ -26,12 +26,22 @@ _DEVICE_VALUES: tuple[tuple[str, str], ...] = (
     ("gpu_memory_clock_hertz", "memory_clock_hertz"),
     ("gpu_ecc_corrected_errors_total", "ecc_corrected_errors"),
     ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected_errors"),
+    ("gpu_busy_seconds_total", "busy_seconds"),
+    ("gpu_sm_active_seconds_total", "sm_active_seconds"),
+    ("gpu_tensor_active_seconds_total", "tensor_active_seconds"),
+    ("gpu_dram_active_seconds_total", "dram_active_seconds"),
+    ("gpu_graphics_active_seconds_total", "graphics_active_seconds"),
+    ("gpu_sm_occupancy_ratio", "sm_occupancy_ratio"),
+    ("gpu_pcie_receive_bytes_total", "pcie_receive_bytes"),
+    ("gpu_pcie_transmit_bytes_total", "pcie_transmit_bytes"),
+    ("gpu_nvlink_receive_bytes_total", "nvlink_receive_bytes"),
+    ("gpu_nvlink_transmit_bytes_total", "nvlink_transmit_bytes"),
 )
 
 
 class GpuCollector(Collector):
-    """Renders ``gpu_info``, ``gpu_up``, the device values, XID counters and (opt-in)
-    per-process series from ``latest()``; before the first sample it yields nothing.
+    """Renders ``gpu_info``, ``gpu_up``, the device values, throttle and XID counters and
+    (opt-in) per-process series from ``latest()``; before the first sample it yields nothing.
 
     ``process_cap`` (``--max-process-series``) picks which processes get series when a
     round has more than the cap; without one every process does."""
@@ -51,6 +61,7 @@ class GpuCollector(Collector):
         info = new_family("gpu_info")
         up = new_family("gpu_up")
         values = {name: new_family(name) for name, _ in _DEVICE_VALUES}
+        throttle = new_family("gpu_throttle_seconds_total")
         xid = new_family("gpu_xid_errors_total")
         proc_util = new_family("gpu_process_utilization_ratio")
         proc_mem = new_family("gpu_process_memory_used_bytes")
@@ -70,6 +81,8 @@ class GpuCollector(Collector):
                 value = getattr(dev, attr)
                 if value is not None:
                     values[name].add_metric(ids, float(value))
+            for t in dev.throttle_seconds:
+                throttle.add_metric([*ids, t.reason], t.seconds)
             for x in dev.xid_errors:
                 xid.add_metric([*ids, str(x.xid)], float(x.count))
             if self._process_metrics:
@@ -77,6 +90,7 @@ class GpuCollector(Collector):
         yield info
         yield up
         yield from values.values()
+        yield throttle
         yield xid
         if self._process_metrics:
             yield proc_util

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.exporter.model import Snapshot
+from gpuscope.exporter.model import Snapshot, ThrottleTime
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from tests.exporter.snapshots import fixed_snapshot
 
@@ -66,3 +67,35 @@ def test_fresh_families_per_collect_drop_vanished_devices() -> None:
     text = generate_latest(registry).decode()
     assert "GPU-66666666" not in text
     assert "MIG-12345678" not in text
+
+
+def test_work_signals_render_as_counters_and_only_where_given() -> None:
+    snap = fixed_snapshot()
+    gpu0, lost, parent, mig = snap.devices
+    gpu0 = replace(
+        gpu0, busy_seconds=12.5, sm_active_seconds=3.25, tensor_active_seconds=0.0,
+        sm_occupancy_ratio=0.4, pcie_receive_bytes=1048576.0 * 3,
+        throttle_seconds=(ThrottleTime("power", 1.5), ThrottleTime("thermal", 0.0)),
+    )
+    mig = replace(mig, sm_active_seconds=7.0, dram_active_seconds=2.0)
+    text = render(replace(snap, devices=(gpu0, lost, parent, mig)))
+    got = samples(text)
+    ids0 = {("gpu", "0"), ("uuid", gpu0.uuid)}
+    assert got[("gpu_busy_seconds_total", frozenset(ids0))] == 12.5
+    assert got[("gpu_sm_active_seconds_total", frozenset(ids0))] == 3.25
+    assert got[("gpu_tensor_active_seconds_total", frozenset(ids0))] == 0.0  # given: a real 0
+    assert got[("gpu_sm_occupancy_ratio", frozenset(ids0))] == 0.4
+    assert got[("gpu_pcie_receive_bytes_total", frozenset(ids0))] == 3 * 1048576
+    assert got[("gpu_throttle_seconds_total", frozenset(ids0 | {("reason", "power")}))] == 1.5
+    assert got[("gpu_throttle_seconds_total", frozenset(ids0 | {("reason", "thermal")}))] == 0.0
+    ids_mig = frozenset({("gpu", "2/7"), ("uuid", mig.uuid)})
+    assert got[("gpu_sm_active_seconds_total", ids_mig)] == 7.0
+    assert got[("gpu_dram_active_seconds_total", ids_mig)] == 2.0
+    # Absent, never 0: what a device does not give has no series.
+    for name in ("gpu_dram_active_seconds_total", "gpu_nvlink_receive_bytes_total",
+                 "gpu_graphics_active_seconds_total"):
+        assert (name, frozenset(ids0)) not in got
+    assert not [k for k in got if k[1] == ids_mig and k[0] == "gpu_busy_seconds_total"]
+    assert not [k for k in got if k[0] == "gpu_throttle_seconds_total" and ("gpu", "2") in k[1]]
+    assert "# TYPE gpu_busy_seconds_total counter" in text
+    assert "# TYPE gpu_sm_occupancy_ratio gauge" in text
