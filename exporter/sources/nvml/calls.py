@@ -389,15 +389,17 @@ def gpm_sample_free(sample: object) -> None:
     pynvml.nvmlGpmSampleFree(sample)
 
 
-def gpm_sample_get(handle: object, sample: object) -> None:
-    """nvmlGpmSampleGet: read the GPU's GPM counters into ``sample``."""
+def gpm_sample_get(handle: object, sample: object) -> bool:
+    """nvmlGpmSampleGet: read the GPU's GPM counters into ``sample``; True once done."""
     pynvml.nvmlGpmSampleGet(handle, sample)
+    return True
 
 
-def gpm_mig_sample_get(handle: object, gpu_instance_id: int, sample: object) -> None:
+def gpm_mig_sample_get(handle: object, gpu_instance_id: int, sample: object) -> bool:
     """nvmlGpmMigSampleGet: read one MIG GPU instance's GPM counters into ``sample``
-    (``handle`` is the parent GPU's)."""
+    (``handle`` is the parent GPU's); True once done."""
     pynvml.nvmlGpmMigSampleGet(handle, gpu_instance_id, sample)
+    return True
 
 
 def gpm_metrics_request(metric_ids: tuple[int, ...]) -> Any:

@@ -90,7 +90,7 @@ class GpmSampler:
         self._failing = False
 
     def sample(
-        self, key: object, take: Callable[[object], None]
+        self, key: object, take: Callable[[object], bool]
     ) -> tuple[dict[int, float], float] | None:
         """Take a sample for the target ``key`` with ``take(buffer)`` (a read of
         ``nvmlGpmSampleGet`` or ``nvmlGpmMigSampleGet``) and return the means since its previous

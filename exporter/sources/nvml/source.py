@@ -598,7 +598,7 @@ class NvmlSource:
             throttle = counters.throttle.update(dev.throttle.read(handle))
         return work, throttle
 
-    def _gpm_take(self, dev: _Device) -> Callable[[object], None]:
+    def _gpm_take(self, dev: _Device) -> Callable[[object], bool]:
         """How to fill a GPM sample buffer for ``dev``: its GPU, or its MIG GPU instance."""
         parent, gi = dev.parent, dev.gpu_instance_id
         if parent is None:
