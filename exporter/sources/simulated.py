@@ -4,24 +4,35 @@ snapshots.
 Scenario time is ``clock() - start`` seconds (``start`` defaults to the clock at
 construction). Every value in a snapshot is a pure function of the scenario and the scenario
 time, so asking for time ``t`` always gives the same answer whatever was asked before; the
-one piece of state, the energy integral, is cached in a way that gives bit-identical results
-(see :meth:`SimulatedSource._energies`).
+state kept (the energy integral, numerical work integrals, random patterns' sums) is cached in
+a way that gives bit-identical results (see :meth:`SimulatedSource._energies`).
 
 How device values follow from processes (all documented in ``docs/scenarios.md``):
 
 - utilization ratio ``u = clamp(base_utilization + sum of running processes' values, 0, 1)``
 - memory used (bytes) = ``memory_reserved`` + memory of running processes
 - memory utilization ratio = ``clamp(memory_utilization_factor * u, 0, 1)``
-- power (W) = ``power_idle + (power_limit - power_idle) * u``
-- temperature (C) and fan speed (ratio) move linearly from their idle to busy value with ``u``
+- power load ``w = clamp(base_utilization + sum of values x each process's activity.power)``
+  (``w == u`` unless a process draws less than its utilization says)
+- power (W) = ``power_idle + (power_limit - power_idle) * w``
+- temperature (C) and fan speed (ratio) move linearly from their idle to busy value with ``w``
 - SM clock (Hz) is the idle clock when ``u == 0``, the busy clock otherwise
 - energy (J) = integral of power from scenario time 0: a left Riemann sum over 1-second steps
   plus the partial step, so it is monotonic and independent of how often it is sampled.
+- work signals are exact integrals of scenario time (closed forms of the patterns), so that a
+  rate over any window is the mean over it: busy seconds = integral of ``u``; with ``gpm``,
+  each GPM activity ``clamp(sum of values x the process's activity factor)`` (SM and graphics
+  with ``base_utilization`` added) integrated, traffic likewise (bytes), SM occupancy its
+  current value; throttle seconds per reason the integral of the GPU's throttle pattern.
+  Where the processes of a device can add up to more than 1 (the clamp bites), the integral
+  is numerical instead (midpoints of 0.25 s steps).
 
 A GPU in MIG mode reports no utilization (NVML answers NOT_SUPPORTED); its power,
 temperature and clock follow its *activity*, ``clamp(base + sum over slices of
 compute_slices / max(7, total compute slices) * slice load)``. Slices report memory and
-processes; utilization only when the slice sets ``utilization_supported`` (GPM).
+processes; utilization (and busy time) only when the slice sets ``utilization_supported``;
+GPM per slice from its own processes (the parent: the slices' activities weighted the same
+way, their traffic summed).
 """
 
 from __future__ import annotations
@@ -29,16 +40,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from gpuscope.exporter.model import (
+    THROTTLE_REASONS,
     DeviceSample,
     PartResult,
     ProcessKind,
     ProcessSample,
     Snapshot,
+    ThrottleTime,
     XidCount,
 )
 from gpuscope.exporter.sources.scenario import (
+    ActivitySpec,
     GpuSpec,
     Lifetime,
     LostFault,
@@ -47,14 +62,18 @@ from gpuscope.exporter.sources.scenario import (
     NvmlDownFault,
     ProcessSpec,
     Scenario,
+    UtilizationPattern,
     Window,
     XidFault,
 )
 
-__all__ = ["ENERGY_STEP_SECONDS", "SimulatedSource"]
+__all__ = ["ENERGY_STEP_SECONDS", "NUMERIC_SUBSTEPS", "SimulatedSource"]
 
 #: Width of one step of the energy integral, in seconds of scenario time.
 ENERGY_STEP_SECONDS = 1.0
+#: Midpoints per second of a work integral that cannot be taken in closed form (processes
+#: that add up to more than 1, so that the clamp bites).
+NUMERIC_SUBSTEPS = 4
 # Keep the running energy sums every this many steps, so going back in time (a test asking
 # for an earlier time) restarts from the nearest checkpoint instead of from 0.
 _CHECKPOINT_STEPS = 3600
@@ -66,18 +85,187 @@ def _clamp(value: float) -> float:
     return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
 
 
+class _Term(Protocol):
+    """Something with a value at scenario time ``t``, its integral from 0 and a bound."""
+
+    @property
+    def maximum(self) -> float: ...
+
+    def value(self, t: float) -> float: ...
+
+    def integral(self, t: float) -> float: ...
+
+
 class _Proc:
     """A process with everything sample() needs precomputed."""
 
-    __slots__ = ("always", "kinds", "lifetime", "memory", "pid", "value")
+    __slots__ = (
+        "activity", "always", "fn", "kinds", "lifetime", "maximum", "memory", "pattern", "pid",
+    )
 
     def __init__(self, spec: ProcessSpec) -> None:
         self.pid: int = spec.pid
         self.kinds: tuple[ProcessKind, ...] = spec.kinds
         self.memory: int = spec.memory_bytes
-        self.value: Callable[[float], float] = spec.utilization.value_at
+        self.pattern: UtilizationPattern = spec.utilization
+        self.fn: Callable[[float], float] = spec.utilization.value_at
         self.lifetime: Lifetime = spec.lifetime
         self.always: bool = spec.lifetime.always
+        self.activity: ActivitySpec = spec.activity
+        self.maximum: float = spec.utilization.maximum
+
+    def value(self, t: float) -> float:
+        """The process's utilization at scenario time ``t`` (0 while it does not run)."""
+        if self.always:
+            return self.fn(t)
+        since = self.lifetime.incarnation_start(t)
+        return 0.0 if since is None else self.fn(t - since)
+
+    def integral(self, t: float) -> float:
+        """The integral of :meth:`value` from scenario time 0 to ``t``, in closed form."""
+        lt = self.lifetime
+        end = t if lt.stop is None else min(t, lt.stop)
+        if end <= lt.start:
+            return 0.0
+        run = end - lt.start
+        once = self.pattern.integral
+        if lt.period is None or lt.on is None:
+            return once(run)
+        cycles = math.floor(run / lt.period)
+        rest = run - cycles * lt.period
+        return cycles * once(lt.on) + once(min(rest, lt.on))
+
+
+class _Numeric:
+    """The integral of ``fn`` from 0 by the midpoint rule on NUMERIC_SUBSTEPS steps a second,
+    whole seconds summed in order from 0 (or from an hourly checkpoint), so the result is
+    bit-identical whatever times were asked before."""
+
+    __slots__ = ("checkpoints", "fn", "seconds", "total")
+
+    def __init__(self, fn: Callable[[float], float]) -> None:
+        self.fn = fn
+        self.seconds = 0
+        self.total = 0.0
+        self.checkpoints: dict[int, float] = {0: 0.0}
+
+    def _second(self, k: int) -> float:
+        h = 1.0 / NUMERIC_SUBSTEPS
+        return sum(self.fn(k + (j + 0.5) * h) for j in range(NUMERIC_SUBSTEPS)) * h
+
+    def integral(self, t: float) -> float:
+        whole = math.floor(t)
+        if whole < self.seconds:
+            start = (whole // _CHECKPOINT_STEPS) * _CHECKPOINT_STEPS
+            self.seconds, self.total = start, self.checkpoints[start]
+        k, total = self.seconds, self.total
+        while k < whole:
+            total += self._second(k)
+            k += 1
+            if k % _CHECKPOINT_STEPS == 0:
+                self.checkpoints[k] = total
+        self.seconds, self.total = k, total
+        h = 1.0 / NUMERIC_SUBSTEPS
+        rest = t - whole
+        j = 0
+        while j * h < rest:
+            a, b = j * h, min(rest, (j + 1) * h)
+            total += self.fn(whole + (a + b) / 2) * (b - a)
+            j += 1
+        return total
+
+
+class _Sum:
+    """``base + sum of coefficient x term``, clamped to 1 for a ratio. Its integral is the same
+    sum of the terms' exact integrals, unless the terms can add up to more than 1 and the
+    clamp bites: then it is numerical."""
+
+    __slots__ = ("_numeric", "_procs", "base", "clamp", "maximum", "terms")
+
+    def __init__(
+        self, base: float, terms: tuple[tuple[float, _Term], ...], clamp: bool = True
+    ) -> None:
+        self.base = base
+        self.terms = tuple((c, term) for c, term in terms if c > 0.0)
+        self.clamp = clamp
+        bound = base + sum(c * term.maximum for c, term in self.terms)
+        self.maximum = min(1.0, bound) if clamp else bound
+        # Plain processes summed as they are (a utilization): the fast path of value().
+        procs = tuple(term for c, term in self.terms if c == 1.0 and isinstance(term, _Proc))
+        self._procs = procs if len(procs) == len(self.terms) else None
+        self._numeric = _Numeric(self.value) if clamp and bound > 1.0 else None
+
+    def value(self, t: float) -> float:
+        if self._procs is not None:
+            total = self.base + _running_sum(self._procs, t)
+            return _clamp(total) if self.clamp else total
+        total = self.base
+        for c, term in self.terms:
+            total += c * term.value(t)
+        return _clamp(total) if self.clamp else total
+
+    def integral(self, t: float) -> float:
+        if self._numeric is not None:
+            return self._numeric.integral(t)
+        total = self.base * t
+        for c, term in self.terms:
+            total += c * term.integral(t)
+        return total
+
+
+#: (DeviceSample field, ActivitySpec factor, whether base_utilization adds to it, clamped)
+_GPM_COUNTERS: tuple[tuple[str, str, bool, bool], ...] = (
+    ("sm_active_seconds", "sm", True, True),
+    ("tensor_active_seconds", "tensor", False, True),
+    ("dram_active_seconds", "dram", False, True),
+    ("graphics_active_seconds", "graphics", True, True),
+    ("pcie_receive_bytes", "pcie_rx", False, False),
+    ("pcie_transmit_bytes", "pcie_tx", False, False),
+    ("nvlink_receive_bytes", "nvlink_rx", False, False),
+    ("nvlink_transmit_bytes", "nvlink_tx", False, False),
+)
+
+
+class _Gpm:
+    """The GPM integrands of one device: counters (integrated) and SM occupancy (a value)."""
+
+    __slots__ = ("counters", "occupancy")
+
+    def __init__(self, counters: tuple[tuple[str, _Sum], ...], occupancy: _Sum) -> None:
+        self.counters = counters
+        self.occupancy = occupancy
+
+    @classmethod
+    def of_processes(cls, base: float, procs: tuple[_Proc, ...]) -> _Gpm:
+        counters = tuple(
+            (name, _Sum(base if with_base else 0.0,
+                        tuple((getattr(p.activity, factor), p) for p in procs), clamp))
+            for name, factor, with_base, clamp in _GPM_COUNTERS
+        )
+        occupancy = _Sum(0.0, tuple((p.activity.occupancy, p) for p in procs))
+        return cls(counters, occupancy)
+
+    @classmethod
+    def of_slices(cls, base: float, slices: tuple[_Slice, ...]) -> _Gpm:
+        """A MIG parent: its slices' activities weighted by their share of the GPU's compute,
+        their traffic summed."""
+        counters = []
+        for i, (name, _, with_base, clamp) in enumerate(_GPM_COUNTERS):
+            terms = tuple(
+                (s.weight if clamp else 1.0, s.gpm.counters[i][1])
+                for s in slices if s.gpm is not None
+            )
+            counters.append((name, _Sum(base if with_base else 0.0, terms, clamp)))
+        occupancy = _Sum(0.0, tuple(
+            (s.weight, s.gpm.occupancy) for s in slices if s.gpm is not None
+        ))
+        return cls(tuple(counters), occupancy)
+
+    def fields(self, t: float, uns: frozenset[str]) -> dict[str, float]:
+        result = {name: s.integral(t) for name, s in self.counters if name not in uns}
+        if "sm_occupancy_ratio" not in uns:
+            result["sm_occupancy_ratio"] = self.occupancy.value(t)
+        return result
 
 
 def _running_sum(procs: tuple[_Proc, ...], t: float) -> float:
@@ -85,11 +273,11 @@ def _running_sum(procs: tuple[_Proc, ...], t: float) -> float:
     total = 0.0
     for p in procs:
         if p.always:
-            total += p.value(t)
+            total += p.fn(t)
         else:
             since = p.lifetime.incarnation_start(t)
             if since is not None:
-                total += p.value(t - since)
+                total += p.fn(t - since)
     return total
 
 
@@ -105,8 +293,18 @@ def _fields_at(
     return result
 
 
+def _power_load(util: _Sum, base: float, procs: tuple[_Proc, ...]) -> _Sum:
+    """The load power follows: the utilization itself unless a process draws less."""
+    if all(p.activity.power == 1.0 for p in procs):
+        return util
+    return _Sum(base, tuple((p.activity.power, p) for p in procs))
+
+
 class _Slice:
-    __slots__ = ("faults", "index", "model", "procs", "spec", "unsupported", "uuid", "weight")
+    __slots__ = (
+        "faults", "gpm", "index", "model", "power", "procs", "spec", "unsupported", "util",
+        "uuid", "weight",
+    )
 
     def __init__(
         self,
@@ -116,6 +314,7 @@ class _Slice:
         weight: float,
         unsupported: frozenset[str],
         faults: tuple[tuple[Window, frozenset[str]], ...],
+        gpm: bool,
     ) -> None:
         self.spec = spec
         self.index = spec.index
@@ -125,14 +324,17 @@ class _Slice:
         self.weight = weight
         self.unsupported = unsupported
         self.faults = faults
+        self.util = _Sum(0.0, tuple((1.0, p) for p in procs))
+        self.power = _power_load(self.util, 0.0, procs)
+        self.gpm = _Gpm.of_processes(0.0, procs) if gpm else None
 
 
 class _Gpu:
     """A GPU with its processes, slices and faults, precomputed for sample()."""
 
     __slots__ = (
-        "faults", "index", "lost", "power_span", "procs", "slices", "spec", "temp_span",
-        "unsupported", "xids",
+        "faults", "gpm", "index", "load", "lost", "power_span", "procs", "slices", "spec",
+        "temp_span", "throttle", "unsupported", "util", "xids",
     )
 
     def __init__(
@@ -154,19 +356,33 @@ class _Gpu:
         self.unsupported = spec.unsupported
         self.power_span = spec.power_limit_watts - spec.power_idle_watts
         self.temp_span = spec.temperature_busy_celsius - spec.temperature_idle_celsius
-
-    def load(self, t: float) -> float:
-        """Utilization (plain GPU) or activity (MIG parent) at scenario time ``t``, 0..1."""
-        if not self.slices:
-            return _clamp(self.spec.base_utilization + _running_sum(self.procs, t))
-        total = self.spec.base_utilization
-        for s in self.slices:
-            total += s.weight * _clamp(_running_sum(s.procs, t))
-        return _clamp(total)
+        base = spec.base_utilization
+        self.gpm: _Gpm | None = None
+        if slices:
+            self.util: _Sum | None = None  # NVML: NOT_SUPPORTED on a MIG parent
+            # The parent's activity: its slices' power loads weighted by their compute share.
+            self.load = _Sum(base, tuple((s.weight, s.power) for s in slices))
+            if spec.gpm:
+                self.gpm = _Gpm.of_slices(base, slices)
+        else:
+            self.util = _Sum(base, tuple((1.0, p) for p in procs))
+            self.load = _power_load(self.util, base, procs)
+            if spec.gpm:
+                self.gpm = _Gpm.of_processes(base, procs)
+        patterns = dict(spec.throttle)
+        self.throttle: tuple[tuple[str, UtilizationPattern | None], ...] = tuple(
+            (reason, patterns.get(reason)) for reason in THROTTLE_REASONS
+        )
 
     def power(self, t: float) -> float:
         """Power draw in watts at scenario time ``t``."""
-        return self.spec.power_idle_watts + self.power_span * self.load(t)
+        return self.spec.power_idle_watts + self.power_span * self.load.value(t)
+
+    def throttle_at(self, t: float) -> tuple[ThrottleTime, ...]:
+        return tuple(
+            ThrottleTime(reason, 0.0 if pattern is None else pattern.integral(t))
+            for reason, pattern in self.throttle
+        )
 
     def xid_counts(self, t: float) -> tuple[XidCount, ...]:
         if not self.xids:
@@ -229,6 +445,7 @@ class SimulatedSource:
                     s.compute_slices / total_slices,
                     s.unsupported,
                     tuple(ns.get(s.index, ())),
+                    g.gpm,
                 )
                 for s in g.mig
             )
@@ -348,26 +565,32 @@ class SimulatedSource:
         uns = _fields_at(gpu.unsupported, gpu.faults, t)
         util: float | None
         mem_util: float | None
+        busy: float | None = None
         processes: tuple[ProcessSample, ...] = ()
         slice_samples: list[DeviceSample] = []
         if gpu.slices:
             util = mem_util = None  # NVML: NOT_SUPPORTED on a MIG parent
-            activity = spec.base_utilization
             mem_used = spec.memory_reserved_bytes
             for s in gpu.slices:
-                sample, slice_load, slice_mem = self._sample_slice(s, gpu, t)
-                activity += s.weight * slice_load
+                sample, slice_mem = self._sample_slice(s, gpu, t)
                 mem_used += slice_mem
                 slice_samples.append(sample)
-            load = _clamp(activity)
+            load = gpu.load.value(t)
+            clocked = load > 0.0
         else:
             procs, total, mem_used = _sample_procs(
                 gpu.procs, t, "process_utilization" in uns, "process_memory" in uns
             )
             processes = procs
             mem_used += spec.memory_reserved_bytes
-            load = util = _clamp(spec.base_utilization + total)
+            util = _clamp(spec.base_utilization + total)
+            load = util if gpu.load is gpu.util else gpu.load.value(t)
+            clocked = util > 0.0
             mem_util = _clamp(spec.memory_utilization_factor * util)
+            if gpu.util is not None and "busy_seconds" not in uns:
+                busy = gpu.util.integral(t)
+        work = gpu.gpm.fields(t, uns) if gpu.gpm is not None else {}
+        throttle = () if "throttle_seconds" in uns else gpu.throttle_at(t)
         fan: float | None = None
         if spec.fan_idle_ratio is not None and spec.fan_busy_ratio is not None:
             fan = spec.fan_idle_ratio + (spec.fan_busy_ratio - spec.fan_idle_ratio) * load
@@ -393,7 +616,7 @@ class SimulatedSource:
             energy_joules=None if "energy_joules" in uns else energy,
             sm_clock_hertz=(
                 None if "sm_clock_hertz" in uns
-                else spec.sm_clock_busy_hertz if load > 0.0 else spec.sm_clock_idle_hertz
+                else spec.sm_clock_busy_hertz if clocked else spec.sm_clock_idle_hertz
             ),
             memory_clock_hertz=None if "memory_clock_hertz" in uns else spec.memory_clock_hertz,
             fan_speed_ratio=None if "fan_speed_ratio" in uns else fan,
@@ -403,6 +626,17 @@ class SimulatedSource:
             ecc_uncorrected_errors=(
                 None if "ecc_uncorrected_errors" in uns else spec.ecc_uncorrected_errors
             ),
+            busy_seconds=busy,
+            sm_active_seconds=work.get("sm_active_seconds"),
+            tensor_active_seconds=work.get("tensor_active_seconds"),
+            dram_active_seconds=work.get("dram_active_seconds"),
+            graphics_active_seconds=work.get("graphics_active_seconds"),
+            sm_occupancy_ratio=work.get("sm_occupancy_ratio"),
+            pcie_receive_bytes=work.get("pcie_receive_bytes"),
+            pcie_transmit_bytes=work.get("pcie_transmit_bytes"),
+            nvlink_receive_bytes=work.get("nvlink_receive_bytes"),
+            nvlink_transmit_bytes=work.get("nvlink_transmit_bytes"),
+            throttle_seconds=throttle,
             xid_errors=xid,
             processes=processes,
         ))
@@ -410,8 +644,8 @@ class SimulatedSource:
 
     def _sample_slice(
         self, s: _Slice, gpu: _Gpu, t: float
-    ) -> tuple[DeviceSample, float, int]:
-        """A MIG slice's sample, its load (0..1) and its memory in use (bytes) at ``t``."""
+    ) -> tuple[DeviceSample, int]:
+        """A MIG slice's sample and its memory in use (bytes) at ``t``."""
         spec = gpu.spec
         uns = _fields_at(s.unsupported, s.faults, t)
         supported = s.spec.utilization_supported
@@ -423,6 +657,8 @@ class SimulatedSource:
         mem_util: float | None = None
         if supported and "memory_utilization_ratio" not in uns:
             mem_util = _clamp(spec.memory_utilization_factor * load)
+        busy = s.util.integral(t) if supported and "busy_seconds" not in uns else None
+        work = s.gpm.fields(t, uns) if s.gpm is not None else {}
         sample = DeviceSample(
             index=s.index,
             uuid=s.uuid,
@@ -437,9 +673,19 @@ class SimulatedSource:
             memory_total_bytes=(
                 None if "memory_total_bytes" in uns else s.spec.memory_total_bytes
             ),
+            busy_seconds=busy,
+            sm_active_seconds=work.get("sm_active_seconds"),
+            tensor_active_seconds=work.get("tensor_active_seconds"),
+            dram_active_seconds=work.get("dram_active_seconds"),
+            graphics_active_seconds=work.get("graphics_active_seconds"),
+            sm_occupancy_ratio=work.get("sm_occupancy_ratio"),
+            pcie_receive_bytes=work.get("pcie_receive_bytes"),
+            pcie_transmit_bytes=work.get("pcie_transmit_bytes"),
+            nvlink_receive_bytes=work.get("nvlink_receive_bytes"),
+            nvlink_transmit_bytes=work.get("nvlink_transmit_bytes"),
             processes=procs,
         )
-        return sample, load, mem_used
+        return sample, mem_used
 
 
 def _sample_procs(
@@ -451,12 +697,12 @@ def _sample_procs(
     memory = 0
     for p in procs:
         if p.always:
-            v = p.value(t)
+            v = p.fn(t)
         else:
             since = p.lifetime.incarnation_start(t)
             if since is None:
                 continue
-            v = p.value(t - since)
+            v = p.fn(t - since)
         total += v
         memory += p.memory
         samples.append(ProcessSample(

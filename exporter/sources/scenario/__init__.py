@@ -22,6 +22,7 @@ from gpuscope.exporter.sources.scenario.load import (
 )
 from gpuscope.exporter.sources.scenario.model import (
     DEVICE_FIELDS,
+    ActivitySpec,
     ContainerRef,
     ContainerSpec,
     DeviceRef,
@@ -59,6 +60,7 @@ from gpuscope.exporter.sources.scenario.synthetic import synthetic_document, syn
 __all__ = [
     "DEFAULT_SCENARIO_NAME",
     "DEVICE_FIELDS",
+    "ActivitySpec",
     "BurstyPattern",
     "ConstantPattern",
     "ContainerRef",

@@ -3,7 +3,7 @@ time, watts, degrees celsius, hertz, ratios 0..1), as the parser builds them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuscope.exporter.model import MEASUREMENTS, ProcessKind
@@ -13,9 +13,12 @@ CapacityType = Literal["on-demand", "spot"]
 QosClass = Literal["guaranteed", "burstable", "besteffort"]
 
 #: Names accepted in ``unsupported:`` lists and ``not_supported`` faults. All but the last
-#: two are :class:`~gpuscope.exporter.model.DeviceSample` fields; ``process_utilization`` and
-#: ``process_memory`` blank the per-process ``sm_utilization_ratio`` / ``memory_used_bytes``.
-DEVICE_FIELDS: tuple[str, ...] = (*MEASUREMENTS, "process_utilization", "process_memory")
+#: two are :class:`~gpuscope.exporter.model.DeviceSample` fields (``throttle_seconds``: every
+#: reason); ``process_utilization`` and ``process_memory`` blank the per-process
+#: ``sm_utilization_ratio`` / ``memory_used_bytes``.
+DEVICE_FIELDS: tuple[str, ...] = (
+    *MEASUREMENTS, "throttle_seconds", "process_utilization", "process_memory",
+)
 
 SCENARIO_VERSION = 1
 
@@ -157,7 +160,9 @@ class MigSliceSpec:
 class GpuSpec:
     """One physical GPU. Power in watts, temperatures in celsius, clocks in hertz, memory in
     bytes, ratios 0..1. ``temperature_*``, ``sm_clock_*`` and ``fan_*`` give the value at
-    utilization 0 (idle) and 1 (busy)."""
+    utilization 0 (idle) and 1 (busy). ``gpm``: the GPU (and its MIG slices) reports GPM
+    activity. ``throttle``: (reason, seconds of throttling per second as a pattern of
+    scenario time) for the reasons that are not 0."""
 
     index: int
     uuid: str
@@ -181,6 +186,8 @@ class GpuSpec:
     ecc_uncorrected_errors: int
     unsupported: frozenset[str]
     mig: tuple[MigSliceSpec, ...] = ()
+    gpm: bool = False
+    throttle: tuple[tuple[str, UtilizationPattern], ...] = ()
 
     @property
     def mig_enabled(self) -> bool:
@@ -207,6 +214,27 @@ class ProcessSpec:
     utilization: UtilizationPattern
     lifetime: Lifetime
     pod: ContainerRef | None = None
+    activity: ActivitySpec = field(default_factory=lambda: ActivitySpec())
+
+
+@dataclass(frozen=True, slots=True)
+class ActivitySpec:
+    """What a process's utilization is made of, per unit of it (its pattern's value): the GPM
+    activities it causes (ratios: ``sm``, ``tensor``, ``dram``, ``graphics``, ``occupancy``),
+    its PCIe and NVLink traffic (bytes per second at utilization 1) and its share of the busy
+    power draw (``power``: a kernel spinning in a collective keeps the GPU "utilized" while
+    drawing little)."""
+
+    sm: float = 1.0
+    tensor: float = 0.0
+    dram: float = 0.0
+    graphics: float = 1.0
+    occupancy: float = 0.0
+    pcie_rx: float = 0.0
+    pcie_tx: float = 0.0
+    nvlink_rx: float = 0.0
+    nvlink_tx: float = 0.0
+    power: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

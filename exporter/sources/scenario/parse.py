@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import math
 import re
@@ -11,10 +12,11 @@ import uuid as uuid_module
 from collections.abc import Callable, Mapping
 from typing import NoReturn, TypeVar
 
-from gpuscope.exporter.model import ProcessKind
+from gpuscope.exporter.model import THROTTLE_REASONS, ProcessKind
 from gpuscope.exporter.sources.scenario.model import (
     DEVICE_FIELDS,
     SCENARIO_VERSION,
+    ActivitySpec,
     CapacityType,
     ContainerRef,
     ContainerSpec,
@@ -96,6 +98,10 @@ _ARCHITECTURES = (
     ("A30", "Ampere"), ("A40", "Ampere"), ("A16", "Ampere"), ("RTX A", "Ampere"),
     ("T4", "Turing"), ("V100", "Volta"), ("P100", "Pascal"), ("K80", "Kepler"),
 )
+
+# GPUs whose NVML has GPM (Hopper and newer): their scenario entries default to ``gpm: true``.
+_GPM_ARCHITECTURES = ("Hopper", "Blackwell")
+_DEFAULT_ACTIVITY = ActivitySpec()
 
 # Defaults of a GPU entry: an A100-SXM4-80GB (power in W, temperature in C).
 _DEFAULT_GPU: dict[str, object] = {
@@ -416,7 +422,7 @@ class _Parser:
         "count", "model", "architecture", "uuid", "pci_bus_id", "memory_total",
         "memory_reserved", "power_limit", "power_idle", "temperature", "sm_clock",
         "memory_clock", "fan_speed", "memory_utilization_factor", "base_utilization", "ecc",
-        "unsupported", "mig",
+        "unsupported", "mig", "gpm", "throttle",
     )
 
     def gpus(self, value: object) -> tuple[GpuSpec, ...]:
@@ -507,6 +513,10 @@ class _Parser:
         mig: tuple[MigSliceSpec, ...] = ()
         if m.get("mig") is not None:
             mig = self.mig(m["mig"], f"{path}.mig", index, model, total - reserved)
+        gpm = architecture in _GPM_ARCHITECTURES
+        if m.get("gpm") is not None:
+            gpm = self.boolean(m["gpm"], f"{path}.gpm")
+        throttle = self.throttle(m.get("throttle", {}), f"{path}.throttle", index)
         return GpuSpec(
             index=index,
             uuid=gpu_uuid,
@@ -532,6 +542,48 @@ class _Parser:
                                                 f"{path}.ecc.uncorrected", 0),
             unsupported=unsupported,
             mig=mig,
+            gpm=gpm,
+            throttle=throttle,
+        )
+
+    def throttle(
+        self, value: object, path: str, gpu_index: int
+    ) -> tuple[tuple[str, UtilizationPattern], ...]:
+        """``{reason: ratio or pattern}``: seconds of throttling per second of scenario time."""
+        m = self.mapping(value, path, THROTTLE_REASONS)
+        result: list[tuple[str, UtilizationPattern]] = []
+        for reason in THROTTLE_REASONS:
+            if m.get(reason) is not None:
+                seed = functools.partial(derived_seed, self.seed, "throttle", gpu_index, reason)
+                result.append((reason, self.pattern(m[reason], f"{path}.{reason}", seed)))
+        return tuple(result)
+
+    _ACTIVITY_RATIOS = ("sm", "tensor", "dram", "graphics", "occupancy", "power")
+    _ACTIVITY_RATES = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx")
+
+    def activity(self, value: object, path: str) -> ActivitySpec:
+        """Per unit of the process's utilization: activity ratios, traffic (a size per
+        second at utilization 1, e.g. '2GiB'), share of the busy power."""
+        m = self.mapping(value, path, (*self._ACTIVITY_RATIOS, *self._ACTIVITY_RATES))
+        defaults = ActivitySpec()
+        kwargs: dict[str, float] = {}
+        for key in self._ACTIVITY_RATIOS:
+            if m.get(key) is not None:
+                kwargs[key] = self.ratio(m[key], f"{path}.{key}")
+        for key in self._ACTIVITY_RATES:
+            if m.get(key) is not None:
+                kwargs[key] = float(self.size(m[key], f"{path}.{key}"))
+        return ActivitySpec(
+            sm=kwargs.get("sm", defaults.sm),
+            tensor=kwargs.get("tensor", defaults.tensor),
+            dram=kwargs.get("dram", defaults.dram),
+            graphics=kwargs.get("graphics", defaults.graphics),
+            occupancy=kwargs.get("occupancy", defaults.occupancy),
+            pcie_rx=kwargs.get("pcie_rx", defaults.pcie_rx),
+            pcie_tx=kwargs.get("pcie_tx", defaults.pcie_tx),
+            nvlink_rx=kwargs.get("nvlink_rx", defaults.nvlink_rx),
+            nvlink_tx=kwargs.get("nvlink_tx", defaults.nvlink_tx),
+            power=kwargs.get("power", defaults.power),
         )
 
     def mig(
@@ -724,6 +776,7 @@ class _Parser:
             m = self.mapping(
                 entry, path,
                 ("pid", "gpu", "kind", "memory", "utilization", "start", "stop", "every",
+                 "activity",
                  "pod"),
                 ("pid", "gpu"),
             )
@@ -747,7 +800,10 @@ class _Parser:
                 self.fail(f"{path}.memory", f"the processes on device {ref} need "
                                             f"{_size_text(memory[ref.device_index])}, more "
                                             f"than its {_size_text(capacity)}")
-            pattern = self.pattern(m.get("utilization", 0.0), f"{path}.utilization", pid, ref)
+            pattern = self.pattern(
+                m.get("utilization", 0.0), f"{path}.utilization",
+                functools.partial(derived_seed, self.seed, "process", pid, ref.device_index),
+            )
             lifetime = self.lifetime(m, path)
             pod: ContainerRef | None = None
             if m.get("pod") is not None:
@@ -764,7 +820,11 @@ class _Parser:
                                          f"{pid_pod[pid] or 'none'}; one process lives in one "
                                          "container")
             pid_pod[pid] = pod
-            result.append(ProcessSpec(pid, ref, kinds, mem, pattern, lifetime, pod))
+            activity = (
+                self.activity(m["activity"], f"{path}.activity") if m.get("activity") is not None
+                else _DEFAULT_ACTIVITY
+            )
+            result.append(ProcessSpec(pid, ref, kinds, mem, pattern, lifetime, pod, activity))
         return tuple(result)
 
     def kinds(self, value: object, path: str) -> tuple[ProcessKind, ...]:
@@ -806,7 +866,9 @@ class _Parser:
         "sine": (("low", "high", "period", "phase"), ("low", "high", "period")),
     }
 
-    def pattern(self, value: object, path: str, pid: int, ref: DeviceRef) -> UtilizationPattern:
+    def pattern(
+        self, value: object, path: str, default_seed: Callable[[], int]
+    ) -> UtilizationPattern:
         if not isinstance(value, dict):
             if isinstance(value, list):
                 self.fail(path, "expected a ratio or a mapping with 'pattern', got a list")
@@ -855,7 +917,7 @@ class _Parser:
         if kind == "random":
             seed = (
                 self.integer(m["seed"], f"{path}.seed", 0) if m.get("seed") is not None
-                else derived_seed(self.seed, "process", pid, ref.device_index)
+                else default_seed()
             )
             return RandomPattern(
                 low, high,
