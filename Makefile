@@ -25,7 +25,7 @@ soak:
 N ?= 5000
 fuzz:
 	scripts/setup --test
-	GPUSCOPE_FUZZ_EXAMPLES=$(N) .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=0 tests/fuzz tests/exporter/kubernetes/podresources/test_hpack.py tests/exporter/kubernetes/podresources/test_wire.py
+	GPUSCOPE_FUZZ_EXAMPLES=$(N) .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=0 tests/fuzz tests/exporter/kubernetes/podresources/test_fuzz_answers.py
 
 audit:
 	scripts/setup --test

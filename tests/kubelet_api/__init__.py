@@ -1,7 +1,9 @@
-"""The kubelet PodResources v1 API as protobuf/gRPC stubs, for the tests' kubelet doubles.
+"""The kubelet PodResources v1 API for the tests' kubelet doubles.
 
-The exporter itself does not use these: it speaks the API with ``exporter/kubernetes/podresources/``
-(``grpc_call.py`` + ``wire.py``, no grpcio or protobuf on the node). The tests serve ``List()``
-from a real grpcio server built on these stubs and check the hand-written decoder against
-the protobuf runtime. Regenerate with ``bash tests/kubelet_api/generate.sh``.
+``exporter/kubernetes/podresources/api.proto`` is the one ``.proto``; from it come the
+exporter's messages and grpclib stub (committed in the package), the grpcio servicer here
+(``podresources_v1_pb2_grpc.py``, committed; ``podresources_v1_pb2`` re-exports the package's
+messages) and, at test time, the Go stubs of the grpc-go kubelet (``grpcgo.py`` builds
+``grpcgo_server/``). Regenerate the Python code with
+``bash exporter/kubernetes/podresources/generate.sh``.
 """

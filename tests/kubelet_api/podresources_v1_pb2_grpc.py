@@ -5,7 +5,7 @@
 import grpc
 import warnings
 
-from tests.kubelet_api import podresources_v1_pb2 as tests_dot_kubelet__api_dot_podresources__v1__pb2
+from gpuscope.exporter.kubernetes.podresources import api_pb2 as gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -20,7 +20,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in tests/kubelet_api/podresources_v1_pb2_grpc.py depends on'
+        + ' but the generated code in gpuscope/exporter/kubernetes/podresources/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -28,8 +28,7 @@ if _version_not_supported:
 
 
 class PodResourcesListerStub:
-    """PodResourcesLister is served by the kubelet on
-    /var/lib/kubelet/pod-resources/kubelet.sock (a unix socket).
+    """Served by the kubelet on /var/lib/kubelet/pod-resources/kubelet.sock (a unix socket).
     """
 
     def __init__(self, channel):
@@ -40,18 +39,41 @@ class PodResourcesListerStub:
         """
         self.List = channel.unary_unary(
                 '/v1.PodResourcesLister/List',
-                request_serializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
+                request_serializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
+                response_deserializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
+                _registered_method=True)
+        self.GetAllocatableResources = channel.unary_unary(
+                '/v1.PodResourcesLister/GetAllocatableResources',
+                request_serializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
+                response_deserializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
+                _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/v1.PodResourcesLister/Get',
+                request_serializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
+                response_deserializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.GetPodResourcesResponse.FromString,
                 _registered_method=True)
 
 
 class PodResourcesListerServicer:
-    """PodResourcesLister is served by the kubelet on
-    /var/lib/kubelet/pod-resources/kubelet.sock (a unix socket).
+    """Served by the kubelet on /var/lib/kubelet/pod-resources/kubelet.sock (a unix socket).
     """
 
     def List(self, request, context):
-        """List returns the resources assigned to every pod the kubelet knows on this node.
+        """Every pod the kubelet runs and the resources assigned to its containers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAllocatableResources(self, request, context):
+        """Every device, CPU and memory block the kubelet can assign.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """One pod's resources (behind the KubeletPodResourcesGet feature gate).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -62,8 +84,18 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'List': grpc.unary_unary_rpc_method_handler(
                     servicer.List,
-                    request_deserializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesRequest.FromString,
-                    response_serializer=tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesResponse.SerializeToString,
+                    request_deserializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.ListPodResourcesRequest.FromString,
+                    response_serializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.ListPodResourcesResponse.SerializeToString,
+            ),
+            'GetAllocatableResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllocatableResources,
+                    request_deserializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.FromString,
+                    response_serializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.GetPodResourcesRequest.FromString,
+                    response_serializer=gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.GetPodResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -74,8 +106,7 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PodResourcesLister:
-    """PodResourcesLister is served by the kubelet on
-    /var/lib/kubelet/pod-resources/kubelet.sock (a unix socket).
+    """Served by the kubelet on /var/lib/kubelet/pod-resources/kubelet.sock (a unix socket).
     """
 
     @staticmethod
@@ -93,8 +124,62 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/List',
-            tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
-            tests_dot_kubelet__api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
+            gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
+            gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAllocatableResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/v1.PodResourcesLister/GetAllocatableResources',
+            gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
+            gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/v1.PodResourcesLister/Get',
+            gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
+            gpuscope_dot_exporter_dot_kubernetes_dot_podresources_dot_api__pb2.GetPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,19 +1,25 @@
 """Kubelet PodResources v1: which container was allocated which GPU.
 
-Pure Python and stdlib only: no grpcio, no protobuf runtime. See ``client.py`` (the client
-and the background watcher), ``grpc_call.py`` (one unary gRPC call over HTTP/2 on a unix
-socket), ``hpack.py`` (HTTP/2 header compression), ``wire.py`` (the answer's protobuf
-encoding) and ``devices.py`` (device-ID normalisation).
+``client.py``: the client and the background watcher, and the types they return (GPU
+allocations from device plugins, devices from DRA claims); ``call.py``: one ``List()`` call
+with grpclib (gRPC on asyncio and h2, pure Python) and the protobuf runtime, imported by the
+first call; ``api.proto``: the kubelet's API, and ``api_pb2.py``/``api_pb2.pyi``/``api_grpc.py``
+the code generated from it (``generate.sh``; never edit by hand); ``devices.py``: device-ID
+normalisation.
 """
 
 from gpuscope.exporter.kubernetes.podresources.client import (
     DEFAULT_KUBELET_SOCKET,
+    DEFAULT_MAX_RECEIVE_BYTES,
     DEFAULT_RESOURCES,
     Allocation,
     AllocationLister,
+    Assignments,
+    ClaimDevice,
     PodResourcesClient,
     PodResourcesError,
     PodResourcesWatcher,
+    ResourceLister,
     WatcherStatus,
     matches_resource,
 )
@@ -27,15 +33,19 @@ from gpuscope.exporter.kubernetes.podresources.devices import (
 
 __all__ = [
     "DEFAULT_KUBELET_SOCKET",
+    "DEFAULT_MAX_RECEIVE_BYTES",
     "DEFAULT_RESOURCES",
     "Allocation",
     "AllocationLister",
+    "Assignments",
+    "ClaimDevice",
     "DeviceIdentity",
     "DeviceRef",
     "NodeDevice",
     "PodResourcesClient",
     "PodResourcesError",
     "PodResourcesWatcher",
+    "ResourceLister",
     "WatcherStatus",
     "matches_resource",
     "parse_device_id",

@@ -2,30 +2,30 @@
 
 Source: the kubelet serves ``v1.PodResourcesLister/List`` on a unix socket
 (``/var/lib/kubelet/pod-resources/kubelet.sock`` by default; ``--kubelet-socket``). Each
-``List()`` answer names, per pod and container, the device IDs the device plugins allocated.
-We keep those of the GPU resources (:data:`DEFAULT_RESOURCES` plus user-configured names)
-and return them as frozen :class:`Allocation` values; ``devices.py`` takes the IDs apart.
+``List()`` answer names, per pod and container, the device IDs the device plugins allocated
+and the devices of the DRA ResourceClaims the container uses. We keep the device-plugin IDs of
+the GPU resources (:data:`DEFAULT_RESOURCES` plus user-configured names) as frozen
+:class:`Allocation` values (``devices.py`` takes the IDs apart), and every DRA device as a
+:class:`ClaimDevice` (read and returned; not yet attributed).
 
 Two classes:
 
 :class:`PodResourcesClient`
-    One ``List()`` call per :meth:`~PodResourcesClient.list_allocations`, on a new HTTP/2
-    connection to the unix socket (``grpc_call.py``), with a deadline, and a receive limit far
-    above gRPC's 4 MiB default (big nodes answer with more: dcgm-exporter issue 509). A
-    connection per call every few seconds on a local socket costs well under a millisecond
-    and carries no state that can go stale across a kubelet restart. Raises
-    :class:`PodResourcesError` on failure.
+    One ``List()`` call per :meth:`~PodResourcesClient.list_allocations`, with grpclib and the
+    protobuf runtime (``call.py``), on a new connection and a new event loop each time, with a
+    deadline, and a receive limit far above gRPC's 4 MiB default (big nodes answer with more:
+    dcgm-exporter issue 509). A connection per call every few seconds on a local socket costs
+    about a millisecond and carries no state that can go stale across a kubelet restart.
+    Raises :class:`PodResourcesError` on failure.
 :class:`PodResourcesWatcher`
     Calls the client every ``interval`` seconds in its own daemon thread and keeps the last
     good answer. :meth:`PodResourcesWatcher.latest` never blocks and never talks to the
     kubelet, so a scrape cannot wait on a slow or absent kubelet; failures only count.
 
-No grpcio and no protobuf runtime on the node: the call is made by ``grpc_call.py`` (HTTP/2
-and HPACK in pure Python) and the answer decoded by ``wire.py`` (protobuf wire format, by
-hand, for the four messages we read). Together they cost a fraction of a MiB where grpcio and
-protobuf cost ~19.6 MiB of resident memory on every GPU node (docs/benchmarks.md). The
-``.proto`` and the stubs generated from it live with the tests, which serve ``List()`` from a
-real grpcio server and check the decoder against the protobuf runtime.
+grpclib and protobuf are imported by the first call, not by this module: the types here (and
+so the attribution code and the simulated source, which import them) load neither. The
+``.proto`` is ``api.proto``, a copy of the kubelet's; the stubs generated from it are committed
+(``generate.sh``). The tests serve ``List()`` from grpc-go (what kubelets run) and grpcio.
 """
 
 from __future__ import annotations
@@ -36,24 +36,26 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from gpuscope.exporter.kubernetes.podresources import wire
 from gpuscope.exporter.kubernetes.podresources.devices import DeviceRef, parse_device_id
-from gpuscope.exporter.kubernetes.podresources.grpc_call import (
-    GrpcError,
-    UnixGrpcCall,
-    check_limits,
-)
+
+if TYPE_CHECKING:
+    from gpuscope.exporter.kubernetes.podresources import api_pb2
+    from gpuscope.exporter.kubernetes.podresources.call import ListCall
 
 __all__ = [
     "DEFAULT_KUBELET_SOCKET",
+    "DEFAULT_MAX_RECEIVE_BYTES",
     "DEFAULT_RESOURCES",
     "Allocation",
     "AllocationLister",
+    "Assignments",
+    "ClaimDevice",
     "PodResourcesClient",
     "PodResourcesError",
     "PodResourcesWatcher",
+    "ResourceLister",
     "WatcherStatus",
     "matches_resource",
 ]
@@ -68,9 +70,8 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 #: ``renameByDefault``, ``nvidia.com/gpu.shared``. GKE's plugin uses ``nvidia.com/gpu``.
 DEFAULT_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 
-# The gRPC method path of List(): "/<proto package>.<service>/<method>", as the kubelet
-# registers it.
-_LIST_METHOD = "/v1.PodResourcesLister/List"
+#: The largest ``List()`` answer accepted, bytes: 16 times gRPC's default of 4 MiB.
+DEFAULT_MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 
 
 class PodResourcesError(Exception):
@@ -79,7 +80,7 @@ class PodResourcesError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """One GPU device ID allocated to one container.
+    """One GPU device ID allocated to one container by a device plugin.
 
     A container holding two GPUs appears twice; a container holding two time-slicing replicas
     of one GPU also appears twice (``device.replica`` 0 and 1, the same GPU). ``device`` may
@@ -91,6 +92,37 @@ class Allocation:
     container: str
     resource_name: str
     device: DeviceRef
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDevice:
+    """One device allocated to one container through a DRA ResourceClaim (Kubernetes 1.34+:
+    ``ContainerResources.dynamic_resources``), as the kubelet reports it.
+
+    ``driver_name``/``pool_name``/``device_name`` identify the device as the claim's
+    ``status.allocation.devices.results`` and the driver's ResourceSlices do (``device_name``
+    is empty for a resource that is not a device); ``cdi_devices`` are the fully qualified CDI
+    names it was handed to the container runtime as (``nvidia.com/gpu=0``...), maybe none.
+    Every driver's devices are kept, GPU or not: which are GPUs is for the caller to decide.
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    driver_name: str
+    pool_name: str
+    device_name: str
+    cdi_devices: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Assignments:
+    """Everything one ``List()`` answer assigns to containers, in the kubelet's order."""
+
+    allocations: tuple[Allocation, ...] = ()
+    claim_devices: tuple[ClaimDevice, ...] = ()
 
 
 def matches_resource(resource_name: str, patterns: Sequence[str]) -> bool:
@@ -112,6 +144,13 @@ class AllocationLister(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class ResourceLister(AllocationLister, Protocol):
+    """A lister that also returns DRA claim devices; the watcher then keeps those too."""
+
+    def list_resources(self) -> Assignments: ...
+
+
 class PodResourcesClient:
     """Calls the kubelet's ``List()`` on its unix socket, one short connection per call.
 
@@ -119,25 +158,31 @@ class PodResourcesClient:
     call, seconds. ``max_receive_bytes``: the largest answer accepted (gRPC's default of
     4 MiB is too small for nodes with many pods). ``resource_names``: which resources count
     as GPUs (see :data:`DEFAULT_RESOURCES`; pass ``(*DEFAULT_RESOURCES, "example.com/gpu")``
-    to add one). Thread-safe; :meth:`close` is final and cancels a call in flight.
+    to add one). Thread-safe, one call at a time; :meth:`close` is final and cancels a call in
+    flight.
     """
 
     def __init__(
         self,
         socket_path: str,
         timeout: float = 5.0,
-        max_receive_bytes: int = 64 * 1024 * 1024,
+        max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
         resource_names: Sequence[str] = DEFAULT_RESOURCES,
     ) -> None:
         if not socket_path:
             raise ValueError("socket_path must not be empty")
-        check_limits(timeout, max_receive_bytes)  # refused now, not at the first call
+        # Refused now, not at the first call (call.check_limits, without importing grpclib).
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if max_receive_bytes <= 0:
+            raise ValueError(f"max_receive_bytes must be > 0, got {max_receive_bytes}")
         self.socket_path = socket_path
         self.timeout = timeout
         self.max_receive_bytes = max_receive_bytes
         self.resource_names: tuple[str, ...] = tuple(resource_names)
-        self._lock = threading.Lock()
-        self._call: UnixGrpcCall | None = None
+        self._lock = threading.Lock()  # guards _call, _closed, _connections
+        self._one_call = threading.Lock()  # held for a whole call: one at a time
+        self._call: ListCall | None = None
         self._connections = 0
         self._closed = False
 
@@ -152,35 +197,15 @@ class PodResourcesClient:
         Raises :class:`PodResourcesError` when the socket is absent, the call fails, the
         deadline passes or the answer is malformed.
         """
-        if not os.path.exists(self.socket_path):
-            # Checked before dialling: a clearer reason than "connection refused".
-            if self._closed:
-                raise PodResourcesError("client closed")
-            raise PodResourcesError(f"kubelet socket {self.socket_path} absent")
-        call = UnixGrpcCall(
-            self.socket_path,
-            _LIST_METHOD,
-            wire.encode_list_request(),
-            timeout=self.timeout,
-            max_receive_bytes=self.max_receive_bytes,
-        )
-        with self._lock:
-            if self._closed:
-                raise PodResourcesError("client closed")
-            self._call = call
-            self._connections += 1
-        try:
-            answer = call.run()
-        except GrpcError as error:
-            raise PodResourcesError(f"List() failed: {error}") from error
-        finally:
-            with self._lock:
-                self._call = None
-        try:
-            pods = wire.decode_list_response(answer)
-        except wire.WireError as error:
-            raise PodResourcesError(f"List() failed: INTERNAL: bad answer: {error}") from error
-        return self._allocations(pods)
+        return self.list_resources().allocations
+
+    def list_resources(self) -> Assignments:
+        """Call ``List()`` once and return the GPU allocations and every DRA claim device.
+
+        Raises :class:`PodResourcesError` like :meth:`list_allocations`.
+        """
+        with self._one_call:
+            return _assignments(self._list(), self.resource_names)
 
     def close(self) -> None:
         """Cancel a call in flight; later calls raise."""
@@ -190,25 +215,68 @@ class PodResourcesClient:
         if call is not None:
             call.cancel()
 
-    def _allocations(self, pods: tuple[wire.PodResources, ...]) -> tuple[Allocation, ...]:
-        patterns = self.resource_names
-        found: list[Allocation] = []
-        for pod in pods:
-            for container in pod.containers:
-                for devices in container.devices:
-                    if not matches_resource(devices.resource_name, patterns):
-                        continue  # CPUs, NICs, other vendors' devices: not ours
-                    for raw in devices.device_ids:
-                        found.append(
-                            Allocation(
-                                namespace=pod.namespace,
-                                pod=pod.name,
-                                container=container.name,
-                                resource_name=devices.resource_name,
-                                device=parse_device_id(raw),
-                            )
+    def _list(self) -> api_pb2.ListPodResourcesResponse:
+        if not os.path.exists(self.socket_path):
+            # Checked before dialling: a clearer reason than "connection refused".
+            if self._closed:
+                raise PodResourcesError("client closed")
+            raise PodResourcesError(f"kubelet socket {self.socket_path} absent")
+        # Imported here, not at the top: grpclib and protobuf load with the first call.
+        from gpuscope.exporter.kubernetes.podresources.call import CallError, ListCall
+
+        call = ListCall(self.socket_path, self.timeout, self.max_receive_bytes)
+        with self._lock:
+            if self._closed:
+                raise PodResourcesError("client closed")
+            self._call = call
+            self._connections += 1
+        try:
+            return call.run()
+        except CallError as error:
+            if error.code == "CANCELLED" and self._closed:
+                raise PodResourcesError("client closed") from error
+            raise PodResourcesError(f"List() failed: {error}") from error
+        finally:
+            with self._lock:
+                self._call = None
+
+
+def _assignments(
+    answer: api_pb2.ListPodResourcesResponse, patterns: Sequence[str]
+) -> Assignments:
+    allocations: list[Allocation] = []
+    claim_devices: list[ClaimDevice] = []
+    for pod in answer.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if not matches_resource(devices.resource_name, patterns):
+                    continue  # CPUs, NICs, other vendors' devices: not ours
+                for raw in devices.device_ids:
+                    allocations.append(
+                        Allocation(
+                            namespace=pod.namespace,
+                            pod=pod.name,
+                            container=container.name,
+                            resource_name=devices.resource_name,
+                            device=parse_device_id(raw),
                         )
-        return tuple(found)
+                    )
+            for claim in container.dynamic_resources:
+                for resource in claim.claim_resources:
+                    claim_devices.append(
+                        ClaimDevice(
+                            namespace=pod.namespace,
+                            pod=pod.name,
+                            container=container.name,
+                            claim_namespace=claim.claim_namespace,
+                            claim_name=claim.claim_name,
+                            driver_name=resource.driver_name,
+                            pool_name=resource.pool_name,
+                            device_name=resource.device_name,
+                            cdi_devices=tuple(cdi.name for cdi in resource.cdi_devices),
+                        )
+                    )
+    return Assignments(tuple(allocations), tuple(claim_devices))
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,9 +316,11 @@ class PodResourcesWatcher:
 
     ``client``: anything with ``list_allocations()`` and ``close()`` (a
     :class:`PodResourcesClient` in production); the watcher owns it and closes it in
-    :meth:`stop`. ``interval``: seconds between the end of one refresh and the start of the
-    next (a fixed delay, so a slow kubelet is never called back to back). ``clock``: a
-    monotonic clock in seconds, for durations and ages.
+    :meth:`stop`. A client that also has ``list_resources()`` (:class:`ResourceLister`, as
+    :class:`PodResourcesClient` has) is called through it, and the DRA claim devices are kept
+    too (:meth:`latest_assignments`). ``interval``: seconds between the end of one refresh
+    and the start of the next (a fixed delay, so a slow kubelet is never called back to
+    back). ``clock``: a monotonic clock in seconds, for durations and ages.
 
     A failed refresh (socket absent, kubelet down or hanging past the client's deadline)
     counts an error and keeps the previous allocations: the kubelet being briefly away does
@@ -270,7 +340,7 @@ class PodResourcesWatcher:
         self._interval = interval
         self._clock = clock
         self._thread_name = thread_name
-        self._allocations: tuple[Allocation, ...] = ()
+        self._assignments = Assignments()
         self._progress = _Progress()
         self._in_flight = False
         self._refresh_lock = threading.Lock()  # one refresh at a time; readers never take it
@@ -279,7 +349,12 @@ class PodResourcesWatcher:
 
     def latest(self) -> tuple[Allocation, ...]:
         """The last good allocations (empty before the first success). Never blocks."""
-        return self._allocations
+        return self._assignments.allocations
+
+    def latest_assignments(self) -> Assignments:
+        """The last good answer, allocations and DRA claim devices of the same ``List()``
+        (empty before the first success). Never blocks."""
+        return self._assignments
 
     def status(self) -> WatcherStatus:
         """A consistent view of the refresh counters. Never blocks."""
@@ -303,13 +378,17 @@ class PodResourcesWatcher:
             self._in_flight = True
             started = self._clock()
             try:
-                allocations = self._client.list_allocations()
+                client = self._client
+                if isinstance(client, ResourceLister):
+                    assignments = client.list_resources()
+                else:
+                    assignments = Assignments(client.list_allocations())
             except Exception as error:  # any failure is a counted error, never a crash
                 self._record_failure(started, error)
                 return False
             finally:
                 self._in_flight = False
-            self._record_success(started, allocations)
+            self._record_success(started, assignments)
             return True
 
     def start(self) -> None:
@@ -333,13 +412,13 @@ class PodResourcesWatcher:
             self.refresh_once()
             self._stop.wait(self._interval)
 
-    def _record_success(self, started: float, allocations: tuple[Allocation, ...]) -> None:
+    def _record_success(self, started: float, assignments: Assignments) -> None:
         now = self._clock()
         previous = self._progress
         if previous.success is False:
             log.info("kubelet pod-resources: List() works again (%d GPU allocations)",
-                     len(allocations))
-        self._allocations = allocations
+                     len(assignments.allocations))
+        self._assignments = assignments
         self._progress = _Progress(
             success=True,
             duration_seconds=max(0.0, now - started),

@@ -1,0 +1,313 @@
+"""The PodResources client against grpc-go, the gRPC server real kubelets run.
+
+``tests/kubelet_api/grpcgo.py`` builds a small PodResources v1 server on grpc-go from
+Debian's Go packages (cached under ``build/``) with Go stubs generated from the exporter's
+``api.proto``, and runs it on a unix socket; each test scripts its answers, delays, errors
+and crashes through the server's control file. The Go toolchain missing fails these tests
+(``scripts/setup --test`` installs it); it never skips them. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuscope.exporter.kubernetes.podresources.client import (
+    Assignments,
+    ClaimDevice,
+    PodResourcesClient,
+    PodResourcesError,
+    PodResourcesWatcher,
+)
+from gpuscope.exporter.kubernetes.podresources.devices import NodeDevice, resolve
+from tests.exporter.kubernetes.podresources.test_client import (
+    GPU0,
+    GPU1,
+    GPU2,
+    MIG_A,
+    MIG_B,
+    claim,
+    claim_device,
+    container,
+    devices,
+    gpu_pod,
+    open_fds,
+    pod,
+    response,
+    summary,
+    wait_until,
+)
+from tests.kubelet_api import grpcgo
+from tests.kubelet_api.grpcgo import GoKubelet
+
+MakeClient = Callable[..., PodResourcesClient]
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="session")
+def grpcgo_binary() -> Path:
+    try:
+        return grpcgo.build()
+    except grpcgo.GoToolchainMissing as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture
+def go_kubelet(grpcgo_binary: Path, socket_dir: Path) -> Iterator[GoKubelet]:
+    server = GoKubelet(grpcgo_binary, str(socket_dir / "kubelet.sock"), socket_dir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_client(go_kubelet: GoKubelet) -> Iterator[MakeClient]:
+    made: list[PodResourcesClient] = []
+
+    def make(**kwargs: object) -> PodResourcesClient:
+        kwargs.setdefault("timeout", 2.0)
+        client = PodResourcesClient(go_kubelet.path, **kwargs)  # type: ignore[arg-type]
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+def test_toolchain_missing_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no go, no protoc
+    with pytest.raises(grpcgo.GoToolchainMissing, match=r"scripts/setup --test.*golang-go"):
+        grpcgo.build()
+
+
+def test_the_server_is_grpc_go(go_kubelet: GoKubelet, grpcgo_binary: Path) -> None:
+    # What the binary was built from: grpc-go's server and stubs generated from api.proto.
+    assert b"google.golang.org/grpc" in grpcgo_binary.read_bytes()
+    assert b"k8s.io/kubelet/pkg/apis/podresources/v1" in grpcgo_binary.read_bytes()
+
+
+def test_device_plugin_time_sliced_mig_and_dra(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    go_kubelet.serve(response(
+        pod("ml", "trainer-0",
+            container("main", devices("nvidia.com/gpu", GPU0, numa=0),
+                      devices("example.com/sriov-nic", "0000:3b:00.2")),
+            container("sidecar")),
+        *(pod("team-a", f"notebook-{n}",
+              container("jupyter", devices("nvidia.com/gpu", f"{GPU1}::{n}")))
+          for n in range(2)),
+        pod("team-b", "svc", container("app", devices("nvidia.com/gpu.shared", f"{GPU1}::7"))),
+        pod("research", "exp-a", container("cuda", devices("nvidia.com/mig-1g.10gb", MIG_A))),
+        pod("research", "exp-b", container("cuda", devices("nvidia.com/mig-3g.40gb.shared",
+                                                          f"{MIG_B}::1"))),
+        pod("g", "gke", container("c", devices("nvidia.com/gpu", "nvidia2"))),
+        pod("dra", "infer-0", container("server", claims=(
+            claim("dra", "infer-0-gpu",
+                  claim_device("gpu.nvidia.com", "node-a", "gpu-0", "nvidia.com/gpu=0"),
+                  claim_device("gpu.nvidia.com", "node-a", "gpu-1-mig-9", "nvidia.com/gpu=1:9",
+                               "nvidia.com/gpu=all")),
+        ))),
+    ))
+    go_kubelet.start()
+    found = make_client().list_resources()
+    assert summary(found.allocations) == [
+        ("ml", "trainer-0", "main", "nvidia.com/gpu", GPU0),
+        ("team-a", "notebook-0", "jupyter", "nvidia.com/gpu", f"{GPU1}::0"),
+        ("team-a", "notebook-1", "jupyter", "nvidia.com/gpu", f"{GPU1}::1"),
+        ("team-b", "svc", "app", "nvidia.com/gpu.shared", f"{GPU1}::7"),
+        ("research", "exp-a", "cuda", "nvidia.com/mig-1g.10gb", MIG_A),
+        ("research", "exp-b", "cuda", "nvidia.com/mig-3g.40gb.shared", f"{MIG_B}::1"),
+        ("g", "gke", "c", "nvidia.com/gpu", "nvidia2"),
+    ]
+    node = [NodeDevice("0", GPU0), NodeDevice("1", GPU1), NodeDevice("1/3", MIG_A, GPU1),
+            NodeDevice("1/5", MIG_B, GPU1), NodeDevice("2", GPU2)]
+    assert [resolve(a.device, node) for a in found.allocations] == [
+        GPU0, GPU1, GPU1, GPU1, MIG_A, MIG_B, GPU2]
+    assert [a.device.replica for a in found.allocations] == [None, 0, 1, 7, None, 1, None]
+    assert found.claim_devices == (
+        ClaimDevice("dra", "infer-0", "server", "dra", "infer-0-gpu", "gpu.nvidia.com",
+                    "node-a", "gpu-0", ("nvidia.com/gpu=0",)),
+        ClaimDevice("dra", "infer-0", "server", "dra", "infer-0-gpu", "gpu.nvidia.com",
+                    "node-a", "gpu-1-mig-9", ("nvidia.com/gpu=1:9", "nvidia.com/gpu=all")),
+    )
+    assert go_kubelet.wait_calls(1)  # the server reports a call after answering it
+    (call,) = go_kubelet.calls
+    assert call["method"] == "List"
+    assert 1000 < call["deadline_ms"] <= 2000  # our 2 s deadline reached the kubelet
+
+
+def test_answer_of_20_mib(go_kubelet: GoKubelet, make_client: MakeClient) -> None:
+    # A node full of pods: 20 MiB of non-GPU filler after the GPU pods. gRPC's default 4 MiB
+    # limit would refuse it (dcgm-exporter issue 509); ours is 64 MiB.
+    go_kubelet.serve(response(gpu_pod("a", "first", GPU0), gpu_pod("b", "second", GPU1)),
+                     pad_to_bytes=20 * MIB)
+    go_kubelet.start()
+    client = make_client(timeout=10.0)
+    started = time.perf_counter()
+    found = client.list_resources()
+    took = time.perf_counter() - started
+    assert [(a.pod, a.device.uuid) for a in found.allocations] == [("first", GPU0),
+                                                                    ("second", GPU1)]
+    assert go_kubelet.wait_calls(1)
+    assert go_kubelet.calls[0]["answer_bytes"] >= 20 * MIB
+    assert took < 5.0, took
+
+    with pytest.raises(PodResourcesError, match=r"RESOURCE_EXHAUSTED: Received message larger "
+                                                r"than max \(2\d{7} vs. 4194304\)"):
+        make_client(max_receive_bytes=4 * MIB).list_allocations()
+    # The same client works on: a refused answer breaks nothing.
+    assert len(client.list_allocations()) == 2
+
+
+def test_kubelet_slower_than_the_deadline_then_the_next_call_works(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)), delay_ms=3000)
+    go_kubelet.start()
+    client = make_client(timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(PodResourcesError, match=r"^List\(\) failed: DEADLINE_EXCEEDED"):
+        client.list_allocations()
+    assert 0.45 <= time.monotonic() - started < 1.5
+    # grpc-go got our deadline with the request and saw the call cancelled when it passed.
+    assert go_kubelet.wait_calls(1)
+    assert 0 < go_kubelet.calls[0]["deadline_ms"] <= 500
+    assert go_kubelet.calls[0]["cancelled"] is True
+
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)))
+    assert [a.pod for a in client.list_allocations()] == ["p"]
+
+
+def test_kubelet_status_is_passed_through(go_kubelet: GoKubelet, make_client: MakeClient) -> None:
+    go_kubelet.serve(response(), error_code=14, error_message="pod resources not ready")
+    go_kubelet.start()
+    with pytest.raises(PodResourcesError) as raised:
+        make_client().list_allocations()
+    assert str(raised.value) == "List() failed: UNAVAILABLE: pod resources not ready"
+
+
+def test_kubelet_killed_and_restarted_on_the_same_socket(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    go_kubelet.serve(response(gpu_pod("a", "before", GPU0)))
+    go_kubelet.start()
+    client = make_client(timeout=1.0)
+    assert [a.pod for a in client.list_allocations()] == ["before"]
+    first_pid = go_kubelet.pid
+
+    # Killed: the socket file stays, nobody listens. Refused at once, not at the deadline.
+    go_kubelet.kill()
+    assert os.path.exists(go_kubelet.path)
+    started = time.monotonic()
+    with pytest.raises(PodResourcesError, match="UNAVAILABLE"):
+        client.list_allocations()
+    assert time.monotonic() - started < 0.5
+
+    # A new kubelet on the same path (removing the stale file first, as the kubelet does).
+    go_kubelet.serve(response(gpu_pod("a", "after", GPU1)))
+    go_kubelet.start()
+    assert go_kubelet.pid != first_pid
+    assert [(a.pod, a.device.uuid) for a in client.list_allocations()] == [("after", GPU1)]
+
+    # Stopped cleanly: the socket file is gone.
+    go_kubelet.stop()
+    assert wait_until(lambda: not os.path.exists(go_kubelet.path))
+    with pytest.raises(PodResourcesError, match="absent"):
+        client.list_allocations()
+    go_kubelet.start()
+    assert [a.pod for a in client.list_allocations()] == ["after"]
+
+
+def test_kubelet_crashing_right_after_answering(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    # The kubelet answers, then dies (exit 3); a restart later serves again. The watcher keeps
+    # the last answer in between and counts the failures.
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)), exit_after_calls=1)
+    go_kubelet.start()
+    watcher = PodResourcesWatcher(make_client(timeout=1.0), interval=60.0)
+    assert watcher.refresh_once() is True
+    assert go_kubelet.wait_exit() == 3
+    assert watcher.refresh_once() is False
+    assert watcher.refresh_once() is False
+    assert [a.pod for a in watcher.latest()] == ["p"]
+    status = watcher.status()
+    assert (status.errors_total, status.refreshes_total) == (2, 3)
+    assert "UNAVAILABLE" in (status.last_error or "")
+
+    go_kubelet.serve(response(gpu_pod("a", "q", GPU1)))
+    go_kubelet.start()
+    assert watcher.refresh_once() is True
+    assert [a.pod for a in watcher.latest()] == ["q"]
+    watcher.stop()
+
+
+def test_500_calls_in_a_row_keep_files_and_threads_flat(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0), gpu_pod("b", "q", f"{GPU1}::3")))
+    go_kubelet.start()
+    client = make_client()
+    client.list_allocations()  # imports grpclib and protobuf
+    fds_before, threads_before = open_fds(), set(threading.enumerate())
+    started = time.perf_counter()
+    for _ in range(500):
+        assert len(client.list_allocations()) == 2
+    per_call = (time.perf_counter() - started) / 500
+    assert client.connections_made == 501
+    assert go_kubelet.wait_calls(501)
+    # One connection and one event loop per call, each closed by the call's end.
+    assert open_fds() <= fds_before, (open_fds(), fds_before)
+    assert set(threading.enumerate()) == threads_before
+    assert per_call < 0.02, per_call  # ~1.3 ms on a laptop-class core
+    client.close()
+    assert open_fds() <= fds_before
+
+
+def test_socket_absent(go_kubelet: GoKubelet, make_client: MakeClient) -> None:
+    # Never started: no socket file. An error per refresh, no exception, nothing dialled.
+    client = make_client()
+    watcher = PodResourcesWatcher(client, interval=60.0)
+    assert watcher.refresh_once() is False
+    status = watcher.status()
+    assert status.last_error == f"kubelet socket {go_kubelet.path} absent"
+    assert watcher.latest_assignments() == Assignments()
+    assert client.connections_made == 0
+
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)))
+    go_kubelet.start()
+    assert watcher.refresh_once() is True
+    assert [a.pod for a in watcher.latest()] == ["p"]
+
+
+def test_watcher_thread_over_a_slow_kubelet_and_stop(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    # The watcher's thread is inside a call held by the kubelet; latest() answers at once,
+    # and stop() ends the call and the thread without waiting for the deadline.
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)))
+    go_kubelet.start()
+    watcher = PodResourcesWatcher(make_client(timeout=30.0), interval=0.05)
+    watcher.start()
+    assert wait_until(lambda: watcher.status().success is True)
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)), delay_ms=20_000)
+    seen = len(go_kubelet.started)
+    # A call arrived that the kubelet has not answered (any undelayed one is answered within
+    # milliseconds): the watcher is waiting on it.
+    assert wait_until(lambda: len(go_kubelet.started) > seen)
+    time.sleep(0.1)
+    assert watcher.status().in_flight and len(go_kubelet.started) > len(go_kubelet.calls)
+    started = time.perf_counter()
+    assert [a.pod for a in watcher.latest()] == ["p"]
+    assert time.perf_counter() - started < 0.01
+    started = time.perf_counter()
+    watcher.stop()
+    assert time.perf_counter() - started < 1.0
+    assert not any(t.name == "gpuscope-podresources" for t in threading.enumerate())
