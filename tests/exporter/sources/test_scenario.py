@@ -11,6 +11,7 @@ import pytest
 
 from gpuscope.exporter.sources.scenario import (
     DEFAULT_SCENARIO_NAME,
+    ActivitySpec,
     BurstyPattern,
     ConstantPattern,
     DeviceRef,
@@ -543,3 +544,69 @@ def test_the_example_in_the_docs_is_valid() -> None:
     assert example.node.capacity_type == "spot"
     assert [g.mig_enabled for g in example.gpus] == [False, False, True]
     assert len(example.faults) == 4
+
+
+# -- work signals: gpm, throttle, activity ---------------------------------------------------
+
+
+def test_work_signal_keys_and_their_defaults() -> None:
+    s = scenario_from_yaml(textwrap.dedent("""
+        gpus:
+          - {model: NVIDIA H100 80GB HBM3, throttle: {thermal: 0.5, hw_power_brake: "10%"}}
+          - {model: NVIDIA H100 80GB HBM3, gpm: false}
+          - {model: NVIDIA A100-SXM4-80GB}
+          - {model: NVIDIA A100-SXM4-80GB, gpm: true}
+          - {model: NVIDIA B200}
+        processes:
+          - {pid: 1, gpu: 0, utilization: 0.9,
+             activity: {sm: 0.7, tensor: "40%", pcie_tx: 512MiB, nvlink_rx: 2GB, power: 0.5}}
+          - {pid: 2, gpu: 1, utilization: 0.9}
+    """))
+    assert [g.gpm for g in s.gpus] == [True, False, False, True, True]
+    assert s.gpus[0].throttle == (
+        ("thermal", ConstantPattern(0.5)), ("hw_power_brake", ConstantPattern(0.1)),
+    )
+    assert s.gpus[1].throttle == ()
+    a = s.processes[0].activity
+    assert (a.sm, a.tensor, a.dram, a.graphics, a.occupancy, a.power) == (
+        0.7, 0.4, 0.0, 1.0, 0.0, 0.5)
+    assert (a.pcie_rx, a.pcie_tx, a.nvlink_rx, a.nvlink_tx) == (0.0, 512 * MIB, 2e9, 0.0)
+    assert s.processes[1].activity == ActivitySpec()  # sm and graphics follow utilization
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpus: [{gpm: yes}]", "gpus[0].gpm: expected true or false, got 'yes'"),
+        ("gpus: [{throttle: {thermals: 0.5}}]",
+         "gpus[0].throttle.thermals: unknown key; did you mean 'thermal'?"),
+        ("gpus: [{throttle: {power: 1.5}}]", "gpus[0].throttle.power: must be <= 1"),
+        ("gpus: [{throttle: {power: {pattern: bursty, high: 1}}}]",
+         "gpus[0].throttle.power: missing required key 'period'"),
+        ("gpus: [{}]\nprocesses: [{pid: 1, gpu: 0, activity: {tensr: 0.1}}]",
+         "processes[0].activity.tensr: unknown key; did you mean 'tensor'?"),
+        ("gpus: [{}]\nprocesses: [{pid: 1, gpu: 0, activity: {sm: 2}}]",
+         "processes[0].activity.sm: must be <= 1"),
+        ("gpus: [{}]\nprocesses: [{pid: 1, gpu: 0, activity: {pcie_rx: fast}}]",
+         "processes[0].activity.pcie_rx: expected a size like '80GiB', got 'fast'"),
+        ("gpus: [{}]\nprocesses: [{pid: 1, gpu: 0, activity: [sm]}]",
+         "processes[0].activity: expected a mapping, got a list"),
+        ("gpus: [{unsupported: [sm_active]}]",
+         "gpus[0].unsupported[0]: unknown field 'sm_active'; did you mean 'sm_active_seconds'?"),
+    ],
+)
+def test_work_signal_errors(text: str, expected: str) -> None:
+    assert expected in error_of(text)
+
+
+def test_random_throttle_patterns_get_their_own_seeds() -> None:
+    s = scenario_from_yaml(textwrap.dedent("""
+        node: {seed: 3}
+        gpus:
+          - count: 2
+            throttle:
+              power: {pattern: random, low: 0, high: 0.2}
+              thermal: {pattern: random, low: 0, high: 0.2}
+    """))
+    seeds = {p.seed for g in s.gpus for _, p in g.throttle if isinstance(p, RandomPattern)}
+    assert len(seeds) == 4

@@ -9,7 +9,15 @@ import time
 
 import pytest
 
-from gpuscope.exporter.model import DeviceSample, PartResult, Snapshot, Source, XidCount
+from gpuscope.exporter.model import (
+    GPM_SIGNALS,
+    THROTTLE_REASONS,
+    DeviceSample,
+    PartResult,
+    Snapshot,
+    Source,
+    XidCount,
+)
 from gpuscope.exporter.sources.scenario import Scenario, load_default_scenario, scenario_from_yaml
 from gpuscope.exporter.sources.scenario import synthetic_scenario as synthetic
 from gpuscope.exporter.sources.simulated import SimulatedSource
@@ -407,3 +415,167 @@ def test_synthetic_8x64_samples_fast() -> None:
     assert len(snap.devices) == 8
     assert sum(len(d.processes) for d in snap.devices) > 8 * 40  # some come and go
     assert statistics.median(durations) < 0.005
+
+
+# --- work signals: exact integrals of scenario time
+
+WORK = """
+    gpus:
+      - model: NVIDIA H100 80GB HBM3        # Hopper: GPM by default
+        power_idle: 70
+        power_limit: 700
+        throttle:
+          thermal: {pattern: bursty, low: 0.0, high: 1.0, period: 10, duty: 0.5}
+          power: 0.25
+      - model: NVIDIA H100 80GB HBM3
+        mig:
+          - {profile: 3g.40gb, gpu_instance_id: 1, utilization_supported: true}
+          - {profile: 1g.10gb, gpu_instance_id: 9}
+      - {model: NVIDIA A100-SXM4-80GB}      # Ampere: no GPM
+    processes:
+      - pid: 1
+        gpu: 0
+        utilization: 0.5
+        activity: {sm: 0.6, tensor: 0.4, dram: 0.3, occupancy: 0.5, pcie_rx: 1GiB,
+                   nvlink_tx: 10GiB}
+      - pid: 2
+        gpu: 0
+        utilization: {pattern: bursty, low: 0.05, high: 0.45, period: 20, duty: 0.3}
+        activity: {sm: 0.2, tensor: 0.0, dram: 0.5}
+      - pid: 3
+        gpu: "1/1"
+        utilization: {pattern: stepped, steps: [[0, 0.8], [30, 0.2]], repeat: 60}
+        activity: {sm: 0.9, tensor: 0.5, power: 0.8}
+      - {pid: 4, gpu: 2, utilization: 0.7}
+"""
+
+
+def increase(src: SimulatedSource, index: str, name: str, t1: float, t2: float) -> float:
+    a = getattr(device(src.sample_at(t1), index), name)
+    b = getattr(device(src.sample_at(t2), index), name)
+    return float(b - a)
+
+
+@pytest.mark.parametrize(("t1", "t2"), [(0.0, 60.0), (13.7, 133.7), (1000.0, 1600.0),
+                                        (3600.25, 7200.5)])
+def test_counters_increase_by_activity_times_elapsed(t1: float, t2: float) -> None:
+    src = SimulatedSource(scenario(WORK), clock=FakeClock(), start=0.0)
+    elapsed = t2 - t1
+    # Means over the window, from the patterns (the bursty and stepped ones over whole
+    # periods where the window holds whole periods; else against a fine numerical mean).
+    util0 = [0.5 + (0.45 if (s % 20) < 6 else 0.05) for s in fine(t1, t2)]
+    busy_mean = statistics.fmean(util0)
+    assert increase(src, "0", "busy_seconds", t1, t2) == pytest.approx(
+        busy_mean * elapsed, rel=0.01)
+    sm0 = [0.5 * 0.6 + 0.2 * (0.45 if (s % 20) < 6 else 0.05) for s in fine(t1, t2)]
+    assert increase(src, "0", "sm_active_seconds", t1, t2) == pytest.approx(
+        statistics.fmean(sm0) * elapsed, rel=0.01)
+    assert increase(src, "0", "tensor_active_seconds", t1, t2) == pytest.approx(
+        0.5 * 0.4 * elapsed, rel=1e-9)
+    assert increase(src, "0", "pcie_receive_bytes", t1, t2) == pytest.approx(
+        0.5 * GIB * elapsed, rel=1e-9)
+    assert increase(src, "0", "nvlink_transmit_bytes", t1, t2) == pytest.approx(
+        0.5 * 10 * GIB * elapsed, rel=1e-9)
+    assert increase(src, "0", "pcie_transmit_bytes", t1, t2) == 0.0
+    # Throttling: a square wave at half duty and a constant quarter.
+    thermal = [1.0 if (s % 10) < 5 else 0.0 for s in fine(t1, t2)]
+    throttle = {
+        t.reason: t.seconds for t in device(src.sample_at(t2), "0").throttle_seconds
+    }
+    before = {t.reason: t.seconds for t in device(src.sample_at(t1), "0").throttle_seconds}
+    assert throttle["thermal"] - before["thermal"] == pytest.approx(
+        statistics.fmean(thermal) * elapsed, rel=0.01)
+    assert throttle["power"] - before["power"] == pytest.approx(0.25 * elapsed, rel=1e-9)
+    assert throttle["reliability"] == 0.0
+    # A MIG slice: its own processes' activity.
+    slice_util = [0.8 if (s % 60) < 30 else 0.2 for s in fine(t1, t2)]
+    assert increase(src, "1/1", "busy_seconds", t1, t2) == pytest.approx(
+        statistics.fmean(slice_util) * elapsed, rel=0.01)
+    assert increase(src, "1/1", "sm_active_seconds", t1, t2) == pytest.approx(
+        0.9 * statistics.fmean(slice_util) * elapsed, rel=0.01)
+
+
+def fine(t1: float, t2: float, step: float = 0.01) -> list[float]:
+    """Midpoints of ``step``-second slices of [t1, t2]."""
+    n = round((t2 - t1) / step)
+    return [t1 + (i + 0.5) * step for i in range(n)]
+
+
+def test_work_signals_where_the_device_gives_them_and_nowhere_else() -> None:
+    src = SimulatedSource(scenario(WORK), clock=FakeClock(), start=0.0)
+    snap = src.sample_at(100.0)
+    h100, parent, busy_slice, idle_slice, a100 = snap.devices
+    assert h100.sm_occupancy_ratio == pytest.approx(0.25)  # a gauge: 0.5 x 0.5 now
+    assert [t.reason for t in h100.throttle_seconds] == list(THROTTLE_REASONS)
+    # The MIG parent: no utilization, so no busy time; GPM weighted by compute share.
+    assert parent.busy_seconds is None
+    assert parent.sm_active_seconds == pytest.approx(3 / 7 * busy_slice.sm_active_seconds)
+    assert parent.throttle_seconds and not busy_slice.throttle_seconds
+    # A slice without utilization has no busy time, but GPM it has (idle: a true 0).
+    assert idle_slice.busy_seconds is None
+    assert idle_slice.sm_active_seconds == 0.0
+    assert busy_slice.busy_seconds is not None
+    # No GPM on Ampere: absent, never 0. Busy time and throttling it has.
+    assert {name: getattr(a100, name) for name in GPM_SIGNALS} == dict.fromkeys(GPM_SIGNALS)
+    assert a100.busy_seconds == pytest.approx(70.0)
+    assert len(a100.throttle_seconds) == len(THROTTLE_REASONS)
+
+
+def test_unsupported_work_signals_are_absent() -> None:
+    src = SimulatedSource(scenario("""
+        gpus:
+          - model: NVIDIA H100 80GB HBM3
+            unsupported: [busy_seconds, nvlink_receive_bytes, throttle_seconds]
+          - {model: NVIDIA H100 80GB HBM3, gpm: false}
+        processes: [{pid: 1, gpu: 0, utilization: 0.5}, {pid: 2, gpu: 1, utilization: 0.5}]
+        faults:
+          - {type: not_supported, gpu: 1, fields: [sm_active_seconds], at: 10, for: 10}
+    """), clock=FakeClock(), start=0.0)
+    first, second = src.sample_at(15.0).devices
+    assert first.busy_seconds is None and first.nvlink_receive_bytes is None
+    assert first.throttle_seconds == ()
+    assert first.sm_active_seconds == pytest.approx(7.5)  # default activity: sm = 1
+    assert first.tensor_active_seconds == 0.0
+    assert second.sm_active_seconds is None  # gpm: false
+    assert second.busy_seconds == pytest.approx(7.5)
+
+
+def test_work_counters_are_monotonic_and_order_independent() -> None:
+    text = WORK + """
+      - {pid: 5, gpu: 2, utilization: {pattern: random, low: 0.3, high: 0.9, interval: 3}}
+      - {pid: 6, gpu: 2, utilization: {pattern: sine, low: 0.1, high: 0.5, period: 50}}
+    """
+    times = [0.0, 0.3, 5.0, 17.2, 99.9, 100.0, 250.5, 3601.0, 3700.0]
+    forward = SimulatedSource(scenario(text), clock=FakeClock(), start=0.0)
+    snaps = [forward.sample_at(t) for t in times]
+    backward = SimulatedSource(scenario(text), clock=FakeClock(), start=0.0)
+    assert [backward.sample_at(t) for t in reversed(times)][::-1] == snaps
+    names = ("busy_seconds", *(n for n in GPM_SIGNALS if n != "sm_occupancy_ratio"))
+    for earlier, later in itertools.pairwise(snaps):
+        for a, b in zip(earlier.devices, later.devices, strict=True):
+            for name in names:
+                if getattr(a, name) is not None:
+                    assert getattr(b, name) >= getattr(a, name), (a.index, name)
+    # GPU 2 can add up to more than 1 (0.7 + 0.9 + 0.5): its integral is numerical, and
+    # still close to the mean of its clamped utilization.
+    src = SimulatedSource(scenario(text), clock=FakeClock(), start=0.0)
+    u = [device(src.sample_at(s), "2").utilization_ratio for s in fine(100.0, 160.0, 0.05)]
+    got = increase(src, "2", "busy_seconds", 100.0, 160.0)
+    assert got == pytest.approx(statistics.fmean(u) * 60.0, rel=0.01)
+
+
+def test_power_follows_what_the_processes_draw() -> None:
+    # A hung collective: every GPU 100 % "utilized", spinning, drawing little.
+    src = SimulatedSource(scenario("""
+        gpus: [{model: NVIDIA H100 80GB HBM3, power_idle: 72, power_limit: 700}]
+        processes:
+          - {pid: 1, gpu: 0, utilization: 1.0,
+             activity: {sm: 0.1, tensor: 0, dram: 0, power: 0.1}}
+    """), clock=FakeClock(), start=0.0)
+    dev = device(src.sample_at(600.0), "0")
+    assert dev.utilization_ratio == 1.0
+    assert dev.power_watts == pytest.approx(72 + 628 * 0.1)
+    assert dev.power_watts < 0.25 * 700
+    assert dev.sm_active_seconds == pytest.approx(60.0)
+    assert dev.tensor_active_seconds == 0.0
+    assert dev.energy_joules == pytest.approx(600 * (72 + 62.8))
