@@ -1,14 +1,25 @@
-"""Thin callbacks: read the controls, ask the service, render with components/figures."""
+"""Thin callbacks: read the controls, ask the service, render with components/figures.
+
+The page's state (window, namespace, node, pod, workload) lives in its URL too: one callback
+keeps the URL and the controls in step both ways (a pasted link opens the same view), and
+table rows link to ``?node=...`` and friends.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, State, no_update
+from dash import Dash, Input, Output, State, ctx, no_update
 
 from gpuscope.dashboard import components, fmt, ids
-from gpuscope.dashboard.figures import empty_figure, heatmap_figure, timeseries_figure
-from gpuscope.dashboard.service import WINDOWS, DashboardService
+from gpuscope.dashboard.figures import (
+    activity_figure,
+    empty_figure,
+    heatmap_figure,
+    timeseries_figure,
+    workload_figure,
+)
+from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS, DashboardService
 
 
 # A callback request is JSON that anyone can send, whatever the page offers: a dropdown's
@@ -24,6 +35,15 @@ def _window(value: Any) -> str | None:
     return value if isinstance(value, str) and value in WINDOWS else None
 
 
+def _state(window: Any, namespace: Any) -> dict[str, str | None]:
+    """What a table row's link keeps of the current view."""
+    ns = _text(namespace)
+    return {"window": _window(window), "namespace": ns.strip() if ns else None}
+
+
+SHOWN, HIDDEN = "graphs", "graphs hidden"
+
+
 def register_callbacks(app: Dash, service: DashboardService) -> None:
     @app.callback(
         Output(ids.FLEET_KPIS, "children"),
@@ -32,6 +52,14 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Output(ids.WASTE_TOTAL, "children"),
         Output(ids.IDLE_NODES_TABLE, "data"),
         Output(ids.IDLE_NOTE, "children"),
+        Output(ids.IDLE_SLICES_TABLE, "data"),
+        Output(ids.IDLE_SLICES_NOTE, "children"),
+        Output(ids.ALLOCATED_IDLE_TABLE, "data"),
+        Output(ids.ALLOCATED_IDLE_NOTE, "children"),
+        Output(ids.SPINNING_GPUS_TABLE, "data"),
+        Output(ids.SPINNING_NOTE, "children"),
+        Output(ids.THROTTLED_GPUS_TABLE, "data"),
+        Output(ids.THROTTLED_NOTE, "children"),
         Output(ids.STARVED_PODS_TABLE, "data"),
         Output(ids.STARVED_NOTE, "children"),
         Output(ids.TIMESLICE_TABLE, "data"),
@@ -40,6 +68,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Output(ids.STRAGGLERS_NOTE, "children"),
         Output(ids.NODE_SELECT, "options"),
         Output(ids.POD_SELECT, "options"),
+        Output(ids.WORKLOAD_SELECT, "options"),
         Output(ids.BANNER, "children"),
         Output(ids.BANNER, "className"),
         Output(ids.LAST_UPDATED, "children"),
@@ -53,36 +82,101 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         banner_class = "banner" if banner else "banner hidden"
         view = answer.view
         if view is None:
-            return (*([no_update] * 14), banner, "banner error" if banner else banner_class, "")
+            return (*([no_update] * 23), banner, "banner error" if banner else banner_class, "")
         updated = f"updated {fmt.clock(answer.fetched_at)}" if answer.fetched_at else ""
+        state = _state(window, namespace)
+        k = view.kpis
         return (
             components.kpi_cards(view),
             components.history_note(view) + (" " + " ".join(view.notes) if view.notes else ""),
-            heatmap_figure(view.heatmap),
+            heatmap_figure(view.heatmap, view.thresholds.idle_utilization),
             components.waste_total(view),
-            components.idle_data(view.idle_rows),
+            components.idle_data(view.idle_rows, state),
             components.count_note(len(view.idle_rows), "idle node", "idle nodes",
                                   "No idle nodes."),
-            components.starved_data(view.starved_rows),
+            components.slice_data(view.slice_rows, state),
+            components.count_note(len(view.slice_rows), "idle MIG slice on a busy node",
+                                  "idle MIG slices on busy nodes",
+                                  "No idle MIG slice on a busy node."),
+            components.allocated_data(view.allocated_idle_rows, state),
+            components.count_note(len(view.allocated_idle_rows), "allocated-idle container",
+                                  "allocated-idle containers",
+                                  "No container holds a GPU it does not use.")
+            + (f" Together {fmt.money(k.allocated_idle_per_hour, per_hour=True)}."
+               if view.allocated_idle_rows else ""),
+            components.spinning_data(view.spinning_rows, state),
+            components.count_note(len(view.spinning_rows), "spinning GPU", "spinning GPUs",
+                                  "No spinning GPUs."),
+            components.throttled_data(view.throttled_rows, state),
+            components.count_note(len(view.throttled_rows), "throttled GPU (by reason)",
+                                  "throttled GPUs (by reason)", "No throttled GPUs."),
+            components.starved_data(view.starved_rows, state),
             components.count_note(len(view.starved_rows), "starved container",
                                   "starved containers", "No starved containers."),
-            components.share_data(view.share_rows),
+            components.share_data(view.share_rows, state),
             components.count_note(len(view.share_rows), "container on a time-sliced GPU",
                                   "containers on time-sliced GPUs",
                                   "No GPU is shared by several containers (time-slicing)."),
-            components.straggler_data(view.straggler_rows),
+            components.straggler_data(view.straggler_rows, state),
             components.count_note(len(view.straggler_rows), "straggler", "stragglers",
                                   "No stragglers.")
             + f" {view.workloads_checked} workload(s) with two or more GPUs compared.",
             [{"label": n, "value": n} for n in view.nodes],
             [{"label": p, "value": p} for p in view.pods],
+            [{"label": w, "value": w} for w in view.workloads],
             banner,
             banner_class,
             updated,
         )
 
     @app.callback(
+        Output(ids.URL, "search"),
+        Output(ids.WINDOW_SELECT, "value"),
+        Output(ids.NAMESPACE_FILTER, "value"),
         Output(ids.NODE_SELECT, "value"),
+        Output(ids.POD_SELECT, "value"),
+        Output(ids.WORKLOAD_SELECT, "value"),
+        Input(ids.URL, "search"),
+        Input(ids.WINDOW_SELECT, "value"),
+        Input(ids.NAMESPACE_FILTER, "value"),
+        Input(ids.NODE_SELECT, "value"),
+        Input(ids.POD_SELECT, "value"),
+        Input(ids.WORKLOAD_SELECT, "value"),
+    )
+    def sync_url(search: Any, window: Any, namespace: Any, node: Any, pod: Any,
+                 workload: Any) -> tuple[Any, ...]:
+        current = (_window(window) or DEFAULT_WINDOW, _text(namespace) or None, _text(node),
+                   _text(pod), _text(workload))
+        if ctx.triggered_id in (None, ids.URL):
+            # Page load or back/forward: the URL wins. Values are validated where used.
+            wanted = components.parse_query(search)
+            target = (_window(wanted.get("window")) or DEFAULT_WINDOW, wanted.get("namespace"),
+                      wanted.get("node"), wanted.get("pod"), wanted.get("workload"))
+            return (no_update, *(t if t != c else no_update
+                                 for t, c in zip(target, current, strict=True)))
+        state = dict(zip(components.URL_KEYS, current, strict=True))
+        if state["window"] == DEFAULT_WINDOW:
+            state["window"] = None
+        query = components.query_string(state)
+        return (query if query != (search or "") else no_update, *([no_update] * 5))
+
+    # A link's "#section" target exists only once Dash has drawn the page: scroll to it then.
+    app.clientside_callback(  # type: ignore[no-untyped-call]
+        """function(hash) {
+            if (hash && hash.length > 1) {
+                setTimeout(function() {
+                    var el = document.getElementById(hash.slice(1));
+                    if (el) { el.scrollIntoView(); }
+                }, 400);
+            }
+            return hash || "";
+        }""",
+        Output(ids.SCROLLED, "data"),
+        Input(ids.URL, "hash"),
+    )
+
+    @app.callback(
+        Output(ids.NODE_SELECT, "value", allow_duplicate=True),
         Input(ids.FLEET_HEATMAP, "clickData"),
         State(ids.NODE_SELECT, "value"),
         prevent_initial_call=True,
@@ -95,7 +189,11 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         return node if isinstance(node, str) and node != current else no_update
 
     @app.callback(
+        Output(ids.NODE_GRAPHS, "className"),
         Output(ids.NODE_UTIL_GRAPH, "figure"),
+        Output(ids.NODE_ACTIVITY_GRAPH, "figure"),
+        Output(ids.NODE_POWER_GRAPH, "figure"),
+        Output(ids.NODE_THROTTLE_GRAPH, "figure"),
         Output(ids.NODE_CONTAINERS_GRAPH, "figure"),
         Output(ids.NODE_MEMORY_GRAPH, "figure"),
         Output(ids.NODE_BANNER, "children"),
@@ -106,19 +204,32 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     def update_node(node: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
         detail, problem = service.node(_text(node), _window(window))
         if detail is None:
-            message = problem or "No node selected"
-            return (empty_figure(message, 120), empty_figure(message, 120),
-                    empty_figure(message, 120), problem or "")
+            blank = empty_figure("", 60)
+            return (HIDDEN, *([blank] * 6),
+                    problem or "No node selected: pick one above, or click a node in the "
+                               "heatmap or in a table.")
+        n = detail.node
+        throttled = {k: s for k, s in detail.throttle.items() if any(v > 0 for v in s.values)}
         return (
+            SHOWN,
             timeseries_figure({f"GPU {k}": s for k, s in detail.utilization.items()},
-                              f"{detail.node}: GPU utilization"),
-            timeseries_figure(detail.containers, f"{detail.node}: utilization by container"),
+                              f"{n}: GPU utilization"),
+            activity_figure(detail.sm, detail.tensor, detail.dram,
+                            f"{n}: work signals (GPM)"),
+            timeseries_figure({f"GPU {k}": s for k, s in detail.power_ratio.items()},
+                              f"{n}: power against its limit", limit_line=1.0),
+            timeseries_figure({f"GPU {k}": s for k, s in throttled.items()},
+                              f"{n}: throttling (seconds per second, by reason)",
+                              unit="per_second")
+            if throttled else empty_figure(f"{n}: no throttling in this window", 80),
+            timeseries_figure(detail.containers, f"{n}: utilization by container"),
             timeseries_figure({f"GPU {k}": s for k, s in detail.memory_used.items()},
-                              f"{detail.node}: GPU memory used", unit="bytes"),
+                              f"{n}: GPU memory used", unit="bytes"),
             "",
         )
 
     @app.callback(
+        Output(ids.POD_GRAPHS, "className"),
         Output(ids.POD_UTIL_GRAPH, "figure"),
         Output(ids.POD_MEMORY_GRAPH, "figure"),
         Output(ids.POD_BANNER, "children"),
@@ -129,12 +240,39 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     def update_pod(pod: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
         detail, problem = service.pod(_text(pod), _window(window))
         if detail is None:
-            message = problem or "No pod selected"
-            return empty_figure(message, 120), empty_figure(message, 120), problem or ""
+            blank = empty_figure("", 60)
+            return (HIDDEN, blank, blank,
+                    problem or "No pod selected: pick one above, or click a pod in a table.")
         name = f"{detail.namespace}/{detail.pod}"
+        if not detail.utilization and not detail.memory_used:
+            blank = empty_figure("", 60)
+            return (HIDDEN, blank, blank,
+                    f"No GPU data for pod {name} in this window: not a pod on a GPU, or one "
+                    f"gone for longer than the window.")
         return (
+            SHOWN,
             timeseries_figure(detail.utilization, f"{name}: GPU utilization by container"),
             timeseries_figure(detail.memory_used, f"{name}: GPU memory by container",
                               unit="bytes"),
             "",
         )
+
+    @app.callback(
+        Output(ids.WORKLOAD_VIEW, "figure"),
+        Output(ids.WORKLOAD_NOTE, "children"),
+        Input(ids.WORKLOAD_SELECT, "value"),
+        Input(ids.WINDOW_SELECT, "value"),
+        Input(ids.NAMESPACE_FILTER, "value"),
+        Input(ids.REFRESH, "n_intervals"),
+    )
+    def update_workload(workload: Any, window: Any, namespace: Any, _n: Any) -> tuple[Any, ...]:
+        detail, marks, problem = service.workload(_text(workload), _window(window),
+                                                  _text(namespace))
+        if detail is None:
+            return (empty_figure(problem or "No workload with GPUs in this window", 160),
+                    problem or "")
+        kinds = ", ".join(sorted(set(marks.values())))
+        note = (f"{len(detail.devices)} GPUs of {detail.namespace}/{detail.workload}; "
+                + (f"straggler ({kinds}) marked ★ in red." if marks else "no straggler.")
+                + ("" if _text(workload) else " Showing the first straggler's workload."))
+        return workload_figure(detail, set(marks), marks), note

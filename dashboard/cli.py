@@ -161,7 +161,11 @@ def run(cfg: Config, stop: threading.Event,
             cleanup.append(fleet.stop)
             targets = fleet.start()
         label = f"demo: {len(targets)} simulated nodes, scraped in-process" if cfg.demo else None
-        embedded = EmbeddedData(targets, interval=cfg.scrape_interval, label=label)
+        notes = (("Demo: the simulated fleet comes with an hour of generated past, so verdicts "
+                  "that need an hour of evidence (idle for 1h) show from the first page load.",)
+                 if cfg.demo else ())
+        embedded = EmbeddedData(targets, interval=cfg.scrape_interval, label=label,
+                                notes=notes)
         if cfg.demo:
             fleet.backfill(embedded, step=cfg.scrape_interval)
         embedded.start()

@@ -1,15 +1,80 @@
-"""HTML pieces of the page (KPI cards, tables), built from view data. Pure."""
+"""HTML pieces of the page (KPI cards, tables), built from view data. Pure.
+
+Table rows link to what they name: a node opens its drill-down, a pod its drill-down, a
+workload the workload view. The links carry the view's state in the page URL
+(:func:`link`), so a row's link can be pasted into an incident as it is.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Mapping, Sequence
 
 from dash import html
 from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
 
-from gpuscope.dashboard import fmt
-from gpuscope.dashboard.views import FleetView, IdleRow, ShareRow, StarvedRow, StragglerRow
+from gpuscope.dashboard import fmt, ids
+from gpuscope.dashboard.views import (
+    AllocatedIdleRow,
+    FleetView,
+    IdleRow,
+    ShareRow,
+    SliceRow,
+    SpinningRow,
+    StarvedRow,
+    StragglerEvidence,
+    StragglerRow,
+    ThrottledRow,
+)
+
+# -- the URL state -------------------------------------------------------------------------
+
+#: Query parameters of the page URL, in the order a link writes them.
+URL_KEYS = ("window", "namespace", "node", "pod", "workload")
+#: The page section each kind of link opens.
+SECTIONS = {"node": ids.SECTION_NODE, "pod": ids.SECTION_POD, "workload": ids.SECTION_WORKLOAD}
+
+
+def query_string(state: Mapping[str, str | None]) -> str:
+    """``?window=1h&node=...`` of the non-empty values, in :data:`URL_KEYS` order."""
+    items = [(k, state[k]) for k in URL_KEYS if state.get(k)]
+    return "?" + urllib.parse.urlencode(items) if items else ""
+
+
+def parse_query(search: str | None) -> dict[str, str]:
+    """The page's state from ``location.search`` (unknown keys and repeats dropped; the
+    values are validated where they are used)."""
+    if not isinstance(search, str):
+        return {}
+    parsed = urllib.parse.parse_qs(search.lstrip("?"), keep_blank_values=False)
+    return {k: v[0] for k, v in parsed.items() if k in URL_KEYS and v}
+
+
+def link(text: str, state: Mapping[str, str | None], **target: str) -> str:
+    """A markdown link to ``target`` (``node=``, ``pod=`` or ``workload=``) keeping the
+    window and namespace of ``state``; the link scrolls to the section it opens."""
+    kind = next(iter(target))
+    href = query_string({"window": state.get("window"), "namespace": state.get("namespace"),
+                         **target}) + "#" + SECTIONS[kind]
+    label = text.replace("[", "(").replace("]", ")")
+    return f"[{label}]({href.replace(')', '%29').replace(' ', '%20')})"
+
+
+def node_link(node: str, state: Mapping[str, str | None]) -> str:
+    return link(node, state, node=node)
+
+
+def pod_link(namespace: str, pod: str, state: Mapping[str, str | None],
+             text: str | None = None) -> str:
+    return link(text or pod, state, pod=f"{namespace}/{pod}")
+
+
+def workload_link(namespace: str, workload: str, state: Mapping[str, str | None]) -> str:
+    return link(workload, state, workload=f"{namespace}/{workload}") if workload else ""
+
+
+# -- KPIs ------------------------------------------------------------------------------------
 
 
 def kpi_cards(view: FleetView) -> list[Component]:
@@ -25,17 +90,27 @@ def kpi_cards(view: FleetView) -> list[Component]:
             className=f"kpi {cls}".strip(),
         )
 
+    share = k.idle_share
+    fleet_sub = "every node of known price"
+    if k.spot_nodes:
+        fleet_sub += f", {k.spot_nodes} spot"
+    if k.unpriced_nodes:
+        fleet_sub += f"; {len(k.unpriced_nodes)} of unknown price left out"
     return [
         card("GPUs", str(k.gpus), f"{k.no_data} without utilization" if k.no_data else ""),
-        card("Busy / idle", f"{k.busy} / {k.idle}",
+        card("Busy / idle / spinning", f"{k.busy} / {k.idle} / {k.spinning}",
              f"idle: < {fmt.pct(view.thresholds.idle_utilization)} for "
-             f"{fmt.duration(view.thresholds.idle_duration)}"),
+             f"{fmt.duration(view.thresholds.idle_duration)}; spinning: busy, no work"),
         card("Mean utilization", fmt.pct(k.mean_utilization), "over the window"),
-        card("Idle nodes", str(k.idle_nodes), "every GPU idle"),
-        card("Burning idle", fmt.money(k.burning_per_hour, per_hour=True),
-             "on-demand price of idle nodes" + unpriced, "money"),
-        card("Wasted in window", fmt.money(k.wasted),
-             f"{fmt.money(k.wasted_unallocated)} unallocated, "
+        card("Fleet cost", fmt.money(k.fleet_per_hour, per_hour=True), fleet_sub),
+        card("Idle cost rate", fmt.money(k.burning_per_hour, per_hour=True),
+             f"{k.idle_nodes} idle node{'s' if k.idle_nodes != 1 else ''}"
+             + (f" + {k.idle_slices} MIG slice{'s' if k.idle_slices != 1 else ''}"
+                if k.idle_slices else "")
+             + (f", {fmt.pct(share)} of the fleet's cost" if share is not None else "")
+             + " (per hour, now)" + unpriced, "money"),
+        card(f"Wasted, last {fmt.duration(view.window.seconds)}", fmt.money(k.wasted),
+             f"accumulated over the window: {fmt.money(k.wasted_unallocated)} unallocated, "
              f"{fmt.money(k.wasted_allocated)} allocated-idle", "money"),
     ]
 
@@ -43,17 +118,20 @@ def kpi_cards(view: FleetView) -> list[Component]:
 def history_note(view: FleetView) -> str:
     th = view.thresholds
     window, hist = view.window.seconds, view.history_seconds
-    parts = [f"Window {fmt.duration(window)}, one point per {fmt.duration(view.window.step)}."]
+    parts = [f"Window {fmt.duration(window)}, one point per {fmt.duration(view.window.step)};"
+             f" times in UTC."]
     if hist + 1e-6 < window:
         parts.append(
             f"Only {fmt.duration(hist)} of history collected: every 'for at least D' verdict "
-            f"rests on min(D, window, history) = idle {fmt.duration(min(th.idle_duration, hist))}"
-            f", starvation/stragglers {fmt.duration(min(th.starvation_duration, hist))}."
+            f"rests on min(D, window, history) = idle and spinning "
+            f"{fmt.duration(min(th.idle_duration, hist))}, starvation, stragglers and "
+            f"throttling {fmt.duration(min(th.starvation_duration, hist))}."
         )
     else:
         parts.append(
-            f"Verdicts rest on idle >= {fmt.duration(min(th.idle_duration, window))}, "
-            f"starvation and stragglers >= {fmt.duration(min(th.starvation_duration, window))}."
+            f"Verdicts rest on idle and spinning >= "
+            f"{fmt.duration(min(th.idle_duration, window))}, starvation, stragglers and "
+            f"throttling >= {fmt.duration(min(th.starvation_duration, window))}."
         )
     if view.queries:
         parts.append(f"{view.queries} queries.")
@@ -62,12 +140,18 @@ def history_note(view: FleetView) -> str:
 
 def waste_total(view: FleetView) -> list[Component]:
     k = view.kpis
+    spinning = (f", {fmt.money(k.wasted_spinning)} of it by spinning GPUs"
+                if k.wasted_spinning > 0 else "")
     children: list[Component] = [
         html.Span(fmt.money(k.wasted), className="waste-amount"),
-        html.Span(f" wasted by idle nodes in the last {fmt.duration(view.window.seconds)}, "
-                  f"burning {fmt.money(k.burning_per_hour, per_hour=True)} now "
+        html.Span(f" wasted in the last {fmt.duration(view.window.seconds)} "
                   f"({fmt.money(k.wasted_unallocated)} unallocated, "
-                  f"{fmt.money(k.wasted_allocated)} allocated-idle)."),
+                  f"{fmt.money(k.wasted_allocated)} allocated-idle{spinning}). "
+                  f"Right now idle capacity costs "
+                  f"{fmt.money(k.burning_per_hour, per_hour=True)}"
+                  + (f", {fmt.pct(k.idle_share)} of the fleet's "
+                     f"{fmt.money(k.fleet_per_hour, per_hour=True)}"
+                     if k.idle_share is not None else "") + "."),
     ]
     if k.unpriced_idle_nodes:
         children.append(html.Span(
@@ -76,72 +160,203 @@ def waste_total(view: FleetView) -> list[Component]:
     return children
 
 
+# -- tables ----------------------------------------------------------------------------------
+
 Column = DataTable.Columns
 Format = DataTable.ColumnsFormat
 Row = dict[str, str | float | int | None]
+State = Mapping[str, str | None]
 
 MONEY = Format(specifier="$,.2f", nully="unknown")
-PRICE = Format(specifier="$,.3~f", nully="unknown")
+PRICE = MONEY
 PERCENT = Format(specifier=".0%", nully="n/a")
 COUNT = Format(specifier="d")
 
+#: Columns that hold names: never wrapped mid-name.
+NAME_COLUMNS = ("node", "pod", "pods", "workload", "namespace", "container")
 
-def _col(cid: str, name: str, number: Format | None = None) -> Column:
+
+def _col(cid: str, name: str, number: Format | None = None, *, link: bool = False) -> Column:
     if number is None:
+        if link:
+            return Column(id=cid, name=name, type="text", presentation="markdown")
         return Column(id=cid, name=name, type="text")
     return Column(id=cid, name=name, type="numeric", format=number)
 
 
+def _since(ts: float, seconds: float, history: float) -> str:
+    return (f"{fmt.clock(ts)} or earlier" if seconds >= history - 1e-3 else fmt.clock(ts))
+
+
+def _for(seconds: float, required: float) -> str:
+    return f"{fmt.duration(seconds)} (needs {fmt.duration(required)})"
+
+
 IDLE_COLUMNS = [
-    _col("node", "Node"), _col("instance_type", "Instance type"), _col("gpus", "GPUs", COUNT),
-    _col("idle_since", "Idle since"), _col("idle_for", "Idle for"),
-    _col("price", "$/hour", PRICE), _col("wasted", "$ wasted", MONEY),
+    _col("node", "Node", link=True), _col("instance_type", "Instance type"),
+    _col("gpus", "GPUs", COUNT),
+    _col("idle_since", "Idle since (UTC)"), _col("idle_for", "Idle for"),
+    _col("price", "$/hour", PRICE), _col("price_basis", "Priced"),
+    _col("wasted", "$ wasted in window", MONEY),
     _col("unallocated", "Unallocated GPUs", COUNT),
     _col("wasted_unallocated", "$ unallocated", MONEY),
     _col("allocated", "Allocated-idle GPUs", COUNT),
-    _col("wasted_allocated", "$ allocated-idle", MONEY), _col("evidence", "Evidence"),
+    _col("wasted_allocated", "$ allocated-idle", MONEY),
+    _col("spinning", "Spinning GPUs", COUNT), _col("evidence", "Evidence"),
 ]
 
 
-def idle_data(rows: Sequence[IdleRow]) -> list[Row]:
+def idle_data(rows: Sequence[IdleRow], state: State | None = None) -> list[Row]:
+    state = state or {}
     return [
         {
-            "node": r.node,
+            "node": node_link(r.node, state),
             "instance_type": r.instance_type or "unknown",
             "gpus": r.gpus,
-            "idle_since": (f"{fmt.clock(r.idle_since)} or earlier"
-                           if r.idle_seconds >= r.history_seconds - 1e-3
-                           else fmt.clock(r.idle_since)),
+            "idle_since": _since(r.idle_since, r.idle_seconds, r.history_seconds),
             "idle_for": fmt.duration(r.idle_seconds),
             "price": r.price_per_hour,
+            "price_basis": r.price_basis if r.price_per_hour is not None else "no price",
             "wasted": r.wasted,
             "unallocated": r.unallocated_gpus,
             "wasted_unallocated": r.wasted_unallocated,
             "allocated": r.allocated_gpus,
             "wasted_allocated": r.wasted_allocated,
-            "evidence": f"needs {fmt.duration(r.required_seconds)}; history "
-                        f"{fmt.duration(r.history_seconds)}",
+            "spinning": r.spinning_gpus,
+            "evidence": (f"needs {fmt.duration(r.required_seconds)}; history "
+                         f"{fmt.duration(r.history_seconds)}"
+                         + (f"; {r.mig_gpus} GPU(s) in MIG mode, judged by their slices"
+                            if r.mig_gpus else "")
+                         + ("; spinning GPUs count as idle: busy by utilization, no work"
+                            if r.spinning_gpus else "")),
+        }
+        for r in rows
+    ]
+
+
+SLICE_COLUMNS = [
+    _col("node", "Node", link=True), _col("gpu", "MIG slice"), _col("profile", "Profile"),
+    _col("share", "Share of its GPU", PERCENT), _col("idle_for", "Idle for"),
+    _col("held", "Held by a pod"), _col("price", "$/hour", PRICE),
+    _col("wasted", "$ wasted in window", MONEY), _col("signal", "Judged by"),
+]
+
+SIGNALS = {
+    "utilization": "utilization", "sm": "SM activity (GPM)", "process": "no process (no GPM)",
+    "gpm": "SM, tensor, DRAM activity (GPM)", "power": "power vs limit (no GPM)",
+}
+
+
+def slice_data(rows: Sequence[SliceRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "node": node_link(r.node, state), "gpu": r.gpu, "profile": r.profile,
+            "share": r.share, "idle_for": _for(r.idle_seconds, r.required_seconds),
+            "held": "yes" if r.allocated else "no", "price": r.price_per_hour,
+            "wasted": r.wasted, "signal": SIGNALS.get(r.signal, r.signal),
+        }
+        for r in rows
+    ]
+
+
+SPINNING_COLUMNS = [
+    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("pods", "Pod", link=True),
+    _col("workload", "Workload", link=True), _col("utilization", "Utilization", PERCENT),
+    _col("work", "Work done"), _col("for", "Spinning for"), _col("price", "$/hour", PRICE),
+    _col("signal", "Judged by"),
+]
+
+
+def _pods(pods: Sequence[str], state: State) -> str:
+    links = []
+    for p in pods:
+        namespace, _, pod = p.partition("/")
+        links.append(pod_link(namespace, pod, state))
+    return ", ".join(links) or "(no pod)"
+
+
+def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    out: list[Row] = []
+    for r in rows:
+        if r.signal == "gpm":
+            work = (f"SM {fmt.pct(r.sm)}, tensor {fmt.pct(r.tensor)}, "
+                    f"DRAM {fmt.pct(r.dram)}")
+        else:
+            work = f"power {fmt.pct(r.power_ratio)} of its limit"
+        out.append({
+            "node": node_link(r.node, state), "gpu": r.gpu, "pods": _pods(r.pods, state),
+            "workload": ", ".join(workload_link(w.partition("/")[0], w.partition("/")[2], state)
+                                  for w in r.workloads),
+            "utilization": r.utilization, "work": work,
+            "for": _for(r.seconds, r.required_seconds), "price": r.price_per_hour,
+            "signal": SIGNALS.get(r.signal, r.signal)
+            + ("" if r.price_basis == "on-demand" else f"; priced {r.price_basis}"),
+        })
+    return out
+
+
+THROTTLED_COLUMNS = [
+    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("pods", "Pod", link=True),
+    _col("reason", "Reason"), _col("ratio", "Throttled", PERCENT),
+    _col("for", "For"),
+]
+
+
+def throttled_data(rows: Sequence[ThrottledRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "node": node_link(r.node, state), "gpu": r.gpu, "pods": _pods(r.pods, state),
+            "reason": r.reason, "ratio": r.ratio, "for": _for(r.seconds, r.required_seconds),
+        }
+        for r in rows
+    ]
+
+
+ALLOCATED_COLUMNS = [
+    _col("namespace", "Namespace"), _col("pod", "Pod", link=True),
+    _col("container", "Container"), _col("workload", "Workload", link=True),
+    _col("node", "Node", link=True), _col("holds", "Holds"), _col("usage", "Uses", PERCENT),
+    _col("for", "Idle for"), _col("price", "$/hour", PRICE), _col("signal", "Judged by"),
+]
+
+
+def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, state),
+            "container": r.container,
+            "workload": workload_link(r.namespace, r.workload, state),
+            "node": node_link(r.node, state), "holds": r.holds, "usage": r.usage,
+            "for": _for(r.seconds, r.required_seconds), "price": r.price_per_hour,
+            "signal": SIGNALS.get(r.signal, r.signal)
+            + ("" if r.price_basis == "on-demand" else f"; priced {r.price_basis}"),
         }
         for r in rows
     ]
 
 
 STARVED_COLUMNS = [
-    _col("kind", "Kind"), _col("namespace", "Namespace"), _col("pod", "Pod"),
-    _col("container", "Container"), _col("node", "Node"), _col("gpu", "GPU"),
+    _col("kind", "Kind"), _col("namespace", "Namespace"), _col("pod", "Pod", link=True),
+    _col("container", "Container"), _col("node", "Node", link=True), _col("gpu", "GPU"),
     _col("utilization", "Utilization", PERCENT), _col("for", "For"), _col("why", "Why"),
 ]
 
 
-def starved_data(rows: Sequence[StarvedRow]) -> list[Row]:
+def starved_data(rows: Sequence[StarvedRow], state: State | None = None) -> list[Row]:
+    state = state or {}
     return [
         {
             "kind": "time-slice starved" if r.kind == "time-slice" else
                     "input-starved (suspected)",
-            "namespace": r.namespace, "pod": r.pod, "container": r.container, "node": r.node,
+            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, state),
+            "container": r.container, "node": node_link(r.node, state),
             "gpu": r.gpu, "utilization": r.utilization,
-            "for": (f"{fmt.duration(r.seconds)} (needs {fmt.duration(r.required_seconds)})"
-                    if r.seconds is not None else "window"),
+            "for": (_for(r.seconds, r.required_seconds)
+                    if r.seconds is not None and r.required_seconds is not None else "window"),
             "why": r.detail,
         }
         for r in rows
@@ -149,17 +364,18 @@ def starved_data(rows: Sequence[StarvedRow]) -> list[Row]:
 
 
 SHARE_COLUMNS = [
-    _col("node", "Node"), _col("gpu", "GPU"), _col("gpu_busy", "GPU busy", PERCENT),
+    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("gpu_busy", "GPU busy", PERCENT),
     _col("container", "Container"), _col("utilization", "Utilization", PERCENT),
     _col("share", "Share", PERCENT), _col("fair_share", "Fair share", PERCENT),
     _col("starved", "Starved"),
 ]
 
 
-def share_data(rows: Sequence[ShareRow]) -> list[Row]:
+def share_data(rows: Sequence[ShareRow], state: State | None = None) -> list[Row]:
+    state = state or {}
     return [
         {
-            "node": r.node, "gpu": r.gpu, "gpu_busy": r.gpu_utilization,
+            "node": node_link(r.node, state), "gpu": r.gpu, "gpu_busy": r.gpu_utilization,
             "container": f"{r.namespace}/{r.pod}/{r.container}", "utilization": r.utilization,
             "share": r.share, "fair_share": r.fair_share,
             "starved": (f"yes, {fmt.duration(r.starving_seconds)}" if r.starved else
@@ -171,21 +387,55 @@ def share_data(rows: Sequence[ShareRow]) -> list[Row]:
 
 
 STRAGGLER_COLUMNS = [
-    _col("workload", "Workload"), _col("namespace", "Namespace"), _col("pods", "Pod"),
-    _col("node", "Node"), _col("gpu", "GPU"), _col("utilization", "Utilization", PERCENT),
-    _col("median", "Workload median", PERCENT),
+    _col("kind", "Kind"), _col("workload", "Workload", link=True),
+    _col("namespace", "Namespace"), _col("pods", "Pod", link=True),
+    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("measure", "Compared"),
+    _col("value", "Value"), _col("median", "Workload median"),
     _col("ratio", "Ratio", Format(specifier=".2f")), _col("for", "For"),
-    _col("devices", "GPUs in workload", COUNT),
+    _col("evidence", "Evidence"), _col("devices", "GPUs compared", COUNT),
 ]
 
+_MEASURES = {"utilization": "utilization", "sm": "SM activity", "power": "power"}
 
-def straggler_data(rows: Sequence[StragglerRow]) -> list[Row]:
+
+def _measure(signal: str, value: float) -> str:
+    return f"{value:.0f} W" if signal == "power" else fmt.pct(value)
+
+
+def evidence_text(e: StragglerEvidence) -> str:
+    """Throttling by reason, SM clock and temperature against the workload's median."""
+    parts = []
+    for reason, c in e.throttle.items():
+        if (c.own or 0.0) >= 0.01 or (c.median or 0.0) >= 0.01:
+            parts.append(f"{reason} throttling {fmt.pct(c.own)} of the time "
+                         f"(median {fmt.pct(c.median)})")
+    if not parts:
+        parts.append("no throttling")
+    clock, temp = e.sm_clock_hertz, e.temperature_celsius
+    if clock.own is not None:
+        parts.append(f"SM clock {clock.own / 1e9:.2f} GHz"
+                     + (f" (median {clock.median / 1e9:.2f})" if clock.median else ""))
+    if temp.own is not None:
+        parts.append(f"{temp.own:.0f} °C"
+                     + (f" (median {temp.median:.0f} °C)" if temp.median is not None else ""))
+    return "; ".join(parts) + (f"; last {fmt.duration(e.seconds)}" if e.seconds else "")
+
+
+def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> list[Row]:
+    state = state or {}
     return [
         {
-            "workload": r.workload, "namespace": r.namespace, "pods": ", ".join(r.pods),
-            "node": r.node, "gpu": r.gpu, "utilization": r.utilization, "median": r.median,
+            "kind": ("slow (peers spin waiting for it)" if r.kind == "slow"
+                     else "stalled (waits while peers work)"),
+            "workload": workload_link(r.namespace, r.workload, state),
+            "namespace": r.namespace,
+            "pods": ", ".join(pod_link(r.namespace, p, state) for p in r.pods),
+            "node": node_link(r.node, state), "gpu": r.gpu,
+            "measure": _MEASURES.get(r.signal, r.signal) + (f" ({r.model})" if r.model else ""),
+            "value": _measure(r.signal, r.value), "median": _measure(r.signal, r.median),
             "ratio": r.ratio,
-            "for": f"{fmt.duration(r.seconds)} (needs {fmt.duration(r.required_seconds)})",
+            "for": _for(r.seconds, r.required_seconds),
+            "evidence": evidence_text(r.evidence),
             "devices": r.devices,
         }
         for r in rows

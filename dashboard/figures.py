@@ -1,17 +1,27 @@
-"""Plotly figures, built from view data only (pure: no Dash, no I/O)."""
+"""Plotly figures, built from view data only (pure: no Dash, no I/O). Times are UTC, and
+every time axis says so."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from gpuscope.dashboard.series import Series
+from gpuscope.dashboard.series import GpuRef, Series, WorkloadDetail
 from gpuscope.dashboard.views import Heatmap
 
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
 _MARGIN = {"l": 10, "r": 10, "t": 36, "b": 10}
+_TIME_AXIS = {"title": {"text": "time (UTC)", "font": {"size": 11}}}
+
+#: Below the idle threshold a GPU is grey; at and above it, blue, darker the busier.
+IDLE_GREY = "#d4d4d4"
+
+
+def _utc(times: Sequence[float]) -> list[dt.datetime]:
+    return [dt.datetime.fromtimestamp(t, tz=dt.UTC).replace(tzinfo=None) for t in times]
 
 
 def empty_figure(message: str, height: int = 220) -> go.Figure:
@@ -25,50 +35,70 @@ def empty_figure(message: str, height: int = 220) -> go.Figure:
     return fig
 
 
-def heatmap_figure(h: Heatmap) -> go.Figure:
-    """Nodes x GPUs, colored by mean utilization over the window; idle GPUs marked."""
+def heatmap_colorscale(threshold: float) -> list[list[float | str]]:
+    """Grey below the idle threshold, then light to dark blue: a GPU at 6 % is visibly not
+    one at 0 %."""
+    t = min(max(threshold, 0.0), 0.99)
+    return [[0.0, IDLE_GREY], [t, IDLE_GREY], [t, "#c6dbef"], [0.5, "#4292c6"],
+            [1.0, "#08306b"]]
+
+
+def heatmap_figure(h: Heatmap, idle_threshold: float = 0.05) -> go.Figure:
+    """Nodes x GPUs, colored by mean utilization over the window; idle and spinning GPUs
+    marked, the idle threshold on the color bar."""
     if not h.nodes:
         return empty_figure("No GPUs reported yet")
+    spinning = h.spinning or tuple((False,) * len(h.columns) for _ in h.nodes)
     text = [
-        [("idle" if idle else "") for idle in row]
-        for row in h.idle
+        [("spin" if spin else "idle" if idle else "") for idle, spin in zip(irow, srow,
+                                                                          strict=True)]
+        for irow, srow in zip(h.idle, spinning, strict=True)
     ]
     hover = [
         [
             f"{node}<br>GPU {col}: "
             + ("no utilization reported" if z is None else f"{z * 100:.0f}% mean")
-            + (" (idle)" if idle else "")
-            for col, z, idle in zip(h.columns, zrow, irow, strict=True)
+            + (" (spinning: busy, no work)" if spin else " (idle)" if idle else "")
+            for col, z, idle, spin in zip(h.columns, zrow, irow, srow, strict=True)
         ]
-        for node, zrow, irow in zip(h.nodes, h.z, h.idle, strict=True)
+        for node, zrow, irow, srow in zip(h.nodes, h.z, h.idle, spinning, strict=True)
     ]
-    small = len(h.nodes) <= 40
+    labels = len(h.nodes) <= 150   # node names on the axis
+    small = len(h.nodes) <= 60     # "idle"/"spin" written in the cells
     fig = go.Figure(go.Heatmap(
         z=[list(row) for row in h.z],
         x=[f"GPU {c}" for c in h.columns],
         y=list(h.nodes),
         zmin=0.0, zmax=1.0,
-        colorscale="Viridis",
-        colorbar={"title": {"text": "util"}, "tickformat": ".0%", "thickness": 12},
+        colorscale=heatmap_colorscale(idle_threshold),
+        colorbar={"title": {"text": "mean util"}, "thickness": 12,
+                  "tickvals": [0.0, idle_threshold, 0.25, 0.5, 0.75, 1.0],
+                  "ticktext": ["0%", f"{idle_threshold:.0%} idle below", "25%", "50%", "75%",
+                               "100%"]},
         text=text if small else None,
         texttemplate="%{text}" if small else None,
         hovertext=hover,
         hoverinfo="text",
         xgap=2, ygap=2,
     ))
-    height = max(240, min(900, 60 + (28 if small else 6) * len(h.nodes)))
+    row = 28 if small else 14 if labels else 6
+    height = max(240, min(2400, 60 + row * len(h.nodes)))
     fig.update_layout(
         height=height, margin={**_MARGIN, "t": 10}, font=_FONT, plot_bgcolor="white",
-        yaxis={"autorange": "reversed", "automargin": True, "showticklabels": small},
+        yaxis={"autorange": "reversed", "automargin": True, "showticklabels": labels,
+               "tickfont": {"size": 12 if small else 9}},
         xaxis={"side": "top"},
     )
     return fig
 
 
 def timeseries_figure(
-    series: Mapping[str, Series], title: str, *, unit: str = "ratio", height: int = 280
+    series: Mapping[str, Series], title: str, *, unit: str = "ratio", height: int = 280,
+    limit_line: float | None = None,
 ) -> go.Figure:
-    """One line per series; ``unit`` ``ratio`` (0..1 shown as %) or ``bytes`` (GiB)."""
+    """One line per series; ``unit`` ``ratio`` (0..1 shown as %), ``bytes`` (GiB) or
+    ``per_second`` (seconds per second, as %). ``limit_line`` draws a dashed line (e.g. the
+    power limit at 100 %)."""
     if not series:
         return empty_figure(f"{title}: no data in this window", height)
     fig = go.Figure()
@@ -76,18 +106,98 @@ def timeseries_figure(
     for name in sorted(series):
         s = series[name]
         fig.add_trace(go.Scatter(
-            x=[dt.datetime.fromtimestamp(t) for t in s.times],
-            y=[v / scale for v in s.values],
+            x=_utc(s.times), y=[v / scale for v in s.values],
             mode="lines", name=name, connectgaps=False,
         ))
     yaxis: dict[str, object] = {"rangemode": "tozero"}
-    if unit == "ratio":
-        yaxis.update(tickformat=".0%", range=[0, 1.05])
+    if unit in ("ratio", "per_second"):
+        top = max([1.0, *(v for s in series.values() for v in s.values)]) * 1.05
+        yaxis.update(tickformat=".0%", range=[0, top])
     else:
         yaxis.update(title={"text": "GiB"})
+    if limit_line is not None:
+        fig.add_hline(y=limit_line, line_dash="dash", line_color="#b03a2e",
+                      annotation_text="limit", annotation_position="top left")
     fig.update_layout(
         title={"text": title, "x": 0, "font": {"size": 13}}, height=height, margin=_MARGIN,
-        font=_FONT, yaxis=yaxis, legend={"orientation": "h", "y": -0.2},
+        font=_FONT, yaxis=yaxis, xaxis=_TIME_AXIS, legend={"orientation": "h", "y": -0.25},
         plot_bgcolor="#fafafa", hovermode="x unified",
+    )
+    return fig
+
+
+def activity_figure(sm: Mapping[str, Series], tensor: Mapping[str, Series],
+                    dram: Mapping[str, Series], title: str, height: int = 420) -> go.Figure:
+    """SM, tensor and DRAM activity (GPM) of each GPU, one panel each."""
+    if not (sm or tensor or dram):
+        return empty_figure(f"{title}: no GPM activity (GPM needs Hopper or newer)", 160)
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=("SM activity", "Tensor activity", "DRAM activity"))
+    colors = _palette(sorted(set(sm) | set(tensor) | set(dram)))
+    for row, panel in enumerate((sm, tensor, dram), start=1):
+        for name in sorted(panel):
+            s = panel[name]
+            fig.add_trace(go.Scatter(
+                x=_utc(s.times), y=list(s.values), mode="lines", name=f"GPU {name}",
+                legendgroup=name, showlegend=row == 1, line={"color": colors[name]},
+            ), row=row, col=1)
+        fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=row, col=1)
+    fig.update_xaxes(title=_TIME_AXIS["title"], row=3, col=1)
+    fig.update_layout(title={"text": title, "x": 0, "font": {"size": 13}}, height=height,
+                      margin={**_MARGIN, "t": 56}, font=_FONT, plot_bgcolor="#fafafa",
+                      legend={"orientation": "h", "y": -0.12}, hovermode="x unified")
+    return fig
+
+
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173",
+           "#3182bd", "#e6550d")
+
+
+def _palette(names: Sequence[str]) -> dict[str, str]:
+    return {n: _COLORS[i % len(_COLORS)] for i, n in enumerate(names)}
+
+
+def workload_figure(detail: WorkloadDetail, stragglers: Collection[GpuRef] = (),
+                    kinds: Mapping[GpuRef, str] | None = None) -> go.Figure:
+    """Every GPU of one workload side by side over time: utilization, SM activity and power
+    in three panels, one line per GPU; stragglers drawn thick and red, their peers thin."""
+    name = f"{detail.namespace}/{detail.workload}"
+    if not detail.devices:
+        return empty_figure(f"{name}: no GPU of it reported in this window", 200)
+    kinds = kinds or {}
+    panels = [("Utilization", detail.utilization, True), ("SM activity (GPM)", detail.sm, True),
+              ("Power (W)", detail.power, False)]
+    panels = [p for p in panels if p[1]]
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=[p[0] for p in panels])
+    for row, (_, data, ratio) in enumerate(panels, start=1):
+        for dev in detail.devices:
+            s = data.get(dev.ref)
+            if s is None:
+                continue
+            marked = dev.ref in stragglers
+            label = f"{dev.ref.node} GPU {dev.gpu}"
+            if marked:
+                label = f"★ {label} ({kinds.get(dev.ref, 'straggler')} straggler)"
+            fig.add_trace(go.Scatter(
+                x=_utc(s.times), y=list(s.values), mode="lines", name=label,
+                legendgroup=f"{dev.ref.node}/{dev.ref.uuid}", showlegend=row == 1,
+                line={"color": "#c0392b" if marked else "#5b7fa6",
+                      "width": 3.5 if marked else 1.2},
+                opacity=1.0 if marked else 0.75,
+                hovertemplate=f"{label}<br>%{{y:{'.0%' if ratio else '.0f'}}}<extra></extra>",
+            ), row=row, col=1)
+        if ratio:
+            fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=row, col=1)
+        else:
+            fig.update_yaxes(rangemode="tozero", row=row, col=1)
+    fig.update_xaxes(title=_TIME_AXIS["title"], row=len(panels), col=1)
+    fig.update_layout(
+        title={"text": f"{name}: {len(detail.devices)} GPUs"
+               + (", straggler marked ★" if stragglers else ", no straggler"),
+               "x": 0, "font": {"size": 13}},
+        height=160 + 170 * len(panels), margin={**_MARGIN, "t": 60}, font=_FONT,
+        plot_bgcolor="#fafafa", legend={"orientation": "h", "y": -0.1},
     )
     return fig

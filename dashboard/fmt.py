@@ -6,9 +6,11 @@ import time
 
 
 def money(value: float | None, per_hour: bool = False) -> str:
+    """Dollars with cents, as the tables show them (``$21.96``, ``$0.80/h``); an amount
+    above 0 that rounds to nothing is ``<$0.01``."""
     if value is None:
         return "unknown"
-    text = f"${value:,.2f}" if value >= 0.995 or value == 0 else f"${value:,.3f}"
+    text = "<$0.01" if 0 < value < 0.005 else f"${value:,.2f}"
     return text + ("/h" if per_hour else "")
 
 
@@ -30,12 +32,13 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86400}d {(s % 86400) // 3600}h"
 
 
-def clock(ts: float) -> str:
-    """Local wall-clock time of day, with the date when not today."""
-    lt = time.localtime(ts)
-    if time.strftime("%Y-%m-%d", lt) == time.strftime("%Y-%m-%d", time.localtime()):
-        return time.strftime("%H:%M:%S", lt)
-    return time.strftime("%Y-%m-%d %H:%M", lt)
+def clock(ts: float, now: float | None = None) -> str:
+    """UTC time of day, said (``14:03:07 UTC``), with the date when not today (UTC)."""
+    t = time.gmtime(ts)
+    today = time.gmtime(time.time() if now is None else now)
+    if time.strftime("%Y-%m-%d", t) == time.strftime("%Y-%m-%d", today):
+        return time.strftime("%H:%M:%S UTC", t)
+    return time.strftime("%Y-%m-%d %H:%M UTC", t)
 
 
 def gib(value: float) -> str:

@@ -1,6 +1,7 @@
 """Every component id of the dashboard, in one place.
 
-The first six are the stable ids of DESIGN.md that tests and screenshots rely on.
+:data:`DESIGN_IDS` are the stable ids of DESIGN.md that tests, screenshots and links rely on;
+every one is rendered on the main page.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ IDLE_NODES_TABLE = "idle-nodes-table"
 WASTE_TOTAL = "waste-total"
 STARVED_PODS_TABLE = "starved-pods-table"
 STRAGGLERS_TABLE = "stragglers-table"
+SPINNING_GPUS_TABLE = "spinning-gpus-table"
+THROTTLED_GPUS_TABLE = "throttled-gpus-table"
+ALLOCATED_IDLE_TABLE = "allocated-idle-table"
+WORKLOAD_VIEW = "workload-view"
 
-# Controls.
+# Controls, and the page URL that carries their state.
+URL = "page-url"
 WINDOW_SELECT = "window-select"
 NAMESPACE_FILTER = "namespace-filter"
 REFRESH = "refresh-interval"
 NODE_SELECT = "node-select"
 POD_SELECT = "pod-select"
+WORKLOAD_SELECT = "workload-select"
+SCROLLED = "scrolled"  # a store the scroll-to-section clientside callback writes
 
 # Status.
 BANNER = "data-banner"
@@ -28,27 +36,43 @@ SOURCE_LABEL = "source-label"
 
 # Sections and secondary tables.
 TIMESLICE_TABLE = "timeslice-table"
+IDLE_SLICES_TABLE = "idle-slices-table"
 STRAGGLERS_NOTE = "stragglers-note"
 IDLE_NOTE = "idle-note"
+IDLE_SLICES_NOTE = "idle-slices-note"
 STARVED_NOTE = "starved-note"
 TIMESLICE_NOTE = "timeslice-note"
+SPINNING_NOTE = "spinning-note"
+THROTTLED_NOTE = "throttled-note"
+ALLOCATED_IDLE_NOTE = "allocated-idle-note"
+WORKLOAD_NOTE = "workload-note"
 SECTION_FLEET = "section-fleet"
 SECTION_IDLE = "section-idle"
+SECTION_ALLOCATED = "section-allocated-idle"
+SECTION_SPINNING = "section-spinning"
+SECTION_THROTTLED = "section-throttled"
 SECTION_STARVATION = "section-starvation"
 SECTION_STRAGGLERS = "section-stragglers"
+SECTION_WORKLOAD = "section-workload"
 SECTION_NODE = "section-node"
 SECTION_POD = "section-pod"
 
-# Drill-down graphs.
+# Drill-down graphs (each drill-down's graphs sit in one box, hidden while nothing is picked).
+NODE_GRAPHS = "node-graphs"
 NODE_UTIL_GRAPH = "node-util-graph"
 NODE_MEMORY_GRAPH = "node-memory-graph"
 NODE_CONTAINERS_GRAPH = "node-containers-graph"
+NODE_ACTIVITY_GRAPH = "node-activity-graph"
+NODE_POWER_GRAPH = "node-power-graph"
+NODE_THROTTLE_GRAPH = "node-throttle-graph"
 NODE_BANNER = "node-banner"
+POD_GRAPHS = "pod-graphs"
 POD_UTIL_GRAPH = "pod-util-graph"
 POD_MEMORY_GRAPH = "pod-memory-graph"
 POD_BANNER = "pod-banner"
 
 DESIGN_IDS = (
     FLEET_KPIS, FLEET_HEATMAP, IDLE_NODES_TABLE, WASTE_TOTAL, STARVED_PODS_TABLE,
-    STRAGGLERS_TABLE,
+    STRAGGLERS_TABLE, SPINNING_GPUS_TABLE, THROTTLED_GPUS_TABLE, ALLOCATED_IDLE_TABLE,
+    WORKLOAD_VIEW,
 )

@@ -1,9 +1,13 @@
-"""Instance type -> on-demand $/hour, from the bundled dated table and an optional override.
+"""Instance type -> $/hour, from the bundled dated table and an optional override.
 
-``dashboard/prices.yaml`` (bundled) holds one table per provider, each with its region,
-date and source. ``--prices FILE`` adds or replaces entries: the same format, or a plain
-``instance-type: price`` mapping. A bad file raises :class:`PriceError` with one line.
-Lookups of unknown types return None: the dashboard shows "unknown", never $0.
+``dashboard/prices.yaml`` (bundled) holds one on-demand table per provider, each with its
+region, date and source. ``--prices FILE`` adds or replaces entries: the same format, or a
+plain ``instance-type: price`` mapping. Spot prices come only from the user's file (they
+change by the hour and by zone): a table with ``capacity_type: spot``, or a ``spot:``
+mapping next to the plain entries; a node whose ``capacity_type`` is ``spot`` is priced at
+its spot price where there is one, else on demand, and the dashboard says which. A bad file
+raises :class:`PriceError` with one line. Lookups of unknown types return None: the
+dashboard shows "unknown", never $0.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+CAPACITY_TYPES = ("on-demand", "spot")
+
+
 @dataclass(frozen=True, slots=True)
 class Price:
     instance_type: str
@@ -48,12 +55,25 @@ class Price:
     region: str = ""
     date: str = ""
     source: str = ""
+    capacity_type: str = "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class NodePrice:
+    """What one node costs and on what basis: ``basis`` is ``on-demand``, ``spot``, or
+    ``on-demand (no spot price)`` for a spot node the price file has no spot price for."""
+
+    per_hour: float | None
+    basis: str
 
 
 class PriceTable:
-    def __init__(self, prices: Mapping[str, Price]) -> None:
+    def __init__(self, prices: Mapping[str, Price], spot: Mapping[str, Price] | None = None
+                 ) -> None:
         self._prices = dict(prices)
         self._folded = {k.lower(): v for k, v in prices.items()}
+        self._spot = dict(spot or {})
+        self._spot_folded = {k.lower(): v for k, v in self._spot.items()}
 
     def __len__(self) -> int:
         return len(self._prices)
@@ -68,11 +88,31 @@ class PriceTable:
         price = self.lookup(instance_type)
         return price.per_hour if price is not None else None
 
+    def spot(self, instance_type: str) -> Price | None:
+        if not instance_type:
+            return None
+        return self._spot.get(instance_type) or self._spot_folded.get(instance_type.lower())
+
+    def node_price(self, instance_type: str, capacity_type: str = "") -> NodePrice:
+        """A node's $/hour: its spot price when it is a spot node and one is known, else
+        the on-demand price (None when that is unknown too)."""
+        if capacity_type == "spot":
+            spot = self.spot(instance_type)
+            if spot is not None:
+                return NodePrice(spot.per_hour, "spot")
+            return NodePrice(self.per_hour(instance_type), "on-demand (no spot price)")
+        return NodePrice(self.per_hour(instance_type), "on-demand")
+
     def entries(self) -> list[Price]:
+        """The on-demand entries."""
         return sorted(self._prices.values(), key=lambda p: (p.provider, p.instance_type))
 
+    def spot_entries(self) -> list[Price]:
+        return sorted(self._spot.values(), key=lambda p: (p.provider, p.instance_type))
+
     def merged(self, override: PriceTable) -> PriceTable:
-        return PriceTable({**self._prices, **override._prices})
+        return PriceTable({**self._prices, **override._prices},
+                          {**self._spot, **override._spot})
 
 
 def _price_value(value: Any, where: str) -> float:
@@ -100,11 +140,13 @@ def _entries(mapping: Any, where: str, meta: Mapping[str, str]) -> dict[str, Pri
 
 
 def parse_prices(data: Any, source: str) -> PriceTable:
-    """Either ``{tables: [{provider, region, date, source, prices: {...}}, ...]}``, or
-    ``{prices: {...}}``, or a plain ``{instance-type: price}`` mapping."""
+    """Either ``{tables: [{provider, region, date, source, capacity_type, prices: {...}},
+    ...]}``, or ``{prices: {...}, spot: {...}}``, or a plain ``{instance-type: price}``
+    mapping (with an optional ``spot: {instance-type: price}``)."""
     if not isinstance(data, dict) or not data:
         raise PriceError(f"{source}: expected a mapping of instance types to $/hour")
     prices: dict[str, Price] = {}
+    spot: dict[str, Price] = {}
     if "tables" in data:
         tables = data["tables"]
         if not isinstance(tables, list):
@@ -114,16 +156,25 @@ def parse_prices(data: Any, source: str) -> PriceTable:
             if not isinstance(table, dict) or "prices" not in table:
                 raise PriceError(f"{where}: expected a mapping with 'prices'")
             meta = {k: str(table.get(k, "")) for k in ("provider", "region", "date", "source")}
-            prices.update(_entries(table["prices"], f"{where}.prices", meta))
+            capacity = table.get("capacity_type", "on-demand")
+            if capacity not in CAPACITY_TYPES:
+                raise PriceError(f"{where}.capacity_type: expected on-demand or spot, "
+                                 f"got {_show(capacity)}")
+            entries = _entries(table["prices"], f"{where}.prices",
+                               {**meta, "capacity_type": capacity})
+            (spot if capacity == "spot" else prices).update(entries)
     elif "prices" in data:
         prices.update(_entries(data["prices"], f"{source}: prices", {}))
     else:
-        prices.update(_entries({k: v for k, v in data.items() if k != "currency"},
+        prices.update(_entries({k: v for k, v in data.items() if k not in ("currency", "spot")},
                                source, {"source": source}))
+    if "spot" in data and "tables" not in data:
+        spot.update(_entries(data["spot"], f"{source}: spot",
+                             {"source": source, "capacity_type": "spot"}))
     currency = data.get("currency", "USD")
     if currency != "USD":
         raise PriceError(f"{source}: currency: only USD is supported, got {_show(currency)}")
-    return PriceTable(prices)
+    return PriceTable(prices, spot)
 
 
 def bundled_prices() -> PriceTable:

@@ -14,9 +14,15 @@ from dataclasses import dataclass
 
 from gpuscope.dashboard import fmt
 from gpuscope.dashboard.analysis import Thresholds
-from gpuscope.dashboard.data import DataError, DataSource, InvalidFilter, validate_namespace
+from gpuscope.dashboard.data import (
+    DataError,
+    DataSource,
+    InvalidFilter,
+    validate_namespace,
+    validate_workload,
+)
 from gpuscope.dashboard.prices import PriceTable
-from gpuscope.dashboard.series import NodeDetail, PodDetail
+from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
 log = logging.getLogger(__name__)
@@ -201,12 +207,43 @@ class DashboardService:
         if not node:
             return None, None
         try:
-            return self.source.node_detail(node, window_seconds(window)), None
+            detail = self.source.node_detail(node, window_seconds(window))
         except (DataError, InvalidFilter) as exc:
             return None, str(exc)
         except Exception as exc:
             log.exception("node drill-down failed")
             return None, f"Internal error: {type(exc).__name__}: {exc}"
+        if detail.empty:
+            return None, (f"No GPU data for node {node!r} in the last "
+                          f"{fmt.duration(window_seconds(window))}: not a node this dashboard "
+                          f"knows, or one gone for longer than the window.")
+        return detail, None
+
+    def workload(
+        self, workload: str | None, window: str | None, namespace_text: str | None = None,
+    ) -> tuple[WorkloadDetail | None, dict[GpuRef, str], str | None]:
+        """The workload view: ``workload`` (``namespace/Kind/name``) or, when none is picked,
+        the fleet view's default (the first straggler's workload); with the GPUs to mark as
+        stragglers (and their kind), or a problem."""
+        answer = self.fleet(window, namespace_text)
+        view = answer.view
+        chosen = workload or (view.default_workload if view is not None else None)
+        if not chosen:
+            return None, {}, None
+        namespace, _, name = chosen.partition("/")
+        marks = {
+            GpuRef(r.node, r.uuid): r.kind for r in (view.straggler_rows if view else ())
+            if r.namespace == namespace and r.workload == name
+        }
+        try:
+            validate_workload(name)
+            return self.source.workload_detail(namespace, name, window_seconds(window)), \
+                marks, None
+        except (DataError, InvalidFilter) as exc:
+            return None, {}, str(exc)
+        except Exception as exc:
+            log.exception("workload view failed")
+            return None, {}, f"Internal error: {type(exc).__name__}: {exc}"
 
     def pod(self, pod: str | None, window: str | None) -> tuple[PodDetail | None, str | None]:
         if not pod:

@@ -5,15 +5,21 @@ prices the waste. Pure (no I/O), so every number on the page is testable without
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuscope.dashboard.analysis import Thresholds
-from gpuscope.dashboard.analysis.idle import idle_gpus, idle_nodes, physical_gpus
+from gpuscope.dashboard.analysis.allocated import allocated_idle
+from gpuscope.dashboard.analysis.idle import idle_gpus, idle_nodes, idle_slices, physical_gpus
+from gpuscope.dashboard.analysis.mig import slice_shares
+from gpuscope.dashboard.analysis.spinning import spinning_gpus, spinning_steps
 from gpuscope.dashboard.analysis.starvation import input_starved, timeslice_shares
-from gpuscope.dashboard.analysis.stragglers import stragglers
+from gpuscope.dashboard.analysis.stragglers import Group, Straggler, stragglers
+from gpuscope.dashboard.analysis.throttle import throttled_gpus
 from gpuscope.dashboard.analysis.waste import waste
-from gpuscope.dashboard.prices import PriceTable
-from gpuscope.dashboard.series import FleetData, GpuRef, Window
+from gpuscope.dashboard.prices import NodePrice, PriceTable
+from gpuscope.dashboard.series import ContainerRef, Evidence, FleetData, GpuRef, Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +35,20 @@ class Kpis:
     wasted_unallocated: float
     wasted_allocated: float
     unpriced_idle_nodes: tuple[str, ...]
+    spinning: int = 0
+    throttled: int = 0
+    allocated_idle: int = 0
+    allocated_idle_per_hour: float = 0.0
+    idle_slices: int = 0
+    wasted_spinning: float = 0.0
+    fleet_per_hour: float = 0.0            # every priced node, busy or not
+    unpriced_nodes: tuple[str, ...] = ()   # nodes of unknown price (not in fleet_per_hour)
+    spot_nodes: int = 0
+
+    @property
+    def idle_share(self) -> float | None:
+        """The idle capacity's share of the fleet's $/hour."""
+        return self.burning_per_hour / self.fleet_per_hour if self.fleet_per_hour > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +65,31 @@ class IdleRow:
     allocated_gpus: int
     required_seconds: float
     history_seconds: float
+    spinning_gpus: int = 0
+    mig_gpus: int = 0
+    price_basis: str = "on-demand"
 
     @property
     def unallocated_gpus(self) -> int:
         return self.gpus - self.allocated_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class SliceRow:
+    """An idle MIG slice on a node that is busy otherwise."""
+
+    node: str
+    gpu: str
+    profile: str
+    share: float
+    signal: str
+    idle_since: float
+    idle_seconds: float
+    allocated: bool
+    price_per_hour: float | None
+    wasted: float | None
+    required_seconds: float
+    history_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,32 +126,126 @@ class ShareRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Compared:
+    """One piece of a straggler's evidence: its own value against the workload's median
+    (None where unknown)."""
+
+    own: float | None
+    median: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerEvidence:
+    """``throttle``: seconds per second by reason (those where the straggler or its peers
+    throttle); ``seconds``: how far back it looks."""
+
+    throttle: Mapping[str, Compared] = field(default_factory=dict)
+    sm_clock_hertz: Compared = Compared(None, None)
+    temperature_celsius: Compared = Compared(None, None)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class StragglerRow:
+    """``kind``: ``stalled`` (waits while its peers work: utilization far below the median)
+    or ``slow`` (works while its peers spin: SM activity, else power, far above it);
+    ``value`` and ``median`` are of ``signal`` (``utilization``, ``sm`` ratio, ``power``
+    watts), means over the straggling run."""
+
     namespace: str
     workload: str
     pods: tuple[str, ...]
     node: str
     gpu: str
-    utilization: float
+    value: float
     median: float
     since: float
     seconds: float
     required_seconds: float
     devices: int
+    kind: str = "stalled"
+    signal: str = "utilization"
+    model: str = ""
+    evidence: StragglerEvidence = field(default_factory=StragglerEvidence)
+    uuid: str = ""
+
+    @property
+    def utilization(self) -> float:
+        return self.value
 
     @property
     def ratio(self) -> float:
-        return self.utilization / self.median if self.median > 0 else 0.0
+        return self.value / self.median if self.median > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpinningRow:
+    """A GPU busy by utilization doing no work for long enough: a hung collective or a
+    busy-wait. ``signal``: ``gpm`` (SM, tensor and DRAM activity) or ``power``."""
+
+    node: str
+    gpu: str
+    uuid: str
+    pods: tuple[str, ...]          # "namespace/pod"
+    workloads: tuple[str, ...]     # "namespace/Kind/name"
+    signal: str
+    utilization: float
+    sm: float | None
+    tensor: float | None
+    dram: float | None
+    power_ratio: float | None
+    since: float
+    seconds: float
+    required_seconds: float
+    history_seconds: float
+    price_per_hour: float | None
+    price_basis: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottledRow:
+    node: str
+    gpu: str
+    pods: tuple[str, ...]
+    reason: str
+    ratio: float
+    since: float
+    seconds: float
+    required_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedIdleRow:
+    """A container that holds a GPU, a MIG slice or a time-slice of a GPU and does not use
+    it; ``price_per_hour`` is its share of its node's price."""
+
+    namespace: str
+    pod: str
+    container: str
+    workload: str
+    node: str
+    gpu: str
+    holds: str
+    signal: str
+    usage: float
+    since: float
+    seconds: float
+    required_seconds: float
+    history_seconds: float
+    price_per_hour: float | None
+    price_basis: str
 
 
 @dataclass(frozen=True, slots=True)
 class Heatmap:
-    """Rows are nodes, columns GPU indices; ``z`` None where a GPU reports no utilization."""
+    """Rows are nodes, columns GPU indices; ``z`` None where a GPU reports no utilization.
+    ``idle`` marks idle GPUs, ``spinning`` GPUs that spin (busy by utilization, no work)."""
 
     nodes: tuple[str, ...]
     columns: tuple[str, ...]
     z: tuple[tuple[float | None, ...], ...]
     idle: tuple[tuple[bool, ...], ...]
+    spinning: tuple[tuple[bool, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +264,12 @@ class FleetView:
     queries: int = 0
     notes: tuple[str, ...] = field(default=())
     thresholds: Thresholds = field(default_factory=Thresholds)
+    spinning_rows: tuple[SpinningRow, ...] = ()
+    throttled_rows: tuple[ThrottledRow, ...] = ()
+    allocated_idle_rows: tuple[AllocatedIdleRow, ...] = ()
+    slice_rows: tuple[SliceRow, ...] = ()
+    workloads: tuple[str, ...] = ()        # "namespace/Kind/name"
+    default_workload: str | None = None     # the one the workload view opens with
 
     @property
     def history_seconds(self) -> float:
@@ -147,6 +288,31 @@ def _index_key(index: str) -> tuple[int, ...]:
         return (1 << 30,)
 
 
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _evidence(s: Straggler, group: Group | None, evidence: Mapping[GpuRef, Evidence],
+              seconds: float) -> StragglerEvidence:
+    peers = [g for g in (group.devices if group is not None else ()) if g != s.gpu]
+    own = evidence.get(s.gpu, Evidence())
+    theirs = [evidence.get(g, Evidence()) for g in peers]
+    reasons = set(own.throttle) | {r for e in theirs for r in e.throttle}
+    everyone = [own, *theirs]
+    throttle = {
+        r: Compared(own.throttle.get(r, 0.0), _median([e.throttle.get(r, 0.0) for e in everyone]))
+        for r in sorted(reasons)
+    }
+    clocks = [e.sm_clock_hertz for e in everyone if e.sm_clock_hertz is not None]
+    temps = [e.temperature_celsius for e in everyone if e.temperature_celsius is not None]
+    return StragglerEvidence(
+        throttle=throttle,
+        sm_clock_hertz=Compared(own.sm_clock_hertz, _median(clocks)),
+        temperature_celsius=Compared(own.temperature_celsius, _median(temps)),
+        seconds=seconds,
+    )
+
+
 def build_fleet_view(
     data: FleetData,
     prices: PriceTable,
@@ -155,26 +321,127 @@ def build_fleet_view(
 ) -> FleetView:
     th = thresholds or Thresholds()
     window, hs = data.window, data.history_start
+    signals = data.signals
 
+    def wanted(ns: str) -> bool:
+        return namespace is None or ns == namespace
+
+    # Prices: per node (spot where the price file says so), per whole GPU, per slice.
+    by_node = physical_gpus(data.gpus)
+    node_price: dict[str, NodePrice] = {}
+    for node in set(by_node) | set(data.nodes):
+        info = data.nodes.get(node)
+        node_price[node] = (prices.node_price(info.instance_type, info.capacity_type)
+                            if info is not None else NodePrice(None, "on-demand"))
+
+    def gpu_price(node: str) -> float | None:
+        """A whole GPU's share of its node's $/hour."""
+        price = node_price[node].per_hour if node in node_price else None
+        n = len(by_node.get(node, ()))
+        return price / n if price is not None and n > 0 else None
+
+    shares = slice_shares(data.gpus)
+
+    # Who uses each device (containers with a utilization series, or holding it).
+    users: dict[GpuRef, set[ContainerRef]] = {}
+    for c in [*data.containers, *data.held_usage]:
+        if c.namespace:
+            users.setdefault(c.gpu, set()).add(c)
+    workload_of = {(p.node, p.namespace, p.pod): p.workload for p in data.pods.values()}
+
+    spin = spinning_gpus(signals, window, hs, rule=th.spin_rule, duration=th.spin_duration)
+    spinning = {ref: v for ref, v in spin.items() if v.spinning}
     verdicts = idle_gpus(
         data.gpu_busy_max, window, hs, allocated=data.allocated,
+        spinning=spinning_steps(signals, th.spin_rule), signal=data.idle_signal,
         threshold=th.idle_utilization, duration=th.idle_duration,
     )
     nodes_idle = idle_nodes(data.gpus, verdicts)
-    node_prices = {
-        node: prices.per_hour(data.nodes[node].instance_type) if node in data.nodes else None
-        for node in nodes_idle
-    }
-    report = waste(nodes_idle, node_prices)
+    slices_idle = idle_slices(data.gpus, verdicts, nodes_idle)
+    report = waste(
+        nodes_idle, {n: node_price[n].per_hour for n in nodes_idle if n in node_price},
+        slices=slices_idle, gpus_per_node={n: len(v) for n, v in by_node.items()},
+    )
+
+    spinning_rows = tuple(
+        SpinningRow(
+            node=ref.node, gpu=_gpu_index(data, ref), uuid=ref.uuid,
+            pods=tuple(sorted({f"{c.namespace}/{c.pod}" for c in users.get(ref, ())})),
+            workloads=tuple(sorted({f"{c.namespace}/{w}" for c in users.get(ref, ())
+                                    if (w := workload_of.get((c.node, c.namespace, c.pod)))})),
+            signal=v.signal, utilization=v.utilization, sm=v.sm, tensor=v.tensor, dram=v.dram,
+            power_ratio=v.power_ratio, since=v.since, seconds=v.seconds,
+            required_seconds=v.required_seconds, history_seconds=v.history_seconds,
+            price_per_hour=gpu_price(ref.node),
+            price_basis=node_price[ref.node].basis if ref.node in node_price else "on-demand",
+        )
+        for ref, v in sorted(spinning.items())
+        if namespace is None or any(c.namespace == namespace for c in users.get(ref, ()))
+    )
+
+    throttled = throttled_gpus(signals.throttle, window, hs, reasons=th.throttle_reasons,
+                               ratio=th.throttle_ratio, duration=th.throttle_duration)
+    throttled_rows = tuple(
+        ThrottledRow(
+            node=t.ref.node, gpu=_gpu_index(data, t.ref),
+            pods=tuple(sorted({f"{c.namespace}/{c.pod}" for c in users.get(t.ref, ())})),
+            reason=t.reason, ratio=t.ratio, since=t.since, seconds=t.seconds,
+            required_seconds=t.required_seconds,
+        )
+        for t in throttled
+        if namespace is None or any(c.namespace == namespace for c in users.get(t.ref, ()))
+    )
+
+    def holding(c: ContainerRef) -> tuple[str, float | None]:
+        """What the container holds, and its $/hour."""
+        info = data.gpus.get(c.gpu)
+        per_gpu = gpu_price(c.node)
+        if info is not None and not info.is_physical:
+            share = shares.get(c.gpu, 0.0)
+            parent = data.gpus.get(GpuRef(c.node, info.parent_uuid))
+            on = f" of GPU {parent.gpu}" if parent is not None else ""
+            return (f"MIG {info.mig_profile or 'slice'} ({share * 7:.0f}/7{on})"
+                    if abs(share * 7 - round(share * 7)) < 1e-6 else
+                    f"MIG {info.mig_profile or 'slice'} ({share:.0%}{on})",
+                    per_gpu * share if per_gpu is not None else None)
+        n = max(1, sum(1 for u in users.get(c.gpu, ()) if u.container))
+        index = _gpu_index(data, c.gpu)
+        if n > 1:
+            return (f"1 of {n} time-slices of GPU {index}",
+                    per_gpu / n if per_gpu is not None else None)
+        return f"GPU {index}", per_gpu
+
+    allocated_rows = []
+    for a in allocated_idle(data.held_usage, data.held_signal, window, hs,
+                            threshold=th.allocated_idle_utilization,
+                            duration=th.allocated_idle_duration):
+        if not wanted(a.ref.namespace):
+            continue
+        holds, price = holding(a.ref)
+        allocated_rows.append(AllocatedIdleRow(
+            namespace=a.ref.namespace, pod=a.ref.pod, container=a.ref.container,
+            workload=workload_of.get((a.ref.node, a.ref.namespace, a.ref.pod), ""),
+            node=a.ref.node, gpu=_gpu_index(data, a.ref.gpu), holds=holds, signal=a.signal,
+            usage=a.usage, since=a.since, seconds=a.seconds,
+            required_seconds=a.required_seconds, history_seconds=a.history_seconds,
+            price_per_hour=price,
+            price_basis=node_price[a.ref.node].basis if a.ref.node in node_price
+            else "on-demand",
+        ))
+    allocated_rows.sort(key=lambda r: (-(r.price_per_hour or 0.0), r.namespace, r.pod))
 
     # KPIs over whole GPUs (MIG slices are parts of one).
-    whole = [info for infos in physical_gpus(data.gpus).values() for info in infos]
-    idle_n = sum(1 for g in whole if (v := verdicts.get(g.ref)) is not None and v.idle)
+    whole = [info for infos in by_node.values() for info in infos]
+    spinning_whole = sum(1 for g in whole if g.ref in spinning)
+    idle_n = sum(1 for g in whole if (v := verdicts.get(g.ref)) is not None and v.idle
+                 and g.ref not in spinning)
     with_data = [g for g in whole if g.ref in data.gpu_now]
     means = [data.gpu_mean[g.ref] for g in whole if g.ref in data.gpu_mean]
+    priced = [p.per_hour for n, p in node_price.items() if p.per_hour is not None
+              and n in by_node]
     kpis = Kpis(
         gpus=len(whole),
-        busy=len(with_data) - idle_n,
+        busy=max(0, len(with_data) - idle_n - spinning_whole),
         idle=idle_n,
         no_data=len(whole) - len(with_data),
         mean_utilization=sum(means) / len(means) if means else None,
@@ -184,6 +451,17 @@ def build_fleet_view(
         wasted_unallocated=report.wasted_unallocated,
         wasted_allocated=report.wasted_allocated,
         unpriced_idle_nodes=report.unpriced_nodes,
+        spinning=spinning_whole,
+        throttled=len({(t.node, t.gpu) for t in throttled_rows}),
+        allocated_idle=len(allocated_rows),
+        allocated_idle_per_hour=sum(r.price_per_hour or 0.0 for r in allocated_rows),
+        idle_slices=len(slices_idle),
+        wasted_spinning=report.wasted_spinning,
+        fleet_per_hour=sum(priced),
+        unpriced_nodes=tuple(sorted(n for n, p in node_price.items()
+                                    if p.per_hour is None and n in by_node)),
+        spot_nodes=sum(1 for n in by_node if (i := data.nodes.get(n)) is not None
+                       and i.capacity_type == "spot"),
     )
 
     idle_rows = tuple(
@@ -201,14 +479,28 @@ def build_fleet_view(
             allocated_gpus=w.idle.allocated_gpus,
             required_seconds=w.idle.required_seconds,
             history_seconds=w.idle.history_seconds,
+            spinning_gpus=w.idle.spinning_gpus,
+            mig_gpus=w.idle.mig_gpus,
+            price_basis=node_price[w.idle.node].basis if w.idle.node in node_price
+            else "on-demand",
         )
         for w in report.nodes
     )
+    slice_rows = tuple(
+        SliceRow(
+            node=s.slice.ref.node, gpu=_gpu_index(data, s.slice.ref),
+            profile=data.gpus[s.slice.ref].mig_profile if s.slice.ref in data.gpus else "",
+            share=s.slice.share, signal=s.slice.verdict.signal,
+            idle_since=s.slice.verdict.idle_since or window.end,
+            idle_seconds=s.slice.verdict.idle_seconds, allocated=s.allocated,
+            price_per_hour=s.price_per_hour, wasted=s.wasted,
+            required_seconds=s.slice.verdict.required_seconds,
+            history_seconds=s.slice.verdict.history_seconds,
+        )
+        for s in report.slices
+    )
 
-    def wanted(ns: str) -> bool:
-        return namespace is None or ns == namespace
-
-    shares = timeslice_shares(
+    shares_ = timeslice_shares(
         data.containers, data.gpu_step_mean, window, hs,
         busy=th.busy_utilization, share_factor=th.share_factor,
         duration=th.starvation_duration,
@@ -221,7 +513,7 @@ def build_fleet_view(
             gpu_utilization=s.gpu_utilization, starved=s.starved,
             starving_seconds=s.starved_seconds, required_seconds=s.required_seconds,
         )
-        for s in shares
+        for s in shares_
         if wanted(s.ref.namespace)
     )
     starved: list[StarvedRow] = [
@@ -250,44 +542,62 @@ def build_fleet_view(
                     f"waiting on input"),
         ))
 
-    strag = stragglers(data.containers, data.pods, window, hs, factor=th.straggler_factor,
-                       duration=th.straggler_duration)
+    strag = stragglers(data.containers, data.pods, window, hs, gpus=data.gpus,
+                       signals=signals, factor=th.straggler_factor,
+                       duration=th.straggler_duration, slow_factor=th.slow_factor,
+                       slow_busy=th.slow_busy)
+    groups = {(g.key, dev): g for g in strag.groups for dev in g.devices}
+    evidence_seconds = min(th.straggler_duration, window.seconds)
     straggler_rows = tuple(
         StragglerRow(
             namespace=s.namespace, workload=s.workload, pods=s.pods, node=s.gpu.node,
-            gpu=_gpu_index(data, s.gpu), utilization=s.utilization, median=s.median,
+            gpu=_gpu_index(data, s.gpu), value=s.value, median=s.median,
             since=s.since, seconds=s.seconds, required_seconds=s.required_seconds,
-            devices=s.devices,
+            devices=s.devices, kind=s.kind, signal=s.signal, model=s.model,
+            evidence=_evidence(s, groups.get(((s.namespace, s.workload, s.model), s.gpu)),
+                               data.evidence, evidence_seconds),
+            uuid=s.gpu.uuid,
         )
         for s in strag.stragglers if wanted(s.namespace)
     )
 
     # Heatmap: window-mean utilization, nodes x whole-GPU indices.
-    by_node = physical_gpus(data.gpus)
     node_names = tuple(sorted(by_node))
     columns = tuple(sorted({g.gpu for infos in by_node.values() for g in infos}, key=_index_key))
-    z_rows, idle_cells = [], []
+    z_rows, idle_cells, spin_cells = [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node[node]}
         z_row: list[float | None] = []
         idle_row: list[bool] = []
+        spin_row: list[bool] = []
         for col in columns:
             ref = cells.get(col)
             mean = data.gpu_mean.get(ref) if ref is not None else None
             z_row.append(None if mean is None or math.isnan(mean) else mean)
             v = verdicts.get(ref) if ref is not None else None
-            idle_row.append(bool(v and v.idle))
+            spin_row.append(ref in spinning)
+            idle_row.append(bool(v and v.idle) and ref not in spinning)
         z_rows.append(tuple(z_row))
         idle_cells.append(tuple(idle_row))
+        spin_cells.append(tuple(spin_row))
 
     pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
                        | {f"{c.namespace}/{c.pod}" for c in data.containers if wanted(c.namespace)})
+    workloads = sorted({f"{p.namespace}/{p.workload}" for p in data.pods.values()
+                        if p.workload and wanted(p.namespace)})
+    default_workload = next(
+        (f"{r.namespace}/{r.workload}" for kind in ("slow", "stalled")
+         for r in straggler_rows if r.kind == kind),
+        next((f"{g.key[0]}/{g.key[1]}" for g in strag.groups
+              if len(g.devices) >= 2 and wanted(g.key[0])), workloads[0] if workloads else None),
+    )
     all_nodes = tuple(sorted(set(by_node) | set(data.nodes)))
     return FleetView(
         window=window,
         history_start=hs,
         kpis=kpis,
-        heatmap=Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells)),
+        heatmap=Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells),
+                        tuple(spin_cells)),
         idle_rows=idle_rows,
         starved_rows=tuple(starved),
         share_rows=share_rows,
@@ -298,6 +608,12 @@ def build_fleet_view(
         queries=data.queries,
         notes=data.notes,
         thresholds=th,
+        spinning_rows=spinning_rows,
+        throttled_rows=throttled_rows,
+        allocated_idle_rows=tuple(allocated_rows),
+        slice_rows=slice_rows,
+        workloads=tuple(workloads),
+        default_workload=default_workload,
     )
 
 

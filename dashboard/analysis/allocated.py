@@ -6,7 +6,10 @@ used less than ``threshold`` (0.05) of it, measured by (:func:`held_usage`):
 
 - ``sm``: the device's SM activity, where the device has GPM and the container is its only
   holder (GPM measures the device, not a container);
-- ``utilization``: else the container's own utilization (the highest sample in the step);
+- ``utilization``: else the container's own utilization (the highest sample in the step),
+  as a share of what it holds: a time-slice of a GPU shared by n holders is 1/n of it, so a
+  container that gets 3 % of a GPU it shares with two others uses 9 % of its part (it is
+  starved, not idle; :mod:`.starvation` says so);
 - ``process``: else, on a MIG slice without GPM (no utilization at all), whether it had a
   process there: 1 when its processes held memory on the slice in the step, 0 when none ran.
 
@@ -77,7 +80,7 @@ def held_usage(
             if gpm_device and holders[ref.gpu].get(t) == 1 and t in sm:
                 value, last = sm[t], "sm"
             elif t in util:
-                value, last = util[t], "utilization"
+                value, last = util[t] * max(1, holders[ref.gpu].get(t, 1)), "utilization"
             elif ref.gpu in slices and not gpm_device and t in memory:
                 value, last = (1.0 if memory[t] > 0 else 0.0), "process"
             else:

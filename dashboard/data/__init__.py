@@ -26,6 +26,7 @@ from gpuscope.dashboard.data.source import (
     validate_namespace,
     validate_node,
     validate_pod,
+    validate_workload,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "validate_namespace",
     "validate_node",
     "validate_pod",
+    "validate_workload",
 ]

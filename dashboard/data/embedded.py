@@ -8,6 +8,7 @@ to the scraper added here."""
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import math
 import threading
@@ -19,9 +20,12 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuscope.dashboard.analysis.allocated import held_usage
+from gpuscope.dashboard.analysis.stragglers import STRAGGLER_DURATION
 from gpuscope.dashboard.data.source import (
     INFO_LOOKBACK,
     InvalidFilter,
@@ -29,9 +33,11 @@ from gpuscope.dashboard.data.source import (
     validate_namespace,
     validate_node,
     validate_pod,
+    validate_workload,
 )
 from gpuscope.dashboard.series import (
     ContainerRef,
+    Evidence,
     FleetData,
     GpuInfo,
     GpuRef,
@@ -43,6 +49,9 @@ from gpuscope.dashboard.series import (
     Series,
     UtilStats,
     Window,
+    WorkloadDetail,
+    WorkloadDevice,
+    WorkSignals,
 )
 
 log = logging.getLogger(__name__)
@@ -97,10 +106,21 @@ def parse_targets(text: str) -> tuple[Target, ...]:
 
 
 # Series the embedded store keeps as time series, and those it keeps as "last seen" only.
-RING_METRICS = frozenset({
-    "gpu_utilization_ratio", "gpu_memory_used_bytes", "container_gpu_allocated",
-    "container_gpu_utilization_ratio", "container_gpu_memory_used_bytes",
+WORK_COUNTERS = frozenset({
+    "gpu_busy_seconds_total", "gpu_sm_active_seconds_total", "gpu_tensor_active_seconds_total",
+    "gpu_dram_active_seconds_total", "gpu_energy_joules_total", "gpu_throttle_seconds_total",
 })
+FLEET_METRICS = frozenset({
+    "gpu_utilization_ratio", "gpu_memory_used_bytes", "container_gpu_allocated",
+    "container_gpu_utilization_ratio", "container_gpu_memory_used_bytes", "gpu_power_watts",
+    "gpu_power_limit_watts", "gpu_sm_clock_hertz", "gpu_temperature_celsius", *WORK_COUNTERS,
+})
+NODE_METRICS = FLEET_METRICS
+WORKLOAD_METRICS = frozenset({
+    "gpu_utilization_ratio", "gpu_busy_seconds_total", "gpu_sm_active_seconds_total",
+    "gpu_energy_joules_total", "gpu_power_watts", "gpu_power_limit_watts",
+})
+RING_METRICS = FLEET_METRICS
 Labels = tuple[tuple[str, str], ...]
 
 INFO_METRICS = frozenset({"gpu_info", "gpu_node_info", "gpu_pod_info"})
@@ -157,6 +177,134 @@ def _bucket(
     return Series(tuple(out_t), tuple(out_v))
 
 
+def _increase(values: Sequence[float]) -> float:
+    """How much a counter grew over ``values`` (a drop is a reset: counting starts again
+    from 0, as Prometheus' ``rate()`` does)."""
+    total = 0.0
+    for a, b in itertools.pairwise(values):
+        total += b - a if b >= a else b
+    return total
+
+
+def _rate_bucket(
+    times: Sequence[float], values: Sequence[float], evals: Sequence[float], rng: float
+) -> Series:
+    """Per evaluation time ``e``, the counter's increase over its samples in
+    ``(e - rng, e]`` divided by the time between the first and the last of them (the mean
+    rate, like ``rate(x[rng])``); times with fewer than two samples are left out."""
+    out_t: list[float] = []
+    out_v: list[float] = []
+    for e in evals:
+        lo = bisect.bisect_right(times, e - rng)
+        hi = bisect.bisect_right(times, e)
+        if hi - lo >= 2 and times[hi - 1] > times[lo]:
+            out_t.append(e)
+            out_v.append(_increase(values[lo:hi]) / (times[hi - 1] - times[lo]))
+    return Series(tuple(out_t), tuple(out_v))
+
+
+def _either(first: Series, second: Series | None) -> Series:
+    """``first or second`` per time, as PromQL's ``or``: ``second`` where ``first`` has no
+    point."""
+    if second is None:
+        return first
+    points = {**second.at(), **first.at()}
+    times = sorted(points)
+    return Series(tuple(times), tuple(points[t] for t in times))
+
+
+def _gref(lab: Mapping[str, str]) -> GpuRef:
+    return GpuRef(lab["node"], lab.get("uuid", ""))
+
+
+def _cref(lab: Mapping[str, str]) -> ContainerRef:
+    return ContainerRef(lab["node"], lab.get("namespace", ""), lab.get("pod", ""),
+                        lab.get("container", ""), lab.get("uuid", ""))
+
+
+Selected = Mapping[str, list[tuple[dict[str, str], list[float], list[float]]]]
+
+
+def _merged(
+    parts: Iterable[tuple[GpuRef, list[float], list[float]]], evals: Sequence[float],
+    rng: float, how: Callable[[Sequence[float]], float],
+) -> dict[GpuRef, Series]:
+    """Several series per device bucketed as one (``how`` over all of their samples)."""
+    points: dict[GpuRef, tuple[list[float], list[float]]] = {}
+    for ref, times, values in parts:
+        merged = points.setdefault(ref, ([], []))
+        merged[0].extend(times)
+        merged[1].extend(values)
+    out = {}
+    for ref, (times, values) in points.items():
+        order = sorted(range(len(times)), key=times.__getitem__)
+        out[ref] = _bucket([times[i] for i in order], [values[i] for i in order], evals, rng,
+                           how)
+    return out
+
+
+def _work_signals(sel: Selected, window: Window, evals: Sequence[float], rng: float
+                  ) -> WorkSignals:
+    """The work signals per step from the stored counters (see :class:`WorkSignals`)."""
+    def rates(name: str) -> dict[GpuRef, Series]:
+        return {_gref(lab): _rate_bucket(t, v, evals, rng) for lab, t, v in sel.get(name, [])}
+
+    def means(name: str) -> dict[GpuRef, Series]:
+        return {_gref(lab): _bucket(t, v, evals, rng, _mean) for lab, t, v in sel.get(name, [])}
+
+    busy, gauge = rates("gpu_busy_seconds_total"), means("gpu_utilization_ratio")
+    energy, watts = rates("gpu_energy_joules_total"), means("gpu_power_watts")
+    utilization = {ref: _either(busy.get(ref, Series((), ())), gauge.get(ref))
+                   for ref in set(busy) | set(gauge)}
+    power = {ref: _either(energy.get(ref, Series((), ())), watts.get(ref))
+             for ref in set(energy) | set(watts)}
+    sm = rates("gpu_sm_active_seconds_total")
+    throttle: dict[GpuRef, dict[str, Series]] = {}
+    for lab, t, v in sel.get("gpu_throttle_seconds_total", []):
+        throttle.setdefault(_gref(lab), {})[lab.get("reason", "")] = _rate_bucket(
+            t, v, evals, rng)
+    limits = {_gref(lab): v[-1] for lab, t, v in sel.get("gpu_power_limit_watts", [])
+              if t[-1] > window.start}
+    return WorkSignals(
+        utilization={ref: s for ref, s in utilization.items() if s.times},
+        sm={ref: s for ref, s in sm.items() if s.times},
+        tensor={ref: s for ref, s in rates("gpu_tensor_active_seconds_total").items()
+                if s.times},
+        dram={ref: s for ref, s in rates("gpu_dram_active_seconds_total").items() if s.times},
+        power={ref: s for ref, s in power.items() if s.times},
+        power_limit=limits,
+        gpm=frozenset(ref for ref, s in sm.items() if s.times),
+        throttle=throttle,
+    )
+
+
+def _evidence(sel: Selected, window: Window, seconds: float) -> dict[GpuRef, Evidence]:
+    """Per device, over the last ``seconds`` of the window: throttle seconds per second by
+    reason (those above 0), mean SM clock and temperature."""
+    since = window.end - seconds
+    parts: dict[GpuRef, dict[str, Any]] = {}
+
+    def recent(t: list[float], v: list[float]) -> tuple[list[float], list[float]]:
+        lo = bisect.bisect_right(t, since)
+        return t[lo:], v[lo:]
+
+    for lab, t, v in sel.get("gpu_throttle_seconds_total", []):
+        t, v = recent(t, v)
+        if len(t) >= 2 and t[-1] > t[0]:
+            rate = _increase(v) / (t[-1] - t[0])
+            if rate > 0:
+                parts.setdefault(_gref(lab), {}).setdefault("throttle", {})[
+                    lab.get("reason", "")] = rate
+    for name, key in (("gpu_sm_clock_hertz", "sm_clock"),
+                      ("gpu_temperature_celsius", "temperature")):
+        for lab, t, v in sel.get(name, []):
+            t, v = recent(t, v)
+            if v:
+                parts.setdefault(_gref(lab), {})[key] = _mean(v)
+    return {ref: Evidence(p.get("throttle", {}), p.get("sm_clock"), p.get("temperature"))
+            for ref, p in parts.items()}
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
@@ -196,6 +344,8 @@ class EmbeddedData:
         timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
         label: str | None = None,
+        notes: Sequence[str] = (),
+        straggler_duration: float = STRAGGLER_DURATION,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -208,6 +358,8 @@ class EmbeddedData:
         self.timeout = timeout
         self._clock = clock
         self._label = label
+        self.notes = tuple(notes)
+        self.straggler_duration = straggler_duration
         self._lock = threading.Lock()
         self._rings: dict[tuple[str, Labels], _Ring] = {}
         self._info: dict[tuple[str, Labels], float] = {}
@@ -347,17 +499,24 @@ class EmbeddedData:
         self, name: str, window: Window, rng: float, **match: str
     ) -> list[tuple[dict[str, str], list[float], list[float]]]:
         """Points of the ``name`` series matching ``match`` in ``(start - rng, end]``."""
-        out = []
+        return self._select_many((name,), window, rng, **match).get(name, [])
+
+    def _select_many(
+        self, names: Iterable[str], window: Window, rng: float, **match: str
+    ) -> dict[str, list[tuple[dict[str, str], list[float], list[float]]]]:
+        """:meth:`_select` of several metrics in one pass over the store."""
+        wanted = frozenset(names)
+        out: dict[str, list[tuple[dict[str, str], list[float], list[float]]]] = {}
         with self._lock:
             for (metric, labels), ring in self._rings.items():
-                if metric != name:
+                if metric not in wanted:
                     continue
                 lab = dict(labels)
                 if any(lab.get(k) != v for k, v in match.items()):
                     continue
                 times, values = ring.points(window.start - rng, window.end, self.capacity)
                 if times:
-                    out.append((lab, times, values))
+                    out.setdefault(metric, []).append((lab, times, values))
         return out
 
     def _infos(self, name: str, since: float) -> list[dict[str, str]]:
@@ -372,6 +531,7 @@ class EmbeddedData:
         rng = max(window.step, 2 * self.interval)
         evals = window.times()
         lookback = window.end - max(INFO_LOOKBACK, 3 * self.interval)
+        sel = self._select_many(FLEET_METRICS, window, rng)
 
         gpus = {}
         for lab in self._infos("gpu_info", lookback):
@@ -384,62 +544,84 @@ class EmbeddedData:
                                   lab.get("capacity_type", ""))
             for lab in self._infos("gpu_node_info", lookback)
         }
+        slices = {ref for ref, info in gpus.items() if not info.is_physical}
+        signals = _work_signals(sel, window, evals, rng)
 
-        def gref(lab: Mapping[str, str]) -> GpuRef:
-            return GpuRef(lab["node"], lab.get("uuid", ""))
-
-        def cref(lab: Mapping[str, str]) -> ContainerRef:
-            return ContainerRef(lab["node"], lab.get("namespace", ""), lab.get("pod", ""),
-                                lab.get("container", ""), lab.get("uuid", ""))
-
+        # Idle activity: utilization (whole GPUs, slices that report it), SM activity (MIG
+        # slices with GPM), else whether a process holds memory on the slice.
         busy_max: dict[GpuRef, Series] = {}
-        gpu_mean: dict[GpuRef, float] = {}
-        step_mean: dict[GpuRef, Series] = {}
+        idle_signal: dict[GpuRef, str] = {}
         gpu_now: dict[GpuRef, float] = {}
-        for lab, times, values in self._select("gpu_utilization_ratio", window, rng):
-            ref = gref(lab)
-            busy_max[ref] = series = _bucket(times, values, evals, rng, max)
+        gauges: dict[GpuRef, tuple[list[float], list[float]]] = {}
+        for lab, times, values in sel.get("gpu_utilization_ratio", []):
+            ref = _gref(lab)
+            gauges[ref] = (times, values)
+            series = _bucket(times, values, evals, rng, max)
             if series.times and series.times[-1] >= window.end - 1e-9:
                 gpu_now[ref] = series.values[-1]
-            step_mean[ref] = _bucket(times, values, evals, rng, _mean)
-            lo = bisect.bisect_right(times, window.start)
-            if lo < len(times):
-                gpu_mean[ref] = _mean(values[lo:])
+            if ref in slices and ref in signals.gpm:
+                continue
+            busy_max[ref] = series
+            idle_signal[ref] = "utilization"
+        for ref in slices & signals.gpm:
+            busy_max[ref] = signals.sm[ref]
+            idle_signal[ref] = "sm"
+        process_memory: dict[GpuRef, Series] = _merged(
+            ((_gref(lab), t, v) for lab, t, v in sel.get("container_gpu_memory_used_bytes", [])),
+            evals, rng, max)
+        for lab, times, values in sel.get("gpu_memory_used_bytes", []):
+            ref = _gref(lab)
+            if ref not in slices or ref in signals.gpm or ref in gauges:
+                continue
+            present = _bucket(times, values, evals, rng, max)
+            used = process_memory[ref].at() if ref in process_memory else {}
+            busy_max[ref] = Series(present.times, tuple(
+                1.0 if used.get(t, 0.0) > 0 else 0.0 for t in present.times))
+            idle_signal[ref] = "process"
+
+        gpu_mean: dict[GpuRef, float] = {}
+        for ref, series in signals.utilization.items():
+            if series.values:
+                gpu_mean[ref] = _mean(series.values)
+        step_mean = {ref: _bucket(t, v, evals, rng, _mean) for ref, (t, v) in gauges.items()}
 
         holders: dict[GpuRef, set[ContainerRef]] = {}
-        alloc_points: dict[GpuRef, tuple[list[float], list[float]]] = {}
-        for lab, times, values in self._select("container_gpu_allocated", window, rng):
-            holder = cref(lab)
+        held: dict[ContainerRef, Series] = {}
+        alloc_points: list[tuple[GpuRef, list[float], list[float]]] = []
+        for lab, times, values in sel.get("container_gpu_allocated", []):
+            holder = _cref(lab)
             if holder.namespace:
                 holders.setdefault(holder.gpu, set()).add(holder)
-            merged = alloc_points.setdefault(holder.gpu, ([], []))
-            merged[0].extend(times)
-            merged[1].extend(values)
-        allocated = {}
-        for gpu, (times, values) in alloc_points.items():
-            order = sorted(range(len(times)), key=times.__getitem__)
-            allocated[gpu] = _bucket([times[i] for i in order], [values[i] for i in order],
-                                     evals, rng, max)
+                held[holder] = _bucket(times, values, evals, rng, max)
+            alloc_points.append((holder.gpu, times, values))
+        allocated = _merged(alloc_points, evals, rng, max)
         shared = {g for g, refs in holders.items() if len(refs) >= 2}
 
         containers: dict[ContainerRef, Series] = {}
+        container_max: dict[ContainerRef, Series] = {}
         raw: dict[ContainerRef, list[float]] = {}
-        for lab, times, values in self._select("container_gpu_utilization_ratio", window, rng):
-            user = cref(lab)
+        for lab, times, values in sel.get("container_gpu_utilization_ratio", []):
+            user = _cref(lab)
             if not user.namespace:
                 continue
             containers[user] = _bucket(times, values, evals, rng, _mean)
+            container_max[user] = _bucket(times, values, evals, rng, max)
             lo = bisect.bisect_right(times, window.start)
             if lo < len(times):
                 raw[user] = values[lo:]
+        memory: dict[ContainerRef, float] = {}
+        memory_steps: dict[ContainerRef, Series] = {}
+        for lab, times, values in sel.get("container_gpu_memory_used_bytes", []):
+            user = _cref(lab)
+            memory_steps[user] = _bucket(times, values, evals, rng, max)
+            lo = bisect.bisect_right(times, window.start)
+            if lo < len(times):
+                memory[user] = max(values[lo:])
+        usage, usage_signal = held_usage(held, container_max, memory_steps, signals.sm,
+                                         signals.gpm, slices)
         if namespace is not None:
             touched = {ref.gpu for ref in containers if ref.namespace == namespace}
             containers = {ref: s for ref, s in containers.items() if ref.gpu in touched}
-        memory: dict[ContainerRef, float] = {}
-        for lab, times, values in self._select("container_gpu_memory_used_bytes", window, rng):
-            lo = bisect.bisect_right(times, window.start)
-            if lo < len(times):
-                memory[cref(lab)] = max(values[lo:])
         stats = {
             ref: _stats(values, memory.get(ref, 0.0)) for ref, values in raw.items()
             if namespace is None or ref.namespace == namespace
@@ -467,8 +649,13 @@ class EmbeddedData:
             containers=containers,
             container_stats=stats,
             pods=pods,
+            idle_signal=idle_signal,
+            signals=signals,
+            evidence=_evidence(sel, window, min(self.straggler_duration, window.seconds)),
+            held_usage=usage,
+            held_signal=usage_signal,
             queries=0,
-            notes=self.target_notes(window.end),
+            notes=(*self.notes, *self.target_notes(window.end)),
         )
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
@@ -478,22 +665,69 @@ class EmbeddedData:
         evals = window.times()
         index = {lab.get("uuid", ""): lab.get("gpu", "")
                  for lab in self._infos("gpu_info", window.start) if lab["node"] == node}
+        sel = self._select_many(NODE_METRICS, window, rng, node=node)
 
         def by_gpu(name: str) -> dict[str, Series]:
             return {lab.get("gpu", ""): _bucket(t, v, evals, rng, _mean)
-                    for lab, t, v in self._select(name, window, rng, node=node)}
+                    for lab, t, v in sel.get(name, [])}
 
         containers = {}
-        for lab, t, v in self._select("container_gpu_utilization_ratio", window, rng, node=node):
+        for lab, t, v in sel.get("container_gpu_utilization_ratio", []):
             if not lab.get("namespace"):
                 continue
             gpu = index.get(lab.get("uuid", ""), lab.get("uuid", "")[-8:])
             name = f"{lab['namespace']}/{lab.get('pod')}/{lab.get('container')} (GPU {gpu})"
             containers[name] = _bucket(t, v, evals, rng, _mean)
+        signals = _work_signals(sel, window, evals, rng)
+        gpu_of = {GpuRef(node, uuid): gpu for uuid, gpu in index.items()}
+
+        def named(m: Mapping[GpuRef, Series]) -> dict[str, Series]:
+            return {gpu_of.get(ref, ref.uuid[-8:]): s for ref, s in m.items()}
+
+        power_ratio = {}
+        for ref, s in signals.power.items():
+            limit = signals.power_limit.get(ref)
+            if limit:
+                power_ratio[gpu_of.get(ref, ref.uuid[-8:])] = Series(
+                    s.times, tuple(v / limit for v in s.values))
+        throttle = {f"{gpu_of.get(ref, ref.uuid[-8:])} {reason}": s
+                    for ref, reasons in signals.throttle.items() for reason, s in reasons.items()}
         return NodeDetail(node=node, window=window,
                           utilization=by_gpu("gpu_utilization_ratio"),
                           memory_used=by_gpu("gpu_memory_used_bytes"),
-                          containers=containers)
+                          containers=containers, sm=named(signals.sm),
+                          tensor=named(signals.tensor), dram=named(signals.dram),
+                          power_ratio=power_ratio, throttle=throttle)
+
+    def workload_detail(self, namespace: str, workload: str, window_seconds: float
+                        ) -> WorkloadDetail:
+        namespace, workload = validate_namespace(namespace), validate_workload(workload)
+        window = self.window(window_seconds)
+        rng = max(window.step, 2 * self.interval)
+        evals = window.times()
+        pods = {(lab["node"], lab.get("pod", ""))
+                for lab in self._infos("gpu_pod_info", window.start)
+                if lab.get("namespace") == namespace and lab.get("workload") == workload}
+        on: dict[GpuRef, set[str]] = {}
+        for lab, _, _ in self._select("container_gpu_utilization_ratio", window, rng,
+                                      namespace=namespace):
+            if (lab["node"], lab.get("pod", "")) in pods:
+                on.setdefault(_gref(lab), set()).add(lab.get("pod", ""))
+        info = {(lab["node"], lab.get("uuid", "")): lab
+                for lab in self._infos("gpu_info", window.start)}
+        sel = self._select_many(WORKLOAD_METRICS, window, rng)
+        sel = {name: [(lab, t, v) for lab, t, v in rows if _gref(lab) in on]
+               for name, rows in sel.items()}
+        signals = _work_signals(sel, window, evals, rng)
+        devices = tuple(
+            WorkloadDevice(ref, info.get((ref.node, ref.uuid), {}).get("gpu", ""),
+                           info.get((ref.node, ref.uuid), {}).get("model", ""),
+                           tuple(sorted(on[ref])))
+            for ref in sorted(on)
+        )
+        return WorkloadDetail(namespace=namespace, workload=workload, window=window,
+                              devices=devices, utilization=signals.utilization,
+                              sm=signals.sm, power=signals.power)
 
     def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
         namespace, pod = validate_namespace(namespace), validate_pod(pod)

@@ -19,16 +19,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from gpuscope.dashboard.analysis import Thresholds
-from gpuscope.dashboard.data.promql import any_of, duration, selector
+from gpuscope.dashboard.analysis.stragglers import workload_groups
+from gpuscope.dashboard.data.promql import any_of, duration, escape_label_value, selector
 from gpuscope.dashboard.data.source import (
     DataError,
     make_window,
     validate_namespace,
     validate_node,
     validate_pod,
+    validate_workload,
 )
 from gpuscope.dashboard.series import (
     ContainerRef,
+    Evidence,
     FleetData,
     GpuInfo,
     GpuRef,
@@ -40,6 +43,9 @@ from gpuscope.dashboard.series import (
     Series,
     UtilStats,
     Window,
+    WorkloadDetail,
+    WorkloadDevice,
+    WorkSignals,
 )
 
 # -- Prometheus ------------------------------------------------------------------------------
@@ -49,6 +55,69 @@ Labels = tuple[tuple[str, str], ...]
 
 def _labels(metric: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in metric.items() if k != "__name__"}
+
+
+def _rate(metric: str, r: str, match: Mapping[str, str] | None = None,
+          by: str = "node, gpu, uuid") -> str:
+    """Per step, the mean rate of a counter (the mean of the activity it integrates)."""
+    return f"max by ({by}) (rate({selector(metric, match)}[{r}]))"
+
+
+def _util_step(r: str, match: Mapping[str, str] | None = None, by: str = "node, gpu, uuid"
+               ) -> str:
+    """Per step, mean utilization: ``rate(gpu_busy_seconds_total)``, else the gauge's mean
+    (an exporter without the busy counter)."""
+    util = selector("gpu_utilization_ratio", match)
+    return (f"({_rate('gpu_busy_seconds_total', r, match, by)}"
+            f" or max by ({by}) (avg_over_time({util}[{r}])))")
+
+
+def _power_step(r: str, match: Mapping[str, str] | None = None, by: str = "node, gpu, uuid"
+                ) -> str:
+    """Per step, mean power in watts: ``rate(gpu_energy_joules_total)``, else the gauge's."""
+    power = selector("gpu_power_watts", match)
+    return (f"({_rate('gpu_energy_joules_total', r, match, by)}"
+            f" or max by ({by}) (avg_over_time({power}[{r}])))")
+
+
+def _gref(lab: Mapping[str, str]) -> GpuRef:
+    return GpuRef(lab.get("node", ""), lab.get("uuid", ""))
+
+
+def _cref(lab: Mapping[str, str]) -> ContainerRef:
+    return ContainerRef(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""),
+                        lab.get("container", ""), lab.get("uuid", ""))
+
+
+def _merge_signals(
+    parts: Iterable[tuple[ContainerRef, str, Series]],
+) -> tuple[dict[ContainerRef, Series], dict[ContainerRef, str]]:
+    """One series per container from its per-signal parts (a container's signal may change
+    within the window); its signal is that of its latest point."""
+    points: dict[ContainerRef, dict[float, tuple[float, str]]] = {}
+    for ref, signal, series in parts:
+        mine = points.setdefault(ref, {})
+        for t, v in zip(series.times, series.values, strict=True):
+            mine[t] = (v, signal)
+    usage, signals = {}, {}
+    for ref, mine in points.items():
+        times = sorted(mine)
+        usage[ref] = Series(tuple(times), tuple(mine[t][0] for t in times))
+        signals[ref] = mine[times[-1]][1]
+    return usage, signals
+
+
+def _evidence(rows: Iterable[tuple[dict[str, str], float]]) -> dict[GpuRef, Evidence]:
+    parts: dict[GpuRef, dict[str, Any]] = {}
+    for lab, v in rows:
+        mine = parts.setdefault(_gref(lab), {"throttle": {}})
+        stat = lab.get("stat")
+        if stat == "throttle":
+            mine["throttle"][lab.get("reason", "")] = v
+        elif stat in ("sm_clock", "temperature"):
+            mine[stat] = v
+    return {ref: Evidence(p["throttle"], p.get("sm_clock"), p.get("temperature"))
+            for ref, p in parts.items()}
 
 
 class PrometheusData:
@@ -146,13 +215,18 @@ class PrometheusData:
             window_seconds, self._clock(), min_step=self.min_step, max_points=self.max_points
         )
 
+    def _r(self, window: Window) -> str:
+        return duration(max(window.step, self.lookback))
+
     def fleet_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
         """The fleet page's first round of PromQL, by role; :attr:`RANGE_QUERIES` are range
         queries over the window, the others instant queries at its end. A second round
         (:meth:`second_round`) asks only about the devices the first one singled out."""
-        r = duration(max(window.step, self.lookback))
+        th = self.thresholds
+        r = self._r(window)
         w = duration(window.seconds)
         s = duration(window.step)
+        d = duration(min(th.straggler_duration, window.seconds))
         util = "gpu_utilization_ratio"
         cutil = selector("container_gpu_utilization_ratio", {"namespace": '!=""'})
         pods = "gpu_pod_info"
@@ -163,35 +237,139 @@ class PrometheusData:
             pods = selector("gpu_pod_info", namespace=namespace)
         cby = "node, namespace, pod, container, uuid"
         gby = "node, gpu, uuid"
+        slices = 'gpu_info{parent_uuid!=""}'
+        gpm = "gpu_sm_active_seconds_total"
+        idle = f"{th.idle_utilization!r}"
+        sm_step = _rate("gpu_sm_active_seconds_total", r)
+        util_step = _util_step(r)
+        power_step = _power_step(r)
+        busy = f"({util_step} >= {th.spin_busy!r})"
+        spin_gpm = (
+            f"{busy} and on (node, uuid) ({sm_step} < {th.spin_sm!r})"
+            f" and on (node, uuid) ({_rate('gpu_tensor_active_seconds_total', r)}"
+            f" < {th.spin_tensor!r})"
+            f" and on (node, uuid) ({_rate('gpu_dram_active_seconds_total', r)}"
+            f" < {th.spin_dram!r})"
+        )
+        spin_power = (
+            f"{busy} and on (node, uuid) ({power_step} < on (node, uuid)"
+            f" ({th.spin_power!r} * max by (node, uuid) (gpu_power_limit_watts)))"
+            f" unless on (node, uuid) {gpm}"
+        )
+        reasons = selector("gpu_throttle_seconds_total",
+                           {"reason": f'=~"{any_of(th.throttle_reasons)}"'})
+        alloc = selector("container_gpu_allocated", {"namespace": '!=""'})
+        held = f"max by ({cby}) (max_over_time({alloc}[{r}]))"
+        sole_gpm = (f"(({sm_step}) and on (node, uuid) "
+                    f"(count by (node, uuid) ({held}) == 1))")
+        cutil_max = f"max by ({cby}) (max_over_time({cutil}[{r}]))"
+        cmem = selector("container_gpu_memory_used_bytes", {"namespace": '!=""'})
+        named = selector("gpu_pod_info", {"workload": '!=""'})
+        # The workloads' devices, labelled with the workload and the GPU model (one per
+        # device, container and workload; 1 each).
+        wl = (
+            f"group by (node, uuid, namespace, workload, model) ("
+            f"max by (node, namespace, pod, uuid) (max_over_time({cutil}[{r}]))"
+            f" * on (node, namespace, pod) group_left (workload)"
+            f" max by (node, namespace, pod, workload) ({named})"
+            f" * on (node, uuid) group_left (model) max by (node, uuid, model) (gpu_info))"
+        )
+        act = (f"({_rate('gpu_sm_active_seconds_total', r, by='node, uuid')}"
+               f" or {_power_step(r, by='node, uuid')})")
+        wl_act = f"({wl} * on (node, uuid) group_left () {act})"
+        wl_util = f"({wl} * on (node, uuid) group_left () {_util_step(r, by='node, uuid')})"
+        group = "namespace, workload, model"
         return {
             "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
             "nodes": "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
             # Only the idle steps come back: busy steps are what most of a fleet is made of.
-            "idle_steps": f"max by ({gby}) (max_over_time({util}[{r}])) < {self.idle_threshold!r}",
+            # Whole GPUs (and slices that report it) by utilization, MIG slices by their SM
+            # activity (GPM), else by whether a process holds memory on them.
+            "idle_steps": " or ".join([
+                f'label_replace(max by ({gby}) (max_over_time({util}[{r}])) < {idle}'
+                f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
+                f' "signal", "utilization", "", "")',
+                f'label_replace({sm_step} < {idle} and on (node, uuid) {slices},'
+                f' "signal", "sm", "", "")',
+                f'label_replace(max by ({gby}) (max_over_time(gpu_memory_used_bytes[{r}])) * 0'
+                f' and on (node, uuid) {slices} unless on (node, uuid) {util}'
+                f' unless on (node, uuid) {gpm}'
+                f' unless on (node, uuid) (max by (node, uuid) (max_over_time('
+                f'container_gpu_memory_used_bytes[{r}])) > 0),'
+                f' "signal", "process", "", "")',
+            ]),
             "gpu_stats": " or ".join([
-                f'label_replace(avg by ({gby}) (avg_over_time({util}[{w}])),'
-                f' "stat", "mean", "", "")',
+                # The window mean of each step's mean (rate() of the busy counter, else the
+                # gauge's mean): steps without data (before a device appeared) do not count.
+                f'label_replace(avg_over_time({util_step}[{w}:{s}]), "stat", "mean", "", "")',
                 f'label_replace(max by ({gby}) (max_over_time({util}[{r}])),'
                 f' "stat", "now", "", "")',
                 # When data begins: the first step at which any device reported.
                 f'label_replace(min_over_time(timestamp(count({util}))[{w}:{s}]),'
                 f' "stat", "first", "", "")',
+                f'label_replace(group by ({gby}) (last_over_time({gpm}[{w}])),'
+                f' "stat", "gpm", "", "")',
+                f'label_replace(max by ({gby}) (last_over_time(gpu_power_limit_watts[{w}])),'
+                f' "stat", "limit", "", "")',
             ]),
             "containers": f"max by ({cby}) (avg_over_time({cutil}[{r}])){ns_filter}",
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
+            # The steps in which a GPU spins (utilization only; the second round asks for the
+            # other signals of the GPUs that do).
+            "spin_steps": (f'label_replace({spin_gpm}, "signal", "gpm", "", "")'
+                           f' or label_replace({spin_power}, "signal", "power", "", "")'),
+            "throttle_steps": (f"max by ({gby}, reason) (rate({reasons}[{r}]))"
+                               f" >= {th.throttle_ratio!r}"),
+            # Per container, the steps in which it held its device and used less than the
+            # idle threshold of it: the device's SM activity where it has GPM and one holder,
+            # else the container's utilization times the device's holders (its share of a
+            # time-sliced GPU), else (a MIG slice without GPM) no process.
+            "held_idle": " or ".join([
+                f'label_replace({held} * on (node, uuid) group_left () ({sole_gpm} < {idle}),'
+                f' "signal", "sm", "", "")',
+                f'label_replace(({cutil_max} * on (node, uuid) group_left ()'
+                f' count by (node, uuid) ({held}) < {idle}) and on ({cby}) {held}'
+                f' unless on (node, uuid) {sole_gpm}, "signal", "utilization", "", "")',
+                f'label_replace((max by ({cby}) (max_over_time({cmem}[{r}])) == 0)'
+                f' and on ({cby}) {held} and on (node, uuid) {slices}'
+                f' unless on (node, uuid) {gpm} unless on ({cby}) {cutil_max},'
+                f' "signal", "process", "", "")',
+            ]),
+            # Workloads (per GPU model) in which, at some step, every GPU is busy and one
+            # does far more work than the median: the second round fetches their signals.
+            "slow_candidates": (
+                f"count by ({group}) ({wl_act} >= on ({group}) group_left ()"
+                f" ({th.slow_factor!r} * quantile by ({group}) (0.5, {wl_act})))"
+                f" and on ({group}) (min by ({group}) ({wl_util}) >= {th.slow_busy!r})"
+                f" and on ({group}) (count by ({group}) ({wl}) >= 2)"
+            ),
+            # A straggler's evidence, over the straggler duration up to now.
+            "evidence": " or ".join([
+                f'label_replace(max by ({gby}, reason) (rate(gpu_throttle_seconds_total[{d}]))'
+                f' > 0, "stat", "throttle", "", "")',
+                f'label_replace(max by ({gby}) (avg_over_time(gpu_sm_clock_hertz[{d}])),'
+                f' "stat", "sm_clock", "", "")',
+                f'label_replace(max by ({gby}) (avg_over_time(gpu_temperature_celsius[{d}])),'
+                f' "stat", "temperature", "", "")',
+            ]),
         }
 
-    RANGE_QUERIES = frozenset({"idle_steps", "containers", "allocated", "shared"})
-    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "pods", "stats"})
+    RANGE_QUERIES = frozenset({"idle_steps", "containers", "allocated", "shared", "spin_steps",
+                               "throttle_steps", "held_idle", "slow_candidates",
+                               "spin_signals", "workload_signals"})
+    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "pods", "stats", "evidence"})
 
     def second_round(
         self, window: Window, idle_nodes: Iterable[str], shared_uuids: Iterable[str],
         candidate_uuids: Iterable[str], namespace: str | None = None,
+        spinning_uuids: Iterable[str] = (), workload_uuids: Iterable[str] = (),
     ) -> dict[str, str]:
         """Allocation of the devices on nodes idle right now (the waste split), the
-        utilization of devices shared by several containers (time-slicing starvation), and
-        raw-sample statistics of the containers on devices where one looks input-starved."""
-        r = duration(max(window.step, self.lookback))
+        utilization of devices shared by several containers (time-slicing starvation),
+        raw-sample statistics of the containers on devices where one looks input-starved,
+        the work signals of the GPUs that spin, and those of the devices of workloads with
+        a slow-rank candidate."""
+        r = self._r(window)
         w = duration(window.seconds)
         out = {}
         candidates = sorted(set(candidate_uuids))
@@ -223,6 +401,22 @@ class PrometheusData:
         if uuids:
             util = selector("gpu_utilization_ratio", {"uuid": f'=~"{any_of(uuids)}"'})
             out["shared"] = f"max by (node, gpu, uuid) (avg_over_time({util}[{r}]))"
+        spinning = sorted(set(spinning_uuids))
+        if spinning:
+            match = {"uuid": f'=~"{any_of(spinning)}"'}
+            out["spin_signals"] = " or ".join(
+                f'label_replace({_rate(f"gpu_{name}_active_seconds_total", r, match)},'
+                f' "signal", "{name}", "", "")' for name in ("sm", "tensor", "dram")
+            ) + f' or label_replace({_power_step(r, match=match)}, "signal", "power", "", "")'
+        members = sorted(set(workload_uuids))
+        if members:
+            match = {"uuid": f'=~"{any_of(members)}"'}
+            out["workload_signals"] = " or ".join([
+                f'label_replace({_util_step(r, match=match)}, "signal", "utilization", "", "")',
+                f'label_replace({_rate("gpu_sm_active_seconds_total", r, match)},'
+                f' "signal", "sm", "", "")',
+                f'label_replace({_power_step(r, match=match)}, "signal", "power", "", "")',
+            ])
         return out
 
     def _run(self, queries: Mapping[str, str], window: Window) -> dict[str, Any]:
@@ -257,55 +451,88 @@ class PrometheusData:
             for lab, _ in results["nodes"]
         }
 
-        def gref(lab: Mapping[str, str]) -> GpuRef:
-            return GpuRef(lab.get("node", ""), lab.get("uuid", ""))
-
-        def cref(lab: Mapping[str, str]) -> ContainerRef:
-            return ContainerRef(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""),
-                                lab.get("container", ""), lab.get("uuid", ""))
-
         gpu_mean: dict[GpuRef, float] = {}
         gpu_now: dict[GpuRef, float] = {}
+        gpm: set[GpuRef] = set()
+        limits: dict[GpuRef, float] = {}
         first: float | None = None
         for lab, v in results["gpu_stats"]:
             stat = lab.get("stat")
             if stat == "mean":
-                gpu_mean[gref(lab)] = v
+                gpu_mean[_gref(lab)] = v
             elif stat == "now":
-                gpu_now[gref(lab)] = v
+                gpu_now[_gref(lab)] = v
+            elif stat == "gpm":
+                gpm.add(_gref(lab))
+            elif stat == "limit":
+                limits[_gref(lab)] = v
             elif stat == "first" and math.isfinite(v):
                 first = v
-        containers = {cref(lab): s for lab, s in results["containers"] if lab.get("namespace")}
+        containers = {_cref(lab): s for lab, s in results["containers"] if lab.get("namespace")}
+        busy_max: dict[GpuRef, Series] = {}
+        idle_signal: dict[GpuRef, str] = {}
+        for lab, s in results["idle_steps"]:
+            ref = _gref(lab)
+            busy_max[ref] = s
+            idle_signal[ref] = lab.get("signal", "utilization")
+        spin_util: dict[GpuRef, Series] = {_gref(lab): s for lab, s in results["spin_steps"]}
+        throttle: dict[GpuRef, dict[str, Series]] = {}
+        for lab, s in results["throttle_steps"]:
+            throttle.setdefault(_gref(lab), {})[lab.get("reason", "")] = s
+        held_usage, held_signal = _merge_signals(
+            (_cref(lab), lab.get("signal", "utilization"), s)
+            for lab, s in results["held_idle"] if lab.get("namespace"))
+        pods = {}
+        for lab, _ in results["pods"]:
+            key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
+            pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+        candidates = {(lab.get("namespace", ""), lab.get("workload", ""), lab.get("model", ""))
+                      for lab, _ in results["slow_candidates"]}
+        evidence = _evidence(results["evidence"])
 
         # Second round: only what the first singled out.
+        end = window.end
+        now_idle = {ref for ref, s in busy_max.items()
+                    if s.times and abs(s.times[-1] - end) < 1e-6}
+        now_idle |= {ref for ref, s in spin_util.items()
+                     if s.times and abs(s.times[-1] - end) < 1e-6}
         idle_now: dict[str, bool] = {}
+        slices_of: dict[GpuRef, list[GpuRef]] = {}
+        for info in gpus.values():
+            if not info.is_physical:
+                slices_of.setdefault(GpuRef(info.node, info.parent_uuid), []).append(info.ref)
         for info in gpus.values():
             if info.is_physical:
-                now = gpu_now.get(info.ref)
-                idle_now[info.node] = idle_now.get(info.node, True) and (
-                    now is not None and now < self.idle_threshold)
+                parts = slices_of.get(info.ref) or [info.ref]
+                idle_now[info.node] = idle_now.get(info.node, True) and all(
+                    p in now_idle for p in parts)
         sharers: dict[GpuRef, int] = {}
-        for ref in containers:
-            sharers[ref.gpu] = sharers.get(ref.gpu, 0) + 1
+        for user in containers:
+            sharers[user.gpu] = sharers.get(user.gpu, 0) + 1
         # Input starvation needs raw-sample statistics; ask only where the per-step means
         # put a container's mean in the suspicious range (with a margin for the
         # difference between the mean of step means and the mean of raw samples).
         th = self.thresholds
-        candidates = [
+        input_candidates = [
             ref.uuid for ref, series in containers.items()
             if series.values and (namespace is None or ref.namespace == namespace)
             and th.input_low * 0.5 < sum(series.values) / len(series.values)
             < min(1.0, th.input_high * 1.5)
         ]
+        members = [
+            g.uuid for group in workload_groups(containers, pods, gpus)
+            if group.key in candidates for g in group.devices
+        ]
         more = self.second_round(
             window, (n for n, idle in idle_now.items() if idle),
-            (g.uuid for g, n in sharers.items() if n >= 2), candidates, namespace,
+            (g.uuid for g, n in sharers.items() if n >= 2), input_candidates, namespace,
+            (g.uuid for g in spin_util), members,
         )
         later = self._run(more, window) if more else {}
 
         stats_parts: dict[ContainerRef, dict[str, float]] = {}
         for lab, v in later.get("stats", []):
-            stats_parts.setdefault(cref(lab), {})[lab.get("stat", "")] = v
+            stats_parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
         stats = {
             ref: UtilStats(
                 mean=p.get("mean", 0.0), stddev=p.get("stddev", 0.0),
@@ -313,10 +540,16 @@ class PrometheusData:
             )
             for ref, p in stats_parts.items() if "mean" in p
         }
-        pods = {}
-        for lab, _ in results["pods"]:
-            key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
-            pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+        by_signal: dict[str, dict[GpuRef, Series]] = {}
+        for lab, s in [*later.get("spin_signals", []), *later.get("workload_signals", [])]:
+            by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
+        utilization = {**spin_util, **by_signal.get("utilization", {})}
+        signals = WorkSignals(
+            utilization=utilization, sm=by_signal.get("sm", {}),
+            tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
+            power=by_signal.get("power", {}), power_limit=limits, gpm=frozenset(gpm),
+            throttle=throttle,
+        )
         history_start = (window.end if first is None
                          else max(window.start, first - window.step))
         return FleetData(
@@ -324,24 +557,32 @@ class PrometheusData:
             history_start=history_start,
             gpus=gpus,
             nodes=nodes,
-            gpu_busy_max={gref(lab): s for lab, s in results["idle_steps"]},
+            gpu_busy_max=busy_max,
             gpu_now=gpu_now,
             gpu_mean=gpu_mean,
-            gpu_step_mean={gref(lab): s for lab, s in later.get("shared", [])},
-            allocated={gref(lab): s for lab, s in later.get("allocated", [])},
+            gpu_step_mean={_gref(lab): s for lab, s in later.get("shared", [])},
+            allocated={_gref(lab): s for lab, s in later.get("allocated", [])},
             containers=containers,
             container_stats=stats,
             pods=pods,
+            idle_signal=idle_signal,
+            signals=signals,
+            evidence=evidence,
+            held_usage=held_usage,
+            held_signal=held_signal,
             queries=len(queries) + len(more),
         )
 
     def node_queries(self, node: str, window: Window) -> dict[str, str]:
         node = validate_node(node)
-        r = duration(max(window.step, self.lookback))
+        r = self._r(window)
         util = selector("gpu_utilization_ratio", node=node)
         mem = selector("gpu_memory_used_bytes", node=node)
         cutil = selector("container_gpu_utilization_ratio", {"namespace": '!=""'}, node=node)
         info = selector("gpu_info", node=node)
+        limit = selector("gpu_power_limit_watts", node=node)
+        throttle = selector("gpu_throttle_seconds_total", node=node)
+        match = {"node": f'="{escape_label_value(node)}"'}
         return {
             "utilization": f"max by (gpu) (avg_over_time({util}[{r}]))",
             "memory": f"max by (gpu) (avg_over_time({mem}[{r}]))",
@@ -349,6 +590,13 @@ class PrometheusData:
                 f"max by (namespace, pod, container, gpu) (avg_over_time({cutil}[{r}])"
                 f" * on (node, uuid) group_left (gpu) max by (node, uuid, gpu) ({info}))"
             ),
+            "activity": " or ".join(
+                f'label_replace({_rate(f"gpu_{name}_active_seconds_total", r, match, "gpu")},'
+                f' "signal", "{name}", "", "")' for name in ("sm", "tensor", "dram")
+            ),
+            "power": (f"max by (gpu) ({_power_step(r, match, 'node, gpu, uuid')}"
+                      f" / on (node, uuid) group_left () max by (node, uuid) ({limit}))"),
+            "throttle": f"max by (gpu, reason) (rate({throttle}[{r}]))",
         }
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
@@ -356,6 +604,9 @@ class PrometheusData:
         queries = self.node_queries(node, window)
         futures = {k: self._pool.submit(self.range, q, window) for k, q in queries.items()}
         res = {k: f.result() for k, f in futures.items()}
+        activity: dict[str, dict[str, Series]] = {}
+        for lab, s in res["activity"]:
+            activity.setdefault(lab.get("signal", ""), {})[lab.get("gpu", "")] = s
         return NodeDetail(
             node=node, window=window,
             utilization={lab.get("gpu", ""): s for lab, s in res["utilization"]},
@@ -365,7 +616,65 @@ class PrometheusData:
                 f" (GPU {lab.get('gpu')})": s
                 for lab, s in res["containers"]
             },
+            sm=activity.get("sm", {}), tensor=activity.get("tensor", {}),
+            dram=activity.get("dram", {}),
+            power_ratio={lab.get("gpu", ""): s for lab, s in res["power"]},
+            throttle={f"{lab.get('gpu', '')} {lab.get('reason', '')}": s
+                      for lab, s in res["throttle"]},
             queries=len(queries),
+        )
+
+    def workload_queries(self, namespace: str, workload: str, window: Window
+                         ) -> dict[str, str]:
+        """The devices of one workload (an instant query over the window) and their
+        utilization, SM activity and power per step (a range query)."""
+        namespace, workload = validate_namespace(namespace), validate_workload(workload)
+        r = self._r(window)
+        w = duration(window.seconds)
+        cutil = selector("container_gpu_utilization_ratio", namespace=namespace)
+        pods = selector("gpu_pod_info", namespace=namespace, workload=workload)
+        members = (
+            f"max by (node, uuid, pod) (last_over_time({cutil}[{w}])"
+            f" * on (node, namespace, pod) group_left ()"
+            f" max by (node, namespace, pod) (last_over_time({pods}[{w}])))"
+        )
+        devices = f"group by (node, uuid) ({members})"
+        return {
+            "members": (f"{members} * 0 + on (node, uuid) group_left (gpu, model)"
+                        f" max by (node, uuid, gpu, model) (gpu_info)"),
+            "workload": " or ".join([
+                f'label_replace({_util_step(r)} and on (node, uuid) {devices},'
+                f' "signal", "utilization", "", "")',
+                f'label_replace({_rate("gpu_sm_active_seconds_total", r)}'
+                f' and on (node, uuid) {devices}, "signal", "sm", "", "")',
+                f'label_replace({_power_step(r)} and on (node, uuid) {devices},'
+                f' "signal", "power", "", "")',
+            ]),
+        }
+
+    def workload_detail(self, namespace: str, workload: str, window_seconds: float
+                        ) -> WorkloadDetail:
+        window = self.window(window_seconds)
+        queries = self.workload_queries(namespace, workload, window)
+        members_f = self._pool.submit(self.instant, queries["members"], window.end)
+        series_f = self._pool.submit(self.range, queries["workload"], window)
+        pods: dict[GpuRef, set[str]] = {}
+        index: dict[GpuRef, tuple[str, str]] = {}
+        for lab, _ in members_f.result():
+            ref = _gref(lab)
+            pods.setdefault(ref, set()).add(lab.get("pod", ""))
+            index[ref] = (lab.get("gpu", ""), lab.get("model", ""))
+        by_signal: dict[str, dict[GpuRef, Series]] = {}
+        for lab, s in series_f.result():
+            by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
+        devices = tuple(
+            WorkloadDevice(ref, index[ref][0], index[ref][1], tuple(sorted(pods[ref])))
+            for ref in sorted(pods)
+        )
+        return WorkloadDetail(
+            namespace=namespace, workload=workload, window=window, devices=devices,
+            utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
+            power=by_signal.get("power", {}), queries=len(queries),
         )
 
     def pod_queries(self, namespace: str, pod: str, window: Window) -> dict[str, str]:

@@ -13,6 +13,7 @@ from gpuscope.dashboard.series import (
     NodeDetail,
     PodDetail,
     Window,
+    WorkloadDetail,
 )
 
 INFO_LOOKBACK = 300.0  # like Prometheus' lookback delta: an info series older than this is gone
@@ -34,6 +35,9 @@ class InvalidFilter(ValueError):
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POD = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _NODE = re.compile(r"^[A-Za-z0-9:]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$")
+# A workload is ``<Kind>/<name>`` of a pod's top owner (kinds are CamelCase identifiers,
+# names DNS subdomains).
+_WORKLOAD = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 def validate_namespace(value: str) -> str:
     value = value.strip()
@@ -53,6 +57,13 @@ def validate_node(value: str) -> str:
     value = value.strip()
     if not _NODE.match(value):
         raise InvalidFilter(f"not a node name: {value[:80]!r}")
+    return value
+
+
+def validate_workload(value: str) -> str:
+    value = value.strip()
+    if not _WORKLOAD.match(value):
+        raise InvalidFilter(f"not a workload (Kind/name): {value[:80]!r}")
     return value
 
 
@@ -85,6 +96,10 @@ class DataSource(Protocol):
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail: ...
 
     def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail: ...
+
+    def workload_detail(
+        self, namespace: str, workload: str, window_seconds: float
+    ) -> WorkloadDetail: ...
 
     def close(self) -> None: ...
 

@@ -106,7 +106,7 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     assert queries == []
     # A valid filter is sent, quoted, and every query is a fixed set.
     data = prom.fleet(3600, namespace="ml")
-    assert data.queries == len(queries) == 6  # nothing for a second round to look at
+    assert data.queries == len(queries) == 11  # nothing for a second round to look at
     assert any('namespace="ml"' in q for q in queries)
     prom.close()
 
@@ -163,7 +163,11 @@ def test_embedded_store_adds_node_label_and_buckets_like_prometheus() -> None:
     assert busy.times[-1] == 990.0
     # Each point is the max over (t - 20 s, t]: the range is at least 2 scrape intervals.
     assert busy.values[-1] == 0.5
-    assert data.gpu_mean[ref] == pytest.approx(0.5 * 10 / 30)  # samples in (690, 990]
+    # Without a busy counter, the mean of each step's mean gauge: 10 of the 30 steps in
+    # (690, 990] saw 0.5 (the 20-second range of the step at 890 sees no 0.5 yet).
+    assert data.gpu_mean[ref] == pytest.approx(
+        sum(data.signals.utilization[ref].values) / len(data.signals.utilization[ref]))
+    assert data.gpu_mean[ref] == pytest.approx((0.25 + 9 * 0.5) / 30)
     cref = ContainerRef("node-a", "ml", "p", "c", "GPU-1")
     assert data.container_stats[cref].samples == 30
     assert data.container_stats[cref].memory_bytes == 1024

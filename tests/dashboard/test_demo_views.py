@@ -55,7 +55,8 @@ def test_idle_nodes_are_the_planted_ones(view: FleetView) -> None:
 
 def test_the_near_miss_is_not_idle(view: FleetView) -> None:
     row = view.heatmap.nodes.index("ip-10-0-5-91.ec2.internal")
-    assert view.heatmap.z[row][0] == pytest.approx(0.06)
+    # rate() of the busy counter; scrape times jitter against the sampler's rounds a little.
+    assert view.heatmap.z[row][0] == pytest.approx(0.06, rel=2e-3)
     assert view.heatmap.idle[row] == (True,) * 0 + (False,) + (False,) * 7
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.dashboard.prices import PriceError, bundled_prices, load_prices
+from gpuscope.dashboard.prices import NodePrice, PriceError, bundled_prices, load_prices
 
 ANCHORS = {
     "p5.48xlarge": 55.04, "p4d.24xlarge": 21.957642, "p3.8xlarge": 12.24,
@@ -72,3 +72,29 @@ def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, message: str) -
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(PriceError, match="cannot read"):
         load_prices(tmp_path / "nope.yaml")
+
+
+def test_spot_prices_from_the_price_file(tmp_path: Path) -> None:
+    f = tmp_path / "prices.yaml"
+    f.write_text("g6.xlarge: 0.80\nspot:\n  g6.xlarge: 0.31\n")
+    table = load_prices(f)
+    assert table.node_price("g6.xlarge", "spot") == NodePrice(0.31, "spot")
+    assert table.node_price("g6.xlarge", "on-demand") == NodePrice(0.80, "on-demand")
+    assert table.node_price("g6.xlarge", "") == NodePrice(0.80, "on-demand")
+    # A spot node with no spot price is priced on demand, and says so.
+    assert table.node_price("p5.48xlarge", "spot") == NodePrice(55.04, "on-demand (no spot price)")
+    assert table.node_price("DGX-A100", "spot").per_hour is None
+    # The bundled table has no spot prices: they change by the hour and by zone.
+    assert bundled_prices().spot_entries() == []
+
+
+def test_spot_prices_in_table_format(tmp_path: Path) -> None:
+    f = tmp_path / "prices.yaml"
+    f.write_text("tables:\n  - provider: aws\n    region: us-east-1\n    date: '2026-11-20'\n"
+                 "    capacity_type: spot\n    prices: {p5.48xlarge: 21.5}\n")
+    table = load_prices(f)
+    assert table.node_price("p5.48xlarge", "spot") == NodePrice(21.5, "spot")
+    assert table.per_hour("p5.48xlarge") == 55.04  # the on-demand price is untouched
+    f.write_text("tables:\n  - capacity_type: reserved\n    prices: {x: 1}\n")
+    with pytest.raises(PriceError, match="capacity_type: expected on-demand or spot"):
+        load_prices(f)

@@ -291,13 +291,27 @@ def test_allocated_idle_on_a_busy_node_by_each_signal() -> None:
 
 def test_allocated_idle_uses_the_container_share_on_a_shared_gpm_gpu() -> None:
     # Two containers time-slice a GPM GPU: the device's SM activity is not either one's.
+    # Each holds half of it: a's 2 % of the GPU is 4 % of its half.
     w = make_window(HOUR)
     a = ContainerRef("node-a", "serving", "a", "s", "GPU-0")
     b = ContainerRef("node-a", "serving", "b", "s", "GPU-0")
     usage, signal = held_usage({**held_by(a), **held_by(b)}, {a: flat(0.02), b: flat(0.5)},
                                {}, {G: flat(0.5)}, {G}, set())
     assert signal == {a: "utilization", b: "utilization"}
-    assert [x.ref.pod for x in allocated_idle(usage, signal, w, w.start)] == ["a"]
+    [idle] = allocated_idle(usage, signal, w, w.start)
+    assert idle.ref.pod == "a" and idle.usage == pytest.approx(0.04)
+
+
+def test_a_starved_time_slice_is_not_allocated_idle() -> None:
+    # Three containers share a busy GPU; one gets 3 % of it: 9 % of its third. Starved (the
+    # starvation table says so), not idle.
+    w = make_window(HOUR)
+    refs = [ContainerRef("node-a", "serving", p, "s", "GPU-0") for p in ("x", "y", "z")]
+    held = {r: flat(1.0) for r in refs}
+    util = dict(zip(refs, (flat(0.55), flat(0.36), flat(0.03)), strict=True))
+    usage, signal = held_usage(held, util, {}, {}, set(), set())
+    assert allocated_idle(usage, signal, w, w.start) == []
+    assert usage[refs[2]].values[0] == pytest.approx(0.09)
 
 
 def test_allocated_idle_needs_30_minutes_and_a_threshold_below_005() -> None:
