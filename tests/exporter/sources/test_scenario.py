@@ -540,7 +540,9 @@ def test_the_example_in_the_docs_is_valid() -> None:
     for block in blocks:
         s = scenario_from_yaml(block, "docs/scenarios.md")
         assert s.gpus
-    example = scenario_from_yaml(blocks[0])
+    example_text = re.search(r"## Example\n\n```yaml\n(.*?)```", doc, re.DOTALL)
+    assert example_text is not None
+    example = scenario_from_yaml(example_text.group(1))
     assert example.node.capacity_type == "spot"
     assert [g.mig_enabled for g in example.gpus] == [False, False, True]
     assert len(example.faults) == 4
