@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pynvml
+
 from gpuscope.exporter import cli
 from gpuscope.exporter.sources import nvml
 from tests.exporter.sources.fake_nvml import GIB, FakeNvml
@@ -42,16 +44,53 @@ TICK_THREAD_NAME = "fake-nvml-tick"
 # and a small buffer keeps the fake's own memory out of the exporter's RSS (the default
 # 4096-sample buffer of FakeGpu would hold ~3 MB of tuples on 8 GPUs).
 BUFFER_TICKS = 4
+# GPU-utilization samples the driver records every tick (percent).
+BUSY_PERCENT = 50
+# Work signals, constant (bench/fake_libnvml/fake_nvml.c has the same): GPM means, perf-policy
+# violation time (ns) and the clocks-event-reason durations (ns).
+GPM_MEANS: dict[int, float] = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 90.0,
+    pynvml.NVML_GPM_METRIC_SM_UTIL: 40.0,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 30.0,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 25.0,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 60.0,
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 50.0,
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 100.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 1000.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 2000.0,
+}
+VIOLATION_NS: dict[int, int] = {
+    pynvml.NVML_PERF_POLICY_POWER: 5_000_000_000,
+    pynvml.NVML_PERF_POLICY_THERMAL: 2_000_000_000,
+    pynvml.NVML_PERF_POLICY_SYNC_BOOST: 0,
+    pynvml.NVML_PERF_POLICY_BOARD_LIMIT: 0,
+    pynvml.NVML_PERF_POLICY_LOW_UTILIZATION: 0,
+    pynvml.NVML_PERF_POLICY_RELIABILITY: 0,
+    pynvml.NVML_PERF_POLICY_TOTAL_APP_CLOCKS: 0,
+    pynvml.NVML_PERF_POLICY_TOTAL_BASE_CLOCKS: 0,
+}
+CLOCKS_EVENT_NS: dict[int, int] = {
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: 2_000_000_000,
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: 0,
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: 0,
+}
 
 
 def build_node(gpus: int, processes_per_gpu: int) -> FakeNvml:
     """``gpus`` A100-80GB GPUs, each with ``processes_per_gpu`` compute processes sharing
-    ~72 GiB of memory. ``max_event_wait_s`` matches NvmlSource's 1 s XID wait, so the XID
-    thread blocks as long as it would in the real driver instead of polling at 50 Hz."""
+    ~72 GiB of memory, and the work signals on: GPM answered (as on Hopper) with constant
+    means, throttle counters, GPU-utilization samples (one per tick). ``max_event_wait_s``
+    matches NvmlSource's 1 s XID wait, so the XID thread blocks as long as it would in the
+    real driver instead of polling at 50 Hz."""
     fake = FakeNvml(gpus, max_event_wait_s=1.0)
     memory = (72 * GIB // max(processes_per_gpu, 1)) if processes_per_gpu else 0
     for gpu in fake.gpus:
         gpu.max_util_samples = BUFFER_TICKS * max(processes_per_gpu, 1)
+        gpu.max_busy_samples = BUFFER_TICKS
+        gpu.gpm_supported = True
+        gpu.gpm = dict(GPM_MEANS)
+        gpu.violation_ns = dict(VIOLATION_NS)
+        gpu.clocks_event_ns = dict(CLOCKS_EVENT_NS)
         for i in range(processes_per_gpu):
             gpu.add_process(
                 10_000 + gpu.index * processes_per_gpu + i,
@@ -63,7 +102,8 @@ def build_node(gpus: int, processes_per_gpu: int) -> FakeNvml:
 
 
 def tick(fake: FakeNvml, timestamp_us: int, n: int) -> None:
-    """One driver sampling tick: a new sample per process (utilization varies per tick).
+    """One driver sampling tick: a new sample per process (utilization varies per tick) and
+    a GPU-utilization sample per GPU.
 
     Unlike ``FakeNvml.record_process_samples`` (insort + trim in place), each GPU's buffer is
     replaced by a new list in one assignment: the sampler thread may be reading the old one
@@ -77,6 +117,8 @@ def tick(fake: FakeNvml, timestamp_us: int, n: int) -> None:
             proc.sm_util = 1 + (i + n) % 3
             new.append((timestamp_us, proc.pid, proc.sm_util, proc.mem_util))
         gpu.util_samples = (gpu.util_samples + new)[-gpu.max_util_samples :]
+        busy = (timestamp_us, BUSY_PERCENT)
+        gpu.busy_samples = [*gpu.busy_samples, busy][-gpu.max_busy_samples :]
 
 
 def _name_this_thread(name: str) -> None:

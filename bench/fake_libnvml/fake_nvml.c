@@ -1,5 +1,5 @@
 /*
- * A fake libnvidia-ml for the benchmark: the NVML entry points exporter/sources/nvml.py reaches
+ * A fake libnvidia-ml for the benchmark: the NVML entry points exporter/sources/nvml/ reaches
  * through pynvml, in C, so that the double's own cost is what a real driver's library costs
  * (native code behind a ctypes call), not Python's.
  *
@@ -16,11 +16,22 @@
  * Here there is no driver thread: the samples are synthesized from CLOCK_REALTIME, one per
  * process at every whole second k (timeStamp k * 1e6 us, smUtil 1 + (i + k) % 3,
  * memUtil i % 2), the last FAKE_NVML_HISTORY_SECONDS seconds of them being "in the buffer".
+ * GPU-utilization samples (nvmlDeviceGetSamples) likewise: one per GPU at every whole second,
+ * 50 %.
+ *
+ * Work signals, as build_node sets them on the Python double: GPM supported (as on Hopper) with
+ * constant means (SM 40 %, tensor 25 %, DRAM 60 %, graphics 90 %, occupancy 30 %, PCIe rx/tx
+ * 100/50 MiB/s, NVLink rx/tx 1000/2000 MiB/s; other metrics NOT_SUPPORTED); perf-policy
+ * violation counters (fields 74-81 and nvmlDeviceGetViolationStatus) power 5 s, thermal 2 s,
+ * the others 0; clocks-event-reason durations (fields 269-271) SW thermal 2 s, the others 0.
+ * GPM sample buffers are malloc'd; a metrics request checks them as the driver does (two
+ * filled buffers of one GPU, the older first).
  *
  * Configuration, read by nvmlInit* when the library goes from uninitialised to initialised:
  *   FAKE_NVML_GPUS                 GPUs (default 8, at most 64)
  *   FAKE_NVML_PROCESSES_PER_GPU    compute processes per GPU (default 64)
  *   FAKE_NVML_HISTORY_SECONDS      seconds of per-process samples kept (default 4)
+ *   FAKE_NVML_GPM                  1: GPM supported (default), 0: not
  *
  * Return codes follow the Python double where the two could differ (nvmlShutdown when not
  * initialised answers SUCCESS; a size query of the process utilization answers
@@ -70,6 +81,13 @@ enum {
 #define NVML_DEVICE_ARCH_AMPERE 7
 #define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL
 #define NVML_MEMORY_V2_VERSION 0x02000028U /* nvmlMemory_v2: sizeof | 2 << 24 */
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_GPU_UTILIZATION_SAMPLES 1
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+#define NVML_VALUE_TYPE_UNSIGNED_LONG_LONG 3
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_METRIC_MAX 477 /* pynvml's c_nvmlGpmMetricsGet_t has this many slots */
 #define NO_INSTANCE 0xFFFFFFFFU            /* gpuInstanceId outside any MIG instance */
 
 /* Structs, as nvml.h (and pynvml's ctypes mirrors) lay them out. */
@@ -119,6 +137,68 @@ typedef struct {
     unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
 
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned long long timeStamp;
+    nvmlValue_t sampleValue;
+} nvmlSample_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct {
+    unsigned long long referenceTime;
+    unsigned long long violationTime;
+} nvmlViolationTime_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+struct fake_gpm_sample {
+    unsigned int magic;
+    int filled;
+    unsigned int device;
+    unsigned long long sequence;
+};
+typedef struct fake_gpm_sample *nvmlGpmSample_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct {
+        char *shortName;
+        char *longName;
+        char *unit;
+    } metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
 struct fake_device {
     unsigned int index;
     char uuid[64];
@@ -167,6 +247,9 @@ static int g_init_count;                 /* written under g_lock, read atomicall
 static unsigned int g_gpus;              /* the node: set at init, constant until shutdown */
 static unsigned int g_processes_per_gpu;
 static unsigned int g_history_seconds;
+static unsigned int g_gpm;
+static unsigned long long g_gpm_sequence;   /* atomic */
+static long g_gpm_samples;                  /* atomic: allocated and not freed */
 static unsigned long long g_process_memory;
 static struct fake_device g_devices[MAX_GPUS];
 static struct fake_event_set g_event_sets[MAX_EVENT_SETS];
@@ -196,6 +279,7 @@ static void build_node(void) {
     g_gpus = env_uint("FAKE_NVML_GPUS", 8, MAX_GPUS);
     g_processes_per_gpu = env_uint("FAKE_NVML_PROCESSES_PER_GPU", 64, MAX_PROCESSES_PER_GPU);
     g_history_seconds = env_uint("FAKE_NVML_HISTORY_SECONDS", 4, MAX_HISTORY_SECONDS);
+    g_gpm = env_uint("FAKE_NVML_GPM", 1, 1);
     if (g_history_seconds == 0)
         g_history_seconds = 1;
     g_process_memory = g_processes_per_gpu ? 72 * GIB / g_processes_per_gpu : 0;
@@ -598,6 +682,210 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
         s->decUtil = 0;
     }
     *count = (unsigned int)filled;
+    return NVML_SUCCESS;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Work signals: GPU-utilization samples, throttle time, GPM */
+
+#define UTIL_SAMPLE_PERCENT 50U
+#define NS 1000000000ULL
+
+/* Samples with timeStamp > lastSeenTimeStamp (us), oldest first, one per whole second;
+   NOT_FOUND when there are none; samples NULL is the size query (SUCCESS with the count, as
+   pynvml's nvmlDeviceGetSamples expects). */
+EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type,
+                                          unsigned long long last_seen_us, int *value_type,
+                                          unsigned int *count, nvmlSample_t *samples) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (count == NULL || value_type == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (type != NVML_GPU_UTILIZATION_SAMPLES)
+        return NVML_ERROR_NOT_SUPPORTED;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long newest = (unsigned long long)now.tv_sec;
+    unsigned long long oldest = newest + 1 - g_history_seconds;
+    unsigned long long first = last_seen_us / 1000000ULL + 1;
+    if (first < oldest)
+        first = oldest;
+    if (first > newest)
+        return NVML_ERROR_NOT_FOUND;
+    unsigned long long available = newest - first + 1;
+    *value_type = NVML_VALUE_TYPE_UNSIGNED_INT;
+    if (samples == NULL) {
+        *count = (unsigned int)available;
+        return NVML_SUCCESS;
+    }
+    unsigned long long filled = *count < available ? *count : available;
+    for (unsigned long long j = 0; j < filled; j++) {
+        samples[j].timeStamp = (first + j) * 1000000ULL;
+        samples[j].sampleValue.ullVal = 0;
+        samples[j].sampleValue.uiVal = UTIL_SAMPLE_PERCENT;
+    }
+    *count = (unsigned int)filled;
+    return NVML_SUCCESS;
+}
+
+/* Violation time (ns) of a perf policy (NVML_PERF_POLICY_*), -1 when there is none. */
+static long long violation_ns(int policy) {
+    switch (policy) {
+    case 0: return (long long)(5 * NS); /* power */
+    case 1: return (long long)(2 * NS); /* thermal */
+    case 2: case 3: case 4: case 5: case 10: case 11: return 0;
+    default: return -1;
+    }
+}
+
+/* A field value (ns), -1 when this GPU does not have the field. */
+static long long field_ns(unsigned int field_id) {
+    static const int policies[] = {0, 1, 2, 3, 4, 5, 10, 11}; /* fields 74-81 */
+    if (field_id >= 74 && field_id <= 81)
+        return violation_ns(policies[field_id - 74]);
+    switch (field_id) {
+    case 269: return (long long)(2 * NS); /* SW thermal slowdown */
+    case 270: case 271: return 0;
+    default: return -1;
+    }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count,
+                                              nvmlFieldValue_t *values) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (values == NULL || count < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long now_us = (long long)now.tv_sec * 1000000LL + now.tv_nsec / 1000;
+    for (int i = 0; i < count; i++) {
+        long long ns = field_ns(values[i].fieldId);
+        values[i].timestamp = now_us;
+        values[i].latencyUsec = 0;
+        if (ns < 0) {
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        values[i].nvmlReturn = NVML_SUCCESS;
+        values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+        values[i].value.ullVal = (unsigned long long)ns;
+    }
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, int policy,
+                                                  nvmlViolationTime_t *out) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    long long ns = violation_ns(policy);
+    if (ns < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    out->referenceTime = (unsigned long long)now.tv_sec * 1000000ULL
+                         + (unsigned long long)now.tv_nsec / 1000ULL;
+    out->violationTime = (unsigned long long)ns;
+    return NVML_SUCCESS;
+}
+
+#define GPM_MAGIC 0x6770D5A1U
+
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    if (support == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != NVML_GPM_SUPPORT_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = g_gpm;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    if (sample == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_gpm_sample *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NVML_ERROR_MEMORY;
+    s->magic = GPM_MAGIC;
+    __atomic_add_fetch(&g_gpm_samples, 1, __ATOMIC_RELAXED);
+    *sample = s;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    if (sample == NULL || sample->magic != GPM_MAGIC)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    sample->magic = 0;
+    free(sample);
+    __atomic_sub_fetch(&g_gpm_samples, 1, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+/* Not NVML: GPM sample buffers allocated and not freed, for tests. */
+EXPORT long fakeNvmlGpmSamples(void) { return __atomic_load_n(&g_gpm_samples, __ATOMIC_RELAXED); }
+
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    DEVICE_ENTRY(device, dev);
+    if (!g_gpm)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (sample == NULL || sample->magic != GPM_MAGIC)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    sample->filled = 1;
+    sample->device = dev->index;
+    sample->sequence = __atomic_add_fetch(&g_gpm_sequence, 1, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpu_instance_id,
+                                         nvmlGpmSample_t sample) {
+    DEVICE_ENTRY(device, dev);
+    (void)dev;
+    (void)gpu_instance_id;
+    (void)sample;
+    return NVML_ERROR_INVALID_ARGUMENT; /* MIG is not enabled */
+}
+
+/* The mean of a metric between two samples; a negative value: NOT_SUPPORTED. */
+static double gpm_mean(unsigned int metric_id) {
+    switch (metric_id) {
+    case 1: return 90.0;    /* GRAPHICS_UTIL */
+    case 2: return 40.0;    /* SM_UTIL */
+    case 3: return 30.0;    /* SM_OCCUPANCY */
+    case 5: return 25.0;    /* ANY_TENSOR_UTIL */
+    case 10: return 60.0;   /* DRAM_BW_UTIL */
+    case 20: return 50.0;   /* PCIE_TX_PER_SEC, MiB/s */
+    case 21: return 100.0;  /* PCIE_RX_PER_SEC */
+    case 60: return 1000.0; /* NVLINK_TOTAL_RX_PER_SEC */
+    case 61: return 2000.0; /* NVLINK_TOTAL_TX_PER_SEC */
+    default: return -1.0;
+    }
+}
+
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
+    if (!initialised())
+        return NVML_ERROR_UNINITIALIZED;
+    if (get == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (get->version != NVML_GPM_METRICS_GET_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlGpmSample_t a = get->sample1, b = get->sample2;
+    if (a == NULL || b == NULL || a == b || a->magic != GPM_MAGIC || b->magic != GPM_MAGIC ||
+        !a->filled || !b->filled || a->device != b->device || a->sequence >= b->sequence ||
+        get->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < get->numMetrics; i++) {
+        double mean = gpm_mean(get->metrics[i].metricId);
+        get->metrics[i].nvmlReturn = mean < 0 ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+        get->metrics[i].value = mean < 0 ? 0.0 : mean;
+    }
     return NVML_SUCCESS;
 }
 

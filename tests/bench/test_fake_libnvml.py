@@ -4,7 +4,7 @@
 ``--source nvml-fake`` over ``tests/exporter/sources/fake_nvml.py`` with the node of
 ``bench.nvml_fake_exporter.build_node``; the two runs are compared, so the C double must play
 the same node. Here NvmlSource (with the real pynvml) samples both, and every reading must be
-equal but the per-process utilization, which varies with time in both.
+equal but what varies with time in both (per-process utilization, busy time, GPM intervals).
 """
 
 from __future__ import annotations
@@ -53,19 +53,29 @@ def lib(library: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> Iterator[ctype
 
 
 def sample_once(loader_result: object) -> Snapshot:
+    return sample_rounds(loader_result, 1)[0]
+
+
+def sample_rounds(loader_result: object, rounds: int) -> list[Snapshot]:
+    """``rounds`` snapshots 0.2 s apart, GPM every round."""
     refcount = pynvml._nvmlLib_refcount
-    source = NvmlSource(library_loader=lambda: loader_result, xid_wait_timeout_ms=50)
+    source = NvmlSource(library_loader=lambda: loader_result, xid_wait_timeout_ms=50,
+                        gpm_interval_seconds=0.0)
+    snapshots = []
     try:
-        snapshot = source.sample()
+        for i in range(rounds):
+            if i:
+                time.sleep(0.2)
+            snapshots.append(source.sample())
     finally:
         source.close()
     assert pynvml._nvmlLib_refcount == refcount
-    return snapshot
+    return snapshots
 
 
-def without_process_utilization(dev: DeviceSample) -> DeviceSample:
+def without_time_varying(dev: DeviceSample) -> DeviceSample:
     procs = tuple(dataclasses.replace(p, sm_utilization_ratio=None) for p in dev.processes)
-    return dataclasses.replace(dev, processes=procs)
+    return dataclasses.replace(dev, processes=procs, busy_seconds=None)
 
 
 def test_history_matches_the_python_double() -> None:
@@ -92,11 +102,21 @@ def test_snapshot_matches_python_double(lib: ctypes.CDLL) -> None:
     for c_dev, py_dev in zip(c_snapshot.devices, py_snapshot.devices, strict=True):
         # Names, UUIDs, PCI, memory, power, temperature, clocks, fan, ECC, PIDs, memory per
         # process: everything but the per-process utilization is equal.
-        assert without_process_utilization(c_dev) == without_process_utilization(py_dev)
+        assert without_time_varying(c_dev) == without_time_varying(py_dev)
         assert c_dev.up
         assert c_dev.utilization_ratio == 0.5
         assert c_dev.power_watts == 250.0
         assert c_dev.temperature_celsius == 45.0
+        # Work signals: throttle counters from the field values, equal in both; busy time
+        # from the first samples; GPM needs a second round.
+        assert {t.reason: t.seconds for t in c_dev.throttle_seconds} == {
+            "power": 5.0, "thermal": 2.0, "sync_boost": 0.0, "board_limit": 0.0,
+            "low_utilization": 0.0, "reliability": 0.0, "app_clocks": 0.0, "base_clocks": 0.0,
+            "sw_thermal": 2.0, "hw_thermal": 0.0, "hw_power_brake": 0.0,
+        }
+        assert c_dev.busy_seconds in (0.0, 0.5)
+        assert py_dev.busy_seconds == 0.0
+        assert c_dev.sm_active_seconds is None and py_dev.sm_active_seconds is None
         assert [p.pid for p in c_dev.processes] == [
             10_000 + int(c_dev.index) * PROCESSES_PER_GPU + i for i in range(PROCESSES_PER_GPU)
         ]
@@ -105,6 +125,27 @@ def test_snapshot_matches_python_double(lib: ctypes.CDLL) -> None:
             # first round sees the newest whole-second sample (C) or the tick (Python).
             assert c_proc.sm_utilization_ratio in (0.01, 0.02, 0.03)
             assert py_proc.sm_utilization_ratio in (0.01, 0.02, 0.03)
+
+
+def test_gpm_matches_the_python_double(lib: ctypes.CDLL) -> None:
+    c_last = sample_rounds(lib, 3)[-1]
+    assert lib.fakeNvmlGpmSamples() == 0  # two buffers per GPU, freed with the session
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    tick(fake, int(time.time() * 1_000_000), 0)
+    with restored_pynvml():
+        py_last = sample_rounds(fake, 3)[-1]
+    assert fake.gpm_samples_allocated() == 0
+    for c_dev, py_dev in zip(c_last.devices, py_last.devices, strict=True):
+        for dev in (c_dev, py_dev):
+            # Means x elapsed: the elapsed time differs a little, the proportions do not.
+            sm = dev.sm_active_seconds
+            assert sm is not None and 0.1 < sm < 0.2  # 40 % of ~0.4 s
+            assert dev.graphics_active_seconds == pytest.approx(sm * 90 / 40)
+            assert dev.tensor_active_seconds == pytest.approx(sm * 25 / 40)
+            assert dev.dram_active_seconds == pytest.approx(sm * 60 / 40)
+            assert dev.pcie_receive_bytes == pytest.approx(sm / 0.4 * 100 * 2**20)
+            assert dev.nvlink_transmit_bytes == pytest.approx(sm / 0.4 * 2000 * 2**20)
+            assert dev.sm_occupancy_ratio == 0.3
 
 
 def test_uninitialised_library_answers_uninitialized(lib: ctypes.CDLL) -> None:
@@ -186,6 +227,76 @@ def test_process_utilization_behaves_like_the_driver_buffer(lib: ctypes.CDLL) ->
             pynvml.nvmlDeviceGetProcessUtilization(handle, future)
     finally:
         assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
+
+
+def check_work_signal_calls(library: object) -> None:
+    """What both doubles answer, through pynvml: GPU-utilization samples with a cursor, field
+    values each with its own return code, violation status, GPM checks of its arguments."""
+    pynvml.nvmlLib = library
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        kind, samples = pynvml.nvmlDeviceGetSamples(
+            handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+        assert kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        assert 1 <= len(samples) <= HISTORY_SECONDS
+        assert {s.sampleValue.uiVal for s in samples} == {50}
+        newest = max(s.timeStamp for s in samples)
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, newest)
+
+        ids = [*range(74, 82), 269, 270, 271, 1]
+        values = pynvml.nvmlDeviceGetFieldValues(handle, ids)
+        got = {v.fieldId: (v.nvmlReturn, v.value.ullVal if v.nvmlReturn == 0 else None)
+               for v in values}
+        assert got[74] == (0, 5_000_000_000) and got[75] == (0, 2_000_000_000)
+        assert got[269] == (0, 2_000_000_000) and got[271] == (0, 0)
+        assert got[1] == (pynvml.NVML_ERROR_NOT_SUPPORTED, None)
+        power = pynvml.nvmlDeviceGetViolationStatus(handle, pynvml.NVML_PERF_POLICY_POWER)
+        assert power.violationTime == 5_000_000_000
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetViolationStatus(handle, 6)
+
+        assert pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice == 1
+        first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+        request.metrics[1].metricId = pynvml.NVML_GPM_METRIC_FP64_UTIL
+        request.sample1, request.sample2 = first, second
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):  # not filled yet
+            pynvml.nvmlGpmMetricsGet(request)
+        pynvml.nvmlGpmSampleGet(handle, first)
+        pynvml.nvmlGpmSampleGet(handle, second)
+        pynvml.nvmlGpmMetricsGet(request)
+        assert (request.metrics[0].nvmlReturn, request.metrics[0].value) == (0, 40.0)
+        assert request.metrics[1].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+        request.sample1, request.sample2 = second, first  # the newer one first
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):
+            pynvml.nvmlGpmMetricsGet(request)
+        request.version = 2
+        with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+            pynvml.nvmlGpmMetricsGet(request)
+        pynvml.nvmlGpmSampleFree(first)
+        pynvml.nvmlGpmSampleFree(second)
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):
+            pynvml.nvmlGpmSampleFree(None)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_work_signal_calls_behave_alike(lib: ctypes.CDLL) -> None:
+    check_work_signal_calls(lib)
+    assert lib.fakeNvmlGpmSamples() == 0
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    now_us = int(time.time() * 1_000_000)
+    tick(fake, now_us - 1_000_000, 0)
+    tick(fake, now_us, 1)
+    with restored_pynvml():
+        check_work_signal_calls(fake)
+    assert fake.gpm_samples_allocated() == 0
 
 
 def test_event_wait_blocks_for_the_timeout(lib: ctypes.CDLL) -> None:
