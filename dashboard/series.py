@@ -283,6 +283,14 @@ class PodDetail:
     queries: int = 0
 
 
+def index_key(index: str) -> tuple[int, ...]:
+    """Sort key of a ``gpu`` label: ``"2"`` before ``"10"``, ``"7/1"`` after ``"7"``."""
+    try:
+        return tuple(int(p) for p in index.split("/"))
+    except ValueError:
+        return (1 << 30,)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadDevice:
     """One device a workload's containers use, with the pods on it."""
@@ -297,7 +305,7 @@ class WorkloadDevice:
 class WorkloadDetail:
     """Every device of one workload (one distributed run) side by side over the window:
     utilization, SM activity and power, one series per device (means per step, from the
-    counters where the exporter has them)."""
+    counters where the exporter has them). ``devices`` in node and GPU order."""
 
     namespace: str
     workload: str

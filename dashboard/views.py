@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 
 from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.analysis.allocated import allocated_idle
-from gpuscope.dashboard.analysis.idle import idle_gpus, idle_nodes, idle_slices, physical_gpus
+from gpuscope.dashboard.analysis.idle import (
+    gpu_states,
+    idle_gpus,
+    idle_nodes,
+    idle_slices,
+    physical_gpus,
+)
 from gpuscope.dashboard.analysis.mig import slice_shares
 from gpuscope.dashboard.analysis.spinning import spinning_gpus, spinning_steps
 from gpuscope.dashboard.analysis.starvation import input_starved, timeslice_shares
@@ -19,7 +25,14 @@ from gpuscope.dashboard.analysis.stragglers import Group, Straggler, stragglers
 from gpuscope.dashboard.analysis.throttle import throttled_gpus
 from gpuscope.dashboard.analysis.waste import waste
 from gpuscope.dashboard.prices import NodePrice, PriceTable
-from gpuscope.dashboard.series import ContainerRef, Evidence, FleetData, GpuRef, Window
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    Evidence,
+    FleetData,
+    GpuRef,
+    Window,
+    index_key,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,13 +294,6 @@ def _gpu_index(data: FleetData, ref: GpuRef) -> str:
     return info.gpu if info is not None else ref.uuid[-8:]
 
 
-def _index_key(index: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in index.split("/"))
-    except ValueError:
-        return (1 << 30,)
-
-
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -359,7 +365,7 @@ def build_fleet_view(
     nodes_idle = idle_nodes(data.gpus, verdicts)
     slices_idle = idle_slices(data.gpus, verdicts, nodes_idle)
     report = waste(
-        nodes_idle, {n: node_price[n].per_hour for n in nodes_idle if n in node_price},
+        nodes_idle, {n: p.per_hour for n, p in node_price.items()},
         slices=slices_idle, gpus_per_node={n: len(v) for n, v in by_node.items()},
     )
 
@@ -432,18 +438,17 @@ def build_fleet_view(
 
     # KPIs over whole GPUs (MIG slices are parts of one).
     whole = [info for infos in by_node.values() for info in infos]
-    spinning_whole = sum(1 for g in whole if g.ref in spinning)
-    idle_n = sum(1 for g in whole if (v := verdicts.get(g.ref)) is not None and v.idle
-                 and g.ref not in spinning)
-    with_data = [g for g in whole if g.ref in data.gpu_now]
+    states = gpu_states(data.gpus, verdicts, spinning, set(data.gpu_now) | signals.gpm)
+    counts = {state: sum(1 for v in states.values() if v == state)
+              for state in ("busy", "idle", "spinning", "no data")}
     means = [data.gpu_mean[g.ref] for g in whole if g.ref in data.gpu_mean]
     priced = [p.per_hour for n, p in node_price.items() if p.per_hour is not None
               and n in by_node]
     kpis = Kpis(
         gpus=len(whole),
-        busy=max(0, len(with_data) - idle_n - spinning_whole),
-        idle=idle_n,
-        no_data=len(whole) - len(with_data),
+        busy=counts["busy"],
+        idle=counts["idle"],
+        no_data=counts["no data"],
         mean_utilization=sum(means) / len(means) if means else None,
         idle_nodes=len(nodes_idle),
         burning_per_hour=report.burning_per_hour,
@@ -451,7 +456,7 @@ def build_fleet_view(
         wasted_unallocated=report.wasted_unallocated,
         wasted_allocated=report.wasted_allocated,
         unpriced_idle_nodes=report.unpriced_nodes,
-        spinning=spinning_whole,
+        spinning=counts["spinning"],
         throttled=len({(t.node, t.gpu) for t in throttled_rows}),
         allocated_idle=len(allocated_rows),
         allocated_idle_per_hour=sum(r.price_per_hour or 0.0 for r in allocated_rows),
@@ -563,7 +568,7 @@ def build_fleet_view(
 
     # Heatmap: window-mean utilization, nodes x whole-GPU indices.
     node_names = tuple(sorted(by_node))
-    columns = tuple(sorted({g.gpu for infos in by_node.values() for g in infos}, key=_index_key))
+    columns = tuple(sorted({g.gpu for infos in by_node.values() for g in infos}, key=index_key))
     z_rows, idle_cells, spin_cells = [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node[node]}

@@ -24,7 +24,7 @@ class Run:
 
     start: float
     end: float
-    first_index: int  # index of the run's first point in the series
+    first_index: int  # index of the run's first point in the series after ``start``
 
     @property
     def seconds(self) -> float:
@@ -58,6 +58,10 @@ def trailing_run(
         # device's first sample can trail the fleet's first by up to a scrape interval. It
         # has held for all the history there is (at most two steps are given the benefit).
         start = history_start
+    # Points at or before where the history begins are not evidence (a rate there covers
+    # time before the data): the run's points, for the means taken over it, come after.
+    while i < len(times) - 1 and times[i] <= start:
+        i += 1
     return Run(start=start, end=times[-1], first_index=i)
 
 

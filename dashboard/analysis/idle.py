@@ -182,6 +182,36 @@ def _gpu_part(
                  v.required_seconds, v.history_seconds)
 
 
+def gpu_states(
+    gpus: Mapping[GpuRef, GpuInfo],
+    verdicts: Mapping[GpuRef, GpuIdle],
+    spinning: Collection[GpuRef] = (),
+    reporting: Collection[GpuRef] = (),
+) -> dict[GpuRef, str]:
+    """What each whole GPU is: ``spinning``, ``idle``, ``busy`` or ``no data`` (nothing to
+    judge it by: lost, not supported, or in MIG mode with no slice reporting). ``reporting``:
+    devices with data now besides those with an idle verdict (the Prometheus mode sends
+    only idle steps)."""
+    slices = mig_slices(gpus)
+    shares = slice_shares(gpus)
+    out: dict[GpuRef, str] = {}
+    for infos in physical_gpus(gpus).values():
+        for info in infos:
+            parts = slices.get(info.ref)
+            refs = [s.ref for s in parts] if parts else [info.ref]
+            found = [verdicts.get(r) for r in refs]
+            if info.ref in spinning:
+                out[info.ref] = "spinning"
+            elif not any(v is not None and v.has_data for v in found) and not any(
+                    r in reporting for r in refs):
+                out[info.ref] = "no data"
+            elif _gpu_part(info, verdicts, slices, shares) is not None:
+                out[info.ref] = "idle"
+            else:
+                out[info.ref] = "busy"
+    return out
+
+
 def idle_nodes(
     gpus: Mapping[GpuRef, GpuInfo], verdicts: Mapping[GpuRef, GpuIdle]
 ) -> dict[str, NodeIdle]:

@@ -52,6 +52,7 @@ from gpuscope.dashboard.series import (
     WorkloadDetail,
     WorkloadDevice,
     WorkSignals,
+    index_key,
 )
 
 log = logging.getLogger(__name__)
@@ -719,12 +720,12 @@ class EmbeddedData:
         sel = {name: [(lab, t, v) for lab, t, v in rows if _gref(lab) in on]
                for name, rows in sel.items()}
         signals = _work_signals(sel, window, evals, rng)
-        devices = tuple(
-            WorkloadDevice(ref, info.get((ref.node, ref.uuid), {}).get("gpu", ""),
-                           info.get((ref.node, ref.uuid), {}).get("model", ""),
-                           tuple(sorted(on[ref])))
-            for ref in sorted(on)
-        )
+        devices = tuple(sorted(
+            (WorkloadDevice(ref, info.get((ref.node, ref.uuid), {}).get("gpu", ""),
+                            info.get((ref.node, ref.uuid), {}).get("model", ""),
+                            tuple(sorted(on[ref])))
+             for ref in on),
+            key=lambda d: (d.ref.node, index_key(d.gpu), d.ref.uuid)))
         return WorkloadDetail(namespace=namespace, workload=workload, window=window,
                               devices=devices, utilization=signals.utilization,
                               sm=signals.sm, power=signals.power)

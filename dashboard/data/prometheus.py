@@ -46,6 +46,7 @@ from gpuscope.dashboard.series import (
     WorkloadDetail,
     WorkloadDevice,
     WorkSignals,
+    index_key,
 )
 
 # -- Prometheus ------------------------------------------------------------------------------
@@ -59,8 +60,13 @@ def _labels(metric: Mapping[str, str]) -> dict[str, str]:
 
 def _rate(metric: str, r: str, match: Mapping[str, str] | None = None,
           by: str = "node, gpu, uuid") -> str:
-    """Per step, the mean rate of a counter (the mean of the activity it integrates)."""
-    return f"max by ({by}) (rate({selector(metric, match)}[{r}]))"
+    """Per step, the mean rate of a counter (the mean of the activity it integrates), from
+    the steps at which the series is at least ``r`` old: before, Prometheus divides what
+    little increase there is by all of ``r`` and the rate reads low (a busy GPU would look
+    idle, a working one spinning), so those steps are left out."""
+    sel = selector(metric, match)
+    return (f"(max by ({by}) (rate({sel}[{r}]))"
+            f" and on ({by}) max by ({by}) ({sel} offset {r}))")
 
 
 def _util_step(r: str, match: Mapping[str, str] | None = None, by: str = "node, gpu, uuid"
@@ -343,10 +349,12 @@ class PrometheusData:
                 f" and on ({group}) (min by ({group}) ({wl_util}) >= {th.slow_busy!r})"
                 f" and on ({group}) (count by ({group}) ({wl}) >= 2)"
             ),
-            # A straggler's evidence, over the straggler duration up to now.
+            # A straggler's evidence, over the straggler duration up to now (throttling: the
+            # mean of the steps' rates, so a series younger than that is not diluted).
             "evidence": " or ".join([
-                f'label_replace(max by ({gby}, reason) (rate(gpu_throttle_seconds_total[{d}]))'
-                f' > 0, "stat", "throttle", "", "")',
+                f'label_replace(avg_over_time(max by ({gby}, reason)'
+                f' (rate(gpu_throttle_seconds_total[{r}]))[{d}:{s}]) > 0,'
+                f' "stat", "throttle", "", "")',
                 f'label_replace(max by ({gby}) (avg_over_time(gpu_sm_clock_hertz[{d}])),'
                 f' "stat", "sm_clock", "", "")',
                 f'label_replace(max by ({gby}) (avg_over_time(gpu_temperature_celsius[{d}])),'
@@ -550,8 +558,12 @@ class PrometheusData:
             power=by_signal.get("power", {}), power_limit=limits, gpm=frozenset(gpm),
             throttle=throttle,
         )
-        history_start = (window.end if first is None
-                         else max(window.start, first - window.step))
+        # A rate over the range r is the mean over r only once a series is r old (before,
+        # Prometheus divides what little increase there is by all of r): the rate-based
+        # verdicts' history begins r after the data does.
+        rate_range = max(window.step, self.lookback)
+        history_start = (window.end if first is None else
+                         min(window.end, max(window.start, first - window.step + rate_range)))
         return FleetData(
             window=window,
             history_start=history_start,
@@ -667,10 +679,10 @@ class PrometheusData:
         by_signal: dict[str, dict[GpuRef, Series]] = {}
         for lab, s in series_f.result():
             by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
-        devices = tuple(
-            WorkloadDevice(ref, index[ref][0], index[ref][1], tuple(sorted(pods[ref])))
-            for ref in sorted(pods)
-        )
+        devices = tuple(sorted(
+            (WorkloadDevice(ref, index[ref][0], index[ref][1], tuple(sorted(pods[ref])))
+             for ref in pods),
+            key=lambda d: (d.ref.node, index_key(d.gpu), d.ref.uuid)))
         return WorkloadDetail(
             namespace=namespace, workload=workload, window=window, devices=devices,
             utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),

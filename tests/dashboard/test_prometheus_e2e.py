@@ -99,11 +99,11 @@ def fleet(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
         def enough() -> bool:
             try:
-                return scalar(base, "min(count_over_time(gpu_utilization_ratio[1m]))") >= 5
+                return scalar(base, "min(count_over_time(gpu_utilization_ratio[1m]))") >= 10
             except (requests.RequestException, AssertionError):
                 return False
 
-        wait_for(enough, 60, "Prometheus to scrape both exporters 5 times")
+        wait_for(enough, 60, "Prometheus to scrape both exporters 10 times")
         yield base
     finally:
         if prom is not None:
@@ -114,12 +114,12 @@ def fleet(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def view_of(base: str) -> tuple[FleetView, PrometheusData]:
-    # One-second steps; each looks back 15 s, so scrapes delayed by a busy machine (CI runs
+    # One-second steps; each looks back 4 s, so scrapes delayed by a busy machine (CI runs
     # on 2 shared cores) leave no gap: a gap breaks every "for at least" run, and the
-    # history here is only seconds long.
-    prom = PrometheusData(base, min_step=1, lookback=15, max_points=900)
+    # history here is only seconds long (and that of the rates begins 4 s after the data).
+    prom = PrometheusData(base, min_step=1, lookback=4, max_points=900)
     data = prom.fleet(900)
-    assert data.queries == 9
+    assert data.queries == 14  # 11, and a second round: allocation, time-slicing, statistics
     return build_fleet_view(data, bundled_prices()), prom
 
 
@@ -129,8 +129,10 @@ def test_dashboard_numbers_equal_promql_answers(fleet: str) -> None:
     at = view.window.end
     k = view.kpis
     assert k.gpus == scalar(base, 'count(gpu_info{parent_uuid=""})', at) == 6
+    # The mean of each step's mean (the busy counter's rate; the gauge's mean in a series'
+    # first seconds): these loads are constant, so it is the gauges' mean.
     assert k.mean_utilization == pytest.approx(
-        scalar(base, "avg(avg_over_time(gpu_utilization_ratio[900s]))", at), rel=1e-9)
+        scalar(base, "avg(avg_over_time(gpu_utilization_ratio[900s]))", at), rel=0.01)
     assert k.idle == scalar(base, "count(gpu_utilization_ratio < 0.05)", at) == 2
     assert k.busy == scalar(base, "count(gpu_utilization_ratio >= 0.05)", at) == 4
 
@@ -172,7 +174,7 @@ def test_dashboard_numbers_equal_promql_answers(fleet: str) -> None:
 
     # Drill-downs.
     node = prom.node_detail("e2e-busy", 900)
-    assert node.queries == 3
+    assert node.queries == 6
     assert node.utilization["0"].values[-1] == pytest.approx(
         scalar(base, 'gpu_utilization_ratio{node="e2e-busy", gpu="0"}'))
     assert {"serve/rerank/s (GPU 0)", "ml/ddp-worker-2/t (GPU 3)"} <= set(node.containers)
