@@ -44,6 +44,27 @@ def _state(window: Any, namespace: Any) -> dict[str, str | None]:
 SHOWN, HIDDEN = "graphs", "graphs hidden"
 
 
+def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, node: Any, pod: Any,
+               workload: Any) -> tuple[Any, ...]:
+    """The URL and the controls kept in step: on page load (no trigger) or a change of the
+    URL (back, forward, a pasted link) the URL sets the controls; a control's change writes
+    the URL. Returns (search, window, namespace, node, pod, workload), ``no_update`` where
+    nothing changes. The values are validated where they are used, like a typed one."""
+    current = (_window(window) or DEFAULT_WINDOW, _text(namespace) or None, _text(node),
+               _text(pod), _text(workload))
+    if trigger in (None, ids.URL):
+        wanted = components.parse_query(search)
+        target = (_window(wanted.get("window")) or DEFAULT_WINDOW, wanted.get("namespace"),
+                  wanted.get("node"), wanted.get("pod"), wanted.get("workload"))
+        return (no_update, *(t if t != c else no_update
+                             for t, c in zip(target, current, strict=True)))
+    state = dict(zip(components.URL_KEYS, current, strict=True))
+    if state["window"] == DEFAULT_WINDOW:
+        state["window"] = None
+    query = components.query_string(state)
+    return (query if query != (search or "") else no_update, *([no_update] * 5))
+
+
 def register_callbacks(app: Dash, service: DashboardService) -> None:
     @app.callback(
         Output(ids.FLEET_KPIS, "children"),
@@ -145,20 +166,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     )
     def sync_url(search: Any, window: Any, namespace: Any, node: Any, pod: Any,
                  workload: Any) -> tuple[Any, ...]:
-        current = (_window(window) or DEFAULT_WINDOW, _text(namespace) or None, _text(node),
-                   _text(pod), _text(workload))
-        if ctx.triggered_id in (None, ids.URL):
-            # Page load or back/forward: the URL wins. Values are validated where used.
-            wanted = components.parse_query(search)
-            target = (_window(wanted.get("window")) or DEFAULT_WINDOW, wanted.get("namespace"),
-                      wanted.get("node"), wanted.get("pod"), wanted.get("workload"))
-            return (no_update, *(t if t != c else no_update
-                                 for t, c in zip(target, current, strict=True)))
-        state = dict(zip(components.URL_KEYS, current, strict=True))
-        if state["window"] == DEFAULT_WINDOW:
-            state["window"] = None
-        query = components.query_string(state)
-        return (query if query != (search or "") else no_update, *([no_update] * 5))
+        return sync_state(ctx.triggered_id, search, window, namespace, node, pod, workload)
 
     # A link's "#section" target exists only once Dash has drawn the page: scroll to it then.
     app.clientside_callback(  # type: ignore[no-untyped-call]

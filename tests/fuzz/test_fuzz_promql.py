@@ -1,7 +1,7 @@
 """Fuzzing PromQL injection through every dashboard input.
 
-The inputs (every ``Input``/``State`` of ``dashboard/callbacks.py``; the page has no URL
-query parameters, no ``dcc.Location`` and no other text box):
+The inputs (every ``Input``/``State`` of ``dashboard/callbacks.py``; the page has no other
+text box):
 
 - ``namespace-filter.value`` (text box): ``namespace="..."`` in the fleet queries; guarded
   by validate_namespace (else "Namespace filter ignored") and escape_label_value;
@@ -10,6 +10,10 @@ query parameters, no ``dcc.Location`` and no other text box):
   escaped;
 - ``pod-select.value`` (dropdown, ``namespace/pod``): ``namespace="...", pod="..."`` in the
   pod drill-down; validate_namespace and validate_pod, escaped;
+- ``workload-select.value`` (dropdown, ``namespace/Kind/name``): ``namespace="...",
+  workload="..."`` in the workload view; validate_namespace and validate_workload, escaped;
+- ``page-url.search`` (the URL's query string, which anyone can write): only sets the
+  controls above, whose values are then checked as above;
 - ``fleet-heatmap.clickData`` (a click): its ``y`` becomes ``node-select.value``;
 - ``refresh-interval.n_intervals`` (a timer): reaches no query.
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +45,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuscope.dashboard import callbacks, ids
+from gpuscope.dashboard.analysis.throttle import THROTTLE_REASONS
 from gpuscope.dashboard.data import (
     InvalidFilter,
     PrometheusData,
@@ -48,6 +54,7 @@ from gpuscope.dashboard.data import (
     validate_namespace,
     validate_node,
     validate_pod,
+    validate_workload,
 )
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.prices import bundled_prices
@@ -173,6 +180,17 @@ def test_tokenizer_on_known_queries() -> None:
 
 # -- the builders ------------------------------------------------------------------------------
 
+#: Literals the code itself writes: label_replace's label names and values, empty matchers.
+CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "signal",
+             "utilization", "sm", "tensor", "dram", "power", "process", "gpm", "limit",
+             "throttle", "sm_clock", "temperature"}
+
+
+def constant_regex(lit: Literal) -> bool:
+    """The one regex matcher the code writes itself: the throttle reasons that count."""
+    return lit.op == "=~" and set(regex_alternatives(lit.value)) <= set(THROTTLE_REASONS)
+
+
 WINDOW = make_window(3600, 1_800_000_000.0, min_step=15, max_points=60)
 
 
@@ -209,43 +227,59 @@ def benign(value: str) -> str:
 
 @fuzz(200)
 @given(namespace=st.none() | STRINGS, nodes=st.lists(STRINGS, max_size=3),
-       shared=st.lists(STRINGS, max_size=3), candidates=st.lists(STRINGS, max_size=3))
+       shared=st.lists(STRINGS, max_size=3), candidates=st.lists(STRINGS, max_size=3),
+       spinning=st.lists(STRINGS, max_size=3), members=st.lists(STRINGS, max_size=3))
 def test_fleet_queries_have_fixed_shapes_whatever_the_values(
     namespace: str | None, nodes: list[str], shared: list[str], candidates: list[str],
+    spinning: list[str], members: list[str],
 ) -> None:
     # fleet() validates the namespace first; the builders must be safe even without that.
     prom = PrometheusData("http://127.0.0.1:1", workers=1)
     try:
         first = prom.fleet_queries(WINDOW, namespace)
-        second = prom.second_round(WINDOW, nodes, shared, candidates, namespace)
+        second = prom.second_round(WINDOW, nodes, shared, candidates, namespace, spinning,
+                                   members)
         ref_first = prom.fleet_queries(WINDOW, None if namespace is None else "v")
         ref_second = prom.second_round(WINDOW, ["n"] * bool(nodes), ["u"] * bool(shared),
                                        ["c"] * bool(candidates),
-                                       None if namespace is None else "v")
+                                       None if namespace is None else "v",
+                                       ["s"] * bool(spinning), ["m"] * bool(members))
     finally:
         prom.close()
     assert set(first) == set(ref_first) and set(second) == set(ref_second)
-    backend = set(nodes) | set(shared) | set(candidates)
+    backend = set(nodes) | set(shared) | set(candidates) | set(spinning) | set(members)
     for role, q in [*first.items(), *second.items()]:
         skel, lits = tokenize(q)
         ref = (ref_first | ref_second)[role]
         assert skel == tokenize(ref)[0], role
         for lit in lits:
+            if constant_regex(lit):
+                continue
             if lit.op == "=~":
                 assert set(regex_alternatives(lit.value)) <= backend
             elif lit.op == "=":
                 assert lit.value == namespace
             else:
-                assert lit.value in {"", "stat", "mean", "now", "first", "stddev", "count",
-                                     "memory"}
+                assert lit.value in CONSTANTS
 
 
 @fuzz(300)
-@given(namespace=STRINGS, pod=STRINGS, node=STRINGS)
-@example(namespace="ml", pod="p", node="ip-10-0-1-1.ec2.internal")
-def test_drill_down_queries_validate_then_quote(namespace: str, pod: str, node: str) -> None:
+@given(namespace=STRINGS, pod=STRINGS, node=STRINGS, workload=STRINGS)
+@example(namespace="ml", pod="p", node="ip-10-0-1-1.ec2.internal", workload="PyTorchJob/ddp")
+def test_drill_down_queries_validate_then_quote(namespace: str, pod: str, node: str,
+                                                workload: str) -> None:
     prom = PrometheusData("http://127.0.0.1:1", workers=1)
     try:
+        try:
+            wq = prom.workload_queries(namespace, workload, WINDOW)
+        except InvalidFilter:
+            with pytest.raises(InvalidFilter):
+                validate_namespace(namespace)
+                validate_workload(workload)
+        else:
+            _, lits = literals_of(wq)
+            assert {lit.value for lit in lits if lit.op == "="} == {
+                validate_namespace(namespace), validate_workload(workload)}
         try:
             nq = prom.node_queries(node, WINDOW)
         except InvalidFilter:
@@ -295,13 +329,17 @@ class FakeApp:
 
         return register
 
+    def clientside_callback(self, *_args: Any, **_kwargs: Any) -> None:
+        """Runs in the browser only (it scrolls to a link's section): no server input."""
+
 
 # Every input, and what it is called with below. A new Input/State fails this test until it
 # is added here (and fuzzed).
 INPUTS = {
     (ids.REFRESH, "n_intervals"), (ids.WINDOW_SELECT, "value"),
     (ids.NAMESPACE_FILTER, "value"), (ids.FLEET_HEATMAP, "clickData"),
-    (ids.NODE_SELECT, "value"), (ids.POD_SELECT, "value"),
+    (ids.NODE_SELECT, "value"), (ids.POD_SELECT, "value"), (ids.WORKLOAD_SELECT, "value"),
+    (ids.URL, "search"),
 }
 
 
@@ -375,6 +413,9 @@ class Backend:
         return []
 
     def series(self, q: str) -> list[dict[str, str]]:
+        if q.startswith("count by (namespace, workload, model)"):
+            # A slow-rank candidate: the second round asks for its devices' signals.
+            return [{"namespace": self.ns, "workload": f"Job/{self.c1}", "model": "A10G"}]
         if "container_gpu_utilization_ratio" in q or "container_gpu_memory" in q:
             return [self.container(self.n2, self.u2, self.c1),
                     self.container(self.n2, self.u2, self.c2)]
@@ -423,6 +464,7 @@ def shapes(cheap_figures: None) -> Iterator[set[str]]:
             cbs["update_fleet"].func(1, window, namespace)
         cbs["update_node"].func("n1", window, 1)
         cbs["update_pod"].func("ml/p", window, 1)
+        cbs["update_workload"].func("ml/Job/c", window, None, 1)
     yield {tokenize(q)[0] for q in page.backend.queries}
     close(page)
 
@@ -447,11 +489,13 @@ CLICKS = st.one_of(JSON, st.builds(lambda y: {"points": [{"y": y, "x": 0}]}, JSO
 
 
 def allowed_literal(lit: Literal, user: set[str], backend: set[str]) -> bool:
+    if constant_regex(lit):
+        return True
     if lit.op == "=~":
         return set(regex_alternatives(lit.value)) <= backend
     if lit.op == "=":
         return lit.value in user
-    return lit.value in {"", "stat", "mean", "now", "first", "stddev", "count", "memory"}
+    return lit.value in CONSTANTS
 
 
 def valid_user_values(*texts: Any) -> set[str]:
@@ -461,28 +505,45 @@ def valid_user_values(*texts: Any) -> set[str]:
             continue
         ns, _, pod = text.partition("/")
         for check, part in ((validate_namespace, text), (validate_pod, text),
-                            (validate_node, text), (validate_namespace, ns), (validate_pod, pod)):
+                            (validate_node, text), (validate_namespace, ns), (validate_pod, pod),
+                            (validate_workload, pod)):
             with contextlib.suppress(InvalidFilter):
                 out.add(check(part))
     return out
 
 
+SEARCHES = st.one_of(JSON, st.dictionaries(
+    st.sampled_from(["window", "namespace", "node", "pod", "workload", "x"]), STRINGS,
+    max_size=5).map(lambda d: "?" + urllib.parse.urlencode(d)))
+
+
 @fuzz(120)
 @given(labels=st.lists(STRINGS, max_size=9), window=JSON, namespace=JSON, node=JSON,
-       pod=JSON, click=CLICKS, n=JSON)
-@example(labels=[], window=["15m"], namespace=None, node=None, pod=None, click=None, n=0)
-@example(labels=[], window="1h", namespace=7, node=7, pod=7, click=None, n=0)
-@example(labels=[], window="1h", namespace=None, node=None, pod=["ml/p"], click=None, n=0)
+       pod=JSON, click=CLICKS, n=JSON, workload=JSON, search=SEARCHES)
+@example(labels=[], window=["15m"], namespace=None, node=None, pod=None, click=None, n=0,
+         workload=None, search="")
+@example(labels=[], window="1h", namespace=7, node=7, pod=7, click=None, n=0, workload=7,
+         search=7)
+@example(labels=[], window="1h", namespace=None, node=None, pod=["ml/p"], click=None, n=0,
+         workload="ml/Job/x", search=None)
 @example(labels=['"} or vector(1) #'] * 9, window="7d", namespace='"} or vector(1) #',
-         node='"} or vector(1) #', pod='ml/"} or vector(1) #', click=None, n=None)
+         node='"} or vector(1) #', pod='ml/"} or vector(1) #', click=None, n=None,
+         workload='ml/Job/"} or vector(1) #',
+         search='?node=%22%7D+or+vector(1)+%23&workload=ml%2FJob%2F%22')
 def test_every_input_reaches_promql_only_validated_and_escaped(
     shapes: set[str], labels: list[str], window: Any, namespace: Any, node: Any, pod: Any,
-    click: Any, n: Any,
+    click: Any, n: Any, workload: Any, search: Any,
 ) -> None:
     page = make_page(labels)
     try:
         cbs = registered_with(page.service)
         backend = page.backend.values()
+        # A URL (a pasted link) sets the controls, as the user would.
+        synced = callbacks.sync_state(ids.URL, search, window, namespace, node, pod, workload)
+        window, namespace, node, pod, workload = (
+            old if new is callbacks.no_update else new
+            for old, new in zip((window, namespace, node, pod, workload), synced[1:],
+                                strict=True))
         fleet = cbs["update_fleet"].func(n, window, namespace)
         banner = fleet[-3]
         assert "Internal error" not in str(banner), banner
@@ -500,7 +561,14 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
             validate_namespace(ns)
             validate_pod(name)
         assert "Internal error" not in str(pod_out[-1]), pod_out[-1]
-        user = valid_user_values(namespace, node_value, pod)
+        # (The workload view also asks for the fleet view; its own queries' literals are
+        # checked with the rest below.)
+        work_out = cbs["update_workload"].func(workload, window, namespace, n)
+        assert "Internal error" not in str(work_out[-1]), work_out[-1]
+        user = valid_user_values(namespace, node_value, pod, workload)
+        # With no workload picked, the workload view opens the first straggler's or the
+        # first workload's: a name that came back from the backend, validated all the same.
+        user |= valid_user_values(f"{page.backend.ns}/Job/{page.backend.c1}")
         for q in page.backend.queries:
             skel, lits = tokenize(q)
             assert skel in shapes, q
@@ -525,8 +593,9 @@ def test_an_injected_namespace_sends_no_namespace_at_all() -> None:
 def test_number_of_queries_is_bounded() -> None:
     page = make_page([])
     try:
-        # docs/dashboard.md: at most 9 queries for a fleet page, however many devices.
+        # docs/dashboard.md: at most 16 queries for a fleet page, however many devices (11 in
+        # the first round; this backend makes the second round ask all five of its own).
         registered_with(page.service)["update_fleet"].func(1, "1h", "ml")
-        assert len(page.backend.queries) == 9
+        assert len(page.backend.queries) == 16
     finally:
         close(page)
