@@ -32,6 +32,11 @@ Sources (``--source``):
   built with gcc and opened with ``ctypes.CDLL``: no Python double runs in the exporter
   process, and no driver tick thread (the library synthesizes its samples from the clock).
 
+With the NVML sources, GPM (the work signals' SM/tensor/DRAM activity) is answered by the
+doubles as on Hopper and sampled at the exporter's own GPM cadence; ``--gpm-interval
+SECONDS`` sets it (``0``: every sampling round, the worst case) and ``--no-gpm`` has the
+library answer that it has no GPM, to compare.
+
 ``--import-costs`` measures instead the RSS and import time that each module the exporter
 loads adds, each step in a fresh interpreter. ``--profile FILE`` records a py-spy profile of
 the measured window (collapsed stacks), which perturbs the numbers a little.
@@ -323,6 +328,10 @@ def exporter_command(
     runner = ["-m", "bench.nvml_fake_exporter"]
     if args.source == "nvml-c":
         runner = ["-m", "bench.nvml_c_exporter", "--library", str(args.fake_library)]
+    if args.gpm_interval is not None:
+        runner += ["--gpm-interval", f"{args.gpm_interval:g}"]
+    if not args.gpm:
+        runner.append("--no-gpm")
     return [*python_argv(args), *runner,
             "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu),
             "--proc-tree", str(workdir / "proc"), "--",
@@ -604,6 +613,7 @@ class Result:
     kubelet: bool = False
     loadavg: list[float] = field(default_factory=list)  # 1-min load at window start and end
     machine: dict[str, Any] = field(default_factory=dict)
+    gpm: str = ""  # NVML sources: how GPM was sampled
 
     def verdicts(self) -> dict[str, str]:
         return {
@@ -764,7 +774,20 @@ def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
         profile=str(profile_path) if profile_path else None,
         machine=machine_info(),
         loadavg=[round(load_before[0], 2), round(load_after[0], 2)],
+        gpm=describe_gpm(args),
     )
+
+
+def describe_gpm(args: argparse.Namespace) -> str:
+    if args.source == "simulated":
+        return ""
+    if not args.gpm:
+        return "off (the library has none)"
+    if args.gpm_interval is None:
+        return "on, at the exporter's default GPM cadence"
+    if args.gpm_interval == 0:
+        return "on, every sampling round"
+    return f"on, every {args.gpm_interval:g} s"
 
 
 def print_result(r: Result) -> None:
@@ -779,6 +802,7 @@ def print_result(r: Result) -> None:
     if r.source in ("nvml-fake", "nvml-c"):
         kubelet = "a fake kubelet (PodResources List)" if r.kubelet else "no kubelet socket"
         print(f"  attribution inputs: a /proc tree for the fake PIDs, {kubelet}, no API server")
+        print(f"  GPM: {r.gpm}")
     print(f"  start-up to /readyz: {r.startup_s:.2f} s, RSS then {r.rss_at_ready_mib:.1f} MiB")
     print(f"  CPU:   {r.cpu_percent:.2f} % of one core   (target <= {TARGET_CPU_PERCENT:g} %: "
           f"{v['cpu']})")
@@ -935,6 +959,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-kubelet", dest="kubelet", action="store_false",
                    help="nvml-fake, nvml-c: no fake kubelet socket (no allocations, no grpc "
                         "import)")
+    p.add_argument("--gpm-interval", type=float, metavar="SECONDS",
+                   help="nvml-fake, nvml-c: GPM cadence (0: every round; default: the "
+                        "exporter's)")
+    p.add_argument("--no-gpm", dest="gpm", action="store_false",
+                   help="nvml-fake, nvml-c: the fake library has no GPM")
     p.add_argument("--startup-timeout", type=float, default=60.0)
     p.add_argument("--python", default=sys.executable, help="interpreter for the exporter")
     p.add_argument("--no-site", action="store_true",

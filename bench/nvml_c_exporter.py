@@ -34,7 +34,13 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.nvml_fake_exporter import build_node, run_exporter_over, write_proc_tree
+from bench.nvml_fake_exporter import (
+    add_gpm_arguments,
+    build_node,
+    gpm_source_kwargs,
+    run_exporter_over,
+    write_proc_tree,
+)
 
 SOURCE = Path(__file__).resolve().parent / "fake_libnvml" / "fake_nvml.c"
 DEFAULT_BUILD_DIR = SOURCE.parent / "build"
@@ -91,11 +97,14 @@ def build_library(build_dir: Path | None = None, compiler: str | None = None) ->
     return target
 
 
-def configure(gpus: int, processes_per_gpu: int, history_seconds: int = HISTORY_SECONDS) -> None:
+def configure(
+    gpus: int, processes_per_gpu: int, history_seconds: int = HISTORY_SECONDS, gpm: bool = True
+) -> None:
     """Set the node the library builds at its next ``nvmlInit`` (from the environment)."""
     os.environ["FAKE_NVML_GPUS"] = str(gpus)
     os.environ["FAKE_NVML_PROCESSES_PER_GPU"] = str(processes_per_gpu)
     os.environ["FAKE_NVML_HISTORY_SECONDS"] = str(history_seconds)
+    os.environ["FAKE_NVML_GPM"] = "1" if gpm else "0"
 
 
 def load_library(path: Path) -> ctypes.CDLL:
@@ -126,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the compiled fake library (default: build it if needed)")
     parser.add_argument("--build-dir", type=Path, metavar="DIR",
                         help=f"where to build the library (default {DEFAULT_BUILD_DIR})")
+    add_gpm_arguments(parser)
     args, rest = parser.parse_known_args(argv)
     exporter_args = [a for a in rest if a != "--"]
     if args.gpus < 0 or args.processes_per_gpu < 0:
@@ -137,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BuildError, OSError) as exc:
         print(f"nvml_c_exporter: error: {exc}", file=sys.stderr)
         return 2
-    configure(args.gpus, args.processes_per_gpu)
+    configure(args.gpus, args.processes_per_gpu, gpm=args.gpm)
     if args.proc_tree is not None:
         write_proc_tree_for(args.proc_tree, args.gpus, args.processes_per_gpu)
         exporter_args += ["--proc-root", str(args.proc_tree)]
@@ -146,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"nvml-c: {args.gpus} GPUs x {args.processes_per_gpu} processes, library {path}",
         file=sys.stderr,
     )
-    return run_exporter_over(library, exporter_args, threading.Event())
+    return run_exporter_over(library, exporter_args, threading.Event(), gpm_source_kwargs(args))
 
 
 if __name__ == "__main__":

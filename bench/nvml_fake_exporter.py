@@ -190,10 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--proc-tree", type=Path, metavar="DIR",
                         help="write a /proc tree for the fake PIDs into DIR and pass "
                              "--proc-root DIR to the exporter")
+    add_gpm_arguments(parser)
     args, rest = parser.parse_known_args(argv)
     exporter_args = [a for a in rest if a != "--"]
 
     fake = build_node(args.gpus, args.processes_per_gpu)
+    for gpu in fake.gpus:
+        gpu.gpm_supported = args.gpm
     if args.proc_tree is not None:
         write_proc_tree(args.proc_tree, fake)
         exporter_args += ["--proc-root", str(args.proc_tree)]
@@ -209,18 +212,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"driver tick {args.driver_tick:g} s",
         file=sys.stderr,
     )
-    return run_exporter_over(fake, exporter_args, stop)
+    return run_exporter_over(fake, exporter_args, stop, gpm_source_kwargs(args))
 
 
-def run_exporter_over(fake: object, exporter_args: list[str], stop: threading.Event) -> int:
+def add_gpm_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpm-interval", type=float, metavar="SECONDS",
+                        help="NvmlSource's GPM cadence (0: every round; default: its own)")
+    parser.add_argument("--no-gpm", dest="gpm", action="store_false",
+                        help="the fake library answers that it has no GPM")
+
+
+def gpm_source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    if args.gpm_interval is None:
+        return {}
+    return {"gpm_interval_seconds": args.gpm_interval}
+
+
+def run_exporter_over(
+    fake: object, exporter_args: list[str], stop: threading.Event,
+    source_kwargs: dict[str, Any] | None = None,
+) -> int:
     """``gpuscope-exporter --source nvml`` with ``fake`` as libnvidia-ml (the Python double,
-    or the C one as a ``ctypes.CDLL``); sets ``stop`` when the exporter returns."""
+    or the C one as a ``ctypes.CDLL``) and ``source_kwargs`` for NvmlSource; sets ``stop``
+    when the exporter returns."""
+    extra = dict(source_kwargs or {})
 
     class FakeLibraryNvmlSource(nvml.NvmlSource):
         """NvmlSource whose libnvidia-ml is the fake (unless a caller passes a loader)."""
 
         def __init__(self, **kwargs: Any) -> None:
             kwargs.setdefault("library_loader", lambda: fake)
+            for key, value in extra.items():
+                kwargs.setdefault(key, value)
             super().__init__(**kwargs)
 
     # The only change to the real code path: cli.build_source imports NvmlSource from
