@@ -1,9 +1,12 @@
 """Scenario files for the simulated GPU source: loading, strict validation, typed model.
 
 A scenario describes one simulated node: the node itself, its GPUs (and MIG slices), the
-processes that run on them with a utilization *pattern* each, the Kubernetes pods and
+processes that run on them with a utilization *pattern* (and an *activity*: what that
+utilization is made of) each, GPM and throttling of the GPUs, the Kubernetes pods and
 containers that hold the GPUs, and faults (lost GPUs, XID events, NVML going away). The
-format is documented in ``docs/scenarios.md``; this module is its reference implementation.
+format is documented in ``docs/scenarios.md``; this package is its reference implementation:
+``model`` (the dataclasses), ``patterns``, ``parse`` (the strict validator), ``load`` (YAML
+files and the built-in scenario), ``synthetic`` (programmatic scenarios for benchmarks).
 
 Everything is validated up front: an unknown key, a wrong type, a value out of range or a
 reference to something that does not exist raises :class:`ScenarioError` whose message is
