@@ -25,11 +25,12 @@ than ``gpm_cpu_budget`` of the time).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import pynvml
@@ -209,6 +210,10 @@ class NvmlSource:
         self._next_gpm_at = 0.0
         self._gpm_due = False
         self._gpm_seconds = 0.0  # time spent in GPM calls this round
+        # GPM means by target this round: the MIG devices of one GPU instance share them.
+        self._gpm_results: dict[tuple[object, ...], tuple[dict[int, float], float] | None] = {}
+        # (device, signal) pairs whose optional read failed, so each is logged once.
+        self._optional_failures: set[tuple[str, str]] = set()
         # Work-signal counters by device UUID, kept across re-inits: they never go back.
         self._counters: dict[str, _Counters] = {}
         # The process-list calls to use; switched to _v2 for good when the driver lacks _v3.
@@ -438,6 +443,7 @@ class NvmlSource:
         round_started = self._monotonic()
         self._gpm_due = session.gpm is not None and round_started >= self._next_gpm_at
         self._gpm_seconds = 0.0
+        self._gpm_results = {}
         xid_started = self._monotonic()
         xids = self._xid_counts.by_device()
         xid_seconds = self._monotonic() - xid_started
@@ -574,29 +580,48 @@ class NvmlSource:
         self, dev: _Device, handle: object, utilization_percent: int | None
     ) -> tuple[dict[str, float], tuple[ThrottleTime, ...]]:
         """The device's work-signal counters after this round's reads: busy time, GPM (when
-        due: else the totals of the last GPM round) and, on a GPU, throttle time. Device
-        faults raise NvmlFault."""
+        due: else the totals of the last GPM round) and, on a GPU, throttle time. A lost
+        device or a dead driver raises NvmlFault; any other error of these optional reads
+        leaves that signal out of this round (logged once), not the device down."""
         counters = self._counters.get(dev.uuid)
         if counters is None:
             counters = self._counters[dev.uuid] = _Counters()
         work: dict[str, float] = {}
         start_us = int((self._clock() - _UTIL_LOOKBACK_SECONDS) * 1_000_000)
-        busy = counters.busy.update(handle, utilization_percent, start_us, self._monotonic())
-        if busy is not None:
-            work["busy_seconds"] = busy
+        with self._optional(dev, "busy time"):
+            busy = counters.busy.update(handle, utilization_percent, start_us, self._monotonic())
+            if busy is not None:
+                work["busy_seconds"] = busy
         gpm = self._session.gpm if self._session is not None else None
         if dev.gpm_supported and gpm is not None:
             if self._gpm_due:
-                started = self._monotonic()
-                means = gpm.sample(dev.gpm_key, self._gpm_take(dev))
-                self._gpm_seconds += self._monotonic() - started
-                if means is not None:
-                    counters.gpm.add(*means)
+                with self._optional(dev, "GPM"):
+                    key = dev.gpm_key
+                    if key not in self._gpm_results:  # once per GPU instance per round
+                        started = self._monotonic()
+                        self._gpm_results[key] = gpm.sample(key, self._gpm_take(dev))
+                        self._gpm_seconds += self._monotonic() - started
+                    means = self._gpm_results[key]
+                    if means is not None:
+                        counters.gpm.add(*means)
             work.update(counters.gpm.reported())
         throttle: tuple[ThrottleTime, ...] = ()
         if dev.parent is None:
-            throttle = counters.throttle.update(dev.throttle.read(handle))
+            with self._optional(dev, "throttle time"):
+                throttle = counters.throttle.update(dev.throttle.read(handle))
         return work, throttle
+
+    @contextlib.contextmanager
+    def _optional(self, dev: _Device, what: str) -> Iterator[None]:
+        """Run one optional read: a failing (not lost) device leaves it out this round."""
+        try:
+            yield
+        except NvmlFault as fault:
+            if fault.fault is not Fault.FAILED:
+                raise
+            if (dev.uuid, what) not in self._optional_failures:
+                self._optional_failures.add((dev.uuid, what))
+                log.warning("%s of %s not read: %s", what, dev.uuid, describe(fault))
 
     def _gpm_take(self, dev: _Device) -> Callable[[object], bool]:
         """How to fill a GPM sample buffer for ``dev``: its GPU, or its MIG GPU instance."""

@@ -246,3 +246,39 @@ def test_gpm_off(fake: FakeNvml, make_source: SourceFactory, mono: FakeClock) ->
     mono.advance(1.0)
     assert gpm_values(source.sample().devices[0]) == dict.fromkeys(GPM_SIGNALS)
     assert fake.calls["nvmlGpmQueryDeviceSupport"] == 0
+
+
+def test_mig_devices_of_one_gpu_instance_share_its_sample(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    gpu = hopper(fake.gpus[0])
+    # Two compute instances of GPU instance 3: two MIG devices, one GPM target.
+    first = fake.add_mig_slice(gpu, "4g.40gb", gpu_instance_id=3,
+                               uuid="MIG-00000000-0000-0000-0000-0000000000c1")
+    second = fake.add_mig_slice(gpu, "4g.40gb", gpu_instance_id=3,
+                                uuid="MIG-00000000-0000-0000-0000-0000000000c2")
+    first.gpm = {**BUSY, SM: 60.0}
+    source = make_source()
+    source.sample()
+    mono.advance(1.0)
+    snap = source.sample()
+    assert by_uuid(snap, first.uuid).sm_active_seconds == pytest.approx(0.6)
+    assert by_uuid(snap, second.uuid).sm_active_seconds == pytest.approx(0.6)
+    assert fake.calls["nvmlGpmMigSampleGet"] == 2  # one per round, not one per device
+
+
+def test_a_failing_gpm_read_leaves_the_gpu_up(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    gpu = hopper(fake.gpus[0])
+    source = make_source()
+    source.sample()
+    mono.advance(1.0)
+    assert by_uuid(source.sample(), gpu.uuid).sm_active_seconds == pytest.approx(0.4)
+    gpu.errors["nvmlGpmSampleGet"] = pynvml.NVML_ERROR_UNKNOWN
+    mono.advance(1.0)
+    dev = by_uuid(source.sample(), gpu.uuid)
+    assert dev.up and dev.sm_active_seconds == pytest.approx(0.4)  # kept, not advanced
+    del gpu.errors["nvmlGpmSampleGet"]
+    mono.advance(1.0)
+    assert by_uuid(source.sample(), gpu.uuid).sm_active_seconds == pytest.approx(1.2)

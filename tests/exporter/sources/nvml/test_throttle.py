@@ -142,3 +142,19 @@ def test_throttling_is_board_level(
     snap = make_source().sample()
     assert throttle(by_uuid(snap, fake.gpus[0].uuid))["thermal"] == pytest.approx(4.0)
     assert by_uuid(snap, mig.uuid).throttle_seconds == ()
+
+
+def test_a_failing_throttle_read_leaves_the_gpu_up(
+    fake: FakeNvml, make_source: SourceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    gpu = fake.gpus[0]
+    gpu.errors["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_UNKNOWN
+    source = make_source()
+    for _ in range(3):
+        dev = by_uuid(source.sample(), gpu.uuid)
+        # An optional signal failing is not the device failing: the rest is reported.
+        assert dev.up and dev.power_watts is not None
+        assert dev.throttle_seconds == ()
+    assert sum("throttle time of" in r.getMessage() for r in caplog.records) == 1
+    del gpu.errors["nvmlDeviceGetFieldValues"]
+    assert throttle(by_uuid(source.sample(), gpu.uuid))["power"] == 0.0
