@@ -6,13 +6,15 @@ import logging
 import socket
 import socketserver
 import threading
+import urllib.parse
 from pathlib import Path
 
 from dash import Dash
 from dash.development.base_component import Component
-from flask import request
+from flask import has_request_context, request
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from gpuscope.dashboard import components
 from gpuscope.dashboard.callbacks import register_callbacks
 from gpuscope.dashboard.layout import layout
 from gpuscope.dashboard.service import DashboardService
@@ -27,7 +29,13 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
         serve_locally=True,
     )
     def page() -> Component:
-        return layout(source=service.source.description, refresh_seconds=refresh_seconds)
+        # Dash asks for the layout from the page itself, so the page's URL (a link with the
+        # view's state, pasted or clicked) is the request's referrer: the controls start in
+        # that state, and a node or pod that is no option yet keeps its place.
+        referrer = (request.referrer or "") if has_request_context() else ""
+        state = components.parse_query(urllib.parse.urlsplit(referrer).query)
+        return layout(source=service.source.description, refresh_seconds=refresh_seconds,
+                      state=state)
 
     app.layout = page
 

@@ -44,6 +44,15 @@ def _state(window: Any, namespace: Any) -> dict[str, str | None]:
 SHOWN, HIDDEN = "graphs", "graphs hidden"
 
 
+def _options(values: Any, picked: Any) -> list[dict[str, str]]:
+    """A dropdown's options, with the picked value kept even when it is not among them (a
+    link to a node that is gone still opens its drill-down, which says so)."""
+    out = [{"label": v, "value": v} for v in values]
+    if isinstance(picked, str) and picked and picked not in values:
+        out.append({"label": f"{picked} (not in this window)", "value": picked})
+    return out
+
+
 def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, node: Any, pod: Any,
                workload: Any) -> tuple[Any, ...]:
     """The URL and the controls kept in step: on page load (no trigger) or a change of the
@@ -96,8 +105,13 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.REFRESH, "n_intervals"),
         Input(ids.WINDOW_SELECT, "value"),
         Input(ids.NAMESPACE_FILTER, "value"),
+        State(ids.NODE_SELECT, "value"),
+        State(ids.POD_SELECT, "value"),
+        State(ids.WORKLOAD_SELECT, "value"),
     )
-    def update_fleet(_n: int | None, window: str | None, namespace: str | None) -> tuple[Any, ...]:
+    def update_fleet(_n: int | None, window: str | None, namespace: str | None,
+                     node: Any = None, pod: Any = None, workload: Any = None
+                     ) -> tuple[Any, ...]:
         answer = service.fleet(_window(window), _text(namespace))
         banner = answer.banner or ""
         banner_class = "banner" if banner else "banner hidden"
@@ -142,9 +156,9 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
             components.count_note(len(view.straggler_rows), "straggler", "stragglers",
                                   "No stragglers.")
             + f" {view.workloads_checked} workload(s) with two or more GPUs compared.",
-            [{"label": n, "value": n} for n in view.nodes],
-            [{"label": p, "value": p} for p in view.pods],
-            [{"label": w, "value": w} for w in view.workloads],
+            _options(view.nodes, node),
+            _options(view.pods, pod),
+            _options(view.workloads, workload),
             banner,
             banner_class,
             updated,

@@ -174,6 +174,8 @@ COUNT = Format(specifier="d")
 
 #: Columns that hold names: never wrapped mid-name.
 NAME_COLUMNS = ("node", "pod", "pods", "workload", "namespace", "container")
+#: Columns of sentences: wide enough to read.
+TEXT_COLUMNS = ("evidence", "why", "work", "holds", "signal", "kind")
 
 
 def _col(cid: str, name: str, number: Format | None = None, *, link: bool = False) -> Column:
@@ -402,15 +404,31 @@ def _measure(signal: str, value: float) -> str:
     return f"{value:.0f} W" if signal == "power" else fmt.pct(value)
 
 
+#: Throttle reasons in the order a cause is named; ``app_clocks`` ("any of those") and
+#: ``base_clocks`` only sum the others up, and ``low_utilization`` is idle clocks.
+CAUSES = ("thermal", "sw_thermal", "hw_thermal", "power", "hw_power_brake", "reliability",
+          "board_limit", "sync_boost")
+_CAUSE_NAMES = {"thermal": "heat", "sw_thermal": "heat", "hw_thermal": "heat",
+                "power": "power cap", "hw_power_brake": "power brake",
+                "reliability": "reliability limit", "board_limit": "board limit",
+                "sync_boost": "sync boost"}
+
+
 def evidence_text(e: StragglerEvidence) -> str:
-    """Throttling by reason, SM clock and temperature against the workload's median."""
+    """Its cause, as the throttling by reason, SM clock and temperature show it against the
+    workload's median: ``throttled by heat: thermal 50% of the time (median 0%), ...``."""
     parts = []
-    for reason, c in e.throttle.items():
-        if (c.own or 0.0) >= 0.01 or (c.median or 0.0) >= 0.01:
-            parts.append(f"{reason} throttling {fmt.pct(c.own)} of the time "
-                         f"(median {fmt.pct(c.median)})")
-    if not parts:
-        parts.append("no throttling")
+    throttled = sorted(
+        ((r, c) for r, c in e.throttle.items()
+         if r in CAUSES and (c.own or 0.0) >= 0.05 and (c.own or 0.0) - (c.median or 0.0) >= 0.05),
+        key=lambda rc: (-(rc[1].own or 0.0), CAUSES.index(rc[0])))[:3]
+    if throttled:
+        cause = _CAUSE_NAMES[throttled[0][0]]
+        parts.append(f"throttled by {cause}: " + ", ".join(
+            f"{r} {fmt.pct(c.own)} of the time (median {fmt.pct(c.median)})"
+            for r, c in throttled))
+    else:
+        parts.append("not throttled more than its peers")
     clock, temp = e.sm_clock_hertz, e.temperature_celsius
     if clock.own is not None:
         parts.append(f"SM clock {clock.own / 1e9:.2f} GHz"
@@ -418,15 +436,15 @@ def evidence_text(e: StragglerEvidence) -> str:
     if temp.own is not None:
         parts.append(f"{temp.own:.0f} °C"
                      + (f" (median {temp.median:.0f} °C)" if temp.median is not None else ""))
-    return "; ".join(parts) + (f"; last {fmt.duration(e.seconds)}" if e.seconds else "")
+    return "; ".join(parts) + (f" (last {fmt.duration(e.seconds)})" if e.seconds else "")
 
 
 def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> list[Row]:
     state = state or {}
     return [
         {
-            "kind": ("slow (peers spin waiting for it)" if r.kind == "slow"
-                     else "stalled (waits while peers work)"),
+            "kind": ("slow: its peers wait for it" if r.kind == "slow"
+                     else "stalled: waits while its peers work"),
             "workload": workload_link(r.namespace, r.workload, state),
             "namespace": r.namespace,
             "pods": ", ".join(pod_link(r.namespace, p, state) for p in r.pods),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
@@ -26,8 +28,10 @@ def _table(table_id: str, columns: list[DataTable.Columns], note_id: str) -> htm
                         "fontFamily": "inherit", "whiteSpace": "normal", "height": "auto",
                         "maxWidth": "420px"},
             style_cell_conditional=[
-                {"if": {"column_id": c}, "whiteSpace": "nowrap"}
-                for c in components.NAME_COLUMNS
+                *({"if": {"column_id": c}, "whiteSpace": "nowrap"}
+                  for c in components.NAME_COLUMNS),
+                *({"if": {"column_id": c}, "minWidth": "220px"}
+                  for c in components.TEXT_COLUMNS),
             ],
             style_header={"backgroundColor": "#f0f2f5", "fontWeight": "600"},
             style_as_list_view=True,
@@ -47,7 +51,21 @@ def _graph(graph_id: str) -> dcc.Graph:
     return dcc.Graph(id=graph_id, figure=empty_figure("", 60), config=_GRAPH_CONFIG)
 
 
-def layout(source: str = "", refresh_seconds: float = 30.0) -> html.Div:
+def _picked(state: Mapping[str, str], key: str) -> tuple[str | None, list[dict[str, str]]]:
+    """A dropdown's value from the URL, and options that hold it until the real ones come."""
+    value = state.get(key) or None
+    return value, ([{"label": value, "value": value}] if value else [])
+
+
+def layout(source: str = "", refresh_seconds: float = 30.0,
+           state: Mapping[str, str] | None = None) -> html.Div:
+    """The page, its controls in ``state`` (the URL's query: window, namespace, node, pod,
+    workload; values are validated where they are used)."""
+    state = state or {}
+    window = state.get("window")
+    node, node_options = _picked(state, "node")
+    pod, pod_options = _picked(state, "pod")
+    workload, workload_options = _picked(state, "workload")
     header = html.Header([
         html.Div([
             html.H1("gpuscope"),
@@ -57,13 +75,15 @@ def layout(source: str = "", refresh_seconds: float = 30.0) -> html.Div:
             html.Label("Window", htmlFor=ids.WINDOW_SELECT),
             dcc.Dropdown(
                 id=ids.WINDOW_SELECT, options=[{"label": k, "value": k} for k in WINDOWS],
-                value=DEFAULT_WINDOW, clearable=False, searchable=False,
+                value=window if window in WINDOWS else DEFAULT_WINDOW, clearable=False,
+                searchable=False,
                 className="window-select",
             ),
             html.Label("Namespace", htmlFor=ids.NAMESPACE_FILTER),
             dcc.Input(
                 id=ids.NAMESPACE_FILTER, type="text", debounce=True, placeholder="all",
                 className="namespace-filter", maxLength=300,
+                value=state.get("namespace") or None,
             ),
             html.Span("", id=ids.LAST_UPDATED, className="updated"),
         ], className="controls"),
@@ -137,7 +157,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0) -> html.Div:
             ids.SECTION_WORKLOAD, "Workload view",
             "Every GPU of one distributed run side by side over time; the straggler is marked. "
             "Opens with the first straggler's workload.",
-            dcc.Dropdown(id=ids.WORKLOAD_SELECT, options=[],
+            dcc.Dropdown(id=ids.WORKLOAD_SELECT, options=workload_options, value=workload,
                          placeholder="Workload (default: the first straggler's)"),
             html.Div("", id=ids.WORKLOAD_NOTE, className="note"),
             dcc.Graph(id=ids.WORKLOAD_VIEW, figure=empty_figure("Loading...", 200),
@@ -147,7 +167,8 @@ def layout(source: str = "", refresh_seconds: float = 30.0) -> html.Div:
             ids.SECTION_NODE, "Node drill-down",
             "Pick a node (or click it in the heatmap or a table): its GPUs and containers, "
             "their work signals, power against the limit and throttling over time.",
-            dcc.Dropdown(id=ids.NODE_SELECT, options=[], placeholder="Select a node"),
+            dcc.Dropdown(id=ids.NODE_SELECT, options=node_options, value=node,
+                         placeholder="Select a node"),
             html.Div("", id=ids.NODE_BANNER, className="note"),
             html.Div([
                 _graph(ids.NODE_UTIL_GRAPH), _graph(ids.NODE_ACTIVITY_GRAPH),
@@ -159,7 +180,8 @@ def layout(source: str = "", refresh_seconds: float = 30.0) -> html.Div:
             ids.SECTION_POD, "Pod drill-down",
             "Pick a pod (or click it in a table): each container's GPU utilization and memory "
             "over time.",
-            dcc.Dropdown(id=ids.POD_SELECT, options=[], placeholder="Select a pod"),
+            dcc.Dropdown(id=ids.POD_SELECT, options=pod_options, value=pod,
+                         placeholder="Select a pod"),
             html.Div("", id=ids.POD_BANNER, className="note"),
             html.Div([_graph(ids.POD_UTIL_GRAPH), _graph(ids.POD_MEMORY_GRAPH)],
                      id=ids.POD_GRAPHS, className="graphs hidden"),

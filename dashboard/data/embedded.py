@@ -244,11 +244,13 @@ def _merged(
     return out
 
 
-def _work_signals(sel: Selected, window: Window, evals: Sequence[float], rng: float
-                  ) -> WorkSignals:
-    """The work signals per step from the stored counters (see :class:`WorkSignals`)."""
+def _work_signals(sel: Selected, window: Window, evals: Sequence[float], rng: float,
+                  rate_rng: float) -> WorkSignals:
+    """The work signals per step from the stored counters (see :class:`WorkSignals`); gauges
+    over ``rng``, counters' rates over ``rate_rng``."""
     def rates(name: str) -> dict[GpuRef, Series]:
-        return {_gref(lab): _rate_bucket(t, v, evals, rng) for lab, t, v in sel.get(name, [])}
+        return {_gref(lab): _rate_bucket(t, v, evals, rate_rng)
+                for lab, t, v in sel.get(name, [])}
 
     def means(name: str) -> dict[GpuRef, Series]:
         return {_gref(lab): _bucket(t, v, evals, rng, _mean) for lab, t, v in sel.get(name, [])}
@@ -263,7 +265,7 @@ def _work_signals(sel: Selected, window: Window, evals: Sequence[float], rng: fl
     throttle: dict[GpuRef, dict[str, Series]] = {}
     for lab, t, v in sel.get("gpu_throttle_seconds_total", []):
         throttle.setdefault(_gref(lab), {})[lab.get("reason", "")] = _rate_bucket(
-            t, v, evals, rng)
+            t, v, evals, rate_rng)
     limits = {_gref(lab): v[-1] for lab, t, v in sel.get("gpu_power_limit_watts", [])
               if t[-1] > window.start}
     return WorkSignals(
@@ -520,6 +522,11 @@ class EmbeddedData:
                     out.setdefault(metric, []).append((lab, times, values))
         return out
 
+    def _rate_range(self, window: Window) -> float:
+        """A rate needs two samples in its range whatever the scrapes' jitter: three scrape
+        intervals at least (like Prometheus' range of at least 60 s at 15 s scrapes)."""
+        return max(window.step, 3 * self.interval)
+
     def _infos(self, name: str, since: float) -> list[dict[str, str]]:
         with self._lock:
             return [dict(labels) for (metric, labels), seen in self._info.items()
@@ -532,7 +539,7 @@ class EmbeddedData:
         rng = max(window.step, 2 * self.interval)
         evals = window.times()
         lookback = window.end - max(INFO_LOOKBACK, 3 * self.interval)
-        sel = self._select_many(FLEET_METRICS, window, rng)
+        sel = self._select_many(FLEET_METRICS, window, max(rng, self._rate_range(window)))
 
         gpus = {}
         for lab in self._infos("gpu_info", lookback):
@@ -546,7 +553,7 @@ class EmbeddedData:
             for lab in self._infos("gpu_node_info", lookback)
         }
         slices = {ref for ref, info in gpus.items() if not info.is_physical}
-        signals = _work_signals(sel, window, evals, rng)
+        signals = _work_signals(sel, window, evals, rng, self._rate_range(window))
 
         # Idle activity: utilization (whole GPUs, slices that report it), SM activity (MIG
         # slices with GPM), else whether a process holds memory on the slice.
@@ -666,7 +673,7 @@ class EmbeddedData:
         evals = window.times()
         index = {lab.get("uuid", ""): lab.get("gpu", "")
                  for lab in self._infos("gpu_info", window.start) if lab["node"] == node}
-        sel = self._select_many(NODE_METRICS, window, rng, node=node)
+        sel = self._select_many(NODE_METRICS, window, max(rng, self._rate_range(window)), node=node)
 
         def by_gpu(name: str) -> dict[str, Series]:
             return {lab.get("gpu", ""): _bucket(t, v, evals, rng, _mean)
@@ -679,7 +686,7 @@ class EmbeddedData:
             gpu = index.get(lab.get("uuid", ""), lab.get("uuid", "")[-8:])
             name = f"{lab['namespace']}/{lab.get('pod')}/{lab.get('container')} (GPU {gpu})"
             containers[name] = _bucket(t, v, evals, rng, _mean)
-        signals = _work_signals(sel, window, evals, rng)
+        signals = _work_signals(sel, window, evals, rng, self._rate_range(window))
         gpu_of = {GpuRef(node, uuid): gpu for uuid, gpu in index.items()}
 
         def named(m: Mapping[GpuRef, Series]) -> dict[str, Series]:
@@ -716,10 +723,10 @@ class EmbeddedData:
                 on.setdefault(_gref(lab), set()).add(lab.get("pod", ""))
         info = {(lab["node"], lab.get("uuid", "")): lab
                 for lab in self._infos("gpu_info", window.start)}
-        sel = self._select_many(WORKLOAD_METRICS, window, rng)
+        sel = self._select_many(WORKLOAD_METRICS, window, max(rng, self._rate_range(window)))
         sel = {name: [(lab, t, v) for lab, t, v in rows if _gref(lab) in on]
                for name, rows in sel.items()}
-        signals = _work_signals(sel, window, evals, rng)
+        signals = _work_signals(sel, window, evals, rng, self._rate_range(window))
         devices = tuple(sorted(
             (WorkloadDevice(ref, info.get((ref.node, ref.uuid), {}).get("gpu", ""),
                             info.get((ref.node, ref.uuid), {}).get("model", ""),

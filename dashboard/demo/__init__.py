@@ -136,14 +136,17 @@ class DemoFleet:
         """Fills ``store`` with the fleet's past (``history`` seconds, every ``step``: use
         the store's scrape interval, so past and live data are equally dense).
 
-        Returns the number of past scrapes stored."""
+        The past reaches up to now (the exporters started a few seconds ago, while this
+        runs), so the first page load has data in its latest step before the first live
+        scrape. Returns the number of past scrapes stored."""
         count = 0
         start = self._started - self._history
+        until = self._clock() - start
         for node in self.nodes:
             # A source of its own: the live one belongs to the sampler thread.
             past = SimulatedSource(node.scenario, clock=self._clock, start=start)
             t = step
-            while t < self._history:
+            while t < until:
                 store.ingest(node.name, _samples(past.sample_at(t, start + t), node), start + t)
                 count += 1
                 t += step
