@@ -64,8 +64,14 @@ def test_demo_renders_every_design_element(page: Page, demo_dashboard: Dashboard
         expect(page.locator(f"#{element_id}"), element_id).to_be_visible(timeout=10_000)
     page.wait_for_selector(f"#{ids.FLEET_HEATMAP} .heatmaplayer")
     kpis = page.inner_text(f"#{ids.FLEET_KPIS}")
-    assert "34" in kpis and "21 / 13" in kpis, kpis
+    assert "66" in kpis and "45 / 13 / 8" in kpis, kpis  # busy / idle / spinning
     assert "Traceback" not in page.content()
+    # Nothing picked: the drill-downs' empty charts are folded away, with a hint.
+    assert not page.locator(f"#{ids.NODE_GRAPHS}").is_visible()
+    assert "No node selected" in page.inner_text(f"#{ids.NODE_BANNER}")
+    # The backfilled hour is explained on the page, and times say their zone.
+    note = page.inner_text(f"#{ids.HISTORY_NOTE}")
+    assert "an hour of generated past" in note and "UTC" in note
 
 
 def test_idle_nodes_table_lists_the_planted_idle_nodes_with_prices(
@@ -74,21 +80,27 @@ def test_idle_nodes_table_lists_the_planted_idle_nodes_with_prices(
     open_page(page, demo_dashboard.url)
     prices = bundled_prices()
     table = {r[0]: r for r in rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)}
-    expected = {  # instance type, GPUs, unallocated GPUs, allocated-idle GPUs
-        "ip-10-0-2-37.ec2.internal": ("p4d.24xlarge", "8", "6", "2"),
-        "ip-10-0-4-18.ec2.internal": ("g5.12xlarge", "4", "4", "0"),
-        "ip-10-0-5-90.ec2.internal": ("g6.xlarge", "1", "0", "1"),
+    expected = {  # instance type, GPUs, unallocated, allocated-idle, spinning GPUs
+        "ip-10-0-1-12.ec2.internal": ("p5.48xlarge", "8", "0", "8", "8"),
+        "ip-10-0-2-37.ec2.internal": ("p4d.24xlarge", "8", "6", "2", "0"),
+        "ip-10-0-4-18.ec2.internal": ("g5.12xlarge", "4", "4", "0", "0"),
+        "ip-10-0-5-90.ec2.internal": ("g6.xlarge", "1", "0", "1", "0"),
     }
     assert set(table) == set(expected)
-    for node, (itype, gpus, unallocated, allocated) in expected.items():
+    for node, (itype, gpus, unallocated, allocated, spinning) in expected.items():
         row = table[node]
-        assert (row[1], row[2], row[7], row[9]) == (itype, gpus, unallocated, allocated)
+        assert (row[1], row[2], row[8], row[10], row[12]) == (
+            itype, gpus, unallocated, allocated, spinning)
+        assert row[3].endswith("UTC or earlier")
         price = prices.per_hour(itype)
         assert price is not None
-        assert row[5].startswith("$")
-        assert float(row[5][1:].replace(",", "")) == pytest.approx(price, abs=0.0005)
-    burning = 21.957642 + 5.672 + 0.8048
+        # Dollars with cents, in the tables as in the text: "$21.96", never "$21.958".
+        assert row[5] == fmt.money(price) and row[6] == "on-demand"
+    slice_price = 55.04 / 8 * 3 / 7
+    burning = 21.957642 + 5.672 + 0.8048 + 55.04 + 2 * slice_price
     assert fmt.money(burning, per_hour=True) in page.inner_text(f"#{ids.WASTE_TOTAL}")
+    slices = {(r[0], r[1]) for r in rows(page, ids.IDLE_SLICES_TABLE, ids.IDLE_SLICES_NOTE)}
+    assert slices == {("ip-10-0-6-20.ec2.internal", "6/2"), ("ip-10-0-6-20.ec2.internal", "7/2")}
 
 
 def test_starved_pods_table_lists_the_planted_containers(
@@ -105,13 +117,81 @@ def test_starved_pods_table_lists_the_planted_containers(
     assert shares["rerank"][6] == "33%" and shares["rerank"][7].startswith("yes")
 
 
-def test_stragglers_table_lists_the_planted_rank(
+def test_stragglers_table_lists_the_planted_ranks_with_kind_and_evidence(
     page: Page, demo_dashboard: DashboardProcess
 ) -> None:
     open_page(page, demo_dashboard.url)
-    [row] = rows(page, ids.STRAGGLERS_TABLE, ids.STRAGGLERS_NOTE)
-    assert row[:5] == ["PyTorchJob/llama-pretrain", "ml-train", "llama-pretrain-worker-5",
-                       "ip-10-0-1-11.ec2.internal", "5"]
+    stalled, slow = sorted(rows(page, ids.STRAGGLERS_TABLE, ids.STRAGGLERS_NOTE),
+                           key=lambda r: r[1])
+    assert stalled[:6] == ["stalled: waits while its peers work", "PyTorchJob/llama-pretrain",
+                           "ml-train", "llama-pretrain-worker-5", "ip-10-0-1-11.ec2.internal",
+                           "5"]
+    assert slow[:6] == ["slow: its peers wait for it", "PyTorchJob/mixtral-pretrain",
+                        "ml-train", "mixtral-pretrain-worker-3", "ip-10-0-1-13.ec2.internal",
+                        "3"]
+    assert slow[6].startswith("SM activity")
+    assert slow[11].startswith("throttled by heat: thermal 50% of the time (median 0%)")
+
+
+def test_new_tables_list_the_planted_cases_and_only_them(
+    page: Page, demo_dashboard: DashboardProcess
+) -> None:
+    open_page(page, demo_dashboard.url)
+    spinning = rows(page, ids.SPINNING_GPUS_TABLE, ids.SPINNING_NOTE)
+    assert {(r[0], r[1]) for r in spinning} == {
+        ("ip-10-0-1-12.ec2.internal", str(i)) for i in range(8)}
+    assert all(r[3] == "PyTorchJob/gpt-sft" and r[8].startswith("SM, tensor, DRAM")
+               for r in spinning)
+    throttled = rows(page, ids.THROTTLED_GPUS_TABLE, ids.THROTTLED_NOTE)
+    assert [r[:4] for r in throttled] == [["ip-10-0-1-13.ec2.internal", "3",
+                                           "mixtral-pretrain-worker-3", "thermal"]]
+    idle = rows(page, ids.ALLOCATED_IDLE_TABLE, ids.ALLOCATED_IDLE_NOTE)
+    assert sorted((r[1], r[4], r[5]) for r in idle) == [
+        ("dev-erin-0", "ip-10-0-5-90.ec2.internal", "GPU 0"),
+        ("jupyter-dana", "ip-10-0-2-37.ec2.internal", "GPU 0"),
+        ("jupyter-dana", "ip-10-0-2-37.ec2.internal", "GPU 1"),
+        ("notebook-carol", "ip-10-0-6-20.ec2.internal", "MIG 3g.40gb (3/7 of GPU 6)"),
+    ]
+
+
+def test_workload_view_draws_every_rank_of_the_planted_job(
+    page: Page, demo_dashboard: DashboardProcess
+) -> None:
+    open_page(page, demo_dashboard.url)
+    view = page.locator(f"#{ids.WORKLOAD_VIEW}")
+    expect(view).to_contain_text("mixtral-pretrain: 16 GPUs", timeout=20_000)
+    # Three panels (utilization, SM activity, power), one line per rank in each.
+    assert page.locator(f"#{ids.WORKLOAD_VIEW} .scatterlayer .trace").count() == 48
+    legend = page.locator(f"#{ids.WORKLOAD_VIEW} .legend").text_content() or ""
+    for node, gpus in (("ip-10-0-1-13.ec2.internal", range(8)),
+                       ("ip-10-0-1-14.ec2.internal", range(8))):
+        for gpu in gpus:
+            assert f"{node} GPU {gpu}" in legend
+    assert "★ ip-10-0-1-13.ec2.internal GPU 3 (slow straggler)" in legend
+
+
+def test_links_open_the_drill_down_and_the_url_keeps_the_view(
+    page: Page, demo_dashboard: DashboardProcess
+) -> None:
+    open_page(page, demo_dashboard.url + "?window=15m")
+    rows(page, ids.SPINNING_GPUS_TABLE, ids.SPINNING_NOTE)
+    page.locator(f"#{ids.SPINNING_GPUS_TABLE} a",
+                 has_text="ip-10-0-1-12.ec2.internal").first.click()
+    page.wait_for_url("**node=ip-10-0-1-12.ec2.internal**")
+    assert "window=15m" in page.url
+    expect(page.locator(f"#{ids.NODE_SELECT}")).to_contain_text("ip-10-0-1-12.ec2.internal")
+    expect(page.locator(f"#{ids.NODE_ACTIVITY_GRAPH}")).to_contain_text(
+        "work signals (GPM)", timeout=20_000)
+    assert page.inner_text(f"#{ids.WINDOW_SELECT}").strip() == "15m"
+    # A pod link from the same page: the pod drill-down, the URL says so.
+    page.locator(f"#{ids.ALLOCATED_IDLE_TABLE} a", has_text="dev-erin-0").first.click()
+    page.wait_for_url("**pod=research%2Fdev-erin-0**")
+    expect(page.locator(f"#{ids.POD_UTIL_GRAPH}")).to_contain_text("research/dev-erin-0")
+    # A node that is not there (a stale link): a banner says so, no blank charts.
+    open_page(page, demo_dashboard.url + "?node=ip-10-9-9-9.ec2.internal")
+    expect(page.locator(f"#{ids.NODE_BANNER}")).to_contain_text(
+        "No GPU data for node 'ip-10-9-9-9.ec2.internal'")
+    assert not page.locator(f"#{ids.NODE_GRAPHS}").is_visible()
 
 
 def test_pod_drill_down_and_window_selector(page: Page, demo_dashboard: DashboardProcess) -> None:
@@ -122,13 +202,15 @@ def test_pod_drill_down_and_window_selector(page: Page, demo_dashboard: Dashboar
         f"document.getElementById('{ids.POD_UTIL_GRAPH}').innerText"
         ".includes('vision/resnet-finetune-8kq2x')"
     )
-    # A shorter window: the verdicts now rest on 15 minutes.
+    # A shorter window: the verdicts now rest on 15 minutes, and the URL says which.
     choose(page, ids.WINDOW_SELECT, "15m")
     page.wait_for_function(
         f"document.getElementById('{ids.HISTORY_NOTE}').innerText.startsWith('Window 15m')"
     )
-    assert len(rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)) == 3
-    assert page.inner_text(f"#{ids.IDLE_NOTE}") == "3 idle nodes."
+    assert len(rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)) == 4
+    assert page.inner_text(f"#{ids.IDLE_NOTE}") == "4 idle nodes."
+    page.wait_for_url("**window=15m**")
+    assert "pod=vision%2Fresnet-finetune-8kq2x" in page.url
 
 
 # -- Prometheus mode: injection through the UI -------------------------------------------------
@@ -158,7 +240,7 @@ def test_promql_injection_through_the_namespace_filter_is_harmless(
     prom = PrometheusData(base)
     url = serve(DashboardService(prom, bundled_prices()), 30.0)
     open_page(page, url)
-    assert len(queries) == 6  # first round only: an empty fleet needs no second
+    assert len(queries) == 11  # first round only: an empty fleet needs no second
     page.fill(f"#{ids.NAMESPACE_FILTER}", INJECTION)
     page.press(f"#{ids.NAMESPACE_FILTER}", "Enter")
     banner = page.locator(f"#{ids.BANNER}")

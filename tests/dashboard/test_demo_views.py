@@ -14,11 +14,15 @@ from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
-IDLE_NODES = {
-    "ip-10-0-2-37.ec2.internal": ("p4d.24xlarge", 8, 2),   # type, GPUs, allocated-idle GPUs
-    "ip-10-0-4-18.ec2.internal": ("g5.12xlarge", 4, 0),
-    "ip-10-0-5-90.ec2.internal": ("g6.xlarge", 1, 1),
+IDLE_NODES = {  # type, GPUs, allocated-idle GPUs, spinning GPUs
+    "ip-10-0-1-12.ec2.internal": ("p5.48xlarge", 8, 8, 8),   # hung in a collective
+    "ip-10-0-2-37.ec2.internal": ("p4d.24xlarge", 8, 2, 0),
+    "ip-10-0-4-18.ec2.internal": ("g5.12xlarge", 4, 0, 0),
+    "ip-10-0-5-90.ec2.internal": ("g6.xlarge", 1, 1, 0),
 }
+HUNG = "ip-10-0-1-12.ec2.internal"
+MIXED = "ip-10-0-6-20.ec2.internal"
+SLICE = 55.04 / 8 * 3 / 7  # a 3g.40gb of one of a p5.48xlarge's 8 H100s
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +46,17 @@ def test_idle_nodes_are_the_planted_ones(view: FleetView) -> None:
     prices = bundled_prices()
     assert {r.node for r in view.idle_rows} == set(IDLE_NODES)
     for row in view.idle_rows:
-        itype, gpus, allocated = IDLE_NODES[row.node]
-        assert (row.instance_type, row.gpus, row.allocated_gpus) == (itype, gpus, allocated)
+        itype, gpus, allocated, spinning = IDLE_NODES[row.node]
+        assert (row.instance_type, row.gpus, row.allocated_gpus, row.spinning_gpus) == (
+            itype, gpus, allocated, spinning)
         assert row.price_per_hour == prices.per_hour(itype)
         assert row.idle_seconds > 50 * 60  # the demo's hour of past is the evidence
     k = view.kpis
-    assert k.burning_per_hour == pytest.approx(21.957642 + 5.672 + 0.8048)
-    assert k.idle_nodes == 3 and k.idle == 13 and k.gpus == 34
+    # The idle nodes (the hung one's whole price among them) and two idle MIG slices.
+    assert k.burning_per_hour == pytest.approx(21.957642 + 5.672 + 0.8048 + 55.04 + 2 * SLICE)
+    assert k.idle_nodes == 4 and k.idle == 13 and k.spinning == 8 and k.gpus == 66
     assert k.wasted == pytest.approx(k.wasted_allocated + k.wasted_unallocated)
+    assert k.wasted_spinning == pytest.approx(55.04, rel=0.01)
     assert k.unpriced_idle_nodes == ()
 
 
@@ -72,18 +79,86 @@ def test_starved_containers_are_the_planted_ones(view: FleetView) -> None:
     assert shares["rerank"].fair_share == pytest.approx(1 / 3)
 
 
-def test_straggler_is_the_planted_rank(view: FleetView) -> None:
-    assert [(r.workload, r.pods, r.gpu) for r in view.straggler_rows] == [
-        ("PyTorchJob/llama-pretrain", ("llama-pretrain-worker-5",), "5"),
+def test_stragglers_are_the_planted_ranks(view: FleetView) -> None:
+    assert [(r.workload, r.pods, r.node, r.gpu, r.kind, r.signal)
+            for r in view.straggler_rows] == [
+        ("PyTorchJob/llama-pretrain", ("llama-pretrain-worker-5",),
+         "ip-10-0-1-11.ec2.internal", "5", "stalled", "utilization"),
+        ("PyTorchJob/mixtral-pretrain", ("mixtral-pretrain-worker-3",),
+         "ip-10-0-1-13.ec2.internal", "3", "slow", "sm"),
     ]
-    row = view.straggler_rows[0]
-    assert 0.3 <= row.utilization <= 0.4 and 0.88 <= row.median <= 0.96
-    # llama-pretrain, llm-api (2 replicas) and bert-pretrain (8 GPUs) were compared.
-    assert view.workloads_checked == 3
+    stalled, slow = view.straggler_rows
+    assert 0.3 <= stalled.utilization <= 0.4 and 0.88 <= stalled.median <= 0.96
+    # The slow rank works (SM ~0.9) while its 15 peers wait for it (SM ~0.35), and it is
+    # thermally throttled half the time, hot and clocked down.
+    assert slow.devices == 16
+    assert 0.85 <= slow.value <= 0.95 and 0.3 <= slow.median <= 0.4
+    e = slow.evidence
+    assert e.throttle["thermal"].own == pytest.approx(0.5, abs=0.02)
+    assert e.throttle["thermal"].median == 0.0
+    assert e.temperature_celsius.own is not None and e.temperature_celsius.median is not None
+    assert e.temperature_celsius.own > e.temperature_celsius.median + 20
+    assert e.sm_clock_hertz.own is not None and e.sm_clock_hertz.median is not None
+    assert e.sm_clock_hertz.own < e.sm_clock_hertz.median
+    # llama-pretrain, mixtral-pretrain (16 ranks), gpt-sft, llm-api, llm-decode, cfd-solver
+    # and bert-pretrain have two or more GPUs each.
+    assert view.workloads_checked == 7
+    assert view.default_workload == "ml-train/PyTorchJob/mixtral-pretrain"
+
+
+def test_spinning_gpus_are_the_hung_node_and_no_near_miss(view: FleetView) -> None:
+    assert {(r.node, r.gpu) for r in view.spinning_rows} == {(HUNG, str(i)) for i in range(8)}
+    for r in view.spinning_rows:
+        assert r.signal == "gpm" and r.utilization > 0.95
+        assert r.sm is not None and r.sm < 0.3 and r.tensor == 0.0 and r.dram == 0.0
+        assert r.workloads == ("ml-train/PyTorchJob/gpt-sft",)
+        assert r.price_per_hour == pytest.approx(55.04 / 8)
+    # The near misses on the mixed node are busy and do work: memory-bound decoding (DRAM)
+    # and FP32 (SM); the slow rank's waiting peers are busy enough not to count either.
+    assert not any(r.node in (MIXED, "ip-10-0-1-13.ec2.internal", "ip-10-0-1-14.ec2.internal")
+                   for r in view.spinning_rows)
+
+
+def test_throttled_gpu_is_the_slow_rank(view: FleetView) -> None:
+    assert [(r.node, r.gpu, r.reason, r.pods) for r in view.throttled_rows] == [
+        ("ip-10-0-1-13.ec2.internal", "3", "thermal", ("ml-train/mixtral-pretrain-worker-3",)),
+    ]
+    assert view.throttled_rows[0].ratio == pytest.approx(0.5, abs=0.02)
+
+
+def test_allocated_idle_containers_on_every_node(view: FleetView) -> None:
+    got = {(r.node, r.pod, r.gpu, r.signal): r for r in view.allocated_idle_rows}
+    assert set(got) == {
+        (MIXED, "notebook-carol", "6/2", "sm"),   # a MIG slice on a busy node (GPM)
+        ("ip-10-0-2-37.ec2.internal", "jupyter-dana", "0", "utilization"),
+        ("ip-10-0-2-37.ec2.internal", "jupyter-dana", "1", "utilization"),
+        ("ip-10-0-5-90.ec2.internal", "dev-erin-0", "0", "utilization"),
+    }
+    carol = got[(MIXED, "notebook-carol", "6/2", "sm")]
+    assert carol.holds == "MIG 3g.40gb (3/7 of GPU 6)"
+    assert carol.price_per_hour == pytest.approx(SLICE)
+    assert got[("ip-10-0-5-90.ec2.internal", "dev-erin-0", "0", "utilization")
+               ].price_per_hour == pytest.approx(0.8048)
+
+
+def test_idle_mig_slices_leave_their_node_busy_and_count_as_waste(view: FleetView) -> None:
+    assert {(r.node, r.gpu, r.profile, r.allocated) for r in view.slice_rows} == {
+        (MIXED, "6/2", "3g.40gb", True), (MIXED, "7/2", "3g.40gb", False)}
+    assert all(r.price_per_hour == pytest.approx(SLICE) for r in view.slice_rows)
+    assert MIXED not in {r.node for r in view.idle_rows}
 
 
 def test_unknown_instance_type_is_listed_without_price(view: FleetView) -> None:
     assert "dgx-a100-01" in view.nodes
+
+
+def test_workload_view_has_every_rank(demo: tuple[DemoFleet, EmbeddedData]) -> None:
+    detail = demo[1].workload_detail("ml-train", "PyTorchJob/mixtral-pretrain", 3600)
+    assert len(detail.devices) == 16
+    assert {d.ref.node for d in detail.devices} == {"ip-10-0-1-13.ec2.internal",
+                                                     "ip-10-0-1-14.ec2.internal"}
+    assert set(detail.utilization) == set(detail.sm) == set(detail.power) == {
+        d.ref for d in detail.devices}
 
 
 def test_drill_downs(demo: tuple[DemoFleet, EmbeddedData]) -> None:
@@ -93,6 +168,12 @@ def test_drill_downs(demo: tuple[DemoFleet, EmbeddedData]) -> None:
     assert set(node.utilization) == {"0", "1", "2", "3"}
     assert node.utilization["0"].values[-1] == pytest.approx(0.94, abs=0.03)
     assert any("rerank-api" in name for name in node.containers)
+    hung = store.node_detail(HUNG, 900)
+    assert hung.sm["0"].values[-1] == pytest.approx(0.1, abs=0.02)
+    assert hung.tensor["0"].values[-1] == 0.0
+    assert hung.power_ratio["0"].values[-1] < 0.25
+    slow = store.node_detail("ip-10-0-1-13.ec2.internal", 900)
+    assert slow.throttle["3 thermal"].values[-1] == pytest.approx(0.5, abs=0.05)
     pod = store.pod_detail("vision", "resnet-finetune-8kq2x", 900)
     assert isinstance(pod, PodDetail)
     [name] = pod.utilization
@@ -152,7 +233,7 @@ def test_invalid_namespace_filter_is_ignored_with_a_banner(
     answer = service.fleet("1h", '"}) or vector(1) or up{x="')
     assert answer.view is not None and answer.banner is not None
     assert answer.banner.startswith("Namespace filter ignored: not a Kubernetes namespace")
-    assert len(answer.view.idle_rows) == 3
+    assert len(answer.view.idle_rows) == 4
     narrowed = service.fleet("1h", "vision")
     assert narrowed.banner is None and narrowed.view is not None
     assert [r.pod for r in narrowed.view.starved_rows] == ["resnet-finetune-8kq2x"]
