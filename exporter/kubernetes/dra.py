@@ -72,17 +72,22 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from gpuscope.exporter.kubernetes.podresources.client import Allocation
+from gpuscope.exporter.kubernetes.podresources.devices import DeviceRef
+
 __all__ = [
     "DEFAULT_DRIVER",
     "MEASURABLE_KINDS",
     "RESOURCE_SLICES_PATH",
     "ClaimResource",
     "ClaimResourceLike",
+    "ClaimedDevice",
     "DeviceIndex",
     "DeviceKey",
     "DraDevice",
     "MigPlacement",
     "ParsedSlice",
+    "allocations_from_claims",
     "device_name_from_cdi",
     "node_field_selector",
     "parse_resource_slice",
@@ -632,3 +637,74 @@ def _is_for_node(obj: object, node_name: str | None) -> bool:
         return True
     other = spec.get("nodeName")
     return not (isinstance(other, str) and other and other != node_name)
+
+
+# --- Into allocations ----------------------------------------------------------------------
+
+
+class ClaimedDevice(Protocol):
+    """What :func:`allocations_from_claims` reads of one container's DRA device (the
+    PodResources client's ``ClaimDevice`` is one)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def pod(self) -> str: ...
+
+    @property
+    def container(self) -> str: ...
+
+    @property
+    def driver_name(self) -> str: ...
+
+    @property
+    def pool_name(self) -> str: ...
+
+    @property
+    def device_name(self) -> str: ...
+
+    @property
+    def cdi_devices(self) -> Iterable[object]: ...
+
+
+def allocations_from_claims(
+    claimed: Iterable[ClaimedDevice],
+    index: DeviceIndex,
+    *,
+    node_name: str | None = None,
+) -> tuple[Allocation, ...]:
+    """The GPUs the kubelet reports as claimed through DRA, as allocations shaped exactly
+    like the device plugin's, so that the join treats both alike (time-sharing: a claim
+    shared by several containers gives each of them the same device; MIG: the UUID is the
+    slice's).
+
+    Devices of other drivers are left out. A device of ``index.driver`` that the index cannot
+    resolve (not (yet) in this node's ResourceSlices, a DynamicMIG device, a passthrough GPU)
+    becomes an allocation whose device carries an ``error``: it counts as unresolved, like an
+    unrecognised device-plugin ID. ``node_name`` is the pool to assume for a kubelet that
+    reports CDI names only.
+    """
+    out: list[Allocation] = []
+    resource_name = f"dra:{index.driver}"
+    for item in claimed:
+        driver = _text_attr(item, "driver_name")
+        if driver != index.driver and not (
+            driver == "" and any(device_name_from_cdi(n, driver=index.driver) is not None
+                                 for n in _cdi_names(item))
+        ):
+            continue
+        raw = "/".join(
+            x for x in (driver or index.driver, _text_attr(item, "pool_name") or "",
+                        _text_attr(item, "device_name") or "") if x
+        )
+        uuids = index.resolve_all(item, node_pool=node_name)
+        if not uuids:
+            out.append(Allocation(item.namespace, item.pod, item.container, resource_name,
+                                  DeviceRef(raw=raw, error="DRA device not found in this "
+                                            "node's ResourceSlices")))
+            continue
+        for uuid in uuids:
+            out.append(Allocation(item.namespace, item.pod, item.container, resource_name,
+                                  DeviceRef(raw=raw, uuid=uuid)))
+    return tuple(out)

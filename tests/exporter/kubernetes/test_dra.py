@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from gpuscope.exporter.kubernetes.attribution import attribute
+from gpuscope.exporter.kubernetes.cgroups import ContainerRef
 from gpuscope.exporter.kubernetes.dra import (
     DEFAULT_DRIVER,
     RESOURCE_SLICES_PATH,
@@ -26,10 +28,13 @@ from gpuscope.exporter.kubernetes.dra import (
     DeviceKey,
     DraDevice,
     MigPlacement,
+    allocations_from_claims,
     device_name_from_cdi,
     node_field_selector,
     parse_resource_slice,
 )
+from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, PodInfo
+from gpuscope.exporter.model import DeviceSample, ProcessSample, Snapshot
 
 NODE = "gpu-node-1"
 GPU0 = "GPU-5fd4f087-86f3-7a43-b711-4771313afc50"
@@ -624,3 +629,106 @@ def test_list_path_and_field_selector() -> None:
 
 def test_device_key_string() -> None:
     assert str(DeviceKey(DEFAULT_DRIVER, NODE, "gpu-0")) == "gpu.nvidia.com/gpu-node-1/gpu-0"
+
+
+# --- Into allocations, and through the join -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """One container's DRA device, shaped as the PodResources client reports it."""
+
+    namespace: str
+    pod: str
+    container: str
+    driver_name: str = DEFAULT_DRIVER
+    pool_name: str = NODE
+    device_name: str = ""
+    cdi_devices: tuple[str, ...] = ()
+
+
+def _claimed(pod: str, container: str, device: str, **kw: Any) -> Claimed:
+    return Claimed("ml", pod, container, device_name=device,
+                   cdi_devices=(f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-{device}",), **kw)
+
+
+def test_claimed_gpu_mig_and_shared_claim_become_allocations() -> None:
+    index = DeviceIndex.from_slices([STANDARD, COMPUTE_DOMAIN], node_name=NODE)
+    claimed = [
+        _claimed("trainer", "main", "gpu-0"),                    # a whole GPU
+        _claimed("infer", "server", "gpu-1-mig-1g10gb-19-0"),    # a MIG slice
+        _claimed("pair", "a", "gpu-1-mig-3g40gb-9-4"),          # one claim shared by two
+        _claimed("pair", "b", "gpu-1-mig-3g40gb-9-4"),          # containers of one pod
+        Claimed("ml", "imex", "w", driver_name="compute-domain.nvidia.com",
+                device_name="channel-0"),                         # another driver: ignored
+    ]
+    got = allocations_from_claims(claimed, index, node_name=NODE)
+    assert [(a.pod, a.container, a.device.uuid, a.resource_name) for a in got] == [
+        ("trainer", "main", GPU0, "dra:gpu.nvidia.com"),
+        ("infer", "server", MIG_A, "dra:gpu.nvidia.com"),
+        ("pair", "a", MIG_B, "dra:gpu.nvidia.com"),
+        ("pair", "b", MIG_B, "dra:gpu.nvidia.com"),
+    ]
+    assert all(a.device.recognised for a in got)
+    assert got[0].device.raw == f"gpu.nvidia.com/{NODE}/gpu-0"
+
+
+def test_unknown_dra_device_is_an_unresolved_allocation() -> None:
+    index = DeviceIndex.from_slices([STANDARD], node_name=NODE)
+    (alloc,) = allocations_from_claims([_claimed("p", "c", "gpu-7")], index)
+    assert alloc.device.uuid is None and not alloc.device.recognised
+
+
+def test_cdi_only_kubelet_resolves_with_the_node_pool() -> None:
+    index = DeviceIndex.from_slices([STANDARD], node_name=NODE)
+    cdi_only = Claimed("ml", "old", "c", driver_name="", pool_name="",
+                       cdi_devices=(f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-0",))
+    (alloc,) = allocations_from_claims([cdi_only], index, node_name=NODE)
+    assert alloc.device.uuid == GPU0
+    other = Claimed("ml", "x", "c", driver_name="", pool_name="",
+                    cdi_devices=("vendor.example/fpga=0",))
+    assert allocations_from_claims([other], index, node_name=NODE) == ()
+
+
+def test_dra_allocations_are_attributed_like_device_plugin_ones() -> None:
+    """A claimed GPU, a claimed MIG slice and a shared claim through the real join: the same
+    series as device-plugin allocations (allocated, each container its own processes)."""
+    index = DeviceIndex.from_slices([STANDARD], node_name=NODE)
+    allocations = allocations_from_claims([
+        _claimed("trainer", "main", "gpu-0"),
+        _claimed("infer", "server", "gpu-1-mig-1g10gb-19-0"),
+        _claimed("pair", "a", "gpu-1-mig-3g40gb-9-4"),
+        _claimed("pair", "b", "gpu-1-mig-3g40gb-9-4"),
+    ], index)
+    snapshot = Snapshot(timestamp=100.0, source_up=True, devices=(
+        DeviceSample(index="0", uuid=GPU0, model="H100", utilization_ratio=0.9,
+                     processes=(ProcessSample(pid=10, kinds=("compute",),
+                                              memory_used_bytes=1 << 30,
+                                              sm_utilization_ratio=0.9),)),
+        DeviceSample(index="1", uuid=GPU1, model="H100"),
+        DeviceSample(index="1/19", uuid=MIG_A, model="H100", parent_uuid=GPU1),
+        DeviceSample(index="1/9", uuid=MIG_B, model="H100", parent_uuid=GPU1,
+                     processes=(ProcessSample(pid=20, kinds=("compute",),
+                                              memory_used_bytes=2 << 30),)),
+    ))
+    pods = {
+        "uid-t": PodInfo("uid-t", "ml", "trainer", containers=MappingProxyType({"c" * 64: "main"})),
+        "uid-p": PodInfo("uid-p", "ml", "pair", containers=MappingProxyType({"d" * 64: "b"})),
+    }
+    result = attribute(
+        snapshot, allocations,
+        {10: ContainerRef("uid-t", "c" * 64, "containerd"),
+         20: ContainerRef("uid-p", "d" * 64, "containerd")},
+        MetadataSnapshot(pods=MappingProxyType(pods)),
+    )
+    rows = {(u.key.pod, u.key.container, u.uuid): u for u in result.containers}
+    assert set(rows) == {("trainer", "main", GPU0), ("infer", "server", MIG_A),
+                         ("pair", "a", MIG_B), ("pair", "b", MIG_B)}
+    assert all(u.allocated for u in rows.values())
+    assert rows["trainer", "main", GPU0].utilization_ratio == pytest.approx(0.9)
+    # The MIG slices report no utilization (no GPM here): absent, never a made-up 0.
+    assert rows["infer", "server", MIG_A].utilization_ratio is None
+    # The shared claim: the container running the process has its memory, the other none.
+    assert rows["pair", "b", MIG_B].memory_used_bytes == 2 << 30
+    assert rows["pair", "a", MIG_B].memory_used_bytes == 0
+    assert result.unresolved_allocations == 0
