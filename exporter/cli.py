@@ -57,15 +57,15 @@ def build_source(cfg: Config) -> tuple[Source, AttributionInputs]:
     )
     from gpuscope.exporter.sources.nvml import NvmlSource
 
+    watcher = None
     try:
         kube = load_config(cfg.kubeconfig)
+        if isinstance(kube, MetadataDisabled):
+            log.warning("pod and node names off: %s", kube.reason)
+        else:  # loads the TLS material and credentials: a bad file is a startup error too
+            watcher = PodMetadataWatcher(kube, cfg.node_name)
     except KubeConfigError as exc:
         raise StartupError(f"--kubeconfig: {exc}") from None
-    watcher = None
-    if isinstance(kube, MetadataDisabled):
-        log.warning("pod and node names off: %s", kube.reason)
-    else:
-        watcher = PodMetadataWatcher(kube, cfg.node_name)
     inputs = LiveInputs(
         kubelet_socket=cfg.kubelet_socket, proc_root=cfg.proc_root,
         metadata_watcher=watcher, resource_names=cfg.gpu_resources,

@@ -43,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuscope.exporter.cli import build_registry
 from gpuscope.exporter.config import parse_config
 from gpuscope.exporter.kubernetes.apiserver import (
-    KubeConfig,
+    MetadataDisabled,
     NodeInfo,
     PodMetadataWatcher,
     load_config,
@@ -453,7 +453,7 @@ class Bench:
             *flags,
         ], environ={})
         kube = load_config(cfg.kubeconfig)
-        assert isinstance(kube, KubeConfig)
+        assert not isinstance(kube, MetadataDisabled)
         self.watcher = PodMetadataWatcher(
             kube, cfg.node_name, request_timeout_s=2.0, backoff_initial_s=0.02,
             backoff_max_s=0.2, node_refresh_s=0.1, node_retry_s=0.05,

@@ -55,7 +55,7 @@ class Failing:
 def _kind(path: str) -> str:
     if path.startswith("/api/v1/nodes/"):
         return "node"
-    return "watch" if "watch=1" in path else "list"
+    return "watch" if "watch=true" in path or "watch=1" in path else "list"
 
 
 @pytest.fixture

@@ -1,10 +1,13 @@
-"""Pod and node metadata from the API server, against a fake API server over real HTTP(S).
+"""Pod and node metadata from the API server: configuration (kubeconfig, in-cluster),
+authentication (token, token file rotation, exec plugin, client certificates), TLS, and the
+list/watch/node loops, against a fake API server over real HTTP(S).
 
 The fake serves what the watcher asks a real API server for: ``GET /api/v1/pods`` lists
 (field selector honoured, ``limit``/``continue`` pagination), watches as chunked JSON lines
 (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR 410, a clean end or a dropped connection), and
 ``GET /api/v1/nodes/<name>``. It checks the bearer token like the API server does (401).
-Every wait is bounded.
+Every wait is bounded. What objects mean (workloads, containers, node labels) is tested in
+``test_workload.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import contextlib
 import json
 import os
 import queue
+import re
 import socket
 import ssl
+import subprocess
 import sys
 import tempfile
 import threading
@@ -29,22 +34,17 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube import KubeConfig, SingleConfig
+from lightkube.config.models import Cluster, User
 
-from gpuscope.exporter.kubernetes import apiserver as kube
 from gpuscope.exporter.kubernetes.apiserver import (
-    KubeConfig,
     KubeConfigError,
     MetadataDisabled,
     NodeInfo,
-    OwnerRef,
     PodMetadataWatcher,
-    derive_workload,
-    in_cluster_config,
     load_config,
-    load_kubeconfig,
-    node_info_from_labels,
-    pod_from_json,
 )
+from tests.conftest import REPO
 from tests.pki import TestCA
 
 NODE = "ip-10-0-12-34.ec2.internal"
@@ -134,6 +134,10 @@ def rs_owner(name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
+def is_watch(query: dict[str, str]) -> bool:
+    return query.get("watch") in ("1", "true")  # the API server takes both
+
+
 @dataclass
 class Seen:
     path: str
@@ -148,6 +152,7 @@ class FakeApi:
         self.port = port
         self.tls = tls
         self.token: str | None = TOKEN
+        self.old_tokens: set[str] = set()  # also accepted (a rotated token not yet expired)
         self.pods: dict[str, dict[str, Any]] = {}
         self.node_labels = dict(NODE_LABELS)
         self.rv = 1000
@@ -157,9 +162,12 @@ class FakeApi:
         self.watch_statuses: list[int] = []  # answer the next watch requests with these
         self.list_gate: threading.Event | None = None  # set → list requests wait on it
         self.watch_connection_close = False  # answer watches with "Connection: close"
+        self.watch_end_at_once = False  # end every watch cleanly, before any event
+        self.drop_kept_alive = False  # close a connection at its second request, unanswered
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
+        self.connections: set[socket.socket] = set()  # open client connections
 
     # -- state changes -----------------------------------------------------------------
 
@@ -201,6 +209,9 @@ class FakeApi:
         )
 
     def gone(self) -> None:
+        self.error_event(410, "Expired", "too old resource version: 1001 (1500)")
+
+    def error_event(self, code: int, reason: str, message: str) -> None:
         self.watch_actions.put(
             (
                 "event",
@@ -210,9 +221,9 @@ class FakeApi:
                         "kind": "Status",
                         "apiVersion": "v1",
                         "status": "Failure",
-                        "message": "too old resource version: 1001 (1500)",
-                        "reason": "Expired",
-                        "code": 410,
+                        "message": message,
+                        "reason": reason,
+                        "code": code,
                     },
                 },
             )
@@ -223,12 +234,12 @@ class FakeApi:
     def lists(self) -> list[Seen]:
         with self.lock:
             return [
-                s for s in self.seen if s.path == "/api/v1/pods" and s.query.get("watch") != "1"
+                s for s in self.seen if s.path == "/api/v1/pods" and not is_watch(s.query)
             ]
 
     def watches(self) -> list[Seen]:
         with self.lock:
-            return [s for s in self.seen if s.query.get("watch") == "1"]
+            return [s for s in self.seen if is_watch(s.query)]
 
     def node_gets(self) -> list[Seen]:
         with self.lock:
@@ -254,8 +265,14 @@ class FakeApi:
         return self
 
     def stop(self) -> None:
-        """Go down: refuse new connections and break the streams in flight."""
+        """Go down: refuse new connections, break the streams in flight and close the idle
+        keep-alive connections, as an API server that goes away does."""
         self.stopping.set()
+        with self.lock:
+            connections = list(self.connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -276,6 +293,18 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        def setup(self) -> None:
+            super().setup()
+            self.served = 0
+            with api.lock:
+                api.connections.add(self.connection)
+
+        def finish(self) -> None:
+            with api.lock:
+                api.connections.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
 
         def _json(self, status: int, doc: dict[str, Any]) -> None:
             body = json.dumps(doc).encode()
@@ -303,7 +332,12 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             query = dict(urllib.parse.parse_qsl(url.query))
             with api.lock:
                 api.seen.append(Seen(url.path, query, dict(self.headers.items())))
-            if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+            self.served += 1
+            if api.drop_kept_alive and self.served > 1:
+                self._drop()
+                return
+            accepted = {f"Bearer {t}" for t in {api.token, *api.old_tokens} if t is not None}
+            if api.token is not None and self.headers.get("Authorization") not in accepted:
                 with api.lock:
                     api.unauthorized += 1
                 self._status(401, "Unauthorized", "Unauthorized")
@@ -311,7 +345,7 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             if url.path == "/api/v1/pods":
                 selector = query.get("fieldSelector", "")
                 node = selector.removeprefix("spec.nodeName=") if selector else None
-                if query.get("watch") == "1":
+                if is_watch(query):
                     self._watch(query)
                 else:
                     self._list(query, node)
@@ -371,6 +405,10 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.flush()
+            if api.watch_end_at_once:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return
             while True:
                 if api.stopping.is_set():
                     self._drop()
@@ -414,8 +452,17 @@ def wait_until(pred: Callable[[], bool], timeout: float = 5.0, what: str = "") -
     raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
 
 
+def token_config(url: str, token: str = TOKEN, **cluster: Any) -> SingleConfig:
+    """A configuration with a static bearer token, as lightkube builds one."""
+    config = KubeConfig.from_one(cluster=Cluster(server=url, **cluster), user=User(token=token))
+    single = config.get()
+    assert single is not None
+    return single
+
+
 def make_watcher(url: str, **kw: Any) -> PodMetadataWatcher:
-    config = kw.pop("config", None) or KubeConfig(server=url, source="test", token=TOKEN)
+    config = kw.pop("config", None) or token_config(url)
+    node = kw.pop("node_name", NODE)
     defaults: dict[str, Any] = dict(
         request_timeout_s=2.0,
         backoff_initial_s=0.02,
@@ -423,7 +470,7 @@ def make_watcher(url: str, **kw: Any) -> PodMetadataWatcher:
         node_retry_s=0.05,
     )
     defaults.update(kw)
-    return PodMetadataWatcher(config, NODE, **defaults)
+    return PodMetadataWatcher(config, node, **defaults)
 
 
 @pytest.fixture
@@ -445,270 +492,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-# --------------------------------------------------------------------------------------
-# Workload derivation, pod parsing, node labels (pure)
-# --------------------------------------------------------------------------------------
-
-
-def owner(kind: str, name: str, api_version: str, controller: bool = True) -> OwnerRef:
-    return OwnerRef(api_version, kind, name, "1f2e3d4c-5b6a-4798-8a9b-0c1d2e3f4a5b", controller)
-
-
-WORKLOADS: list[tuple[str, list[OwnerRef], dict[str, str], str]] = [
-    (
-        "deployment",
-        [owner("ReplicaSet", "llm-serve-7d9f8b6c5d", "apps/v1")],
-        {"app": "llm-serve", "pod-template-hash": "7d9f8b6c5d"},
-        "Deployment/llm-serve",
-    ),
-    (
-        "deployment-dashed-name",
-        [owner("ReplicaSet", "vllm-llama-3-70b-5f6c7d8e9", "apps/v1")],
-        {"pod-template-hash": "5f6c7d8e9"},
-        "Deployment/vllm-llama-3-70b",
-    ),
-    (
-        "replicaset-alone",
-        [owner("ReplicaSet", "standalone-rs", "apps/v1")],
-        {"pod-template-hash": "abc12"},
-        "ReplicaSet/standalone-rs",
-    ),
-    (
-        "argo-rollout",
-        [owner("ReplicaSet", "canary-api-6b8d9f7c4", "apps/v1")],
-        {"rollouts-pod-template-hash": "6b8d9f7c4"},
-        "Rollout/canary-api",
-    ),
-    (
-        "cronjob",
-        [owner("Job", "nightly-finetune-29417280", "batch/v1")],
-        {"batch.kubernetes.io/job-name": "nightly-finetune-29417280"},
-        "CronJob/nightly-finetune",
-    ),
-    (
-        "job-with-date-suffix",
-        [owner("Job", "train-20240101", "batch/v1")],
-        {"job-name": "train-20240101"},
-        "Job/train-20240101",
-    ),
-    ("job", [owner("Job", "eval-bert", "batch/v1")], {}, "Job/eval-bert"),
-    (
-        "jobset",
-        [owner("Job", "llama-pretrain-workers-0", "batch/v1")],
-        {
-            "jobset.sigs.k8s.io/jobset-name": "llama-pretrain",
-            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
-        },
-        "JobSet/llama-pretrain",
-    ),
-    (
-        "jobset-owner",
-        [owner("JobSet", "llama-pretrain", "jobset.x-k8s.io/v1alpha2")],
-        {},
-        "JobSet/llama-pretrain",
-    ),
-    (
-        "pytorchjob-owner",
-        [owner("PyTorchJob", "ddp-run", "kubeflow.org/v1")],
-        {
-            "training.kubeflow.org/job-name": "ddp-run",
-            "training.kubeflow.org/replica-type": "worker",
-        },
-        "PyTorchJob/ddp-run",
-    ),
-    (
-        "pytorchjob-label-only",
-        [],
-        {
-            "training.kubeflow.org/job-name": "ddp-run",
-            "training.kubeflow.org/operator-name": "pytorchjob-controller",
-        },
-        "PyTorchJob/ddp-run",
-    ),
-    ("pytorchjob-old-label", [], {"pytorch-job-name": "old-ddp"}, "PyTorchJob/old-ddp"),
-    (
-        "mpijob-launcher-job",
-        [owner("Job", "allreduce-launcher", "batch/v1")],
-        {
-            "training.kubeflow.org/job-name": "allreduce",
-            "training.kubeflow.org/operator-name": "mpi-operator",
-        },
-        "MPIJob/allreduce",
-    ),
-    (
-        "raycluster-owner",
-        [owner("RayCluster", "rc-a100", "ray.io/v1")],
-        {"ray.io/cluster": "rc-a100", "ray.io/node-type": "worker"},
-        "RayCluster/rc-a100",
-    ),
-    ("raycluster-label-only", [], {"ray.io/cluster": "rc-a100"}, "RayCluster/rc-a100"),
-    (
-        "statefulset",
-        [owner("StatefulSet", "triton", "apps/v1")],
-        {"statefulset.kubernetes.io/pod-name": "triton-0"},
-        "StatefulSet/triton",
-    ),
-    (
-        "leaderworkerset",
-        [owner("StatefulSet", "vllm-405b-0", "apps/v1")],
-        {"leaderworkerset.sigs.k8s.io/name": "vllm-405b"},
-        "LeaderWorkerSet/vllm-405b",
-    ),
-    (
-        "daemonset",
-        [owner("DaemonSet", "nvidia-device-plugin", "apps/v1")],
-        {},
-        "DaemonSet/nvidia-device-plugin",
-    ),
-    ("static-pod", [owner("Node", NODE, "v1")], {"tier": "control-plane"}, ""),
-    (
-        "volcano-job-no-cron-heuristic",
-        [owner("Job", "sweep-29417280", "batch.volcano.sh/v1alpha1")],
-        {"volcano.sh/job-name": "sweep-29417280"},
-        "Job/sweep-29417280",
-    ),
-    (
-        "controller-owner-wins",
-        [owner("ConfigMap", "x", "v1", controller=False), owner("StatefulSet", "db", "apps/v1")],
-        {},
-        "StatefulSet/db",
-    ),
-    (
-        "orphaned-job-pod",
-        [],
-        {
-            "batch.kubernetes.io/job-name": "orphan-job",
-            "batch.kubernetes.io/controller-uid": "9c8b7a6d",
-        },
-        "Job/orphan-job",
-    ),
-    ("bare-pod", [], {"app": "debug"}, ""),
-]
-
-
-@pytest.mark.parametrize(
-    ("owners", "labels", "expected"), [w[1:] for w in WORKLOADS], ids=[w[0] for w in WORKLOADS]
-)
-def test_derive_workload(owners: list[OwnerRef], labels: dict[str, str], expected: str) -> None:
-    assert derive_workload(owners, labels) == expected
-
-
-def test_pod_from_json_container_map() -> None:
-    obj = pod_json(
-        "ddp-run-worker-0",
-        UID_A,
-        labels={"training.kubeflow.org/job-name": "ddp-run"},
-        owners=[
-            {
-                "apiVersion": "kubeflow.org/v1",
-                "kind": "PyTorchJob",
-                "name": "ddp-run",
-                "uid": "3a4b5c6d-7e8f-4a0b-9c1d-2e3f4a5b6c7d",
-                "controller": True,
-            }
-        ],
-        containers=[("pytorch", CID[0])],
-    )
-    status = obj["status"]
-    status["containerStatuses"].append(
-        {  # a sidecar restarted: both IDs map to its name
-            "name": "metrics",
-            "containerID": f"cri-o://{CID[1]}",
-            "lastState": {"terminated": {"exitCode": 137, "containerID": f"cri-o://{CID[2]}"}},
-        }
-    )
-    status["containerStatuses"].append({"name": "waiting", "state": {"waiting": {}}})
-    status["initContainerStatuses"] = [
-        {"name": "fetch-weights", "containerID": f"docker://{CID[3]}"}
-    ]
-    status["ephemeralContainerStatuses"] = [
-        {"name": "debugger-x7k2p", "containerID": f"containerd://{CID[4]}"}
-    ]
-    pod = pod_from_json(obj)
-    assert pod is not None
-    assert (pod.uid, pod.namespace, pod.name) == (UID_A, "ml", "ddp-run-worker-0")
-    assert pod.workload == "PyTorchJob/ddp-run"
-    assert dict(pod.containers) == {
-        CID[0]: "pytorch",
-        CID[1]: "metrics",
-        CID[2]: "metrics",
-        CID[3]: "fetch-weights",
-        CID[4]: "debugger-x7k2p",
-    }
-    assert pod.owners[0].kind == "PyTorchJob" and pod.owners[0].controller
-    assert pod.labels["training.kubeflow.org/job-name"] == "ddp-run"
-    with pytest.raises(TypeError):
-        pod.labels["x"] = "y"  # type: ignore[index]
-    assert pod_from_json({"metadata": {"name": "no-uid"}}) is None
-
-
-NODES: list[tuple[str, dict[str, str], NodeInfo]] = [
-    ("eks-spot", NODE_LABELS, NodeInfo("p4d.24xlarge", "us-east-1a", "spot")),
-    (
-        "eks-on-demand",
-        {
-            "node.kubernetes.io/instance-type": "g5.xlarge",
-            "topology.kubernetes.io/zone": "us-west-2b",
-            "eks.amazonaws.com/capacityType": "ON_DEMAND",
-        },
-        NodeInfo("g5.xlarge", "us-west-2b", "on-demand"),
-    ),
-    ("karpenter-spot", {"karpenter.sh/capacity-type": "spot"}, NodeInfo("", "", "spot")),
-    (
-        "karpenter-on-demand",
-        {"karpenter.sh/capacity-type": "on-demand"},
-        NodeInfo("", "", "on-demand"),
-    ),
-    (
-        "karpenter-reserved",
-        {"karpenter.sh/capacity-type": "reserved"},
-        NodeInfo("", "", "on-demand"),
-    ),
-    (
-        "gke-spot",
-        {
-            "cloud.google.com/gke-spot": "true",
-            "cloud.google.com/gke-nodepool": "a3-spot",
-            "node.kubernetes.io/instance-type": "a3-highgpu-8g",
-            "topology.kubernetes.io/zone": "us-central1-a",
-        },
-        NodeInfo("a3-highgpu-8g", "us-central1-a", "spot"),
-    ),
-    ("gke-preemptible", {"cloud.google.com/gke-preemptible": "true"}, NodeInfo("", "", "spot")),
-    ("gke-regular", {"cloud.google.com/gke-nodepool": "a2-pool"}, NodeInfo("", "", "on-demand")),
-    (
-        "aks-spot",
-        {
-            "kubernetes.azure.com/scalesetpriority": "spot",
-            "kubernetes.azure.com/agentpool": "gpuspot",
-        },
-        NodeInfo("", "", "spot"),
-    ),
-    (
-        "aks-regular",
-        {
-            "kubernetes.azure.com/agentpool": "gpu",
-            "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4",
-        },
-        NodeInfo("Standard_NC24ads_A100_v4", "", "on-demand"),
-    ),
-    (
-        "beta-labels",
-        {
-            "beta.kubernetes.io/instance-type": "p3.8xlarge",
-            "failure-domain.beta.kubernetes.io/zone": "eu-west-1c",
-        },
-        NodeInfo("p3.8xlarge", "eu-west-1c", ""),
-    ),
-    ("unknown", {"kubernetes.io/hostname": "bare-metal-7"}, NodeInfo("", "", "")),
-]
-
-
-@pytest.mark.parametrize(("labels", "expected"), [n[1:] for n in NODES], ids=[n[0] for n in NODES])
-def test_node_info_from_labels(labels: dict[str, str], expected: NodeInfo) -> None:
-    assert node_info_from_labels(labels) == expected
 
 
 # --------------------------------------------------------------------------------------
@@ -743,7 +526,7 @@ def write_kubeconfig(
     return path
 
 
-def test_kubeconfig_token_and_relative_paths(tmp_path: Path) -> None:
+def test_kubeconfig_current_context_and_relative_paths(tmp_path: Path) -> None:
     (tmp_path / "certs").mkdir()
     path = write_kubeconfig(
         tmp_path / "config",
@@ -752,57 +535,52 @@ def test_kubeconfig_token_and_relative_paths(tmp_path: Path) -> None:
             "tokenFile": "certs/token",
             "client-certificate": "certs/c.crt",
             "client-key": "/abs/c.key",
+            "exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                     "command": "./bin/get-token", "args": ["--profile", "gpu"]},
         },
         {"certificate-authority": "certs/ca.crt"},
     )
-    cfg = load_kubeconfig(str(path))
-    assert cfg.server == "https://api.prod.example:6443"
-    assert cfg.ca_file == str(tmp_path / "certs" / "ca.crt")
-    assert cfg.token_file == str(tmp_path / "certs" / "token")
-    assert cfg.client_cert_file == str(tmp_path / "certs" / "c.crt")
-    assert cfg.client_key_file == "/abs/c.key"
-    assert cfg.token is None
-    assert "gpu-admin@prod" in cfg.source
-
-
-def test_kubeconfig_data_fields_and_insecure(tmp_path: Path) -> None:
-    import base64
-
-    def b64(s: str) -> str:
-        return base64.b64encode(s.encode()).decode()
-
-    path = write_kubeconfig(
-        tmp_path / "config",
-        "https://10.0.0.1",
-        {"token": " abc \n", "client-certificate-data": b64("CERT"), "client-key-data": b64("KEY")},
-        {
-            "certificate-authority-data": b64("-----BEGIN CERTIFICATE-----"),
-            "insecure-skip-tls-verify": True,
-        },
+    cfg = load_config(str(path))
+    assert isinstance(cfg, SingleConfig)
+    assert (cfg.context_name, cfg.cluster.server) == (
+        "gpu-admin@prod", "https://api.prod.example:6443"
     )
-    cfg = load_kubeconfig(str(path))
-    assert cfg.token == "abc"
-    assert cfg.ca_data == "-----BEGIN CERTIFICATE-----"
-    assert cfg.client_cert_data == b"CERT" and cfg.client_key_data == b"KEY"
-    assert cfg.insecure_skip_tls_verify
+    assert cfg.user is not None and cfg.user.exec is not None
+    # Resolved against the kubeconfig's directory, as kubectl does (lightkube resolves the
+    # certificate paths itself when it loads them: the TLS tests use relative ones).
+    assert cfg.user.token_file == str(tmp_path / "certs" / "token")
+    assert cfg.user.exec.command == str(tmp_path / "bin" / "get-token")
+    assert cfg.abs_file(cfg.user.client_key or "") == "/abs/c.key"
+    assert cfg.abs_file(cfg.cluster.certificate_auth or "") == tmp_path / "certs" / "ca.crt"
 
 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.pop("current-context"), "no current-context"),
-        (lambda d: d.update({"current-context": "nope"}), "no context named 'nope'"),
+        (lambda d: d.pop("current-context"), "No current context"),
+        (lambda d: d.update({"current-context": "nope"}), "Context 'nope' not found"),
+        (
+            lambda d: d["contexts"][0]["context"].update({"cluster": "gone"}),
+            "no cluster or user named 'gone'",
+        ),
+        (lambda d: d.pop("clusters"), "no 'clusters' list"),
         (
             lambda d: d["users"][1].update({"user": {"auth-provider": {"name": "oidc"}}}),
             "auth-provider is not supported",
         ),
         (
-            lambda d: d["clusters"][1]["cluster"].update(
-                {"certificate-authority-data": "not base64!"}
-            ),
-            "not valid base64",
+            lambda d: d["users"][1].update({"user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}}}),
+            "exec apiVersion 'client.authentication.k8s.io/v1' is not supported",
         ),
+        (
+            lambda d: d["clusters"][1]["cluster"].update({"server": "ftp://x"}),
+            "is not http(s)://host",
+        ),
+        (lambda d: d["clusters"][1].update({"cluster": {"server": 7}}), "Expected `str`"),
     ],
+    ids=["no-current-context", "unknown-context", "undefined-cluster", "no-clusters",
+         "auth-provider", "exec-v1", "not-http", "malformed"],
 )
 def test_kubeconfig_errors(
     tmp_path: Path, mutate: Callable[[dict[str, Any]], Any], message: str
@@ -811,37 +589,119 @@ def test_kubeconfig_errors(
     doc = yaml.safe_load(path.read_text())
     mutate(doc)
     path.write_text(yaml.safe_dump(doc))
-    with pytest.raises(KubeConfigError, match=message):
+    with pytest.raises(KubeConfigError, match=re.escape(message)) as info:
         load_config(str(path))
-    with pytest.raises(KubeConfigError, match="kubeconfig"):
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_kubeconfig_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(KubeConfigError, match="not found"):
         load_config(str(tmp_path / "missing"))
+    (tmp_path / "bad").write_text("clusters: [\n")
+    with pytest.raises(KubeConfigError, match=r"kubeconfig .*bad"):
+        load_config(str(tmp_path / "bad"))
 
 
-def test_in_cluster_and_disabled(tmp_path: Path) -> None:
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    env = {"KUBERNETES_SERVICE_HOST": "172.20.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    # No token mounted.
-    result = in_cluster_config(env, str(sa))
-    assert isinstance(result, MetadataDisabled) and "token" in result.reason
-    (sa / "token").write_text(TOKEN)
-    (sa / "ca.crt").write_text("pem")
-    cfg = load_config(None, environ=env, serviceaccount_dir=str(sa))
-    assert isinstance(cfg, KubeConfig)
-    assert cfg.server == "https://172.20.0.1:443"
-    assert cfg.token_file == str(sa / "token") and cfg.ca_file == str(sa / "ca.crt")
-    v6 = in_cluster_config(
-        {"KUBERNETES_SERVICE_HOST": "fd00:10:96::1", "KUBERNETES_SERVICE_PORT": "443"}, str(sa)
-    )
-    assert isinstance(v6, KubeConfig) and v6.server == "https://[fd00:10:96::1]:443"
-    off = load_config(None, environ={}, serviceaccount_dir=str(sa))
+def service_account(directory: Path, token: str, ca: bytes | None = b"pem") -> Path:
+    directory.mkdir()
+    (directory / "token").write_text(token)
+    (directory / "namespace").write_text("gpuscope")
+    if ca is not None:
+        (directory / "ca.crt").write_bytes(ca)
+    return directory
+
+
+def test_in_cluster_config_and_names_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    off = load_config(None, serviceaccount_dir=str(empty))
     assert isinstance(off, MetadataDisabled)
     assert "metadata disabled" in off.reason and "KUBERNETES_SERVICE_HOST" in off.reason
 
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "172.20.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    off = load_config(None, serviceaccount_dir=str(empty))  # no token mounted
+    assert isinstance(off, MetadataDisabled) and "automountServiceAccountToken" in off.reason
+    (empty / "token").write_text(TOKEN)  # a token, but not the rest of the mount
+    off = load_config(None, serviceaccount_dir=str(empty))
+    assert isinstance(off, MetadataDisabled) and "namespace" in off.reason
+    no_ca = service_account(tmp_path / "no-ca", TOKEN, ca=None)
+    off = load_config(None, serviceaccount_dir=str(no_ca))
+    assert isinstance(off, MetadataDisabled) and "ca.crt is missing" in off.reason
 
-def test_private_key_file_is_0600_and_removed(tmp_path: Path) -> None:
-    path = kube._write_private(str(tmp_path), "client.key", b"secret")
-    assert os.stat(path).st_mode & 0o777 == 0o600
+    sa = service_account(tmp_path / "sa", TOKEN)
+    cfg = load_config(None, serviceaccount_dir=str(sa))
+    assert isinstance(cfg, SingleConfig) and cfg.user is not None
+    assert cfg.cluster.server == "https://172.20.0.1:443"
+    assert cfg.cluster.certificate_auth == str(sa / "ca.crt")
+    assert cfg.user.token_file == str(sa / "token")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00:10:96::1")
+    v6 = load_config(None, serviceaccount_dir=str(sa))
+    assert isinstance(v6, SingleConfig) and v6.cluster.server == "https://[fd00:10:96::1]:443"
+
+
+def test_names_off_does_not_load_lightkube(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from gpuscope.exporter.kubernetes.apiserver import MetadataDisabled, load_config\n"
+        "assert isinstance(load_config(None), MetadataDisabled)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'lightkube', 'httpx2', 'httpcore2', 'msgspec', 'anyio'}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "fragment"),
+    [
+        ("missing", "--kubeconfig: kubeconfig {tmp}/missing: Configuration file"),
+        ("missing-ca", "--kubeconfig: kubeconfig {tmp}/missing-ca (context gpu-admin@prod): "
+                       "certificate-authority {tmp}/no-such-ca.crt does not exist"),
+        ("bad-ca", "--kubeconfig: TLS or credentials of kubeconfig {tmp}/bad-ca"),
+    ],
+    ids=["missing-file", "missing-ca", "bad-ca"],
+)
+def test_cli_bad_kubeconfig_is_one_line_and_exit_2(
+    tmp_path: Path, kubeconfig: str, fragment: str
+) -> None:
+    write_kubeconfig(tmp_path / "missing-ca", "https://127.0.0.1:6443", {"token": TOKEN},
+                     {"certificate-authority": "no-such-ca.crt"})
+    (tmp_path / "not-a-ca.crt").write_text("not a certificate\n")
+    write_kubeconfig(tmp_path / "bad-ca", "https://127.0.0.1:6443", {"token": TOKEN},
+                     {"certificate-authority": "not-a-ca.crt"})
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuscope.exporter", "--kubeconfig", str(tmp_path / kubeconfig),
+         "--node-name", NODE],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("gpuscope-exporter: error: " + fragment.format(tmp=tmp_path))
+
+
+def test_bad_tls_material_and_arguments(tmp_path: Path) -> None:
+    with pytest.raises(KubeConfigError, match=r"certificate-authority .*missing-ca\.crt does"):
+        PodMetadataWatcher(
+            token_config("https://127.0.0.1:1", certificate_auth=str(tmp_path / "missing-ca.crt")),
+            NODE,
+        )
+    garbage = KubeConfig.from_one(
+        cluster=Cluster(server="https://127.0.0.1:1"),
+        user=User(client_cert_data="bm90IGEgY2VydA==", client_key_data="bm90IGEga2V5"),
+    ).get()
+    assert garbage is not None
+    with pytest.raises(KubeConfigError, match="TLS or credentials"):
+        PodMetadataWatcher(garbage, NODE)
+    with pytest.raises(KubeConfigError, match="not http"):
+        PodMetadataWatcher(token_config("ftp://x"), NODE)
+    with pytest.raises(ValueError, match="node_name"):
+        PodMetadataWatcher(token_config("http://x"), "")
 
 
 # --------------------------------------------------------------------------------------
@@ -878,8 +738,10 @@ def test_list_watch_bookmark_and_rewatch(
     )
     assert snap.container_name(UID_A, CID[1]) == "envoy"
     first = api.lists()[0]
+    assert first.path == "/api/v1/pods"  # all namespaces
     assert first.query["fieldSelector"] == f"spec.nodeName={NODE}"
-    assert first.query["resourceVersion"] == "0"
+    assert first.query["limit"] == "500"
+    assert "resourceVersion" not in first.query  # a consistent list
     assert first.headers["Authorization"] == f"Bearer {TOKEN}"
     assert first.headers["User-Agent"].startswith("gpuscope-exporter/")
 
@@ -888,7 +750,7 @@ def test_list_watch_bookmark_and_rewatch(
     assert watch.query["fieldSelector"] == f"spec.nodeName={NODE}"
     assert watch.query["allowWatchBookmarks"] == "true"
     assert watch.query["resourceVersion"] == str(api.rv)
-    assert int(watch.query["timeoutSeconds"]) >= 300
+    assert 300 <= int(watch.query["timeoutSeconds"]) <= 450  # jittered
     assert watch.headers["Authorization"] == f"Bearer {TOKEN}"
 
     api.put(
@@ -928,10 +790,14 @@ def test_list_watch_bookmark_and_rewatch(
 
     api.delete(UID_B)
     wait_until(lambda: UID_B not in w.snapshot().pods, what="DELETED")
+    deleted_rv = str(api.rv)
+    api.watch_actions.put(("close", None))  # the server's timeoutSeconds: a clean end
+    wait_until(lambda: len(api.watches()) == 2, what="re-watch")
+    assert api.watches()[1].query["resourceVersion"] == deleted_rv  # resumed from the event
     api.bookmark("987654")
     api.watch_actions.put(("close", None))
-    wait_until(lambda: len(api.watches()) == 2, what="re-watch")
-    assert api.watches()[1].query["resourceVersion"] == "987654"  # resumed from the bookmark
+    wait_until(lambda: len(api.watches()) == 3, what="re-watch after a bookmark")
+    assert api.watches()[2].query["resourceVersion"] == "987654"  # resumed from the bookmark
     assert len(api.lists()) == 1  # a clean end is not a relist
     stats = w.snapshot().stats
     assert stats.watch_events_total == 3 and stats.watch_errors_total == 0
@@ -955,7 +821,16 @@ def test_node_info_fetched_and_refreshed(
     assert parts["kube_node"].success and parts["kube_node"].duration_seconds >= 0
 
 
-def test_gone_event_and_gone_status_force_consistent_relist(
+def test_node_not_found_is_an_error(api: FakeApi) -> None:
+    with make_watcher(api.url, node_name="no-such-node") as w:
+        wait_until(lambda: w.snapshot().stats.node_errors_total >= 2, what="404s")
+        snap = w.snapshot()
+        assert snap.node is None and not snap.stats.node_success
+        assert snap.stats.node_requests_total == snap.stats.node_errors_total
+        assert w.wait_synced(5)  # the pods are not affected
+
+
+def test_gone_event_and_gone_status_relist(
     api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]
 ) -> None:
     seed(api)
@@ -970,9 +845,22 @@ def test_gone_event_and_gone_status_force_consistent_relist(
     wait_until(lambda: w.snapshot().stats.relists_gone_total == 2, what="two 410s")
     wait_until(lambda: len(api.lists()) >= 3 and UID_B not in w.snapshot().pods, what="relist")
     for relist in api.lists()[1:]:
-        assert "resourceVersion" not in relist.query  # consistent read after 410
+        assert "resourceVersion" not in relist.query
     assert all(s.query["limit"] == "1" for s in api.lists())
     assert w.snapshot().stats.watch_errors_total == 0
+
+
+def test_watch_error_event_relists(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]
+) -> None:
+    seed(api)
+    w = watcher_factory(api.url)
+    assert w.wait_synced(5)
+    wait_until(lambda: len(api.watches()) == 1)
+    api.error_event(500, "InternalError", "etcdserver: request timed out")
+    wait_until(lambda: len(api.lists()) == 2 and len(api.watches()) == 2, what="relist")
+    stats = w.snapshot().stats
+    assert stats.watch_errors_total == 1 and stats.relists_gone_total == 0
 
 
 def test_pagination(api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]) -> None:
@@ -998,6 +886,18 @@ def test_watch_disconnect_relists(
     wait_until(lambda: len(api.lists()) == 2 and UID_C in w.snapshot().pods, what="relist")
     stats = w.snapshot().stats
     assert stats.watch_errors_total == 1 and stats.pod_lists_total == 2 and stats.pods_success
+
+
+def test_watch_ending_at_once_does_not_spin(api: FakeApi) -> None:
+    seed(api)
+    api.watch_end_at_once = True  # a broken proxy: every watch ends cleanly, empty, at once
+    w = make_watcher(api.url, backoff_initial_s=0.05, backoff_max_s=0.2)
+    with w:
+        assert w.wait_synced(5)
+        time.sleep(1.0)
+        watches = len(api.watches())
+    assert 3 <= watches <= 9, watches  # 0.05 + 0.1 + 0.2 + 0.2 ... (±20 %), not hundreds
+    assert len(api.lists()) == 1  # a clean end resumes, it does not relist
 
 
 def test_api_down_at_start_then_back(watcher_factory: Callable[..., PodMetadataWatcher]) -> None:
@@ -1056,8 +956,6 @@ def test_api_down_after_list_keeps_last_names(
 
 
 def test_idle_watch_outlives_request_timeout_and_stops_fast(api: FakeApi) -> None:
-    # "Connection: close" makes http.client drop conn.sock; the read timeout and stop()
-    # must still reach the socket the stream reads from.
     seed(api)
     api.watch_connection_close = True
     w = make_watcher(api.url, request_timeout_s=0.3)
@@ -1073,6 +971,7 @@ def test_idle_watch_outlives_request_timeout_and_stops_fast(api: FakeApi) -> Non
         t0 = time.perf_counter()
         w.stop(5)
         assert time.perf_counter() - t0 < 1.0
+    assert not any(t.is_alive() for t in w._threads)
 
 
 def test_silent_watch_hits_read_timeout_and_relists(api: FakeApi) -> None:
@@ -1101,6 +1000,7 @@ def test_snapshot_never_blocks_and_stop_aborts_hung_request(api: FakeApi) -> Non
         t0 = time.perf_counter()
         w.stop(5)
         assert time.perf_counter() - t0 < 1.0
+        assert not any(t.is_alive() for t in w._threads)
     finally:
         api.list_gate.set()
 
@@ -1120,50 +1020,51 @@ def test_snapshot_is_immutable(
     assert UID_C not in snap.pods  # an old snapshot does not change under its reader
 
 
-def test_token_file_rotation_and_401(
+# --------------------------------------------------------------------------------------
+# Authentication
+# --------------------------------------------------------------------------------------
+
+
+def test_kubeconfig_token_file_relative_and_reread(
     api: FakeApi, tmp_path: Path, watcher_factory: Callable[..., PodMetadataWatcher]
 ) -> None:
     seed(api)
-    token_file = tmp_path / "token"
+    (tmp_path / "creds").mkdir()
+    token_file = tmp_path / "creds" / "token"
     token_file.write_text(TOKEN + "\n")
-    now = [1000.0]
-    path = write_kubeconfig(tmp_path / "config", api.url, {"tokenFile": "token"})
-    w = watcher_factory(
-        api.url, config=load_kubeconfig(str(path)), clock=lambda: now[0], token_refresh_s=60.0
-    )
+    path = write_kubeconfig(tmp_path / "config", api.url, {"tokenFile": "creds/token"})
+    cfg = load_config(str(path))
+    assert isinstance(cfg, SingleConfig)
+    w = watcher_factory(api.url, config=cfg, token_refresh_s=0.0)  # re-read before each request
     assert w.wait_synced(5)
     wait_until(lambda: len(api.watches()) == 1)
-    # The kubelet rotates the token and the API server stops accepting the old one before
-    # our refresh is due: one 401, then the file is re-read.
     token_file.write_text("rotated-token-2")
     api.token = "rotated-token-2"
     api.watch_actions.put(("drop", None))
-    wait_until(lambda: len(api.watches()) == 2, what="watch after 401")
-    assert api.unauthorized == 1
+    wait_until(lambda: len(api.watches()) == 2, what="watch after the rotation")
+    assert api.unauthorized == 0
     assert api.lists()[-1].headers["Authorization"] == "Bearer rotated-token-2"
-    # Rotated again; this time the refresh interval has passed: no 401 at all.
-    token_file.write_text("rotated-token-3")
-    api.token = "rotated-token-3"
-    now[0] += 61
-    api.watch_actions.put(("drop", None))
-    wait_until(lambda: len(api.watches()) == 3, what="watch after refresh")
-    assert api.unauthorized == 1
-    assert api.watches()[-1].headers["Authorization"] == "Bearer rotated-token-3"
 
 
-def test_exec_credential_plugin(
+def test_exec_credential_plugin_runs_again_after_401(
     api: FakeApi, tmp_path: Path, watcher_factory: Callable[..., PodMetadataWatcher]
 ) -> None:
     seed(api)
-    api.token = "k8s-aws-v1.exec-token"
+    api.token = "k8s-aws-v1.exec-token-1"
+    # The plugin (like `aws eks get-token`) returns the token of the current "generation" and
+    # logs each run.
+    generation, runs = tmp_path / "generation", tmp_path / "runs"
+    generation.write_text("1")
     script = tmp_path / "get-token.py"
     script.write_text(
-        "import json, os, sys\n"
-        "info = json.loads(os.environ['KUBERNETES_EXEC_INFO'])\n"
-        "assert info['kind'] == 'ExecCredential' and os.environ['AWS_PROFILE'] == 'gpu'\n"
-        "print(json.dumps({'apiVersion': info['apiVersion'], 'kind': 'ExecCredential',\n"
-        "  'status': {'token': 'k8s-aws-v1.exec-token',\n"
-        "             'expirationTimestamp': '2999-01-01T00:00:00Z'}}))\n"
+        "import json, os, pathlib, sys\n"
+        "assert os.environ['AWS_PROFILE'] == 'gpu' and sys.argv[1:] == ['--cluster', 'prod']\n"
+        f"n = pathlib.Path({str(generation)!r}).read_text()\n"
+        f"with open({str(runs)!r}, 'a') as f:\n"
+        "    f.write(n)\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
+        "  'kind': 'ExecCredential', 'status': {'token': f'k8s-aws-v1.exec-token-{n}',\n"
+        "  'expirationTimestamp': '2999-01-01T00:00:00Z'}}))\n"
     )
     path = write_kubeconfig(
         tmp_path / "config",
@@ -1172,17 +1073,31 @@ def test_exec_credential_plugin(
             "exec": {
                 "apiVersion": "client.authentication.k8s.io/v1beta1",
                 "command": sys.executable,
-                "args": [str(script)],
+                "args": [str(script), "--cluster", "prod"],
                 "env": [{"name": "AWS_PROFILE", "value": "gpu"}],
                 "interactiveMode": "Never",
             }
         },
     )
-    cfg = load_kubeconfig(str(path))
-    assert cfg.exec_credential is not None
+    cfg = load_config(str(path))
+    assert isinstance(cfg, SingleConfig)
     w = watcher_factory(api.url, config=cfg)
     assert w.wait_synced(5)
-    assert api.lists()[0].headers["Authorization"] == "Bearer k8s-aws-v1.exec-token"
+    wait_until(lambda: len(api.watches()) == 1)
+    assert api.lists()[0].headers["Authorization"] == "Bearer k8s-aws-v1.exec-token-1"
+    assert api.watches()[0].headers["Authorization"] == "Bearer k8s-aws-v1.exec-token-1"
+    wait_until(lambda: w.snapshot().stats.node_success, what="node")
+    # Run once per thread at most (lightkube does not serialise the first runs), then reused.
+    before = runs.read_text()
+    assert before in ("1", "11")
+    # The token expires: the API server refuses it, the plugin runs again.
+    generation.write_text("2")
+    api.token = "k8s-aws-v1.exec-token-2"
+    api.watch_actions.put(("drop", None))
+    wait_until(lambda: len(api.watches()) == 2, what="watch with the new token")
+    assert api.unauthorized >= 1 and runs.read_text().startswith(before + "2")
+    assert api.lists()[-1].headers["Authorization"] == "Bearer k8s-aws-v1.exec-token-2"
+    assert api.watches()[1].headers["Authorization"] == "Bearer k8s-aws-v1.exec-token-2"
 
 
 # --------------------------------------------------------------------------------------
@@ -1199,7 +1114,10 @@ class Pki:
     client_key: bytes
 
 
-def _pki_cryptography(tmp: Path) -> Pki:
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    tmp = tmp_path / "pki"
+    tmp.mkdir()
     ca = TestCA("kubernetes")
     server = ca.issue("kube-apiserver", server=True, sans=["127.0.0.1"])
     client = ca.issue("gpuscope", server=False)
@@ -1207,13 +1125,6 @@ def _pki_cryptography(tmp: Path) -> Pki:
     (tmp / "server.key").write_bytes(server.key_pem)
     return Pki(ca.cert_pem, tmp / "server.crt", tmp / "server.key", client.cert_pem,
                client.key_pem)
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    tmp = tmp_path / "pki"
-    tmp.mkdir()
-    return _pki_cryptography(tmp)
 
 
 def server_tls(p: Pki, require_client_cert: bool) -> ssl.SSLContext:
@@ -1225,29 +1136,27 @@ def server_tls(p: Pki, require_client_cert: bool) -> ssl.SSLContext:
     return ctx
 
 
+@pytest.fixture
+def tls_api(pki: Pki) -> Iterator[FakeApi]:
+    server = FakeApi(tls=server_tls(pki, require_client_cert=True))
+    seed(server)
+    server.start()
+    yield server
+    server.stop()
+
+
 def test_https_ca_data_token_and_client_cert_data(
-    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pki: Pki, tls_api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import base64
+    import gc
 
-    api = FakeApi(tls=server_tls(pki, require_client_cert=True))
-    seed(api)
-    api.start()
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
-    written: list[tuple[str, int, int]] = []
-    real_write = kube._write_private
-
-    def spy(directory: str, name: str, data: bytes) -> str:
-        path = real_write(directory, name, data)
-        written.append((path, os.stat(path).st_mode & 0o777, os.stat(directory).st_mode & 0o777))
-        return path
-
-    monkeypatch.setattr(kube, "_write_private", spy)
     path = write_kubeconfig(
         tmp_path / "config",
-        api.url,
+        tls_api.url,
         {
             "token": TOKEN,
             "client-certificate-data": base64.b64encode(pki.client_cert).decode(),
@@ -1255,24 +1164,39 @@ def test_https_ca_data_token_and_client_cert_data(
         },
         {"certificate-authority-data": base64.b64encode(pki.ca).decode()},
     )
-    w = make_watcher(api.url, config=load_config(str(path)))
+    cfg = load_config(str(path))
+    assert isinstance(cfg, SingleConfig)
+    w = make_watcher(tls_api.url, config=cfg)
     try:
-        # The key material went to private files (0600 in a 0700 directory) only while
-        # ssl loaded it; nothing is left behind.
-        assert [(Path(p).name, m, d) for p, m, d in written] == [
-            ("client.crt", 0o600, 0o700),
-            ("client.key", 0o600, 0o700),
-        ]
-        assert not any(Path(p).exists() for p, _, _ in written)
+        gc.collect()
+        # lightkube hands the *-data to ssl through temporary files: none is left behind.
         assert list(private_tmp.iterdir()) == []
         w.start()
         assert w.wait_synced(5)
         assert set(w.snapshot().pods) == {UID_A}
-        assert api.lists()[0].headers["Authorization"] == f"Bearer {TOKEN}"
+        assert tls_api.lists()[0].headers["Authorization"] == f"Bearer {TOKEN}"
         wait_until(lambda: w.snapshot().node is not None, what="node over TLS")
     finally:
         w.stop(2)
-        api.stop()
+
+
+def test_https_ca_and_client_certificate_files_relative_to_the_kubeconfig(
+    pki: Pki, tls_api: FakeApi, tmp_path: Path
+) -> None:
+    (tmp_path / "kube" / "pki").mkdir(parents=True)
+    (tmp_path / "kube" / "pki" / "ca.crt").write_bytes(pki.ca)
+    (tmp_path / "kube" / "pki" / "client.crt").write_bytes(pki.client_cert)
+    (tmp_path / "kube" / "pki" / "client.key").write_bytes(pki.client_key)
+    path = write_kubeconfig(
+        tmp_path / "kube" / "config",
+        tls_api.url,
+        {"token": TOKEN, "client-certificate": "pki/client.crt", "client-key": "pki/client.key"},
+        {"certificate-authority": "pki/ca.crt"},
+    )
+    cfg = load_config(str(path))
+    assert isinstance(cfg, SingleConfig)
+    with make_watcher(tls_api.url, config=cfg) as w:
+        assert w.wait_synced(5)
 
 
 def test_https_verifies_the_server(pki: Pki, tmp_path: Path) -> None:
@@ -1282,46 +1206,86 @@ def test_https_verifies_the_server(pki: Pki, tmp_path: Path) -> None:
     try:
         # Trusting only the system CAs: the self-made CA is rejected, nothing syncs.
         w = make_watcher(api.url)
-        w.start()
-        try:
+        with w:
             wait_until(lambda: w.snapshot().stats.pod_list_errors_total >= 1)
             assert not w.snapshot().synced and not api.lists()
-        finally:
-            w.stop(2)
         # insecure-skip-tls-verify accepts it.
         path = write_kubeconfig(
             tmp_path / "config", api.url, {"token": TOKEN}, {"insecure-skip-tls-verify": True}
         )
-        w = make_watcher(api.url, config=load_kubeconfig(str(path)))
-        w.start()
-        try:
+        cfg = load_config(str(path))
+        assert isinstance(cfg, SingleConfig)
+        with make_watcher(api.url, config=cfg) as w:
             assert w.wait_synced(5)
-        finally:
-            w.stop(2)
-        # The CA as a file, as in-cluster's ca.crt.
-        (tmp_path / "ca.crt").write_bytes(pki.ca)
-        w = make_watcher(
-            api.url,
-            config=KubeConfig(
-                server=api.url, source="t", ca_file=str(tmp_path / "ca.crt"), token=TOKEN
-            ),
-        )
-        w.start()
-        try:
-            assert w.wait_synced(5)
-        finally:
-            w.stop(2)
     finally:
         api.stop()
 
 
-def test_bad_tls_material_is_a_config_error(tmp_path: Path) -> None:
-    cfg = KubeConfig(
-        server="https://127.0.0.1:1", source="t", ca_file=str(tmp_path / "missing-ca.crt")
-    )
-    with pytest.raises(KubeConfigError, match="TLS"):
-        PodMetadataWatcher(cfg, NODE)
-    with pytest.raises(KubeConfigError, match="not http"):
-        PodMetadataWatcher(KubeConfig(server="ftp://x", source="t"), NODE)
-    with pytest.raises(ValueError, match="node_name"):
-        PodMetadataWatcher(KubeConfig(server="http://x", source="t"), "")
+def test_in_cluster_over_tls_rereads_the_rotated_token(
+    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet rotates the projected token while the old one is still valid: the next
+    request after the refresh interval carries the new token, with no 401 needed; a token the
+    API server no longer accepts is re-read at once (one 401)."""
+    api = FakeApi(tls=server_tls(pki, require_client_cert=False))
+    seed(api)
+    api.start()
+    sa = service_account(tmp_path / "sa", TOKEN + "\n", ca=pki.ca)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(api.port))
+    cfg = load_config(None, serviceaccount_dir=str(sa))
+    assert isinstance(cfg, SingleConfig)
+    now = [1000.0]
+    w = make_watcher(api.url, config=cfg, clock=lambda: now[0], node_refresh_s=0.02)
+    try:
+        w.start()
+        assert w.wait_synced(5)
+        wait_until(lambda: len(api.node_gets()) >= 2, what="node GETs")
+
+        def tokens_since(n: int) -> set[str]:
+            return {s.headers["Authorization"] for s in api.node_gets()[n:]}
+
+        (sa / "token").write_text("rotated-token-2")  # the kubelet's atomic swap
+        api.token, api.old_tokens = "rotated-token-2", {TOKEN}
+        n = len(api.node_gets())
+        wait_until(lambda: len(api.node_gets()) >= n + 3, what="node GETs")
+        assert tokens_since(n) == {f"Bearer {TOKEN}"}  # read at most once a minute
+        now[0] += 61
+        n = len(api.node_gets())
+        wait_until(lambda: len(api.node_gets()) >= n + 3, what="node GETs")
+        assert tokens_since(n + 1) == {"Bearer rotated-token-2"}
+        assert api.unauthorized == 0
+
+        # Rotated again, and the old token is refused before the minute is up: one 401,
+        # then the file is re-read and the request repeated.
+        (sa / "token").write_text("rotated-token-3")
+        api.token, api.old_tokens = "rotated-token-3", set()
+        wait_until(lambda: api.unauthorized == 1 and tokens_since(len(api.node_gets()) - 1)
+                   == {"Bearer rotated-token-3"}, what="re-read after a 401")
+        wait_until(lambda: w.snapshot().stats.node_success)
+        assert api.unauthorized == 1
+        # A token file that cannot be read keeps the last token.
+        (sa / "token").unlink()
+        now[0] += 61
+        n = len(api.node_gets())
+        wait_until(lambda: len(api.node_gets()) >= n + 2, what="node GETs")
+        assert tokens_since(n) == {"Bearer rotated-token-3"} and w.snapshot().stats.node_success
+    finally:
+        w.stop(2)
+        api.stop()
+
+
+def test_request_on_a_kept_alive_connection_closed_by_the_server_is_sent_again(
+    api: FakeApi,
+) -> None:
+    from gpuscope.exporter.kubernetes.apiclient import ApiClient, Nodes
+
+    api.drop_kept_alive = True  # as a server or proxy closing idle connections does
+    client = ApiClient(token_config(api.url), request_timeout_s=2.0, token_refresh_s=60.0,
+                       clock=time.monotonic)
+    try:
+        for _ in range(3):
+            assert client.get(Nodes, NODE)["metadata"]["name"] == NODE
+    finally:
+        client.close()
+    assert len(api.node_gets()) == 5  # the 2nd and 3rd GET: dropped once, then answered
