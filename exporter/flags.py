@@ -9,7 +9,6 @@ or variable; :func:`run_main` prints it as ``<prog>: error: ...`` and exits 2.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import os
 import signal
@@ -103,17 +102,35 @@ class _Parser(argparse.ArgumentParser):
 def version() -> str:
     """The installed gpuscope distribution's version (pyproject.toml), or ``unknown`` when
     running from a tree that was never installed."""
+    # Imported here: importlib.metadata costs ~25 ms and ~1 MiB at start-up, on every node,
+    # for a value only --version and the User-Agent need.
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("gpuscope")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: like argparse's own, but the version is looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
 def build_parser(
     prog: str, description: str, epilog: str, flags: Sequence[Flag]
 ) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=description, epilog=epilog)
-    parser.add_argument("--version", action="version", version=f"{prog} {version()}")
+    parser.add_argument("--version", action=_VersionAction)
     for f in flags:
         if f.boolean:
             parser.add_argument(f.flag, dest=f.dest, action=argparse.BooleanOptionalAction,
