@@ -3,8 +3,9 @@
 The rule file is the one source. ``python -m gpuscope.alerts.render`` writes
 ``alerts/generated/prometheusrule.yaml`` from it (checked in, never edited by hand);
 ``--check`` fails when the checked-in file is out of date. The same module gives tests a copy
-of the rules with every ``for:`` capped (:func:`cap_for`), so a test never keeps a second,
-hand-edited rule set.
+of the rules with every ``for:`` capped (:func:`cap_for`) and every range selector shortened
+(:func:`cap_ranges`: a 5-minute rate of a series seconds old reads low), so a test never keeps
+a second, hand-edited rule set.
 
 Bad input (an unreadable or invalid rule file, a bad flag) ends in one
 ``gpuscope-render: error: ...`` line and exit code 2.
@@ -235,6 +236,29 @@ def cap_for(rules: Mapping[str, Any], limit: str) -> dict[str, Any]:
         for rule in group["rules"]:
             if "for" in rule and parse_duration(rule["for"]) > cap:
                 rule["for"] = limit
+    return out
+
+
+_RANGE = re.compile(r"\[([0-9]+(?:ms|[smhdwy]))\]")
+_OFFSET = re.compile(r"\boffset ([0-9]+(?:ms|[smhdwy]))\b")
+
+
+def cap_ranges(rules: Mapping[str, Any], limit: str) -> dict[str, Any]:
+    """A copy of ``rules`` with every range selector and offset longer than ``limit``
+    (``[5m]``, ``[6h]``, ``offset 5m``) shortened to it (tests run the real rules for
+    seconds)."""
+    cap = parse_duration(limit)
+
+    def shorten_range(m: re.Match[str]) -> str:
+        return f"[{limit}]" if parse_duration(m.group(1)) > cap else m.group(0)
+
+    def shorten_offset(m: re.Match[str]) -> str:
+        return f"offset {limit}" if parse_duration(m.group(1)) > cap else m.group(0)
+
+    out = copy.deepcopy(dict(rules))
+    for group in out["groups"]:
+        for rule in group["rules"]:
+            rule["expr"] = _OFFSET.sub(shorten_offset, _RANGE.sub(shorten_range, rule["expr"]))
     return out
 
 

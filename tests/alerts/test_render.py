@@ -57,7 +57,7 @@ def test_prometheusrule_groups_pass_promtool(promtool: str, tmp_path: Path) -> N
     result = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 21 rules found" in result.stdout
+    assert "SUCCESS: 33 rules found" in result.stdout
 
 
 def _broken(change: str) -> dict[str, Any]:
@@ -177,3 +177,16 @@ def test_render_bad_rule_file_is_one_line_and_exit_2(
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith("gpuscope-render: error: ")
     assert message in result.stderr
+
+
+def test_cap_ranges_shortens_range_selectors_and_offsets() -> None:
+    from gpuscope.alerts.render import cap_ranges
+
+    rules = {"groups": [{"name": "g", "rules": [
+        {"record": "a", "expr": "rate(x[5m]) or max_over_time(y[6h]) or z[2s] or w offset 10m"
+                                " or v offset 5s"},
+    ]}]}
+    capped = cap_ranges(rules, "10s")
+    assert capped["groups"][0]["rules"][0]["expr"] == (
+        "rate(x[10s]) or max_over_time(y[10s]) or z[2s] or w offset 10s or v offset 5s")
+    assert rules["groups"][0]["rules"][0]["expr"].startswith("rate(x[5m])")  # a copy

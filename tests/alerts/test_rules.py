@@ -17,11 +17,12 @@ from tests.alerts.conftest import REPO
 PROMTOOL_TESTS = sorted((Path(__file__).parent / "promtool").glob("*_test.yaml"))
 DOCS = REPO / "docs" / "alerts.md"
 
-# Issue 6's alert list: each one must exist (a rename fails here, not in a pager).
+# Issue 6's alert list and issue 15's (the work signals): each one must exist (a rename fails
+# here, not in a pager).
 EXPECTED_ALERTS = {
     "GpuNodeUnderutilized", "GpuAllocatedButIdle", "GpuTimeSliceStarvation", "GpuLost",
     "GpuMissing", "GpuXidCritical", "GpuEccUncorrected", "GpuTemperatureHigh",
-    "GpuMemoryNearFull", "GpuExporterDown", "GpuExporterStale",
+    "GpuMemoryNearFull", "GpuExporterDown", "GpuExporterStale", "GpuSpinning", "GpuThrottled",
 }
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -107,11 +108,15 @@ def test_every_alert_has_a_firing_test_and_a_near_miss() -> None:
         assert silent[name], f"{name}: no promtool near-miss where it stays silent"
 
 
-def test_idle_threshold_is_written_once_for_nodes() -> None:
-    """docs/alerts.md tells operators to change the node idle threshold in one place."""
+def test_idle_threshold_is_written_once_for_devices_and_once_for_containers() -> None:
+    """docs/alerts.md tells operators to change the idle threshold in one place for devices
+    (nodes are built on them) and one for containers."""
     text = RULES_FILE.read_text(encoding="utf-8")
-    assert text.count("gpu_utilization_ratio < bool 0.05") == 1
+    assert text.count("< bool 0.05") == 1
+    assert text.count("< 0.05") == 1
     rules = {r.get("record") or r["alert"]: r for g in load_rules()["groups"]
              for r in g["rules"]}
     assert "0.05" not in rules["GpuNodeUnderutilized"]["expr"]
-    assert "< bool 0.05" in rules["node:gpu_idle_devices:count"]["expr"]
+    assert "uuid:gpu_activity:ratio < bool 0.05" in rules["uuid:gpu_idle:bool"]["expr"]
+    assert "uuid:gpu_idle:bool" in rules["node:gpu_idle_devices:count"]["expr"]
+    assert "container:gpu_held_usage:ratio < 0.05" in rules["GpuAllocatedButIdle"]["expr"]
