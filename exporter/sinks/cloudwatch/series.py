@@ -8,9 +8,16 @@ the dimensions ``host``, ``index``, ``name``, ``arch``. Pod and node rollups cop
 Insights' names and dimensions (``pod_gpu_utilization`` in ``Percent``,
 ``pod_gpu_memory_used`` in ``Bytes``, ``node_gpu_utilization`` in ``Percent``).
 
+It adds the devices' work signals from GPM (Hopper and newer) under the agent's dimensions,
+``nvidia_gpm_sm_active`` and ``nvidia_gpm_tensor_active`` (percent, no Unit), and their node
+rollups ``node_gpu_sm_active`` and ``node_gpu_tensor_active`` (``Percent``, Container Insights'
+node dimensions), so an alarm can tell a GPU that works from one that spins at "100 %".
+
 The conversion from the snapshot's base units (ratios 0..1, bytes, hertz) to the agent's
-scale happens here and only here. Everything in this module is pure: the same snapshot and
-attribution always give the same observations.
+scale happens here and only here. The same snapshot and attribution always give the same
+observations, except the activities: each is the mean between two rounds, the increase of the
+device's ``*_active_seconds`` counter over the time between them, so the observer keeps each
+device's last counters (a device's first round gives none).
 """
 
 from __future__ import annotations
@@ -115,12 +122,23 @@ POD_UTILIZATION = "pod_gpu_utilization"
 POD_MEMORY_USED = "pod_gpu_memory_used"
 NODE_UTILIZATION = "node_gpu_utilization"
 
+#: The devices' GPM activities, percent 0..100 of the time between two rounds: (device metric
+#: under the agent's dimensions, node rollup, the counter in :class:`DeviceSample`).
+ACTIVITY_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("nvidia_gpm_sm_active", "node_gpu_sm_active", "sm_active_seconds"),
+    ("nvidia_gpm_tensor_active", "node_gpu_tensor_active", "tensor_active_seconds"),
+)
+SM_ACTIVE, NODE_SM_ACTIVE = ACTIVITY_METRICS[0][:2]
+TENSOR_ACTIVE, NODE_TENSOR_ACTIVE = ACTIVITY_METRICS[1][:2]
+
 #: CloudWatch ``Unit`` of every metric name (None: no unit sent).
 UNITS: dict[str, str | None] = {
     **{m.name: m.unit for m in DEVICE_METRICS},
     POD_UTILIZATION: "Percent",
     POD_MEMORY_USED: "Bytes",
     NODE_UTILIZATION: "Percent",
+    **{device: None for device, _, _ in ACTIVITY_METRICS},
+    **{node: "Percent" for _, node, _ in ACTIVITY_METRICS},
 }
 
 
@@ -153,6 +171,8 @@ class Observer:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
         self._device_dims: dict[tuple[str, str, str | None, str | None], tuple[Dims, ...]] = {}
+        # Each device's last round: its timestamp and GPM counters (None where absent).
+        self._counters: dict[str, tuple[float, tuple[float | None, ...]]] = {}
 
     def _instance_type(self, attribution: Attribution | None) -> str | None:
         node = attribution.node if attribution is not None else None
@@ -197,6 +217,7 @@ class Observer:
             attribution = None
         out: list[Observation] = []
         instance_type = self._instance_type(attribution)
+        activity: list[tuple[str, float]] = []  # (node rollup, percent) of this round
         for device in snapshot.devices:
             if not device.up:
                 continue
@@ -207,19 +228,49 @@ class Observer:
                     continue
                 for dims in sets:
                     out.append(((metric.name, dims), value))
+            for (name, rollup, _), value in zip(
+                    ACTIVITY_METRICS, self._activities(device, snapshot.timestamp), strict=True):
+                if value is None:
+                    continue
+                activity.append((rollup, value))
+                for dims in sets:
+                    out.append(((name, dims), value))
         cluster = self.identity.cluster_name
         if cluster:
             out.extend(self._node_rollup(snapshot, cluster, instance_type))
+            rollup_dims = self._node_dims(cluster, instance_type)
+            out.extend(((rollup, rollup_dims), value) for rollup, value in activity)
             if attribution is not None:
                 out.extend(self._pod_rollups(attribution, cluster))
         return out
 
-    def _node_rollup(self, snapshot: Snapshot, cluster: str, instance_type: str | None
-                     ) -> Iterator[Observation]:
+    def _activities(self, device: DeviceSample, timestamp: float) -> list[float | None]:
+        """Each GPM activity of ``device`` between its last round and this one, in percent:
+        the counter's increase over the elapsed time (None on its first round, where the
+        counter is absent, or if it went backwards)."""
+        counters = tuple(getattr(device, field) for _, _, field in ACTIVITY_METRICS)
+        last = self._counters.get(device.uuid)
+        self._counters[device.uuid] = (timestamp, counters)
+        if last is None or timestamp <= last[0]:
+            return [None] * len(counters)
+        elapsed = timestamp - last[0]
+        out: list[float | None] = []
+        for now, before in zip(counters, last[1], strict=True):
+            if now is None or before is None or now < before:
+                out.append(None)
+            else:
+                out.append(percent(min(1.0, (now - before) / elapsed)))
+        return out
+
+    def _node_dims(self, cluster: str, instance_type: str | None) -> Dims:
         dims: list[tuple[str, str]] = [("ClusterName", cluster), ("NodeName", self.identity.host)]
         if instance_type:
             dims.append(("InstanceType", instance_type))
-        key: SeriesKey = (NODE_UTILIZATION, tuple(dims))
+        return tuple(dims)
+
+    def _node_rollup(self, snapshot: Snapshot, cluster: str, instance_type: str | None
+                     ) -> Iterator[Observation]:
+        key: SeriesKey = (NODE_UTILIZATION, self._node_dims(cluster, instance_type))
         # One observation per device that reports utilization (a GPU, or a MIG slice with
         # GPM; a MIG parent reports none): Average is the node's mean, Maximum its busiest.
         for device in snapshot.devices:

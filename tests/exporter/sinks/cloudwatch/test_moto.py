@@ -15,7 +15,7 @@ import pytest
 
 from gpuscope.exporter.kubernetes.attribution import HOST, Attribution, Attributor
 from gpuscope.exporter.kubernetes.simulated import ScenarioInputs
-from gpuscope.exporter.model import Snapshot
+from gpuscope.exporter.model import DeviceSample, Snapshot
 from gpuscope.exporter.sampler import Sampler
 from gpuscope.exporter.sinks.cloudwatch import CloudWatchSink, Identity
 from gpuscope.exporter.sinks.cloudwatch.batching import MAX_DATUMS_PER_REQUEST, MAX_REQUEST_BYTES
@@ -150,6 +150,7 @@ def expected_samples(rounds: list[tuple[Snapshot, Attribution | None]], identity
         if value is not None:
             out.setdefault((name, frozenset(dims.items())), []).append(value)
 
+    last: dict[str, tuple[float, DeviceSample]] = {}  # each device's previous round
     for snap, attribution in rounds:
         for d in snap.devices:
             agent = {"host": identity.host, "index": d.index, "name": d.model,
@@ -182,6 +183,23 @@ def expected_samples(rounds: list[tuple[Snapshot, Attribution | None]], identity
                 add("node_gpu_utilization", {"ClusterName": CLUSTER, "NodeName": identity.host,
                                              "InstanceType": instance_type},
                     d.utilization_ratio * 100)
+            # GPM activities: a counter's increase since the device's previous round over the
+            # time between them, in percent (none on its first round).
+            previous = last.get(d.uuid)
+            last[d.uuid] = (snap.timestamp, d)
+            for name, rollup, counter in (
+                ("nvidia_gpm_sm_active", "node_gpu_sm_active", "sm_active_seconds"),
+                ("nvidia_gpm_tensor_active", "node_gpu_tensor_active", "tensor_active_seconds"),
+            ):
+                now = getattr(d, counter)
+                if previous is None or now is None or getattr(previous[1], counter) is None:
+                    continue
+                value = round(100 * (now - getattr(previous[1], counter))
+                              / (snap.timestamp - previous[0]), 3)
+                add(name, agent, value)
+                add(name, extended, value)
+                add(rollup, {"ClusterName": CLUSTER, "NodeName": identity.host,
+                             "InstanceType": instance_type}, value)
         assert attribution is not None and attribution.timestamp == snap.timestamp
         pods: dict[tuple[str, str, str], list[float | None]] = {}
         for u in attribution.containers:

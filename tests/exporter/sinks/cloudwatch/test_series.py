@@ -166,3 +166,35 @@ def test_stale_attribution_and_no_cluster_name_give_no_rollups() -> None:
     without = Observer(Identity(host="h"))
     names = {n for (n, _), _ in without.observe(snapshot(1.0, [a]), attr)}
     assert not names & {POD_UTILIZATION, POD_MEMORY_USED, NODE_UTILIZATION}
+
+
+def test_gpm_activity_is_the_counters_mean_between_rounds() -> None:
+    from gpuscope.exporter.sinks.cloudwatch.series import (
+        NODE_SM_ACTIVE,
+        NODE_TENSOR_ACTIVE,
+        SM_ACTIVE,
+        TENSOR_ACTIVE,
+    )
+
+    assert UNITS[SM_ACTIVE] is None and UNITS[TENSOR_ACTIVE] is None  # like the agent's
+    assert UNITS[NODE_SM_ACTIVE] == UNITS[NODE_TENSOR_ACTIVE] == "Percent"
+    observer = Observer(Identity(host="h", cluster_name="c"))
+    dims = (("host", "h"), ("index", "0"), ("name", "NVIDIA A100-SXM4-80GB"), ("arch", "Ampere"))
+    node = (("ClusterName", "c"), ("NodeName", "h"))
+
+    def round_at(t: float, sm: float | None, tensor: float | None) -> dict:  # type: ignore[type-arg]
+        dev = gpu(0, 1.0, sm_active_seconds=sm, tensor_active_seconds=tensor)
+        return as_dict(observer.observe(snapshot(t, [dev]), None))
+
+    # The first round has nothing to compare with: no activity yet (never a made-up 0).
+    first = round_at(100.0, 500.0, 20.0)
+    assert (SM_ACTIVE, dims) not in first and (NODE_SM_ACTIVE, node) not in first
+    # 10 s later: SM counter +1 s (10 %), tensor +0 (a hung collective spins, no tensor work).
+    second = round_at(110.0, 501.0, 20.0)
+    assert second[(SM_ACTIVE, dims)] == [10.0]
+    assert second[(TENSOR_ACTIVE, dims)] == [0.0]
+    assert second[(NODE_SM_ACTIVE, node)] == [10.0]
+    assert second[(NODE_TENSOR_ACTIVE, node)] == [0.0]
+    # A device without GPM publishes none.
+    third = as_dict(observer.observe(snapshot(120.0, [gpu(1, 0.5)]), None))
+    assert not any(name in (SM_ACTIVE, TENSOR_ACTIVE) for name, _ in third)
