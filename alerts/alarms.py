@@ -13,6 +13,11 @@ one cluster:
   (the Prometheus rules and the dashboard say the same).
 - ``GpuTemperatureHigh``: its hottest GPU (``MAX(METRICS())`` over
   ``nvidia_smi_temperature_gpu``) above 85 °C for two 5-minute periods.
+- ``GpuSpinning`` (nodes that publish GPM activity: Hopper and newer, with the node rollups):
+  every GPU of the node busy (its least busy at least 50 % utilization) while the busiest does
+  no work (SM activity below 30 %, tensor activity below 2 %) for 30 minutes: a job hung in a
+  collective holds the whole node at "100 %". Metric math over ``node_gpu_utilization``
+  (Minimum), ``node_gpu_sm_active`` and ``node_gpu_tensor_active`` (Maximum).
 
 Nodes are found with ``ListMetrics`` (metrics with data in the last 3 hours, dimension
 ``ClusterName``), so the alarms follow the node pool. ``plan`` prints what ``apply`` would
@@ -47,6 +52,12 @@ GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
 GPU_TEMPERATURE = "nvidia_smi_temperature_gpu"
 GPU_MEMORY_USED = "nvidia_smi_memory_used"  # every device publishes it, MIG slices included
 NODE_UTILIZATION = "node_gpu_utilization"
+NODE_SM_ACTIVE = "node_gpu_sm_active"          # GPM, Hopper and newer
+NODE_TENSOR_ACTIVE = "node_gpu_tensor_active"
+# The spinning rule (DESIGN.md, the Prometheus rules and the dashboard use the same).
+SPIN_BUSY = 50.0     # percent utilization, of the node's least busy GPU
+SPIN_SM = 30.0       # percent SM activity, of its busiest GPU
+SPIN_TENSOR = 2.0    # percent tensor activity, of its busiest GPU
 
 _CLUSTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -78,6 +89,7 @@ class Options:
     idle_threshold: float = 5.0
     idle_minutes: int = 60
     temperature: float = 85.0
+    spin_minutes: int = 30
     prune: bool = False
     prefix: str = "gpuscope"
 
@@ -100,6 +112,8 @@ class NodeMetrics:
     gpu_utilization: list[Dimensions] = field(default_factory=list)
     gpu_temperature: list[Dimensions] = field(default_factory=list)
     gpu_memory: list[Dimensions] = field(default_factory=list)
+    node_sm_active: list[Dimensions] = field(default_factory=list)
+    node_tensor_active: list[Dimensions] = field(default_factory=list)
 
     def mig_gpus(self) -> list[str]:
         """GPUs in MIG mode: those with slices (index ``<gpu>/<instance>``), which publish
@@ -147,6 +161,8 @@ def discover(cw: CloudWatch, opts: Options) -> dict[str, NodeMetrics]:
         (GPU_UTILIZATION, "gpu_utilization", "host"),
         (GPU_TEMPERATURE, "gpu_temperature", "host"),
         (GPU_MEMORY_USED, "gpu_memory", "host"),
+        (NODE_SM_ACTIVE, "node_sm_active", "NodeName"),
+        (NODE_TENSOR_ACTIVE, "node_tensor_active", "NodeName"),
     ):
         for metric in _pages(cw.list_metrics, "Metrics", Namespace=opts.namespace,
                              MetricName=metric_name, Dimensions=cluster_filter,
@@ -161,7 +177,7 @@ def discover(cw: CloudWatch, opts: Options) -> dict[str, NodeMetrics]:
                 series.append(dims)
     for entry in nodes.values():
         for series in (entry.node_utilization, entry.gpu_utilization, entry.gpu_temperature,
-                       entry.gpu_memory):
+                       entry.gpu_memory, entry.node_sm_active, entry.node_tensor_active):
             series.sort(key=_gpu_order)
     return nodes
 
@@ -251,7 +267,41 @@ def desired_alarms(opts: Options, nodes: dict[str, NodeMetrics]) -> tuple[
         elif m.gpu_temperature:
             notes.append(f"{node}: no GpuTemperatureHigh alarm: {len(m.gpu_temperature)} "
                          f"{GPU_TEMPERATURE} series, more than {MAX_GPU_QUERIES}")
+        # Nodes without GPM activity (before Hopper, or no node rollups) get no spinning
+        # alarm; nor do MIG nodes (their slices report no utilization).
+        if (not mig and len(m.node_utilization) == 1 and len(m.node_sm_active) == 1
+                and len(m.node_tensor_active) == 1):
+            alarms.append(_spinning(opts, node, m))
     return alarms, notes
+
+
+def _spinning(opts: Options, node: str, m: NodeMetrics) -> dict[str, Any]:
+    periods = opts.spin_minutes * 60 // PERIOD
+
+    def stat(query_id: str, name: str, dims: Dimensions, statistic: str) -> dict[str, Any]:
+        return {"Id": query_id, "MetricStat": {"Metric": _metric(opts.namespace, name, dims),
+                                                "Period": PERIOD, "Stat": statistic},
+                "ReturnData": False}
+
+    alarm = _base(opts, f"{opts.alarm_prefix}{node}/GpuSpinning", (
+        f"gpuscope: every GPU on node {node} (cluster {opts.cluster}) has been busy (at least "
+        f"{SPIN_BUSY:g}% utilization) while doing no work (SM activity below {SPIN_SM:g}%, "
+        f"tensor activity below {SPIN_TENSOR:g}%) for {opts.spin_minutes} minutes: a job hung "
+        f"in a collective, or a busy-wait. Runbook: docs/alerts.md#gpuspinning"))
+    alarm.update({
+        "EvaluationPeriods": periods, "DatapointsToAlarm": periods, "Threshold": 1.0,
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+        "Metrics": [
+            stat("util", NODE_UTILIZATION, m.node_utilization[0], "Minimum"),
+            stat("sm", NODE_SM_ACTIVE, m.node_sm_active[0], "Maximum"),
+            stat("tensor", NODE_TENSOR_ACTIVE, m.node_tensor_active[0], "Maximum"),
+            {"Id": "spinning", "ReturnData": True,
+             "Label": "every GPU busy doing no work (1: yes)",
+             "Expression": f"IF(util >= {SPIN_BUSY:g} AND sm < {SPIN_SM:g} AND "
+                           f"tensor < {SPIN_TENSOR:g}, 1, 0)"},
+        ],
+    })
+    return alarm
 
 
 # ---- comparing -----------------------------------------------------------------------------
@@ -417,6 +467,8 @@ def _parser() -> _Parser:
                    help="how long every GPU of a node must be idle (default 60, a multiple of 5)")
     p.add_argument("--temperature", type=float, default=85.0, metavar="CELSIUS",
                    help="GPU temperature alarm threshold (default 85)")
+    p.add_argument("--spin-minutes", type=int, default=30,
+                   help="how long every GPU of a node must spin (default 30, a multiple of 5)")
     p.add_argument("--prune", action="store_true",
                    help="delete this cluster's alarms of nodes that no longer publish metrics")
     p.add_argument("--alarm-prefix", default="gpuscope", dest="prefix",
@@ -447,6 +499,9 @@ def parse_args(argv: Sequence[str] | None, env: dict[str, str] | None = None) ->
     if args.idle_minutes % 5 or not 5 <= args.idle_minutes <= 1440:
         raise UsageError(f"--idle-minutes: expected a multiple of 5 from 5 to 1440, "
                          f"got {args.idle_minutes}")
+    if args.spin_minutes % 5 or not 5 <= args.spin_minutes <= 1440:
+        raise UsageError(f"--spin-minutes: expected a multiple of 5 from 5 to 1440, "
+                         f"got {args.spin_minutes}")
     if not 30 <= args.temperature <= 120:
         raise UsageError(f"--temperature: expected 30 to 120 °C, got {args.temperature:g}")
     if not _PREFIX.match(args.prefix):
@@ -459,7 +514,8 @@ def parse_args(argv: Sequence[str] | None, env: dict[str, str] | None = None) ->
                    endpoint_url=args.endpoint_url, namespace=args.namespace,
                    sns_topic_arn=args.sns_topic_arn, nodes=tuple(args.nodes),
                    idle_threshold=args.idle_threshold, idle_minutes=args.idle_minutes,
-                   temperature=args.temperature, prune=args.prune, prefix=args.prefix)
+                   temperature=args.temperature, spin_minutes=args.spin_minutes,
+                   prune=args.prune, prefix=args.prefix)
 
 
 def make_client(opts: Options) -> CloudWatch:

@@ -38,11 +38,13 @@ def client(url: str) -> Any:
 
 
 def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True,
-            mig_slices: tuple[str, ...] = (), instance_type: str = "g5.12xlarge") -> None:
+            mig_slices: tuple[str, ...] = (), instance_type: str = "g5.12xlarge",
+            gpm: bool = False) -> None:
     """One sampling minute of a node, as the sink publishes it with ``--cluster-name`` and
     its default device dimensions ("both": the agent's set and the extended one).
     ``mig_slices`` ("<gpu>/<instance>") are slices without utilization (no GPM): they publish
-    memory only, and their parent GPU no utilization."""
+    memory only, and their parent GPU no utilization. ``gpm``: the GPUs publish SM and
+    tensor activity (Hopper and newer), and the node their rollups."""
     parents = {s.split("/")[0] for s in mig_slices}
     data: list[dict[str, Any]] = []
 
@@ -68,12 +70,19 @@ def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True
             if index not in parents:
                 data.append({"MetricName": "nvidia_smi_utilization_gpu", "Dimensions": d,
                              "Values": [0.0, 1.0], "Counts": [50, 10]})
+            if gpm:
+                for name in ("nvidia_gpm_sm_active", "nvidia_gpm_tensor_active"):
+                    data.append({"MetricName": name, "Dimensions": d,
+                                 "Values": [0.5], "Counts": [60]})
+    node_dims = [{"Name": "ClusterName", "Value": cluster}, {"Name": "NodeName", "Value": node},
+                 {"Name": "InstanceType", "Value": instance_type}]
     if rollup:
-        data.append({"MetricName": "node_gpu_utilization",
-                     "Dimensions": [{"Name": "ClusterName", "Value": cluster},
-                                    {"Name": "NodeName", "Value": node},
-                                    {"Name": "InstanceType", "Value": instance_type}],
+        data.append({"MetricName": "node_gpu_utilization", "Dimensions": node_dims,
                      "Values": [0.0, 1.0], "Counts": [50 * gpus, 10 * gpus]})
+    if rollup and gpm:
+        for name in ("node_gpu_sm_active", "node_gpu_tensor_active"):
+            data.append({"MetricName": name, "Dimensions": node_dims, "Values": [0.5],
+                         "Counts": [60 * gpus], "Unit": "Percent"})
     # Small batches: botocore gzips PutMetricData bodies of 10 KB and more, and moto's server
     # (5.2) answers those with a 500.
     cw = client(url)
@@ -244,6 +253,39 @@ def test_mig_node_gets_no_idle_alarm(moto: str) -> None:
     ]
 
 
+def test_gpm_node_gets_a_spinning_alarm(moto: str) -> None:
+    # An H100 node with GPM and the node rollups; the A100 node beside it has no GPM.
+    publish(moto, "prod", NODE_A, 8, gpm=True, instance_type="p5.48xlarge")
+    publish(moto, "prod", NODE_B, 1)
+    lines = ok(alarms_cli(moto, "apply", "--cluster", "prod", "--spin-minutes", "30"))
+    spinning = f"gpuscope/prod/{NODE_A}/GpuSpinning"
+    assert f"+ create  {spinning}" in lines
+    assert not any("GpuSpinning" in line and NODE_B in line for line in lines)
+    alarm = alarms(moto)[spinning]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == (
+        "GreaterThanOrEqualToThreshold", 1.0)
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 6  # 6 x 5 min
+    assert alarm["TreatMissingData"] == "notBreaching"
+    queries = {q["Id"]: q for q in alarm["Metrics"]}
+    assert queries["spinning"]["Expression"] == (
+        "IF(util >= 50 AND sm < 30 AND tensor < 2, 1, 0)")
+    assert queries["spinning"]["ReturnData"] is True
+    node = {"ClusterName": "prod", "NodeName": NODE_A, "InstanceType": "p5.48xlarge"}
+    for qid, name, stat in (("util", "node_gpu_utilization", "Minimum"),
+                            ("sm", "node_gpu_sm_active", "Maximum"),
+                            ("tensor", "node_gpu_tensor_active", "Maximum")):
+        metric = queries[qid]["MetricStat"]
+        assert (metric["Metric"]["MetricName"], metric["Stat"], metric["Period"]) == (
+            name, stat, 300)
+        assert {d["Name"]: d["Value"] for d in metric["Metric"]["Dimensions"]} == node
+        assert queries[qid]["ReturnData"] is False
+    # Up to date on a second run; a new duration is an update.
+    assert ok(alarms_cli(moto, "apply", "--cluster", "prod"))[-1].startswith("No changes")
+    planned = ok(alarms_cli(moto, "plan", "--cluster", "prod", "--spin-minutes", "60"))
+    assert any(line.startswith(f"~ update  {spinning}: ") and "EvaluationPeriods 6 -> 12"
+               in line for line in planned)
+
+
 def test_unknown_node_is_one_line_and_exit_2(fleet: str) -> None:
     result = alarms_cli(fleet, "plan", "--cluster", "prod", "--node", "ip-10-0-0-0.nowhere")
     assert result.returncode == 2
@@ -295,6 +337,7 @@ def test_canonical_treats_aws_defaults_as_equal() -> None:
     (["plan", "--cluster", "prod", "--idle-threshold", "nan"], "--idle-threshold: expected"),
     (["plan", "--cluster", "prod", "--idle-threshold", "five"], "invalid float value: 'five'"),
     (["plan", "--cluster", "prod", "--idle-minutes", "7"], "--idle-minutes: expected a multiple"),
+    (["plan", "--cluster", "prod", "--spin-minutes", "3"], "--spin-minutes: expected a multiple"),
     (["plan", "--cluster", "prod", "--temperature", "200"], "--temperature: expected 30 to 120"),
     (["plan", "--cluster", "prod", "--region", "mars-1"], "--region: not an AWS region name"),
     (["plan", "--cluster", "prod", "--endpoint-url", "localhost:4566"], "--endpoint-url"),
