@@ -68,7 +68,7 @@ def build_source(cfg: Config) -> tuple[Source, AttributionInputs]:
         raise StartupError(f"--kubeconfig: {exc}") from None
     inputs = LiveInputs(
         kubelet_socket=cfg.kubelet_socket, proc_root=cfg.proc_root,
-        metadata_watcher=watcher, resource_names=cfg.gpu_resources,
+        metadata_watcher=watcher, resource_names=cfg.gpu_resources, node_name=cfg.node_name,
     )
     return NvmlSource(), inputs
 

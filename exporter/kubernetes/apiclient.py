@@ -73,7 +73,9 @@ from gpuscope.exporter.kubernetes.apiserver import (
     WatchExpired,
 )
 
-__all__ = ["ApiClient", "Nodes", "Pods", "describe", "from_kubeconfig", "in_cluster"]
+__all__ = [
+    "ApiClient", "Nodes", "Pods", "ResourceSlices", "describe", "from_kubeconfig", "in_cluster",
+]
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +99,14 @@ class Nodes(GenericGlobalResource):
     _api_info = create_api_info("", "v1", "Node", "nodes", verbs=["get"])
 
 
-# A later DRA reader adds, e.g.:
-#   class ResourceSlices(GenericGlobalResource):
-#       _api_info = create_api_info("resource.k8s.io", "v1", "ResourceSlice",
-#                                   "resourceslices", verbs=["list", "watch"])
+class ResourceSlices(GenericGlobalResource):
+    """``resource.k8s.io/v1`` ResourceSlices (DRA, Kubernetes 1.34+), listed and watched with
+    a ``spec.nodeName`` field selector: this node's devices, to map DRA devices to NVML
+    UUIDs (:mod:`gpuscope.exporter.kubernetes.dra`)."""
+
+    _api_info = create_api_info(
+        "resource.k8s.io", "v1", "ResourceSlice", "resourceslices", verbs=["list", "watch"],
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -219,8 +219,14 @@ class _ListWatch(Generic[T]):
         on_change: Callable[[], None],
         clock: Callable[[], float],
         rng: random.Random,
+        unserved_retry_s: float | None = None,
     ) -> None:
         self.name = name
+        # For an optional resource: a list answered 404 (not served: an older cluster) or
+        # 403 (not allowed: RBAC not granted) is retried only this often, not on the backoff
+        # of a failing API server (which would be a request every 30 s from every node).
+        self._unserved_retry_s = unserved_retry_s
+        self._unserved_logged = False
         self.synced = threading.Event()
         self._api = api
         self._resource = resource
@@ -276,6 +282,10 @@ class _ListWatch(Generic[T]):
                 except Exception as e:
                     if self._stop.is_set():
                         return
+                    if (self._unserved_retry_s is not None and isinstance(e, ApiStatusError)
+                            and e.status in (403, 404)):
+                        self._unserved(e)
+                        continue
                     self._failed("list", e, list_errors_total=1)
                     backoff = self._backoff(backoff)
                     continue
@@ -307,6 +317,24 @@ class _ListWatch(Generic[T]):
                 backoff = self._backoff(backoff)  # ended empty at once: pause, do not spin
             else:
                 backoff = initial
+
+    def _unserved(self, error: ApiStatusError) -> None:
+        """An optional resource the API server does not serve (404) or lets us read (403):
+        no objects, healthy, asked again after ``unserved_retry_s``."""
+        why = ("not served by this API server" if error.status == 404
+               else "not allowed by RBAC (get/list/watch needed)")
+        if not self._unserved_logged:
+            log.log(logging.INFO if error.status == 404 else logging.WARNING,
+                    "%s %s: off, asking again every %.0f s (%s)", self.name, why,
+                    self._unserved_retry_s, error)
+            self._unserved_logged = True
+        with self._lock:
+            self._items = {}
+            self._updated_at = self._clock()
+        self.synced.set()
+        self._count(lists_total=1, success=True, duration_seconds=0.0)
+        assert self._unserved_retry_s is not None
+        self._stop.wait(self._unserved_retry_s)
 
     def _failed(self, what: str, error: Exception, **counts: int) -> None:
         detail = str(error) or type(error).__name__
@@ -385,6 +413,13 @@ def _pod_entry(obj: Mapping[str, Any]) -> tuple[str, PodInfo] | None:
     return (pod.uid, pod) if pod is not None else None
 
 
+def _slice_entry(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """A ResourceSlice kept as it came (``dra.py`` reads it), by name."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return (name, obj) if isinstance(name, str) and name else None
+
+
 # --------------------------------------------------------------------------------------
 # The watcher
 # --------------------------------------------------------------------------------------
@@ -420,6 +455,8 @@ class PodMetadataWatcher:
         backoff_max_s: float = 30.0,
         page_size: int = 500,
         rng: random.Random | None = None,
+        resource_slices: bool = True,
+        unserved_retry_s: float = 600.0,
     ) -> None:
         if not node_name:
             raise ValueError("node_name is required (pods are listed for this node only)")
@@ -453,6 +490,17 @@ class PodMetadataWatcher:
             parse=_pod_entry, timing=timing, stop=self._stop, on_change=self._publish,
             clock=clock, rng=rng or random.Random(),
         )
+        # DRA: this node's ResourceSlices (resource.k8s.io/v1, Kubernetes 1.34+). Optional:
+        # an API server that does not serve them, or RBAC that does not allow them, turns
+        # DRA attribution off and is asked again every ``unserved_retry_s``.
+        self._slices: _ListWatch[Mapping[str, Any]] | None = None
+        if resource_slices:
+            self._slices = _ListWatch(
+                self._api, apiclient.ResourceSlices, name="resourceslices",
+                fields=f"spec.nodeName={node_name}", parse=_slice_entry, timing=timing,
+                stop=self._stop, on_change=self._publish, clock=clock,
+                rng=rng or random.Random(), unserved_retry_s=unserved_retry_s,
+            )
         self._node: NodeInfo | None = None
         self._node_updated_at: float | None = None
         self._node_stats = WatcherStats()  # only its node_* fields are used
@@ -464,13 +512,16 @@ class PodMetadataWatcher:
     def start(self) -> None:
         if self._threads:
             return
-        for target, name in ((self._pods.run, "kube-pods"), (self._run_node, "kube-node")):
+        loops = [(self._pods.run, "kube-pods"), (self._run_node, "kube-node")]
+        if self._slices is not None:
+            loops.append((self._slices.run, "kube-resourceslices"))
+        for target, name in loops:
             t = threading.Thread(target=target, name=f"gpuscope-{name}", daemon=True)
             t.start()
             self._threads.append(t)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop both threads, aborting any request in flight."""
+        """Stop the threads, aborting any request in flight."""
         self._stop.set()
         self._api.close()
         deadline = time.monotonic() + timeout
@@ -508,7 +559,11 @@ class PodMetadataWatcher:
                 pods_success=p.success,
                 pods_duration_seconds=p.duration_seconds,
             )
+            slices: tuple[Mapping[str, Any], ...] = ()
+            if self._slices is not None:
+                slices = tuple(self._slices.view()[0].values())
             self._snapshot = MetadataSnapshot(
+                resource_slices=slices,
                 pods=pods,
                 node=self._node,
                 synced=self._pods.synced.is_set(),

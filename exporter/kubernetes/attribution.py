@@ -39,10 +39,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuscope.exporter.cardinality import CONTAINER_FAMILY, DroppedSeries, cap_containers
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
+from gpuscope.exporter.kubernetes.dra import DeviceIndex, allocations_from_claims
 from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, NodeInfo
 from gpuscope.exporter.kubernetes.podresources.client import Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import resolve
@@ -317,9 +318,13 @@ class LiveInputs:
       (cached per
       PID and process start time, which is re-checked every round: ~2-5 µs per PID, on the
       sampler thread);
-    - names: :class:`~gpuscope.exporter.kubernetes.apiserver.PodMetadataWatcher` (list + watch of
-      this node's pods),
-      or none when no kubeconfig and no in-cluster config exist.
+    - names: :class:`~gpuscope.exporter.kubernetes.apiserver.PodMetadataWatcher` (list + watch
+      of this node's pods, and of its DRA ResourceSlices), or none when no kubeconfig and no
+      in-cluster config exist.
+
+    Devices the kubelet reports as claimed through DRA join the device-plugin allocations,
+    each resolved to its NVML UUID through this node's ResourceSlices
+    (:func:`~gpuscope.exporter.kubernetes.dra.allocations_from_claims`).
     """
 
     def __init__(
@@ -330,6 +335,7 @@ class LiveInputs:
         metadata_watcher: PodMetadataWatcherLike | None,
         resource_names: Sequence[str] | None = None,
         kubelet_interval: float = 10.0,
+        node_name: str | None = None,
     ) -> None:
         from gpuscope.exporter.kubernetes.cgroups import PidResolver
         from gpuscope.exporter.kubernetes.podresources.client import (
@@ -344,12 +350,24 @@ class LiveInputs:
         )
         self._resolver = PidResolver(proc_root)
         self._metadata = metadata_watcher
+        self._node_name = node_name
+        # The DRA device index, rebuilt only when the slices changed (they rarely do).
+        self._slices: tuple[Mapping[str, Any], ...] = ()
+        self._dra_index = DeviceIndex()
         self._kubelet.start()
         if self._metadata is not None:
             self._metadata.start()
 
     def allocations(self) -> Sequence[Allocation]:
-        return self._kubelet.latest()
+        assigned = self._kubelet.latest_assignments()
+        if not assigned.claim_devices:
+            return assigned.allocations
+        slices = self.metadata().resource_slices
+        if slices != self._slices:
+            self._slices = slices
+            self._dra_index = DeviceIndex.from_slices(slices, node_name=self._node_name)
+        return (*assigned.allocations, *allocations_from_claims(
+            assigned.claim_devices, self._dra_index, node_name=self._node_name))
 
     def containers_of(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:
         return self._resolver.resolve(pids)

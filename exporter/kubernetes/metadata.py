@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from gpuscope.exporter.model import PartResult
 
@@ -95,6 +96,9 @@ class MetadataSnapshot:
     pods_updated_at: float | None = None
     node_updated_at: float | None = None
     stats: WatcherStats = field(default_factory=WatcherStats)
+    #: This node's DRA ResourceSlices as the API server returns them (JSON objects), for
+    #: :class:`~gpuscope.exporter.kubernetes.dra.DeviceIndex`; empty where DRA is not served.
+    resource_slices: tuple[Mapping[str, Any], ...] = ()
 
     def container_name(self, pod_uid: str, container_id: str) -> str | None:
         pod = self.pods.get(pod_uid)

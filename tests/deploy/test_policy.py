@@ -356,20 +356,22 @@ def test_requests_and_limits(name: str) -> None:
 # ---- RBAC ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ALL)
-def test_rbac_is_read_only_on_pods_and_nodes(name: str) -> None:
+def test_rbac_is_read_only_on_pods_nodes_and_resourceslices(name: str) -> None:
     objs = render(name)
     roles = [*find(objs, "ClusterRole"), *find(objs, "Role")]
     assert roles
+    allowed = {"": {"pods", "nodes"}, "resource.k8s.io": {"resourceslices"}}
     for role in roles:
         for rule in role["rules"]:
-            assert rule["apiGroups"] == [""], rule
-            assert set(rule["resources"]) <= {"pods", "nodes"}, rule
+            (group,) = rule["apiGroups"]
+            assert set(rule["resources"]) <= allowed[group], rule
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert not rule.get("nonResourceURLs")
     rules = {res: set(rule["verbs"])
              for role in roles for rule in role["rules"] for res in rule["resources"]}
-    assert rules == {"pods": {"get", "list", "watch"}, "nodes": {"get"}}
+    assert rules == {"pods": {"get", "list", "watch"}, "nodes": {"get"},
+                     "resourceslices": {"get", "list", "watch"}}
 
 
 @pytest.mark.parametrize("name", ALL)

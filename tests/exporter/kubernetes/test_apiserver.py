@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import re
@@ -50,6 +51,7 @@ from tests.pki import TestCA
 NODE = "ip-10-0-12-34.ec2.internal"
 OTHER_NODE = "ip-10-0-99-1.ec2.internal"
 TOKEN = "eyJhbGciOiJSUzI1NiIsImtpZCI6InRlc3QifQ.sa-token-1"
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 CID = [
     "4f1c9a2be8d7c6b5a49382716f5e4d3c2b1a0f9e8d7c6b5a4938271605f4e3d2",
     "a3e2c1d0b9f8e7d6c5b4a3928170f6e5d4c3b2a1908f7e6d5c4b3a2918071f6e",
@@ -164,6 +166,10 @@ class FakeApi:
         self.watch_connection_close = False  # answer watches with "Connection: close"
         self.watch_end_at_once = False  # end every watch cleanly, before any event
         self.drop_kept_alive = False  # close a connection at its second request, unanswered
+        # DRA ResourceSlices (resource.k8s.io/v1): None = not served (404, a cluster before
+        # 1.34), else these objects; resource_slices_status answers lists with an error.
+        self.resource_slices: list[dict[str, Any]] | None = None
+        self.resource_slices_status: int | None = None
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -239,7 +245,11 @@ class FakeApi:
 
     def watches(self) -> list[Seen]:
         with self.lock:
-            return [s for s in self.seen if is_watch(s.query)]
+            return [s for s in self.seen if is_watch(s.query) and s.path == "/api/v1/pods"]
+
+    def slice_requests(self) -> list[Seen]:
+        with self.lock:
+            return [s for s in self.seen if s.path == SLICES_PATH]
 
     def node_gets(self) -> list[Seen]:
         with self.lock:
@@ -349,6 +359,9 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                     self._watch(query)
                 else:
                     self._list(query, node)
+            elif url.path == SLICES_PATH and (
+                    api.resource_slices is not None or api.resource_slices_status):
+                self._slices(query)
             elif url.path.startswith("/api/v1/nodes/"):
                 name = urllib.parse.unquote(url.path.rsplit("/", 1)[1])
                 if name != NODE:
@@ -387,6 +400,31 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             self._json(
                 200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page}
             )
+
+        def _slices(self, query: dict[str, str]) -> None:
+            if api.resource_slices_status:
+                self._status(api.resource_slices_status, "Forbidden",
+                             'resourceslices.resource.k8s.io is forbidden: User '
+                             '"system:serviceaccount:gpuscope:gpuscope-exporter" cannot list '
+                             'resource "resourceslices" in API group "resource.k8s.io"')
+                return
+            if is_watch(query):  # an idle watch: open until the server goes down
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                while not api.stopping.wait(0.02):
+                    pass
+                self._drop()
+                return
+            selector = query.get("fieldSelector", "").removeprefix("spec.nodeName=")
+            with api.lock:
+                items = [s for s in api.resource_slices or ()
+                         if not selector or s["spec"].get("nodeName") == selector]
+                rv = str(api.rv)
+            self._json(200, {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                             "metadata": {"resourceVersion": rv}, "items": items})
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -1089,7 +1127,7 @@ def test_exec_credential_plugin_runs_again_after_401(
     wait_until(lambda: w.snapshot().stats.node_success, what="node")
     # Run once per thread at most (lightkube does not serialise the first runs), then reused.
     before = runs.read_text()
-    assert before in ("1", "11")
+    assert before in ("1", "11", "111")  # pods, node and resourceslices threads
     # The token expires: the API server refuses it, the plugin runs again.
     generation.write_text("2")
     api.token = "k8s-aws-v1.exec-token-2"
@@ -1289,3 +1327,81 @@ def test_request_on_a_kept_alive_connection_closed_by_the_server_is_sent_again(
     finally:
         client.close()
     assert len(api.node_gets()) == 5  # the 2nd and 3rd GET: dropped once, then answered
+
+
+# --------------------------------------------------------------------------------------
+# DRA ResourceSlices
+# --------------------------------------------------------------------------------------
+
+
+def nvidia_slice(node: str, devices: list[tuple[str, str]]) -> dict[str, Any]:
+    """A ResourceSlice of NVIDIA's DRA driver: ``devices`` are (name, NVML UUID)."""
+    return {
+        "metadata": {"name": f"{node}-gpu.nvidia.com-x7k2q", "resourceVersion": "7"},
+        "spec": {
+            "driver": "gpu.nvidia.com", "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": name, "attributes": {
+                    "type": {"string": "mig" if uuid.startswith("MIG-") else "gpu"},
+                    "uuid": {"string": uuid}}}
+                for name, uuid in devices
+            ],
+        },
+    }
+
+
+def test_resource_slices_of_this_node_reach_the_snapshot(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]
+) -> None:
+    from gpuscope.exporter.kubernetes.dra import ClaimResource, DeviceIndex
+
+    gpu = "GPU-5fd4f087-86f3-7a43-b711-4771313afc50"
+    api.resource_slices = [nvidia_slice(NODE, [("gpu-0", gpu)]),
+                           nvidia_slice(OTHER_NODE, [("gpu-0", "GPU-other")])]
+    w = watcher_factory(api.url)
+    wait_until(lambda: len(w.snapshot().resource_slices) == 1, what="the node's slice")
+    index = DeviceIndex.from_slices(w.snapshot().resource_slices, node_name=NODE)
+    assert index.resolve(ClaimResource("gpu.nvidia.com", NODE, "gpu-0")) == gpu
+    first = api.slice_requests()[0]
+    assert first.query["fieldSelector"] == f"spec.nodeName={NODE}"
+    wait_until(lambda: any(is_watch(s.query) for s in api.slice_requests()),
+               what="a watch of the slices")
+
+
+def test_resource_slices_not_served_turn_dra_off_quietly(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cluster before 1.34 (404): no slices, pods unaffected, no warning, and not asked
+    again on the failing-server backoff (every node asking every 30 s would add up)."""
+    seed(api)
+    w = watcher_factory(api.url, unserved_retry_s=600.0)
+    assert w.wait_synced(5)
+    time.sleep(0.5)  # ~25 backoff periods of a failing list at this test's timings
+    assert len(api.slice_requests()) == 1
+    assert w.snapshot().resource_slices == () and UID_A in w.snapshot().pods
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_resource_slices_forbidden_warn_once(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api.resource_slices_status = 403
+    w = watcher_factory(api.url, unserved_retry_s=0.05)
+    wait_until(lambda: len(api.slice_requests()) >= 3, what="retries")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING
+                and "resourceslices" in r.getMessage()]
+    assert len(warnings) == 1 and "RBAC" in warnings[0].getMessage()
+    assert w.snapshot().resource_slices == ()
+
+
+def test_resource_slices_can_be_left_out(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]
+) -> None:
+    api.resource_slices = [nvidia_slice(NODE, [("gpu-0", "GPU-1")])]
+    w = watcher_factory(api.url, resource_slices=False)
+    assert w.wait_synced(5)
+    time.sleep(0.2)
+    assert api.slice_requests() == [] and w.snapshot().resource_slices == ()
