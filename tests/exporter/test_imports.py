@@ -14,12 +14,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# grpc + protobuf: never on a node (the PodResources client is pure Python; only the tests'
-# kubelet doubles use them); boto3: the CloudWatch sink; pynvml: the NVML source;
-# gpuscope.exporter.kubernetes.apiserver: the API-server client.
+# grpcio ("grpc"): never in the exporter (only the tests' kubelet doubles use it); grpclib and
+# protobuf: loaded by the first kubelet call, so never by the simulated source; lightkube: the
+# API-server client; boto3: the CloudWatch sink; pynvml: the NVML source.
 HEAVY = (
     "grpc",
+    "grpclib",
     "google.protobuf",
+    "lightkube",
     "tests.kubelet_api",
     "boto3",
     "botocore",
