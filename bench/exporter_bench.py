@@ -25,8 +25,9 @@ Sources (``--source``):
   exporter process whose CPU is reported separately. Attribution runs on live inputs as on a
   node: a ``/proc`` tree with a ``stat`` and ``cgroup`` file per fake PID, and (unless
   ``--no-kubelet``) a fake kubelet PodResources server on a unix socket, in a process of its
-  own so its CPU is not counted. No API server: pod names stay unknown, so the processes are
-  counted as unnamed rather than per container.
+  own so its CPU is not counted, and (unless ``--no-api-server``) a fake API server (the
+  tests' ``FakeApi``, real HTTP, in a process of its own) that serves this node and its pods
+  through a kubeconfig, so every process is named per container as on a node.
 * ``nvml-c``: ``python3 -m bench.nvml_c_exporter``, the same as ``nvml-fake`` (same node,
   ``/proc`` tree and fake kubelet) but libnvidia-ml is ``bench/fake_libnvml/fake_nvml.c``,
   built with gcc and opened with ``ctypes.CDLL``: no Python double runs in the exporter
@@ -66,6 +67,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -76,10 +78,12 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The node the fake API server serves: tests.exporter.kubernetes.test_apiserver.NODE.
+BENCH_NODE = "ip-10-0-12-34.ec2.internal"
 
 # Targets from issue 2, item 7; nvitop-exporter measured on the same load (ANCHORS.md).
 TARGET_CPU_PERCENT = 1.0
-TARGET_RSS_MIB = 35.0
+TARGET_RSS_MIB = 45.0  # issue 13 (with the kubelet and the API server on); was 35
 TARGET_P50_MS = 3.0
 NVITOP_REFERENCE = {"cpu_percent": 4.0, "rss_mb": 33.0, "scrape_ms": 15.0, "series": 756}
 
@@ -267,6 +271,57 @@ def start_fake_kubelet(args: argparse.Namespace, socket_path: Path) -> subproces
     return proc
 
 
+def serve_fake_api(port_file: Path, gpus: int, processes_per_gpu: int) -> None:
+    """An API server (``FakeApi`` of the tests, real HTTP) serving this node and the pods of
+    the nvml-fake node, with the pod UIDs and container IDs of the ``/proc`` tree, so the
+    exporter names every process as on a node. Writes its port to ``port_file``, then runs
+    until SIGTERM in a process of its own (``--serve-fake-api``)."""
+    from bench.nvml_fake_exporter import container_id, pod_uid, pods_per_gpu
+    from tests.exporter.kubernetes.test_apiserver import FakeApi, pod_json
+
+    api = FakeApi(port=0)
+    n = pods_per_gpu(processes_per_gpu)
+    for gpu in range(gpus):
+        for r in range(n):
+            api.put(pod_json(
+                f"synth-{gpu}-{r}", pod_uid(gpu, r), namespace="synthetic",
+                labels={"job-name": f"train-{gpu}"},
+                owners=[{"apiVersion": "batch/v1", "kind": "Job", "name": f"train-{gpu}",
+                         "uid": f"job-{gpu}", "controller": True}],
+                containers=[("main", container_id(gpu, r))],
+            ))
+    api.start()
+    port_file.write_text(str(api.port))
+    _die_with_parent()
+    with sigterm_as_exit(), contextlib.suppress(SystemExit, KeyboardInterrupt):
+        threading.Event().wait()
+    api.stop()
+
+
+def start_fake_api(args: argparse.Namespace, workdir: Path) -> subprocess.Popen[bytes]:
+    """``serve_fake_api`` in its own process, and a kubeconfig for the exporter to reach it
+    (``workdir/kubeconfig``, a bearer token as a service account would have)."""
+    from tests.exporter.kubernetes.test_apiserver import TOKEN, write_kubeconfig
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    port_file = workdir / "api.port"
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--serve-fake-api", str(port_file),
+         "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu)],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists() or not port_file.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise RuntimeError("the fake API server did not start")
+        time.sleep(0.05)
+    write_kubeconfig(workdir / "kubeconfig", f"http://127.0.0.1:{port_file.read_text()}",
+                     {"token": TOKEN})
+    return proc
+
+
 def stop_process(proc: subprocess.Popen[bytes]) -> int | None:
     """SIGTERM, then SIGKILL after 10 s; returns the exit code."""
     if proc.poll() is None:
@@ -335,7 +390,9 @@ def exporter_command(
     return [*python_argv(args), *runner,
             "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu),
             "--proc-tree", str(workdir / "proc"), "--",
-            *common, "--kubelet-socket", str(workdir / "kubelet.sock")]
+            *common, "--kubelet-socket", str(workdir / "kubelet.sock"),
+            *(["--kubeconfig", str(workdir / "kubeconfig"), "--node-name", BENCH_NODE]
+              if args.api_server else [])]
 
 
 # What --bytecode installs: the exporter, and what bench/nvml_fake_exporter.py imports.
@@ -611,6 +668,7 @@ class Result:
     threads: list[ThreadCpu] = field(default_factory=list)
     profile: str | None = None
     kubelet: bool = False
+    api_server: bool = False
     loadavg: list[float] = field(default_factory=list)  # 1-min load at window start and end
     machine: dict[str, Any] = field(default_factory=dict)
     gpm: str = ""  # NVML sources: how GPM was sampled
@@ -639,9 +697,11 @@ def measure(args: argparse.Namespace) -> Result:
 
         args.fake_library = build_library()
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
-        kubelet = None
+        kubelet = api = None
         if args.source in ("nvml-fake", "nvml-c") and args.kubelet:
             kubelet = start_fake_kubelet(args, Path(tmp) / "kubelet.sock")
+        if args.source in ("nvml-fake", "nvml-c") and args.api_server:
+            api = start_fake_api(args, Path(tmp))
         try:
             exp = start_exporter(args, Path(tmp))
             try:
@@ -653,7 +713,10 @@ def measure(args: argparse.Namespace) -> Result:
         finally:
             if kubelet is not None:
                 stop_process(kubelet)
+            if api is not None:
+                stop_process(api)
         result.kubelet = kubelet is not None
+        result.api_server = api is not None
         return result
 
 
@@ -801,7 +864,9 @@ def print_result(r: Result) -> None:
           f"{r.connects} connection(s))")
     if r.source in ("nvml-fake", "nvml-c"):
         kubelet = "a fake kubelet (PodResources List)" if r.kubelet else "no kubelet socket"
-        print(f"  attribution inputs: a /proc tree for the fake PIDs, {kubelet}, no API server")
+        api = ("a fake API server (pods of this node, the node; list + watch)" if r.api_server
+               else "no API server")
+        print(f"  attribution inputs: a /proc tree for the fake PIDs, {kubelet}, {api}")
         print(f"  GPM: {r.gpm}")
     print(f"  start-up to /readyz: {r.startup_s:.2f} s, RSS then {r.rss_at_ready_mib:.1f} MiB")
     print(f"  CPU:   {r.cpu_percent:.2f} % of one core   (target <= {TARGET_CPU_PERCENT:g} %: "
@@ -860,10 +925,10 @@ IMPORT_STEPS: tuple[tuple[str, str], ...] = (
      "import gpuscope.exporter.cli"),
     ("pynvml (nvidia-ml-py)", "import pynvml"),
     ("gpuscope.exporter.sources.nvml", "import gpuscope.exporter.sources.nvml"),
-    ("PodResources client: HTTP/2, HPACK, protobuf wire decoder (pure Python)",
-     "import gpuscope.exporter.kubernetes.podresources.grpc_call, "
-     "gpuscope.exporter.kubernetes.podresources.hpack, "
-     "gpuscope.exporter.kubernetes.podresources.wire"),
+    ("PodResources client: grpclib, h2, protobuf runtime, generated stubs",
+     "import gpuscope.exporter.kubernetes.podresources.call"),
+    ("API-server client: lightkube, httpx2, msgspec",
+     "import gpuscope.exporter.kubernetes.apiclient"),
     ("yaml (PyYAML; simulated source)", "import yaml"),
     ("sources.scenario, sources.simulated, kubernetes.simulated (simulated source)",
      "import gpuscope.exporter.sources.scenario, gpuscope.exporter.sources.simulated, "
@@ -983,7 +1048,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--import-costs", action="store_true",
                    help="only measure RSS and import time of each module the exporter loads")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--no-api-server", dest="api_server", action="store_false",
+                   help="nvml-fake, nvml-c: no fake API server (no pod names, no lightkube)")
     p.add_argument("--serve-fake-kubelet", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
+    p.add_argument("--serve-fake-api", type=Path, metavar="PORT_FILE", help=argparse.SUPPRESS)
     p.set_defaults(fake_library=None)  # nvml-c: the built library (measure() sets it)
     args = p.parse_args(argv)
     for name in ("duration", "interval", "scrape_interval"):
@@ -1013,6 +1081,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The scenario writer imports the exporter from this checkout.
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
+    if args.serve_fake_api:
+        serve_fake_api(args.serve_fake_api, args.gpus, args.processes_per_gpu)
+        return 0
     if args.serve_fake_kubelet:
         serve_fake_kubelet(args.serve_fake_kubelet, args.gpus, args.processes_per_gpu)
         return 0
