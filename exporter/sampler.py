@@ -1,9 +1,8 @@
 """The sampling loop: calls ``Source.sample()`` on a fixed interval in its own thread.
 
-Scrapes never touch the source. They read :meth:`Sampler.latest`, an atomic reference to
-the last frozen :class:`~gpuscope.exporter.model.Snapshot`, so a slow or hung NVML call can delay
-the
-next sample but never a scrape. Listeners (sinks such as CloudWatch) are called with every
+Scrapes never touch the source. They read :meth:`Sampler.latest`, an atomic reference to the
+last frozen :class:`~gpuscope.exporter.model.Snapshot`, so a slow or hung NVML call can delay
+the next sample but never a scrape. Listeners (sinks such as CloudWatch) are called with every
 snapshot on the sampler thread, and must be quick (append to a buffer and return).
 """
 

@@ -35,9 +35,8 @@ class OwnerRef:
 
 @dataclass(frozen=True, slots=True)
 class PodInfo:
-    """What the exporter needs of one pod. ``containers`` maps a bare container ID
-    (64 hex, no ``containerd://`` prefix, as :mod:`gpuscope.exporter.kubernetes.cgroups` returns
-    it) to the
+    """What the exporter needs of one pod. ``containers`` maps a bare container ID (64 hex, no
+    ``containerd://`` prefix, as :mod:`gpuscope.exporter.kubernetes.cgroups` returns it) to the
     container's name, for regular, init and ephemeral containers, including the previous
     instance of a restarted container."""
 

@@ -4,8 +4,7 @@ cgroup files and the API server.
 The facts are shaped exactly as the live readers return them (kubelet ``Allocation`` with a
 device ID parsed by the same normaliser, cgroup ``ContainerRef`` with a pod UID and container
 ID, API-server ``PodInfo``), so :func:`gpuscope.exporter.kubernetes.attribution.attribute` joins
-them with the
-same code as on a real node.
+them with the same code as on a real node.
 """
 
 from __future__ import annotations

@@ -3,15 +3,14 @@
 Two threads touch it, and neither waits on the other for long:
 
 - the **sampler thread** calls the sink (it is a :class:`~gpuscope.exporter.sampler.Sampler`
-  listener, registered after the :class:`~gpuscope.exporter.kubernetes.attribution.Attributor`, so
-  the
-  attribution of the same round is ready) with every snapshot; the sink turns it into
-  observations and adds them to the current interval's aggregates, then returns;
+  listener, registered after the
+  :class:`~gpuscope.exporter.kubernetes.attribution.Attributor`, so the attribution of the
+  same round is ready) with every snapshot; the sink turns it into observations and adds them
+  to the current interval's aggregates, then returns;
 - the sink's own **flush thread** wakes when an interval has closed, turns its aggregates into
-  datums (:func:`~gpuscope.exporter.sinks.cloudwatch.aggregate.datums_for`), appends them to the
-  send buffer
-  and sends the buffer, oldest first, in requests that respect every PutMetricData limit
-  (:mod:`gpuscope.exporter.sinks.cloudwatch.batching`).
+  datums (:func:`~gpuscope.exporter.sinks.cloudwatch.aggregate.datums_for`), appends them to
+  the send buffer and sends the buffer, oldest first, in requests that respect every
+  PutMetricData limit (:mod:`gpuscope.exporter.sinks.cloudwatch.batching`).
 
 Failures: botocore's standard retry mode retries throttling, 5xx and connection errors inside
 one call (with exponential backoff and jitter). When a call still fails, the datums stay in

@@ -16,10 +16,10 @@ per scrape. Everything else follows ``generate_latest`` (prometheus_client 0.26,
   family into a gauge family of their own after it, ordered by suffix. (gpuscope's families
   have none: its counters are built without a creation time.)
 
-``tests/exporter/sinks/prometheus/test_exposition.py`` compares the bytes with ``generate_latest``
-on the fixed
-snapshot, on the full simulated registry (with and without per-process series) and on
-adversarial label values, so a prometheus_client upgrade that changes the format fails there.
+``tests/exporter/sinks/prometheus/test_exposition.py`` compares the bytes with
+``generate_latest`` on the fixed snapshot, on the full simulated registry (with and without
+per-process series) and on adversarial label values, so a prometheus_client upgrade that changes
+the format fails there.
 """
 
 from __future__ import annotations
