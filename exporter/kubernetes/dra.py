@@ -642,9 +642,10 @@ def _is_for_node(obj: object, node_name: str | None) -> bool:
 # --- Into allocations ----------------------------------------------------------------------
 
 
-class ClaimedDevice(Protocol):
-    """What :func:`allocations_from_claims` reads of one container's DRA device (the
-    PodResources client's ``ClaimDevice`` is one)."""
+class ClaimedDevice(ClaimResourceLike, Protocol):
+    """What :func:`allocations_from_claims` reads of one container's DRA device: a
+    :class:`ClaimResourceLike` and the container it went to (the PodResources client's
+    ``ClaimDevice`` is one)."""
 
     @property
     def namespace(self) -> str: ...
@@ -654,18 +655,6 @@ class ClaimedDevice(Protocol):
 
     @property
     def container(self) -> str: ...
-
-    @property
-    def driver_name(self) -> str: ...
-
-    @property
-    def pool_name(self) -> str: ...
-
-    @property
-    def device_name(self) -> str: ...
-
-    @property
-    def cdi_devices(self) -> Iterable[object]: ...
 
 
 def allocations_from_claims(
