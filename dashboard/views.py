@@ -298,23 +298,38 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _evidence(s: Straggler, group: Group | None, evidence: Mapping[GpuRef, Evidence],
+@dataclass(frozen=True, slots=True)
+class _GroupEvidence:
+    """The medians of a workload group's evidence (the straggler included, as the medians of
+    the verdicts are)."""
+
+    throttle: Mapping[str, float]
+    sm_clock_hertz: float | None
+    temperature_celsius: float | None
+
+
+def _group_evidence(group: Group | None, evidence: Mapping[GpuRef, Evidence]) -> _GroupEvidence:
+    everyone = [evidence.get(g, Evidence()) for g in (group.devices if group else ())]
+    reasons = {r for e in everyone for r in e.throttle}
+    return _GroupEvidence(
+        throttle={r: _median([e.throttle.get(r, 0.0) for e in everyone]) or 0.0
+                  for r in reasons},
+        sm_clock_hertz=_median([e.sm_clock_hertz for e in everyone
+                                if e.sm_clock_hertz is not None]),
+        temperature_celsius=_median([e.temperature_celsius for e in everyone
+                                     if e.temperature_celsius is not None]),
+    )
+
+
+def _evidence(s: Straggler, group: _GroupEvidence, evidence: Mapping[GpuRef, Evidence],
               seconds: float) -> StragglerEvidence:
-    peers = [g for g in (group.devices if group is not None else ()) if g != s.gpu]
     own = evidence.get(s.gpu, Evidence())
-    theirs = [evidence.get(g, Evidence()) for g in peers]
-    reasons = set(own.throttle) | {r for e in theirs for r in e.throttle}
-    everyone = [own, *theirs]
-    throttle = {
-        r: Compared(own.throttle.get(r, 0.0), _median([e.throttle.get(r, 0.0) for e in everyone]))
-        for r in sorted(reasons)
-    }
-    clocks = [e.sm_clock_hertz for e in everyone if e.sm_clock_hertz is not None]
-    temps = [e.temperature_celsius for e in everyone if e.temperature_celsius is not None]
+    reasons = set(own.throttle) | set(group.throttle)
     return StragglerEvidence(
-        throttle=throttle,
-        sm_clock_hertz=Compared(own.sm_clock_hertz, _median(clocks)),
-        temperature_celsius=Compared(own.temperature_celsius, _median(temps)),
+        throttle={r: Compared(own.throttle.get(r, 0.0), group.throttle.get(r, 0.0))
+                  for r in sorted(reasons)},
+        sm_clock_hertz=Compared(own.sm_clock_hertz, group.sm_clock_hertz),
+        temperature_celsius=Compared(own.temperature_celsius, group.temperature_celsius),
         seconds=seconds,
     )
 
@@ -551,7 +566,12 @@ def build_fleet_view(
                        signals=signals, factor=th.straggler_factor,
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
-    groups = {(g.key, dev): g for g in strag.groups for dev in g.devices}
+    groups = {g.key: g for g in strag.groups}
+    group_evidence: dict[tuple[str, str, str], _GroupEvidence] = {}
+    for one in strag.stragglers:
+        key = (one.namespace, one.workload, one.model)
+        if key not in group_evidence:
+            group_evidence[key] = _group_evidence(groups.get(key), data.evidence)
     evidence_seconds = min(th.straggler_duration, window.seconds)
     straggler_rows = tuple(
         StragglerRow(
@@ -559,7 +579,7 @@ def build_fleet_view(
             gpu=_gpu_index(data, s.gpu), value=s.value, median=s.median,
             since=s.since, seconds=s.seconds, required_seconds=s.required_seconds,
             devices=s.devices, kind=s.kind, signal=s.signal, model=s.model,
-            evidence=_evidence(s, groups.get(((s.namespace, s.workload, s.model), s.gpu)),
+            evidence=_evidence(s, group_evidence[(s.namespace, s.workload, s.model)],
                                data.evidence, evidence_seconds),
             uuid=s.gpu.uuid,
         )

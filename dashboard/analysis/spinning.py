@@ -115,10 +115,14 @@ def spinning_gpus(
     history = max(0.0, window.end - history_start)
     out: dict[GpuRef, Spinning] = {}
     for ref, util in signals.utilization.items():
-        times = list(util.times)
+        at = _points(ref, signals)
+        # Before the rule's other signals have their first value nothing is known (a
+        # series' start, not a step that failed the rule): the device's steps begin there.
+        needed = ("sm", "tensor", "dram") if ref in signals.gpm else ("power",)
+        begins = max((min(at[n]) for n in needed if at[n]), default=None)
+        times = [t for t in util.times if begins is None or t >= begins]
         if not is_fresh(times, window):
             continue
-        at = _points(ref, signals)
         flags = [_spin_step(ref, signals, rule, at, t) for t in times]
         run = trailing_run(times, flags, window.step, history_start)
         if run is None:

@@ -18,7 +18,7 @@ The median is taken over the group's devices present at each step, the straggler
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
@@ -152,6 +152,8 @@ def _slow(group: Group, signals: WorkSignals, window: Window, history_start: flo
     measure = signals.sm if signal == "sm" else signals.power
     util = {g: signals.utilization[g].at() for g in members if g in signals.utilization}
     value = {g: measure[g].at() for g in members if g in measure}
+    if len(util) < 2 or len(value) < 2:
+        return []  # nothing to compare (the Prometheus mode sends candidates' signals only)
     times = sorted({t for v in group.devices.values() for t in v})
     medians: dict[float, float] = {}
     for t in times:
@@ -184,6 +186,36 @@ def _slow(group: Group, signals: WorkSignals, window: Window, history_start: flo
             devices=len(members), kind="slow", signal=signal, model=model,
         ))
     return found
+
+
+def slow_candidates(
+    groups: Sequence[Group],
+    signals: WorkSignals,
+    at: float,
+    *,
+    factor: float = SLOW_FACTOR,
+    busy: float = SLOW_BUSY,
+) -> set[GroupKey]:
+    """The groups in which the slow-rank condition holds at time ``at``: every GPU present
+    then busy, one at ``factor`` x the median's SM activity (else power) or more. A verdict
+    needs it at the latest step, so only these groups need their history looked at."""
+    out: set[GroupKey] = set()
+    for group in groups:
+        members = [g for g, values in group.devices.items() if at in values]
+        if len(members) < 2:
+            continue
+        sm = all(g in signals.gpm for g in group.devices)
+        measure = signals.sm if sm else signals.power
+        util = [signals.utilization[g].at().get(at) if g in signals.utilization else None
+                for g in members]
+        value = [measure[g].at().get(at) if g in measure else None for g in members]
+        if any(u is None or u < busy for u in util) or any(v is None for v in value):
+            continue
+        present = [v for v in value if v is not None]
+        median = statistics.median(present)
+        if median > 0 and max(present) >= factor * median:
+            out.add(group.key)
+    return out
 
 
 def stragglers(

@@ -14,12 +14,15 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.dashboard.analysis import Thresholds
-from gpuscope.dashboard.analysis.stragglers import workload_groups
+from gpuscope.dashboard.analysis.allocated import held_usage
+from gpuscope.dashboard.analysis.spinning import spinning_steps
+from gpuscope.dashboard.analysis.stragglers import slow_candidates, stragglers, workload_groups
 from gpuscope.dashboard.data.promql import any_of, duration, escape_label_value, selector
 from gpuscope.dashboard.data.source import (
     DataError,
@@ -126,6 +129,26 @@ def _evidence(rows: Iterable[tuple[dict[str, str], float]]) -> dict[GpuRef, Evid
             for ref, p in parts.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """What the first round singled out for the second (UUIDs, nodes)."""
+
+    idle: Sequence[str] = ()
+    idle_nodes: Sequence[str] = ()
+    shared: Sequence[str] = ()
+    input_candidates: Sequence[str] = ()
+    spinning: Sequence[str] = ()
+    throttled: Sequence[str] = ()
+    held: Sequence[str] = ()
+    workload_devices: Sequence[str] = ()
+    evidence: Sequence[str] = ()
+    evidence_seconds: float = 0.0
+
+
+#: Above this many devices the evidence query asks about every device instead of naming them.
+MAX_EVIDENCE = 400
+
+
 class PrometheusData:
     """Range and instant queries against a Prometheus-compatible API.
 
@@ -224,15 +247,79 @@ class PrometheusData:
     def _r(self, window: Window) -> str:
         return duration(max(window.step, self.lookback))
 
+    # -- the expressions of the verdicts, per step, for the devices round 1 singled out -------
+    def _idle_parts(self, r: str, match: Mapping[str, str] | None = None) -> list[str]:
+        """Each device's idle activity below the threshold, labelled with its ``signal``:
+        utilization (whole GPUs, slices that report it without GPM), SM activity (MIG slices
+        with GPM), or (a MIG slice without either) 0 while no process holds memory on it."""
+        th = self.thresholds
+        idle = f"{th.idle_utilization!r}"
+        gby = "node, gpu, uuid"
+        util = selector("gpu_utilization_ratio", match)
+        gpm = selector("gpu_sm_active_seconds_total", match)
+        slices = selector("gpu_info", {**(match or {}), "parent_uuid": '!=""'})
+        memory = selector("gpu_memory_used_bytes", match)
+        cmem = selector("container_gpu_memory_used_bytes", match)
+        return [
+            f'label_replace(max by ({gby}) (max_over_time({util}[{r}])) < {idle}'
+            f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
+            f' "signal", "utilization", "", "")',
+            f'label_replace({_rate("gpu_sm_active_seconds_total", r, match)} < {idle}'
+            f' and on (node, uuid) {slices}, "signal", "sm", "", "")',
+            f'label_replace(max by ({gby}) (max_over_time({memory}[{r}])) * 0'
+            f' and on (node, uuid) {slices} unless on (node, uuid) {util}'
+            f' unless on (node, uuid) {gpm}'
+            f' unless on (node, uuid) (max by (node, uuid) (max_over_time({cmem}[{r}])) > 0),'
+            f' "signal", "process", "", "")',
+        ]
+
+    def _throttle(self, r: str, match: Mapping[str, str] | None = None) -> str:
+        th = self.thresholds
+        reasons = selector("gpu_throttle_seconds_total",
+                           {**(match or {}), "reason": f'=~"{any_of(th.throttle_reasons)}"'})
+        return (f"max by (node, gpu, uuid, reason) (rate({reasons}[{r}]))"
+                f" >= {th.throttle_ratio!r}")
+
+    def _held_parts(self, r: str, match: Mapping[str, str] | None = None) -> list[str]:
+        """Per container, what it uses of what it holds where that is below the idle
+        threshold: the device's SM activity where it has GPM and one holder, else the
+        container's utilization times the device's holders (its share of a time-sliced GPU),
+        else (a MIG slice without GPM) 0 while it has no process there."""
+        th = self.thresholds
+        idle = f"{th.idle_utilization!r}"
+        cby = "node, namespace, pod, container, uuid"
+        ns = {**(match or {}), "namespace": '!=""'}
+        alloc = selector("container_gpu_allocated", ns)
+        held = f"max by ({cby}) (max_over_time({alloc}[{r}]))"
+        sole_gpm = (f"(({_rate('gpu_sm_active_seconds_total', r, match)}) and on (node, uuid)"
+                    f" (count by (node, uuid) ({held}) == 1))")
+        cutil_max = (f"max by ({cby}) (max_over_time("
+                     f"{selector('container_gpu_utilization_ratio', ns)}[{r}]))")
+        cmem = selector("container_gpu_memory_used_bytes", ns)
+        slices = selector("gpu_info", {**(match or {}), "parent_uuid": '!=""'})
+        gpm = selector("gpu_sm_active_seconds_total", match)
+        return [
+            f'label_replace({held} * on (node, uuid) group_left () ({sole_gpm} < {idle}),'
+            f' "signal", "sm", "", "")',
+            f'label_replace(({cutil_max} * on (node, uuid) group_left ()'
+            f' count by (node, uuid) ({held}) < {idle}) and on ({cby}) {held}'
+            f' unless on (node, uuid) {sole_gpm}, "signal", "utilization", "", "")',
+            f'label_replace((max by ({cby}) (max_over_time({cmem}[{r}])) == 0)'
+            f' and on ({cby}) {held} and on (node, uuid) {slices}'
+            f' unless on (node, uuid) {gpm} unless on ({cby}) {cutil_max},'
+            f' "signal", "process", "", "")',
+        ]
+
     def fleet_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
         """The fleet page's first round of PromQL, by role; :attr:`RANGE_QUERIES` are range
-        queries over the window, the others instant queries at its end. A second round
-        (:meth:`second_round`) asks only about the devices the first one singled out."""
-        th = self.thresholds
+        queries over the window, the others instant queries at its end. Every verdict needs
+        its condition at the latest step (a trailing run), so the first round reads each
+        device's and container's signals at the latest step (``now``): the same rules,
+        applied to that one step, single out what a second round (:meth:`second_round`)
+        asks the history of, and only that."""
         r = self._r(window)
         w = duration(window.seconds)
         s = duration(window.step)
-        d = duration(min(th.straggler_duration, window.seconds))
         util = "gpu_utilization_ratio"
         cutil = selector("container_gpu_utilization_ratio", {"namespace": '!=""'})
         pods = "gpu_pod_info"
@@ -243,146 +330,86 @@ class PrometheusData:
             pods = selector("gpu_pod_info", namespace=namespace)
         cby = "node, namespace, pod, container, uuid"
         gby = "node, gpu, uuid"
-        slices = 'gpu_info{parent_uuid!=""}'
         gpm = "gpu_sm_active_seconds_total"
-        idle = f"{th.idle_utilization!r}"
-        sm_step = _rate("gpu_sm_active_seconds_total", r)
-        util_step = _util_step(r)
-        power_step = _power_step(r)
-        busy = f"({util_step} >= {th.spin_busy!r})"
-        spin_gpm = (
-            f"{busy} and on (node, uuid) ({sm_step} < {th.spin_sm!r})"
-            f" and on (node, uuid) ({_rate('gpu_tensor_active_seconds_total', r)}"
-            f" < {th.spin_tensor!r})"
-            f" and on (node, uuid) ({_rate('gpu_dram_active_seconds_total', r)}"
-            f" < {th.spin_dram!r})"
-        )
-        spin_power = (
-            f"{busy} and on (node, uuid) ({power_step} < on (node, uuid)"
-            f" ({th.spin_power!r} * max by (node, uuid) (gpu_power_limit_watts)))"
-            f" unless on (node, uuid) {gpm}"
-        )
-        reasons = selector("gpu_throttle_seconds_total",
-                           {"reason": f'=~"{any_of(th.throttle_reasons)}"'})
         alloc = selector("container_gpu_allocated", {"namespace": '!=""'})
-        held = f"max by ({cby}) (max_over_time({alloc}[{r}]))"
-        sole_gpm = (f"(({sm_step}) and on (node, uuid) "
-                    f"(count by (node, uuid) ({held}) == 1))")
-        cutil_max = f"max by ({cby}) (max_over_time({cutil}[{r}]))"
-        cmem = selector("container_gpu_memory_used_bytes", {"namespace": '!=""'})
-        named = selector("gpu_pod_info", {"workload": '!=""'})
-        # The workloads' devices, labelled with the workload and the GPU model (one per
-        # device, container and workload; 1 each).
-        wl = (
-            f"group by (node, uuid, namespace, workload, model) ("
-            f"max by (node, namespace, pod, uuid) (max_over_time({cutil}[{r}]))"
-            f" * on (node, namespace, pod) group_left (workload)"
-            f" max by (node, namespace, pod, workload) ({named})"
-            f" * on (node, uuid) group_left (model) max by (node, uuid, model) (gpu_info))"
-        )
-        act = (f"({_rate('gpu_sm_active_seconds_total', r, by='node, uuid')}"
-               f" or {_power_step(r, by='node, uuid')})")
-        wl_act = f"({wl} * on (node, uuid) group_left () {act})"
-        wl_util = f"({wl} * on (node, uuid) group_left () {_util_step(r, by='node, uuid')})"
-        group = "namespace, workload, model"
+        slices = 'gpu_info{parent_uuid!=""}'
+        th = self.thresholds
+        busy = min(th.spin_busy, th.slow_busy)
+        sm = _rate("gpu_sm_active_seconds_total", r)
+
+        def stat(expr: str, name: str) -> str:
+            return f'label_replace({expr}, "stat", "{name}", "", "")'
+
         return {
             "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
             "nodes": "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
-            # Only the idle steps come back: busy steps are what most of a fleet is made of.
-            # Whole GPUs (and slices that report it) by utilization, MIG slices by their SM
-            # activity (GPM), else by whether a process holds memory on them.
-            "idle_steps": " or ".join([
-                f'label_replace(max by ({gby}) (max_over_time({util}[{r}])) < {idle}'
-                f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
-                f' "signal", "utilization", "", "")',
-                f'label_replace({sm_step} < {idle} and on (node, uuid) {slices},'
-                f' "signal", "sm", "", "")',
-                f'label_replace(max by ({gby}) (max_over_time(gpu_memory_used_bytes[{r}])) * 0'
-                f' and on (node, uuid) {slices} unless on (node, uuid) {util}'
-                f' unless on (node, uuid) {gpm}'
-                f' unless on (node, uuid) (max by (node, uuid) (max_over_time('
-                f'container_gpu_memory_used_bytes[{r}])) > 0),'
-                f' "signal", "process", "", "")',
-            ]),
             "gpu_stats": " or ".join([
-                # The window mean of each step's mean (rate() of the busy counter, else the
-                # gauge's mean): steps without data (before a device appeared) do not count.
-                f'label_replace(avg_over_time({util_step}[{w}:{s}]), "stat", "mean", "", "")',
-                f'label_replace(max by ({gby}) (max_over_time({util}[{r}])),'
-                f' "stat", "now", "", "")',
+                # The window mean of each step's rate of the busy counter (else, without
+                # one, the gauge's mean): steps before a device appeared do not count.
+                stat(f"max by ({gby}) (avg_over_time("
+                     f"rate(gpu_busy_seconds_total[{r}])[{w}:{s}]))"
+                     f" or max by ({gby}) (avg_over_time({util}[{w}]))", "mean"),
                 # When data begins: the first step at which any device reported.
-                f'label_replace(min_over_time(timestamp(count({util}))[{w}:{s}]),'
-                f' "stat", "first", "", "")',
-                f'label_replace(group by ({gby}) (last_over_time({gpm}[{w}])),'
-                f' "stat", "gpm", "", "")',
-                f'label_replace(max by ({gby}) (last_over_time(gpu_power_limit_watts[{w}])),'
-                f' "stat", "limit", "", "")',
+                stat(f"min_over_time(timestamp(count({util}))[{w}:{s}])", "first"),
             ]),
             "containers": f"max by ({cby}) (avg_over_time({cutil}[{r}])){ns_filter}",
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
-            # The steps in which a GPU spins (utilization only; the second round asks for the
-            # other signals of the GPUs that do).
-            "spin_steps": (f'label_replace({spin_gpm}, "signal", "gpm", "", "")'
-                           f' or label_replace({spin_power}, "signal", "power", "", "")'),
-            "throttle_steps": (f"max by ({gby}, reason) (rate({reasons}[{r}]))"
-                               f" >= {th.throttle_ratio!r}"),
-            # Per container, the steps in which it held its device and used less than the
-            # idle threshold of it: the device's SM activity where it has GPM and one holder,
-            # else the container's utilization times the device's holders (its share of a
-            # time-sliced GPU), else (a MIG slice without GPM) no process.
-            "held_idle": " or ".join([
-                f'label_replace({held} * on (node, uuid) group_left () ({sole_gpm} < {idle}),'
-                f' "signal", "sm", "", "")',
-                f'label_replace(({cutil_max} * on (node, uuid) group_left ()'
-                f' count by (node, uuid) ({held}) < {idle}) and on ({cby}) {held}'
-                f' unless on (node, uuid) {sole_gpm}, "signal", "utilization", "", "")',
-                f'label_replace((max by ({cby}) (max_over_time({cmem}[{r}])) == 0)'
-                f' and on ({cby}) {held} and on (node, uuid) {slices}'
-                f' unless on (node, uuid) {gpm} unless on ({cby}) {cutil_max},'
-                f' "signal", "process", "", "")',
-            ]),
-            # Workloads (per GPU model) in which, at some step, every GPU is busy and one
-            # does far more work than the median: the second round fetches their signals.
-            "slow_candidates": (
-                f"count by ({group}) ({wl_act} >= on ({group}) group_left ()"
-                f" ({th.slow_factor!r} * quantile by ({group}) (0.5, {wl_act})))"
-                f" and on ({group}) (min by ({group}) ({wl_util}) >= {th.slow_busy!r})"
-                f" and on ({group}) (count by ({group}) ({wl}) >= 2)"
-            ),
-            # A straggler's evidence, over the straggler duration up to now (throttling: the
-            # mean of the steps' rates, so a series younger than that is not diluted).
-            "evidence": " or ".join([
-                f'label_replace(avg_over_time(max by ({gby}, reason)'
-                f' (rate(gpu_throttle_seconds_total[{r}]))[{d}:{s}]) > 0,'
-                f' "stat", "throttle", "", "")',
-                f'label_replace(max by ({gby}) (avg_over_time(gpu_sm_clock_hertz[{d}])),'
-                f' "stat", "sm_clock", "", "")',
-                f'label_replace(max by ({gby}) (avg_over_time(gpu_temperature_celsius[{d}])),'
-                f' "stat", "temperature", "", "")',
+            # The latest step: each device's signals, each container's use of what it holds,
+            # the throttled GPUs. Only what a rule can use: utilization from 0.5 up (the
+            # least a spinning or slow GPU shows), tensor and DRAM activity where SM activity
+            # is low enough to spin, power where there is no GPM, process memory on slices.
+            "now": " or ".join([
+                stat(f"max by ({gby}) (max_over_time({util}[{r}]))", "util_max"),
+                stat(f"{_util_step(r)} >= {busy!r}", "util"),
+                stat(sm, "sm"),
+                *(stat(f"{_rate(f'gpu_{name}_active_seconds_total', r)}"
+                       f" and on (node, uuid) ({sm} < {th.spin_sm!r})", name)
+                  for name in ("tensor", "dram")),
+                stat(f"{_power_step(r)} unless on (node, uuid) {gpm}", "power"),
+                stat(f"max by ({gby}) (max_over_time(gpu_power_limit_watts[{r}]))"
+                     f" unless on (node, uuid) {gpm}", "limit"),
+                stat(f"max by ({gby}) (max_over_time(gpu_memory_used_bytes[{r}]))"
+                     f" and on (node, uuid) {slices}", "slice_memory"),
+                stat(f"max by ({cby}) (max_over_time({alloc}[{r}]))", "held"),
+                stat(f"max by ({cby}) (max_over_time({cutil}[{r}]))", "cutil"),
+                stat(f"max by ({cby}) (max_over_time(container_gpu_memory_used_bytes[{r}]))"
+                     f" and on (node, uuid) {slices}", "cmem"),
+                stat(self._throttle(r), "throttle"),
             ]),
         }
 
-    RANGE_QUERIES = frozenset({"idle_steps", "containers", "allocated", "shared", "spin_steps",
-                               "throttle_steps", "held_idle", "slow_candidates",
-                               "spin_signals", "workload_signals"})
-    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "pods", "stats", "evidence"})
+    RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
+                               "throttled", "held_idle", "workload_signals"})
+    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "pods", "now", "evidence",
+                                 "stats"})
 
-    def second_round(
-        self, window: Window, idle_nodes: Iterable[str], shared_uuids: Iterable[str],
-        candidate_uuids: Iterable[str], namespace: str | None = None,
-        spinning_uuids: Iterable[str] = (), workload_uuids: Iterable[str] = (),
-    ) -> dict[str, str]:
-        """Allocation of the devices on nodes idle right now (the waste split), the
-        utilization of devices shared by several containers (time-slicing starvation),
-        raw-sample statistics of the containers on devices where one looks input-starved,
-        the work signals of the GPUs that spin, and those of the devices of workloads with
-        a slow-rank candidate."""
+    def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None
+                     ) -> dict[str, str]:
+        """Only for what the first round singled out: per step, the idle steps of the devices
+        idle now, allocation on the nodes idle now (the waste split), the utilization of
+        devices shared by several containers (time-slicing starvation), the work signals of
+        the GPUs that spin now, the throttled steps of the GPUs throttled now, the idle steps
+        of the containers idle now and the signals of the slow-rank candidates' devices;
+        and, at the end, raw-sample statistics of containers near the input-starved range
+        and the stragglers' evidence over ``ask.evidence_seconds``."""
         r = self._r(window)
         w = duration(window.seconds)
         out = {}
-        candidates = sorted(set(candidate_uuids))
-        if candidates:
-            match = {"uuid": f'=~"{any_of(candidates)}"'}
+
+        def uuids(values: Iterable[str]) -> dict[str, str] | None:
+            found = sorted(set(values))
+            return {"uuid": f'=~"{any_of(found)}"'} if found else None
+
+        if (match := uuids(ask.idle)) is not None:
+            out["idle_steps"] = " or ".join(self._idle_parts(r, match))
+        nodes = sorted(set(ask.idle_nodes))
+        if nodes:
+            alloc = selector("container_gpu_allocated", {"node": f'=~"{any_of(nodes)}"'})
+            out["allocated"] = f"max by (node, uuid) (max_over_time({alloc}[{r}]))"
+        if (match := uuids(ask.shared)) is not None:
+            util = selector("gpu_utilization_ratio", match)
+            out["shared"] = f"max by (node, gpu, uuid) (avg_over_time({util}[{r}]))"
+        if (match := uuids(ask.input_candidates)) is not None:
             if namespace is None:
                 match["namespace"] = '!=""'
                 util = selector("container_gpu_utilization_ratio", match)
@@ -401,29 +428,37 @@ class PrometheusData:
                 f'label_replace(max by ({cby}) (max_over_time({mem}[{w}])),'
                 f' "stat", "memory", "", "")',
             ])
-        nodes = sorted(set(idle_nodes))
-        if nodes:
-            alloc = selector("container_gpu_allocated", {"node": f'=~"{any_of(nodes)}"'})
-            out["allocated"] = f"max by (node, uuid) (max_over_time({alloc}[{r}]))"
-        uuids = sorted(set(shared_uuids))
-        if uuids:
-            util = selector("gpu_utilization_ratio", {"uuid": f'=~"{any_of(uuids)}"'})
-            out["shared"] = f"max by (node, gpu, uuid) (avg_over_time({util}[{r}]))"
-        spinning = sorted(set(spinning_uuids))
-        if spinning:
-            match = {"uuid": f'=~"{any_of(spinning)}"'}
-            out["spin_signals"] = " or ".join(
-                f'label_replace({_rate(f"gpu_{name}_active_seconds_total", r, match)},'
-                f' "signal", "{name}", "", "")' for name in ("sm", "tensor", "dram")
-            ) + f' or label_replace({_power_step(r, match=match)}, "signal", "power", "", "")'
-        members = sorted(set(workload_uuids))
-        if members:
-            match = {"uuid": f'=~"{any_of(members)}"'}
+        if (match := uuids(ask.spinning)) is not None:
+            out["spinning"] = " or ".join([
+                f'label_replace({_util_step(r, match)}, "signal", "utilization", "", "")',
+                *(f'label_replace({_rate(f"gpu_{name}_active_seconds_total", r, match)},'
+                  f' "signal", "{name}", "", "")' for name in ("sm", "tensor", "dram")),
+                f'label_replace({_power_step(r, match)}, "signal", "power", "", "")',
+            ])
+        if (match := uuids(ask.throttled)) is not None:
+            out["throttled"] = self._throttle(r, match)
+        if (match := uuids(ask.held)) is not None:
+            out["held_idle"] = " or ".join(self._held_parts(r, match))
+        if (match := uuids(ask.workload_devices)) is not None:
             out["workload_signals"] = " or ".join([
-                f'label_replace({_util_step(r, match=match)}, "signal", "utilization", "", "")',
+                f'label_replace({_util_step(r, match)}, "signal", "utilization", "", "")',
                 f'label_replace({_rate("gpu_sm_active_seconds_total", r, match)},'
                 f' "signal", "sm", "", "")',
-                f'label_replace({_power_step(r, match=match)}, "signal", "power", "", "")',
+                f'label_replace({_power_step(r, match)}, "signal", "power", "", "")',
+            ])
+        if ask.evidence_seconds > 0:
+            d = duration(ask.evidence_seconds)
+            match = uuids(ask.evidence) if len(set(ask.evidence)) <= MAX_EVIDENCE else None
+            gby = "node, gpu, uuid"
+            throttle = selector("gpu_throttle_seconds_total", match)
+            out["evidence"] = " or ".join([
+                f'label_replace(max by ({gby}, reason) (rate({throttle}[{d}])) > 0,'
+                f' "stat", "throttle", "", "")',
+                f'label_replace(max by ({gby}) (avg_over_time('
+                f'{selector("gpu_sm_clock_hertz", match)}[{d}])), "stat", "sm_clock", "", "")',
+                f'label_replace(max by ({gby}) (avg_over_time('
+                f'{selector("gpu_temperature_celsius", match)}[{d}])),'
+                f' "stat", "temperature", "", "")',
             ])
         return out
 
@@ -442,6 +477,8 @@ class PrometheusData:
         window = self.window(window_seconds)
         queries = self.fleet_queries(window, namespace)
         results = self._run(queries, window)
+        th = self.thresholds
+        end = window.end
 
         gpus = {}
         for lab, _ in results["gpus"]:
@@ -458,84 +495,112 @@ class PrometheusData:
             )
             for lab, _ in results["nodes"]
         }
+        slices = {ref for ref, info in gpus.items() if not info.is_physical}
 
         gpu_mean: dict[GpuRef, float] = {}
-        gpu_now: dict[GpuRef, float] = {}
-        gpm: set[GpuRef] = set()
-        limits: dict[GpuRef, float] = {}
         first: float | None = None
         for lab, v in results["gpu_stats"]:
             stat = lab.get("stat")
             if stat == "mean":
                 gpu_mean[_gref(lab)] = v
-            elif stat == "now":
-                gpu_now[_gref(lab)] = v
-            elif stat == "gpm":
-                gpm.add(_gref(lab))
-            elif stat == "limit":
-                limits[_gref(lab)] = v
             elif stat == "first" and math.isfinite(v):
                 first = v
         containers = {_cref(lab): s for lab, s in results["containers"] if lab.get("namespace")}
-        busy_max: dict[GpuRef, Series] = {}
-        idle_signal: dict[GpuRef, str] = {}
-        for lab, s in results["idle_steps"]:
-            ref = _gref(lab)
-            busy_max[ref] = s
-            idle_signal[ref] = lab.get("signal", "utilization")
-        spin_util: dict[GpuRef, Series] = {_gref(lab): s for lab, s in results["spin_steps"]}
-        throttle: dict[GpuRef, dict[str, Series]] = {}
-        for lab, s in results["throttle_steps"]:
-            throttle.setdefault(_gref(lab), {})[lab.get("reason", "")] = s
-        held_usage, held_signal = _merge_signals(
-            (_cref(lab), lab.get("signal", "utilization"), s)
-            for lab, s in results["held_idle"] if lab.get("namespace"))
         pods = {}
         for lab, _ in results["pods"]:
             key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
             pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
-        candidates = {(lab.get("namespace", ""), lab.get("workload", ""), lab.get("model", ""))
-                      for lab, _ in results["slow_candidates"]}
-        evidence = _evidence(results["evidence"])
+
+        # The latest step, as one-point series for the rules.
+        devices: dict[str, dict[GpuRef, Series]] = {}
+        users: dict[str, dict[ContainerRef, Series]] = {}
+        throttled_now: list[str] = []
+        for lab, v in results["now"]:
+            stat = lab.get("stat", "")
+            point = Series((end,), (v,))
+            if stat == "throttle":
+                throttled_now.append(lab.get("uuid", ""))
+            elif stat in ("held", "cutil", "cmem"):
+                users.setdefault(stat, {})[_cref(lab)] = point
+            else:
+                devices.setdefault(stat, {})[_gref(lab)] = point
+        gpu_now = {ref: s.values[0] for ref, s in devices.get("util_max", {}).items()}
+        # GPM: the devices with SM activity now (idle ones too: a rate of 0 is a value).
+        gpm = set(devices.get("sm", {}))
+        limits = {ref: s.values[0] for ref, s in devices.get("limit", {}).items()}
+        signals_now = WorkSignals(
+            utilization=devices.get("util", {}), sm=devices.get("sm", {}),
+            tensor=devices.get("tensor", {}), dram=devices.get("dram", {}),
+            power=devices.get("power", {}), power_limit=limits, gpm=frozenset(gpm))
+        spin_now = set(spinning_steps(signals_now, th.spin_rule))
+        # Idle now, by each device's own signal (see analysis.idle).
+        process_now: set[GpuRef] = {ref.gpu for ref, s in users.get("cmem", {}).items()
+                                    if s.values[0] > 0}
+        idle_now: set[GpuRef] = set()
+        for ref, v in gpu_now.items():
+            if not (ref in slices and ref in gpm) and v < th.idle_utilization:
+                idle_now.add(ref)
+        for ref in slices & gpm:
+            sm_now = devices.get("sm", {}).get(ref)
+            if sm_now is not None and sm_now.values[0] < th.idle_utilization:
+                idle_now.add(ref)
+        for ref in devices.get("slice_memory", {}):
+            if ref not in gpu_now and ref not in gpm and ref not in process_now:
+                idle_now.add(ref)
+        held_now, _ = held_usage(users.get("held", {}), users.get("cutil", {}),
+                                 users.get("cmem", {}), signals_now.sm, gpm, slices)
+        held_idle_now = {ref.uuid for ref, s in held_now.items()
+                         if s.values and s.values[-1] < th.allocated_idle_utilization}
+        groups = workload_groups(containers, pods, gpus)
+        candidates = slow_candidates(groups, signals_now, end, factor=th.slow_factor,
+                                     busy=th.slow_busy)
 
         # Second round: only what the first singled out.
-        end = window.end
-        now_idle = {ref for ref, s in busy_max.items()
-                    if s.times and abs(s.times[-1] - end) < 1e-6}
-        now_idle |= {ref for ref, s in spin_util.items()
-                     if s.times and abs(s.times[-1] - end) < 1e-6}
-        idle_now: dict[str, bool] = {}
         slices_of: dict[GpuRef, list[GpuRef]] = {}
         for info in gpus.values():
             if not info.is_physical:
                 slices_of.setdefault(GpuRef(info.node, info.parent_uuid), []).append(info.ref)
+        node_idle: dict[str, bool] = {}
         for info in gpus.values():
             if info.is_physical:
                 parts = slices_of.get(info.ref) or [info.ref]
-                idle_now[info.node] = idle_now.get(info.node, True) and all(
-                    p in now_idle for p in parts)
+                node_idle[info.node] = node_idle.get(info.node, True) and all(
+                    p in idle_now or p in spin_now for p in parts)
         sharers: dict[GpuRef, int] = {}
         for user in containers:
             sharers[user.gpu] = sharers.get(user.gpu, 0) + 1
         # Input starvation needs raw-sample statistics; ask only where the per-step means
         # put a container's mean in the suspicious range (with a margin for the
         # difference between the mean of step means and the mean of raw samples).
-        th = self.thresholds
         input_candidates = [
             ref.uuid for ref, series in containers.items()
             if series.values and (namespace is None or ref.namespace == namespace)
             and th.input_low * 0.5 < sum(series.values) / len(series.values)
             < min(1.0, th.input_high * 1.5)
         ]
-        members = [
-            g.uuid for group in workload_groups(containers, pods, gpus)
-            if group.key in candidates for g in group.devices
-        ]
-        more = self.second_round(
-            window, (n for n, idle in idle_now.items() if idle),
-            (g.uuid for g, n in sharers.items() if n >= 2), input_candidates, namespace,
-            (g.uuid for g in spin_util), members,
+        # A straggler's evidence: the workloads with a stalled straggler or a slow
+        # candidate, over the straggler duration (or the history there is).
+        stalled = stragglers(containers, pods, window, self._history_start(window, first),
+                             gpus=gpus, factor=th.straggler_factor,
+                             duration=th.straggler_duration)
+        judged = candidates | {(s.namespace, s.workload, s.model) for s in stalled.stragglers}
+        history = window.end - self._history_start(window, first)
+        ask = FollowUp(
+            idle=[g.uuid for g in idle_now],
+            idle_nodes=[n for n, idle in node_idle.items() if idle],
+            shared=[g.uuid for g, n in sharers.items() if n >= 2],
+            input_candidates=input_candidates,
+            spinning=[g.uuid for g in spin_now],
+            throttled=throttled_now,
+            held=sorted(held_idle_now),
+            workload_devices=[g.uuid for group in groups
+                              if group.key in candidates for g in group.devices],
+            evidence=[g.uuid for group in groups if group.key in judged
+                      for g in group.devices],
+            evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
+                              if judged else 0.0),
         )
+        more = self.second_round(window, ask, namespace)
         later = self._run(more, window) if more else {}
 
         stats_parts: dict[ContainerRef, dict[str, float]] = {}
@@ -548,25 +613,30 @@ class PrometheusData:
             )
             for ref, p in stats_parts.items() if "mean" in p
         }
+        busy_max: dict[GpuRef, Series] = {}
+        idle_signal: dict[GpuRef, str] = {}
+        for lab, s in later.get("idle_steps", []):
+            ref = _gref(lab)
+            busy_max[ref] = s
+            idle_signal[ref] = lab.get("signal", "utilization")
+        throttle: dict[GpuRef, dict[str, Series]] = {}
+        for lab, s in later.get("throttled", []):
+            throttle.setdefault(_gref(lab), {})[lab.get("reason", "")] = s
+        usage, usage_signal = _merge_signals(
+            (_cref(lab), lab.get("signal", "utilization"), s)
+            for lab, s in later.get("held_idle", []) if lab.get("namespace"))
         by_signal: dict[str, dict[GpuRef, Series]] = {}
-        for lab, s in [*later.get("spin_signals", []), *later.get("workload_signals", [])]:
+        for lab, s in [*later.get("spinning", []), *later.get("workload_signals", [])]:
             by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
-        utilization = {**spin_util, **by_signal.get("utilization", {})}
         signals = WorkSignals(
-            utilization=utilization, sm=by_signal.get("sm", {}),
+            utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
             tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
             power=by_signal.get("power", {}), power_limit=limits, gpm=frozenset(gpm),
             throttle=throttle,
         )
-        # A rate over the range r is the mean over r only once a series is r old (before,
-        # Prometheus divides what little increase there is by all of r): the rate-based
-        # verdicts' history begins r after the data does.
-        rate_range = max(window.step, self.lookback)
-        history_start = (window.end if first is None else
-                         min(window.end, max(window.start, first - window.step + rate_range)))
         return FleetData(
             window=window,
-            history_start=history_start,
+            history_start=self._history_start(window, first),
             gpus=gpus,
             nodes=nodes,
             gpu_busy_max=busy_max,
@@ -579,11 +649,20 @@ class PrometheusData:
             pods=pods,
             idle_signal=idle_signal,
             signals=signals,
-            evidence=evidence,
-            held_usage=held_usage,
-            held_signal=held_signal,
+            evidence=_evidence(later.get("evidence", [])),
+            held_usage=usage,
+            held_signal=usage_signal,
             queries=len(queries) + len(more),
         )
+
+    def _history_start(self, window: Window, first: float | None) -> float:
+        """Where the verdicts' history begins: a rate over the range r is the mean over r
+        only once a series is r old (before, Prometheus divides what little increase there
+        is by all of r), so the rate-based verdicts' history begins r after the data does."""
+        if first is None:
+            return window.end
+        rate_range = max(window.step, self.lookback)
+        return min(window.end, max(window.start, first - window.step + rate_range))
 
     def node_queries(self, node: str, window: Window) -> dict[str, str]:
         node = validate_node(node)

@@ -18,6 +18,7 @@ from gpuscope.dashboard.data import (
     validate_namespace,
     validate_node,
 )
+from gpuscope.dashboard.data.prometheus import FollowUp
 from gpuscope.dashboard.series import ContainerRef, GpuRef
 
 INJECTION = '"}) or vector(1) or up{x="'
@@ -49,13 +50,22 @@ def test_selector_quotes_every_value() -> None:
 def test_regex_matchers_escape_regex_then_string() -> None:
     prom = PrometheusData("http://127.0.0.1:1")
     w = make_window(3600, 10_000.0, min_step=15, max_points=60)
-    queries = prom.second_round(w, ["ip-10-0-1-1.ec2.internal", 'odd"node\\'], [], [])
+    queries = prom.second_round(
+        w, FollowUp(idle_nodes=["ip-10-0-1-1.ec2.internal", 'odd"node\\']))
     # '.', '-' and '\\' are regex-escaped first, then backslashes and the quote are escaped
     # for the string literal.
     expected = r'node=~"ip\\-10\\-0\\-1\\-1\\.ec2\\.internal|odd\"node\\\\"'
     assert expected in queries["allocated"]
     assert set(queries) == {"allocated"}
-    assert set(prom.second_round(w, [], ["GPU-1"], ["GPU-2"], "ml")) == {"shared", "stats"}
+    assert set(prom.second_round(w, FollowUp(shared=["GPU-1"], input_candidates=["GPU-2"]),
+                                 "ml")) == {"shared", "stats"}
+    # Each singled-out set is asked about, and only it.
+    every = FollowUp(idle=["a"], idle_nodes=["n"], shared=["b"], input_candidates=["c"],
+                     spinning=["d"], throttled=["e"], held=["f"], workload_devices=["g"],
+                     evidence=["h"], evidence_seconds=600)
+    assert set(prom.second_round(w, every)) == {
+        "idle_steps", "allocated", "shared", "stats", "spinning", "throttled", "held_idle",
+        "workload_signals", "evidence"}
     prom.close()
 
 
@@ -106,7 +116,7 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     assert queries == []
     # A valid filter is sent, quoted, and every query is a fixed set.
     data = prom.fleet(3600, namespace="ml")
-    assert data.queries == len(queries) == 11  # nothing for a second round to look at
+    assert data.queries == len(queries) == 6  # nothing for a second round to look at
     assert any('namespace="ml"' in q for q in queries)
     prom.close()
 

@@ -142,9 +142,10 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
     try:
         at = view.window.end
         assert verdicts(view) == EXPECTED
-        # A fixed number of queries: 11, and a second round for the idle nodes' allocation,
-        # the spinning GPUs' signals and the slow-rank candidate's workload.
-        assert view.queries == 14
+        # A bounded number of queries: 6, and a second round for the history of what holds
+        # now (idle devices and their nodes' allocation, spinning and throttled GPUs, idle
+        # containers, the slow-rank candidate's workload and its evidence).
+        assert view.queries == 13
 
         r = "4s"
         util = f"rate(gpu_busy_seconds_total[{r}])"
