@@ -195,6 +195,8 @@ def workload_figure(detail: WorkloadDetail, stragglers: Collection[GpuRef] = (),
     fig.update_xaxes(title=_TIME_AXIS["title"], row=len(panels), col=1)
     fig.update_layout(
         title={"text": f"{name}: {len(detail.devices)} GPUs"
+               + (f" of {detail.total_devices}" if detail.total_devices > len(detail.devices)
+                  else "")
                + (", straggler marked ★" if stragglers else ", no straggler"),
                "x": 0, "font": {"size": 13}},
         height=160 + 170 * len(panels), margin={**_MARGIN, "t": 60}, font=_FONT,

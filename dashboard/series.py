@@ -10,7 +10,7 @@ timestamps, so values can be joined on time exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -315,3 +315,21 @@ class WorkloadDetail:
     sm: Mapping[GpuRef, Series] = field(default_factory=dict)
     power: Mapping[GpuRef, Series] = field(default_factory=dict)    # watts
     queries: int = 0
+    total_devices: int = 0  # the workload's devices; ``devices`` holds at most a limit of them
+
+
+#: The most devices a workload view draws (the stragglers first): a line per GPU stops being
+#: readable long before, and a 2,000-GPU job would cost a query of 2,000 x 3 series.
+MAX_WORKLOAD_DEVICES = 64
+
+
+def pick_devices(devices: Sequence[WorkloadDevice], first: Collection[GpuRef],
+                 limit: int = MAX_WORKLOAD_DEVICES) -> tuple[WorkloadDevice, ...]:
+    """``devices`` in node and GPU order, cut to ``limit`` with those in ``first`` kept."""
+    ordered = sorted(devices, key=lambda d: (d.ref.node, index_key(d.gpu), d.ref.uuid))
+    if len(ordered) <= limit:
+        return tuple(ordered)
+    keep = [d for d in ordered if d.ref in first][:limit]
+    rest = [d for d in ordered if d.ref not in first][:limit - len(keep)]
+    return tuple(sorted([*keep, *rest],
+                        key=lambda d: (d.ref.node, index_key(d.gpu), d.ref.uuid)))

@@ -237,8 +237,9 @@ class DashboardService:
         }
         try:
             validate_workload(name)
-            return self.source.workload_detail(namespace, name, window_seconds(window)), \
-                marks, None
+            detail = self.source.workload_detail(namespace, name, window_seconds(window),
+                                                 first=set(marks))
+            return detail, marks, None
         except (DataError, InvalidFilter) as exc:
             return None, {}, str(exc)
         except Exception as exc:

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +52,7 @@ from gpuscope.dashboard.series import (
     WorkloadDetail,
     WorkloadDevice,
     WorkSignals,
-    index_key,
+    pick_devices,
 )
 
 log = logging.getLogger(__name__)
@@ -707,8 +707,8 @@ class EmbeddedData:
                           tensor=named(signals.tensor), dram=named(signals.dram),
                           power_ratio=power_ratio, throttle=throttle)
 
-    def workload_detail(self, namespace: str, workload: str, window_seconds: float
-                        ) -> WorkloadDetail:
+    def workload_detail(self, namespace: str, workload: str, window_seconds: float,
+                        first: Collection[GpuRef] = ()) -> WorkloadDetail:
         namespace, workload = validate_namespace(namespace), validate_workload(workload)
         window = self.window(window_seconds)
         rng = max(window.step, 2 * self.interval)
@@ -723,19 +723,19 @@ class EmbeddedData:
                 on.setdefault(_gref(lab), set()).add(lab.get("pod", ""))
         info = {(lab["node"], lab.get("uuid", "")): lab
                 for lab in self._infos("gpu_info", window.start)}
-        sel = self._select_many(WORKLOAD_METRICS, window, max(rng, self._rate_range(window)))
-        sel = {name: [(lab, t, v) for lab, t, v in rows if _gref(lab) in on]
-               for name, rows in sel.items()}
-        signals = _work_signals(sel, window, evals, rng, self._rate_range(window))
-        devices = tuple(sorted(
-            (WorkloadDevice(ref, info.get((ref.node, ref.uuid), {}).get("gpu", ""),
+        devices = pick_devices(
+            [WorkloadDevice(ref, info.get((ref.node, ref.uuid), {}).get("gpu", ""),
                             info.get((ref.node, ref.uuid), {}).get("model", ""),
                             tuple(sorted(on[ref])))
-             for ref in on),
-            key=lambda d: (d.ref.node, index_key(d.gpu), d.ref.uuid)))
+             for ref in on], first)
+        shown = {d.ref for d in devices}
+        sel = self._select_many(WORKLOAD_METRICS, window, max(rng, self._rate_range(window)))
+        sel = {name: [(lab, t, v) for lab, t, v in rows if _gref(lab) in shown]
+               for name, rows in sel.items()}
+        signals = _work_signals(sel, window, evals, rng, self._rate_range(window))
         return WorkloadDetail(namespace=namespace, workload=workload, window=window,
                               devices=devices, utilization=signals.utilization,
-                              sm=signals.sm, power=signals.power)
+                              sm=signals.sm, power=signals.power, total_devices=len(on))
 
     def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
         namespace, pod = validate_namespace(namespace), validate_pod(pod)

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +49,7 @@ from gpuscope.dashboard.series import (
     WorkloadDetail,
     WorkloadDevice,
     WorkSignals,
-    index_key,
+    pick_devices,
 )
 
 # -- Prometheus ------------------------------------------------------------------------------
@@ -715,57 +715,60 @@ class PrometheusData:
             queries=len(queries),
         )
 
-    def workload_queries(self, namespace: str, workload: str, window: Window
-                         ) -> dict[str, str]:
-        """The devices of one workload (an instant query over the window) and their
-        utilization, SM activity and power per step (a range query)."""
+    def workload_queries(self, namespace: str, workload: str, window: Window,
+                         uuids: Sequence[str] = ()) -> dict[str, str]:
+        """The devices of one workload (``members``: an instant query over the window), and
+        the utilization, SM activity and power per step of ``uuids`` of them
+        (``workload``)."""
         namespace, workload = validate_namespace(namespace), validate_workload(workload)
         r = self._r(window)
         w = duration(window.seconds)
         cutil = selector("container_gpu_utilization_ratio", namespace=namespace)
         pods = selector("gpu_pod_info", namespace=namespace, workload=workload)
-        members = (
-            f"max by (node, uuid, pod) (last_over_time({cutil}[{w}])"
-            f" * on (node, namespace, pod) group_left ()"
-            f" max by (node, namespace, pod) (last_over_time({pods}[{w}])))"
-        )
-        devices = f"group by (node, uuid) ({members})"
-        return {
-            "members": (f"{members} * 0 + on (node, uuid) group_left (gpu, model)"
-                        f" max by (node, uuid, gpu, model) (gpu_info)"),
-            "workload": " or ".join([
-                f'label_replace({_util_step(r)} and on (node, uuid) {devices},'
-                f' "signal", "utilization", "", "")',
-                f'label_replace({_rate("gpu_sm_active_seconds_total", r)}'
-                f' and on (node, uuid) {devices}, "signal", "sm", "", "")',
-                f'label_replace({_power_step(r)} and on (node, uuid) {devices},'
-                f' "signal", "power", "", "")',
-            ]),
+        out = {
+            "members": (
+                f"max by (node, uuid, pod) (last_over_time({cutil}[{w}])"
+                f" * on (node, namespace, pod) group_left ()"
+                f" max by (node, namespace, pod) (last_over_time({pods}[{w}])))"
+                f" * 0 + on (node, uuid) group_left (gpu, model)"
+                f" max by (node, uuid, gpu, model) (gpu_info)"),
         }
+        if uuids:
+            match = {"uuid": f'=~"{any_of(sorted(set(uuids)))}"'}
+            out["workload"] = " or ".join([
+                f'label_replace({_util_step(r, match)}, "signal", "utilization", "", "")',
+                f'label_replace({_rate("gpu_sm_active_seconds_total", r, match)},'
+                f' "signal", "sm", "", "")',
+                f'label_replace({_power_step(r, match)}, "signal", "power", "", "")',
+            ])
+        return out
 
-    def workload_detail(self, namespace: str, workload: str, window_seconds: float
-                        ) -> WorkloadDetail:
+    def workload_detail(self, namespace: str, workload: str, window_seconds: float,
+                        first: Collection[GpuRef] = ()) -> WorkloadDetail:
         window = self.window(window_seconds)
-        queries = self.workload_queries(namespace, workload, window)
-        members_f = self._pool.submit(self.instant, queries["members"], window.end)
-        series_f = self._pool.submit(self.range, queries["workload"], window)
+        members = self.instant(self.workload_queries(namespace, workload, window)["members"],
+                               window.end)
         pods: dict[GpuRef, set[str]] = {}
         index: dict[GpuRef, tuple[str, str]] = {}
-        for lab, _ in members_f.result():
+        for lab, _ in members:
             ref = _gref(lab)
             pods.setdefault(ref, set()).add(lab.get("pod", ""))
             index[ref] = (lab.get("gpu", ""), lab.get("model", ""))
+        devices = pick_devices(
+            [WorkloadDevice(ref, index[ref][0], index[ref][1], tuple(sorted(pods[ref])))
+             for ref in pods], first)
+        queries = self.workload_queries(namespace, workload, window,
+                                        [d.ref.uuid for d in devices])
         by_signal: dict[str, dict[GpuRef, Series]] = {}
-        for lab, s in series_f.result():
-            by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
-        devices = tuple(sorted(
-            (WorkloadDevice(ref, index[ref][0], index[ref][1], tuple(sorted(pods[ref])))
-             for ref in pods),
-            key=lambda d: (d.ref.node, index_key(d.gpu), d.ref.uuid)))
+        if "workload" in queries:
+            shown = {d.ref for d in devices}
+            for lab, s in self.range(queries["workload"], window):
+                if _gref(lab) in shown:
+                    by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
         return WorkloadDetail(
             namespace=namespace, workload=workload, window=window, devices=devices,
             utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
-            power=by_signal.get("power", {}), queries=len(queries),
+            power=by_signal.get("power", {}), queries=len(queries), total_devices=len(pods),
         )
 
     def pod_queries(self, namespace: str, pod: str, window: Window) -> dict[str, str]:

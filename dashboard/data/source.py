@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from typing import Protocol
 
 from gpuscope.dashboard.series import (
     FleetData,
+    GpuRef,
     NodeDetail,
     PodDetail,
     Window,
@@ -98,7 +100,8 @@ class DataSource(Protocol):
     def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail: ...
 
     def workload_detail(
-        self, namespace: str, workload: str, window_seconds: float
+        self, namespace: str, workload: str, window_seconds: float,
+        first: Collection[GpuRef] = (),
     ) -> WorkloadDetail: ...
 
     def close(self) -> None: ...

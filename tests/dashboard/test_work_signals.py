@@ -403,3 +403,15 @@ def test_a_mig_slice_without_gpm_is_idle_when_no_process_runs_on_it() -> None:
     # A process ran 20 minutes ago: not idle for 30 minutes.
     assert not verdicts[GpuRef("mig-node", "MIG-2")].idle
     assert idle_nodes(gpus, verdicts) == {}
+
+
+def test_a_workload_view_of_a_large_job_draws_its_stragglers_and_a_bounded_rest() -> None:
+    from gpuscope.dashboard.series import MAX_WORKLOAD_DEVICES, WorkloadDevice, pick_devices
+
+    devices = [WorkloadDevice(GpuRef(f"node-{n:03d}", f"GPU-{n}-{g}"), str(g))
+               for n in range(250) for g in range(8)]
+    slow = GpuRef("node-200", "GPU-200-3")
+    shown = pick_devices(devices, {slow})
+    assert len(shown) == MAX_WORKLOAD_DEVICES and slow in {d.ref for d in shown}
+    assert [d.ref.node for d in shown] == sorted(d.ref.node for d in shown)
+    assert pick_devices(devices[:16], {slow}) == tuple(devices[:16])
