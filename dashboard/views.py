@@ -309,7 +309,8 @@ class _GroupEvidence:
 
 
 def _group_evidence(group: Group | None, evidence: Mapping[GpuRef, Evidence]) -> _GroupEvidence:
-    everyone = [evidence.get(g, Evidence()) for g in (group.devices if group else ())]
+    # The devices with evidence (the Prometheus mode asks about a sample of a large group).
+    everyone = [evidence[g] for g in (group.devices if group else ()) if g in evidence]
     reasons = {r for e in everyone for r in e.throttle}
     return _GroupEvidence(
         throttle={r: _median([e.throttle.get(r, 0.0) for e in everyone]) or 0.0

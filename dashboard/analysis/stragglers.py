@@ -195,11 +195,12 @@ def slow_candidates(
     *,
     factor: float = SLOW_FACTOR,
     busy: float = SLOW_BUSY,
-) -> set[GroupKey]:
-    """The groups in which the slow-rank condition holds at time ``at``: every GPU present
-    then busy, one at ``factor`` x the median's SM activity (else power) or more. A verdict
-    needs it at the latest step, so only these groups need their history looked at."""
-    out: set[GroupKey] = set()
+) -> dict[GroupKey, set[GpuRef]]:
+    """The groups in which the slow-rank condition holds at time ``at`` (every GPU present
+    then busy, one at ``factor`` x the median's SM activity, else power, or more), with the
+    GPUs that meet it. A verdict needs it at the latest step, so only these groups need
+    their history looked at."""
+    out: dict[GroupKey, set[GpuRef]] = {}
     for group in groups:
         members = [g for g, values in group.devices.items() if at in values]
         if len(members) < 2:
@@ -213,8 +214,10 @@ def slow_candidates(
             continue
         present = [v for v in value if v is not None]
         median = statistics.median(present)
-        if median > 0 and max(present) >= factor * median:
-            out.add(group.key)
+        slow = {g for g, v in zip(members, value, strict=True)
+                if median > 0 and v is not None and v >= factor * median}
+        if slow:
+            out[group.key] = slow
     return out
 
 
@@ -226,15 +229,18 @@ def stragglers(
     *,
     gpus: Mapping[GpuRef, GpuInfo] | None = None,
     signals: WorkSignals | None = None,
+    groups: Sequence[Group] | None = None,
     factor: float = STRAGGLER_FACTOR,
     duration: float = STRAGGLER_DURATION,
     slow_factor: float = SLOW_FACTOR,
     slow_busy: float = SLOW_BUSY,
 ) -> StragglerReport:
     """Stalled stragglers, and slow ones where ``signals`` are given. ``gpus`` gives the
-    models to group by (without it, every device of a workload is one group)."""
+    models to group by (without it, every device of a workload is one group); ``groups``,
+    the groups when they are known already (:func:`workload_groups`)."""
     required = required_seconds(duration, window, history_start)
-    groups = workload_groups(containers, pods, gpus)
+    if groups is None:
+        groups = workload_groups(containers, pods, gpus)
     found: list[Straggler] = []
     checked = 0
     for group in groups:

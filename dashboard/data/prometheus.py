@@ -147,6 +147,10 @@ class FollowUp:
 
 #: Above this many devices the evidence query asks about every device instead of naming them.
 MAX_EVIDENCE = 400
+#: A workload's median evidence (throttling, clock, temperature) is taken over at most this
+#: many of its GPUs besides its stragglers, evenly spread over them: plenty for a median,
+#: and a 2,000-GPU job costs no more to look at than a 64-GPU one.
+EVIDENCE_PEERS = 64
 
 
 class PrometheusData:
@@ -578,12 +582,24 @@ class PrometheusData:
             and th.input_low * 0.5 < sum(series.values) / len(series.values)
             < min(1.0, th.input_high * 1.5)
         ]
-        # A straggler's evidence: the workloads with a stalled straggler or a slow
-        # candidate, over the straggler duration (or the history there is).
+        # A straggler's evidence: in the workloads with a stalled straggler or a slow
+        # candidate, theirs and (for the workload's medians) that of up to
+        # EVIDENCE_PEERS other GPUs of it, over the straggler duration (or the history
+        # there is).
         stalled = stragglers(containers, pods, window, self._history_start(window, first),
                              gpus=gpus, factor=th.straggler_factor,
-                             duration=th.straggler_duration)
-        judged = candidates | {(s.namespace, s.workload, s.model) for s in stalled.stragglers}
+                             duration=th.straggler_duration, groups=groups)
+        judged: dict[tuple[str, str, str], set[GpuRef]] = {k: set(v)
+                                                          for k, v in candidates.items()}
+        for one in stalled.stragglers:
+            judged.setdefault((one.namespace, one.workload, one.model), set()).add(one.gpu)
+        evidence_devices: list[str] = []
+        for group in groups:
+            if group.key in judged:
+                peers = sorted(g for g in group.devices if g not in judged[group.key])
+                every = max(1, -(-len(peers) // EVIDENCE_PEERS))
+                evidence_devices += [g.uuid for g in judged[group.key]]
+                evidence_devices += [g.uuid for g in peers[::every]]
         history = window.end - self._history_start(window, first)
         ask = FollowUp(
             idle=[g.uuid for g in idle_now],
@@ -595,8 +611,7 @@ class PrometheusData:
             held=sorted(held_idle_now),
             workload_devices=[g.uuid for group in groups
                               if group.key in candidates for g in group.devices],
-            evidence=[g.uuid for group in groups if group.key in judged
-                      for g in group.devices],
+            evidence=evidence_devices,
             evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
                               if judged else 0.0),
         )
