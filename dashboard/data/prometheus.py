@@ -134,6 +134,7 @@ class FollowUp:
     """What the first round singled out for the second (UUIDs, nodes)."""
 
     idle: Sequence[str] = ()
+    idle_slices: Sequence[str] = ()  # those of ``idle`` that are MIG slices
     idle_nodes: Sequence[str] = ()
     shared: Sequence[str] = ()
     input_candidates: Sequence[str] = ()
@@ -146,7 +147,7 @@ class FollowUp:
 
 
 #: Above this many devices the evidence query asks about every device instead of naming them.
-MAX_EVIDENCE = 400
+MAX_EVIDENCE = 1000
 #: A workload's median evidence (throttling, clock, temperature) is taken over at most this
 #: many of its GPUs besides its stragglers, evenly spread over them: plenty for a median,
 #: and a 2,000-GPU job costs no more to look at than a 64-GPU one.
@@ -252,23 +253,36 @@ class PrometheusData:
         return duration(max(window.step, self.lookback))
 
     # -- the expressions of the verdicts, per step, for the devices round 1 singled out -------
-    def _idle_parts(self, r: str, match: Mapping[str, str] | None = None) -> list[str]:
+    def _idle_parts(self, r: str, match: Mapping[str, str] | None = None,
+                    slice_match: Mapping[str, str] | None = None,
+                    slices_too: bool = True) -> list[str]:
         """Each device's idle activity below the threshold, labelled with its ``signal``:
         utilization (whole GPUs, slices that report it without GPM), SM activity (MIG slices
-        with GPM), or (a MIG slice without either) 0 while no process holds memory on it."""
+        with GPM), or (a MIG slice without either) 0 while no process holds memory on it.
+        ``slice_match`` narrows the slices' parts further (they concern slices only);
+        without ``slices_too`` they are left out."""
         th = self.thresholds
         idle = f"{th.idle_utilization!r}"
         gby = "node, gpu, uuid"
         util = selector("gpu_utilization_ratio", match)
         gpm = selector("gpu_sm_active_seconds_total", match)
         slices = selector("gpu_info", {**(match or {}), "parent_uuid": '!=""'})
-        memory = selector("gpu_memory_used_bytes", match)
-        cmem = selector("container_gpu_memory_used_bytes", match)
-        return [
+        parts = [
             f'label_replace(max by ({gby}) (max_over_time({util}[{r}])) < {idle}'
             f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
             f' "signal", "utilization", "", "")',
-            f'label_replace({_rate("gpu_sm_active_seconds_total", r, match)} < {idle}'
+        ]
+        if not slices_too:
+            return parts
+        m = slice_match if slice_match is not None else match
+        util = selector("gpu_utilization_ratio", m)
+        gpm = selector("gpu_sm_active_seconds_total", m)
+        slices = selector("gpu_info", {**(m or {}), "parent_uuid": '!=""'})
+        memory = selector("gpu_memory_used_bytes", m)
+        cmem = selector("container_gpu_memory_used_bytes", m)
+        return [
+            *parts,
+            f'label_replace({_rate("gpu_sm_active_seconds_total", r, m)} < {idle}'
             f' and on (node, uuid) {slices}, "signal", "sm", "", "")',
             f'label_replace(max by ({gby}) (max_over_time({memory}[{r}])) * 0'
             f' and on (node, uuid) {slices} unless on (node, uuid) {util}'
@@ -405,7 +419,9 @@ class PrometheusData:
             return {"uuid": f'=~"{any_of(found)}"'} if found else None
 
         if (match := uuids(ask.idle)) is not None:
-            out["idle_steps"] = " or ".join(self._idle_parts(r, match))
+            slice_match = uuids(ask.idle_slices)
+            out["idle_steps"] = " or ".join(self._idle_parts(
+                r, match, slice_match, slices_too=slice_match is not None))
         nodes = sorted(set(ask.idle_nodes))
         if nodes:
             alloc = selector("container_gpu_allocated", {"node": f'=~"{any_of(nodes)}"'})
@@ -603,6 +619,7 @@ class PrometheusData:
         history = window.end - self._history_start(window, first)
         ask = FollowUp(
             idle=[g.uuid for g in idle_now],
+            idle_slices=[g.uuid for g in idle_now if g in slices],
             idle_nodes=[n for n, idle in node_idle.items() if idle],
             shared=[g.uuid for g, n in sharers.items() if n >= 2],
             input_candidates=input_candidates,

@@ -227,7 +227,7 @@ def benign(value: str) -> str:
     return "v" if value else ""
 
 
-FOLLOW_UP_FIELDS = ("idle", "idle_nodes", "shared", "input_candidates", "spinning",
+FOLLOW_UP_FIELDS = ("idle", "idle_slices", "idle_nodes", "shared", "input_candidates", "spinning",
                     "throttled", "held", "workload_devices", "evidence")
 
 
