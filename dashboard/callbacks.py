@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, no_update
+from dash import Dash, Input, Output, State, ctx, dcc, no_update
 
 from gpuscope.dashboard import components, fmt, ids
 from gpuscope.dashboard.figures import (
@@ -41,7 +41,13 @@ def _state(window: Any, namespace: Any) -> dict[str, str | None]:
     return {"window": _window(window), "namespace": ns.strip() if ns else None}
 
 
-SHOWN, HIDDEN = "graphs", "graphs hidden"
+_GRAPH_CONFIG = dcc.Graph.Config(displaylogo=False, responsive=True)
+
+
+def _graph(graph_id: str, figure: Any) -> dcc.Graph:
+    """A drill-down chart, made when there is something to draw (a chart laid out while
+    hidden would come up with no size)."""
+    return dcc.Graph(id=graph_id, figure=figure, config=_GRAPH_CONFIG)
 
 
 def _options(values: Any, picked: Any) -> list[dict[str, str]]:
@@ -211,13 +217,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         return node if isinstance(node, str) and node != current else no_update
 
     @app.callback(
-        Output(ids.NODE_GRAPHS, "className"),
-        Output(ids.NODE_UTIL_GRAPH, "figure"),
-        Output(ids.NODE_ACTIVITY_GRAPH, "figure"),
-        Output(ids.NODE_POWER_GRAPH, "figure"),
-        Output(ids.NODE_THROTTLE_GRAPH, "figure"),
-        Output(ids.NODE_CONTAINERS_GRAPH, "figure"),
-        Output(ids.NODE_MEMORY_GRAPH, "figure"),
+        Output(ids.NODE_GRAPHS, "children"),
         Output(ids.NODE_BANNER, "children"),
         Input(ids.NODE_SELECT, "value"),
         Input(ids.WINDOW_SELECT, "value"),
@@ -226,34 +226,33 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     def update_node(node: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
         detail, problem = service.node(_text(node), _window(window))
         if detail is None:
-            blank = empty_figure("", 60)
-            return (HIDDEN, *([blank] * 6),
-                    problem or "No node selected: pick one above, or click a node in the "
-                               "heatmap or in a table.")
+            # Nothing picked (or nothing to show): no empty charts, one line saying why.
+            return [], (problem or "No node selected: pick one above, or click a node in the "
+                                   "heatmap or in a table.")
         n = detail.node
         throttled = {k: s for k, s in detail.throttle.items() if any(v > 0 for v in s.values)}
-        return (
-            SHOWN,
-            timeseries_figure({f"GPU {k}": s for k, s in detail.utilization.items()},
-                              f"{n}: GPU utilization"),
-            activity_figure(detail.sm, detail.tensor, detail.dram,
-                            f"{n}: work signals (GPM)"),
-            timeseries_figure({f"GPU {k}": s for k, s in detail.power_ratio.items()},
-                              f"{n}: power against its limit", limit_line=1.0),
-            timeseries_figure({f"GPU {k}": s for k, s in throttled.items()},
-                              f"{n}: throttling (seconds per second, by reason)",
-                              unit="per_second")
-            if throttled else empty_figure(f"{n}: no throttling in this window", 80),
-            timeseries_figure(detail.containers, f"{n}: utilization by container"),
-            timeseries_figure({f"GPU {k}": s for k, s in detail.memory_used.items()},
-                              f"{n}: GPU memory used", unit="bytes"),
-            "",
-        )
+        return [
+            _graph(ids.NODE_UTIL_GRAPH, timeseries_figure(
+                {f"GPU {k}": s for k, s in detail.utilization.items()},
+                f"{n}: GPU utilization")),
+            _graph(ids.NODE_ACTIVITY_GRAPH, activity_figure(
+                detail.sm, detail.tensor, detail.dram, f"{n}: work signals (GPM)")),
+            _graph(ids.NODE_POWER_GRAPH, timeseries_figure(
+                {f"GPU {k}": s for k, s in detail.power_ratio.items()},
+                f"{n}: power against its limit", limit_line=1.0)),
+            _graph(ids.NODE_THROTTLE_GRAPH, timeseries_figure(
+                {f"GPU {k}": s for k, s in throttled.items()},
+                f"{n}: throttling (seconds per second, by reason)", unit="per_second")
+                if throttled else empty_figure(f"{n}: no throttling in this window", 80)),
+            _graph(ids.NODE_CONTAINERS_GRAPH, timeseries_figure(
+                detail.containers, f"{n}: utilization by container")),
+            _graph(ids.NODE_MEMORY_GRAPH, timeseries_figure(
+                {f"GPU {k}": s for k, s in detail.memory_used.items()},
+                f"{n}: GPU memory used", unit="bytes")),
+        ], ""
 
     @app.callback(
-        Output(ids.POD_GRAPHS, "className"),
-        Output(ids.POD_UTIL_GRAPH, "figure"),
-        Output(ids.POD_MEMORY_GRAPH, "figure"),
+        Output(ids.POD_GRAPHS, "children"),
         Output(ids.POD_BANNER, "children"),
         Input(ids.POD_SELECT, "value"),
         Input(ids.WINDOW_SELECT, "value"),
@@ -262,22 +261,17 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     def update_pod(pod: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
         detail, problem = service.pod(_text(pod), _window(window))
         if detail is None:
-            blank = empty_figure("", 60)
-            return (HIDDEN, blank, blank,
-                    problem or "No pod selected: pick one above, or click a pod in a table.")
+            return [], problem or "No pod selected: pick one above, or click a pod in a table."
         name = f"{detail.namespace}/{detail.pod}"
         if not detail.utilization and not detail.memory_used:
-            blank = empty_figure("", 60)
-            return (HIDDEN, blank, blank,
-                    f"No GPU data for pod {name} in this window: not a pod on a GPU, or one "
-                    f"gone for longer than the window.")
-        return (
-            SHOWN,
-            timeseries_figure(detail.utilization, f"{name}: GPU utilization by container"),
-            timeseries_figure(detail.memory_used, f"{name}: GPU memory by container",
-                              unit="bytes"),
-            "",
-        )
+            return [], (f"No GPU data for pod {name} in this window: not a pod on a GPU, or "
+                        f"one gone for longer than the window.")
+        return [
+            _graph(ids.POD_UTIL_GRAPH, timeseries_figure(
+                detail.utilization, f"{name}: GPU utilization by container")),
+            _graph(ids.POD_MEMORY_GRAPH, timeseries_figure(
+                detail.memory_used, f"{name}: GPU memory by container", unit="bytes")),
+        ], ""
 
     @app.callback(
         Output(ids.WORKLOAD_VIEW, "figure"),

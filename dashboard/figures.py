@@ -14,7 +14,12 @@ from gpuscope.dashboard.views import Heatmap
 
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
 _MARGIN = {"l": 10, "r": 10, "t": 36, "b": 10}
-_TIME_AXIS = {"title": {"text": "time (UTC)", "font": {"size": 11}}}
+_TIME_AXIS: dict[str, object] = {}  # the titles say the times are UTC
+
+
+def _title(text: str) -> dict[str, object]:
+    return {"text": f"{text} <span style='font-size:11px;color:#5b6475'>(UTC)</span>",
+            "x": 0, "font": {"size": 13}}
 
 #: Below the idle threshold a GPU is grey; at and above it, blue, darker the busier.
 IDLE_GREY = "#d4d4d4"
@@ -119,7 +124,7 @@ def timeseries_figure(
         fig.add_hline(y=limit_line, line_dash="dash", line_color="#b03a2e",
                       annotation_text="limit", annotation_position="top left")
     fig.update_layout(
-        title={"text": title, "x": 0, "font": {"size": 13}}, height=height, margin=_MARGIN,
+        title=_title(title), height=height, margin=_MARGIN,
         font=_FONT, yaxis=yaxis, xaxis=_TIME_AXIS, legend={"orientation": "h", "y": -0.25},
         plot_bgcolor="#fafafa", hovermode="x unified",
     )
@@ -142,8 +147,7 @@ def activity_figure(sm: Mapping[str, Series], tensor: Mapping[str, Series],
                 legendgroup=name, showlegend=row == 1, line={"color": colors[name]},
             ), row=row, col=1)
         fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=row, col=1)
-    fig.update_xaxes(title=_TIME_AXIS["title"], row=3, col=1)
-    fig.update_layout(title={"text": title, "x": 0, "font": {"size": 13}}, height=height,
+    fig.update_layout(title=_title(title), height=height,
                       margin={**_MARGIN, "t": 56}, font=_FONT, plot_bgcolor="#fafafa",
                       legend={"orientation": "h", "y": -0.12}, hovermode="x unified")
     return fig
@@ -192,13 +196,11 @@ def workload_figure(detail: WorkloadDetail, stragglers: Collection[GpuRef] = (),
             fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=row, col=1)
         else:
             fig.update_yaxes(rangemode="tozero", row=row, col=1)
-    fig.update_xaxes(title=_TIME_AXIS["title"], row=len(panels), col=1)
     fig.update_layout(
-        title={"text": f"{name}: {len(detail.devices)} GPUs"
-               + (f" of {detail.total_devices}" if detail.total_devices > len(detail.devices)
-                  else "")
-               + (", straggler marked ★" if stragglers else ", no straggler"),
-               "x": 0, "font": {"size": 13}},
+        title=_title(f"{name}: {len(detail.devices)} GPUs"
+                     + (f" of {detail.total_devices}"
+                        if detail.total_devices > len(detail.devices) else "")
+                     + (", straggler marked ★" if stragglers else ", no straggler")),
         height=160 + 170 * len(panels), margin={**_MARGIN, "t": 60}, font=_FONT,
         plot_bgcolor="#fafafa", legend={"orientation": "h", "y": -0.1},
     )

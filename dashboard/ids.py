@@ -57,7 +57,8 @@ SECTION_WORKLOAD = "section-workload"
 SECTION_NODE = "section-node"
 SECTION_POD = "section-pod"
 
-# Drill-down graphs (each drill-down's graphs sit in one box, hidden while nothing is picked).
+# Drill-down graphs (each drill-down's graphs sit in one box, made when there is something
+# to draw: none while nothing is picked).
 NODE_GRAPHS = "node-graphs"
 NODE_UTIL_GRAPH = "node-util-graph"
 NODE_MEMORY_GRAPH = "node-memory-graph"

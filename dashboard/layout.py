@@ -47,10 +47,6 @@ def _section(section_id: str, title: str, intro: str, *children: Component) -> h
     )
 
 
-def _graph(graph_id: str) -> dcc.Graph:
-    return dcc.Graph(id=graph_id, figure=empty_figure("", 60), config=_GRAPH_CONFIG)
-
-
 def _picked(state: Mapping[str, str], key: str) -> tuple[str | None, list[dict[str, str]]]:
     """A dropdown's value from the URL, and options that hold it until the real ones come."""
     value = state.get(key) or None
@@ -170,11 +166,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             dcc.Dropdown(id=ids.NODE_SELECT, options=node_options, value=node,
                          placeholder="Select a node"),
             html.Div("", id=ids.NODE_BANNER, className="note"),
-            html.Div([
-                _graph(ids.NODE_UTIL_GRAPH), _graph(ids.NODE_ACTIVITY_GRAPH),
-                _graph(ids.NODE_POWER_GRAPH), _graph(ids.NODE_THROTTLE_GRAPH),
-                _graph(ids.NODE_CONTAINERS_GRAPH), _graph(ids.NODE_MEMORY_GRAPH),
-            ], id=ids.NODE_GRAPHS, className="graphs hidden"),
+            html.Div([], id=ids.NODE_GRAPHS, className="graphs"),
         ),
         _section(
             ids.SECTION_POD, "Pod drill-down",
@@ -183,8 +175,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             dcc.Dropdown(id=ids.POD_SELECT, options=pod_options, value=pod,
                          placeholder="Select a pod"),
             html.Div("", id=ids.POD_BANNER, className="note"),
-            html.Div([_graph(ids.POD_UTIL_GRAPH), _graph(ids.POD_MEMORY_GRAPH)],
-                     id=ids.POD_GRAPHS, className="graphs hidden"),
+            html.Div([], id=ids.POD_GRAPHS, className="graphs"),
         ),
         html.Footer("gpuscope dashboard: thresholds and definitions in docs/dashboard.md"),
     ], className="page")

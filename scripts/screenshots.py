@@ -50,11 +50,6 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> Non
     raise SystemExit(f"timed out waiting for {url}")
 
 
-def choose(page: Page, dropdown: str, option: str) -> None:
-    page.click(f"#{dropdown}")
-    page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
-
-
 def shoot(page: Page, element: str, path: Path) -> None:
     page.locator(f"#{element}").screenshot(path=str(path), animations="disabled")
     print(f"wrote {path.relative_to(REPO)}")
@@ -83,22 +78,26 @@ def main() -> int:
             )
             ctx.set_default_timeout(30_000)
             page = ctx.new_page()
-            page.goto(url)
+            # The drill-downs open from the URL, as a link from a table row would open them.
+            page.goto(url + "?node=ip-10-0-1-13.ec2.internal"
+                            "&pod=ml-train%2Fmixtral-pretrain-worker-3")
             page.wait_for_selector("#idle-nodes-table td.dash-cell")
             page.wait_for_selector("#stragglers-table td.dash-cell")
+            page.wait_for_selector("#spinning-gpus-table td.dash-cell")
             page.wait_for_selector("#fleet-heatmap .heatmaplayer")
-            shoot(page, "section-fleet", out / "dashboard-fleet.png")
-            shoot(page, "section-idle", out / "dashboard-idle.png")
-            shoot(page, "section-starvation", out / "dashboard-starvation.png")
-            shoot(page, "section-stragglers", out / "dashboard-stragglers.png")
-            choose(page, "node-select", "ip-10-0-3-52.ec2.internal")
-            page.wait_for_selector("#node-util-graph .scatterlayer .trace", state="attached")
-            page.wait_for_timeout(500)
-            shoot(page, "section-node", out / "dashboard-node.png")
-            choose(page, "pod-select", "ml-train/llama-pretrain-worker-5")
+            page.wait_for_selector("#workload-view .scatterlayer .trace", state="attached")
+            page.wait_for_selector("#node-activity-graph .scatterlayer .trace",
+                                   state="attached")
             page.wait_for_selector("#pod-util-graph .scatterlayer .trace", state="attached")
-            page.wait_for_timeout(500)
-            shoot(page, "section-pod", out / "dashboard-pod.png")
+            page.wait_for_timeout(1000)
+            for section, name in (
+                ("section-fleet", "fleet"), ("section-idle", "idle"),
+                ("section-allocated-idle", "allocated-idle"), ("section-spinning", "spinning"),
+                ("section-throttled", "throttled"), ("section-starvation", "starvation"),
+                ("section-stragglers", "stragglers"), ("section-workload", "workload"),
+                ("section-node", "node"), ("section-pod", "pod"),
+            ):
+                shoot(page, section, out / f"dashboard-{name}.png")
             ctx.close()
     finally:
         proc.terminate()
