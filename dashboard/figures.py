@@ -54,19 +54,28 @@ def heatmap_figure(h: Heatmap, idle_threshold: float = 0.05) -> go.Figure:
     if not h.nodes:
         return empty_figure("No GPUs reported yet")
     spinning = h.spinning or tuple((False,) * len(h.columns) for _ in h.nodes)
+    mig = h.mig or tuple(("",) * len(h.columns) for _ in h.nodes)
+
+    def label(idle: bool, spin: bool, slices: str) -> str:
+        if spin:
+            return "spin"
+        if slices:
+            return "MIG idle" if idle else "MIG"
+        return "idle" if idle else ""
+
     text = [
-        [("spin" if spin else "idle" if idle else "") for idle, spin in zip(irow, srow,
-                                                                          strict=True)]
-        for irow, srow in zip(h.idle, spinning, strict=True)
+        [label(i, sp, m) for i, sp, m in zip(irow, srow, mrow, strict=True)]
+        for irow, srow, mrow in zip(h.idle, spinning, mig, strict=True)
     ]
     hover = [
         [
             f"{node}<br>GPU {col}: "
-            + ("no utilization reported" if z is None else f"{z * 100:.0f}% mean")
-            + (" (spinning: busy, no work)" if spin else " (idle)" if idle else "")
-            for col, z, idle, spin in zip(h.columns, zrow, irow, srow, strict=True)
+            + (m if m else "no utilization reported" if z is None else f"{z * 100:.0f}% mean")
+            + (" (spinning: busy, no work)" if sp else " (idle)" if i else "")
+            for col, z, i, sp, m in zip(h.columns, zrow, irow, srow, mrow, strict=True)
         ]
-        for node, zrow, irow, srow in zip(h.nodes, h.z, h.idle, spinning, strict=True)
+        for node, zrow, irow, srow, mrow in zip(h.nodes, h.z, h.idle, spinning, mig,
+                                               strict=True)
     ]
     labels = len(h.nodes) <= 150   # node names on the axis
     small = len(h.nodes) <= 60     # "idle"/"spin" written in the cells

@@ -252,13 +252,15 @@ class AllocatedIdleRow:
 @dataclass(frozen=True, slots=True)
 class Heatmap:
     """Rows are nodes, columns GPU indices; ``z`` None where a GPU reports no utilization.
-    ``idle`` marks idle GPUs, ``spinning`` GPUs that spin (busy by utilization, no work)."""
+    ``idle`` marks idle GPUs (a MIG GPU: every slice idle), ``spinning`` GPUs that spin (busy
+    by utilization, no work), ``mig`` says how many slices of a GPU in MIG mode are idle."""
 
     nodes: tuple[str, ...]
     columns: tuple[str, ...]
     z: tuple[tuple[float | None, ...], ...]
     idle: tuple[tuple[bool, ...], ...]
     spinning: tuple[tuple[bool, ...], ...] = ()
+    mig: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,22 +592,31 @@ def build_fleet_view(
     # Heatmap: window-mean utilization, nodes x whole-GPU indices.
     node_names = tuple(sorted(by_node))
     columns = tuple(sorted({g.gpu for infos in by_node.values() for g in infos}, key=index_key))
-    z_rows, idle_cells, spin_cells = [], [], []
+    slices_of: dict[GpuRef, list[GpuRef]] = {}
+    for gpu_info in data.gpus.values():
+        if not gpu_info.is_physical:
+            slices_of.setdefault(GpuRef(gpu_info.node, gpu_info.parent_uuid), []).append(
+                gpu_info.ref)
+    z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node[node]}
         z_row: list[float | None] = []
         idle_row: list[bool] = []
         spin_row: list[bool] = []
+        mig_row: list[str] = []
         for col in columns:
             ref = cells.get(col)
             mean = data.gpu_mean.get(ref) if ref is not None else None
             z_row.append(None if mean is None or math.isnan(mean) else mean)
-            v = verdicts.get(ref) if ref is not None else None
             spin_row.append(ref in spinning)
-            idle_row.append(bool(v and v.idle) and ref not in spinning)
+            idle_row.append(ref is not None and states.get(ref) == "idle")
+            parts = slices_of.get(ref, []) if ref is not None else []
+            idle_parts = sum(1 for p in parts if (v := verdicts.get(p)) is not None and v.idle)
+            mig_row.append(f"MIG: {idle_parts} of {len(parts)} slices idle" if parts else "")
         z_rows.append(tuple(z_row))
         idle_cells.append(tuple(idle_row))
         spin_cells.append(tuple(spin_row))
+        mig_cells.append(tuple(mig_row))
 
     pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
                        | {f"{c.namespace}/{c.pod}" for c in data.containers if wanted(c.namespace)})
@@ -623,7 +634,7 @@ def build_fleet_view(
         history_start=hs,
         kpis=kpis,
         heatmap=Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells),
-                        tuple(spin_cells)),
+                        tuple(spin_cells), tuple(mig_cells)),
         idle_rows=idle_rows,
         starved_rows=tuple(starved),
         share_rows=share_rows,
