@@ -53,10 +53,20 @@ def _graph(graph_id: str, figure: Any) -> dcc.Graph:
 def _options(values: Any, picked: Any) -> list[dict[str, str]]:
     """A dropdown's options, with the picked value kept even when it is not among them (a
     link to a node that is gone still opens its drill-down, which says so)."""
-    out = [{"label": v, "value": v} for v in values]
-    if isinstance(picked, str) and picked and picked not in values:
+    names = [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+    out = [{"label": v, "value": v} for v in names]
+    if isinstance(picked, str) and picked and picked not in names:
         out.append({"label": f"{picked} (not in this window)", "value": picked})
     return out
+
+
+def choice_options(choices: Any, node: Any, pod: Any, workload: Any) -> tuple[Any, ...]:
+    """The drill-downs' and the workload view's options from the fleet view's names (sent
+    through the page, so checked like any input), keeping what is picked."""
+    if not isinstance(choices, dict):
+        return no_update, no_update, no_update
+    return (_options(choices.get("nodes"), node), _options(choices.get("pods"), pod),
+            _options(choices.get("workloads"), workload))
 
 
 def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, node: Any, pod: Any,
@@ -102,28 +112,22 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Output(ids.TIMESLICE_NOTE, "children"),
         Output(ids.STRAGGLERS_TABLE, "data"),
         Output(ids.STRAGGLERS_NOTE, "children"),
-        Output(ids.NODE_SELECT, "options"),
-        Output(ids.POD_SELECT, "options"),
-        Output(ids.WORKLOAD_SELECT, "options"),
+        Output(ids.CHOICES, "data"),
         Output(ids.BANNER, "children"),
         Output(ids.BANNER, "className"),
         Output(ids.LAST_UPDATED, "children"),
         Input(ids.REFRESH, "n_intervals"),
         Input(ids.WINDOW_SELECT, "value"),
         Input(ids.NAMESPACE_FILTER, "value"),
-        State(ids.NODE_SELECT, "value"),
-        State(ids.POD_SELECT, "value"),
-        State(ids.WORKLOAD_SELECT, "value"),
     )
-    def update_fleet(_n: int | None, window: str | None, namespace: str | None,
-                     node: Any = None, pod: Any = None, workload: Any = None
+    def update_fleet(_n: int | None, window: str | None, namespace: str | None
                      ) -> tuple[Any, ...]:
         answer = service.fleet(_window(window), _text(namespace))
         banner = answer.banner or ""
         banner_class = "banner" if banner else "banner hidden"
         view = answer.view
         if view is None:
-            return (*([no_update] * 23), banner, "banner error" if banner else banner_class, "")
+            return (*([no_update] * 21), banner, "banner error" if banner else banner_class, "")
         updated = f"updated {fmt.clock(answer.fetched_at)}" if answer.fetched_at else ""
         state = _state(window, namespace)
         k = view.kpis
@@ -162,13 +166,24 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
             components.count_note(len(view.straggler_rows), "straggler", "stragglers",
                                   "No stragglers.")
             + f" {view.workloads_checked} workload(s) with two or more GPUs compared.",
-            _options(view.nodes, node),
-            _options(view.pods, pod),
-            _options(view.workloads, workload),
+            {"nodes": list(view.nodes), "pods": list(view.pods),
+             "workloads": list(view.workloads)},
             banner,
             banner_class,
             updated,
         )
+
+    @app.callback(
+        Output(ids.NODE_SELECT, "options"),
+        Output(ids.POD_SELECT, "options"),
+        Output(ids.WORKLOAD_SELECT, "options"),
+        Input(ids.CHOICES, "data"),
+        State(ids.NODE_SELECT, "value"),
+        State(ids.POD_SELECT, "value"),
+        State(ids.WORKLOAD_SELECT, "value"),
+    )
+    def update_choices(choices: Any, node: Any, pod: Any, workload: Any) -> tuple[Any, ...]:
+        return choice_options(choices, node, pod, workload)
 
     @app.callback(
         Output(ids.URL, "search"),

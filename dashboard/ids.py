@@ -27,6 +27,7 @@ NODE_SELECT = "node-select"
 POD_SELECT = "pod-select"
 WORKLOAD_SELECT = "workload-select"
 SCROLLED = "scrolled"  # a store the scroll-to-section clientside callback writes
+CHOICES = "choices"    # a store: the fleet view's nodes, pods and workloads
 
 # Status.
 BANNER = "data-banner"

@@ -87,6 +87,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
     return html.Div([
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.SCROLLED),
+        dcc.Store(id=ids.CHOICES),
         header,
         html.Div("", id=ids.BANNER, className="banner hidden", role="alert"),
         dcc.Interval(id=ids.REFRESH, interval=int(refresh_seconds * 1000), n_intervals=0),

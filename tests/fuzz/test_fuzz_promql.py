@@ -14,6 +14,8 @@ text box):
   workload="..."`` in the workload view; validate_namespace and validate_workload, escaped;
 - ``page-url.search`` (the URL's query string, which anyone can write): only sets the
   controls above, whose values are then checked as above;
+- ``choices.data`` (a store the fleet callback fills with node, pod and workload names):
+  only becomes dropdown options;
 - ``fleet-heatmap.clickData`` (a click): its ``y`` becomes ``node-select.value``;
 - ``refresh-interval.n_intervals`` (a timer): reaches no query.
 
@@ -342,7 +344,7 @@ INPUTS = {
     (ids.REFRESH, "n_intervals"), (ids.WINDOW_SELECT, "value"),
     (ids.NAMESPACE_FILTER, "value"), (ids.FLEET_HEATMAP, "clickData"),
     (ids.NODE_SELECT, "value"), (ids.POD_SELECT, "value"), (ids.WORKLOAD_SELECT, "value"),
-    (ids.URL, "search"),
+    (ids.URL, "search"), (ids.CHOICES, "data"),
 }
 
 
@@ -564,6 +566,8 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
             validate_namespace(ns)
             validate_pod(name)
         assert "Internal error" not in str(pod_out[-1]), pod_out[-1]
+        # The options come from the page (a store): any JSON, no query, never an error.
+        callbacks.choice_options(click, node, pod, workload)
         # (The workload view also asks for the fleet view; its own queries' literals are
         # checked with the rest below.)
         work_out = cbs["update_workload"].func(workload, window, namespace, n)
