@@ -279,7 +279,12 @@ def test_credentials_open_every_route(protected: DashboardProcess) -> None:
     assert script is not None
     assert_refused(requests.get(url + script.group(1), timeout=10))
     assert requests.get(url + script.group(1), auth=GOOD, timeout=10).status_code == 200
-    r = requests.post(url + "_dash-update-component", json=PICK_NODE, auth=GOOD, timeout=10)
+    # The heatmap's click callback, as the page itself calls it (its output id carries a
+    # suffix: node-select.value is written by the URL's callback too).
+    deps = requests.get(url + "_dash-dependencies", auth=GOOD, timeout=10).json()
+    pick = next(d for d in deps if any(i["id"] == "fleet-heatmap" for i in d["inputs"]))
+    r = requests.post(url + "_dash-update-component", auth=GOOD, timeout=10,
+                      json={**PICK_NODE, "output": pick["output"]})
     assert r.status_code == 200, r.text
     assert json.loads(r.text)["response"]["node-select"]["value"] == "gpu-node-7"
 
