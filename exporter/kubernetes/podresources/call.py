@@ -105,6 +105,29 @@ class ListCall:
 
     def run(self) -> api_pb2.ListPodResourcesResponse:
         """Make the call and return the answer; raises :class:`CallError`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._run_here()  # the watcher's thread: no loop of its own
+        # Called from a thread whose event loop is running (an application embedding the
+        # client; Playwright's sync API in the same test process): a second loop cannot run
+        # in that thread, so this call gets a short-lived thread of its own.
+        outcome: list[api_pb2.ListPodResourcesResponse | BaseException] = []
+
+        def target() -> None:
+            try:
+                outcome.append(self._run_here())
+            except BaseException as error:  # handed to the caller's thread below
+                outcome.append(error)
+
+        thread = threading.Thread(target=target, name="gpuscope-podresources-call", daemon=True)
+        thread.start()
+        thread.join()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _run_here(self) -> api_pb2.ListPodResourcesResponse:
         loop = asyncio.new_event_loop()
         try:
             with self._lock:

@@ -10,6 +10,7 @@ the kubelet of ``tests/e2e`` and ``bench/soak.py``. Every wait is bounded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -834,3 +835,19 @@ def test_imports_grpclib_and_protobuf_at_the_first_call_and_never_grpcio(
                             text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"[('p', '{GPU0}')]"
+
+
+def test_call_from_a_thread_running_an_event_loop(
+    kubelet: KubeletServer, make_client: MakeClient
+) -> None:
+    """A caller whose thread already runs an event loop (an embedding application, or
+    Playwright's sync API earlier in the same test session) still gets its answer: the call
+    runs on a thread of its own instead of failing with "another loop is running"."""
+    kubelet.start(FakeKubelet(response(gpu_pod("ml", "a", "GPU-1"))))
+    client = make_client()
+
+    async def inside_a_loop() -> tuple[Allocation, ...]:
+        return client.list_allocations()
+
+    got = asyncio.run(inside_a_loop())
+    assert summary(got) == [("ml", "a", "c", "nvidia.com/gpu", "GPU-1")]
