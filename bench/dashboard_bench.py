@@ -63,6 +63,11 @@ KEEP = {  # what the fleet page and the drill-downs read; the rest is left out
     "gpu_info", "gpu_node_info", "gpu_pod_info", "gpu_utilization_ratio",
     "gpu_memory_used_bytes", "container_gpu_allocated", "container_gpu_utilization_ratio",
     "container_gpu_memory_used_bytes",
+    # the work signals (issue 15)
+    "gpu_busy_seconds_total", "gpu_sm_active_seconds_total", "gpu_tensor_active_seconds_total",
+    "gpu_dram_active_seconds_total", "gpu_energy_joules_total", "gpu_power_watts",
+    "gpu_power_limit_watts", "gpu_throttle_seconds_total", "gpu_sm_clock_hertz",
+    "gpu_temperature_celsius",
 }
 SCRAPE = 15.0
 CHROMIUM = "/usr/bin/chromium"
@@ -109,7 +114,9 @@ def openmetrics(nodes: int, end: float, times: int) -> Iterator[str]:
     start = end - (times - 1) * SCRAPE
     stamps = [f"{start + k * SCRAPE:.3f}" for k in range(times)]
     for family in sorted(KEEP):
-        yield f"# TYPE {family} gauge\n"
+        counter = family.endswith("_total")
+        kind = "counter" if counter else "gauge"
+        yield f"# TYPE {family.removesuffix('_total') if counter else family} {kind}\n"
         for node_index, t in plan:
             _, series = templates[t]
             node = f"gpu-node-{node_index:04d}"
@@ -124,8 +131,12 @@ def openmetrics(nodes: int, end: float, times: int) -> Iterator[str]:
                 lab.update(node=node, job="gpuscope", instance=f"{node}:9463")
                 text = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()))
                 lines = []
+                step_inc = (values[1] - values[0]) if counter and len(values) > 1 else 0.0
                 for k in range(times):
                     v = values[(k + shift) % times]
+                    if counter and v == v:
+                        # keep a rotated counter monotonic: add what it counted per lap
+                        v += ((k + shift) // times) * (values[-1] - values[0] + step_inc)
                     if v == v:  # not NaN (a series absent at that time)
                         lines.append(f"{name}{{{text}}} {v!r} {stamps[k]}\n")
                 yield "".join(lines)
