@@ -849,5 +849,10 @@ def test_call_from_a_thread_running_an_event_loop(
     async def inside_a_loop() -> tuple[Allocation, ...]:
         return client.list_allocations()
 
-    got = asyncio.run(inside_a_loop())
-    assert summary(got) == [("ml", "a", "c", "nvidia.com/gpu", "GPU-1")]
+    got: list[tuple[Allocation, ...]] = []
+    # A thread of the test's own, whose loop runs while it calls the client (the test
+    # process's main thread may hold Playwright's loop already).
+    caller = threading.Thread(target=lambda: got.append(asyncio.run(inside_a_loop())))
+    caller.start()
+    caller.join(10)
+    assert [summary(g) for g in got] == [[("ml", "a", "c", "nvidia.com/gpu", "GPU-1")]]
