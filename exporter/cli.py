@@ -7,6 +7,7 @@ process: they show up in ``gpu_up``, ``gpu_exporter_nvml_up`` and ``/readyz``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import ssl
 import sys
@@ -122,7 +123,7 @@ def build_registry(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(sampler.latest, process_metrics=cfg.process_metrics,
                                    process_cap=process_cap))
-    registry.register(ContainerCollector(attributor.latest))
+    registry.register(ContainerCollector(attributor.latest, node_name=cfg.node_name))
     registry.register(ExporterCollector(
         sampler, extra_parts=(attributor.parts,),
         dropped_series=dropped.totals if dropped is not None else None,
@@ -148,6 +149,13 @@ def build_tls(cfg: Config) -> ssl.SSLContext | None:
 def run(cfg: Config, stop: threading.Event) -> int:
     ssl_context = build_tls(cfg)  # first: nothing to clean up when a file is bad
     source, inputs = build_source(cfg)
+    if cfg.node_name_is_hostname and cfg.source == "simulated":
+        from gpuscope.exporter.sources.simulated import SimulatedSource
+
+        if isinstance(source, SimulatedSource):
+            # A simulated exporter is its scenario's node (gpu_node_info{node_name},
+            # CloudWatch host): two on one machine must not both take the machine's name.
+            cfg = dataclasses.replace(cfg, node_name=source.scenario.node.name)
     dropped = DroppedSeries()
     attributor = Attributor(
         inputs, node_fallback=NodeInfo(instance_type=cfg.instance_type or ""),

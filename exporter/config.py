@@ -66,6 +66,9 @@ class Config:
     tls_key_file: str | None
     tls_client_ca_file: str | None
     probe_listen: tuple[str, int] | None
+    # True when node_name is only the hostname (no --node-name, no $NODE_NAME): a simulated
+    # exporter then states its scenario's node instead (gpu_node_info{node_name}).
+    node_name_is_hostname: bool = False
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -257,5 +260,6 @@ def parse_config(
         raise ConfigError("--tls-cert-file and --tls-key-file go together: give both or neither")
     if values["tls_client_ca_file"] is not None and values["tls_cert_file"] is None:
         raise ConfigError("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
-    node_name = values.pop("node_name") or env.get("NODE_NAME") or hostname()
-    return Config(listen_host=host, listen_port=port, node_name=node_name, **values)
+    given = values.pop("node_name") or env.get("NODE_NAME")
+    return Config(listen_host=host, listen_port=port, node_name=given or hostname(),
+                  node_name_is_hostname=not given, **values)

@@ -220,9 +220,12 @@ _SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "gpu_node_info", "gauge",
-        "This node's instance type, zone and capacity type (on-demand or spot). Always 1.",
-        "1", ("instance_type", "zone", "capacity_type"),
-        "API server: this node's labels; --instance-type as a fallback",
+        "This node's instance type, zone and capacity type (on-demand or spot), and the "
+        "node's name as the exporter knows it (node_name; not node, which the scrape adds). "
+        "Always 1.",
+        "1", ("instance_type", "zone", "capacity_type", "node_name"),
+        "API server: this node's labels; --instance-type as a fallback; node_name: "
+        "--node-name, else $NODE_NAME, else the simulated scenario's node, else the hostname",
     ),
     MetricSpec(
         "gpu_exporter_attribution_unresolved_devices", "gauge",

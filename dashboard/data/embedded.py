@@ -2,7 +2,9 @@
 
 The samples go into a bounded in-memory window (one ring per series, bounded by age and by
 point count, and a cap on the number of series), with the ``node`` label the exporter leaves
-to the scraper added here."""
+to the scraper added here: the node the exporter states in ``gpu_node_info{node_name}``,
+unless the target was given a name; for an exporter that states none, the target's host (or
+``host:port`` when hosts repeat). Two targets never share a node."""
 
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from array import array
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -62,24 +65,44 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """An exporter to scrape; ``node`` is the value of the ``node`` label its series get."""
+    """An exporter to scrape.
+
+    ``named``: ``node`` was given for this target (``NODE=URL``, or by code such as the demo)
+    and names its series whatever the exporter says. Otherwise ``node`` is only the fallback
+    for an exporter that does not state its node name (``gpu_node_info{node_name}``, exporters
+    before it): the URL's host, or ``host:port`` when several targets share a host.
+    """
 
     url: str
     node: str
+    named: bool = True
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the URL (the scheme's default port when it has none)."""
+        return _address(self.url)
+
+
+def _address(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
 
 
 def parse_targets(text: str) -> tuple[Target, ...]:
     """``URL[,URL...]``, each optionally ``NODE=URL``.
 
-    Without a ``NODE=`` hint the node is the URL's host (``http://10.0.0.5:9463/metrics``
-    -> ``10.0.0.5``): the exporter does not know its node name as a label (the scrape adds
-    it), so name the node when the host is not the Kubernetes node name. A URL without a
-    path gets ``/metrics``.
+    A target's node is, first, the ``NODE=`` hint; else the name the exporter states in
+    ``gpu_node_info{node_name}`` (read at every scrape, :class:`EmbeddedData`); else, for an
+    exporter that does not state one, the URL's host (``http://10.0.0.5:9463/metrics`` ->
+    ``10.0.0.5``), or ``host:port`` when several targets share a host (port-forwards to
+    ``127.0.0.1``), so two targets never merge into one node. A URL without a path gets
+    ``/metrics``. A ``NODE=`` given to two targets is an error, for the same reason.
     """
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
         raise ValueError("expected one or more exporter URLs")
-    targets: list[Target] = []
+    parsed: list[tuple[str, str, str | None]] = []
     for item in items:
         node: str | None = None
         url = item
@@ -96,13 +119,21 @@ def parse_targets(text: str) -> tuple[Target, ...]:
             raise ValueError(f"bad port in {url!r}") from None
         if not parts.path or parts.path == "/":
             url = urllib.parse.urlunsplit(parts._replace(path="/metrics"))
+        if any(u == url for _, u, _ in parsed):
+            raise ValueError(f"duplicate target {url!r}")
+        parsed.append((item, url, node))
+    hosts = Counter(urllib.parse.urlsplit(url).hostname for _, url, _ in parsed)
+    targets: list[Target] = []
+    for item, url, node in parsed:
+        host = urllib.parse.urlsplit(url).hostname or ""
+        fallback = _address(url) if hosts[host] > 1 else host
         try:
-            node = validate_node(node if node is not None else parts.hostname)
+            name = validate_node(node if node is not None else fallback)
         except InvalidFilter as exc:
             raise ValueError(f"{item!r}: {exc}") from None
-        if any(t.url == url for t in targets):
-            raise ValueError(f"duplicate target {url!r}")
-        targets.append(Target(url=url, node=node))
+        if node is not None and any(t.named and t.node == name for t in targets):
+            raise ValueError(f"node {name!r} given to two targets: one node per exporter")
+        targets.append(Target(url=url, node=name, named=node is not None))
     return tuple(targets)
 
 
@@ -125,6 +156,9 @@ RING_METRICS = FLEET_METRICS
 Labels = tuple[tuple[str, str], ...]
 
 INFO_METRICS = frozenset({"gpu_info", "gpu_node_info", "gpu_pod_info"})
+#: The label of ``gpu_node_info`` in which an exporter states its own node's name (it cannot
+#: use ``node``: Prometheus' scrape config adds that one). The store turns it into ``node``.
+NODE_NAME_LABEL = "node_name"
 
 Sample = tuple[str, Mapping[str, str], float]
 
@@ -212,6 +246,12 @@ def _either(first: Series, second: Series | None) -> Series:
     points = {**second.at(), **first.at()}
     times = sorted(points)
     return Series(tuple(times), tuple(points[t] for t in times))
+
+
+def _parse(text: str) -> list[Sample]:
+    """The samples of one scrape in the Prometheus text format."""
+    return [(s.name, s.labels, s.value)
+            for family in text_string_to_metric_families(text) for s in family.samples]
 
 
 def _gref(lab: Mapping[str, str]) -> GpuRef:
@@ -319,11 +359,22 @@ def _stats(values: Sequence[float], memory: float) -> UtilStats:
     return UtilStats(mean, math.sqrt(var), n, memory)
 
 
+def stated_node(samples: Iterable[Sample]) -> str | None:
+    """The node name an exporter states in ``gpu_node_info{node_name}``, or None (an older
+    exporter, or an empty label)."""
+    for name, labels, _ in samples:
+        if name == "gpu_node_info" and labels.get(NODE_NAME_LABEL):
+            return labels[NODE_NAME_LABEL]
+    return None
+
+
 @dataclass(slots=True)
 class _TargetState:
     target: Target
+    node: str  # the node its series are stored under, as of the last scrape
     last_success: float | None = None
     last_error: str = ""
+    clash: str = ""  # why ``node`` is not the name the exporter states, if it is not
 
 
 class EmbeddedData:
@@ -368,7 +419,12 @@ class EmbeddedData:
         self._info: dict[tuple[str, Labels], float] = {}
         self._first: float | None = None
         self.dropped_series = 0
-        self._state = {t.url: _TargetState(t) for t in self.targets}
+        self._state = {t.url: _TargetState(t, t.node) for t in self.targets}
+        # Which target each node name belongs to: two targets must never merge into one node
+        # (a planted idle node would hide behind a busy one). Names given by hand are taken
+        # from the start; the others as targets first use them (see _node_of).
+        self._claims: dict[str, str] = {t.node: t.url for t in self.targets if t.named}
+        self._warned: set[tuple[str, str]] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(
@@ -407,16 +463,15 @@ class EmbeddedData:
 
     @staticmethod
     def _key(labels: Mapping[str, str], node: str) -> Labels:
-        return tuple(sorted({**labels, "node": node}.items()))
+        # The stated node name becomes ``node`` (as the scrape config's relabeling does in
+        # Prometheus); kept as well, it would split a node's info across exporter versions.
+        lab = {k: v for k, v in labels.items() if k != NODE_NAME_LABEL}
+        lab["node"] = node
+        return tuple(sorted(lab.items()))
 
     def ingest_text(self, node: str, text: str, timestamp: float) -> None:
         """Store one scrape in the Prometheus text format."""
-        samples = [
-            (s.name, s.labels, s.value)
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        ]
-        self.ingest(node, samples, timestamp)
+        self.ingest(node, _parse(text), timestamp)
 
     def expire(self, now: float) -> None:
         """Drop points older than ``max_age`` and series left without points."""
@@ -435,26 +490,73 @@ class EmbeddedData:
 
     # -- scraping --------------------------------------------------------------------------
     def scrape_once(self) -> None:
-        """Scrape every target once (concurrently) and store what came back."""
-        futures = [self._pool.submit(self._scrape, t) for t in self.targets]
-        for f in futures:
-            f.result()
+        """Scrape every target once (concurrently) and store what came back.
+
+        Node names are settled in the order of the targets, not of the answers, so that
+        when two exporters state the same name, which one keeps it does not depend on
+        which answered first."""
+        futures = [(t, self._pool.submit(self._scrape, t)) for t in self.targets]
+        for target, future in futures:
+            scraped = future.result()
+            if scraped is not None:
+                started, samples = scraped
+                self.ingest(self._node_of(target, samples), samples, started)
         self.expire(self._clock())
 
-    def _scrape(self, target: Target) -> None:
+    def _scrape(self, target: Target) -> tuple[float, list[Sample]] | None:
+        """One target's samples and when the scrape began; None when it failed."""
         state = self._state[target.url]
         started = self._clock()
         try:
             req = urllib.request.Request(target.url, headers={"Accept": "text/plain"})
             with self._opener.open(req, timeout=self.timeout) as resp:
                 text = resp.read().decode("utf-8")
-            self.ingest_text(target.node, text, started)
+            samples = _parse(text)
         except Exception as exc:  # any failure marks the target down; the loop goes on
             state.last_error = str(getattr(exc, "reason", exc)) or type(exc).__name__
             log.debug("scrape of %s failed: %s", target.url, state.last_error)
-            return
+            return None
         state.last_success = started
         state.last_error = ""
+        return started, samples
+
+    def _node_of(self, target: Target, samples: Sequence[Sample]) -> str:
+        """The node a scrape of ``target`` is stored under: the name given for the target,
+        else the one its exporter states, else the fallback from its URL; and never a name
+        another target holds (then ``<name>_<host:port>``, noted once)."""
+        state = self._state[target.url]
+        if target.named:
+            return target.node
+        want = target.node
+        stated = stated_node(samples)
+        if stated is not None:
+            try:
+                want = validate_node(stated)
+            except InvalidFilter:
+                self._warn_once(target, stated, f"{target.url} states a node name the "
+                                f"dashboard cannot use ({stated[:80]!r}); shown as {want}")
+        with self._lock:
+            node, holder = want, self._claims.get(want, target.url)
+            if holder != target.url:
+                node = f"{want}_{target.address}"
+                if self._claims.get(node, target.url) != target.url:  # same host:port too
+                    node = f"{node}_{self.targets.index(target) + 1}"
+            if state.node != node and self._claims.get(state.node) == target.url:
+                del self._claims[state.node]  # the exporter now names another node
+            self._claims[node] = target.url
+            state.node = node
+        if holder != target.url:
+            state.clash = (f"two exporters state node {want!r}: {holder} keeps the name, "
+                           f"{target.url} is shown as {node}")
+            self._warn_once(target, want, state.clash)
+        else:
+            state.clash = ""
+        return node
+
+    def _warn_once(self, target: Target, name: str, message: str) -> None:
+        if (target.url, name) not in self._warned:
+            self._warned.add((target.url, name))
+            log.warning("%s", message)
 
     def start(self) -> None:
         if self._thread is not None:
@@ -482,12 +584,13 @@ class EmbeddedData:
         for state in self._state.values():
             stale = state.last_success is None or now - state.last_success > 3 * self.interval
             if stale and (state.last_error or state.last_success is not None):
-                down.append(f"{state.target.node} ({state.target.url}): "
+                down.append(f"{state.node} ({state.target.url}): "
                             f"{state.last_error or 'no recent scrape'}")
         notes = []
         if down:
             notes.append(f"{len(down)} of {len(self.targets)} exporters not answering: "
                          + "; ".join(down))
+        notes.extend(state.clash for state in self._state.values() if state.clash)
         if self.dropped_series:
             notes.append(f"{self.dropped_series} series dropped (more than "
                          f"{self.max_series} series)")

@@ -29,7 +29,7 @@ def test_demo_refreshes_faster_unless_told() -> None:
 def test_targets_flag() -> None:
     cfg = parse_config(["--targets", "a=http://10.0.0.5:9463/metrics,http://h:9463"], environ={})
     assert cfg.targets == (Target("http://10.0.0.5:9463/metrics", "a"),
-                           Target("http://h:9463/metrics", "h"))
+                           Target("http://h:9463/metrics", "h", named=False))
 
 
 def test_environment_variables_and_flag_precedence() -> None:

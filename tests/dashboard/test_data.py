@@ -83,7 +83,7 @@ def test_namespace_and_node_validation() -> None:
 
 def test_parse_targets() -> None:
     assert parse_targets("http://10.0.0.5:9463/metrics, gpu-b=http://10.0.0.6:9463") == (
-        Target("http://10.0.0.5:9463/metrics", "10.0.0.5"),
+        Target("http://10.0.0.5:9463/metrics", "10.0.0.5", named=False),
         Target("http://10.0.0.6:9463/metrics", "gpu-b"),
     )
     # A query string with '=' is not a node hint.

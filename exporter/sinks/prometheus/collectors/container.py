@@ -1,5 +1,10 @@
 """Per-container and per-pod series (``container_gpu_*``, ``gpu_pod_info``, ``gpu_node_info``)
-rendered from the latest :class:`~gpuscope.exporter.kubernetes.attribution.Attribution`."""
+rendered from the latest :class:`~gpuscope.exporter.kubernetes.attribution.Attribution`.
+
+``gpu_node_info`` also carries the node name the exporter knows for itself (``node_name``),
+so a scraper without Kubernetes service discovery (the dashboard's embedded mode) can tell
+nodes apart. It is not called ``node``: Prometheus' scrape config adds ``node``, and an
+exporter label of that name would collide with it (and be renamed ``exported_node``)."""
 
 from __future__ import annotations
 
@@ -15,11 +20,20 @@ from gpuscope.exporter.metrics import new_family
 class ContainerCollector(Collector):
     """Fresh families per scrape: a pod that went away takes its series with it."""
 
-    def __init__(self, latest: Callable[[], Attribution | None]) -> None:
+    def __init__(self, latest: Callable[[], Attribution | None], node_name: str = "") -> None:
+        """``node_name``: this exporter's node (``--node-name``, ``$NODE_NAME``, the simulated
+        scenario's node, else the hostname); ``""`` leaves the ``node_name`` label out of
+        ``gpu_node_info`` and renders it only when the node's labels are known."""
         self._latest = latest
+        self._node_name = node_name
 
     def collect(self) -> Iterator[Metric]:
         result = self._latest()
+        node = self._node_info(result)
+        if node is not None:
+            # Before the first attribution too: a scrape between the sampler publishing a
+            # snapshot and the attributor joining it must still say which node it is.
+            yield node
         if result is None:
             return
         allocated = new_family("container_gpu_allocated")
@@ -40,17 +54,21 @@ class ContainerCollector(Collector):
         yield util
         yield memory
         yield pods
-        if result.node is not None and any(
-            (result.node.instance_type, result.node.zone, result.node.capacity_type)
-        ):
-            node = new_family("gpu_node_info")
-            node.add_metric(
-                [result.node.instance_type, result.node.zone, result.node.capacity_type], 1.0
-            )
-            yield node
         unresolved = new_family("gpu_exporter_attribution_unresolved_devices")
         unresolved.add_metric([], float(result.unresolved_allocations))
         unnamed = new_family("gpu_exporter_attribution_unnamed_processes")
         unnamed.add_metric([], float(result.unnamed_processes))
         yield unresolved
         yield unnamed
+
+    def _node_info(self, result: Attribution | None) -> Metric | None:
+        """``gpu_node_info``: always when the exporter knows its node name (no API server
+        needed; the labels it cannot know are ``""``), else only with some node label."""
+        info = result.node if result is not None else None
+        labels = ((info.instance_type, info.zone, info.capacity_type) if info is not None
+                  else ("", "", ""))
+        if not self._node_name and not any(labels):
+            return None
+        family = new_family("gpu_node_info")
+        family.add_metric([*labels, self._node_name], 1.0)
+        return family

@@ -14,9 +14,11 @@ from gpuscope.exporter.kubernetes.attribution import (
 from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector
 
 
-def render(result: Attribution | None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def render(
+    result: Attribution | None, node_name: str = ""
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ContainerCollector(lambda: result))
+    registry.register(ContainerCollector(lambda: result, node_name=node_name))
     text = generate_latest(registry).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}
@@ -48,8 +50,8 @@ def test_container_pod_and_node_series() -> None:
     assert got[("container_gpu_memory_used_bytes", mig)] == 0
     assert got[("gpu_pod_info", (("namespace", "ml"), ("pod", "train-0"), ("uid", "uid-1"),
                                  ("workload", "PyTorchJob/ft")))] == 1
-    assert got[("gpu_node_info", (("capacity_type", "on-demand"),
-                                  ("instance_type", "p4d.24xlarge"), ("zone", "us-east-1a")))] == 1
+    assert got[("gpu_node_info", (("capacity_type", "on-demand"), ("instance_type",
+                                  "p4d.24xlarge"), ("node_name", ""), ("zone", "us-east-1a")))] == 1
     assert got[("gpu_exporter_attribution_unnamed_processes", ())] == 2
 
 
@@ -57,3 +59,23 @@ def test_nothing_before_first_join_and_vanished_pods_vanish() -> None:
     assert render(None) == {}
     empty = render(Attribution(timestamp=2.0))
     assert not any(name.startswith("container_") or name == "gpu_pod_info" for name, _ in empty)
+
+
+def node_rows(got: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> list[dict[str, str]]:
+    return [dict(labels) for name, labels in got if name == "gpu_node_info"]
+
+
+def test_node_name_is_stated_without_api_server_and_before_first_join() -> None:
+    # No API server, no --instance-type: the node's labels are unknown, its name is not.
+    no_metadata = Attribution(timestamp=1.0, node=None)
+    for result in (None, no_metadata, Attribution(timestamp=1.0, node=NodeInfo())):
+        assert node_rows(render(result, "gpu-node-7")) == [
+            {"node_name": "gpu-node-7", "instance_type": "", "zone": "", "capacity_type": ""}]
+    # Before the first join only the node's identity is served, nothing about containers.
+    assert {name for name, _ in render(None, "gpu-node-7")} == {"gpu_node_info"}
+    # With the API server's node labels, one series carries both.
+    full = render(Attribution(timestamp=1.0, node=NodeInfo("g5.xlarge", "z1", "spot")), "n1")
+    assert node_rows(full) == [
+        {"node_name": "n1", "instance_type": "g5.xlarge", "zone": "z1", "capacity_type": "spot"}]
+    # Without a name and without labels there is nothing to say.
+    assert node_rows(render(no_metadata)) == []
