@@ -7,13 +7,9 @@ bounded size. User input reaches PromQL only validated *and* escaped (:mod:`.pro
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +19,7 @@ from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.analysis.allocated import held_usage
 from gpuscope.dashboard.analysis.spinning import spinning_steps
 from gpuscope.dashboard.analysis.stragglers import slow_candidates, stragglers, workload_groups
+from gpuscope.dashboard.data.http import PromApi
 from gpuscope.dashboard.data.promql import any_of, duration, escape_label_value, selector
 from gpuscope.dashboard.data.source import (
     DataError,
@@ -174,7 +171,11 @@ class PrometheusData:
         thresholds: Thresholds | None = None,
         clock: Callable[[], float] = time.time,
         workers: int = 8,
+        client: PromApi | None = None,
     ) -> None:
+        # ``client`` carries auth and TLS (:mod:`.http`); without one, plain HTTP(S) with
+        # ``timeout``. A URL with user:password@ is refused (it would show in description).
+        self._client = client if client is not None else PromApi(url, timeout=timeout)
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.min_step = min_step
@@ -184,7 +185,6 @@ class PrometheusData:
         self.idle_threshold = self.thresholds.idle_utilization
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql")
-        self._opener = urllib.request.build_opener()
         self.queries_total = 0
         self._lock = threading.Lock()
 
@@ -197,32 +197,10 @@ class PrometheusData:
 
     # -- HTTP ------------------------------------------------------------------------------
     def _api(self, path: str, params: Mapping[str, str]) -> Any:
-        body = urllib.parse.urlencode(params).encode()
-        req = urllib.request.Request(
-            self.url + path, data=body, method="POST",
-            headers={"Content-Type": "application/x-www-form-urlencoded",
-                     "Accept": "application/json"},
-        )
+        """The answer's ``data``; DataError (one line) otherwise: :meth:`PromApi.post_form`."""
         with self._lock:
             self.queries_total += 1
-        try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                payload = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = json.loads(exc.read()).get("error", "")
-            except (ValueError, OSError, AttributeError):
-                detail = ""
-            raise DataError(f"{self.description}: HTTP {exc.code} {detail}".strip()) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise DataError(f"{self.description} unreachable: {reason}") from None
-        except ValueError:
-            raise DataError(f"{self.description}: answer is not JSON") from None
-        if not isinstance(payload, dict) or payload.get("status") != "success":
-            error = payload.get("error") if isinstance(payload, dict) else payload
-            raise DataError(f"{self.description}: query failed: {error}")
-        return payload["data"]
+        return self._client.post_form(path, params)
 
     def instant(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
         data = self._api("/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
