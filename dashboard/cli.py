@@ -2,24 +2,45 @@
 
     gpuscope-dashboard --demo                                  # simulated fleet, no setup
     gpuscope-dashboard --prometheus http://prometheus:9090
+    gpuscope-dashboard --prometheus-sigv4 --prometheus \
+        https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-ID  # Amazon Managed Prometheus
     gpuscope-dashboard --targets http://10.0.0.5:9463/metrics,gpu-b=http://10.0.0.6:9463/metrics
 
 Every flag can also be set as ``GPUSCOPE_<FLAG>`` (``--prices`` -> ``GPUSCOPE_PRICES``); the
 command line wins. A bad flag, value or price file ends in one ``gpuscope-dashboard: error:``
 line and exit code 2. Binds to 127.0.0.1 unless told otherwise.
+
+Credentials for Prometheus come from files (or, for the basic-auth password, the
+``GPUSCOPE_PROMETHEUS_BASIC_AUTH_PASSWORD`` variable) or AWS's credential chain; never from
+a flag's value, which anyone on the host can read in the process list.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from gpuscope.dashboard.data import DataSource, EmbeddedData, PrometheusData, Target, parse_targets
+from gpuscope.dashboard.data.http import (
+    Auth,
+    BasicAuth,
+    BearerAuth,
+    CredentialError,
+    PromApi,
+    SecretFile,
+    SigV4Auth,
+    TlsConfig,
+    amp_region,
+    reject_credentials_in_url,
+)
 from gpuscope.dashboard.prices import PriceError, PriceTable, load_prices
 from gpuscope.exporter.flags import (
     ConfigError,
@@ -30,6 +51,7 @@ from gpuscope.exporter.flags import (
     positive_seconds,
     read_flags,
     run_main,
+    version,
 )
 from gpuscope.exporter.flags import build_parser as _build_parser
 
@@ -50,6 +72,18 @@ class Config:
     scrape_interval: float
     log_level: str
     basic_auth_file: str | None
+    # Prometheus' auth and TLS (--prometheus only); the secrets themselves stay in files.
+    prometheus_bearer_token_file: str | None = None
+    prometheus_basic_auth_user: str | None = None
+    prometheus_basic_auth_password_file: str | None = None
+    prometheus_ca_file: str | None = None
+    prometheus_cert_file: str | None = None
+    prometheus_key_file: str | None = None
+    prometheus_server_name: str | None = None
+    prometheus_sigv4: bool = False
+    prometheus_sigv4_region: str | None = None
+    #: From GPUSCOPE_PROMETHEUS_BASIC_AUTH_PASSWORD; kept out of repr() (logs, tracebacks).
+    prometheus_basic_auth_password: str | None = field(default=None, repr=False)
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -64,6 +98,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def parse_url(value: str) -> str:
+    reject_credentials_in_url(value.strip())  # first: the messages below repeat the value
     parts = urllib.parse.urlsplit(value.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"expected an http(s) URL such as http://prometheus:9090, got {value!r}")
@@ -78,6 +113,18 @@ def parse_url(value: str) -> str:
 
 
 
+def parse_server_name(value: str) -> str:
+    name = value.strip()
+    if not name or not re.fullmatch(r"[A-Za-z0-9.:_\[\]-]+", name):
+        raise ValueError(f"expected a host name such as prometheus.example.com, got {value!r}")
+    return name
+
+
+def parse_region(value: str) -> str:
+    region = value.strip()
+    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-[0-9]+", region):
+        raise ValueError(f"expected an AWS region such as us-east-1, got {value!r}")
+    return region
 
 
 _FLAGS: tuple[Flag, ...] = (
@@ -97,7 +144,32 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--log-level", log_level, "info", "debug, info, warning or error"),
     Flag("--basic-auth-file", str, None, "require HTTP basic auth: file of user:HASH lines "
           "(make them with: python -m gpuscope.dashboard.auth hash USER)"),
+    # Towards Prometheus (docs/dashboard.md#managed-prometheus).
+    Flag("--prometheus-bearer-token-file", str, None,
+          "send Authorization: Bearer with the token in FILE (re-read when it changes)"),
+    Flag("--prometheus-basic-auth-user", str, None,
+          "basic auth towards Prometheus as USER; the password from "
+          "--prometheus-basic-auth-password-file or GPUSCOPE_PROMETHEUS_BASIC_AUTH_PASSWORD"),
+    Flag("--prometheus-basic-auth-password-file", str, None,
+          "file holding the basic-auth password (re-read when it changes)"),
+    Flag("--prometheus-ca-file", str, None,
+          "PEM CA bundle to verify Prometheus' certificate with (instead of the system's)"),
+    Flag("--prometheus-cert-file", str, None,
+          "PEM client certificate for Prometheus (with --prometheus-key-file)"),
+    Flag("--prometheus-key-file", str, None, "PEM key of --prometheus-cert-file"),
+    Flag("--prometheus-server-name", parse_server_name, None,
+          "name Prometheus' certificate must carry, when not the URL's host"),
+    Flag("--prometheus-sigv4", boolean, "false",
+          "sign requests with AWS SigV4 (Amazon Managed Service for Prometheus), "
+          "credentials from the AWS default chain (IRSA, Pod Identity, env, instance profile)",
+          boolean=True),
+    Flag("--prometheus-sigv4-region", parse_region, None,
+          "AWS region to sign for (default: from the aps-workspaces.REGION URL, else "
+          "AWS_REGION / AWS_DEFAULT_REGION / the AWS profile)"),
 )
+
+#: Not a flag: a password on the command line is visible to every user of the host.
+PASSWORD_ENV = "GPUSCOPE_PROMETHEUS_BASIC_AUTH_PASSWORD"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +193,8 @@ def parse_config(argv: Sequence[str] | None = None,
         raise ConfigError("choose a data source: --prometheus URL, --targets URL,... or --demo")
     if len(modes) > 1:
         raise ConfigError(f"choose one data source, got {' and '.join(modes)}")
+    env = os.environ if environ is None else environ
+    values["prometheus_basic_auth_password"] = _check_prometheus_access(values, env)
     if values["demo"]:
         if "refresh" not in explicit:
             values["refresh"] = 10.0
@@ -128,6 +202,107 @@ def parse_config(argv: Sequence[str] | None = None,
             values["scrape_interval"] = 5.0
     host, port = values.pop("listen")
     return Config(listen_host=host, listen_port=port, **values)
+
+
+def _check_prometheus_access(values: dict[str, Any], env: Mapping[str, str]) -> str | None:
+    """Check the combination of Prometheus' auth and TLS flags (ConfigError, one line) and
+    fill in the SigV4 region where the URL or the environment gives it. Returns the
+    basic-auth password when it comes from the environment."""
+    given = [f.flag for f in _FLAGS if f.flag.startswith("--prometheus-") and values[f.dest]]
+    password = env.get(PASSWORD_ENV) or None
+    url = values["prometheus"]
+    if url is None:
+        if given:
+            raise ConfigError(f"{given[0]} needs --prometheus URL")
+        return None
+    ways = [flag for flag, on in (
+        ("--prometheus-bearer-token-file", values["prometheus_bearer_token_file"]),
+        ("--prometheus-basic-auth-user", values["prometheus_basic_auth_user"]),
+        ("--prometheus-sigv4", values["prometheus_sigv4"])) if on]
+    if len(ways) > 1:
+        raise ConfigError(f"choose one way to authenticate to Prometheus, got "
+                          f"{' and '.join(ways)}")
+    user = values["prometheus_basic_auth_user"]
+    password_file = values["prometheus_basic_auth_password_file"]
+    if user is not None:
+        if password_file is None and password is None:
+            raise ConfigError(f"--prometheus-basic-auth-user needs a password: "
+                              f"--prometheus-basic-auth-password-file FILE or {PASSWORD_ENV}")
+        if password_file is not None and password is not None:
+            raise ConfigError(f"give the basic-auth password once: "
+                              f"--prometheus-basic-auth-password-file or {PASSWORD_ENV}")
+        if ":" in user or not user.strip() or not user.isprintable():
+            raise ConfigError(f"--prometheus-basic-auth-user: expected a user name without "
+                              f"':', got {user!r}")
+    elif password_file is not None:
+        raise ConfigError("--prometheus-basic-auth-password-file needs "
+                          "--prometheus-basic-auth-user")
+    if (values["prometheus_cert_file"] is None) != (values["prometheus_key_file"] is None):
+        raise ConfigError("--prometheus-cert-file and --prometheus-key-file go together")
+    tls = [flag for flag in ("--prometheus-ca-file", "--prometheus-cert-file",
+                             "--prometheus-server-name")
+           if values[flag.removeprefix("--").replace("-", "_")] is not None]
+    if tls and urllib.parse.urlsplit(url).scheme != "https":
+        raise ConfigError(f"{tls[0]} needs an https:// --prometheus URL, got {url}")
+    if values["prometheus_sigv4_region"] is not None and not values["prometheus_sigv4"]:
+        raise ConfigError("--prometheus-sigv4-region needs --prometheus-sigv4")
+    if values["prometheus_sigv4"] and values["prometheus_sigv4_region"] is None:
+        # The workspace URL names its region; else the AWS environment (EKS's webhooks set
+        # AWS_REGION); else botocore's profile, looked up at start-up.
+        values["prometheus_sigv4_region"] = (
+            amp_region(url) or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None)
+    return password if user is not None else None
+
+
+def prometheus_client(cfg: Config) -> PromApi:
+    """The HTTP client for ``--prometheus`` with its auth and TLS, credentials and files
+    loaded now (StartupError, one line, when one cannot be)."""
+    assert cfg.prometheus is not None
+    auth: Auth | None = None
+    prefix = ""
+    if cfg.prometheus_bearer_token_file is not None:
+        auth = BearerAuth(SecretFile(cfg.prometheus_bearer_token_file,
+                                     "--prometheus-bearer-token-file"))
+    elif cfg.prometheus_basic_auth_user is not None:
+        password: str | SecretFile
+        if cfg.prometheus_basic_auth_password_file is not None:
+            password = SecretFile(cfg.prometheus_basic_auth_password_file,
+                                  "--prometheus-basic-auth-password-file")
+        else:
+            password = cfg.prometheus_basic_auth_password or ""
+        try:
+            auth = BasicAuth(cfg.prometheus_basic_auth_user, password)
+        except ValueError as exc:
+            raise StartupError(f"{PASSWORD_ENV}: {exc}") from None
+    elif cfg.prometheus_sigv4:
+        prefix = "--prometheus-sigv4: "
+        try:
+            auth = SigV4Auth(cfg.prometheus_sigv4_region)
+        except CredentialError as exc:
+            raise StartupError(f"{prefix}{exc}") from None
+    tls = None
+    if any((cfg.prometheus_ca_file, cfg.prometheus_cert_file, cfg.prometheus_server_name)):
+        tls = TlsConfig(cfg.prometheus_ca_file, cfg.prometheus_cert_file,
+                        cfg.prometheus_key_file, cfg.prometheus_server_name,
+                        names=("--prometheus-ca-file", "--prometheus-cert-file",
+                               "--prometheus-key-file"))
+    client = PromApi(cfg.prometheus, auth=auth, tls=tls, user_agent=f"{PROG}/{version()}")
+    try:
+        client.check_tls()
+    except CredentialError as exc:
+        raise StartupError(str(exc)) from None
+    try:
+        if auth is not None:
+            auth.check()
+    except CredentialError as exc:
+        raise StartupError(f"{prefix}{exc}") from None
+    if isinstance(auth, (BearerAuth, BasicAuth)) and not cfg.prometheus.startswith("https:"):
+        log.warning("Prometheus credentials go over plain http to %s: use https, or a "
+                    "network you trust", cfg.prometheus)
+    if auth is not None or tls is not None:
+        log.info("Prometheus auth: %s%s", auth.describe() if auth is not None else "none",
+                 "; TLS: " + tls.describe() if tls is not None else "")
+    return client
 
 
 def run(cfg: Config, stop: threading.Event,
@@ -151,7 +326,7 @@ def run(cfg: Config, stop: threading.Event,
     cleanup: list[Callable[[], None]] = []
     source: DataSource
     if cfg.prometheus is not None:
-        source = PrometheusData(cfg.prometheus)
+        source = PrometheusData(cfg.prometheus, client=prometheus_client(cfg))
     else:
         targets = cfg.targets or ()
         if cfg.demo:

@@ -165,6 +165,9 @@ class Auth(Protocol):
     def secrets(self) -> Iterable[str]:
         """The secret values in use, to be removed from any text shown to the user."""
 
+    def describe(self) -> str:
+        """What it sends, for the start-up log: never a secret."""
+
 
 class BearerAuth:
     """``Authorization: Bearer <token>``, the token read from ``token_file``."""
@@ -185,6 +188,9 @@ class BearerAuth:
     def secrets(self) -> Iterable[str]:
         value = self.token.current
         return (value,) if value else ()
+
+    def describe(self) -> str:
+        return f"bearer token from {self.token.path}"
 
 
 class BasicAuth:
@@ -220,6 +226,11 @@ class BasicAuth:
             return ()
         encoded = base64.b64encode(f"{self.user}:{value}".encode()).decode("ascii")
         return (value, encoded)
+
+    def describe(self) -> str:
+        where = (f"from {self.password.path}" if isinstance(self.password, SecretFile)
+                 else "from the environment")
+        return f"basic auth as {self.user!r}, password {where}"
 
 
 class SigV4Auth:
@@ -304,6 +315,15 @@ class SigV4Auth:
             return ()
         return tuple(s for s in (frozen.secret_key, frozen.token) if s)
 
+    def describe(self) -> str:
+        creds = self._credentials
+        method = getattr(creds, "method", None) or "?"
+        # The access key id is not a secret (it is in every request's Authorization header)
+        # and tells which identity the dashboard runs as.
+        key = getattr(creds, "access_key", None) if creds is not None else None
+        return (f"AWS SigV4 for {self.service} in {self.region}, credentials: {method}"
+                + (f" ({key})" if key else ""))
+
 
 # -- TLS --------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -322,6 +342,14 @@ class TlsConfig:
     def __post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("a client certificate needs both its certificate and key file")
+
+    def describe(self) -> str:
+        parts = [f"CA {self.ca_file}" if self.ca_file else "system CAs"]
+        if self.cert_file:
+            parts.append(f"client certificate {self.cert_file}")
+        if self.server_name:
+            parts.append(f"server name {self.server_name}")
+        return ", ".join(parts)
 
     def files(self) -> tuple[str, ...]:
         return tuple(p for p in (self.ca_file, self.cert_file, self.key_file) if p)
@@ -445,10 +473,14 @@ class PromApi:
 
     def check(self) -> None:
         """Load credentials and TLS files now (start-up): CredentialError, one line."""
-        if self._tls is not None:
-            self._tls.context()
+        self.check_tls()
         if self.auth is not None:
             self.auth.check()
+
+    def check_tls(self) -> None:
+        """Load the TLS files now: CredentialError naming the file."""
+        if self._tls is not None:
+            self._tls.context()
 
     def _redact(self, text: str) -> str:
         text = " ".join(str(text).split())  # one line
@@ -480,7 +512,10 @@ class PromApi:
         """POST ``params`` form-encoded to ``url + path``; the answer's ``data``."""
         body = urllib.parse.urlencode(params).encode()
         for attempt in (1, 2):
-            req = self._request(path, body)
+            try:
+                req = self._request(path, body)
+            except CredentialError as exc:
+                raise DataError(f"{self.description}: {exc}") from None
             try:
                 with self._opener.open(req, timeout=self.timeout) as resp:
                     payload = json.loads(resp.read())
@@ -494,6 +529,8 @@ class PromApi:
                 detail = self._detail(exc)
                 raise DataError(f"{self.description}: HTTP {exc.code} {detail}".strip()
                                 ) from None
+            except CredentialError as exc:  # a TLS file gone or broken since start-up
+                raise DataError(f"{self.description}: {exc}") from None
             except ssl.SSLCertVerificationError as exc:
                 raise DataError(f"{self.description}: TLS: server certificate not trusted: "
                                 f"{exc.verify_message or exc.reason}") from None
