@@ -52,7 +52,9 @@ class PodInfo:
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     """This node's labels as ``gpu_node_info`` needs them; ``""`` where unknown.
-    ``capacity_type`` is ``spot``, ``on-demand`` or ``""``."""
+    ``capacity_type`` is ``spot``, ``on-demand`` or ``""``. The series' ``node_name`` is not
+    here: the exporter knows its node's name without the API server (``--node-name``,
+    ``$NODE_NAME``, the scenario, the hostname) and gives it to the collector itself."""
 
     instance_type: str = ""
     zone: str = ""

@@ -160,6 +160,10 @@ def test_two_exporters_stating_one_name_stay_apart(
         assert gpus_by_node(handed.fleet(900)) == {
             "same-node": {"GPU-hand"}, f"same-node_{first_addr}": {"GPU-busy"},
             f"same-node_{second_addr}": {"GPU-idle"}}
+        # The kept-apart node is a node like any other: its drill-down finds its GPU.
+        detail = store.node_detail(f"same-node_{second_addr}", 900)
+        assert set(detail.utilization) == {"0"}
+        assert set(detail.utilization["0"].values) == {0.0}
         notes = store.fleet(900).notes
         assert [n for n in notes if "same-node" in n] == [
             f"two exporters state node 'same-node': {first} keeps the name, {second} is "

@@ -88,6 +88,10 @@ def test_cloudwatch_flags_from_env_and_flags() -> None:
 def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
     assert parse([], {"NODE_NAME": "from-downward-api"}).node_name == "from-downward-api"
     assert parse(["--node-name", "explicit"], {"NODE_NAME": "x"}).node_name == "explicit"
+    # Only a hostname fallback lets a simulated exporter state its scenario's node instead.
+    assert parse([]).node_name_is_hostname
+    assert not parse([], {"NODE_NAME": "n"}).node_name_is_hostname
+    assert not parse(["--node-name", "n"]).node_name_is_hostname
 
 
 @pytest.mark.parametrize(
