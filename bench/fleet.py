@@ -1,0 +1,664 @@
+#!/usr/bin/env python3
+"""A large simulated GPU fleet as stored samples, and the verdicts the dashboard must find in it.
+
+    python bench/fleet.py --nodes 200 --out /tmp/fleet200            # both stores, 15 s step
+    python bench/fleet.py --nodes 5000 --step 60 --out /work/fleet5000
+
+Every node plays one of the demo fleet's scenarios (``dashboard/demo/*.yaml``, each with its
+planted findings, see :data:`TEMPLATES`) through the exporter's own ``SimulatedSource``,
+attribution and collectors, so the series are the ones the exporter serves (the families the
+dashboard reads, :data:`KEEP`), one sample per series every ``--step`` seconds over
+``--window`` plus 5 minutes of look-back, ending ``end`` (by default 2 minutes ago).
+
+Each copy of a template gets its own node name (``gpu-node-00042``), GPU UUIDs, pod names,
+workload (``PyTorchJob/llama-pretrain-0007``: every copy is its own job), a namespace of one
+of :data:`TEAMS` teams (``ml-train-3``), a zone (:data:`ZONES`, in turn) and every
+:data:`SPOT_EVERY`-th copy runs on spot capacity; its samples start at one of :data:`PHASES`
+offsets in scenario time, so nodes of one template do not read alike.
+
+:func:`expected` states what the dashboard must show for such a fleet, from the templates'
+planted findings (written down here from the scenario files, as
+``tests/dashboard/test_demo_views.py`` checks them on the demo) and the price table: the idle
+nodes, spinning and throttled GPUs, starved containers, straggler ranks, allocated-idle
+containers, idle MIG slices and the idle $/hour. It never runs the dashboard's analysis.
+
+Output (``--out DIR``): ``tsdb/`` (Prometheus blocks, from ``promtool tsdb
+create-blocks-from openmetrics``), ``vm/`` (a VictoriaMetrics ``-storageDataPath`` the samples
+were imported into through ``/api/v1/import``), ``meta.json`` (size, times, build figures)
+and ``expected.json``. ``tests/stores.py`` starts either store on them. The generator streams:
+what it holds is one sampled copy of each template per phase, whatever the fleet's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import queue
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from gpuscope.dashboard.prices import PriceTable, bundled_prices  # noqa: E402
+from gpuscope.exporter.kubernetes.apiserver import NodeInfo  # noqa: E402
+from gpuscope.exporter.kubernetes.attribution import attribute  # noqa: E402
+from gpuscope.exporter.kubernetes.simulated import ScenarioInputs  # noqa: E402
+from gpuscope.exporter.sinks.prometheus.collectors.container import (  # noqa: E402
+    ContainerCollector,
+)
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector  # noqa: E402
+from gpuscope.exporter.sources.scenario import load_scenario  # noqa: E402
+from gpuscope.exporter.sources.simulated import SimulatedSource  # noqa: E402
+
+DEMO = REPO / "dashboard" / "demo"
+
+#: The families the fleet page and the drill-downs read; the exporter's others are left out.
+KEEP = frozenset({
+    "gpu_info", "gpu_node_info", "gpu_pod_info", "gpu_utilization_ratio",
+    "gpu_memory_used_bytes", "container_gpu_allocated", "container_gpu_utilization_ratio",
+    "container_gpu_memory_used_bytes",
+    # the work signals (issue 15)
+    "gpu_busy_seconds_total", "gpu_sm_active_seconds_total", "gpu_tensor_active_seconds_total",
+    "gpu_dram_active_seconds_total", "gpu_energy_joules_total", "gpu_power_watts",
+    "gpu_power_limit_watts", "gpu_throttle_seconds_total", "gpu_sm_clock_hertz",
+    "gpu_temperature_celsius",
+})
+LOOKBACK = 300.0         # seconds of samples before the window (Prometheus' look-back delta)
+END_LAG = 120.0          # the default end: this many seconds before the build
+SCENARIO_START = 3600.0  # scenario time of a node's first sample (scenarios are settled by then)
+PHASES = 8               # distinct starting offsets (in steps) per template
+TEAMS = 10               # namespaces are "<template namespace>-<copy % TEAMS>"
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
+SPOT_EVERY = 5           # every 5th copy of a template is a spot node
+JOB = "gpuscope"
+PORT = 9463
+
+
+# -- the templates and what they plant ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plant:
+    """What one node of a template shows on the fleet page (``gpu`` as the dashboard names
+    devices: ``"5"``, a MIG slice ``"6/2"``; pods and workloads by their template names)."""
+
+    idle_node: tuple[int, int, int] | None = None   # (GPUs, allocated-idle GPUs, spinning)
+    spinning: tuple[str, ...] = ()
+    throttled: tuple[tuple[str, str], ...] = ()      # (gpu, reason)
+    starved: tuple[tuple[str, str, str, str, str], ...] = ()  # kind, ns, pod, container, gpu
+    # (workload, pod, gpu, kind, signal)
+    stragglers: tuple[tuple[str, str, str, str, str], ...] = ()
+    allocated_idle: tuple[tuple[str, str, str, str], ...] = ()  # ns, pod, gpu, signal
+    idle_slices: tuple[tuple[str, str, bool], ...] = ()      # gpu, profile, allocated
+    workloads_checked: int = 0  # workloads with two or more GPUs (on the whole unit)
+
+
+@dataclass(frozen=True)
+class Template:
+    """One or more scenario files played together (a job over two nodes is one unit)."""
+
+    name: str
+    files: tuple[str, ...]
+    share: float                   # of the fleet's nodes
+    plants: tuple[Plant, ...]      # one per file
+    instance_type: str | None = None  # overrides the scenario's (a priced busy node)
+
+    @property
+    def size(self) -> int:
+        return len(self.files)
+
+
+#: The fleet's mix. The plants are the demo scenarios' (their header comments;
+#: ``tests/dashboard/test_demo_views.py`` checks the demo shows exactly these).
+TEMPLATES: tuple[Template, ...] = (
+    # busy, evenly loaded 8-GPU training (the on-prem DGX scenario, priced as a p4d): nothing
+    Template("busy", ("onprem-dgx",), 0.28, (Plant(workloads_checked=1),),
+             instance_type="p4d.24xlarge"),
+    Template("straggler", ("p5-train",), 0.10, (Plant(
+        stragglers=(("PyTorchJob/llama-pretrain", "llama-pretrain-worker-5", "5", "stalled",
+                     "utilization"),), workloads_checked=1),)),
+    Template("slow-rank", ("p5-slow-a", "p5-slow-b"), 0.10, (
+        Plant(throttled=(("3", "thermal"),),
+              stragglers=(("PyTorchJob/mixtral-pretrain", "mixtral-pretrain-worker-3", "3",
+                           "slow", "sm"),), workloads_checked=1),
+        Plant())),
+    Template("mixed", ("p5-mixed",), 0.10, (Plant(
+        allocated_idle=(("research", "notebook-carol", "6/2", "sm"),),
+        idle_slices=(("6/2", "3g.40gb", True), ("7/2", "3g.40gb", False)),
+        workloads_checked=2),)),  # llm-decode, cfd-solver (asr-api runs on MIG slices)
+    Template("idle-allocated", ("p4d-idle",), 0.10, (Plant(
+        idle_node=(8, 2, 0),
+        allocated_idle=(("research", "jupyter-dana", "0", "utilization"),
+                        ("research", "jupyter-dana", "1", "utilization"))),)),
+    Template("hung", ("p5-hung",), 0.04, (Plant(
+        idle_node=(8, 8, 8), spinning=tuple(str(i) for i in range(8)),
+        workloads_checked=1),)),
+    Template("unpriced", ("onprem-dgx",), 0.04, (Plant(workloads_checked=1),)),
+    Template("serving", ("g5-serve",), 0.06, (Plant(
+        starved=(("time-slice", "serving", "rerank-api-6b8c7d9f5-m3n8z", "server", "0"),
+                 ("input-starved", "vision", "resnet-finetune-8kq2x", "trainer", "1")),
+        workloads_checked=1),)),  # llm-api (2 replicas)
+    Template("idle", ("g5-idle",), 0.06, (Plant(idle_node=(4, 0, 0)),)),
+    Template("dev", ("g6-dev",), 0.06, (Plant(
+        idle_node=(1, 1, 0),
+        allocated_idle=(("dev", "dev-erin-0", "0", "utilization"),)),)),
+    Template("near-miss", ("g6-ocr",), 0.06, (Plant(),)),
+)
+
+
+def template(name: str) -> Template:
+    for t in TEMPLATES:
+        if t.name == name:
+            return t
+    raise KeyError(name)
+
+
+# -- the plan: which node plays what ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodePlan:
+    index: int
+    name: str
+    template: str
+    position: int   # which file of the template's unit
+    copy: int       # the unit's number among its template's units
+    unit: int       # the node index of the unit's first node: names its pods and workloads
+    phase: int      # offset in steps into the template's samples
+    zone: str
+    capacity_type: str
+    instance_type: str
+
+    @property
+    def team(self) -> int:
+        return self.copy % TEAMS
+
+
+def node_name(index: int) -> str:
+    return f"gpu-node-{index:05d}"
+
+
+def plan(nodes: int, mix: Sequence[Template] = TEMPLATES) -> list[NodePlan]:
+    """``nodes`` nodes, split by the templates' shares (largest remainders; a unit of two
+    files counts two nodes), in template order. Deterministic."""
+    if nodes < 1:
+        raise ValueError("nodes must be at least 1")
+    total = sum(t.share for t in mix)
+    want = [nodes * t.share / total / t.size for t in mix]
+    units = [math.floor(w) for w in want]
+    order = sorted(range(len(mix)), key=lambda i: want[i] - units[i], reverse=True)
+    for i in order:
+        if sum(u * t.size for u, t in zip(units, mix, strict=True)) + mix[i].size > nodes:
+            continue
+        units[i] += 1
+        if sum(u * t.size for u, t in zip(units, mix, strict=True)) >= nodes:
+            break
+    # Whatever is still missing (units of two left over): single-file templates, in turn.
+    singles = [i for i, t in enumerate(mix) if t.size == 1]
+    k = 0
+    while sum(u * t.size for u, t in zip(units, mix, strict=True)) < nodes:
+        units[singles[k % len(singles)]] += 1
+        k += 1
+    out: list[NodePlan] = []
+    for t, n in zip(mix, units, strict=True):
+        for copy in range(n):
+            for position, file in enumerate(t.files):
+                index = len(out)
+                unit = index - position
+                scenario = _scenario_node(file)
+                spot = copy % SPOT_EVERY == SPOT_EVERY - 1
+                out.append(NodePlan(
+                    index=index, name=node_name(index), template=t.name, position=position,
+                    copy=copy, unit=unit, phase=copy % PHASES, zone=ZONES[copy % len(ZONES)],
+                    capacity_type="spot" if spot else scenario[1],
+                    instance_type=t.instance_type or scenario[0]))
+    return out
+
+
+@cache
+def _scenario_node(file: str) -> tuple[str, str]:
+    node = load_scenario(DEMO / f"{file}.yaml").node
+    return node.instance_type or "", node.capacity_type
+
+
+# -- renaming a template's labels for one node -----------------------------------------------
+
+def rename_namespace(namespace: str, node: NodePlan) -> str:
+    return f"{namespace}-{node.team}" if namespace else namespace
+
+
+def rename_workload(workload: str, node: NodePlan) -> str:
+    """``Kind/name`` -> ``Kind/name-00042`` (the unit's first node): every unit is its own
+    workload."""
+    if not workload:
+        return workload
+    return f"{workload}-{node.unit:05d}"
+
+
+def rename_pod(pod: str, node: NodePlan) -> str:
+    """``llama-pretrain-worker-5`` -> ``llama-pretrain-worker-5-00042`` (the unit's first
+    node): unique in its namespace, the same on both nodes of a two-node unit."""
+    return f"{pod}-{node.unit:05d}"
+
+
+def rename_uuid(uuid: str, node: NodePlan) -> str:
+    """The node's number in place of the UUID's last 5 digits (a time-slicing replica's
+    ``::n`` kept)."""
+    if not uuid:
+        return uuid
+    base, sep, replica = uuid.partition("::")
+    return f"{base[:-5]}{node.index:05d}{sep}{replica}"
+
+
+# -- sampling the templates -------------------------------------------------------------------
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class TemplateSeries:
+    """One template file's series: values per step from scenario time ``SCENARIO_START``
+    (``times + PHASES`` of them; NaN where the series is absent)."""
+
+    node: str
+    series: dict[tuple[str, Labels], list[float]]
+    by_family: dict[str, list[tuple[Labels, list[float]]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for (name, labels), values in self.series.items():
+            self.by_family.setdefault(name, []).append((labels, values))
+
+
+def sample_template(file: str, times: int, step: float) -> TemplateSeries:
+    """Plays ``dashboard/demo/<file>.yaml`` for ``times`` steps of ``step`` seconds through
+    the exporter's SimulatedSource, attribution and collectors, keeping :data:`KEEP`."""
+    scenario = load_scenario(DEMO / f"{file}.yaml")
+    source = SimulatedSource(scenario, start=0.0)
+    inputs = ScenarioInputs(scenario)
+    series: dict[tuple[str, Labels], list[float]] = {}
+    for k in range(times):
+        t = SCENARIO_START + k * step
+        snap = source.sample_at(t, timestamp=t)
+        pids = {p.pid for d in snap.devices for p in d.processes}
+        att = attribute(snap, inputs.allocations(), inputs.containers_of(pids),
+                        inputs.metadata(), node_fallback=NodeInfo())
+        collectors = (GpuCollector(lambda snap=snap: snap),  # type: ignore[misc]
+                      ContainerCollector(lambda att=att: att))  # type: ignore[misc]
+        for collector in collectors:
+            for family in collector.collect():
+                for s in family.samples:
+                    if s.name not in KEEP:
+                        continue
+                    key = (s.name, tuple(sorted(s.labels.items())))
+                    series.setdefault(key, [math.nan] * times)[k] = s.value
+    return TemplateSeries(scenario.node.name, series)
+
+
+def node_labels(labels: Labels, node: NodePlan) -> dict[str, str]:
+    """A template series' labels as this node's exporter would serve them, with the target
+    labels Prometheus adds (``job``, ``instance``) and ``node`` (the relabelled node name the
+    dashboard groups by)."""
+    lab = dict(labels)
+    ns, pod = lab.get("namespace"), lab.get("pod")
+    if pod:
+        lab["pod"] = rename_pod(pod, node)
+    if ns is not None:
+        lab["namespace"] = rename_namespace(ns, node)
+    if lab.get("workload"):
+        lab["workload"] = rename_workload(lab["workload"], node)
+    for key in ("uuid", "parent_uuid"):
+        if lab.get(key):
+            lab[key] = rename_uuid(lab[key], node)
+    if "instance_type" in lab:  # gpu_node_info
+        lab.update(instance_type=node.instance_type, zone=node.zone,
+                   capacity_type=node.capacity_type, node_name=node.name)
+    lab.update(node=node.name, job=JOB, instance=f"{node.name}:{PORT}")
+    return lab
+
+
+# -- the fleet's samples ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """The data set's time axis: ``times`` samples every ``step`` s ending at ``end``."""
+
+    nodes: int
+    step: float
+    window: float
+    end: float
+
+    @property
+    def times(self) -> int:
+        return int((self.window + LOOKBACK) // self.step) + 1
+
+    @property
+    def start(self) -> float:
+        return self.end - (self.times - 1) * self.step
+
+    def stamps(self) -> list[float]:
+        return [self.start + k * self.step for k in range(self.times)]
+
+
+class Fleet:
+    """The samples of :func:`plan`'s nodes over ``shape``, in two formats, streamed."""
+
+    def __init__(self, shape: Shape, mix: Sequence[Template] = TEMPLATES) -> None:
+        self.shape = shape
+        self.mix = tuple(mix)
+        self.plan = plan(shape.nodes, self.mix)
+        self._templates: dict[str, TemplateSeries] = {}
+        self.series = 0
+        self.samples = 0
+
+    def template_series(self, file: str) -> TemplateSeries:
+        if file not in self._templates:
+            self._templates[file] = sample_template(file, self.shape.times + PHASES,
+                                                    self.shape.step)
+        return self._templates[file]
+
+    def _files(self, node: NodePlan) -> str:
+        return template(node.template).files[node.position]
+
+    def series_of(self, family: str | None = None
+                  ) -> Iterator[tuple[str, dict[str, str], list[float], list[int]]]:
+        """Per series (of ``family``, or all): name, labels, values and the indexes of
+        :meth:`Shape.stamps` they are at (absent samples left out)."""
+        times = self.shape.times
+        for node in self.plan:
+            ts = self.template_series(self._files(node))
+            names = [family] if family is not None else sorted(ts.by_family)
+            for name, labels, values in ((n, lab, v) for n in names
+                                         for lab, v in ts.by_family.get(n, ())):
+                window = values[node.phase:node.phase + times]
+                ks = [k for k, v in enumerate(window) if v == v]
+                if not ks:
+                    continue
+                yield name, node_labels(labels, node), window, ks
+
+    def openmetrics(self) -> Iterator[str]:
+        """OpenMetrics text with timestamps (s), family by family, for ``promtool tsdb
+        create-blocks-from openmetrics``. Counts :attr:`series` and :attr:`samples`."""
+        stamps = [f"{t:.3f}" for t in self.shape.stamps()]
+        self.series = self.samples = 0
+        for family in sorted(KEEP):
+            counter = family.endswith("_total")
+            base = family.removesuffix("_total") if counter else family
+            yield f"# TYPE {base} {'counter' if counter else 'gauge'}\n"
+            for name, lab, values, ks in self.series_of(family):
+                text = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()))
+                head = f"{name}{{{text}}} "
+                self.series += 1
+                self.samples += len(ks)
+                yield "".join(f"{head}{values[k]!r} {stamps[k]}\n" for k in ks)
+        yield "# EOF\n"
+
+    def vm_json_lines(self) -> Iterator[bytes]:
+        """VictoriaMetrics' ``/api/v1/import`` format: one JSON object per series with its
+        values and timestamps (ms). Counts :attr:`series` and :attr:`samples`."""
+        stamps = [round(t * 1000) for t in self.shape.stamps()]
+        self.series = self.samples = 0
+        for name, lab, values, ks in self.series_of():
+            self.series += 1
+            self.samples += len(ks)
+            yield (json.dumps({"metric": {"__name__": name, **lab},
+                               "values": [values[k] for k in ks],
+                               "timestamps": [stamps[k] for k in ks]},
+                              separators=(",", ":")) + "\n").encode()
+
+
+# -- what the dashboard must find -------------------------------------------------------------
+
+@dataclass
+class IdleNode:
+    instance_type: str
+    zone: str
+    capacity_type: str
+    gpus: int
+    allocated_idle: int
+    spinning: int
+    price_per_hour: float | None
+
+
+@dataclass
+class Expected:
+    """The verdicts of a fleet from its plan and the templates' plants. Pods, namespaces and
+    workloads are renamed as in the data; ``gpu`` as the dashboard names devices."""
+
+    nodes: int
+    gpus: int                                   # physical GPUs
+    idle_nodes: dict[str, IdleNode]
+    idle_gpus: int                              # idle, not spinning (the KPI "idle")
+    spinning: list[tuple[str, str]]             # (node, gpu)
+    throttled: list[tuple[str, str, str]]       # (node, gpu, reason)
+    starved: list[tuple[str, str, str, str, str, str]]  # kind, ns, pod, container, node, gpu
+    stragglers: list[tuple[str, str, str, str, str, str]]  # wl, pod, node, gpu, kind, signal
+    allocated_idle: list[tuple[str, str, str, str, str]]   # node, ns, pod, gpu, signal
+    idle_slices: list[tuple[str, str, str, bool]]          # node, gpu, profile, allocated
+    idle_per_hour: float                        # idle nodes' $/h + idle slices' share
+    unpriced_idle_nodes: list[str]
+    workloads_checked: int
+    by_template: dict[str, int]                 # nodes per template
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _slice_fraction(profile: str) -> float:
+    """A MIG profile's share of its GPU: ``3g.40gb`` is 3 of 7 compute slices."""
+    return int(profile.split("g.", 1)[0]) / 7
+
+
+def expected(nodes: Sequence[NodePlan], prices: PriceTable | None = None) -> Expected:
+    """What the dashboard must show for ``nodes`` (:func:`plan`), at the data's end, over
+    a window of at least 30 minutes of data."""
+    prices = prices or bundled_prices()
+    gpus_of = {f: _gpus(f) for t in TEMPLATES for f in t.files}
+    out = Expected(nodes=len(nodes), gpus=0, idle_nodes={}, idle_gpus=0, spinning=[],
+                   throttled=[], starved=[], stragglers=[], allocated_idle=[], idle_slices=[],
+                   idle_per_hour=0.0, unpriced_idle_nodes=[], workloads_checked=0,
+                   by_template={})
+    for node in nodes:
+        t = template(node.template)
+        plant = t.plants[node.position]
+        file = t.files[node.position]
+        physical = gpus_of[file]
+        out.gpus += physical
+        out.by_template[t.name] = out.by_template.get(t.name, 0) + 1
+        out.workloads_checked += plant.workloads_checked
+        price = prices.node_price(node.instance_type, node.capacity_type).per_hour
+        if plant.idle_node is not None:
+            n, allocated, spinning = plant.idle_node
+            out.idle_nodes[node.name] = IdleNode(node.instance_type, node.zone,
+                                                 node.capacity_type, n, allocated, spinning,
+                                                 price)
+            out.idle_gpus += n - spinning
+            if price is None:
+                out.unpriced_idle_nodes.append(node.name)
+            else:
+                out.idle_per_hour += price
+        out.spinning += [(node.name, g) for g in plant.spinning]
+        out.throttled += [(node.name, g, reason) for g, reason in plant.throttled]
+        out.starved += [(kind, rename_namespace(ns, node), rename_pod(pod, node),
+                         container, node.name, g)
+                        for kind, ns, pod, container, g in plant.starved]
+        out.stragglers += [(rename_workload(wl, node), rename_pod(pod, node), node.name,
+                            g, kind, signal)
+                           for wl, pod, g, kind, signal in plant.stragglers]
+        out.allocated_idle += [(node.name, rename_namespace(ns, node),
+                                rename_pod(pod, node), g, signal)
+                               for ns, pod, g, signal in plant.allocated_idle]
+        for g, profile, allocated in plant.idle_slices:
+            out.idle_slices.append((node.name, g, profile, allocated))
+            if price is not None:
+                out.idle_per_hour += price / physical * _slice_fraction(profile)
+    return out
+
+
+@cache
+def _gpus(file: str) -> int:
+    return len(load_scenario(DEMO / f"{file}.yaml").gpus)
+
+
+# -- building a data set ----------------------------------------------------------------------
+
+def write_openmetrics(fleet: Fleet, path: Path) -> float:
+    """Writes :meth:`Fleet.openmetrics` to ``path``; returns the seconds it took."""
+    began = time.perf_counter()
+    with path.open("w", buffering=1 << 20) as f:
+        for chunk in fleet.openmetrics():
+            f.write(chunk)
+    return time.perf_counter() - began
+
+
+def build_blocks(fleet: Fleet, out: Path) -> dict[str, float]:
+    """Prometheus TSDB blocks of the fleet in ``out`` (through a temporary OpenMetrics file
+    next to it, removed after)."""
+    from tests.stores import promtool_blocks
+
+    om = out.parent / f"{out.name}.om"
+    gen = write_openmetrics(fleet, om)
+    om_bytes = om.stat().st_size
+    try:
+        blocks = promtool_blocks(om, out)
+    finally:
+        om.unlink()
+    return {"openmetrics_s": gen, "openmetrics_bytes": om_bytes, "promtool_s": blocks,
+            "series": fleet.series, "samples": fleet.samples}
+
+
+def import_victoriametrics(fleet: Fleet, store: Any) -> dict[str, float]:
+    """Streams :meth:`Fleet.vm_json_lines` into a running VictoriaMetrics (a
+    ``tests.stores.Store``), generating in this thread while a second one posts, then
+    flushes and waits until a query at the end sees every series."""
+    chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+    sent: list[int] = []
+    error: list[BaseException] = []
+
+    def poster() -> None:
+        def drain() -> Iterator[bytes]:
+            while (chunk := chunks.get()) is not None:
+                yield chunk
+        try:
+            sent.append(store.import_lines(drain()))
+        except BaseException as exc:  # reported by the generating thread
+            error.append(exc)
+            while chunks.get() is not None:
+                pass
+
+    began = time.perf_counter()
+    thread = threading.Thread(target=poster, name="vm-import", daemon=True)
+    thread.start()
+    batch: list[bytes] = []
+    size = 0
+    for line in fleet.vm_json_lines():
+        batch.append(line)
+        size += len(line)
+        if size >= 1 << 20:
+            chunks.put(b"".join(batch))
+            batch, size = [], 0
+    if batch:
+        chunks.put(b"".join(batch))
+    chunks.put(None)
+    thread.join()
+    if error:
+        raise error[0]
+    imported = time.perf_counter() - began
+    store.wait_for_series(fleet.series, fleet.shape.end)
+    return {"import_s": imported, "searchable_s": time.perf_counter() - began - imported,
+            "import_bytes": sent[0] if sent else 0}
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def build(out: Path, nodes: int, *, step: float = 15.0, window: float = 3600.0,
+          end: float | None = None, stores: Iterable[str] = ("prometheus", "victoriametrics"),
+          log: Any = print) -> dict[str, Any]:
+    """Builds a data set in ``out`` (replacing one there): see the module's docstring.
+    Returns (and writes to ``meta.json``) what it built and how long each part took."""
+    from tests.stores import start_victoriametrics
+
+    stores = tuple(stores)
+    end = float(int(time.time() - END_LAG)) if end is None else end
+    shape = Shape(nodes, step, window, end)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("tsdb", "vm", "meta.json", "expected.json"):
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    fleet = Fleet(shape)
+    exp = expected(fleet.plan)
+    meta: dict[str, Any] = {"nodes": nodes, "gpus": exp.gpus, "step": step, "window": window,
+                            "end": end, "start": shape.start, "times": shape.times,
+                            "by_template": exp.by_template}
+    began = time.perf_counter()
+    if "prometheus" in stores:
+        figures = build_blocks(fleet, out / "tsdb")
+        figures["tsdb_bytes"] = dir_bytes(out / "tsdb")
+        meta["prometheus"] = figures
+        log(f"prometheus: {fleet.series:,} series, {fleet.samples:,} samples; OpenMetrics "
+            f"{figures['openmetrics_bytes'] / 2**20:,.0f} MiB in {figures['openmetrics_s']:.1f}s,"
+            f" blocks in {figures['promtool_s']:.1f}s ({figures['tsdb_bytes'] / 2**20:,.0f} MiB)")
+    if "victoriametrics" in stores:
+        with start_victoriametrics(out / "vm", copy=False) as vm:
+            figures = import_victoriametrics(fleet, vm)
+            figures["rss_kib_after_import"] = vm.rss_kib()
+        figures["vm_bytes"] = dir_bytes(out / "vm")
+        meta["victoriametrics"] = figures
+        log(f"victoriametrics: {fleet.series:,} series imported in {figures['import_s']:.1f}s "
+            f"(+{figures['searchable_s']:.1f}s until searchable; "
+            f"{figures['vm_bytes'] / 2**20:,.0f} MiB on disk)")
+    meta.update(series=fleet.series, samples=fleet.samples,
+                build_s=time.perf_counter() - began)
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (out / "expected.json").write_text(json.dumps(exp.to_json(), indent=1) + "\n")
+    return meta
+
+
+def load_meta(out: Path) -> dict[str, Any]:
+    """A built data set's ``meta.json``."""
+    meta: dict[str, Any] = json.loads((out / "meta.json").read_text())
+    return meta
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=200)
+    ap.add_argument("--step", type=float, default=15.0, help="seconds between samples (15)")
+    ap.add_argument("--window", type=float, default=3600.0,
+                    help="seconds of data, plus 5 min of look-back (3600)")
+    ap.add_argument("--end", type=float, help="Unix time of the last sample "
+                    "(default: 2 minutes before now)")
+    ap.add_argument("--store", choices=("prometheus", "victoriametrics", "both"),
+                    default="both")
+    ap.add_argument("--out", type=Path, required=True, help="the data set's folder")
+    args = ap.parse_args(argv)
+    if args.nodes < 1 or args.step <= 0 or args.window < args.step:
+        print("fleet: --nodes must be >= 1, --step > 0 and --window >= --step",
+              file=sys.stderr)
+        return 2
+    stores = ("prometheus", "victoriametrics") if args.store == "both" else (args.store,)
+    try:
+        meta = build(args.out, args.nodes, step=args.step, window=args.window, end=args.end,
+                     stores=stores)
+    except Exception as exc:  # one line, no traceback (bad input, a store that failed)
+        print(f"fleet: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.out}: {meta['nodes']} nodes, {meta['gpus']} GPUs, {meta['series']:,} "
+          f"series, {meta['samples']:,} samples in {meta['build_s']:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""Real Prometheus-compatible stores for tests and benchmarks: Debian's ``prometheus`` and
+``victoria-metrics``, each started as its own process on a free loopback port with its own
+data folder, loaded with a fleet's samples, and stopped (and its folder removed) on exit.
+
+    with start_prometheus(blocks) as prom:            # TSDB blocks from promtool
+        PrometheusData(prom.url, clock=lambda: end).fleet(3600)
+    with start_victoriametrics() as vm:
+        vm.import_lines(fleet.vm_json_lines(...))     # /api/v1/import, then a flush
+        vm.wait_for_series(expected)
+
+Both are started as a user would start them, with defaults for everything that shapes a
+query's answer, except what a test or a benchmark on stored data needs:
+
+- Prometheus: ``--storage.tsdb.retention.time=100y`` (backfilled samples are hours old and
+  a data set is kept for days: the default 15 d retention would delete it);
+  ``--query.lookback-delta`` is Prometheus' default (5 m) unless given.
+- VictoriaMetrics: ``-retentionPeriod=100y`` (same reason) and ``-search.disableCache``
+  (``cache=False``, the default here): the rollup cache keeps the results of range queries
+  for points older than ``-search.cacheTimestampOffset`` (5 min), so a test importing after
+  a first query could read stale answers, and a benchmark repeating the same page at a fixed
+  end time would measure the cache, not the query. ``-search.latencyOffset`` stays at its
+  default (30 s: the newest 30 s of samples are not shown), as on a user's VictoriaMetrics:
+  backfilled data ends minutes before the query time, so it changes nothing there, and live
+  scraping must be read the way users' stores answer.
+
+Blocks and VictoriaMetrics data folders are hard-link copied into a temporary folder before
+the store opens them (``copy=True``): both stores only ever add and remove files, never
+rewrite one, so a kept data set (``/work/fleet5000``) is never changed and several stores
+can serve it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROMETHEUS = "prometheus"
+VICTORIA_METRICS = "victoria-metrics"
+
+
+class StoreError(RuntimeError):
+    """A store did not start, did not load its data, or answered with an error."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def binary(name: str) -> str:
+    """The path of a Debian store binary; ``StoreError`` naming the package when missing
+    (``scripts/setup --test`` installs both)."""
+    path = shutil.which(name)
+    if path is None:
+        package = "prometheus" if name in ("prometheus", "promtool") else name
+        raise StoreError(f"{name} not found: apt-get install {package} (scripts/setup --test)")
+    return path
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of a process in KiB (``VmRSS`` of ``/proc/<pid>/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise StoreError(f"no VmRSS for pid {pid}")
+
+
+def clone_tree(src: Path, dst: Path) -> None:
+    """``dst`` as a copy of ``src`` made of hard links (``cp -al``): instant, no extra disk."""
+    subprocess.run(["cp", "-al", str(src), str(dst)], check=True)
+
+
+@dataclass
+class Store:
+    """One running store: ``kind`` is ``prometheus`` or ``victoriametrics``."""
+
+    kind: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    data: Path
+    log: Path
+    started_s: float = 0.0  # seconds from the process start until it answered ready
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- reading -------------------------------------------------------------------------
+    def get(self, path: str, params: dict[str, str] | None = None, timeout: float = 60.0
+            ) -> Any:
+        """GET ``path`` (with ``params``) and the decoded JSON answer's ``data``."""
+        url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            raise StoreError(f"{self.kind} {path}: HTTP {exc.code} "
+                             f"{exc.read()[:500].decode(errors='replace')}") from None
+        if body.get("status") != "success":
+            raise StoreError(f"{self.kind} {path}: {body}")
+        return body["data"]
+
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result vector (``metric``, ``value`` per series)."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.get("/api/v1/query", params)
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def scalar(self, promql: str, at: float | None = None) -> float | None:
+        """The one value of an instant query that returns at most one series."""
+        result = self.query(promql, at)
+        return float(result[0]["value"][1]) if result else None
+
+    def series_count(self, at: float, lookback: str = "1h") -> int:
+        """How many series the store holds: on VictoriaMetrics ``/api/v1/series/count`` (a
+        PromQL count over every series would exceed its ``-search.maxUniqueTimeseries``,
+        300,000, at 5,000 nodes), on Prometheus those with a sample in ``lookback`` before
+        ``at``."""
+        if self.kind == "victoriametrics":
+            data = self.get("/api/v1/series/count")
+            return int(data[0])
+        n = self.scalar(f'count(last_over_time({{__name__=~".+"}}[{lookback}]))', at)
+        return int(n or 0)
+
+    def rss_kib(self) -> int:
+        return rss_kib(self.proc.pid)
+
+    def disk_bytes(self) -> int:
+        """Bytes the data folder takes (hard links to a kept data set count in full)."""
+        return sum(p.stat().st_size for p in self.data.rglob("*") if p.is_file())
+
+    # -- loading (VictoriaMetrics) --------------------------------------------------------
+    def import_lines(self, chunks: Iterable[bytes], fmt: str = "json",
+                     chunk_bytes: int = 8 << 20) -> int:
+        """Streams samples into VictoriaMetrics: ``fmt="json"`` is ``/api/v1/import`` (one
+        JSON object per series: ``metric``, ``values``, ``timestamps`` in ms),
+        ``fmt="prometheus"`` is ``/api/v1/import/prometheus`` (text exposition format, each
+        sample with its timestamp in ms). The chunks are sent in POSTs of about
+        ``chunk_bytes`` each (whole lines), so nothing is held in memory. Returns bytes sent.
+        Call :meth:`flush` after."""
+        if self.kind != "victoriametrics":
+            raise StoreError("import_lines is for VictoriaMetrics; Prometheus loads blocks")
+        path = {"json": "/api/v1/import", "prometheus": "/api/v1/import/prometheus"}[fmt]
+        sent = 0
+        buf: list[bytes] = []
+        size = 0
+
+        def post() -> None:
+            nonlocal sent, size
+            body = b"".join(buf)
+            req = urllib.request.Request(self.url + path, data=body, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=600) as r:
+                    r.read()
+            except urllib.error.HTTPError as exc:
+                raise StoreError(f"victoriametrics import: HTTP {exc.code} "
+                                 f"{exc.read()[:500].decode(errors='replace')}") from None
+            sent += len(body)
+            buf.clear()
+            size = 0
+
+        for chunk in chunks:
+            buf.append(chunk)
+            size += len(chunk)
+            if size >= chunk_bytes:
+                post()
+        if buf:
+            post()
+        return sent
+
+    def flush(self) -> None:
+        """Makes imported samples searchable now (VictoriaMetrics buffers them for up to a
+        second or so; ``/internal/force_flush`` writes them out)."""
+        if self.kind == "victoriametrics":
+            with urllib.request.urlopen(self.url + "/internal/force_flush", timeout=120) as r:
+                r.read()
+
+    def wait_for_series(self, expected: int, at: float, timeout: float = 300.0) -> None:
+        """Waits until a query at ``at`` sees ``expected`` series (the import is searchable
+        and complete); ``StoreError`` with what it saw otherwise."""
+        deadline = time.monotonic() + timeout
+        seen = -1
+        while True:
+            self.flush()
+            seen = self.series_count(at)
+            if seen == expected:
+                return
+            if seen > expected:
+                raise StoreError(f"{self.kind} holds {seen} series, expected {expected}")
+            if time.monotonic() > deadline:
+                raise StoreError(f"{self.kind} sees {seen} series after {timeout:.0f}s, "
+                                 f"expected {expected}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _wait_ready(store: Store, path: str, timeout: float) -> None:
+    began = time.monotonic()
+    while True:
+        if store.proc.poll() is not None:
+            tail = store.log.read_text(errors="replace")[-2000:]
+            raise StoreError(f"{store.kind} exited {store.proc.returncode}: {tail}")
+        try:
+            with urllib.request.urlopen(store.url + path, timeout=2) as r:
+                if r.status == 200:
+                    store.started_s = time.monotonic() - began
+                    return
+        except OSError:
+            pass
+        if time.monotonic() - began > timeout:
+            store.stop()
+            raise StoreError(f"{store.kind} not ready after {timeout:.0f}s (log: {store.log})")
+        time.sleep(0.1)
+
+
+@contextmanager
+def _workdir(prefix: str) -> Iterator[Path]:
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def start_prometheus(
+    blocks: Path | None = None,
+    *,
+    copy: bool = True,
+    lookback_delta: str | None = None,
+    scrape_config: str | None = None,
+    extra_args: Iterable[str] = (),
+    timeout: float = 120.0,
+) -> Iterator[Store]:
+    """A Prometheus serving ``blocks`` (a folder of TSDB blocks, e.g. from
+    :func:`bench.fleet.build_blocks`; hard-link copied unless ``copy=False``, then opened in
+    place) or an empty TSDB, scraping ``scrape_config`` (the text of the ``scrape_configs``
+    list's YAML, e.g. for live exporters) if given. Stopped and removed on exit."""
+    exe = binary(PROMETHEUS)
+    with _workdir("gpuscope-prom-") as work:
+        tsdb = work / "tsdb"
+        if blocks is not None and copy:
+            clone_tree(blocks, tsdb)
+        elif blocks is not None:
+            tsdb = blocks
+        config = work / "prometheus.yml"
+        config.write_text("global: {scrape_interval: 15s, evaluation_interval: 15s}\n"
+                          f"scrape_configs:\n{scrape_config or '  []'}\n")
+        port = free_port()
+        args = [exe, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
+                "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}",
+                "--web.enable-admin-api", "--log.level=warn"]
+        if lookback_delta is not None:
+            args.append(f"--query.lookback-delta={lookback_delta}")
+        args += list(extra_args)
+        log = work / "prometheus.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        store = Store("prometheus", f"http://127.0.0.1:{port}", proc, tsdb, log)
+        try:
+            _wait_ready(store, "/-/ready", timeout)
+            yield store
+        finally:
+            store.stop()
+
+
+@contextmanager
+def start_victoriametrics(
+    data: Path | None = None,
+    *,
+    copy: bool = True,
+    cache: bool = False,
+    scrape_config: str | None = None,
+    scrape_interval: str = "15s",
+    extra_args: Iterable[str] = (),
+    timeout: float = 120.0,
+) -> Iterator[Store]:
+    """A single-node VictoriaMetrics on ``data`` (a ``-storageDataPath`` kept from an earlier
+    import: hard-link copied unless ``copy=False``) or on an empty folder, with its response
+    cache off unless ``cache`` (see the module's docstring), scraping ``scrape_config`` (the
+    ``scrape_configs`` list's YAML) if given. Stopped and removed on exit."""
+    exe = binary(VICTORIA_METRICS)
+    with _workdir("gpuscope-vm-") as work:
+        path = work / "vmdata"
+        if data is not None and copy:
+            clone_tree(data, path)
+        elif data is not None:
+            path = data
+        port = free_port()
+        args = [exe, f"-storageDataPath={path}", "-retentionPeriod=100y",
+                f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN"]
+        if not cache:
+            args.append("-search.disableCache")
+        if scrape_config is not None:
+            config = work / "scrape.yml"
+            config.write_text(f"global: {{scrape_interval: {scrape_interval}}}\n"
+                              f"scrape_configs:\n{scrape_config}\n")
+            args.append(f"-promscrape.config={config}")
+        args += list(extra_args)
+        log = work / "victoria-metrics.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        store = Store("victoriametrics", f"http://127.0.0.1:{port}", proc, path, log)
+        try:
+            _wait_ready(store, "/health", timeout)
+            yield store
+        finally:
+            store.stop()
+
+
+def promtool_blocks(openmetrics: Path, out: Path) -> float:
+    """``promtool tsdb create-blocks-from openmetrics FILE OUT``; returns the seconds it took.
+    The samples must be in the past (promtool writes 2 h blocks; Prometheus keeps them with
+    :func:`start_prometheus`' retention)."""
+    exe = binary("promtool")
+    began = time.perf_counter()
+    run = subprocess.run([exe, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics),
+                          str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if run.returncode != 0:
+        raise StoreError(f"promtool create-blocks-from failed: "
+                         f"{run.stderr.decode(errors='replace')[-2000:]}")
+    return time.perf_counter() - began
+
+
+__all__ = ["Store", "StoreError", "binary", "clone_tree", "free_port",
+           "promtool_blocks", "rss_kib", "start_prometheus", "start_victoriametrics"]
