@@ -274,7 +274,7 @@ class SigV4Auth:
             region = self._session.get_config_variable("region")
             if not region:
                 raise CredentialError(
-                    "SigV4: no AWS region: give one, or use the workspace URL "
+                    "no AWS region: give one, or use the workspace URL "
                     "(aps-workspaces.<region>.amazonaws.com), or set AWS_REGION")
             self.region = str(region)
         self._creds()
@@ -285,10 +285,10 @@ class SigV4Auth:
                 try:
                     creds = self._session.get_credentials()
                 except self._errors as exc:
-                    raise CredentialError(f"SigV4: AWS credentials: {exc}") from None
+                    raise CredentialError(f"AWS credentials: {exc}") from None
                 if creds is None:
                     raise CredentialError(
-                        "SigV4: no AWS credentials found (environment, web identity/IRSA, "
+                        "no AWS credentials found (environment, web identity/IRSA, "
                         "Pod Identity, ~/.aws, instance profile)")
                 self._credentials = creds
             return self._credentials
@@ -299,7 +299,7 @@ class SigV4Auth:
         try:
             frozen = self._creds().get_frozen_credentials()  # refreshes when near expiry
         except self._errors as exc:
-            raise CredentialError(f"SigV4: AWS credentials: {exc}") from None
+            raise CredentialError(f"AWS credentials: {exc}") from None
         self._last = frozen
         request = self._request_cls(method=method, url=url, data=body, headers=dict(headers))
         self._auth_mod.SigV4Auth(frozen, self.service, self.region).add_auth(request)
@@ -550,7 +550,16 @@ class PromApi:
             return DataError(f"{self.description}: TLS: server certificate not trusted: "
                              f"{reason.verify_message or reason.reason}")
         if isinstance(reason, ssl.SSLError):
-            return DataError(f"{self.description}: TLS: {reason.reason or reason}")
+            why = str(reason.reason or reason)
+            ours = self.tls is not None and self.tls.cert_file is not None
+            if "ALERT" in why and "CERTIFICATE" in why:  # the server's alert about ours
+                why += (" (the server does not accept our client certificate)" if ours
+                        else " (the server wants a client certificate)")
+            elif isinstance(reason, ssl.SSLEOFError) and not ours:
+                # TLS 1.3: the client certificate is checked after our side of the
+                # handshake; the server's alert or its hang-up may come first.
+                why += " (the server hung up: does it want a client certificate?)"
+            return DataError(f"{self.description}: TLS: {why}")
         return DataError(f"{self.description} unreachable: {self._redact(str(reason))}")
 
     def _detail(self, exc: urllib.error.HTTPError) -> str:

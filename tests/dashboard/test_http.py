@@ -1,0 +1,673 @@
+"""The Prometheus mode's HTTP client against real servers that check credentials.
+
+:class:`CheckServer` answers the Prometheus API on a real socket (HTTP or HTTPS, optionally
+requiring a client certificate) and checks each request's credentials: a bearer token, a
+basic-auth pair, or an AWS SigV4 signature that it recomputes with botocore's own signer
+over the request it received (method, URL, signed headers, body; the credentials it knows
+and the date of the request's ``X-Amz-Date``). With ``upstream`` it is an authenticating
+proxy in front of a real Prometheus. The end-to-end tests run ``PrometheusData.fleet``
+through it and against a real Prometheus serving TLS with a required client certificate.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hmac
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import botocore.auth
+import botocore.awsrequest
+import botocore.credentials
+import botocore.session
+import pytest
+
+from gpuscope.dashboard.data import DataError, PrometheusData
+from gpuscope.dashboard.data.http import (
+    BasicAuth,
+    BearerAuth,
+    CredentialError,
+    PromApi,
+    SecretFile,
+    SigV4Auth,
+    TlsConfig,
+    amp_region,
+)
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.views import build_fleet_view
+from tests.conftest import REPO, free_port, wait_for
+from tests.pki import TestCA
+
+VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
+    {"metric": {"node": "n"}, "value": [1.0, "1"]}]}}
+ACCESS_KEY = "AKIDEXAMPLE12345"
+SECRET_KEY = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+SESSION_TOKEN = "IQoJb3JpZ2luX2VjEXAMPLE-session-token"
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]  # as sent (names as the client spelled them)
+    body: bytes
+    scheme: str
+
+    def header(self, name: str) -> str | None:
+        for k, v in self.headers.items():
+            if k.lower() == name.lower():
+                return v
+        return None
+
+
+#: A check: None to let the request through, else (HTTP status, JSON error body).
+Check = Callable[[Received], tuple[int, dict[str, str]] | None]
+
+
+@dataclass
+class CheckServer:
+    """A Prometheus API that checks credentials; ``seen`` holds (Authorization, status)."""
+
+    check: Check
+    tls: ssl.SSLContext | None = None
+    upstream: str | None = None
+    upstream_tls: ssl.SSLContext | None = None
+    seen: list[tuple[str | None, int]] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                got = Received("POST", self.path, dict(self.headers.items()), body,
+                               "https" if owner.tls else "http")
+                owner.received.append(got)
+                failed = owner.check(got)
+                if failed is not None:
+                    status, answer = failed
+                else:
+                    status, answer = owner.answer(got)
+                owner.seen.append((got.header("Authorization"), status))
+                raw = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client refusing our certificate: the client side is under test
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        if self.tls is not None:
+            # Handshakes happen in the handler threads, not in accept().
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True,
+                                                      do_handshake_on_connect=False)
+        self.port = self.server.server_port
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def answer(self, got: Received) -> tuple[int, dict[str, str]]:
+        if self.upstream is None:
+            return 200, VECTOR  # type: ignore[return-value]
+        path = got.path[got.path.index("/api/"):]  # without the workspace prefix
+        req = urllib.request.Request(self.upstream + path, data=got.body, method="POST",
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        with urllib.request.urlopen(req, timeout=10, context=self.upstream_tls) as resp:
+            return resp.status, json.loads(resp.read())
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., CheckServer]]:
+    servers: list[CheckServer] = []
+
+    def start(check: Check, **kwargs: object) -> CheckServer:
+        server = CheckServer(check, **kwargs)  # type: ignore[arg-type]
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def prom_error(status: int, message: str) -> tuple[int, dict[str, str]]:
+    return status, {"status": "error", "errorType": "unauthorized", "error": message}
+
+
+# -- checks -----------------------------------------------------------------------------------
+def bearer_check(expected: Callable[[], str]) -> Check:
+    def check(got: Received) -> tuple[int, dict[str, str]] | None:
+        sent = got.header("Authorization")
+        if sent == f"Bearer {expected()}":
+            return None
+        # Echoes what it got, as some proxies do: the client must not show it.
+        return prom_error(401, f"invalid credentials: {sent}")
+    return check
+
+
+def basic_check(user: str, password: str) -> Check:
+    def check(got: Received) -> tuple[int, dict[str, str]] | None:
+        sent = got.header("Authorization") or ""
+        if sent.startswith("Basic "):
+            pair = base64.b64decode(sent.removeprefix("Basic ")).decode()
+            if hmac.compare_digest(pair, f"{user}:{password}"):
+                return None
+        return prom_error(401, f"bad user or password in {sent}")
+    return check
+
+
+SIGV4 = re.compile(r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<day>\d{8})/(?P<region>[^/]+)"
+                   r"/(?P<service>[^/]+)/aws4_request, SignedHeaders=(?P<signed>[a-z0-9;-]+), "
+                   r"Signature=(?P<signature>[0-9a-f]{64})")
+
+
+def sigv4_check(region: str, *, token: str | None = SESSION_TOKEN,
+                service: str = "aps") -> Check:
+    """Amazon's check, redone: the signature botocore's SigV4Auth computes over the request
+    as received, with the secret key this server knows, must equal the one sent."""
+    def deny(message: str) -> tuple[int, dict[str, str]]:
+        return 403, {"message": message}
+
+    def check(got: Received) -> tuple[int, dict[str, str]] | None:
+        m = SIGV4.fullmatch(got.header("Authorization") or "")
+        if m is None:
+            return deny("Missing Authentication Token")
+        if m["key"] != ACCESS_KEY:
+            return deny("The security token included in the request is invalid.")
+        if (m["region"], m["service"]) != (region, service):
+            return deny(f"Credential should be scoped to a valid region/service, "
+                        f"not {m['region']}/{m['service']}")
+        amz_date = got.header("X-Amz-Date") or ""
+        try:
+            when = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(
+                tzinfo=datetime.UTC)
+        except ValueError:
+            return deny("bad X-Amz-Date")
+        if abs(when.timestamp() - time.time()) > 300 or not amz_date.startswith(m["day"]):
+            return deny("Signature expired")
+        signed = m["signed"].split(";")
+        needed = {"host", "x-amz-date", "content-type"} | ({"x-amz-security-token"}
+                                                           if token else set())
+        if not needed <= set(signed):
+            return deny(f"these headers must be signed: {sorted(needed - set(signed))}")
+        if token is not None and got.header("X-Amz-Security-Token") != token:
+            return deny("The security token included in the request is invalid.")
+        headers = {name: got.header(name) or "" for name in signed}
+        request = botocore.awsrequest.AWSRequest(
+            method=got.method, url=f"{got.scheme}://{got.header('Host')}{got.path}",
+            data=got.body, headers=headers)
+        request.context["timestamp"] = amz_date
+        signer = botocore.auth.SigV4Auth(
+            botocore.credentials.Credentials(ACCESS_KEY, SECRET_KEY, token), service, region)
+        expected = signer.signature(
+            signer.string_to_sign(request, signer.canonical_request(request)), request)
+        if not hmac.compare_digest(expected, m["signature"]):
+            return deny("The request signature we calculated does not match the signature "
+                        "you provided. Check your AWS Secret Access Key and signing method.")
+        return None
+    return check
+
+
+def open_check(got: Received) -> None:
+    return None
+
+
+# -- PKI --------------------------------------------------------------------------------------
+@dataclass
+class Pki:
+    dir: Path
+    ca: Path  # signs the servers' and the client's certificates
+    other_ca: Path  # trusted by nobody here
+    server: ssl.SSLContext  # 127.0.0.1 and localhost
+    named_server: ssl.SSLContext  # only prom.internal
+    mtls_server: ssl.SSLContext  # 127.0.0.1, requires a client certificate from ca
+    client_cert: Path
+    client_key: Path
+    server_cert: Path
+    server_key: Path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    d = tmp_path_factory.mktemp("pki")
+    ca, other = TestCA("prom-ca"), TestCA("other-ca")
+
+    def write(name: str, data: bytes) -> Path:
+        (d / name).write_bytes(data)
+        return d / name
+
+    def server_ctx(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        if client_ca is not None:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(client_ca)
+        return ctx
+
+    leaf = ca.issue("prometheus", server=True, sans=["127.0.0.1", "localhost"])
+    named = ca.issue("prom.internal", server=True, sans=["prom.internal"])
+    client = ca.issue("gpuscope-dashboard", server=False)
+    paths = {n: write(f"{n}.pem", b) for n, b in (
+        ("ca", ca.cert_pem), ("other-ca", other.cert_pem), ("server", leaf.cert_pem),
+        ("server-key", leaf.key_pem), ("named", named.cert_pem),
+        ("named-key", named.key_pem), ("client", client.cert_pem),
+        ("client-key", client.key_pem))}
+    return Pki(d, paths["ca"], paths["other-ca"],
+               server_ctx(paths["server"], paths["server-key"]),
+               server_ctx(paths["named"], paths["named-key"]),
+               server_ctx(paths["server"], paths["server-key"], paths["ca"]),
+               paths["client"], paths["client-key"], paths["server"], paths["server-key"])
+
+
+def one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
+    text = str(exc.value)
+    assert "\n" not in text and text, text
+    return text
+
+
+# -- bearer -----------------------------------------------------------------------------------
+def test_bearer_token_is_sent_and_a_rotated_file_is_picked_up(
+        serve: Callable[..., CheckServer], tmp_path: Path) -> None:
+    current = ["token-one"]
+    server = serve(bearer_check(lambda: current[0]))
+    token = tmp_path / "token"
+    token.write_text("token-one\n")  # a trailing newline, as `echo` and Secrets leave it
+    api = PromApi(server.url, auth=BearerAuth(str(token)))
+    api.check()
+    assert api.post_form("/api/v1/query", {"query": "up"}) == VECTOR["data"]
+
+    # Rotation as Kubernetes does it: a new file swapped in under the same name.
+    (tmp_path / "token.new").write_text("token-two-longer\n")
+    os.replace(tmp_path / "token.new", token)
+    current[0] = "token-two-longer"
+    api.post_form("/api/v1/query", {"query": "up"})
+    assert server.seen == [("Bearer token-one", 200), ("Bearer token-two-longer", 200)]
+
+
+def test_a_401_rereads_the_token_once(serve: Callable[..., CheckServer], tmp_path: Path
+                                      ) -> None:
+    current = ["aaaa-1"]
+    server = serve(bearer_check(lambda: current[0]))
+    token = tmp_path / "token"
+    token.write_text("aaaa-1")
+    api = PromApi(server.url, auth=BearerAuth(str(token)))
+    api.post_form("/api/v1/query", {"query": "up"})
+    # Rewritten in place with the same size and mtime: the file looks unchanged, the server
+    # already wants the new token; the 401 makes the client re-read it and retry once.
+    st = token.stat()
+    with token.open("r+") as f:
+        f.write("bbbb-2")
+    os.utime(token, ns=(st.st_atime_ns, st.st_mtime_ns))
+    current[0] = "bbbb-2"
+    api.post_form("/api/v1/query", {"query": "up"})
+    assert server.seen == [("Bearer aaaa-1", 200), ("Bearer aaaa-1", 401),
+                           ("Bearer bbbb-2", 200)]
+    # A token the server refuses, unchanged on re-reading: one 401 retry at most, then one
+    # line that does not show the token the server echoed back.
+    current[0] = "something-else"
+    server.seen.clear()
+    with pytest.raises(DataError) as info:
+        api.post_form("/api/v1/query", {"query": "up"})
+    text = one_line(info)
+    assert text.startswith(f"Prometheus {server.url}: HTTP 401 invalid credentials: Bearer ")
+    assert "bbbb-2" not in text and "<redacted>" in text
+    assert server.seen == [("Bearer bbbb-2", 401)]
+
+
+def test_token_file_missing_or_empty_is_one_line(serve: Callable[..., CheckServer],
+                                                 tmp_path: Path) -> None:
+    server = serve(bearer_check(lambda: "t0k3n"))
+    token = tmp_path / "token"
+    auth = BearerAuth(SecretFile(str(token), "--prometheus-bearer-token-file"))
+    with pytest.raises(CredentialError) as info:
+        auth.check()  # at start-up
+    assert one_line(info) == f"--prometheus-bearer-token-file {token}: No such file or directory"
+    token.write_text("  \n")
+    with pytest.raises(CredentialError, match=r"is empty$"):
+        auth.check()
+    token.write_text("t0k3n")
+    api = PromApi(server.url, auth=auth)
+    api.post_form("/api/v1/query", {"query": "up"})
+    token.unlink()  # later: a DataError naming the file, like any failed query
+    with pytest.raises(DataError) as later:
+        api.post_form("/api/v1/query", {"query": "up"})
+    assert one_line(later) == (f"Prometheus {server.url}: --prometheus-bearer-token-file "
+                               f"{token}: No such file or directory")
+
+
+def test_the_token_is_reread_every_minute_even_if_the_file_looks_unchanged(
+        tmp_path: Path) -> None:
+    now = [0.0]
+    token = tmp_path / "token"
+    token.write_text("cccc")
+    secret = SecretFile(str(token), clock=lambda: now[0])
+    assert secret.get() == "cccc"
+    st = token.stat()
+    token.write_text("dddd")
+    os.utime(token, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now[0] = 59.0
+    assert secret.get() == "cccc"  # unchanged metadata, read 59 s ago
+    now[0] = 60.0
+    assert secret.get() == "dddd"
+
+
+# -- basic ------------------------------------------------------------------------------------
+def test_basic_auth_from_a_file_and_from_a_value(serve: Callable[..., CheckServer],
+                                                 tmp_path: Path) -> None:
+    server = serve(basic_check("grafana", "s3cret:with:colons"))
+    pw = tmp_path / "password"
+    pw.write_text("s3cret:with:colons\n")
+    for password in (SecretFile(str(pw)), "s3cret:with:colons"):
+        api = PromApi(server.url, auth=BasicAuth("grafana", password))
+        api.check()
+        assert api.post_form("/api/v1/query", {"query": "up"}) == VECTOR["data"]
+    wrong = PromApi(server.url, auth=BasicAuth("grafana", "not-it"))
+    with pytest.raises(DataError) as info:
+        wrong.post_form("/api/v1/query", {"query": "up"})
+    text = one_line(info)
+    assert "HTTP 401 bad user or password in Basic <redacted>" in text
+    assert base64.b64encode(b"grafana:not-it").decode() not in text
+    assert [status for _, status in server.seen] == [200, 200, 401]
+    with pytest.raises(ValueError, match="must not contain ':'"):
+        BasicAuth("a:b", "x")
+
+
+# -- TLS --------------------------------------------------------------------------------------
+def test_tls_with_a_custom_ca(serve: Callable[..., CheckServer], pki: Pki) -> None:
+    server = serve(open_check, tls=pki.server)
+    api = PromApi(server.url, tls=TlsConfig(ca_file=str(pki.ca)))
+    assert api.post_form("/api/v1/query", {"query": "up"}) == VECTOR["data"]
+
+    for tls in (TlsConfig(ca_file=str(pki.other_ca)), None):  # the wrong CA, the system's
+        with pytest.raises(DataError) as info:
+            PromApi(server.url, tls=tls).post_form("/api/v1/query", {"query": "up"})
+        assert one_line(info) == (f"Prometheus {server.url}: TLS: server certificate not "
+                                  "trusted: unable to get local issuer certificate")
+
+
+def test_tls_server_name_and_client_certificate(serve: Callable[..., CheckServer], pki: Pki
+                                                ) -> None:
+    named = serve(open_check, tls=pki.named_server)  # its certificate says prom.internal
+    with pytest.raises(DataError) as info:
+        PromApi(named.url, tls=TlsConfig(ca_file=str(pki.ca))).post_form(
+            "/api/v1/query", {"query": "up"})
+    assert "TLS: server certificate not trusted: IP address mismatch" in one_line(info)
+    api = PromApi(named.url, tls=TlsConfig(ca_file=str(pki.ca), server_name="prom.internal"))
+    assert api.post_form("/api/v1/query", {"query": "up"}) == VECTOR["data"]
+    assert named.received[-1].header("Host") == f"127.0.0.1:{named.port}"  # the URL's host
+
+    mtls = serve(open_check, tls=pki.mtls_server)
+    with pytest.raises(DataError) as refused:
+        PromApi(mtls.url, tls=TlsConfig(ca_file=str(pki.ca))).post_form(
+            "/api/v1/query", {"query": "up"})
+    assert one_line(refused).startswith(f"Prometheus {mtls.url}: TLS: ")
+    assert "client certificate" in one_line(refused)
+    client = TlsConfig(ca_file=str(pki.ca), cert_file=str(pki.client_cert),
+                       key_file=str(pki.client_key))
+    assert PromApi(mtls.url, tls=client).post_form("/api/v1/query", {"query": "up"}) == \
+        VECTOR["data"]
+
+
+def test_tls_files_are_checked_at_start_up(pki: Pki, tmp_path: Path) -> None:
+    names = ("--prometheus-ca-file", "--prometheus-cert-file", "--prometheus-key-file")
+    missing = tmp_path / "nope.pem"
+    with pytest.raises(CredentialError) as info:
+        PromApi("https://p:9090", tls=TlsConfig(ca_file=str(missing), names=names)).check()
+    assert one_line(info) == f"--prometheus-ca-file {missing}: No such file or directory"
+    with pytest.raises(CredentialError) as info:
+        PromApi("https://p:9090", tls=TlsConfig(ca_file=str(pki.client_key),
+                                                names=names)).check()
+    assert one_line(info) == f"--prometheus-ca-file {pki.client_key}: no PEM certificate in it"
+    with pytest.raises(CredentialError) as info:
+        PromApi("https://p:9090", tls=TlsConfig(cert_file=str(pki.client_cert),
+                                                key_file=str(pki.server_key),
+                                                names=names)).check()
+    assert one_line(info).startswith(f"--prometheus-cert-file {pki.client_cert} / "
+                                     f"--prometheus-key-file {pki.server_key}: ")
+    with pytest.raises(ValueError, match="both"):
+        TlsConfig(cert_file=str(pki.client_cert))
+
+
+# -- SigV4 ------------------------------------------------------------------------------------
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """botocore's default chain sees exactly these credentials (environment), no profile
+    and no instance metadata."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", SESSION_TOKEN)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_sigv4_signature_verified_by_botocore(aws_env: None, serve: Callable[..., CheckServer]
+                                              ) -> None:
+    server = serve(sigv4_check("eu-west-1"))
+    api = PromApi(server.url + "/workspaces/ws-1234", auth=SigV4Auth("eu-west-1"))
+    api.check()
+    assert api.post_form("/api/v1/query_range",
+                         {"query": 'sum by (node) (rate(x{a="b c"}[5m]))', "start": "1",
+                          "end": "2", "step": "1"}) == VECTOR["data"]
+    [got] = server.received
+    assert got.path == "/workspaces/ws-1234/api/v1/query_range"
+    assert got.header("X-Amz-Security-Token") == SESSION_TOKEN
+    assert server.seen[0][1] == 200
+
+    # The same request with another secret key, or for another region, is refused.
+    wrong = botocore.session.Session()
+    wrong.set_credentials(ACCESS_KEY, SECRET_KEY[:-1] + "X", SESSION_TOKEN)
+    for auth in (SigV4Auth("eu-west-1", session=wrong), SigV4Auth("us-east-1")):
+        with pytest.raises(DataError) as info:
+            PromApi(server.url, auth=auth).post_form("/api/v1/query", {"query": "up"})
+        text = one_line(info)
+        assert text.startswith(f"Prometheus {server.url}: HTTP 403 ")
+        assert SECRET_KEY[:-1] not in text and SESSION_TOKEN not in text
+    assert [s for _, s in server.seen] == [200, 403, 403]
+
+
+def test_sigv4_wrong_secret_is_the_signature_mismatch(aws_env: None,
+                                                      serve: Callable[..., CheckServer]
+                                                      ) -> None:
+    server = serve(sigv4_check("eu-west-1"))
+    wrong = botocore.session.Session()
+    wrong.set_credentials(ACCESS_KEY, "not-the-secret-key", SESSION_TOKEN)
+    with pytest.raises(DataError) as info:
+        PromApi(server.url, auth=SigV4Auth("eu-west-1", session=wrong)).post_form(
+            "/api/v1/query", {"query": "up"})
+    assert one_line(info) == (
+        f"Prometheus {server.url}: HTTP 403 The request signature we calculated does not "
+        "match the signature you provided. Check your AWS Secret Access Key and signing "
+        "method.")
+
+
+def test_sigv4_without_credentials_or_region_is_one_line(
+        aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    with pytest.raises(CredentialError) as info:
+        SigV4Auth("eu-west-1").check()
+    assert one_line(info).startswith("no AWS credentials found")
+    with pytest.raises(CredentialError) as info:
+        SigV4Auth(None).check()
+    assert one_line(info).startswith("no AWS region")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    auth = SigV4Auth(None)
+    auth.check()
+    assert auth.region == "ap-south-1"
+    assert "(AKIDEXAMPLE12345)" in auth.describe() and SECRET_KEY not in auth.describe()
+
+
+def test_region_of_an_amp_workspace_url() -> None:
+    assert amp_region("https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1") == \
+        "us-west-2"
+    assert amp_region("https://aps-workspaces.cn-north-1.amazonaws.com.cn/workspaces/w") == \
+        "cn-north-1"
+    assert amp_region("https://prometheus.example.com") is None
+
+
+def test_botocore_is_imported_only_for_sigv4(tmp_path: Path) -> None:
+    token = tmp_path / "t"
+    token.write_text("x")
+    code = (
+        "import sys\n"
+        "from gpuscope.dashboard.data.http import PromApi, BearerAuth, TlsConfig\n"
+        "from gpuscope.dashboard.data import PrometheusData\n"
+        f"PrometheusData('https://p', client=PromApi('https://p', auth=BearerAuth({str(token)!r}),"
+        " tls=TlsConfig()))\n"
+        "assert 'botocore' not in sys.modules, 'botocore imported'\n"
+        "from gpuscope.dashboard.data.http import SigV4Auth\n"
+        "SigV4Auth('us-east-1')\n"
+        "assert 'botocore' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+
+
+def test_credentials_in_the_url_are_refused() -> None:
+    with pytest.raises(ValueError, match="must not hold credentials"):
+        PrometheusData("https://admin:hunter2@prom.example.com")
+
+
+# -- end to end: the fleet through an authenticating proxy and over mutual TLS ---------------
+NODES = {"amp-idle": ("g5.12xlarge", 0.0), "amp-busy": ("p4d.24xlarge", 0.9)}
+
+
+def openmetrics(end: float, minutes: int = 40, step: float = 15.0) -> str:
+    """Two nodes of two GPUs each, one idle, one busy, every ``step`` s for ``minutes``."""
+    times = [end - k * step for k in range(int(minutes * 60 / step), -1, -1)]
+    out = ["# TYPE gpu_info gauge\n"]
+    gpus = [(node, str(g), f"GPU-{node}-{g}") for node in NODES for g in (0, 1)]
+    for node, gpu, uuid in gpus:
+        lab = (f'driver_version="550",gpu="{gpu}",mig_profile="",model="NVIDIA A10G",'
+               f'node="{node}",parent_uuid="",pci_bus_id="",uuid="{uuid}"')
+        out += [f"gpu_info{{{lab}}} 1 {t:.3f}\n" for t in times]
+    out.append("# TYPE gpu_node_info gauge\n")
+    for node, (itype, _) in NODES.items():
+        lab = f'capacity_type="on-demand",instance_type="{itype}",node="{node}",zone="z"'
+        out += [f"gpu_node_info{{{lab}}} 1 {t:.3f}\n" for t in times]
+    out.append("# TYPE gpu_utilization_ratio gauge\n")
+    for node, gpu, uuid in gpus:
+        lab = f'gpu="{gpu}",node="{node}",uuid="{uuid}"'
+        out += [f"gpu_utilization_ratio{{{lab}}} {NODES[node][1]} {t:.3f}\n" for t in times]
+    out.append("# TYPE gpu_busy_seconds counter\n")
+    for node, gpu, uuid in gpus:
+        lab = f'gpu="{gpu}",node="{node}",uuid="{uuid}"'
+        out += [f"gpu_busy_seconds_total{{{lab}}} {NODES[node][1] * k * step} {t:.3f}\n"
+                for k, t in enumerate(times)]
+    out.append("# EOF\n")
+    return "".join(out)
+
+
+@dataclass
+class MtlsPrometheus:
+    url: str
+    end: float  # the data's last timestamp: the dashboard's "now"
+    client: TlsConfig
+
+
+@pytest.fixture(scope="module")
+def mtls_prometheus(prometheus_bin: str, promtool: str, pki: Pki,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[MtlsPrometheus]:
+    """A real Prometheus serving backfilled data over TLS that requires a client
+    certificate from the test CA (its web config's tls_server_config)."""
+    tmp = tmp_path_factory.mktemp("mtls-prometheus")
+    end = float(int(time.time()) - 60)
+    (tmp / "fleet.om").write_text(openmetrics(end))
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
+                    str(tmp / "fleet.om"), str(tmp / "tsdb")],
+                   check=True, capture_output=True, timeout=60)
+    (tmp / "prometheus.yml").write_text("global: {scrape_interval: 15s}\nscrape_configs: []\n")
+    (tmp / "web.yml").write_text(
+        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n")
+    port = free_port()
+    log = (tmp / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [prometheus_bin, f"--config.file={tmp / 'prometheus.yml'}",
+         f"--web.config.file={tmp / 'web.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+         "--storage.tsdb.retention.time=10y", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT)
+    url = f"https://127.0.0.1:{port}"
+    client = TlsConfig(ca_file=str(pki.ca), cert_file=str(pki.client_cert),
+                       key_file=str(pki.client_key))
+    ctx = client.context()
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(url + "/-/ready", timeout=2, context=ctx) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_for(ready, 60, "Prometheus over mutual TLS")
+        yield MtlsPrometheus(url, end, client)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        log.close()
+
+
+def idle_nodes(prom: PrometheusData, end: float) -> list[tuple[str, float]]:
+    view = build_fleet_view(prom.fleet(3600), bundled_prices())
+    prom.close()
+    assert view.kpis.gpus == 4
+    return [(r.node, r.price_per_hour) for r in view.idle_rows]
+
+
+def test_fleet_over_mutual_tls_and_through_a_sigv4_proxy(
+        aws_env: None, mtls_prometheus: MtlsPrometheus, serve: Callable[..., CheckServer],
+        pki: Pki) -> None:
+    m = mtls_prometheus
+    expected = [("amp-idle", bundled_prices().per_hour("g5.12xlarge"))]
+    # Directly: Prometheus itself checks the client certificate.
+    direct = PrometheusData(m.url, clock=lambda: m.end,
+                            client=PromApi(m.url, tls=m.client))
+    assert idle_nodes(direct, m.end) == expected
+    # TLS 1.3 checks the client certificate after the client's handshake: Go's alert or
+    # its hang-up arrives first; either way the line says what is likely missing.
+    with pytest.raises(DataError, match=r"TLS: .*(\(the server wants a client certificate\)|"
+                                        r"does it want a client certificate\?\))$"):
+        PrometheusData(m.url, clock=lambda: m.end, client=PromApi(
+            m.url, tls=TlsConfig(ca_file=str(pki.ca)))).fleet(3600)
+
+    # Through a proxy that checks SigV4 as Amazon Managed Prometheus does, over TLS.
+    proxy = serve(sigv4_check("us-east-1"), tls=pki.server, upstream=m.url,
+                  upstream_tls=m.client.context())
+    base = proxy.url + "/workspaces/ws-e2e"
+    amp = PrometheusData(base, clock=lambda: m.end, client=PromApi(
+        base, auth=SigV4Auth("us-east-1"), tls=TlsConfig(ca_file=str(pki.ca))))
+    assert idle_nodes(amp, m.end) == expected
+    statuses = {s for _, s in proxy.seen}
+    assert statuses == {200} and len(proxy.seen) == amp.queries_total >= 6
