@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuscope.dashboard.cli import ConfigError, main, parse_config
 from gpuscope.dashboard.data import Target
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port, wait_for
+from tests.dashboard.test_http import CheckServer, basic_check, make_pki
 
 
 def test_defaults_bind_to_loopback() -> None:
@@ -87,3 +91,145 @@ def test_port_in_use_is_one_line() -> None:
     assert proc.stderr.strip().splitlines() == [
         f"gpuscope-dashboard: error: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+# -- Prometheus behind auth and TLS (docs/dashboard.md#managed-prometheus) ------------------
+P = ["--prometheus", "https://prom.example.com"]
+PW_ENV = "GPUSCOPE_PROMETHEUS_BASIC_AUTH_PASSWORD"
+
+
+@pytest.mark.parametrize(("argv", "env", "message"), [
+    (["--demo", "--prometheus-ca-file", "ca.pem"], {},
+     "--prometheus-ca-file needs --prometheus URL"),
+    (["--targets", "http://h:9463", "--prometheus-sigv4"], {},
+     "--prometheus-sigv4 needs --prometheus URL"),
+    ([*P, "--prometheus-bearer-token-file", "t", "--prometheus-sigv4"], {},
+     "choose one way to authenticate to Prometheus, got --prometheus-bearer-token-file and "
+     "--prometheus-sigv4"),
+    ([*P, "--prometheus-basic-auth-user", "u", "--prometheus-bearer-token-file", "t"], {},
+     "choose one way to authenticate to Prometheus"),
+    ([*P, "--prometheus-basic-auth-user", "u"], {},
+     f"--prometheus-basic-auth-user needs a password: --prometheus-basic-auth-password-file "
+     f"FILE or {PW_ENV}"),
+    ([*P, "--prometheus-basic-auth-password-file", "pw"], {},
+     "--prometheus-basic-auth-password-file needs --prometheus-basic-auth-user"),
+    ([*P, "--prometheus-basic-auth-user", "u", "--prometheus-basic-auth-password-file", "pw"],
+     {PW_ENV: "x"}, "give the basic-auth password once"),
+    ([*P, "--prometheus-basic-auth-user", "a:b"], {PW_ENV: "x"},
+     "--prometheus-basic-auth-user: expected a user name without ':'"),
+    ([*P, "--prometheus-cert-file", "c.pem"], {},
+     "--prometheus-cert-file and --prometheus-key-file go together"),
+    (["--prometheus", "http://prom:9090", "--prometheus-ca-file", "ca.pem"], {},
+     "--prometheus-ca-file needs an https:// --prometheus URL, got http://prom:9090"),
+    ([*P, "--prometheus-sigv4-region", "us-east-1"], {},
+     "--prometheus-sigv4-region needs --prometheus-sigv4"),
+    ([*P, "--prometheus-sigv4", "--prometheus-sigv4-region", "US East"], {},
+     "--prometheus-sigv4-region: expected an AWS region such as us-east-1"),
+    ([*P], {"GPUSCOPE_PROMETHEUS_SIGV4": "maybe"},
+     "GPUSCOPE_PROMETHEUS_SIGV4: expected true or false"),
+    ([*P, "--prometheus-server-name", "a b"], {}, "--prometheus-server-name: expected a host"),
+])
+def test_bad_prometheus_auth_combinations_are_one_line(argv: list[str], env: dict[str, str],
+                                                       message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(argv, environ=env)
+    assert str(info.value).startswith(message) or message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_url_with_credentials_is_refused_without_repeating_them() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(["--prometheus", "https://admin:hunter2@prom:bad/"], environ={})
+    assert str(info.value).startswith("--prometheus: the URL must not hold credentials")
+    assert "hunter2" not in str(info.value)
+
+
+def test_sigv4_region_from_flag_url_or_environment() -> None:
+    amp = "https://aps-workspaces.eu-central-1.amazonaws.com/workspaces/ws-0a1b2c"
+    sigv4 = ["--prometheus-sigv4"]
+    assert parse_config(["--prometheus", amp, *sigv4], environ={
+        "AWS_REGION": "us-east-1"}).prometheus_sigv4_region == "eu-central-1"
+    assert parse_config([*P, *sigv4], environ={"AWS_REGION": "us-east-2"}
+                        ).prometheus_sigv4_region == "us-east-2"
+    assert parse_config([*P, *sigv4], environ={"AWS_DEFAULT_REGION": "sa-east-1"}
+                        ).prometheus_sigv4_region == "sa-east-1"
+    assert parse_config([*P, *sigv4], environ={}).prometheus_sigv4_region is None  # profile
+    assert parse_config(["--prometheus", amp, *sigv4, "--prometheus-sigv4-region",
+                         "us-gov-west-1"], environ={}).prometheus_sigv4_region == "us-gov-west-1"
+    cfg = parse_config([], environ={"GPUSCOPE_PROMETHEUS": amp, "GPUSCOPE_PROMETHEUS_SIGV4": "1"})
+    assert cfg.prometheus_sigv4 and cfg.prometheus_sigv4_region == "eu-central-1"
+
+
+def test_basic_auth_password_from_the_environment_stays_out_of_repr() -> None:
+    cfg = parse_config([*P, "--prometheus-basic-auth-user", "grafana"],
+                       environ={PW_ENV: "hunter2"})
+    assert cfg.prometheus_basic_auth_password == "hunter2"
+    assert "hunter2" not in repr(cfg)
+    # Without a user the variable is not used (and not kept).
+    assert parse_config(P, environ={PW_ENV: "x"}).prometheus_basic_auth_password is None
+
+
+def test_unusable_credentials_stop_the_start_with_one_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "token"
+    assert main([*P, "--prometheus-bearer-token-file", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"gpuscope-dashboard: error: "
+                                       f"--prometheus-bearer-token-file {missing}: "
+                                       f"No such file or directory\n")
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("hello\n")
+    assert main([*P, "--prometheus-ca-file", str(not_pem)]) == 2
+    assert capsys.readouterr().err == (f"gpuscope-dashboard: error: --prometheus-ca-file "
+                                       f"{not_pem}: no PEM certificate in it\n")
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert main([*P, "--prometheus-sigv4", "--prometheus-sigv4-region", "us-east-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuscope-dashboard: error: --prometheus-sigv4: no AWS credentials "
+                          "found") and err.count("\n") == 1
+
+
+@pytest.fixture
+def basic_auth_server(tmp_path: Path) -> Iterator[tuple[CheckServer, Path]]:
+    """(an HTTPS Prometheus API wanting basic auth grafana:pa55-from-env, its CA file)"""
+    pki = make_pki(tmp_path)
+    server = CheckServer(basic_check("grafana", "pa55-from-env"), tls=pki.server)
+    yield server, pki.ca
+    server.close()
+
+
+def test_dashboard_queries_prometheus_over_tls_with_basic_auth(
+        tmp_path: Path, basic_auth_server: tuple[CheckServer, Path]) -> None:
+    """The real command: HTTPS with the test CA, basic auth with the password from the
+    environment; the password is in neither the process's command line nor its log."""
+    server, ca = basic_auth_server
+    port = free_port()
+    log = tmp_path / "dashboard.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")}
+    env[PW_ENV] = "pa55-from-env"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuscope.dashboard", "--listen", f"127.0.0.1:{port}",
+             "--prometheus", server.url, "--prometheus-ca-file", str(ca),
+             "--prometheus-basic-auth-user", "grafana", "--log-level", "debug"],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            # The default view is kept warm from the start: its queries arrive unprompted.
+            wait_for(lambda: len(server.seen) >= 6 or proc.poll() is not None, 60,
+                     "the dashboard's first queries")
+            cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        finally:
+            proc.terminate()
+            proc.wait(15)
+    expected = "Basic " + base64.b64encode(b"grafana:pa55-from-env").decode()
+    assert set(server.seen) == {(expected, 200)}
+    assert b"pa55" not in cmdline
+    text = log.read_text()
+    assert "Prometheus auth: basic auth as 'grafana', password from the environment; TLS: CA" \
+        in text
+    assert "pa55" not in text and expected.split()[1] not in text

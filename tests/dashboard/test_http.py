@@ -255,7 +255,11 @@ class Pki:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def make_pki(d: Path) -> Pki:
+    """A CA with server and client certificates, and a CA that signed none of them."""
     ca, other = TestCA("prom-ca"), TestCA("other-ca")
 
     def write(name: str, data: bytes) -> Path:
