@@ -207,9 +207,14 @@ def plan(nodes: int, mix: Sequence[Template] = TEMPLATES) -> list[NodePlan]:
     while sum(u * t.size for u, t in zip(units, mix, strict=True)) < nodes:
         units[singles[k % len(singles)]] += 1
         k += 1
+    return layout(dict(zip((t.name for t in mix), units, strict=True)), mix)
+
+
+def layout(units: dict[str, int], mix: Sequence[Template] = TEMPLATES) -> list[NodePlan]:
+    """The nodes of ``units`` units of each template (by name), in ``mix`` order."""
     out: list[NodePlan] = []
-    for t, n in zip(mix, units, strict=True):
-        for copy in range(n):
+    for t in mix:
+        for copy in range(units.get(t.name, 0)):
             for position, file in enumerate(t.files):
                 index = len(out)
                 unit = index - position
@@ -350,10 +355,12 @@ class Shape:
 class Fleet:
     """The samples of :func:`plan`'s nodes over ``shape``, in two formats, streamed."""
 
-    def __init__(self, shape: Shape, mix: Sequence[Template] = TEMPLATES) -> None:
+    def __init__(self, shape: Shape, nodes: Sequence[NodePlan] | None = None) -> None:
+        """``nodes``: :func:`plan`'s for ``shape.nodes`` unless given (e.g. :func:`layout`)."""
         self.shape = shape
-        self.mix = tuple(mix)
-        self.plan = plan(shape.nodes, self.mix)
+        self.plan = list(nodes) if nodes is not None else plan(shape.nodes)
+        if len(self.plan) != shape.nodes:
+            raise ValueError(f"{len(self.plan)} nodes planned for a shape of {shape.nodes}")
         self._templates: dict[str, TemplateSeries] = {}
         self.series = 0
         self.samples = 0
