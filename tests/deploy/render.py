@@ -24,6 +24,7 @@ KUSTOMIZATIONS: dict[str, Path] = {
     "eks-cloudwatch": DEPLOY / "overlays" / "eks-cloudwatch",
     "gke-podmonitor-nonroot": FIXTURES / "gke-podmonitor-nonroot",
     "aks-without-operator": FIXTURES / "aks-without-operator",
+    "eks-grafana-dashboards": FIXTURES / "eks-grafana-dashboards",
 }
 PROVIDER_OVERLAYS = ("eks", "gke", "aks", "eks-cloudwatch")
 

@@ -1,0 +1,415 @@
+"""The four gpuscope dashboards: fleet, node, workload, namespace/pod.
+
+Every verdict a panel shows is a rule of ``alerts/gpuscope-rules.yaml`` taken by name
+(:class:`~.rules.Rules`): the alert expressions without their ``for:`` (what holds now; a
+state timeline shows for how long), and the recorded series the alerts are built on. What
+is drawn but is not a verdict (a utilization curve, power, clocks) reads the exporter's
+series directly, through ``rate()`` of its counters where it has them.
+
+Each dashboard's expressions are written unscoped and narrowed at the end
+(:func:`~.promql.scope`): every selector gets ``cluster=~"$cluster"`` (and, on the node
+dashboard, ``node=~"$node"``), every ``by``/``on`` the ``cluster`` label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuscope.alerts.grafana.panels import (
+    Json,
+    Layout,
+    Query,
+    bargauge,
+    dashboard,
+    datasource_variable,
+    heatmap,
+    links_to,
+    query_variable,
+    stat,
+    state_timeline,
+    table,
+    timeseries,
+)
+from gpuscope.alerts.grafana.promql import scope
+from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules
+
+CLUSTER = {"cluster": '=~"$cluster"'}
+NODE = {**CLUSTER, "node": '=~"$node"'}
+
+#: Throttle reasons that slow a GPU down against its peers (GpuThrottled's).
+SLOWING = 'reason=~"power|thermal|reliability|board_limit"'
+
+# Ranks, containers: a readable series name.
+RANK = "{{namespace}}/{{pod}} · {{node}} GPU {{gpu}}"
+CONTAINER = "{{namespace}}/{{pod}}/{{container}} · {{node}} GPU {{gpu}}"
+DEVICE = "GPU {{gpu}}"
+
+CLUSTER_VARIABLE = query_variable(
+    "cluster", "Cluster", "label_values(gpu_node_info, cluster)",
+    description="The `cluster` label of a multi-cluster store (Thanos, Mimir, federation); "
+                "All where there is none.")
+DEVICE_STATES = [(0, "working", "green"), (1, "idle", "red"), (2, "spinning", "orange")]
+
+
+def _scoped(layout: Layout, matchers: dict[str, str]) -> Layout:
+    """Narrows every query of ``layout`` to the dashboard's variables."""
+    for panel in layout.panels:
+        for target in panel.get("targets", []):
+            target["expr"] = scope(target["expr"], matchers, ("cluster",))
+    return layout
+
+
+def _gpu_of(expr: str, labels: str = "gpu") -> str:
+    """``expr`` (by node and uuid) with the GPU index label of ``gpu_info`` joined in."""
+    return (f"(\n{expr}\n)\n* on (node, uuid) group_left ({labels})\n"
+            f"max by (node, uuid, {labels}) (gpu_info)")
+
+
+def fleet(rules: Rules) -> Json:
+    idle_nodes = rules.expr("GpuNodeUnderutilized")
+    spinning = rules.series("uuid:gpu_spinning_utilization:ratio")
+    idle_dollars = f"sum(\n{NODE_PRICE}\nand on (node)\n(\n{idle_nodes}\n)\n)"
+    spinning_dollars = (f"sum(\nmax by (node, uuid) ({spinning}) * 0\n"
+                        f"+ on (node) group_left ()\n{DEVICE_PRICE}\n)")
+    lay = Layout()
+    lay.row("Now: what idle GPUs cost")
+    lay.add(stat("Idle nodes: $/hour", (
+        "What the nodes whose every GPU is idle cost per hour, at the on-demand price of "
+        "their instance type (rule GpuNodeUnderutilized without its 1h `for`; prices: the "
+        f"`{NODE_PRICE}` recording rules). Idle nodes of an unpriced type are not counted."),
+        Query(idle_dollars, instant=True), unit="currencyUSD", decimals=2, color="red"), 4, 4)
+    lay.add(stat("Idle nodes", "Nodes whose every GPU (and MIG slice) is idle or spinning "
+                  "(GpuNodeUnderutilized without its `for`).",
+                  Query(f"count(\n{idle_nodes}\n)", instant=True), color="red"), 4, 4)
+    lay.add(stat("Spinning GPUs: $/hour", (
+        "GPUs busy by utilization but doing no work (a hung collective, a busy-wait), at "
+        "their share of their node's price."),
+        Query(spinning_dollars, instant=True), unit="currencyUSD", decimals=2,
+        color="orange"), 4, 4)
+    lay.add(stat("Spinning GPUs", f"GPUs with `{spinning}` (GpuSpinning without its `for`).",
+                 Query(f"count({spinning})", instant=True), color="orange"), 4, 4)
+    lay.add(stat("Allocated-idle containers", (
+        "Containers that hold a GPU or MIG slice and use less than 5 % of it "
+        "(GpuAllocatedButIdle without its `for`)."),
+        Query(f"count(\n{rules.expr('GpuAllocatedButIdle')}\n)", instant=True),
+        color="orange"), 4, 4)
+    lay.add(stat("GPUs", "Physical GPUs reporting (MIG slices not counted).",
+                 Query('count(gpu_info{parent_uuid=""})', instant=True), color="blue"), 4, 4)
+
+    lay.row("Over time")
+    lay.add(timeseries("Idle $/hour", (
+        "Idle nodes' and spinning GPUs' cost per hour over time (the same rules as above)."),
+        [Query(idle_dollars, "idle nodes"), Query(spinning_dollars, "spinning GPUs")],
+        unit="currencyUSD", min_value=0, stack=True), 8, 8)
+    lay.add(heatmap("GPU utilization by node", (
+        "Mean utilization of each node's GPUs (5-minute means, "
+        "`uuid:gpu_busy_ratio:rate5m`): a row per node, red is idle."),
+        Query(f"avg by (node) ({rules.series('uuid:gpu_busy_ratio:rate5m')})", "{{node}}")),
+        16, 8)
+    lay.add(state_timeline("Idle and spinning nodes", (
+        "Nodes while they are idle (every device idle) or have a spinning GPU; nodes at "
+        "work are left out, so the panel stays readable on a large fleet."),
+        Query(f"(\n{idle_nodes}\n) * 0 + 1\nor on (node)\n"
+              f"(max by (node) ({spinning}) * 0 + 2)", "{{node}}"),
+        DEVICE_STATES), 24, 8)
+
+    lay.row("Lists")
+    node_info = "max by (node, instance_type, capacity_type) (gpu_node_info)"
+    lay.add(table("Idle nodes", "Idle nodes, their instance type and on-demand price.", [
+        Query(f"(\n{idle_nodes}\n)\n* on (node) group_left (instance_type, capacity_type)\n"
+              f"{node_info}", instant=True),
+        Query(f"{NODE_PRICE}\nand on (node)\n(\n{idle_nodes}\n)", instant=True),
+    ], {"Value #A": "busiest device utilization", "Value #B": "$/hour (on demand)"},
+        hide=["provider", "region", "price_date"],
+        units={"busiest device utilization": "percentunit",
+               "$/hour (on demand)": "currencyUSD"}, sort_by="$/hour (on demand)"), 12, 8)
+    lay.add(table("Spinning GPUs", (
+        "GPUs busy doing no work, with the pod that holds them (GpuSpinning) and their "
+        "share of the node's price."), [
+        Query(rules.expr("GpuSpinning"), instant=True),
+        Query(f"max by (node, uuid) ({spinning}) * 0\n+ on (node) group_left ()\n"
+              f"{DEVICE_PRICE}", instant=True),
+    ], {"Value #A": "utilization", "Value #B": "$/hour"},
+        units={"utilization": "percentunit", "$/hour": "currencyUSD"}), 12, 8)
+    lay.add(table("Allocated-idle containers", (
+        "Containers that hold a GPU or MIG slice and use less than 5 % of it: SM activity "
+        "where GPM gives it, else utilization, else (a MIG slice) whether a process runs."),
+        [Query(rules.expr("GpuAllocatedButIdle"), instant=True)],
+        {"Value": "usage of what it holds"}, units={"usage of what it holds": "percentunit"}),
+        12, 8)
+    lay.add(table("Throttled GPUs", "Clocks held down by power, thermal, reliability or "
+                  "board limits at least 20 % of the time (GpuThrottled).",
+                  [Query(rules.expr("GpuThrottled"), instant=True)],
+                  {"Value": "share of time throttled"},
+                  units={"share of time throttled": "percentunit"}), 12, 8)
+    lay.add(table("Starved on shared GPUs", (
+        "Containers on a time-sliced GPU that is at least 90 % busy and that get less than "
+        "half their fair share (GpuTimeSliceStarvation)."),
+        [Query(rules.expr("GpuTimeSliceStarvation"), instant=True)],
+        {"Value": "fraction of fair share"}, units={"fraction of fair share": "percentunit"}),
+        12, 8)
+    lay.add(bargauge("Idle devices by instance type", (
+        "Idle GPUs and MIG slices (`uuid:gpu_idle:bool`) per instance type: where the fleet "
+        "has room."),
+        Query(f"sum by (instance_type) (\n{rules.series('uuid:gpu_idle:bool')}\n"
+              "* on (node) group_left (instance_type)\n"
+              "max by (node, instance_type) (gpu_node_info)\n)", "{{instance_type}}",
+              instant=True), unit="none", max_value=None,
+        steps={"mode": "absolute", "steps": [{"value": None, "color": "orange"}]}), 12, 8)
+    return dashboard(
+        "gpuscope-fleet", "gpuscope / Fleet",
+        "Idle GPU nodes and what they cost, spinning GPUs, allocated-idle containers, "
+        "throttled and starved GPUs, from the gpuscope rules.",
+        _scoped(lay, CLUSTER), [datasource_variable(), CLUSTER_VARIABLE], links=links_to())
+
+
+def node(rules: Rules) -> Json:
+    idle = rules.series("uuid:gpu_idle:bool")
+    spinning = rules.series("uuid:gpu_spinning_utilization:ratio")
+    lay = Layout()
+    lay.row("The node")
+    lay.add(stat("Instance type", "From `gpu_node_info` (node labels, or the exporter's "
+                 "`--instance-type`).",
+                 Query("max by (instance_type, capacity_type) (gpu_node_info)",
+                       "{{instance_type}} ({{capacity_type}})", instant=True),
+                 text_mode="name", color="blue"), 6, 4)
+    lay.add(stat("$/hour (on demand)", f"`{NODE_PRICE}`; \"unknown\" when the price table "
+                 "has no price for the instance type.",
+                 Query(f"sum({NODE_PRICE})", instant=True), unit="currencyUSD",
+                 no_value="unknown", decimals=2), 4, 4)
+    lay.add(stat("GPUs", "Physical GPUs.",
+                 Query('count(gpu_info{parent_uuid=""})', instant=True), color="blue"), 3, 4)
+    lay.add(stat("MIG slices", "MIG devices (each its own device, with its parent GPU).",
+                 Query('count(gpu_info{parent_uuid!=""})', instant=True), color="blue"), 3, 4)
+    lay.add(stat("Idle devices", "Idle or spinning GPUs and MIG slices "
+                 "(`node:gpu_idle_devices:count`).",
+                 Query(f"sum({rules.series('node:gpu_idle_devices:count')})", instant=True),
+                 color="red"), 4, 4)
+    lay.add(stat("Spinning GPUs", "Busy by utilization, doing no work.",
+                 Query(f"count({spinning})", instant=True), color="orange"), 4, 4)
+
+    lay.row("Devices: GPUs and MIG slices")
+    lay.add(table("Devices", (
+        "Every GPU and MIG slice. A slice is a device of its own: its index is "
+        "`<parent>/<gpu instance>`, its parent's UUID is in `parent_uuid`. Idle: 1 idle "
+        "(or spinning), 0 working; empty where the activity is unknown (a GPU in MIG "
+        "mode: see its slices)."), [
+        Query("max by (node, gpu, uuid, model, mig_profile, parent_uuid) (gpu_info)",
+              instant=True),
+        Query(f"max by (node, gpu, uuid) ({idle})", instant=True),
+        Query(f"max by (node, gpu, uuid) ({rules.series('uuid:gpu_activity:ratio')})",
+              instant=True),
+        Query("max by (node, gpu, uuid) (gpu_memory_used_bytes)", instant=True),
+    ], {"Value #A": "", "Value #B": "idle", "Value #C": "activity",
+        "Value #D": "memory used"}, hide=["Value #A"],
+        units={"activity": "percentunit", "memory used": "bytes"}), 24, 9)
+    lay.add(state_timeline("Device verdicts", (
+        "Each GPU and MIG slice: working, idle (below 5 %: utilization, else SM activity, "
+        "else no process on a slice), or spinning (busy doing no work)."),
+        Query(f"max by (node, gpu, uuid) ({idle})\n"
+              f"+ on (node, uuid) group_left ()\n(max by (node, uuid) ({spinning}) * 0 + 1)\n"
+              f"or on (node, uuid)\nmax by (node, gpu, uuid) ({idle})", DEVICE),
+        DEVICE_STATES), 24, 8)
+    lay.add(table("Who holds each device", "Containers holding a GPU or a MIG slice, and how "
+                  "much of it they use (`container:gpu_held_usage:ratio`).",
+                  [Query(_gpu_of(rules.series("container:gpu_held_usage:ratio")),
+                         instant=True)],
+                  {"Value": "usage of what it holds"},
+                  units={"usage of what it holds": "percentunit"}), 24, 7)
+
+    lay.row("Signals")
+    lay.add(timeseries("Utilization", "Share of time a kernel ran, from the busy-time "
+                       "counter (whole GPUs; a GPU in MIG mode has none).",
+                       [Query("max by (node, gpu, uuid) "
+                              "(rate(gpu_busy_seconds_total[$__rate_interval]))", DEVICE)],
+                       unit="percentunit", min_value=0, max_value=1), 12, 8)
+    for title, counter in (("SM activity", "gpu_sm_active_seconds_total"),
+                           ("Tensor activity", "gpu_tensor_active_seconds_total"),
+                           ("DRAM activity", "gpu_dram_active_seconds_total")):
+        lay.add(timeseries(f"{title} (GPM)", (
+            f"From `{counter}`: per GPU and per MIG instance (every slice of one GPU "
+            "instance reads the same), Hopper and newer; absent elsewhere."),
+            [Query(f"max by (node, gpu, uuid) (rate({counter}[$__rate_interval]))",
+                   DEVICE)], unit="percentunit", min_value=0, max_value=1), 12, 8)
+    lay.add(timeseries("Memory used", "GPU memory in use, per GPU and MIG slice.",
+                       [Query("max by (node, gpu, uuid) (gpu_memory_used_bytes)", DEVICE)],
+                       unit="bytes", min_value=0), 12, 8)
+    lay.add(timeseries("Power", "Power from the energy counter.",
+                       [Query("max by (node, gpu, uuid) "
+                              "(rate(gpu_energy_joules_total[$__rate_interval]))", DEVICE)],
+                       unit="watt", min_value=0), 12, 8)
+    lay.add(timeseries("Temperature", "", [Query(
+        "max by (node, gpu, uuid) (gpu_temperature_celsius)", DEVICE)], unit="celsius"),
+        12, 8)
+    lay.add(timeseries("SM clock", "", [Query(
+        "max by (node, gpu, uuid) (gpu_sm_clock_hertz)", DEVICE)], unit="hertz"), 12, 8)
+    lay.add(timeseries("Throttled time by reason", "Seconds per second the node's GPUs "
+                       "had their clocks held down, summed over its GPUs, by reason.",
+                       [Query("sum by (node, reason) "
+                              "(rate(gpu_throttle_seconds_total[$__rate_interval]))",
+                              "{{reason}}")], unit="percentunit", min_value=0), 12, 8)
+    lay.add(timeseries("PCIe and NVLink", "Bytes per second, summed over the node's GPUs.", [
+        Query(f"sum by (node) (rate({name}[$__rate_interval]))", label)
+        for name, label in (("gpu_pcie_receive_bytes_total", "PCIe receive"),
+                            ("gpu_pcie_transmit_bytes_total", "PCIe transmit"),
+                            ("gpu_nvlink_receive_bytes_total", "NVLink receive"),
+                            ("gpu_nvlink_transmit_bytes_total", "NVLink transmit"))],
+        unit="Bps", min_value=0), 12, 8)
+    node_variable = query_variable(
+        "node", "Node", 'label_values(gpu_info{cluster=~"$cluster"}, node)',
+        multi=False, include_all=False)
+    return dashboard(
+        "gpuscope-node", "gpuscope / Node",
+        "One GPU node: its devices (MIG slices as devices of their own), their verdicts, "
+        "who holds them, and their signals.",
+        _scoped(lay, NODE), [datasource_variable(), CLUSTER_VARIABLE, node_variable],
+        time_from="now-3h", links=links_to())
+
+
+def workload(rules: Rules) -> Json:
+    holders = (f"{rules.series('uuid:gpu_holder:info')}"
+               '{namespace=~"$namespace", workload=~"$workload"}')
+
+    def per_rank(signal: str) -> str:
+        """``signal`` (by node, gpu and uuid) beside each rank holding the device."""
+        return f"{holders}\n* on (node, uuid) group_left (gpu)\n{signal}"
+
+    busy_range = "max by (node, gpu, uuid) (rate(gpu_busy_seconds_total[$__range]))"
+    lay = Layout()
+    lay.row("Every rank over the time range")
+    lay.add(bargauge("Utilization per rank", (
+        "Mean utilization over the whole time range, from the busy-time counter. A rank "
+        "far below its peers is stalled (it waits while they work)."),
+        Query(per_rank(busy_range), RANK, instant=True)), 8, 10)
+    lay.add(bargauge("Utilization against the median", (
+        "Each rank's mean utilization over the time range divided by the median of the "
+        "selected ranks: below 0.5 is a stalled straggler."),
+        Query(f"{per_rank(busy_range)}\n/ on () group_left ()\n"
+              f"quantile(0.5, {per_rank(busy_range)})", RANK, instant=True),
+        unit="none", max_value=2,
+        steps={"mode": "absolute", "steps": [{"value": None, "color": "red"},
+                                             {"value": 0.5, "color": "green"},
+                                             {"value": 1.3, "color": "orange"}]}), 8, 10)
+    lay.add(bargauge("SM activity per rank (GPM)", (
+        "Mean SM activity over the time range. Among ranks that all read busy, one whose "
+        "SM activity is well above the rest is the slow rank its peers spin waiting for."),
+        Query(per_rank("max by (node, gpu, uuid) "
+                       "(rate(gpu_sm_active_seconds_total[$__range]))"), RANK, instant=True)),
+        8, 10)
+
+    lay.row("Every rank over time")
+    for title, signal, unit in (
+        ("Utilization", "max by (node, gpu, uuid) "
+                        "(rate(gpu_busy_seconds_total[$__rate_interval]))", "percentunit"),
+        ("SM activity (GPM)", "max by (node, gpu, uuid) "
+                              "(rate(gpu_sm_active_seconds_total[$__rate_interval]))",
+         "percentunit"),
+        ("Power", "max by (node, gpu, uuid) (rate(gpu_energy_joules_total[$__rate_interval]))",
+         "watt"),
+        ("SM clock", "max by (node, gpu, uuid) (gpu_sm_clock_hertz)", "hertz"),
+        ("Temperature", "max by (node, gpu, uuid) (gpu_temperature_celsius)", "celsius"),
+        ("Throttled (power, thermal, reliability, board limit)",
+         f"sum by (node, gpu, uuid) (rate(gpu_throttle_seconds_total{{{SLOWING}}}"
+         "[$__rate_interval]))", "percentunit"),
+    ):
+        lay.add(timeseries(title, "One series per rank (a pod's GPU).",
+                           [Query(per_rank(signal), RANK)], unit=unit), 12, 8)
+    namespace_variable = query_variable(
+        "namespace", "Namespace",
+        'label_values(gpu_pod_info{cluster=~"$cluster", workload!=""}, namespace)')
+    workload_variable = query_variable(
+        "workload", "Workload",
+        'label_values(gpu_pod_info{cluster=~"$cluster", namespace=~"$namespace"}, workload)',
+        multi=False, include_all=False,
+        description="`<Kind>/<name>` of the pods' top owner, e.g. PyTorchJob/ddp-run.")
+    return dashboard(
+        "gpuscope-workload", "gpuscope / Workload",
+        "Every rank (GPU) of a distributed job side by side: stalled and slow ranks, and "
+        "why (throttling, clocks, temperature).",
+        _scoped(lay, CLUSTER),
+        [datasource_variable(), CLUSTER_VARIABLE, namespace_variable, workload_variable],
+        time_from="now-3h", links=links_to())
+
+
+def pods(rules: Rules) -> Json:
+    pod_filter = 'namespace=~"$namespace", pod=~"$pod"'
+    pods_selected = f"group by (node, namespace, pod) (gpu_pod_info{{{pod_filter}}})"
+
+    def of_pods(expr: str) -> str:
+        return f"(\n{expr}\n)\nand on (node, namespace, pod)\n{pods_selected}"
+
+    allocated_idle = of_pods(rules.expr("GpuAllocatedButIdle"))
+    held = of_pods(rules.series("container:gpu_held_usage:ratio"))
+    lay = Layout()
+    lay.row("Now")
+    lay.add(stat("GPUs and slices held", "Devices (GPUs, MIG slices, time-slicing "
+                 "replicas) held by the selected pods' containers.",
+                 Query(f'count(container_gpu_allocated{{{pod_filter}, pod!=""}} == 1)',
+                       instant=True), color="blue"), 6, 4)
+    lay.add(stat("Allocated-idle containers", "Holding a GPU or slice and using less than "
+                 "5 % of it (GpuAllocatedButIdle without its `for`).",
+                 Query(f"count(\n{allocated_idle}\n)", instant=True), color="orange"), 6, 4)
+    lay.add(stat("Allocated-idle: $/hour", (
+        "Whole GPUs held and unused, at their share of the node's on-demand price (MIG "
+        "slices and time-slicing replicas are not priced here)."),
+        Query(f"sum(\n(\n({allocated_idle}) * 0\n"
+              'and on (node, uuid) gpu_info{parent_uuid=""}\n'
+              f"unless on (node, uuid) ({rules.series('uuid:container_gpu_sharing:count')}"
+              f" > 1)\n)\n+ on (node) group_left ()\n{DEVICE_PRICE}\n)", instant=True),
+        unit="currencyUSD", decimals=2, color="orange"), 6, 4)
+    lay.add(stat("Starved containers", "On a shared GPU, below half their fair share "
+                 "(GpuTimeSliceStarvation without its `for`).",
+                 Query(f"count(\n{of_pods(rules.expr('GpuTimeSliceStarvation'))}\n)",
+                       instant=True), color="red"), 6, 4)
+
+    lay.row("Containers")
+    lay.add(table("Containers and what they hold", (
+        "Each container's device (GPU, MIG slice, or a time-slicing replica), how much of "
+        "it the container uses, its memory, and its pod's workload."), [
+        Query(_gpu_of(held, "gpu, model"), instant=True),
+        Query(of_pods('max by (node, namespace, pod, container, uuid) '
+                      '(container_gpu_memory_used_bytes{pod!=""})'), instant=True),
+        Query(f"max by (node, namespace, pod, workload) (gpu_pod_info{{{pod_filter}}})",
+              instant=True),
+    ], {"Value #A": "usage of what it holds", "Value #B": "memory used"},
+        hide=["Value #C"],
+        units={"usage of what it holds": "percentunit", "memory used": "bytes"}), 24, 9)
+    lay.add(timeseries("GPU utilization per container", "A container's share of its "
+                       "device's time (per process, summed).",
+                       [Query(_gpu_of(of_pods('container_gpu_utilization_ratio{pod!=""}')),
+                              CONTAINER)], unit="percentunit", min_value=0), 12, 8)
+    lay.add(timeseries("Usage of what it holds", (
+        "`container:gpu_held_usage:ratio`: the device's SM activity where GPM gives it and "
+        "the container holds it alone; else its utilization times the holders; on a MIG "
+        "slice without GPM, 1 while a process runs there."),
+        [Query(_gpu_of(held), CONTAINER)], unit="percentunit", min_value=0), 12, 8)
+    lay.add(timeseries("GPU memory used per container", "",
+                       [Query(_gpu_of(of_pods(
+                           'container_gpu_memory_used_bytes{pod!=""}')), CONTAINER)],
+                       unit="bytes", min_value=0), 12, 8)
+    lay.add(timeseries("Share of a shared GPU (1 = fair)", (
+        "On a time-sliced GPU: the container's share of the summed utilization, against the "
+        "fair share 1/n (`container:gpu_fair_share_fraction:ratio`)."),
+        [Query(_gpu_of(of_pods(rules.series("container:gpu_fair_share_fraction:ratio"))),
+               CONTAINER)], unit="none", min_value=0), 12, 8)
+    namespace_variable = query_variable(
+        "namespace", "Namespace", 'label_values(gpu_pod_info{cluster=~"$cluster"}, namespace)')
+    pod_variable = query_variable(
+        "pod", "Pod",
+        'label_values(gpu_pod_info{cluster=~"$cluster", namespace=~"$namespace"}, pod)')
+    return dashboard(
+        "gpuscope-pods", "gpuscope / Namespace and pod",
+        "The GPUs a namespace's pods hold, how much of them they use, what the unused ones "
+        "cost, and starvation on shared GPUs.",
+        _scoped(lay, CLUSTER),
+        [datasource_variable(), CLUSTER_VARIABLE, namespace_variable, pod_variable],
+        time_from="now-3h", links=links_to())
+
+
+#: File name (without ``.json``) -> builder.
+DASHBOARDS: dict[str, Callable[[Rules], Json]] = {
+    "gpuscope-fleet": fleet,
+    "gpuscope-node": node,
+    "gpuscope-workload": workload,
+    "gpuscope-pods": pods,
+}

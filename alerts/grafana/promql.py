@@ -1,0 +1,169 @@
+"""Scoping a PromQL expression to a dashboard's template variables.
+
+The dashboards take their verdict expressions from the rule file by name
+(:mod:`.rules`), so the same text that the alerts evaluate is what a panel shows. A panel
+must still be narrowed to the selected cluster (and, on the node dashboard, node): that is
+done here by adding label matchers to every vector selector of the expression, and the
+cluster label to every ``by``/``on`` grouping, so that joins stay inside one cluster when
+several are selected (Thanos, Mimir and federated setups carry ``cluster`` as an external
+label; where no series has one, the added matcher ``=~".*"`` and grouping change nothing).
+
+No maintained Python PromQL parser exists; this is a tokenizer that knows just enough of
+the grammar: string literals, label-matcher braces, range and subquery brackets, grouping
+lists, function calls and keywords. Every scoped query of the shipped dashboards is run
+against a real Prometheus by ``tests/alerts/test_grafana.py``, so a grammar it misreads
+fails there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+# Tokens, in priority order. Strings first (they may hold any character), then the rest.
+_TOKEN = re.compile(
+    r"""
+    (?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
+  | (?P<comment>\#[^\n]*)
+  | (?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
+  | (?P<number>[0-9.][0-9A-Za-z_.]*)
+  | (?P<space>\s+)
+  | (?P<other>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+# Words that are never metric names where they stand in an expression.
+_KEYWORDS = frozenset({
+    "and", "or", "unless", "bool", "offset", "atan2", "by", "without", "on", "ignoring",
+    "group_left", "group_right", "inf", "nan",
+    # Aggregation operators: reserved, and may be followed by `by`/`without` before `(`.
+    "sum", "avg", "count", "min", "max", "group", "stddev", "stdvar", "topk", "bottomk",
+    "quantile", "count_values", "limitk", "limit_ratio",
+})
+_GROUPINGS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
+_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ScopeError(ValueError):
+    """An expression this module cannot scope (unbalanced brackets): one line."""
+
+
+def _tokens(expr: str) -> list[tuple[str, str]]:
+    out = []
+    for m in _TOKEN.finditer(expr):
+        kind = m.lastgroup
+        assert kind is not None
+        out.append((kind, m.group()))
+    return out
+
+
+def _next_significant(tokens: Sequence[tuple[str, str]], i: int) -> int:
+    """Index of the first token at or after ``i`` that is not space or a comment."""
+    while i < len(tokens) and tokens[i][0] in ("space", "comment"):
+        i += 1
+    return i
+
+
+def scope(expr: str, matchers: Mapping[str, str], group_labels: Sequence[str] = ()) -> str:
+    """``expr`` with ``matchers`` (label name -> matcher text such as ``=~"$cluster"``)
+    added to every vector selector, and ``group_labels`` added to every ``by (...)`` and
+    ``on (...)`` list that lacks them (``without``/``ignoring`` and the label lists of
+    ``group_left``/``group_right`` are left alone)."""
+    for name in (*matchers, *group_labels):
+        if not _LABEL.match(name):
+            raise ScopeError(f"not a label name: {name!r}")
+    inject = ", ".join(f"{k}{v}" for k, v in matchers.items())
+    tokens = _tokens(expr)
+    out: list[str] = []
+    i = 0
+    depth_paren = 0
+    while i < len(tokens):
+        kind, text = tokens[i]
+        if kind == "other" and text == "[":
+            # A range or subquery: copied to its closing bracket.
+            j = i
+            while j < len(tokens) and tokens[j][1] != "]":
+                out.append(tokens[j][1])
+                j += 1
+            if j == len(tokens):
+                raise ScopeError(f"unclosed '[' in: {' '.join(expr.split())}")
+            out.append("]")
+            i = j + 1
+            continue
+        if kind == "other" and text == "{":
+            # A selector with no metric name ({__name__=~"..."}): scoped the same way.
+            i = _copy_braces(tokens, i, out, inject)
+            continue
+        if kind == "ident":
+            word = text.lower()
+            nxt = _next_significant(tokens, i + 1)
+            follows = tokens[nxt][1] if nxt < len(tokens) else ""
+            if word in _GROUPINGS:
+                out.append(text)
+                if follows == "(":
+                    out.extend(t for _, t in tokens[i + 1:nxt])
+                    i = _copy_grouping(tokens, nxt, out,
+                                       group_labels if word in ("by", "on") else ())
+                else:
+                    i += 1
+                continue
+            if word in _KEYWORDS or follows == "(":
+                # A keyword, or a function or aggregation being called.
+                out.append(text)
+                i += 1
+                continue
+            # A metric name: its selector gets the matchers.
+            out.append(text)
+            if follows == "{":
+                out.extend(t for _, t in tokens[i + 1:nxt])
+                i = _copy_braces(tokens, nxt, out, inject)
+            else:
+                if inject:
+                    out.append("{" + inject + "}")
+                i += 1
+            continue
+        if text == "(":
+            depth_paren += 1
+        elif text == ")":
+            depth_paren -= 1
+            if depth_paren < 0:
+                raise ScopeError(f"unbalanced ')' in: {' '.join(expr.split())}")
+        out.append(text)
+        i += 1
+    if depth_paren:
+        raise ScopeError(f"unbalanced '(' in: {' '.join(expr.split())}")
+    return "".join(out)
+
+
+def _copy_braces(tokens: Sequence[tuple[str, str]], i: int, out: list[str], inject: str) -> int:
+    """Copies the matcher list opening at ``tokens[i]`` (``{``) with ``inject`` put first;
+    returns the index after its ``}``."""
+    j = i + 1
+    inner: list[str] = []
+    while j < len(tokens) and tokens[j][1] != "}":
+        inner.append(tokens[j][1])
+        j += 1
+    if j == len(tokens):
+        raise ScopeError("unclosed '{'")
+    existing = "".join(inner).strip()
+    parts = [p for p in (inject, existing) if p]
+    out.append("{" + ", ".join(parts) + "}")
+    return j + 1
+
+
+def _copy_grouping(tokens: Sequence[tuple[str, str]], i: int, out: list[str],
+                   add: Sequence[str]) -> int:
+    """Copies the label list opening at ``tokens[i]`` (``(``) with the labels of ``add``
+    it lacks put first; returns the index after its ``)``."""
+    j = i + 1
+    labels: list[str] = []
+    while j < len(tokens) and tokens[j][1] != ")":
+        if tokens[j][0] in ("ident", "string"):
+            labels.append(tokens[j][1])
+        j += 1
+    if j == len(tokens):
+        raise ScopeError("unclosed grouping list")
+    missing = [label for label in add if label not in labels]
+    out.append("(" + ", ".join([*missing, *labels]) + ")")
+    return j + 1

@@ -1,0 +1,131 @@
+"""The rule file as the dashboards' source of queries, and the price rules made from the
+dashboard's price table.
+
+Panels never spell out a verdict: they take the expression of a recording or alerting rule
+by name (:meth:`Rules.expr`), or use a recorded series, so a change to
+``alerts/gpuscope-rules.yaml`` changes the dashboards (and ``--check`` fails until they are
+regenerated).
+
+Idle dollars need a price per node. No metric carries one, and gpuscope's exporter knows
+only the node's instance type (``gpu_node_info``). The group ``gpuscope-grafana`` at the end
+of the rule file holds one recording rule per instance type of ``dashboard/prices.yaml``
+(the dated on-demand table the gpuscope dashboard uses: ``vector(price)`` with the instance
+type, provider, region and price date as labels), and the node and per-GPU prices joined
+from them. It is generated, like the dashboards, by ``python -m gpuscope.alerts.grafana``;
+an instance type with no price has no price series, so it is left out of dollar sums
+(never counted as $0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuscope.alerts.render import RULES_FILE, RenderError, dump_yaml, load_rules
+from gpuscope.dashboard.prices import PriceTable
+
+GROUP = "gpuscope-grafana"
+
+#: Recorded series of the generated group.
+INSTANCE_PRICE = "instance_type:gpu_node_price_dollars_per_hour:on_demand"
+NODE_PRICE = "node:gpu_node_price_dollars_per_hour:on_demand"
+DEVICE_PRICE = "node:gpu_device_price_dollars_per_hour:on_demand"
+
+#: The line that opens the generated group; everything from it to the end of the rule file
+#: is rewritten by the generator (and nothing before it).
+MARKER = (
+    "  # ---- gpuscope-grafana: generated from dashboard/prices.yaml by"
+    " `python -m gpuscope.alerts.grafana`;"
+)
+
+_HEADER = (
+    MARKER + "\n"
+    "  # do not edit below this line: change the price table (or the generator) and run it.\n"
+    "  # On-demand prices only: a spot node is priced on demand here (an upper bound).\n"
+)
+
+
+class GrafanaError(Exception):
+    """A rule file or price table the generator cannot use; ``str()`` is one line."""
+
+
+class Rules:
+    """The rules of one rule file, by name (``record:`` or ``alert:``)."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._exprs: dict[str, str] = {}
+        for group in data["groups"]:
+            for rule in group["rules"]:
+                name = rule.get("record") or rule["alert"]
+                # A recorded name may repeat (one price rule per instance type): the
+                # dashboards use those by their series, never by their expression.
+                self._exprs.setdefault(name, str(rule["expr"]).strip())
+
+    @classmethod
+    def load(cls, path: Path = RULES_FILE) -> Rules:
+        try:
+            return cls(load_rules(path))
+        except RenderError as exc:
+            raise GrafanaError(str(exc)) from None
+
+    def expr(self, name: str) -> str:
+        """The expression of the rule called ``name``, as written in the rule file."""
+        try:
+            return self._exprs[name]
+        except KeyError:
+            raise GrafanaError(f"no rule named {name!r} in the rule file") from None
+
+    def series(self, name: str) -> str:
+        """``name`` as a selector, checked to be a recorded series of the rule file."""
+        self.expr(name)
+        return name
+
+
+def price_group(prices: PriceTable) -> dict[str, Any]:
+    """The ``gpuscope-grafana`` rule group for ``prices``."""
+    rules: list[dict[str, Any]] = []
+    for p in prices.entries():
+        rules.append({
+            "record": INSTANCE_PRICE,
+            "expr": f"vector({p.per_hour!r})",
+            "labels": {"instance_type": p.instance_type, "provider": p.provider,
+                       "region": p.region, "price_date": p.date},
+        })
+    if not rules:
+        raise GrafanaError("the price table has no on-demand prices")
+    rules.append({
+        "record": NODE_PRICE,
+        "expr": (
+            "max by (node, instance_type, capacity_type) (gpu_node_info)\n"
+            "* on (instance_type) group_left (provider, region, price_date)\n"
+            f"max by (instance_type, provider, region, price_date) ({INSTANCE_PRICE})\n"
+        ),
+    })
+    rules.append({
+        "record": DEVICE_PRICE,
+        "expr": (
+            f"max by (node) ({NODE_PRICE})\n"
+            "/ on (node)\n"
+            "(node:gpu_devices:count > 0)\n"
+        ),
+    })
+    return {"name": GROUP, "rules": rules}
+
+
+def price_group_text(prices: PriceTable) -> str:
+    """The generated group as it stands at the end of the rule file."""
+    body = dump_yaml({"groups": [price_group(prices)]})
+    assert body.startswith("groups:\n")
+    return _HEADER + body.removeprefix("groups:\n")
+
+
+def with_price_group(rules_text: str, prices: PriceTable) -> str:
+    """``rules_text`` with its generated group (from :data:`MARKER` to the end) replaced by
+    the one for ``prices``."""
+    at = rules_text.find(MARKER)
+    if at < 0:
+        raise GrafanaError(
+            f"the rule file has no line starting {MARKER.strip()[:40]!r}...: the generated "
+            f"group {GROUP!r} belongs at its end")
+    return rules_text[:at] + price_group_text(prices)

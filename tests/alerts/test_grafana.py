@@ -1,0 +1,476 @@
+"""The Grafana dashboards (``python -m gpuscope.alerts.grafana``): current, valid against
+Grafana's published JSON schemas, built from the rule file, and every query of every panel
+answered with data by a real Prometheus holding the demo fleet's past hour.
+
+The demo fleet (``dashboard/demo/*.yaml``, the one ``gpuscope-dashboard --demo`` runs) is
+backfilled into TSDB blocks with ``promtool tsdb create-blocks-from openmetrics`` (the
+exporters' own collectors render each past sample, :meth:`DemoFleet.backfill`), and
+Prometheus evaluates the shipped rule file, unchanged, over it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import requests
+import yaml
+
+from gpuscope.alerts.grafana import __main__ as cli
+from gpuscope.alerts.grafana.dashboards import DASHBOARDS
+from gpuscope.alerts.grafana.promql import ScopeError, scope
+from gpuscope.alerts.grafana.rules import (
+    DEVICE_PRICE,
+    INSTANCE_PRICE,
+    NODE_PRICE,
+    Rules,
+    price_group,
+)
+from gpuscope.alerts.render import RULES_FILE, load_rules
+from gpuscope.dashboard.demo import DemoFleet
+from gpuscope.dashboard.prices import bundled_prices
+from tests.alerts.conftest import REPO
+from tests.conftest import free_port, wait_for
+
+SCHEMAS = Path(__file__).parent / "schemas"
+GENERATED = REPO / "alerts" / "generated" / "grafana"
+COMPONENT = REPO / "deploy" / "components" / "grafana-dashboards"
+SCHEMA_OF_PANEL = {"timeseries": "timeseries", "stat": "stat", "table": "table",
+                   "heatmap": "heatmap", "bargauge": "bargauge",
+                   "state-timeline": "statetimeline"}
+LEGACY = {"graph", "singlestat", "table-old", "grafana-piechart-panel"}
+
+# What the demo fleet holds, for the variables (each is checked to be among the values the
+# variable's own query lists).
+NODE = "ip-10-0-6-20.ec2.internal"  # p5.48xlarge: MIG slices (GPM), pods, near misses
+HUNG_NODE = "ip-10-0-1-12.ec2.internal"  # p5.48xlarge spinning in a hung collective
+WORKLOAD = "PyTorchJob/mixtral-pretrain"  # 16 ranks on two nodes, one throttled slow rank
+HISTORY = 3600.0
+STEP = 15.0
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted(GENERATED.glob("*.json"))}
+
+
+def panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in board["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+# ---- the files are current, and made from the rule file ---------------------------------
+
+
+def test_committed_files_are_what_the_generator_writes() -> None:
+    files = cli.outputs()
+    assert {p.name for p in files if p.suffix == ".json"} == {f"{n}.json" for n in DASHBOARDS}
+    for path, text in files.items():
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path} is out of date: run python -m gpuscope.alerts.grafana")
+    assert cli.main(["--check"]) == 0
+
+
+def test_a_rule_change_changes_the_dashboards_and_check_fails(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    text = RULES_FILE.read_text(encoding="utf-8")
+    assert text.count("(uuid:gpu_activity:ratio < bool 0.05)") == 1
+    changed = tmp_path / "rules.yaml"
+    changed.write_text(text.replace("(uuid:gpu_activity:ratio < bool 0.05)",
+                                    "(uuid:gpu_activity:ratio < bool 0.1)"))
+    assert cli.main(["--rules", str(changed), "--check"]) == 0  # a recorded rule: same panels
+    alert = "container:gpu_held_usage:ratio < 0.05"
+    changed.write_text(text.replace(alert, "container:gpu_held_usage:ratio < 0.02"))
+    assert cli.main(["--rules", str(changed), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "gpuscope-fleet.json is out of date" in err
+    assert "gpuscope-pods.json is out of date" in err
+    assert "gpuscope-node.json" not in err  # it does not show GpuAllocatedButIdle
+    fleet = DASHBOARDS["gpuscope-fleet"](Rules(yaml.safe_load(changed.read_text())))
+    exprs = [t["expr"] for p in panels(fleet) for t in p.get("targets", [])]
+    assert any("container:gpu_held_usage:ratio{" in e and "< 0.02" in e for e in exprs)
+
+
+def test_a_price_change_changes_the_price_rules(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("p5.48xlarge: 40.0\nmy-gpu-box.large: 3.5\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES_FILE.read_text(encoding="utf-8"))
+    assert cli.main(["--rules", str(rules), "--prices", str(prices), "--check"]) == 1
+    assert f"{rules} is out of date" in capsys.readouterr().err
+    # Written to a copy of the rule file, dashboards to a scratch folder: the group only.
+    files = cli.outputs(rules, prices, out_dirs=(tmp_path,))
+    group = yaml.safe_load(files[rules])["groups"][-1]
+    assert group["name"] == "gpuscope-grafana"
+    by_type = {r["labels"]["instance_type"]: r["expr"] for r in group["rules"]
+               if r["record"] == INSTANCE_PRICE}
+    assert by_type["p5.48xlarge"] == "vector(40.0)"
+    assert by_type["my-gpu-box.large"] == "vector(3.5)"
+    assert by_type["g5.12xlarge"] == "vector(5.672)"  # the bundled table still beneath
+    before = RULES_FILE.read_text(encoding="utf-8")
+    head = before[:before.index("  # ---- gpuscope-grafana")]
+    assert files[rules].startswith(head)  # nothing above the generated group changes
+
+
+def test_the_price_group_is_the_price_table() -> None:
+    table = bundled_prices()
+    group = next(g for g in load_rules()["groups"] if g["name"] == "gpuscope-grafana")
+    assert group == price_group(table)
+    assert load_rules()["groups"][-1] is not None and load_rules()["groups"][-1]["name"] == (
+        "gpuscope-grafana")
+    priced = {r["labels"]["instance_type"]: float(r["expr"][len("vector("):-1])
+              for r in group["rules"] if r["record"] == INSTANCE_PRICE}
+    assert priced == {p.instance_type: p.per_hour for p in table.entries()}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("no-rule", "no rule named 'GpuSpinning' in the rule file"),
+    ("no-marker", "the rule file has no line starting"),
+    ("bad-prices", "expected a number of dollars per hour"),
+])
+def test_bad_input_is_one_line_and_exit_2(change: str, message: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    text = RULES_FILE.read_text(encoding="utf-8")
+    args = ["--check"]
+    if change == "no-rule":
+        text = text.replace("- alert: GpuSpinning", "- alert: GpuSpinningRenamed")
+    elif change == "no-marker":
+        text = text[:text.index("  # ---- gpuscope-grafana")]
+    else:
+        prices = tmp_path / "prices.yaml"
+        prices.write_text("p5.48xlarge: free\n")
+        args += ["--prices", str(prices)]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(text)
+    assert cli.main(["--rules", str(rules), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuscope-grafana: error: "), err
+    assert message in err
+
+
+# ---- valid Grafana dashboards ------------------------------------------------------------
+
+
+def _validator(name: str, definition: str | None = None) -> jsonschema.Draft7Validator:
+    schema = json.loads((SCHEMAS / f"{name}.jsonschema.json").read_text(encoding="utf-8"))
+    if name == "dashboard":
+        # Grafana's schema leaves a field override's matcher options and property value
+        # open (`options?: _`, `value?: _`); the generated JSON schema turns "anything" into
+        # "an object", while Grafana, and the SDK's own builder (`override_by_name` writes
+        # `options=name`), write a string there. Only these two are opened up again.
+        definitions = copy.deepcopy(schema["definitions"])
+        definitions["MatcherConfig"]["properties"]["options"] = {}
+        definitions["DynamicConfigValue"]["properties"]["value"] = {}
+        schema = {**schema, "definitions": definitions}
+    if definition is not None:
+        schema = {**schema, "$ref": f"#/definitions/{definition}"}
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def _errors(validator: jsonschema.Draft7Validator, obj: object, where: str) -> list[str]:
+    return [f"{where}{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}"
+            for e in validator.iter_errors(obj)]
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_dashboard_validates_against_grafanas_schemas(name: str) -> None:
+    board = dashboards()[name]
+    errors = _errors(_validator("dashboard"), board, f"{name}: ")
+    query = _validator("prometheus")
+    ids = []
+    for panel in panels(board):
+        ids.append(panel["id"])
+        if panel["type"] == "row":
+            continue
+        schema = SCHEMA_OF_PANEL[panel["type"]]
+        at = f"{name}: panel {panel['title']!r} "
+        errors += _errors(_validator(schema, "Options"), panel["options"], at + "options/")
+        custom = panel["fieldConfig"]["defaults"].get("custom")
+        if custom is not None:
+            definitions = json.loads((SCHEMAS / f"{schema}.jsonschema.json").read_text())
+            assert "FieldConfig" in definitions["definitions"], (schema, "has no custom config")
+            errors += _errors(_validator(schema, "FieldConfig"), custom, at + "custom/")
+        for target in panel["targets"]:
+            errors += _errors(query, target, at + f"query {target['refId']}/")
+    assert errors == []
+    assert len(ids) == len(set(ids)), "panel ids must be unique within a dashboard"
+    # The schema's own check on an invalid dashboard: it does catch mistakes.
+    broken = copy.deepcopy(board)
+    broken["panels"][1]["gridPos"]["w"] = "wide"
+    broken["templating"]["list"][0]["refresh"] = 7
+    assert len(_errors(_validator("dashboard"), broken, "")) == 2
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_current_panel_types_and_the_variables(name: str) -> None:
+    board = dashboards()[name]
+    kinds = {p["type"] for p in panels(board)}
+    assert kinds <= set(SCHEMA_OF_PANEL) | {"row"} and not kinds & LEGACY
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    expected = {"gpuscope-fleet": ["datasource", "cluster"],
+                "gpuscope-node": ["datasource", "cluster", "node"],
+                "gpuscope-workload": ["datasource", "cluster", "namespace", "workload"],
+                "gpuscope-pods": ["datasource", "cluster", "namespace", "pod"]}[name]
+    assert list(variables) == expected
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for panel in panels(board):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        for target in panel["targets"]:
+            # Every selector of every query is narrowed to the chosen cluster (and node).
+            assert '{cluster=~"$cluster"' in target["expr"], (panel["title"], target["expr"])
+            if name == "gpuscope-node":
+                assert 'node=~"$node"' in target["expr"]
+    assert board["uid"] == name and len(board["uid"]) <= 40
+    # A ConfigMap's data, and kubectl apply's last-applied annotation, hold 256 KiB at most.
+    assert len(json.dumps(board)) < 256 * 1024
+
+
+def test_mig_slices_are_devices_with_their_parent() -> None:
+    node = dashboards()["gpuscope-node"]
+    devices = next(p for p in panels(node) if p["title"] == "Devices")
+    assert "parent_uuid" in devices["targets"][0]["expr"]
+    assert "mig_profile" in devices["targets"][0]["expr"]
+    gpm = [p for p in panels(node) if p["title"].endswith("(GPM)")]
+    assert {p["title"] for p in gpm} == {"SM activity (GPM)", "Tensor activity (GPM)",
+                                         "DRAM activity (GPM)"}
+
+
+# ---- scoping expressions to the variables -------------------------------------------------
+
+MATCH = {"cluster": '=~"$cluster"', "node": '=~"$node"'}
+
+
+@pytest.mark.parametrize(("expr", "scoped"), [
+    ("up", 'up{cluster=~"$cluster", node=~"$node"}'),
+    ('rate(x{a="b"}[5m]) offset 5m',
+     'rate(x{cluster=~"$cluster", node=~"$node", a="b"}[5m]) offset 5m'),
+    ("sum by (node) (a) and on (node, uuid) b",
+     'sum by (cluster, node) (a{cluster=~"$cluster", node=~"$node"}) and on (cluster, node, '
+     'uuid) b{cluster=~"$cluster", node=~"$node"}'),
+    ("sum(a) by (node)", 'sum(a{cluster=~"$cluster", node=~"$node"}) by (cluster, node)'),
+    ("a * on (node) group_left (gpu) b unless ignoring (x) c",
+     'a{cluster=~"$cluster", node=~"$node"} * on (cluster, node) group_left (gpu) '
+     'b{cluster=~"$cluster", node=~"$node"} unless ignoring (x) '
+     'c{cluster=~"$cluster", node=~"$node"}'),
+    ("count without (gpu) (a)", 'count without (gpu) (a{cluster=~"$cluster", node=~"$node"})'),
+    ('label_replace(a, "uuid", "$1", "parent_uuid", "(.+)")',
+     'label_replace(a{cluster=~"$cluster", node=~"$node"}, "uuid", "$1", "parent_uuid", '
+     '"(.+)")'),
+    ("max_over_time(a:b:c[6h:1m]) > bool 0.5 or vector(1)",
+     'max_over_time(a:b:c{cluster=~"$cluster", node=~"$node"}[6h:1m]) > bool 0.5 or vector(1)'),
+    ('{__name__="x"}', '{cluster=~"$cluster", node=~"$node", __name__="x"}'),
+    ("a on (cluster) b", 'a{cluster=~"$cluster", node=~"$node"} on (cluster) '
+                         'b{cluster=~"$cluster", node=~"$node"}'),
+    ('a{b="}{"}', 'a{cluster=~"$cluster", node=~"$node", b="}{"}'),
+])
+def test_scope(expr: str, scoped: str) -> None:
+    assert scope(expr, MATCH, ("cluster",)) == scoped
+
+
+@pytest.mark.parametrize("expr", ["sum(a", "a)", "rate(a[5m)", "a{b=\"c\""])
+def test_scope_refuses_what_it_cannot_read(expr: str) -> None:
+    with pytest.raises(ScopeError):
+        scope(expr, MATCH, ("cluster",))
+
+
+# ---- every query, against a real Prometheus holding the demo fleet -----------------------
+
+
+class OpenMetricsWriter:
+    """A store for :meth:`DemoFleet.backfill`: keeps each node's past samples (with the
+    ``node`` label a scrape config adds) by metric name, for ``promtool tsdb
+    create-blocks-from openmetrics``."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, list[str]] = {}
+        self.end = 0.0
+
+    def ingest(self, node: str, samples: Iterable[tuple[str, dict[str, str], float]],
+               at: float) -> None:
+        self.end = max(self.end, at)
+        for name, labels, value in samples:
+            if math.isnan(value):
+                continue
+            lab = {**labels, "node": node, "job": "gpuscope", "instance": f"{node}:9463"}
+            text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(lab.items()))
+            self.families.setdefault(name, []).append(f"{name}{{{text}}} {value!r} {at:.3f}\n")
+
+    def write(self, path: Path) -> int:
+        with path.open("w", encoding="utf-8") as f:
+            for lines in self.families.values():
+                f.writelines(lines)
+            f.write("# EOF\n")
+        return sum(len(lines) for lines in self.families.values())
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _query(base: str, expr: str, **params: str) -> list[dict[str, Any]]:
+    path = "/api/v1/query_range" if "start" in params else "/api/v1/query"
+    r = requests.post(base + path, data={"query": expr, **params}, timeout=30)
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "success", (expr, body)
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+@pytest.fixture(scope="module")
+def demo_prometheus(prometheus_bin: str, promtool: str,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prometheus over the demo fleet's past hour, evaluating the shipped rule file."""
+    tmp = tmp_path_factory.mktemp("grafana")
+    fleet = DemoFleet(history=HISTORY)
+    store = OpenMetricsWriter()
+    try:
+        fleet.start()
+        fleet.backfill(store, step=STEP)  # type: ignore[arg-type]
+    finally:
+        fleet.stop()
+    assert store.write(tmp / "fleet.om") > 100_000
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
+                    str(tmp / "fleet.om"), str(tmp / "tsdb")],
+                   check=True, capture_output=True, timeout=120)
+    port = free_port()
+    (tmp / "prometheus.yml").write_text(
+        "global: {evaluation_interval: 1s}\n"
+        f"rule_files: ['{RULES_FILE}']\n"
+        "scrape_configs: []\n")
+    log = (tmp / "prometheus.log").open("wb")
+    prom = subprocess.Popen(
+        [prometheus_bin, f"--config.file={tmp / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp / 'tsdb'}", "--storage.tsdb.retention.time=30d",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def rules_evaluated() -> bool:
+            # The last rule of the chain (its inputs come from the other group) has values.
+            try:
+                return bool(_query(base, DEVICE_PRICE))
+            except (requests.RequestException, AssertionError, ValueError):
+                return False
+
+        wait_for(rules_evaluated, 60, "Prometheus to load the blocks and evaluate the rules")
+        yield base
+    finally:
+        prom.terminate()
+        prom.wait(15)
+        log.close()
+
+
+#: Grafana's variables, as the test sets them (``$datasource`` is the data source itself).
+def substitute(expr: str, values: dict[str, str]) -> str:
+    builtins = {"__rate_interval": "1m", "__interval": "1m", "__range": "1h"}
+    out = re.sub(r"\$\{?(\w+)\}?", lambda m: {**builtins, **values}[m.group(1)], expr)
+    assert "$" not in out.replace('"$1"', ""), out
+    return out
+
+
+#: Per dashboard, the variable settings the queries run with: a query must answer with
+#: data under at least one of them (no one node holds every finding: a count of spinning
+#: GPUs is rightly empty on a node with none, and a node with a hung job has no MIG slices).
+VALUES: dict[str, list[dict[str, str]]] = {
+    "gpuscope-fleet": [{"cluster": ".*"}],
+    "gpuscope-node": [{"cluster": ".*", "node": NODE}, {"cluster": ".*", "node": HUNG_NODE}],
+    "gpuscope-workload": [{"cluster": ".*", "namespace": ".*", "workload": WORKLOAD}],
+    "gpuscope-pods": [{"cluster": ".*", "namespace": ".*", "pod": ".*"}],
+}
+
+
+def _run(base: str, target: dict[str, Any], values: dict[str, str],
+         now: float) -> list[dict[str, Any]]:
+    expr = substitute(target["expr"], values)
+    if target["instant"]:
+        result = _query(base, expr, time=f"{now:.3f}")
+    else:
+        result = _query(base, expr, start=f"{now - 1800:.3f}", end=f"{now:.3f}", step="60")
+    # What the variables select is all a query returns.
+    if "node" in values and result:
+        assert {r["metric"].get("node", values["node"]) for r in result} == {values["node"]}
+    if "workload" in values and result:
+        assert {r["metric"]["workload"] for r in result} == {values["workload"]}, expr
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_every_query_returns_series_on_the_demo_fleet(name: str, demo_prometheus: str) -> None:
+    base = demo_prometheus
+    board = dashboards()[name]
+    now = time.time()
+    for values in VALUES[name]:
+        # The variables list the values the test picks.
+        for variable in board["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            m = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["definition"])
+            assert m, variable["definition"]
+            listed = {r["metric"].get(m.group(2), "") for r in _query(
+                base, f"group by ({m.group(2)}) ({substitute(m.group(1), values)})")}
+            chosen = values[variable["name"]]
+            assert listed, variable["name"]
+            assert chosen == ".*" or chosen in listed, (variable["name"], listed)
+    empty = []
+    answered = 0
+    for panel in panels(board):
+        for target in panel.get("targets", []):
+            counts = [len(_run(base, target, values, now)) for values in VALUES[name]]
+            answered += bool(counts[0])
+            if not any(counts):
+                empty.append(f"{panel['title']} / {target['refId']}: {target['expr']}")
+    assert empty == [], "\n\n".join(empty)
+    # Most queries answer under the first setting already.
+    assert answered >= 0.8 * sum(len(p.get("targets", [])) for p in panels(board))
+
+
+def test_the_dollars_are_the_price_table_s(demo_prometheus: str) -> None:
+    """The fleet's idle $/hour is the sum of the idle nodes' prices in the price table."""
+    base = demo_prometheus
+    board = dashboards()["gpuscope-fleet"]
+    stat = next(p for p in panels(board) if p["title"] == "Idle nodes: $/hour")
+    [idle] = _query(base, substitute(stat["targets"][0]["expr"], VALUES["gpuscope-fleet"][0]))
+    rules = Rules.load()
+    nodes = _query(base, rules.expr("GpuNodeUnderutilized"))
+    info = {r["metric"]["node"]: r["metric"]["instance_type"]
+            for r in _query(base, "gpu_node_info")}
+    table = bundled_prices()
+    prices = [table.per_hour(info[r["metric"]["node"]]) for r in nodes]
+    assert len(nodes) >= 3 and all(p is not None for p in prices), nodes
+    assert float(idle["value"][1]) == pytest.approx(sum(p for p in prices if p is not None))
+    per_node = {r["metric"]["node"]: float(r["value"][1]) for r in _query(base, NODE_PRICE)}
+    assert per_node == {n: table.per_hour(t) for n, t in info.items()
+                        if table.per_hour(t) is not None}
+
+
+def test_the_kustomize_component_provisions_them_for_the_sidecar() -> None:
+    from tests.deploy.render import render
+
+    maps = {o["metadata"]["name"]: o for o in render("eks-grafana-dashboards")
+            if o["kind"] == "ConfigMap" and "grafana_dashboard" in o["metadata"]["labels"]}
+    assert set(maps) == {n.replace("gpuscope-", "gpuscope-grafana-") for n in DASHBOARDS}
+    for name, cm in maps.items():
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"]["grafana_folder"] == "gpuscope"
+        assert cm["metadata"]["namespace"] == "gpuscope"
+        [(key, text)] = cm["data"].items()
+        assert (GENERATED / key).read_text(encoding="utf-8") == text, name
+    # Without the component, no dashboard.
+    assert not [o for o in render("eks") if o["kind"] == "ConfigMap"
+                and "grafana_dashboard" in o["metadata"].get("labels", {})]
