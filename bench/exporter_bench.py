@@ -387,9 +387,16 @@ def exporter_command(
         runner += ["--gpm-interval", f"{args.gpm_interval:g}"]
     if not args.gpm:
         runner.append("--no-gpm")
+    # The /proc tree of the fake PIDs: nvml-fake writes it from its double; for nvml-c the
+    # benchmark writes it (start_exporter), so that no Python double of the node is built or
+    # imported in the exporter process (it added ~1.6 MiB RSS there, issue 13 round 4).
+    proc_tree = ["--proc-tree", str(workdir / "proc")]
+    if args.source == "nvml-c":
+        proc_tree = []
+        common += ["--proc-root", str(workdir / "proc")]
     return [*python_argv(args), *runner,
             "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu),
-            "--proc-tree", str(workdir / "proc"), "--",
+            *proc_tree, "--",
             *common, "--kubelet-socket", str(workdir / "kubelet.sock"),
             *(["--kubeconfig", str(workdir / "kubeconfig"), "--node-name", BENCH_NODE]
               if args.api_server else [])]
@@ -428,6 +435,10 @@ def start_exporter(args: argparse.Namespace, workdir: Path) -> Exporter:
     if args.source == "simulated":
         scenario = workdir / f"synthetic-{args.gpus}x{args.processes_per_gpu}.yaml"
         write_scenario(scenario, args.gpus, args.processes_per_gpu)
+    elif args.source == "nvml-c":
+        from bench.nvml_c_exporter import write_proc_tree_for
+
+        write_proc_tree_for(workdir / "proc", args.gpus, args.processes_per_gpu)
     port = free_port()
     command = exporter_command(args, port, scenario, workdir)
     log_path = workdir / "exporter.log"

@@ -31,13 +31,15 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
 from gpuscope.exporter import cli
 from gpuscope.exporter.sources import nvml
-from tests.exporter.sources.fake_nvml import GIB, FakeNvml
+
+if TYPE_CHECKING:  # imported where a node is built: bench.nvml_c_exporter's exporter process
+    from tests.exporter.sources.fake_nvml import FakeNvml  # runs no Python double at all
 
 TICK_THREAD_NAME = "fake-nvml-tick"
 # Per-GPU sample buffer: a few ticks are plenty for an exporter that reads every interval,
@@ -82,6 +84,8 @@ def build_node(gpus: int, processes_per_gpu: int) -> FakeNvml:
     means, throttle counters, GPU-utilization samples (one per tick). ``max_event_wait_s``
     matches NvmlSource's 1 s XID wait, so the XID thread blocks as long as it would in the
     real driver instead of polling at 50 Hz."""
+    from tests.exporter.sources.fake_nvml import GIB, FakeNvml
+
     fake = FakeNvml(gpus, max_event_wait_s=1.0)
     memory = (72 * GIB // max(processes_per_gpu, 1)) if processes_per_gpu else 0
     for gpu in fake.gpus:
