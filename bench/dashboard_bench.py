@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
-"""How fast the fleet page loads for a large simulated fleet behind a real Prometheus.
+"""How fast the fleet page loads for a large simulated fleet behind a real store.
 
-    python bench/dashboard_bench.py                 # 500 nodes x 8 GPUs, 1 h window
+    python bench/dashboard_bench.py                 # 500 nodes, 15 s step, Prometheus, 1 h
     python bench/dashboard_bench.py --nodes 100 --no-browser
+    python bench/dashboard_bench.py --data /work/fleet5000 --store both --no-browser
 
-1. Generates the fleet's last hour (plus 5 minutes of look-back) as OpenMetrics with
-   timestamps, one sample per series every 15 s. Each node plays one of four 8-GPU
-   scenarios (the demo's p5 training node, idle p4d node and on-prem DGX, and the
-   exporter's built-in p5 scenario with time-slicing and MIG) through the exporter's own
-   SimulatedSource, attribution and collectors; every node gets its own ``node`` label and
-   GPU UUIDs and a time shift, so no two nodes' series coincide.
-2. ``promtool tsdb create-blocks-from openmetrics`` turns that into TSDB blocks, and a
-   real Prometheus serves them (no scraping: 500 exporters do not fit on 2 cores).
+1. The fleet (``bench/fleet.py``): nodes playing the demo scenarios through the exporter's
+   own SimulatedSource, attribution and collectors, one sample per series every ``--step``
+   seconds over the window plus 5 minutes of look-back, as Prometheus TSDB blocks (promtool
+   ``create-blocks-from openmetrics``) and a VictoriaMetrics data folder (``/api/v1/import``);
+   built into ``--keep DIR`` (reused when it holds the same --nodes/--step/--window) or
+   a temporary folder, or taken as it is from ``--data DIR`` (a set ``bench/fleet.py`` built).
+2. Each store (``--store``): Debian's ``prometheus`` or ``victoria-metrics`` started on it
+   (``tests/stores.py``; no scraping: 500 exporters do not fit on 2 cores).
 3. Measures, at the data's end time: the page's queries (``PrometheusData.fleet``), the
-   analysis and rendering (``build_fleet_view`` + figures + tables), and the full page load
-   in headless Chromium (navigation until the idle-node table and the heatmap are drawn),
-   and counts the queries one page load sends.
+   analysis and rendering (``build_fleet_view`` + figures + tables), the full page load in
+   headless Chromium (navigation until the idle-node table and the heatmap are drawn), the
+   queries one page load sends, and then the store's RSS (``VmRSS``) and series count; and
+   compares the verdicts with the fleet's expected ones (``bench/fleet.py``'s ``expected``).
 
-Needs Debian's ``prometheus`` (promtool) and, for the browser part, ``chromium``.
+Needs Debian's ``prometheus`` (promtool), ``victoria-metrics`` and, for the browser part,
+``chromium``.
 """
 
 from __future__ import annotations
@@ -26,121 +29,43 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import fleet  # noqa: E402
 from gpuscope.dashboard import components  # noqa: E402
-from gpuscope.dashboard.data import PrometheusData  # noqa: E402
+from gpuscope.dashboard.data import DataError, PrometheusData  # noqa: E402
 from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
 from gpuscope.dashboard.prices import load_prices  # noqa: E402
-from gpuscope.dashboard.views import build_fleet_view  # noqa: E402
-from gpuscope.exporter.kubernetes.apiserver import NodeInfo  # noqa: E402
-from gpuscope.exporter.kubernetes.attribution import attribute  # noqa: E402
-from gpuscope.exporter.kubernetes.simulated import ScenarioInputs  # noqa: E402
-from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector  # noqa: E402
-from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector  # noqa: E402
-from gpuscope.exporter.sources.scenario import load_scenario  # noqa: E402
-from gpuscope.exporter.sources.simulated import SimulatedSource  # noqa: E402
-
-# (scenario file, share of the fleet)
-TEMPLATES = (
-    (REPO / "dashboard/demo/p5-train.yaml", 0.5),
-    (REPO / "dashboard/demo/p4d-idle.yaml", 0.2),
-    (REPO / "dashboard/demo/onprem-dgx.yaml", 0.2),
-    (REPO / "exporter/sources/scenarios/default.yaml", 0.1),
+from gpuscope.dashboard.views import FleetView, build_fleet_view  # noqa: E402
+from tests.stores import (  # noqa: E402
+    Store,
+    StoreError,
+    free_port,
+    start_prometheus,
+    start_victoriametrics,
 )
-KEEP = {  # what the fleet page and the drill-downs read; the rest is left out
-    "gpu_info", "gpu_node_info", "gpu_pod_info", "gpu_utilization_ratio",
-    "gpu_memory_used_bytes", "container_gpu_allocated", "container_gpu_utilization_ratio",
-    "container_gpu_memory_used_bytes",
-    # the work signals (issue 15)
-    "gpu_busy_seconds_total", "gpu_sm_active_seconds_total", "gpu_tensor_active_seconds_total",
-    "gpu_dram_active_seconds_total", "gpu_energy_joules_total", "gpu_power_watts",
-    "gpu_power_limit_watts", "gpu_throttle_seconds_total", "gpu_sm_clock_hertz",
-    "gpu_temperature_celsius",
-}
-SCRAPE = 15.0
+
+SCRAPE = 15.0  # the default step (bench/load.py builds its fleet with it)
 CHROMIUM = "/usr/bin/chromium"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
-
-
-def template_samples(path: Path, times: int) -> tuple[str, dict[SeriesKey, list[float]]]:
-    """Per series of one scenario: its value at scenario times 0, 15, 30, ... s."""
-    scenario = load_scenario(path)
-    source = SimulatedSource(scenario, start=0.0)
-    inputs = ScenarioInputs(scenario)
-    series: dict[SeriesKey, list[float]] = {}
-    for k in range(times):
-        snap = source.sample_at(3600.0 + k * SCRAPE, timestamp=k * SCRAPE)
-        pids = {p.pid for d in snap.devices for p in d.processes}
-        att = attribute(snap, inputs.allocations(), inputs.containers_of(pids),
-                        inputs.metadata(), node_fallback=NodeInfo())
-        collectors = (GpuCollector(lambda snap=snap: snap),  # type: ignore[misc]
-                      ContainerCollector(lambda att=att: att))  # type: ignore[misc]
-        for collector in collectors:
-            for family in collector.collect():
-                for s in family.samples:
-                    if s.name not in KEEP:
-                        continue
-                    key = (s.name, tuple(sorted(s.labels.items())))
-                    series.setdefault(key, [float("nan")] * times)[k] = s.value
-    return scenario.node.name, series
+STORES = {"prometheus": ("prometheus",), "victoriametrics": ("victoriametrics",),
+          "both": ("prometheus", "victoriametrics")}
 
 
 def openmetrics(nodes: int, end: float, times: int) -> Iterator[str]:
-    """The fleet's samples, family by family, series by series, oldest first."""
-    counts = [round(share * nodes) for _, share in TEMPLATES]
-    counts[0] += nodes - sum(counts)
-    templates = [template_samples(path, times) for path, _ in TEMPLATES]
-    plan = list(enumerate(t for t, n in enumerate(counts) for _ in range(n)))
-    start = end - (times - 1) * SCRAPE
-    stamps = [f"{start + k * SCRAPE:.3f}" for k in range(times)]
-    for family in sorted(KEEP):
-        counter = family.endswith("_total")
-        kind = "counter" if counter else "gauge"
-        yield f"# TYPE {family.removesuffix('_total') if counter else family} {kind}\n"
-        for node_index, t in plan:
-            _, series = templates[t]
-            node = f"gpu-node-{node_index:04d}"
-            shift = node_index % times
-            for (name, labels), values in series.items():
-                if name != family:
-                    continue
-                lab = dict(labels)
-                for key in ("uuid", "parent_uuid"):
-                    if lab.get(key):
-                        lab[key] = f"{lab[key][:-4]}{node_index:04d}"
-                lab.update(node=node, job="gpuscope", instance=f"{node}:9463")
-                text = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()))
-                lines = []
-                step_inc = (values[1] - values[0]) if counter and len(values) > 1 else 0.0
-                for k in range(times):
-                    v = values[(k + shift) % times]
-                    if counter and v == v:
-                        # keep a rotated counter monotonic: add what it counted per lap
-                        v += ((k + shift) // times) * (values[-1] - values[0] + step_inc)
-                    if v == v:  # not NaN (a series absent at that time)
-                        lines.append(f"{name}{{{text}}} {v!r} {stamps[k]}\n")
-                yield "".join(lines)
-    yield "# EOF\n"
+    """``nodes`` nodes' samples every :data:`SCRAPE` s, ``times`` of them ending at ``end``,
+    as OpenMetrics for promtool (``bench/load.py``'s fleet)."""
+    window = (times - 1) * SCRAPE - fleet.LOOKBACK
+    return fleet.Fleet(fleet.Shape(nodes, SCRAPE, window, end)).openmetrics()
 
 
 def wait_http(url: str, timeout: float) -> None:
@@ -179,68 +104,61 @@ def browser_load(url: str, runs: int) -> list[float]:
     return times
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=500)
-    ap.add_argument("--window", type=float, default=3600.0, help="seconds (default 1 h)")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--no-browser", action="store_true")
-    ap.add_argument("--keep", help="keep the generated data in this folder, and reuse it "
-                    "when it is already there (same --nodes and --window)")
-    args = ap.parse_args()
-    for tool in ("promtool", "prometheus"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"{tool} not found: apt-get install prometheus")
+def data_set(args: argparse.Namespace, stores: tuple[str, ...]) -> tuple[Path, dict[str, Any],
+                                                                         bool]:
+    """The data set folder, its meta, and whether it is temporary (removed at the end)."""
+    if args.data:
+        folder = Path(args.data)
+        if not (folder / "meta.json").exists():
+            raise SystemExit(f"{folder}: no meta.json (build it with bench/fleet.py)")
+        meta = fleet.load_meta(folder)
+        missing = [s for s in stores if not (folder / ("tsdb" if s == "prometheus" else "vm"))
+                   .is_dir()]
+        if missing:
+            raise SystemExit(f"{folder} holds no data for {', '.join(missing)}")
+        return folder, meta, False
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="gpuscope-bench-"))
+    if (folder / "meta.json").exists():
+        meta = fleet.load_meta(folder)
+        have = [s for s in stores if (folder / ("tsdb" if s == "prometheus" else "vm")).is_dir()]
+        if ((meta["nodes"], meta["step"], meta["window"]) == (args.nodes, args.step, args.window)
+                and have == list(stores)):
+            print(f"reusing {meta['samples']:,} samples ({meta['series']:,} series) in {folder}",
+                  flush=True)
+            return folder, meta, False
+    meta = fleet.build(folder, args.nodes, step=args.step, window=args.window, stores=stores)
+    print(f"generated {meta['samples']:,} samples ({meta['series']:,} series) for "
+          f"{meta['nodes']} nodes, {meta['gpus']} GPUs in {meta['build_s']:.1f}s", flush=True)
+    return folder, meta, not args.keep
 
-    work = Path(args.keep or tempfile.mkdtemp(prefix="gpuscope-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    tsdb = work / "tsdb"
-    meta_file = work / "meta.json"
-    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
-    if meta.get("nodes") == args.nodes and meta.get("window") == args.window and tsdb.exists():
-        end, samples = meta["end"], meta["samples"]
-        print(f"reusing {samples:,} samples in {tsdb}", flush=True)
-    else:
-        shutil.rmtree(tsdb, ignore_errors=True)
-        end = float(int(time.time()) - 120)
-        times = int((args.window + 300) // SCRAPE) + 1
-        om = work / "fleet.om"
-        began = time.perf_counter()
-        samples = 0
-        with om.open("w") as f:
-            for chunk in openmetrics(args.nodes, end, times):
-                samples += chunk.count("\n")
-                f.write(chunk)
-        gen_s = time.perf_counter() - began
-        began = time.perf_counter()
-        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om),
-                        str(tsdb)], check=True, stdout=subprocess.DEVNULL)
-        blocks_s = time.perf_counter() - began
-        om.unlink()
-        meta_file.write_text(json.dumps({"nodes": args.nodes, "window": args.window,
-                                         "end": end, "samples": samples}))
-        print(f"generated {samples:,} samples for {args.nodes} nodes x 8 GPUs in {gen_s:.1f}s;"
-              f" TSDB blocks in {blocks_s:.1f}s", flush=True)
 
-    port = free_port()
-    prom_log = (work / "prometheus.log").open("wb")
-    config = work / "prometheus.yml"
-    config.write_text("global: {scrape_interval: 15s}\nscrape_configs: []\n")
-    prom = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-         "--storage.tsdb.retention.time=10y", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=prom_log, stderr=subprocess.STDOUT,
-    )
-    result: dict[str, object] = {"nodes": args.nodes, "gpus": args.nodes * 8,
-                                 "window_s": args.window, "samples": samples}
+def verdicts(view: FleetView, expected: dict[str, Any]) -> dict[str, Any]:
+    """The page's counts beside the fleet's expected ones."""
+    k = view.kpis
+    got = {"idle_nodes": k.idle_nodes, "idle_gpus": k.idle, "spinning": k.spinning,
+           "throttled": k.throttled, "starved": len(view.starved_rows),
+           "stragglers": len(view.straggler_rows),
+           "allocated_idle": len(view.allocated_idle_rows), "idle_slices": len(view.slice_rows),
+           "idle_per_hour": round(k.burning_per_hour, 2)}
+    want = {"idle_nodes": len(expected["idle_nodes"]), "idle_gpus": expected["idle_gpus"],
+            "spinning": len(expected["spinning"]), "throttled": len(expected["throttled"]),
+            "starved": len(expected["starved"]), "stragglers": len(expected["stragglers"]),
+            "allocated_idle": len(expected["allocated_idle"]),
+            "idle_slices": len(expected["idle_slices"]),
+            "idle_per_hour": round(expected["idle_per_hour"], 2)}
+    return {"got": got, "expected": want,
+            "differ": sorted(key for key in got if got[key] != want[key])}
+
+
+def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
+            args: argparse.Namespace) -> dict[str, Any]:
+    end = meta["end"]
+    result: dict[str, Any] = {"store_start_s": round(store.started_s, 2)}
+    source = PrometheusData(store.url, clock=lambda: end, timeout=args.timeout)
+    prices = load_prices()
+    fetch, build, render = [], [], []
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/-/ready", 60)
-        source = PrometheusData(base, clock=lambda: end)
-        prices = load_prices()
-
-        fetch, build, render = [], [], []
-        for _ in range(args.runs + 1):  # the first run warms Prometheus' caches
+        for _ in range(args.runs + 1):  # the first run warms the store's caches
             t0 = time.perf_counter()
             data = source.fleet(args.window)
             t1 = time.perf_counter()
@@ -255,58 +173,120 @@ def main() -> int:
             fetch.append(t1 - t0)
             build.append(t2 - t1)
             render.append(t3 - t2)
+    except DataError as exc:
+        result["error"] = str(exc)
+        print(f"{store.kind}: the fleet page failed: {exc}", flush=True)
+    finally:
+        source.close()
+    if "error" not in result:
         k = view.kpis
-        print(f"fleet: {k.gpus} GPUs, {k.idle} idle, {k.idle_nodes} idle nodes, "
+        print(f"{store.kind}: {k.gpus} GPUs, {k.idle} idle, {k.idle_nodes} idle nodes, "
               f"{len(view.starved_rows)} starved, {len(view.straggler_rows)} stragglers, "
               f"{data.queries} queries")
+        check = verdicts(view, expected)
         result.update(
-            queries_fleet=data.queries,
+            queries_fleet=data.queries, first_fetch_s=fetch[0],
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
-            render_s=statistics.median(render[1:]), idle_nodes=k.idle_nodes,
-            starved=len(view.starved_rows), stragglers=len(view.straggler_rows),
+            render_s=statistics.median(render[1:]), verdicts=check["got"],
+            verdicts_differ=check["differ"],
         )
-        print(f"server side (median of {args.runs}): queries {result['fetch_s']:.2f}s, "
-              f"analysis {result['analysis_s']:.2f}s, rendering {result['render_s']:.2f}s")
-
+        print(f"{store.kind} server side (median of {args.runs}, first {fetch[0]:.2f}s): "
+              f"queries {result['fetch_s']:.2f}s, analysis {result['analysis_s']:.2f}s, "
+              f"rendering {result['render_s']:.2f}s", flush=True)
+        if check["differ"]:
+            print(f"{store.kind}: verdicts differ from the expected ones: "
+                  + ", ".join(f"{key} {check['got'][key]} (expected {check['expected'][key]})"
+                              for key in check["differ"]), flush=True)
         if not args.no_browser:
-            from gpuscope.dashboard.app import DashboardServer, create_app
-            from gpuscope.dashboard.service import DashboardService
+            result.update(page_loads(store, end, args))
+    result.update(rss_kib=store.rss_kib(), series=store.series_count(end))
+    print(f"{store.kind}: RSS {result['rss_kib'] / 1024:,.0f} MiB after the queries, "
+          f"{result['series']:,} series", flush=True)
+    return result
 
-            if not os.path.exists(CHROMIUM):
-                raise SystemExit(f"{CHROMIUM} not found: apt-get install chromium "
-                                 "(or pass --no-browser)")
-            for mode in ("on_demand", "kept_warm"):
-                page_source = PrometheusData(base, clock=lambda: end)
-                service = DashboardService(page_source, prices, share_for=0)
-                if mode == "kept_warm":
-                    service.keep_warm(30.0)
-                    service.fleet(None, None)  # the first background result is in
-                app = create_app(service, refresh_seconds=3600)
-                server = DashboardServer(app, "127.0.0.1", 0)
-                server.start()
-                try:
-                    before = page_source.queries_total
-                    loads = browser_load(f"http://127.0.0.1:{server.port}/", args.runs + 1)
-                    per_load = (page_source.queries_total - before) / len(loads)
-                finally:
-                    server.stop()
-                    service.close()
-                    page_source.close()
-                result.update({f"page_load_{mode}_first_s": loads[0],
-                               f"page_load_{mode}_s": statistics.median(loads[1:]),
-                               f"queries_per_page_load_{mode}": per_load})
-                print(f"page load in Chromium, view {mode.replace('_', ' ')}: first "
-                      f"{loads[0]:.2f}s, then median {statistics.median(loads[1:]):.2f}s; "
-                      f"{per_load:g} queries per page load", flush=True)
+
+def page_loads(store: Store, end: float, args: argparse.Namespace) -> dict[str, Any]:
+    from gpuscope.dashboard.app import DashboardServer, create_app
+    from gpuscope.dashboard.service import DashboardService
+
+    if not os.path.exists(CHROMIUM):
+        raise SystemExit(f"{CHROMIUM} not found: apt-get install chromium "
+                         "(or pass --no-browser)")
+    out: dict[str, Any] = {}
+    for mode in ("on_demand", "kept_warm"):
+        page_source = PrometheusData(store.url, clock=lambda: end, timeout=args.timeout)
+        service = DashboardService(page_source, load_prices(), share_for=0)
+        if mode == "kept_warm":
+            service.keep_warm(30.0)
+            service.fleet(None, None)  # the first background result is in
+        app = create_app(service, refresh_seconds=3600)
+        server = DashboardServer(app, "127.0.0.1", 0)
+        server.start()
+        try:
+            before = page_source.queries_total
+            loads = browser_load(f"http://127.0.0.1:{server.port}/", args.runs + 1)
+            per_load = (page_source.queries_total - before) / len(loads)
+        finally:
+            server.stop()
+            service.close()
+            page_source.close()
+        out.update({f"page_load_{mode}_first_s": loads[0],
+                    f"page_load_{mode}_s": statistics.median(loads[1:]),
+                    f"queries_per_page_load_{mode}": per_load})
+        print(f"{store.kind} page load in Chromium, view {mode.replace('_', ' ')}: first "
+              f"{loads[0]:.2f}s, then median {statistics.median(loads[1:]):.2f}s; "
+              f"{per_load:g} queries per page load", flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--step", type=float, default=SCRAPE,
+                    help="seconds between samples (default 15)")
+    ap.add_argument("--window", type=float, default=3600.0, help="seconds (default 1 h)")
+    ap.add_argument("--store", choices=sorted(STORES), default="prometheus")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=60.0, help="per query, seconds")
+    ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--keep", help="keep the generated data in this folder, and reuse it "
+                    "when it is already there (same --nodes, --step and --window)")
+    ap.add_argument("--data", help="a data set bench/fleet.py built (e.g. /work/fleet5000): "
+                    "use it as it is (--nodes, --step and --window are its own)")
+    args = ap.parse_args()
+    if args.nodes < 1 or args.step <= 0 or args.window < args.step or args.runs < 1:
+        print("dashboard_bench: --nodes and --runs must be >= 1, --step > 0 and "
+              "--window >= --step", file=sys.stderr)
+        return 2
+    stores = STORES[args.store]
+    try:
+        folder, meta, temporary = data_set(args, stores)
+    except StoreError as exc:
+        print(f"dashboard_bench: {exc}", file=sys.stderr)
+        return 1
+    if args.data:
+        args.nodes, args.step, args.window = meta["nodes"], meta["step"], meta["window"]
+    expected = json.loads((folder / "expected.json").read_text())
+    result: dict[str, Any] = {"nodes": meta["nodes"], "gpus": meta["gpus"],
+                              "step_s": meta["step"], "window_s": meta["window"],
+                              "series": meta["series"], "samples": meta["samples"],
+                              "data": str(folder)}
+    try:
+        for kind in stores:
+            starter = start_prometheus if kind == "prometheus" else start_victoriametrics
+            with starter(folder / ("tsdb" if kind == "prometheus" else "vm")) as store:
+                result[kind] = measure(store, meta, expected, args)
+    except StoreError as exc:
+        print(f"dashboard_bench: {exc}", file=sys.stderr)
+        return 1
     finally:
-        prom.terminate()
-        prom.wait(30)
-        prom_log.close()
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps(result))
     return 0
 
+
+__all__ = ["SCRAPE", "free_port", "openmetrics", "wait_http"]
 
 if __name__ == "__main__":
     sys.exit(main())
