@@ -32,16 +32,18 @@ INSTANCE_PRICE = "instance_type:gpu_node_price_dollars_per_hour:on_demand"
 NODE_PRICE = "node:gpu_node_price_dollars_per_hour:on_demand"
 DEVICE_PRICE = "node:gpu_device_price_dollars_per_hour:on_demand"
 
-#: The line that opens the generated group; everything from it to the end of the rule file
-#: is rewritten by the generator (and nothing before it).
+#: The lines that open and close the generated group; what is between them is rewritten by
+#: the generator, and nothing else.
 MARKER = (
     "  # ---- gpuscope-grafana: generated from dashboard/prices.yaml by"
     " `python -m gpuscope.alerts.grafana`;"
 )
+END_MARKER = "  # ---- end of gpuscope-grafana (generated)\n"
 
 _HEADER = (
     MARKER + "\n"
-    "  # do not edit below this line: change the price table (or the generator) and run it.\n"
+    "  # do not edit it up to its end line: change the price table (or the generator) and run\n"
+    "  # it again. Groups of your own go above this line or below the end line.\n"
     "  # On-demand prices only: a spot node is priced on demand here (an upper bound).\n"
 )
 
@@ -117,15 +119,17 @@ def price_group_text(prices: PriceTable) -> str:
     """The generated group as it stands at the end of the rule file."""
     body = dump_yaml({"groups": [price_group(prices)]})
     assert body.startswith("groups:\n")
-    return _HEADER + body.removeprefix("groups:\n")
+    return _HEADER + body.removeprefix("groups:\n") + END_MARKER
 
 
 def with_price_group(rules_text: str, prices: PriceTable) -> str:
-    """``rules_text`` with its generated group (from :data:`MARKER` to the end) replaced by
-    the one for ``prices``."""
+    """``rules_text`` with its generated group (from :data:`MARKER` to :data:`END_MARKER`,
+    or to the end of the file where that is missing) replaced by the one for ``prices``."""
     at = rules_text.find(MARKER)
     if at < 0:
         raise GrafanaError(
             f"the rule file has no line starting {MARKER.strip()[:40]!r}...: the generated "
             f"group {GROUP!r} belongs at its end")
-    return rules_text[:at] + price_group_text(prices)
+    end = rules_text.find(END_MARKER, at)
+    rest = rules_text[end + len(END_MARKER):] if end >= 0 else ""
+    return rules_text[:at] + price_group_text(prices) + rest

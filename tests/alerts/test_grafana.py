@@ -107,12 +107,15 @@ def test_a_price_change_changes_the_price_rules(tmp_path: Path,
     prices = tmp_path / "prices.yaml"
     prices.write_text("p5.48xlarge: 40.0\nmy-gpu-box.large: 3.5\n")
     rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES_FILE.read_text(encoding="utf-8"))
+    # A group added after the generated one (by hand) is kept as it is.
+    after = "  - name: added-later\n    rules:\n      - record: a:b:c\n        expr: vector(1)\n"
+    rules.write_text(RULES_FILE.read_text(encoding="utf-8") + after)
     assert cli.main(["--rules", str(rules), "--prices", str(prices), "--check"]) == 1
     assert f"{rules} is out of date" in capsys.readouterr().err
     # Written to a copy of the rule file, dashboards to a scratch folder: the group only.
     files = cli.outputs(rules, prices, out_dirs=(tmp_path,))
-    group = yaml.safe_load(files[rules])["groups"][-1]
+    assert files[rules].endswith("(generated)\n" + after)
+    group = yaml.safe_load(files[rules])["groups"][-2]
     assert group["name"] == "gpuscope-grafana"
     by_type = {r["labels"]["instance_type"]: r["expr"] for r in group["rules"]
                if r["record"] == INSTANCE_PRICE}
