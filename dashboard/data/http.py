@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 #: A secret file is re-read at least this often even when its metadata looks unchanged
 #: (a rewrite within the file system's mtime granularity keeps inode, size and mtime).
 REREAD_SECONDS = 60.0
+#: A secret file larger than this is refused (a token is a few KiB at most).
+MAX_SECRET = 64 * 1024
 #: A server's error text is cut to this many characters (one line) in a DataError.
 MAX_DETAIL = 300
 #: Amazon Managed Service for Prometheus: the region is the host's second label.
@@ -111,9 +113,11 @@ class SecretFile:
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
-                raw = f.read(1 << 16)
+                raw = f.read(MAX_SECRET + 1)
         except OSError as exc:
             raise self._fail(exc.strerror or type(exc).__name__) from None
+        if len(raw) > MAX_SECRET:
+            raise self._fail(f"is larger than {MAX_SECRET // 1024} KiB: not a secret")
         try:
             value = raw.decode("utf-8").strip()
         except UnicodeDecodeError:
@@ -176,11 +180,18 @@ class BearerAuth:
         self.token = (token_file if isinstance(token_file, SecretFile)
                       else SecretFile(token_file, "bearer token file"))
 
+    def _token(self) -> str:
+        token = self.token.get()
+        if not token.isascii():  # HTTP sends header values as Latin-1; tokens are ASCII
+            raise CredentialError(f"{self.token.what} {self.token.path}: holds characters "
+                                  "other than ASCII")
+        return token
+
     def check(self) -> None:
-        self.token.get()
+        self._token()
 
     def apply(self, method: str, url: str, headers: dict[str, str], body: bytes) -> None:
-        headers["Authorization"] = f"Bearer {self.token.get()}"
+        headers["Authorization"] = f"Bearer {self._token()}"
 
     def refresh(self) -> bool:
         return self.token.reload()
@@ -397,22 +408,23 @@ class _TlsState:
         self.config = config
         self._lock = threading.Lock()
         self._ctx: ssl.SSLContext | None = None
-        self._stats: tuple[tuple[int, int, int, int], ...] = ()
+        self._stats: tuple[tuple[int, int, int, int], ...] | None = None
 
-    def _signature(self) -> tuple[tuple[int, int, int, int], ...]:
+    def _signature(self) -> tuple[tuple[int, int, int, int], ...] | None:
+        """The files' identities; None when one is missing (context() then names it)."""
         out = []
         for path in self.config.files():
             try:
                 st = os.stat(path)
             except OSError:
-                return ()  # context() names the missing file
+                return None
             out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
         return tuple(out)
 
     def context(self) -> ssl.SSLContext:
         with self._lock:
             sig = self._signature()
-            if self._ctx is None or sig != self._stats or not sig:
+            if self._ctx is None or sig is None or sig != self._stats:
                 self._ctx = self.config.context()
                 self._stats = sig
             return self._ctx
@@ -519,7 +531,7 @@ class PromApi:
                 raise DataError(f"{self.description}: {exc}") from None
             try:
                 with self._opener.open(req, timeout=self.timeout) as resp:
-                    payload = json.loads(resp.read())
+                    raw = resp.read()
                 break
             except urllib.error.HTTPError as exc:
                 if (exc.code == 401 and attempt == 1 and self.auth is not None
@@ -539,8 +551,16 @@ class PromApi:
                 raise self._unreachable(exc.reason) from None
             except (TimeoutError, OSError) as exc:
                 raise self._unreachable(exc) from None
-            except ValueError:
-                raise DataError(f"{self.description}: answer is not JSON") from None
+            except http.client.HTTPException as exc:  # a malformed or cut-short answer
+                raise DataError(f"{self.description}: bad HTTP answer: "
+                                f"{type(exc).__name__}") from None
+            except ValueError as exc:  # a URL or header http.client refuses to send
+                raise DataError(f"{self.description}: cannot send the query: "
+                                f"{self._redact(str(exc))}") from None
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            raise DataError(f"{self.description}: answer is not JSON") from None
         if not isinstance(payload, dict) or payload.get("status") != "success":
             error = payload.get("error") if isinstance(payload, dict) else payload
             raise DataError(f"{self.description}: query failed: {self._redact(str(error))}")

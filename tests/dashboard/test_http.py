@@ -72,8 +72,9 @@ class Received:
         return None
 
 
-#: A check: None to let the request through, else (HTTP status, JSON error body).
-Check = Callable[[Received], tuple[int, dict[str, str]] | None]
+#: A check: None to let the request through, else (HTTP status, JSON body, or raw bytes
+#: sent as text/plain).
+Check = Callable[[Received], tuple[int, dict[str, str] | bytes] | None]
 
 
 @dataclass
@@ -102,9 +103,10 @@ class CheckServer:
                 else:
                     status, answer = owner.answer(got)
                 owner.seen.append((got.header("Authorization"), status))
-                raw = json.dumps(answer).encode()
+                raw = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/plain" if isinstance(answer, bytes)
+                                 else "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
@@ -675,3 +677,45 @@ def test_fleet_over_mutual_tls_and_through_a_sigv4_proxy(
     assert idle_nodes(amp, m.end) == expected
     statuses = {s for _, s in proxy.seen}
     assert statuses == {200} and len(proxy.seen) == amp.queries_total >= 6
+
+
+# -- what any failure looks like (the texts PrometheusData._api gave before) -----------------
+@pytest.mark.parametrize(("status", "answer", "expected"), [
+    (422, {"status": "error", "errorType": "execution", "error": "parse error at char 4"},
+     "HTTP 422 parse error at char 4"),
+    (503, b"upstream connect error\nsecond line", "HTTP 503 upstream connect error"),
+    (502, b"", "HTTP 502"),
+    (200, b"<html>not json</html>", "answer is not JSON"),
+    (200, {"status": "error", "error": "too many samples"}, "query failed: too many samples"),
+])
+def test_failures_are_one_line(serve: Callable[..., CheckServer], status: int,
+                               answer: dict[str, str] | bytes, expected: str) -> None:
+    server = serve(lambda got: (status, answer))
+    with pytest.raises(DataError) as info:
+        PromApi(server.url).post_form("/api/v1/query", {"query": "up"})
+    assert one_line(info) == f"Prometheus {server.url}: {expected}"
+
+
+def test_unreachable_and_a_non_ascii_token_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(DataError) as info:
+        PromApi("http://127.0.0.1:1", timeout=2).post_form("/api/v1/query", {"query": "up"})
+    assert one_line(info) == ("Prometheus http://127.0.0.1:1 unreachable: "
+                              "[Errno 111] Connection refused")
+    token = tmp_path / "token"
+    token.write_text("t\u00f6ken")
+    with pytest.raises(CredentialError) as bad:
+        BearerAuth(str(token)).check()
+    assert one_line(bad) == f"bearer token file {token}: holds characters other than ASCII"
+
+
+def test_a_replaced_ca_file_is_used_without_a_restart(serve: Callable[..., CheckServer],
+                                                      pki: Pki, tmp_path: Path) -> None:
+    server = serve(open_check, tls=pki.server)
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(pki.other_ca.read_bytes())
+    api = PromApi(server.url, tls=TlsConfig(ca_file=str(ca)))
+    with pytest.raises(DataError, match="not trusted"):
+        api.post_form("/api/v1/query", {"query": "up"})
+    (tmp_path / "ca.new").write_bytes(pki.ca.read_bytes())
+    os.replace(tmp_path / "ca.new", ca)
+    assert api.post_form("/api/v1/query", {"query": "up"}) == VECTOR["data"]
