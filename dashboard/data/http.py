@@ -163,8 +163,9 @@ class Auth(Protocol):
     def apply(self, method: str, url: str, headers: dict[str, str], body: bytes) -> None:
         """Add the credentials to ``headers`` (in place) for this exact request."""
 
-    def refresh(self) -> bool:
-        """After a 401: reload the credentials; True when a retry may now succeed."""
+    def refresh(self, sent: Mapping[str, str]) -> bool:
+        """After a 401 to a request with headers ``sent``: reload the credentials; True
+        when they differ from those sent (a retry may succeed)."""
 
     def secrets(self) -> Iterable[str]:
         """The secret values in use, to be removed from any text shown to the user."""
@@ -193,8 +194,11 @@ class BearerAuth:
     def apply(self, method: str, url: str, headers: dict[str, str], body: bytes) -> None:
         headers["Authorization"] = f"Bearer {self._token()}"
 
-    def refresh(self) -> bool:
-        return self.token.reload()
+    def refresh(self, sent: Mapping[str, str]) -> bool:
+        # Compared with what was sent, not with the previous read: another query may
+        # have read the new token between this one's send and its 401.
+        self.token.reload()
+        return sent.get("Authorization") != f"Bearer {self.token.current}"
 
     def secrets(self) -> Iterable[str]:
         value = self.token.current
@@ -227,8 +231,13 @@ class BasicAuth:
         pair = f"{self.user}:{self._password()}".encode()
         headers["Authorization"] = f"Basic {base64.b64encode(pair).decode('ascii')}"
 
-    def refresh(self) -> bool:
-        return isinstance(self.password, SecretFile) and self.password.reload()
+    def refresh(self, sent: Mapping[str, str]) -> bool:
+        if not isinstance(self.password, SecretFile):
+            return False
+        self.password.reload()
+        headers: dict[str, str] = {}
+        self.apply("POST", "", headers, b"")
+        return sent.get("Authorization") != headers["Authorization"]
 
     def secrets(self) -> Iterable[str]:
         value = (self.password.current if isinstance(self.password, SecretFile)
@@ -318,8 +327,8 @@ class SigV4Auth:
         headers.clear()
         headers.update((str(k), str(v)) for k, v in request.headers.items())
 
-    def refresh(self) -> bool:
-        return False  # botocore refreshes credentials itself; a 403 is final
+    def refresh(self, sent: Mapping[str, str]) -> bool:
+        return False  # botocore refreshes credentials itself; AWS's 403 is final
 
     def secrets(self) -> Iterable[str]:
         frozen = self._last
@@ -503,7 +512,7 @@ class PromApi:
                 text = text.replace(secret, "<redacted>")
         return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL] + "…"
 
-    def _request(self, path: str, body: bytes) -> urllib.request.Request:
+    def _request(self, path: str, body: bytes) -> tuple[urllib.request.Request, dict[str, str]]:
         url = self.url + path
         parts = urllib.parse.urlsplit(url)
         default_port = 443 if parts.scheme == "https" else 80
@@ -519,14 +528,14 @@ class PromApi:
             headers["User-Agent"] = self.user_agent
         if self.auth is not None:
             self.auth.apply("POST", url, headers, body)
-        return urllib.request.Request(url, data=body, method="POST", headers=headers)
+        return urllib.request.Request(url, data=body, method="POST", headers=headers), headers
 
     def post_form(self, path: str, params: Mapping[str, str]) -> Any:
         """POST ``params`` form-encoded to ``url + path``; the answer's ``data``."""
         body = urllib.parse.urlencode(params).encode()
         for attempt in (1, 2):
             try:
-                req = self._request(path, body)
+                req, sent = self._request(path, body)
             except CredentialError as exc:
                 raise DataError(f"{self.description}: {exc}") from None
             try:
@@ -535,7 +544,7 @@ class PromApi:
                 break
             except urllib.error.HTTPError as exc:
                 if (exc.code == 401 and attempt == 1 and self.auth is not None
-                        and self.auth.refresh()):
+                        and self.auth.refresh(sent)):
                     log.info("%s: HTTP 401, credentials reloaded, retrying once",
                              self.description)
                     continue

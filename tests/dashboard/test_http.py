@@ -719,3 +719,17 @@ def test_a_replaced_ca_file_is_used_without_a_restart(serve: Callable[..., Check
     (tmp_path / "ca.new").write_bytes(pki.ca.read_bytes())
     os.replace(tmp_path / "ca.new", ca)
     assert api.post_form("/api/v1/query", {"query": "up"}) == VECTOR["data"]
+
+
+def test_a_401_retries_when_another_query_already_read_the_new_token(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("old-token")
+    auth = BearerAuth(str(token))
+    sent: dict[str, str] = {}
+    auth.apply("POST", "http://p/api/v1/query", sent, b"")
+    token.write_text("new-token")
+    assert auth.token.get() == "new-token"  # a concurrent query read it first
+    assert auth.refresh(sent)  # still worth a retry: what this query sent is old
+    fresh: dict[str, str] = {}
+    auth.apply("POST", "http://p/api/v1/query", fresh, b"")
+    assert not auth.refresh(fresh)  # a 401 to the current token: no retry
