@@ -28,6 +28,7 @@ one line and have every secret value of the request removed.
 from __future__ import annotations
 
 import base64
+import email.message
 import functools
 import http.client
 import importlib
@@ -43,7 +44,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from gpuscope.dashboard.data.source import DataError
 
@@ -468,6 +469,17 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
                             req, context=ctx)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: urllib would send the credentials (and our Host header)
+    on to the new location, another host maybe, and turn the POST into a GET without the
+    query. A 3xx becomes a DataError naming the location instead."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int,
+                         msg: str, headers: email.message.Message,
+                         newurl: str) -> urllib.request.Request | None:
+        return None
+
+
 # -- the client -------------------------------------------------------------------------------
 class PromApi:
     """POSTs form-encoded queries to ``url`` + path and returns the answer's ``data``.
@@ -487,7 +499,7 @@ class PromApi:
         self.tls = tls
         self.description = description or f"Prometheus {self.url}"
         self.user_agent = user_agent
-        handlers: list[urllib.request.BaseHandler] = []
+        handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
         self._tls = _TlsState(tls) if tls is not None else None
         if self._tls is not None:
             handlers.append(_HTTPSHandler(self._tls))
@@ -547,8 +559,12 @@ class PromApi:
                         and self.auth.refresh(sent)):
                     log.info("%s: HTTP 401, credentials reloaded, retrying once",
                              self.description)
+                    exc.close()
                     continue
                 detail = self._detail(exc)
+                if 300 <= exc.code < 400:
+                    where = self._redact(exc.headers.get("Location") or "?")
+                    detail = f"redirect to {where} not followed: use that URL"
                 raise DataError(f"{self.description}: HTTP {exc.code} {detail}".strip()
                                 ) from None
             except CredentialError as exc:  # a TLS file gone or broken since start-up

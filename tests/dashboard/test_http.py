@@ -733,3 +733,35 @@ def test_a_401_retries_when_another_query_already_read_the_new_token(tmp_path: P
     fresh: dict[str, str] = {}
     auth.apply("POST", "http://p/api/v1/query", fresh, b"")
     assert not auth.refresh(fresh)  # a 401 to the current token: no retry
+
+
+def test_redirects_are_not_followed_with_the_credentials(
+        serve: Callable[..., CheckServer], tmp_path: Path) -> None:
+    elsewhere = serve(open_check)
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(302)
+            self.send_header("Location", elsewhere.url + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    redirector = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=redirector.serve_forever, daemon=True).start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("do-not-forward")
+        url = f"http://127.0.0.1:{redirector.server_port}"
+        with pytest.raises(DataError) as info:
+            PromApi(url, auth=BearerAuth(str(token))).post_form("/api/v1/query",
+                                                                {"query": "up"})
+        assert one_line(info) == (f"Prometheus {url}: HTTP 302 redirect to "
+                                  f"{elsewhere.url}/api/v1/query not followed: use that URL")
+        assert elsewhere.received == []
+    finally:
+        redirector.shutdown()
+        redirector.server_close()
