@@ -189,8 +189,13 @@ SIGV4 = re.compile(r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<day>\d{8})/(
                    r"Signature=(?P<signature>[0-9a-f]{64})")
 
 
-def sigv4_check(region: str, *, token: str | None = SESSION_TOKEN,
-                service: str = "aps") -> Check:
+def static_keys(access_key: str) -> tuple[str, str | None] | None:
+    """The (secret key, session token) this server knows for ``access_key``."""
+    return (SECRET_KEY, SESSION_TOKEN) if access_key == ACCESS_KEY else None
+
+
+def sigv4_check(region: str, *, keys: Callable[[str], tuple[str, str | None] | None]
+                = static_keys, service: str = "aps") -> Check:
     """Amazon's check, redone: the signature botocore's SigV4Auth computes over the request
     as received, with the secret key this server knows, must equal the one sent."""
     def deny(message: str) -> tuple[int, dict[str, str]]:
@@ -200,8 +205,10 @@ def sigv4_check(region: str, *, token: str | None = SESSION_TOKEN,
         m = SIGV4.fullmatch(got.header("Authorization") or "")
         if m is None:
             return deny("Missing Authentication Token")
-        if m["key"] != ACCESS_KEY:
+        known = keys(m["key"])
+        if known is None:
             return deny("The security token included in the request is invalid.")
+        secret, token = known
         if (m["region"], m["service"]) != (region, service):
             return deny(f"Credential should be scoped to a valid region/service, "
                         f"not {m['region']}/{m['service']}")
@@ -226,7 +233,7 @@ def sigv4_check(region: str, *, token: str | None = SESSION_TOKEN,
             data=got.body, headers=headers)
         request.context["timestamp"] = amz_date
         signer = botocore.auth.SigV4Auth(
-            botocore.credentials.Credentials(ACCESS_KEY, SECRET_KEY, token), service, region)
+            botocore.credentials.Credentials(m["key"], secret, token), service, region)
         expected = signer.signature(
             signer.string_to_sign(request, signer.canonical_request(request)), request)
         if not hmac.compare_digest(expected, m["signature"]):
@@ -751,7 +758,8 @@ def test_redirects_are_not_followed_with_the_credentials(
             pass
 
     redirector = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
-    threading.Thread(target=redirector.serve_forever, daemon=True).start()
+    threading.Thread(target=redirector.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
     try:
         token = tmp_path / "token"
         token.write_text("do-not-forward")
@@ -765,3 +773,52 @@ def test_redirects_are_not_followed_with_the_credentials(
     finally:
         redirector.shutdown()
         redirector.server_close()
+
+
+def test_sigv4_with_irsa_web_identity_credentials(aws_env: None, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 serve: Callable[..., CheckServer]) -> None:
+    """As on EKS with IRSA: only a role ARN and a web identity token file in the
+    environment; botocore exchanges the token at STS (moto's, in this process) for
+    temporary credentials, and the server checks the signature with the secret that STS
+    issued (looked up in moto's STS backend)."""
+    from moto.server import ThreadedMotoServer
+    from moto.sts.models import sts_backends
+
+    sts = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    sts.start()
+    try:
+        host, port = sts.get_host_and_port()
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            monkeypatch.delenv(name)
+        token = tmp_path / "eks.amazonaws.com" / "serviceaccount" / "token"
+        token.parent.mkdir(parents=True)
+        token.write_text("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6"
+                         "Z3B1c2NvcGU6Z3B1c2NvcGUtZGFzaGJvYXJkIn0.c2lnbmF0dXJl")
+        role = "arn:aws:iam::123456789012:role/gpuscope-dashboard"
+        monkeypatch.setenv("AWS_ROLE_ARN", role)
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(token))
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", f"http://{host}:{port}")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+        def issued(access_key: str) -> tuple[str, str | None] | None:
+            for regions in sts_backends.values():
+                for backend in regions.values():
+                    for r in backend.assumed_roles:
+                        if r.access_key_id == access_key and r.role_arn == role:
+                            return r.secret_access_key, r.session_token
+            return None
+
+        server = serve(sigv4_check("us-east-1", keys=issued))
+        auth = SigV4Auth("us-east-1")
+        auth.check()
+        assert "credentials: assume-role-with-web-identity (ASIA" in auth.describe()
+        api = PromApi(server.url + "/workspaces/ws-irsa", auth=auth)
+        assert api.post_form("/api/v1/query", {"query": "up"}) == VECTOR["data"]
+        assert server.seen[-1][1] == 200
+        sent = server.received[-1]
+        m = SIGV4.fullmatch(sent.header("Authorization") or "")
+        assert m is not None and m["key"].startswith("ASIA")  # temporary credentials
+        assert sent.header("X-Amz-Security-Token") == (issued(m["key"]) or ("", ""))[1]
+    finally:
+        sts.stop()
