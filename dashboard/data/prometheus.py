@@ -19,7 +19,7 @@ from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.analysis.allocated import held_usage
 from gpuscope.dashboard.analysis.spinning import spinning_steps
 from gpuscope.dashboard.analysis.stragglers import slow_candidates, stragglers, workload_groups
-from gpuscope.dashboard.data.http import PromApi
+from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
 from gpuscope.dashboard.data.promql import any_of, duration, escape_label_value, selector
 from gpuscope.dashboard.data.source import (
     DataError,
@@ -175,6 +175,7 @@ class PrometheusData:
     ) -> None:
         # ``client`` carries auth and TLS (:mod:`.http`); without one, plain HTTP(S) with
         # ``timeout``. A URL with user:password@ is refused (it would show in description).
+        reject_credentials_in_url(url)
         self._client = client if client is not None else PromApi(url, timeout=timeout)
         self.url = url.rstrip("/")
         self.timeout = timeout
