@@ -4,7 +4,8 @@
 requiring a client certificate) and checks each request's credentials: a bearer token, a
 basic-auth pair, or an AWS SigV4 signature that it recomputes with botocore's own signer
 over the request it received (method, URL, signed headers, body; the credentials it knows
-and the date of the request's ``X-Amz-Date``). With ``upstream`` it is an authenticating
+and the date of the request's ``X-Amz-Date``; with IRSA, the keys moto's STS issued).
+With ``upstream`` it is an authenticating
 proxy in front of a real Prometheus. The end-to-end tests run ``PrometheusData.fleet``
 through it and against a real Prometheus serving TLS with a required client certificate.
 """
