@@ -36,6 +36,10 @@ from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules
 CLUSTER = {"cluster": '=~"$cluster"'}
 NODE = {**CLUSTER, "node": '=~"$node"'}
 
+#: Per node, the mean utilization of its whole GPUs over each minute: a recording rule of the
+#: gpuscope dashboard's group (used where the rule file has it).
+NODE_BUSY = "node:gpu_busy_ratio:avg1m"
+
 #: Throttle reasons that slow a GPU down against its peers (GpuThrottled's).
 SLOWING = 'reason=~"power|thermal|reliability|board_limit"'
 
@@ -71,6 +75,14 @@ def fleet(rules: Rules) -> Json:
     idle_dollars = f"sum(\n{NODE_PRICE}\nand on (node)\n(\n{idle_nodes}\n)\n)"
     spinning_dollars = (f"sum(\nmax by (node, uuid) ({spinning}) * 0\n"
                         f"+ on (node) group_left ()\n{DEVICE_PRICE}\n)")
+    if rules.has(NODE_BUSY):
+        # The dashboard group's per-node minute means (one series per node, server-side):
+        # at thousands of nodes the panel reads one series per row instead of every GPU's.
+        heat = f"avg_over_time({NODE_BUSY}[$__rate_interval])"
+        heat_source = f"`{NODE_BUSY}`, the minute means of the dashboard's recording rules"
+    else:
+        heat = f"avg by (node) ({rules.series('uuid:gpu_busy_ratio:rate5m')})"
+        heat_source = "5-minute means, `uuid:gpu_busy_ratio:rate5m`"
     lay = Layout()
     lay.row("Now: what idle GPUs cost")
     lay.add(stat("Idle nodes: $/hour", (
@@ -102,10 +114,8 @@ def fleet(rules: Rules) -> Json:
         [Query(idle_dollars, "idle nodes"), Query(spinning_dollars, "spinning GPUs")],
         unit="currencyUSD", min_value=0, stack=True), 8, 8)
     lay.add(heatmap("GPU utilization by node", (
-        "Mean utilization of each node's GPUs (5-minute means, "
-        "`uuid:gpu_busy_ratio:rate5m`): a row per node, red is idle."),
-        Query(f"avg by (node) ({rules.series('uuid:gpu_busy_ratio:rate5m')})", "{{node}}")),
-        16, 8)
+        f"Mean utilization of each node's whole GPUs ({heat_source}): a row per node, red "
+        "is idle."), Query(heat, "{{node}}")), 16, 8)
     lay.add(state_timeline("Idle and spinning nodes", (
         "Nodes while they are idle (every device idle) or have a spinning GPU; nodes at "
         "work are left out, so the panel stays readable on a large fleet."),

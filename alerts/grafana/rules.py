@@ -78,6 +78,10 @@ class Rules:
         except KeyError:
             raise GrafanaError(f"no rule named {name!r} in the rule file") from None
 
+    def has(self, name: str) -> bool:
+        """Whether the rule file has a rule called ``name``."""
+        return name in self._exprs
+
     def series(self, name: str) -> str:
         """``name`` as a selector, checked to be a recorded series of the rule file."""
         self.expr(name)

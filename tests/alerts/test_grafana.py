@@ -352,9 +352,15 @@ def demo_prometheus(prometheus_bin: str, promtool: str,
                     str(tmp / "fleet.om"), str(tmp / "tsdb")],
                    check=True, capture_output=True, timeout=120)
     port = free_port()
+    # The shipped rules, each group evaluated every second (a group's own `interval:` would
+    # have the test wait for its first evaluation): expressions unchanged.
+    rules = load_rules()
+    for group in rules["groups"]:
+        group.pop("interval", None)
+    (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     (tmp / "prometheus.yml").write_text(
         "global: {evaluation_interval: 1s}\n"
-        f"rule_files: ['{RULES_FILE}']\n"
+        f"rule_files: ['{tmp / 'rules.yaml'}']\n"
         "scrape_configs: []\n")
     log = (tmp / "prometheus.log").open("wb")
     prom = subprocess.Popen(
@@ -364,12 +370,20 @@ def demo_prometheus(prometheus_bin: str, promtool: str,
         stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
+        # The last rule of the price chain (its inputs come from another group) has values,
+        # and then every group has been evaluated three more times.
+        seen: dict[str, set[str]] = {}
+
         def rules_evaluated() -> bool:
-            # The last rule of the chain (its inputs come from the other group) has values.
             try:
-                return bool(_query(base, DEVICE_PRICE))
+                if not seen and not _query(base, DEVICE_PRICE):
+                    return False
+                groups = requests.get(base + "/api/v1/rules", timeout=5).json()["data"]
             except (requests.RequestException, AssertionError, ValueError):
                 return False
+            for group in groups["groups"]:
+                seen.setdefault(group["name"], set()).add(group["lastEvaluation"])
+            return len(seen) == len(rules["groups"]) and min(map(len, seen.values())) > 3
 
         wait_for(rules_evaluated, 60, "Prometheus to load the blocks and evaluate the rules")
         yield base
@@ -477,3 +491,16 @@ def test_the_kustomize_component_provisions_them_for_the_sidecar() -> None:
     # Without the component, no dashboard.
     assert not [o for o in render("eks") if o["kind"] == "ConfigMap"
                 and "grafana_dashboard" in o["metadata"].get("labels", {})]
+
+
+def test_the_heatmap_uses_the_dashboard_recording_rules_where_loaded() -> None:
+    data = load_rules()
+    heatmap_expr = next(t["expr"] for p in panels(DASHBOARDS["gpuscope-fleet"](Rules(data)))
+                        if p["type"] == "heatmap" for t in p["targets"])
+    data["groups"].append({"name": "gpuscope-dashboard", "rules": [
+        {"record": "node:gpu_busy_ratio:avg1m", "expr": "vector(1)"}]})
+    with_rules = next(t["expr"] for p in panels(DASHBOARDS["gpuscope-fleet"](Rules(data)))
+                      if p["type"] == "heatmap" for t in p["targets"])
+    assert with_rules == ('avg_over_time(node:gpu_busy_ratio:avg1m{cluster=~"$cluster"}'
+                          "[$__rate_interval])")
+    assert with_rules != heatmap_expr
