@@ -131,7 +131,8 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--prometheus", parse_url, None, "Prometheus-compatible HTTP API to query"),
     Flag("--targets", parse_targets, None,
           "exporters to scrape directly, comma-separated [NODE=]URL "
-          "(node label: NODE, else the URL's host)"),
+          "(node: NODE, else the node_name the exporter states, else the URL's host, "
+          "or host:port when hosts repeat)"),
     Flag("--demo", boolean, "false", "run a simulated fleet in-process and show it",
           boolean=True),
     Flag("--listen", parse_listen, "127.0.0.1:8050", "HOST:PORT to serve the dashboard on"),
