@@ -233,16 +233,20 @@ class PidResolver:
     inode was instantiated, not when the process started (and a ``--proc-root`` copy of the
     tree has other semantics still).
 
-    How it is re-read depends on ``proc_root``. On a real procfs (``hold_fds=None`` detects
-    it from the mount table) the ``stat`` file of each cached PID is kept open and re-read
-    with ``pread``: an open procfs file stays bound to the process it was opened for, so
-    once that process is reaped (the only way its PID can be reused) the read fails with
-    ESRCH and the PID is looked up afresh. That skips the path walk, open and close of every
-    round: 2.8 instead of 4.8 µs per PID (bench/resolver_bench.py). At most ``max_held_fds``
-    files are held (default: a quarter of the soft open-files limit, at most 1,024); the
-    other PIDs use path reads. Elsewhere (a copied tree, the tests' fake trees) a kept-open
-    regular file would go on reading a replaced file's old contents, so every read opens
-    the path. Call :meth:`close` to release the held files.
+    How it is re-read: the ``stat`` file of each cached PID is kept open and re-read with
+    ``pread``, which skips the path walk, open and close of every round (2.8 instead of
+    4.8 µs per PID on procfs, bench/resolver_bench.py). On a real procfs (detected from the
+    mount table) an open file stays bound to the process it was opened for, so once that
+    process is reaped (the only way its PID can be reused) the read fails with ESRCH and
+    the PID is looked up afresh. Elsewhere (a copied tree, the tests' and the benchmark's
+    fake trees) a kept-open regular file goes on reading a *removed or replaced* file's old
+    contents, so each read there is preceded by an ``fstat``: a file no longer linked
+    (``st_nlink == 0``: its process's entry was deleted, or a new file renamed over it)
+    counts as gone and the PID is looked up by path; a file rewritten in place is read
+    anew through the held descriptor, and its start time decides as above.
+    ``hold_fds=False`` reads every file by path instead. At most ``max_held_fds`` files are
+    held (default: a quarter of the soft open-files limit, at most 1,024); the other PIDs
+    use path reads. Call :meth:`close` to release the held files.
     """
 
     def __init__(
@@ -256,7 +260,10 @@ class PidResolver:
         self._prefix = os.path.join(proc_root, "")  # + "<pid>/<name>" = os.path.join(...)
         self._lock = threading.Lock()
         self._cache: dict[int, _Entry] = {}
-        self._hold = is_procfs(proc_root) if hold_fds is None else hold_fds
+        procfs = is_procfs(proc_root)
+        self._hold = True if hold_fds is None else hold_fds
+        # Not procfs: a held file may have been removed or replaced since (see above).
+        self._check_links = not procfs
         self._max_held = _default_max_held_fds() if max_held_fds is None else max_held_fds
         self._held = 0
         self._read_errors = 0
@@ -294,12 +301,22 @@ class PidResolver:
             self._read_errors += 1
             return None
 
-    def _held_start(self, fd: int) -> int | None:
-        """The start time through a held ``stat`` file; ``None`` once its process is gone."""
+    def _held_read(self, fd: int) -> bytes | None:
+        """The contents of a held ``stat`` file; ``None`` once its process is gone
+        (procfs: reaped; elsewhere: the file is no longer linked)."""
         try:
-            data = os.pread(fd, _READ_SIZE, 0)
+            if self._check_links and os.fstat(fd).st_nlink == 0:
+                return None  # removed or replaced: look the PID up by path
+            return os.pread(fd, _READ_SIZE, 0)
         except OSError:
             return None  # ESRCH: reaped, so the PID may now be another process's
+
+    def _held_start(self, fd: int) -> int | None:
+        """The start time through a held ``stat`` file; ``None`` when its process is gone
+        or the file cannot be parsed (either way the PID is looked up afresh)."""
+        data = self._held_read(fd)
+        if data is None:
+            return None
         try:
             return _start_time(data)
         except (ValueError, IndexError):
@@ -356,9 +373,10 @@ class PidResolver:
         detected.) ``fd``: the ``stat`` file to hold (procfs), or -1 to read by path; the
         caller closes it unless it ends up in the cache."""
         if fd >= 0:
-            start = self._held_start(fd)
-            if start is None:
+            held = self._held_read(fd)
+            if held is None:
                 raise _Gone  # the process it was opened for is already gone
+            start = self._parse_start(held)
         else:
             start = self._parse_start(self._read(pid, "stat"))
         data = self._read(pid, "cgroup")

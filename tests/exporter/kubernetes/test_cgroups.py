@@ -441,10 +441,51 @@ def test_held_files_are_capped(children: list[subprocess.Popen[bytes]]) -> None:
     resolver.close()
 
 
-def test_fake_trees_never_hold_files(proc: Path) -> None:
-    # A regular file kept open would read a replaced file's old contents: a copied or fake
-    # tree must be read by path every time (test_pid_reuse_rereads relies on it).
-    resolver = PidResolver(str(proc))
+def test_fake_trees_hold_files_and_notice_removed_or_replaced_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tree that is not procfs (a copy, the tests' and the benchmark's fake trees) holds
+    # the stat files too; a held regular file would go on reading a removed or replaced
+    # file's old contents, so a file no longer linked sends the PID back to a path lookup.
+    root = tmp_path / "proc"
+    for pid in (1, 2, 3):
+        write_proc(root, pid, CASES["v2-systemd-crio"][0], start=100 + pid)
+    resolver = PidResolver(str(root))
+    first = resolver.resolve([1, 2, 3])
+    assert resolver.stats().held_fds == 3
+    # A hit is an fstat and a pread on the held file: no path is opened.
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, *args: int, **kwargs: int) -> int:
+        opened.append(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    assert resolver.resolve([1, 2, 3]) == first
+    monkeypatch.undo()
+    assert opened == []
+    # PID 2's process exits and a new one in another pod gets the PID, its files written
+    # to new inodes renamed over the old ones (as a copy tool would): the new one is seen,
+    # although the old file's contents (start time included) are unchanged.
+    new = tmp_path / "new"
+    write_proc(new, 2, CASES["v2-systemd-containerd-guaranteed"][0], start=102)
+    for name in ("stat", "cgroup"):
+        os.replace(new / "2" / name, root / "2" / name)
+    # PID 3's process exits: its entry is removed.
+    remove_proc(root, 3)
+    got = resolver.resolve([1, 2, 3])
+    assert got[1] == first[1]
+    assert got[2] == ContainerRef(UID_GUARANTEED, CID_C, "containerd")
+    assert got[3] is None
+    stats = resolver.stats()
+    assert (stats.cached_pids, stats.held_fds, stats.vanished) == (2, 2, 1)
+    resolver.close()
+    assert resolver.stats().held_fds == 0
+
+
+def test_hold_fds_false_reads_by_path(proc: Path) -> None:
+    resolver = PidResolver(str(proc), hold_fds=False)
     resolver.resolve(list(range(1000, 1000 + len(CASES))))
     assert resolver.stats().held_fds == 0
 
