@@ -157,6 +157,9 @@ def attribute(
     # not 0 — reporting 0 would make a busy pod look allocated-but-idle.
     devices_with_unnamed: set[str] = set()
     pods_with_processes: dict[ContainerKey, str] = {}
+    # Each container's key, looked up once per join rather than once per process (a node
+    # runs many processes per container): None for a process we cannot name.
+    keys: dict[tuple[str, str], ContainerKey | None] = {}
     for dev in snapshot.devices:
         if not dev.up:
             continue
@@ -164,20 +167,33 @@ def attribute(
             ref = containers_of.get(proc.pid)
             key = HOST
             if ref is not None:
-                pod = metadata.pods.get(ref.pod_uid)
-                name = pod.containers.get(ref.container_id) if pod is not None else None
-                if pod is None or name is None:
+                ids = (ref.pod_uid, ref.container_id)
+                if ids in keys:
+                    named = keys[ids]
+                else:
+                    pod = metadata.pods.get(ref.pod_uid)
+                    name = pod.containers.get(ref.container_id) if pod is not None else None
+                    named = keys[ids] = None
+                    if pod is not None and name is not None:
+                        named = keys[ids] = ContainerKey(pod.namespace, pod.name, name)
+                        pods_with_processes[named] = pod.uid
+                if named is None:
                     unnamed += 1
                     devices_with_unnamed.add(dev.uuid)
                 else:
-                    key = ContainerKey(pod.namespace, pod.name, name)
-                    pods_with_processes[key] = pod.uid
-            rows.setdefault((key, dev.uuid), _Row()).add(
-                proc.pid, proc.sm_utilization_ratio, proc.memory_used_bytes
-            )
+                    key = named
+            row = rows.get((key, dev.uuid))
+            if row is None:
+                row = rows[(key, dev.uuid)] = _Row()
+            row.add(proc.pid, proc.sm_utilization_ratio, proc.memory_used_bytes)
 
     usages = []
-    for (key, uuid), row in sorted(rows.items()):
+    # Sorted by (namespace, pod, container, uuid), ContainerKey's own order, compared as
+    # plain tuples (the dataclass's generated comparisons cost a call per comparison).
+    for (key, uuid), row in sorted(
+        rows.items(), key=lambda kv: (kv[0][0].namespace, kv[0][0].pod, kv[0][0].container,
+                                      kv[0][1])
+    ):
         device = devices.get(uuid)
         if device is None or not device.up:
             # A lost device: the allocation is still held and shown, with no usage values.
