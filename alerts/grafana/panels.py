@@ -172,6 +172,14 @@ def table(title: str, description: str, queries: Sequence[Query],
          "properties": [{"id": "unit", "value": unit}]}
         for name, unit in (units or {}).items()
     ]
+    # A node or workload in a row opens its dashboard, keeping the time range and source.
+    for column, uid, variable in (("node", "gpuscope-node", "node"),
+                                  ("workload", "gpuscope-workload", "workload")):
+        url = (f"/d/{uid}/{uid}?${{__url_time_range}}&var-datasource=${{datasource}}"
+               f"&var-cluster=${{cluster}}&var-{variable}=${{__value.raw}}")
+        overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [
+            {"id": "links", "value": [{"title": f"Open the {variable} dashboard",
+                                       "url": url}]}]})
     options: Json = {"frameIndex": 0, "showHeader": True, "cellHeight": "sm",
                      "footer": {"show": False, "reducer": ["sum"], "fields": [],
                                 "countRows": False}}
