@@ -47,6 +47,7 @@ SLOWING = 'reason=~"power|thermal|reliability|board_limit"'
 RANK = "{{namespace}}/{{pod}} · {{node}} GPU {{gpu}}"
 CONTAINER = "{{namespace}}/{{pod}}/{{container}} · {{node}} GPU {{gpu}}"
 DEVICE = "GPU {{gpu}}"
+SLICE = "GPU {{gpu}} {{mig_profile}}"
 
 CLUSTER_VARIABLE = query_variable(
     "cluster", "Cluster", "label_values(gpu_node_info, cluster)",
@@ -69,6 +70,13 @@ def _gpu_of(expr: str, labels: str = "gpu") -> str:
             f"max by (node, uuid, {labels}) (gpu_info)")
 
 
+def _profile_of(expr: str) -> str:
+    """``expr`` (by node, gpu and uuid) with the MIG profile of each device joined in
+    (empty for a whole GPU)."""
+    return (f"(\n{expr}\n)\n* on (node, uuid) group_left (mig_profile)\n"
+            "max by (node, uuid, mig_profile) (gpu_info)")
+
+
 def fleet(rules: Rules) -> Json:
     idle_nodes = rules.expr("GpuNodeUnderutilized")
     spinning = rules.series("uuid:gpu_spinning_utilization:ratio")
@@ -81,8 +89,12 @@ def fleet(rules: Rules) -> Json:
         heat = f"avg_over_time({NODE_BUSY}[$__rate_interval])"
         heat_source = f"`{NODE_BUSY}`, the minute means of the dashboard's recording rules"
     else:
-        heat = f"avg by (node) ({rules.series('uuid:gpu_busy_ratio:rate5m')})"
-        heat_source = "5-minute means, `uuid:gpu_busy_ratio:rate5m`"
+        # Whole GPUs by their 5-minute busy means; MIG slices (which have none) by what the
+        # idle rule reads of them, so a node of MIG GPUs has its row too.
+        heat = (f"avg by (node) (\n{rules.series('uuid:gpu_busy_ratio:rate5m')}\n"
+                f"or on (node, uuid)\n{rules.series('uuid:gpu_activity:ratio')}\n)")
+        heat_source = ("5-minute means, `uuid:gpu_busy_ratio:rate5m`; MIG slices by "
+                       "`uuid:gpu_activity:ratio`")
     lay = Layout()
     lay.row("Now: what idle GPUs cost")
     lay.add(stat("Idle nodes: $/hour", (
@@ -239,11 +251,12 @@ def node(rules: Rules) -> Json:
         lay.add(timeseries(f"{title} (GPM)", (
             f"From `{counter}`: per GPU and per MIG instance (every slice of one GPU "
             "instance reads the same), Hopper and newer; absent elsewhere."),
-            [Query(f"max by (node, gpu, uuid) (rate({counter}[$__rate_interval]))",
-                   DEVICE)], unit="percentunit", min_value=0, max_value=1), 12, 8)
+            [Query(_profile_of(f"max by (node, gpu, uuid) (rate({counter}"
+                               "[$__rate_interval]))"), SLICE)],
+            unit="percentunit", min_value=0, max_value=1), 12, 8)
     lay.add(timeseries("Memory used", "GPU memory in use, per GPU and MIG slice.",
-                       [Query("max by (node, gpu, uuid) (gpu_memory_used_bytes)", DEVICE)],
-                       unit="bytes", min_value=0), 12, 8)
+                       [Query(_profile_of("max by (node, gpu, uuid) (gpu_memory_used_bytes)"),
+                              SLICE)], unit="bytes", min_value=0), 12, 8)
     lay.add(timeseries("Power", "Power from the energy counter.",
                        [Query("max by (node, gpu, uuid) "
                               "(rate(gpu_energy_joules_total[$__rate_interval]))", DEVICE)],

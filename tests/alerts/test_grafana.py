@@ -504,3 +504,31 @@ def test_the_heatmap_uses_the_dashboard_recording_rules_where_loaded() -> None:
     assert with_rules == ('avg_over_time(node:gpu_busy_ratio:avg1m{cluster=~"$cluster"}'
                           "[$__rate_interval])")
     assert with_rules != heatmap_expr
+
+
+def test_mig_slices_show_as_devices_with_their_own_work_signals(demo_prometheus: str) -> None:
+    board = dashboards()["gpuscope-node"]
+    values = VALUES["gpuscope-node"][0]
+    now = time.time()
+    by_title = {p["title"]: p for p in panels(board)}
+    devices = _run(demo_prometheus, by_title["Devices"]["targets"][0], values, now)
+    # (Prometheus leaves out empty labels: a whole GPU has no parent_uuid.)
+    slices = {r["metric"]["gpu"]: r["metric"] for r in devices if "parent_uuid" in r["metric"]}
+    parents = {r["metric"]["uuid"]: r["metric"]["gpu"] for r in devices
+               if "parent_uuid" not in r["metric"]}
+    assert sorted(slices) == ["6/1", "6/2", "7/1", "7/2"]
+    assert {parents[m["parent_uuid"]] for m in slices.values()} == {"6", "7"}
+    assert slices["7/1"]["mig_profile"] == "4g.40gb"
+    # GPM per MIG instance: each slice has its own SM activity series, labelled with its
+    # profile; the busy slice reads work, the idle notebook's slice none.
+    sm = {r["metric"]["gpu"]: r for r in _run(
+        demo_prometheus, by_title["SM activity (GPM)"]["targets"][0], values, now)}
+    assert set(slices) <= set(sm)
+    assert sm["6/1"]["metric"]["mig_profile"] == "3g.40gb"
+    assert float(sm["6/1"]["values"][-1][1]) > 0.5
+    assert float(sm["6/2"]["values"][-1][1]) < 0.05
+    # The fleet heatmap has a row for every node of the demo fleet.
+    fleet = dashboards()["gpuscope-fleet"]
+    heat = next(p for p in panels(fleet) if p["type"] == "heatmap")
+    rows = _run(demo_prometheus, heat["targets"][0], {"cluster": ".*"}, now)
+    assert len(rows) == len(list((REPO / "dashboard" / "demo").glob("*.yaml")))
