@@ -32,13 +32,14 @@ PANEL_TYPES = frozenset({"timeseries", "stat", "table", "heatmap", "state-timeli
 @dataclass(frozen=True)
 class Query:
     """One Prometheus query of a panel: ``instant`` for a table or a value now, else a
-    range query (one point per ``$__interval``)."""
+    range query (one point per ``$__interval``). A table's queries are read as tables (a
+    column per label); every other panel's as series, named by ``legend``."""
 
     expr: str
     legend: str = ""
     instant: bool = False
 
-    def target(self, ref: str) -> Json:
+    def target(self, ref: str, as_table: bool = False) -> Json:
         out: Json = {
             "datasource": DATASOURCE,
             "refId": ref,
@@ -46,7 +47,7 @@ class Query:
             "editorMode": "code",
             "range": not self.instant,
             "instant": self.instant,
-            "format": "table" if self.instant else "time_series",
+            "format": "table" if as_table else "time_series",
         }
         if self.legend:
             out["legendFormat"] = self.legend
@@ -98,7 +99,8 @@ def _panel(kind: str, title: str, description: str, queries: Sequence[Query],
         "title": title,
         "description": description,
         "datasource": DATASOURCE,
-        "targets": [q.target(chr(ord("A") + i)) for i, q in enumerate(queries)],
+        "targets": [q.target(chr(ord("A") + i), as_table=kind == "table")
+                    for i, q in enumerate(queries)],
         "options": options,
         "fieldConfig": {"defaults": defaults, "overrides": list(overrides)},
     }

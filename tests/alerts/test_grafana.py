@@ -235,6 +235,12 @@ def test_current_panel_types_and_the_variables(name: str) -> None:
             continue
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         for target in panel["targets"]:
+            # Tables read instant results as tables; other panels read series, which their
+            # legends name (a table-format result would show every value as "Value").
+            if panel["type"] == "table":
+                assert target["instant"] and target["format"] == "table", panel["title"]
+            else:
+                assert target["format"] == "time_series", panel["title"]
             # Every selector of every query is narrowed to the chosen cluster (and node).
             assert '{cluster=~"$cluster"' in target["expr"], (panel["title"], target["expr"])
             if name == "gpuscope-node":
