@@ -207,7 +207,8 @@ def heatmap(title: str, description: str, query: Query, *, unit: str = "percentu
         "legend": {"show": True},
         "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": False},
         "exemplars": {"color": "rgba(255,0,255,0.7)"},
-        "filterValues": {"le": 1e-9},
+        # No filterValues: Grafana's usual "hide values <= 1e-9" would blank the idle
+        # cells, the ones this heatmap is for.
     }
     defaults: Json = {"unit": unit, "custom": {"scaleDistribution": {"type": "linear"}}}
     return _panel("heatmap", title, description, [query], options, defaults)
