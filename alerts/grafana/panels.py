@@ -207,8 +207,9 @@ def heatmap(title: str, description: str, query: Query, *, unit: str = "percentu
         "legend": {"show": True},
         "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": False},
         "exemplars": {"color": "rgba(255,0,255,0.7)"},
-        # No filterValues: Grafana's usual "hide values <= 1e-9" would blank the idle
-        # cells, the ones this heatmap is for.
+        # Grafana's default hides cells <= 1e-9, which would blank the idle cells, the
+        # ones this heatmap is for: hide only what cannot occur (a negative ratio).
+        "filterValues": {"le": -1},
     }
     defaults: Json = {"unit": unit, "custom": {"scaleDistribution": {"type": "linear"}}}
     return _panel("heatmap", title, description, [query], options, defaults)
