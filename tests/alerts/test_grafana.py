@@ -538,3 +538,29 @@ def test_mig_slices_show_as_devices_with_their_own_work_signals(demo_prometheus:
     heat = next(p for p in panels(fleet) if p["type"] == "heatmap")
     rows = _run(demo_prometheus, heat["targets"][0], {"cluster": ".*"}, now)
     assert len(rows) == len(list((REPO / "dashboard" / "demo").glob("*.yaml")))
+
+
+def test_allocated_idle_dollars_are_the_held_gpus_share_of_their_node(
+        demo_prometheus: str) -> None:
+    base = demo_prometheus
+    board = dashboards()["gpuscope-pods"]
+    stat = next(p for p in panels(board) if p["title"] == "Allocated-idle: $/hour")
+    [got] = _query(base, substitute(stat["targets"][0]["expr"], VALUES["gpuscope-pods"][0]))
+    rows = _query(base, Rules.load().expr("GpuAllocatedButIdle"))
+    gpus = {r["metric"]["node"]: int(float(r["value"][1]))
+            for r in _query(base, 'count by (node) (gpu_info{parent_uuid=""})')}
+    shared = {(r["metric"]["node"], r["metric"]["uuid"])
+              for r in _query(base, "uuid:container_gpu_sharing:count > 1")}
+    info = {r["metric"]["node"]: r["metric"]["instance_type"]
+            for r in _query(base, "gpu_node_info")}
+    table = bundled_prices()
+    expected = 0.0
+    whole = 0
+    for r in rows:
+        node, uuid = r["metric"]["node"], r["metric"]["uuid"]
+        price = table.per_hour(info[node])
+        if uuid.startswith("GPU-") and (node, uuid) not in shared and price is not None:
+            expected += price / gpus[node]
+            whole += 1
+    assert whole >= 2  # the demo's p4d node (2 held, unused) and the g6 dev pod
+    assert float(got["value"][1]) == pytest.approx(expected)
