@@ -104,9 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         if args.check:
             stale.append(path)
-        else:
+            continue
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            print(f"gpuscope-grafana: error: {path}: cannot write: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
     if stale:
         for path in stale:
             print(f"gpuscope-grafana: {path} is out of date: run python -m "
