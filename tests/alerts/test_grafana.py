@@ -402,9 +402,10 @@ def demo_prometheus(prometheus_bin: str, promtool: str,
 #: Grafana's variables, as the test sets them (``$datasource`` is the data source itself).
 def substitute(expr: str, values: dict[str, str]) -> str:
     builtins = {"__rate_interval": "1m", "__interval": "1m", "__range": "1h"}
-    out = re.sub(r"\$\{?(\w+)\}?", lambda m: {**builtins, **values}[m.group(1)], expr)
-    assert "$" not in out.replace('"$1"', ""), out
-    return out
+    # ${name} and $name; $1 (a label_replace group) is PromQL's own. An unknown variable
+    # is a KeyError: a dashboard must not use one the test does not set.
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: {**builtins, **values}[m.group(1)],
+                  expr)
 
 
 #: Per dashboard, the variable settings the queries run with: a query must answer with
