@@ -307,8 +307,10 @@ def workload(rules: Rules) -> Json:
     lay.add(bargauge("Utilization against the median", (
         "Each rank's mean utilization over the time range divided by the median of the "
         "selected ranks: below 0.5 is a stalled straggler."),
+        # The median per cluster (a job runs in one): the join is made on the cluster label
+        # (the scoping adds it to `on`), which a median over all clusters would not carry.
         Query(f"{per_rank(busy_range)}\n/ on () group_left ()\n"
-              f"quantile(0.5, {per_rank(busy_range)})", RANK, instant=True),
+              f"quantile by (cluster) (0.5, {per_rank(busy_range)})", RANK, instant=True),
         unit="none", max_value=2,
         steps={"mode": "absolute", "steps": [{"value": None, "color": "red"},
                                              {"value": 0.5, "color": "green"},
