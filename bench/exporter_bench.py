@@ -271,15 +271,24 @@ def start_fake_kubelet(args: argparse.Namespace, socket_path: Path) -> subproces
     return proc
 
 
-def serve_fake_api(port_file: Path, gpus: int, processes_per_gpu: int) -> None:
+def serve_fake_api(
+    port_file: Path, gpus: int, processes_per_gpu: int, tls_dir: Path | None = None
+) -> None:
     """An API server (``FakeApi`` of the tests, real HTTP) serving this node and the pods of
     the nvml-fake node, with the pod UIDs and container IDs of the ``/proc`` tree, so the
-    exporter names every process as on a node. Writes its port to ``port_file``, then runs
-    until SIGTERM in a process of its own (``--serve-fake-api``)."""
+    exporter names every process as on a node. Over HTTPS with ``tls_dir``'s
+    ``server.crt``/``server.key``. Writes its port to ``port_file``, then runs until SIGTERM
+    in a process of its own (``--serve-fake-api``)."""
+    import ssl
+
     from bench.nvml_fake_exporter import container_id, pod_uid, pods_per_gpu
     from tests.exporter.kubernetes.test_apiserver import FakeApi, pod_json
 
-    api = FakeApi(port=0)
+    tls = None
+    if tls_dir is not None:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(str(tls_dir / "server.crt"), str(tls_dir / "server.key"))
+    api = FakeApi(port=0, tls=tls)
     n = pods_per_gpu(processes_per_gpu)
     for gpu in range(gpus):
         for r in range(n):
@@ -300,15 +309,29 @@ def serve_fake_api(port_file: Path, gpus: int, processes_per_gpu: int) -> None:
 
 def start_fake_api(args: argparse.Namespace, workdir: Path) -> subprocess.Popen[bytes]:
     """``serve_fake_api`` in its own process, and a kubeconfig for the exporter to reach it
-    (``workdir/kubeconfig``, a bearer token as a service account would have)."""
+    (``workdir/kubeconfig``). As in a pod's service account: HTTPS with the cluster's CA
+    certificate in a file and a bearer token file; ``--api-plain-http``: plain HTTP and the
+    token in the kubeconfig (no CA, so the client loads the system trust store)."""
     from tests.exporter.kubernetes.test_apiserver import TOKEN, write_kubeconfig
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     port_file = workdir / "api.port"
+    tls_args: list[str] = []
+    if not args.api_plain_http:
+        from tests.pki import TestCA
+
+        ca = TestCA("bench-cluster-ca")
+        server = ca.issue("kube-apiserver", server=True, sans=["127.0.0.1"])
+        (workdir / "ca.crt").write_bytes(ca.cert_pem)
+        (workdir / "server.crt").write_bytes(server.cert_pem)
+        (workdir / "server.key").write_bytes(server.key_pem)
+        (workdir / "token").write_text(TOKEN)
+        tls_args = ["--fake-api-tls-dir", str(workdir)]
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--serve-fake-api", str(port_file),
-         "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu)],
+         "--gpus", str(args.gpus), "--processes-per-gpu", str(args.processes_per_gpu),
+         *tls_args],
         cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
@@ -317,8 +340,13 @@ def start_fake_api(args: argparse.Namespace, workdir: Path) -> subprocess.Popen[
             stop_process(proc)
             raise RuntimeError("the fake API server did not start")
         time.sleep(0.05)
-    write_kubeconfig(workdir / "kubeconfig", f"http://127.0.0.1:{port_file.read_text()}",
-                     {"token": TOKEN})
+    port = port_file.read_text()
+    if args.api_plain_http:
+        write_kubeconfig(workdir / "kubeconfig", f"http://127.0.0.1:{port}", {"token": TOKEN})
+    else:
+        write_kubeconfig(workdir / "kubeconfig", f"https://127.0.0.1:{port}",
+                         {"tokenFile": str(workdir / "token")},
+                         {"certificate-authority": str(workdir / "ca.crt")})
     return proc
 
 
@@ -680,6 +708,7 @@ class Result:
     profile: str | None = None
     kubelet: bool = False
     api_server: bool = False
+    api_https: bool = False  # the fake API server over HTTPS (CA file + token file)
     loadavg: list[float] = field(default_factory=list)  # 1-min load at window start and end
     machine: dict[str, Any] = field(default_factory=dict)
     gpm: str = ""  # NVML sources: how GPM was sampled
@@ -728,6 +757,7 @@ def measure(args: argparse.Namespace) -> Result:
                 stop_process(api)
         result.kubelet = kubelet is not None
         result.api_server = api is not None
+        result.api_https = api is not None and not args.api_plain_http
         return result
 
 
@@ -875,7 +905,8 @@ def print_result(r: Result) -> None:
           f"{r.connects} connection(s))")
     if r.source in ("nvml-fake", "nvml-c"):
         kubelet = "a fake kubelet (PodResources List)" if r.kubelet else "no kubelet socket"
-        api = ("a fake API server (pods of this node, the node; list + watch)" if r.api_server
+        api = (f"a fake API server over {'HTTPS, CA and token files' if r.api_https else 'HTTP'}"
+               " (pods of this node, the node; list + watch)" if r.api_server
                else "no API server")
         print(f"  attribution inputs: a /proc tree for the fake PIDs, {kubelet}, {api}")
         print(f"  GPM: {r.gpm}")
@@ -1062,7 +1093,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-api-server", dest="api_server", action="store_false",
                    help="nvml-fake, nvml-c: no fake API server (no pod names, no lightkube)")
     p.add_argument("--serve-fake-kubelet", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
+    p.add_argument("--api-plain-http", action="store_true",
+                   help="the fake API server speaks plain HTTP, the token in the kubeconfig "
+                        "(default: HTTPS with a CA file and a token file, as in a pod)")
     p.add_argument("--serve-fake-api", type=Path, metavar="PORT_FILE", help=argparse.SUPPRESS)
+    p.add_argument("--fake-api-tls-dir", type=Path, help=argparse.SUPPRESS)
     p.set_defaults(fake_library=None)  # nvml-c: the built library (measure() sets it)
     args = p.parse_args(argv)
     for name in ("duration", "interval", "scrape_interval"):
@@ -1093,7 +1128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     if args.serve_fake_api:
-        serve_fake_api(args.serve_fake_api, args.gpus, args.processes_per_gpu)
+        serve_fake_api(args.serve_fake_api, args.gpus, args.processes_per_gpu,
+                       args.fake_api_tls_dir)
         return 0
     if args.serve_fake_kubelet:
         serve_fake_kubelet(args.serve_fake_kubelet, args.gpus, args.processes_per_gpu)
