@@ -953,30 +953,38 @@ def print_result(r: Result) -> None:
 
 # Cumulative steps in the order the exporter imports them. Each is run in a fresh interpreter
 # that imports every step up to and including it, then reports VmRSS.
+# A run-time step, not carried into the later steps: what the API client's TLS context with
+# the cluster's CA certificate (one, as in a pod) adds.
+TLS_STEP = "the API client's TLS context, one CA certificate (run time, as in a pod)"
+# Third-party and standard-library modules first, in the order the exporter needs them,
+# then gpuscope's own modules on top (what is left to us), then what loads only at run time.
+# The steps name top-level modules; each pulls in what it imports.
 IMPORT_STEPS: tuple[tuple[str, str], ...] = (
     ("python3 (bare interpreter)", ""),
-    ("stdlib for serving HTTP (http.server, logging, gzip, threading, argparse)",
-     "import http.server, logging, gzip, threading, argparse"),
+    ("stdlib for serving HTTP (http.server, logging, gzip, threading, argparse, ssl)",
+     "import http.server, logging, gzip, threading, argparse, ssl"),
     ("prometheus_client", "import prometheus_client"),
-    ("exporter core (config, sampler, collectors, server)",
-     "import gpuscope.exporter.config, gpuscope.exporter.sampler, "
-     "gpuscope.exporter.sinks.prometheus.server, "
-     "gpuscope.exporter.sinks.prometheus.collectors.gpu, "
-     "gpuscope.exporter.sinks.prometheus.collectors.exporter"),
-    ("attribution (exporter.cli: attribution, kube, cgroups, podresources client)",
-     "import gpuscope.exporter.cli"),
     ("pynvml (nvidia-ml-py)", "import pynvml"),
-    ("gpuscope.exporter.sources.nvml", "import gpuscope.exporter.sources.nvml"),
-    ("PodResources client: grpclib, h2, protobuf runtime, generated stubs",
+    ("kubelet client libraries: grpclib (asyncio, h2, hpack, multidict), protobuf",
+     "import grpclib.client, grpclib.const, grpclib.exceptions, grpclib.encoding.proto, "
+     "h2.exceptions, google.protobuf.message, google.protobuf.internal.builder, "
+     "google.protobuf.runtime_version, google.protobuf.symbol_database"),
+    ("API-server client libraries: lightkube, lightkube-models, httpx2, msgspec, yaml",
+     "import lightkube, lightkube.generic_resource, lightkube.config.client_adapter, httpx2, "
+     "msgspec, yaml"),
+    ("httpx2's transport (httpcore2, h11, anyio; loaded when the API client is built)",
+     "import httpcore2"),
+    ("gpuscope: exporter core, attribution, NVML source",
+     "import gpuscope.exporter.cli, gpuscope.exporter.sources.nvml"),
+    ("gpuscope: kubelet client (PodResources call, generated stubs)",
      "import gpuscope.exporter.kubernetes.podresources.call"),
-    ("API-server client: lightkube, httpx2, msgspec",
+    ("gpuscope: API-server client (apiclient)",
      "import gpuscope.exporter.kubernetes.apiclient"),
+    (TLS_STEP, "import ssl; _ctx = ssl.create_default_context(cafile={ca_file!r})"),
     ("yaml (PyYAML; simulated source)", "import yaml"),
     ("sources.scenario, sources.simulated, kubernetes.simulated (simulated source)",
      "import gpuscope.exporter.sources.scenario, gpuscope.exporter.sources.simulated, "
      "gpuscope.exporter.kubernetes.simulated"),
-    ("tests.exporter.sources.fake_nvml (benchmark only)",
-     "import tests.exporter.sources.fake_nvml"),
 )
 
 _PROBE = """
@@ -995,10 +1003,15 @@ print(_before, _rss(), _ms)
 def import_costs(args: argparse.Namespace, runs: int = 5) -> list[dict[str, Any]]:
     """Each step in fresh interpreters that first import every earlier step, then time the
     step's own imports and read VmRSS before and after them."""
+    from tests.pki import TestCA
+
     env = child_env(args)
     rows: list[dict[str, Any]] = []
     prior = ""
-    for label, statement in IMPORT_STEPS:
+    ca_file = Path(tempfile.mkdtemp(prefix="gpuscope-bench-")) / "ca.crt"
+    ca_file.write_bytes(TestCA("bench-cluster-ca").cert_pem)
+    for label, template in IMPORT_STEPS:
+        statement = template.format(ca_file=str(ca_file))
         code = prior + _PROBE.format(statement=statement or "pass")
         samples: list[tuple[int, int, float]] = []
         for _ in range(runs):
@@ -1020,20 +1033,21 @@ def import_costs(args: argparse.Namespace, runs: int = 5) -> list[dict[str, Any]
             # The fastest run: the one least disturbed by other load on the machine.
             "import_ms": round(min(s[2] for s in samples), 1),
         })
-        if statement:
+        if statement and label != TLS_STEP:
             prior += statement + "\n"
+    shutil.rmtree(ca_file.parent, ignore_errors=True)
     return rows
 
 
 def print_import_costs(rows: list[dict[str, Any]]) -> None:
     print("RSS after each step's imports (fresh interpreters that import the earlier steps")
     print("first; median of 5), what the step adds, and its import time (fastest of 5):")
-    print(f"  {'step':<78} {'RSS MiB':>7} {'+MiB':>6} {'ms':>6}")
+    print(f"  {'step':<79} {'RSS MiB':>7} {'+MiB':>6} {'ms':>6}")
     for row in rows:
         if "error" in row:
-            print(f"  {row['step']:<78} {row['error']}")
+            print(f"  {row['step']:<79} {row['error']}")
             continue
-        print(f"  {row['step']:<78} {row['rss_mib']:>7.1f} {row['delta_mib']:>+6.1f} "
+        print(f"  {row['step']:<79} {row['rss_mib']:>7.1f} {row['delta_mib']:>+6.1f} "
               f"{row['import_ms']:>6.1f}")
 
 
