@@ -14,13 +14,14 @@ query's answer, except what a test or a benchmark on stored data needs:
 - Prometheus: ``--storage.tsdb.retention.time=100y`` (backfilled samples are hours old and
   a data set is kept for days: the default 15 d retention would delete it);
   ``--query.lookback-delta`` is Prometheus' default (5 m) unless given.
-- VictoriaMetrics: ``-retentionPeriod=100y`` (same reason) and ``-search.disableCache``
-  (``cache=False``, the default here): the rollup cache keeps the results of range queries
-  for points older than ``-search.cacheTimestampOffset`` (5 min), so a test importing after
-  a first query could read stale answers, and a benchmark repeating the same page at a fixed
-  end time would measure the cache, not the query. ``-search.latencyOffset`` stays at its
-  default (30 s: the newest 30 s of samples are not shown), as on a user's VictoriaMetrics:
-  backfilled data ends minutes before the query time, so it changes nothing there, and live
+- VictoriaMetrics: ``-retentionPeriod=100y`` (same reason). Its response cache stays on
+  (``cache=True``), as users run it: it changes answers, not only speed. With the cache on,
+  ``/api/v1/query_range`` aligns start and end to multiples of the step
+  (``promql.AdjustStartEnd``), so for an end that is not a multiple of the step the last
+  point is up to a step earlier than on Prometheus (issue 16's "2 busy / 0 idle" came from
+  that). ``cache=False`` adds ``-search.disableCache``. ``-search.latencyOffset`` stays at
+  its default (30 s: an instant query within 30 s of now is evaluated at now - 30 s): the
+  data sets end minutes before the query time, so it changes nothing there, and live
   scraping must be read the way users' stores answer.
 
 Blocks and VictoriaMetrics data folders are hard-link copied into a temporary folder before
@@ -291,7 +292,7 @@ def start_victoriametrics(
     data: Path | None = None,
     *,
     copy: bool = True,
-    cache: bool = False,
+    cache: bool = True,
     scrape_config: str | None = None,
     scrape_interval: str = "15s",
     extra_args: Iterable[str] = (),
@@ -299,7 +300,7 @@ def start_victoriametrics(
 ) -> Iterator[Store]:
     """A single-node VictoriaMetrics on ``data`` (a ``-storageDataPath`` kept from an earlier
     import: hard-link copied unless ``copy=False``) or on an empty folder, with its response
-    cache off unless ``cache`` (see the module's docstring), scraping ``scrape_config`` (the
+    cache on unless ``cache=False`` (see the module's docstring), scraping ``scrape_config`` (the
     ``scrape_configs`` list's YAML) if given. Stopped and removed on exit."""
     exe = binary(VICTORIA_METRICS)
     with _workdir("gpuscope-vm-") as work:
