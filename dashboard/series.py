@@ -219,6 +219,11 @@ class FleetData:
     - ``history_start``: where collected data begins (>= window start); every "for >= D"
       verdict holds over ``min(D, window, end - history_start)``.
     - ``queries``: how many backend queries this took (Prometheus mode).
+    - ``silent``: the devices with nothing to judge them by now (no utilization, no GPM),
+      where the data layer sends that instead of ``gpu_now`` (see :meth:`reporting`).
+    - ``containers`` may hold an empty series for a container whose history no verdict
+      can use (the Prometheus mode sends the history of containers on time-sliced devices
+      and of the straggler candidates' workloads only): it still says who uses what.
     """
 
     window: Window
@@ -240,10 +245,19 @@ class FleetData:
     held_signal: Mapping[ContainerRef, str] = field(default_factory=dict)
     queries: int = 0
     notes: tuple[str, ...] = ()
+    silent: frozenset[GpuRef] | None = None
 
     @property
     def history_seconds(self) -> float:
         return max(0.0, self.window.end - self.history_start)
+
+    def reporting(self) -> set[GpuRef]:
+        """The devices with data now: those of ``gpus`` not ``silent`` where the data layer
+        says which are silent (the Prometheus mode: it sends no per-device values for the
+        busy majority), else those in ``gpu_now`` or with GPM."""
+        if self.silent is not None:
+            return set(self.gpus) - self.silent
+        return set(self.gpu_now) | self.signals.gpm
 
 
 @dataclass(frozen=True, slots=True)

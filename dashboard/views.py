@@ -456,7 +456,7 @@ def build_fleet_view(
 
     # KPIs over whole GPUs (MIG slices are parts of one).
     whole = [info for infos in by_node.values() for info in infos]
-    states = gpu_states(data.gpus, verdicts, spinning, set(data.gpu_now) | signals.gpm)
+    states = gpu_states(data.gpus, verdicts, spinning, data.reporting())
     counts = {state: sum(1 for v in states.values() if v == state)
               for state in ("busy", "idle", "spinning", "no data")}
     means = [data.gpu_mean[g.ref] for g in whole if g.ref in data.gpu_mean]

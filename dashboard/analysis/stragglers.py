@@ -167,10 +167,15 @@ def _slow(group: Group, signals: WorkSignals, window: Window, history_start: flo
         medians[t] = statistics.median(value[g][t] for g in present)
     found = []
     for gpu in members:
-        own = sorted(group.devices[gpu])
-        if not is_fresh(own, window) or gpu not in value:
+        if gpu not in value:
             continue
         mine = value[gpu]
+        # Before its measure's first value nothing is known (a rate begins once its counter
+        # is as old as the rate's range): the device's steps begin there, as in spinning.
+        begins = min(mine, default=None)
+        own = [t for t in sorted(group.devices[gpu]) if begins is None or t >= begins]
+        if not is_fresh(own, window):
+            continue
         flags = [t in medians and medians[t] > 0 and mine[t] >= factor * medians[t]
                  for t in own]
         run = trailing_run(own, flags, window.step, history_start)

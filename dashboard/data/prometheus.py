@@ -8,6 +8,7 @@ bounded size. User input reaches PromQL only validated *and* escaped (:mod:`.pro
 from __future__ import annotations
 
 import math
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -16,9 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.dashboard.analysis import Thresholds
-from gpuscope.dashboard.analysis.allocated import held_usage
-from gpuscope.dashboard.analysis.spinning import spinning_steps
-from gpuscope.dashboard.analysis.stragglers import slow_candidates, stragglers, workload_groups
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
 from gpuscope.dashboard.data.promql import any_of, duration, escape_label_value, selector
 from gpuscope.dashboard.data.source import (
@@ -71,19 +69,23 @@ def _rate(metric: str, r: str, match: Mapping[str, str] | None = None,
 
 def _util_step(r: str, match: Mapping[str, str] | None = None, by: str = "node, gpu, uuid"
                ) -> str:
-    """Per step, mean utilization: ``rate(gpu_busy_seconds_total)``, else the gauge's mean
-    (an exporter without the busy counter)."""
+    """Per step, mean utilization: ``rate(gpu_busy_seconds_total)``, else (an exporter
+    without the busy counter; not a counter too young for the range) the gauge's mean."""
     util = selector("gpu_utilization_ratio", match)
+    busy = selector("gpu_busy_seconds_total", match)
     return (f"({_rate('gpu_busy_seconds_total', r, match, by)}"
-            f" or max by ({by}) (avg_over_time({util}[{r}])))")
+            f" or (max by ({by}) (avg_over_time({util}[{r}])) unless on (node, uuid) {busy}))")
 
 
 def _power_step(r: str, match: Mapping[str, str] | None = None, by: str = "node, gpu, uuid"
                 ) -> str:
-    """Per step, mean power in watts: ``rate(gpu_energy_joules_total)``, else the gauge's."""
+    """Per step, mean power in watts: ``rate(gpu_energy_joules_total)``, else (no energy
+    counter) the gauge's."""
     power = selector("gpu_power_watts", match)
+    energy = selector("gpu_energy_joules_total", match)
     return (f"({_rate('gpu_energy_joules_total', r, match, by)}"
-            f" or max by ({by}) (avg_over_time({power}[{r}])))")
+            f" or (max by ({by}) (avg_over_time({power}[{r}]))"
+            f" unless on (node, uuid) {energy}))")
 
 
 def _gref(lab: Mapping[str, str]) -> GpuRef:
@@ -126,29 +128,284 @@ def _evidence(rows: Iterable[tuple[dict[str, str], float]]) -> dict[GpuRef, Evid
             for ref, p in parts.items()}
 
 
+#: The ``gpuscope-dashboard`` recording rules (alerts/gpuscope-rules.yaml), evaluated every
+#: :data:`RULE_INTERVAL` seconds: per device and container, the signals of one minute
+#: (dense), and what meets a verdict's rule in that minute (sparse: a series only while
+#: it does). Their expressions are :func:`recording_rules`, the raw queries' own.
+RULES = {
+    "util_max": "uuid:gpu_utilization_ratio:max1m",
+    "util": "uuid:gpu_busy_ratio:rate2m",
+    "sm": "uuid:gpu_sm_active_ratio:rate2m",
+    "tensor": "uuid:gpu_tensor_active_ratio:rate2m",
+    "dram": "uuid:gpu_dram_active_ratio:rate2m",
+    "power": "uuid:gpu_power_watts:rate2m",
+    "cutil": "container:gpu_utilization_ratio:avg1m",
+    "idle": "uuid:gpu_idle_activity:ratio1m",
+    "spin": "uuid:gpu_spinning_utilization:ratio1m",
+    "throttle": "uuid:gpu_throttle_ratio:rate2m",
+    "held_idle": "container:gpu_held_idle_usage:ratio1m",
+    "workload": "uuid:gpu_workload_utilization:sum1m",
+    "candidates": "workload:gpu_straggler_candidates:count1m",
+}
+RULE_INTERVAL = 60.0
+#: A step's window: its ``step`` seconds less a millisecond. Prometheus 2 takes the samples
+#: of ``[t - d, t]`` (both ends), VictoriaMetrics those of ``(t - d, t]``: a sample exactly
+#: on the step before would count twice on one store and once on the other.
+EDGE = 0.001
+#: The rules' windows: a minute for gauges, two for counters (a rate needs two samples, and a
+#: one-minute scrape gives one per minute).
+RULE_R = duration(RULE_INTERVAL - EDGE)
+RULE_RR = duration(2 * RULE_INTERVAL - EDGE)
+
+_NO_POINTS = Series((), ())
+NOT_EMPTY = '!=""'
+CBY = "node, namespace, pod, container, uuid"
+GBY = "node, gpu, uuid"
+
+
+class _Steps:
+    """Per step, each device's and container's signals on the nodes ``match`` names (all
+    without it): gauges over ``r``, counters' rates over ``rr`` (two scrape intervals at
+    least). From the raw series, or (``rules``) the ``gpuscope-dashboard`` recording rules:
+    the mean (``avg_over_time``) or highest (``max_over_time``) of the step's minutes,
+    the same values as the raw ones when the step is a minute and the rules were evaluated
+    on the step's times (approximately so otherwise)."""
+
+    def __init__(self, r: str, rr: str, rules: bool = False,
+                 match: Mapping[str, str] | None = None) -> None:
+        self.r = r
+        self.rr = rr
+        self.rules = rules
+        self.match = dict(match or {})
+
+    def sel(self, metric: str, extra: Mapping[str, str] | None = None) -> str:
+        """``metric`` on this step's nodes, with ``extra`` matchers."""
+        return selector(metric, {**self.match, **(extra or {})})
+
+    def _recorded(self, fn: str, key: str, by: str = GBY) -> str:
+        return f"max by ({by}) ({fn}({self.sel(RULES[key])}[{self.r}]))"
+
+    def util_max(self) -> str:
+        """The highest utilization sample in the step (a step is idle when below)."""
+        if self.rules:
+            return self._recorded("max_over_time", "util_max")
+        return f"max by ({GBY}) (max_over_time({self.sel('gpu_utilization_ratio')}[{self.r}]))"
+
+    def util(self) -> str:
+        """Mean utilization: busy counter, else the gauge."""
+        if self.rules:
+            return self._recorded("avg_over_time", "util")
+        return _util_step(self.rr, self.match)
+
+    def active(self, name: str) -> str:
+        """GPM ``sm``/``tensor``/``dram`` activity."""
+        if self.rules:
+            return self._recorded("avg_over_time", name)
+        return _rate(f"gpu_{name}_active_seconds_total", self.rr, self.match)
+
+    def power(self) -> str:
+        """Mean watts: energy counter, else the gauge."""
+        if self.rules:
+            return self._recorded("avg_over_time", "power")
+        return _power_step(self.rr, self.match)
+
+    def limit(self) -> str:
+        return f"max by ({GBY}) (max_over_time({self.sel('gpu_power_limit_watts')}[{self.r}]))"
+
+    def workload(self, compute: bool = False) -> str:
+        """Per device and workload (``node, uuid, namespace, workload``), the summed
+        utilization of the workload's containers on the device (``compute``: from the
+        containers' signals even with ``rules``, as the rule recording it does)."""
+        if self.rules and not compute:
+            return self._recorded("avg_over_time", "workload",
+                                  "node, uuid, namespace, workload")
+        pods = self.sel("gpu_pod_info", {"workload": NOT_EMPTY})
+        return (f"sum by (node, uuid, namespace, workload) ({self.cutil()}"
+                f" * on (node, namespace, pod) group_left (workload)"
+                f" topk by (node, namespace, pod) (1, {pods}))")
+
+    def cutil(self) -> str:
+        """Each container's mean utilization of each device it uses."""
+        if self.rules:
+            return self._recorded("avg_over_time", "cutil", CBY)
+        cutil = self.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+        return f"max by ({CBY}) (avg_over_time({cutil}[{self.r}]))"
+
+
+class Verdicts:
+    """The verdicts' rules as PromQL over :class:`_Steps`: what meets each at a step. The
+    fleet page applies them to the window's end (what to ask the history of) and, without
+    the recording rules, per step; the ``gpuscope-dashboard`` rules record them every
+    minute (:func:`recording_rules`)."""
+
+    def __init__(self, thresholds: Thresholds) -> None:
+        self.th = thresholds
+
+    def idle_parts(self, st: _Steps) -> list[str]:
+        """Each device's idle activity below the threshold, labelled with its ``signal``:
+        utilization (whole GPUs, slices that report it without GPM), SM activity (MIG slices
+        with GPM), or (a MIG slice without either) 0 while no process holds memory on it.
+        A device meets at most one of them."""
+        idle = f"{self.th.idle_utilization!r}"
+        util = st.sel("gpu_utilization_ratio")
+        gpm = st.sel("gpu_sm_active_seconds_total")
+        slices = st.sel("gpu_info", {"parent_uuid": NOT_EMPTY})
+        cmem = st.sel("container_gpu_memory_used_bytes")
+        memory = st.sel("gpu_memory_used_bytes")
+        return [
+            f'label_replace({st.util_max()} < {idle}'
+            f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
+            f' "signal", "utilization", "", "")',
+            f'label_replace({st.active("sm")} < {idle}'
+            f' and on (node, uuid) {slices}, "signal", "sm", "", "")',
+            f'label_replace(max by ({GBY}) (max_over_time({memory}[{st.r}]))'
+            f' * 0 and on (node, uuid) {slices} unless on (node, uuid) {util}'
+            f' unless on (node, uuid) {gpm}'
+            f' unless on (node, uuid) (max by (node, uuid) (max_over_time({cmem}[{st.r}])) > 0),'
+            f' "signal", "process", "", "")',
+        ]
+
+    def spinning(self, st: _Steps) -> str:
+        """The devices that spin (busy by utilization, no work: with GPM, SM, tensor and
+        DRAM activity below the rule's; without, power below its share of the limit);
+        value: the utilization. :mod:`..analysis.spinning`'s rule."""
+        rule = self.th.spin_rule
+        sm = st.active("sm")
+        gpm = (f"({sm} < {rule.sm!r}) and on (node, uuid) ({st.active('tensor')} < "
+               f"{rule.tensor!r}) and on (node, uuid) ({st.active('dram')} < {rule.dram!r})")
+        power = (f"({st.power()} < on (node, uuid) ({rule.power!r} * {st.limit()}))"
+                 f" unless on (node, uuid) {sm}")
+        return (f"({st.util()} >= {rule.busy!r})"
+                f" and on (node, uuid) (({gpm}) or on (node, uuid) ({power}))")
+
+    def throttle(self, st: _Steps) -> str:
+        reasons = st.sel("gpu_throttle_seconds_total",
+                         {"reason": f'=~"{any_of(self.th.throttle_reasons)}"'})
+        return (f"max by ({GBY}, reason) (rate({reasons}[{st.rr}]))"
+                f" >= {self.th.throttle_ratio!r}")
+
+    def held_parts(self, st: _Steps) -> list[str]:
+        """Per container, what it uses of what it holds where that is below the idle
+        threshold: the device's SM activity where it has GPM and one holder, else the
+        container's utilization times the device's holders (its share of a time-sliced GPU),
+        else (a MIG slice without GPM) 0 while it has no process there."""
+        r = st.r
+        idle = f"{self.th.idle_utilization!r}"
+        ns = {"namespace": NOT_EMPTY}
+        held = f"max by ({CBY}) (max_over_time({st.sel('container_gpu_allocated', ns)}[{r}]))"
+        sole_gpm = (f"(({st.active('sm')}) and on (node, uuid)"
+                    f" (count by (node, uuid) ({held}) == 1))")
+        cutil_max = (f"max by ({CBY}) (max_over_time("
+                     f"{st.sel('container_gpu_utilization_ratio', ns)}[{r}]))")
+        cmem = st.sel("container_gpu_memory_used_bytes", ns)
+        slices = st.sel("gpu_info", {"parent_uuid": NOT_EMPTY})
+        gpm = st.sel("gpu_sm_active_seconds_total")
+        return [
+            f'label_replace({held} * on (node, uuid) group_left () ({sole_gpm} < {idle}),'
+            f' "signal", "sm", "", "")',
+            f'label_replace(({cutil_max} * on (node, uuid) group_left ()'
+            f' count by (node, uuid) ({held}) < {idle}) and on ({CBY}) {held}'
+            f' unless on (node, uuid) {sole_gpm}, "signal", "utilization", "", "")',
+            f'label_replace((max by ({CBY}) (max_over_time({cmem}[{r}])) == 0)'
+            f' and on ({CBY}) {held} and on (node, uuid) {slices}'
+            f' unless on (node, uuid) {gpm} unless on ({CBY}) {cutil_max},'
+            f' "signal", "process", "", "")',
+        ]
+
+    def candidates(self, st: _Steps) -> str:
+        """The workloads (``namespace, workload``, ``kind`` ``stalled`` or ``slow``) that
+        may hold a straggler at a step: supersets of the rules of
+        :mod:`..analysis.stragglers`, which the analysis applies to the history. A device of
+        a workload is the summed utilization of the workload's containers on it. Stalled: a
+        device below ``straggler_factor`` x the workload's highest (the median is at most
+        that). Slow: every device busy, and the highest SM activity (else power)
+        ``slow_factor`` x the lowest or more (the median is at least the lowest)."""
+        th = self.th
+        per = "by (namespace, workload)"
+        devw = st.workload()
+        stalled = (f"count {per} ({devw} < on (namespace, workload) group_left ()"
+                   f" ({th.straggler_factor!r} * max {per} ({devw})))")
+        work = f"({st.active('sm')} or on (node, uuid) {st.power()})"
+        xw = f"({devw} * 0 + on (node, uuid) group_left () {work})"
+        uw = f"({devw} * 0 + on (node, uuid) group_left () {st.util()})"
+        slow = (f"count {per} ({xw}) >= 2 and on (namespace, workload)"
+                f" (max {per} ({xw}) >= {th.slow_factor!r} * min {per} ({xw}))"
+                f" and on (namespace, workload) (min {per} ({uw}) >= {th.slow_busy!r})")
+        return (f'label_replace({stalled}, "kind", "stalled", "", "")'
+                f' or label_replace({slow}, "kind", "slow", "", "")')
+
+
+def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str]]:
+    """The ``gpuscope-dashboard`` group, ``(record, expr)`` in evaluation order: the raw
+    expressions of :class:`_Steps` and :class:`Verdicts` over one minute (two for rates),
+    the sparse verdicts computed from the dense signals recorded before them. The rule file
+    holds the same text (a test keeps the two equal)."""
+    v = Verdicts(thresholds or Thresholds())
+    raw = _Steps(RULE_R, RULE_RR)
+    rec = _Steps(RULE_R, RULE_RR, rules=True)
+    return [
+        (RULES["util_max"], raw.util_max()),
+        (RULES["util"], raw.util()),
+        (RULES["sm"], raw.active("sm")),
+        (RULES["tensor"], raw.active("tensor")),
+        (RULES["dram"], raw.active("dram")),
+        (RULES["power"], raw.power()),
+        (RULES["cutil"], raw.cutil()),
+        (RULES["workload"], rec.workload(compute=True)),
+        (RULES["idle"], " or ".join(v.idle_parts(rec))),
+        (RULES["spin"], v.spinning(rec)),
+        (RULES["throttle"], v.throttle(raw)),
+        (RULES["held_idle"], " or ".join(v.held_parts(rec))),
+        (RULES["candidates"], v.candidates(rec)),
+    ]
+
+
+#: The longest query the fleet page sends with node lists, in bytes: VictoriaMetrics refuses
+#: queries over 16 KB (``-search.maxQueryLen``); a longer list is split over several queries
+#: of the same shape.
+MAX_QUERY_BYTES = 12_000
+
+
+def _split(names: Sequence[str], build: Callable[[Sequence[str]], str],
+           limit: int = MAX_QUERY_BYTES) -> list[str]:
+    """``build(part)`` for parts of ``names`` (in order) small enough that each query is at
+    most ``limit`` bytes (halving a part until it is, down to one name)."""
+    if not names:
+        return []
+    query = build(names)
+    if len(query.encode()) <= limit or len(names) == 1:
+        return [query]
+    half = len(names) // 2
+    return _split(names[:half], build, limit) + _split(names[half:], build, limit)
+
+
 @dataclass(frozen=True, slots=True)
 class FollowUp:
-    """What the first round singled out for the second (UUIDs, nodes)."""
+    """What the first round singled out for the second: the nodes each history is asked
+    about (a node's every device or container comes back; the analysis judges them)."""
 
-    idle: Sequence[str] = ()
-    idle_slices: Sequence[str] = ()  # those of ``idle`` that are MIG slices
-    idle_nodes: Sequence[str] = ()
-    shared: Sequence[str] = ()
-    input_candidates: Sequence[str] = ()
-    spinning: Sequence[str] = ()
-    throttled: Sequence[str] = ()
-    held: Sequence[str] = ()
-    workload_devices: Sequence[str] = ()
-    evidence: Sequence[str] = ()
+    idle: Collection[str] = ()
+    idle_nodes: Collection[str] = ()
+    shared: Collection[str] = ()
+    spinning: Collection[str] = ()
+    throttled: Collection[str] = ()
+    held: Collection[str] = ()
+    candidates: Collection[str] = ()   # stalled or slow-rank candidates' workloads' nodes
+    slow: Collection[str] = ()         # slow-rank candidates' workloads' nodes
+    input: Collection[str] = ()        # input-starved candidates' nodes
     evidence_seconds: float = 0.0
 
 
-#: Above this many devices the evidence query asks about every device instead of naming them.
-MAX_EVIDENCE = 1000
-#: A workload's median evidence (throttling, clock, temperature) is taken over at most this
-#: many of its GPUs besides its stragglers, evenly spread over them: plenty for a median,
-#: and a 2,000-GPU job costs no more to look at than a 64-GPU one.
-EVIDENCE_PEERS = 64
+def rules_yaml(thresholds: Thresholds | None = None) -> str:
+    """The ``gpuscope-dashboard`` group as it stands in alerts/gpuscope-rules.yaml (each
+    expression folded to 88 columns): ``python -c "from gpuscope.dashboard.data.prometheus
+    import rules_yaml; print(rules_yaml())"`` prints it."""
+    out = ["  - name: gpuscope-dashboard", "    interval: 1m", "    rules:"]
+    for record, expr in recording_rules(thresholds):
+        out += [f"      - record: {record}", "        expr: >-",
+                textwrap.indent(textwrap.fill(expr, 88, break_long_words=False,
+                                              break_on_hyphens=False), " " * 10)]
+    return "\n".join(out) + "\n"
 
 
 class PrometheusData:
@@ -204,7 +461,12 @@ class PrometheusData:
         return self._client.post_form(path, params)
 
     def instant(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
-        data = self._api("/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
+        # ``nocache=1``: VictoriaMetrics moves an instant query at a time less than
+        # ``-search.latencyOffset`` (30 s) before its now back to now - 30 s unless told not
+        # to (Prometheus evaluates at ``time``, and ignores the parameter): the window's end
+        # must be the same instant on both.
+        data = self._api("/api/v1/query", {"query": promql, "time": f"{at:.3f}",
+                                           "nocache": "1"})
         if data.get("resultType") != "vector":
             raise DataError(f"{self.description}: expected a vector, got {data.get('resultType')}")
         return [(_labels(r["metric"]), float(r["value"][1])) for r in data["result"]]
@@ -224,263 +486,276 @@ class PrometheusData:
 
     # -- queries ---------------------------------------------------------------------------
     def window(self, window_seconds: float) -> Window:
-        return make_window(
-            window_seconds, self._clock(), min_step=self.min_step, max_points=self.max_points
-        )
+        """The window ending at the last multiple of its step (seconds since the epoch) at
+        or before now. VictoriaMetrics rounds a range query's start and end down to
+        multiples of the step (to cache its results); left to do it, its points fell up to
+        a step before the window's end, a "for >= D" run measured to its last point came
+        out a step short of the history measured to the end, and a node idle for all of a
+        short history was not flagged there while Prometheus flagged it. On a grid of
+        multiples of the step both stores answer at the same instants."""
+        probe = make_window(window_seconds, self._clock(), min_step=self.min_step,
+                            max_points=self.max_points)
+        ms = round(probe.step * 1000)
+        end = math.floor(round(probe.end * 1000) / ms) * ms / 1000
+        return Window(start=end - probe.seconds, end=end, step=probe.step)
 
-    def _r(self, window: Window) -> str:
-        return duration(max(window.step, self.lookback))
+    def _r(self, window: Window) -> tuple[str, str]:
+        """A step's windows: ``r`` for gauges (the step, at least ``lookback``), ``rr`` for
+        counters' rates (the step, at least two ``lookback``: a rate needs two samples);
+        each a millisecond short (:data:`EDGE`)."""
+        r = max(window.step, self.lookback)
+        return duration(r - EDGE), duration(max(window.step, 2 * self.lookback) - EDGE)
 
-    # -- the expressions of the verdicts, per step, for the devices round 1 singled out -------
-    def _idle_parts(self, r: str, match: Mapping[str, str] | None = None,
-                    slice_match: Mapping[str, str] | None = None,
-                    slices_too: bool = True) -> list[str]:
-        """Each device's idle activity below the threshold, labelled with its ``signal``:
-        utilization (whole GPUs, slices that report it without GPM), SM activity (MIG slices
-        with GPM), or (a MIG slice without either) 0 while no process holds memory on it.
-        ``slice_match`` narrows the slices' parts further (they concern slices only);
-        without ``slices_too`` they are left out."""
-        th = self.thresholds
-        idle = f"{th.idle_utilization!r}"
-        gby = "node, gpu, uuid"
-        util = selector("gpu_utilization_ratio", match)
-        gpm = selector("gpu_sm_active_seconds_total", match)
-        slices = selector("gpu_info", {**(match or {}), "parent_uuid": '!=""'})
-        parts = [
-            f'label_replace(max by ({gby}) (max_over_time({util}[{r}])) < {idle}'
-            f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
-            f' "signal", "utilization", "", "")',
-        ]
-        if not slices_too:
-            return parts
-        m = slice_match if slice_match is not None else match
-        util = selector("gpu_utilization_ratio", m)
-        gpm = selector("gpu_sm_active_seconds_total", m)
-        slices = selector("gpu_info", {**(m or {}), "parent_uuid": '!=""'})
-        memory = selector("gpu_memory_used_bytes", m)
-        cmem = selector("container_gpu_memory_used_bytes", m)
-        return [
-            *parts,
-            f'label_replace({_rate("gpu_sm_active_seconds_total", r, m)} < {idle}'
-            f' and on (node, uuid) {slices}, "signal", "sm", "", "")',
-            f'label_replace(max by ({gby}) (max_over_time({memory}[{r}])) * 0'
-            f' and on (node, uuid) {slices} unless on (node, uuid) {util}'
-            f' unless on (node, uuid) {gpm}'
-            f' unless on (node, uuid) (max by (node, uuid) (max_over_time({cmem}[{r}])) > 0),'
-            f' "signal", "process", "", "")',
-        ]
+    def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
+               ) -> _Steps:
+        return _Steps(*self._r(window), rules=rules, match=match)
 
-    def _throttle(self, r: str, match: Mapping[str, str] | None = None) -> str:
-        th = self.thresholds
-        reasons = selector("gpu_throttle_seconds_total",
-                           {**(match or {}), "reason": f'=~"{any_of(th.throttle_reasons)}"'})
-        return (f"max by (node, gpu, uuid, reason) (rate({reasons}[{r}]))"
-                f" >= {th.throttle_ratio!r}")
-
-    def _held_parts(self, r: str, match: Mapping[str, str] | None = None) -> list[str]:
-        """Per container, what it uses of what it holds where that is below the idle
-        threshold: the device's SM activity where it has GPM and one holder, else the
-        container's utilization times the device's holders (its share of a time-sliced GPU),
-        else (a MIG slice without GPM) 0 while it has no process there."""
-        th = self.thresholds
-        idle = f"{th.idle_utilization!r}"
-        cby = "node, namespace, pod, container, uuid"
-        ns = {**(match or {}), "namespace": '!=""'}
-        alloc = selector("container_gpu_allocated", ns)
-        held = f"max by ({cby}) (max_over_time({alloc}[{r}]))"
-        sole_gpm = (f"(({_rate('gpu_sm_active_seconds_total', r, match)}) and on (node, uuid)"
-                    f" (count by (node, uuid) ({held}) == 1))")
-        cutil_max = (f"max by ({cby}) (max_over_time("
-                     f"{selector('container_gpu_utilization_ratio', ns)}[{r}]))")
-        cmem = selector("container_gpu_memory_used_bytes", ns)
-        slices = selector("gpu_info", {**(match or {}), "parent_uuid": '!=""'})
-        gpm = selector("gpu_sm_active_seconds_total", match)
-        return [
-            f'label_replace({held} * on (node, uuid) group_left () ({sole_gpm} < {idle}),'
-            f' "signal", "sm", "", "")',
-            f'label_replace(({cutil_max} * on (node, uuid) group_left ()'
-            f' count by (node, uuid) ({held}) < {idle}) and on ({cby}) {held}'
-            f' unless on (node, uuid) {sole_gpm}, "signal", "utilization", "", "")',
-            f'label_replace((max by ({cby}) (max_over_time({cmem}[{r}])) == 0)'
-            f' and on ({cby}) {held} and on (node, uuid) {slices}'
-            f' unless on (node, uuid) {gpm} unless on ({cby}) {cutil_max},'
-            f' "signal", "process", "", "")',
-        ]
-
-    def fleet_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
-        """The fleet page's first round of PromQL, by role; :attr:`RANGE_QUERIES` are range
-        queries over the window, the others instant queries at its end. Every verdict needs
-        its condition at the latest step (a trailing run), so the first round reads each
-        device's and container's signals at the latest step (``now``): the same rules,
-        applied to that one step, single out what a second round (:meth:`second_round`)
-        asks the history of, and only that."""
-        r = self._r(window)
+    def fleet_queries(self, window: Window, namespace: str | None,
+                      rules: bool = False) -> dict[str, str]:
+        """The fleet page's first round of PromQL, by role: instant queries at the window's
+        end. Every verdict needs its condition at the latest step (a trailing run), so the
+        server applies each rule to that step over the whole fleet (one step) and sends back
+        only what meets it (``now``: idle, spinning, throttled devices, allocated-idle
+        containers, straggler candidates' workloads, devices with nothing to judge them by,
+        containers whose mean is in the input-starved range), beside who is where (devices,
+        nodes, pods, containers in the window) and each device's window mean.
+        :meth:`second_round` then asks the history of what was singled out, by node. No
+        query here names a device or a node. With ``rules``, ``now`` reads what the
+        ``gpuscope-dashboard`` recording rules recorded in the last step."""
+        r, rr = self._r(window)
         w = duration(window.seconds)
         s = duration(window.step)
-        util = "gpu_utilization_ratio"
-        cutil = selector("container_gpu_utilization_ratio", {"namespace": '!=""'})
-        pods = "gpu_pod_info"
-        ns_filter = ""
-        if namespace is not None:
-            mine = selector("container_gpu_utilization_ratio", namespace=namespace)
-            ns_filter = f" and on (node, uuid) max by (node, uuid) (max_over_time({mine}[{r}]))"
-            pods = selector("gpu_pod_info", namespace=namespace)
-        cby = "node, namespace, pod, container, uuid"
-        gby = "node, gpu, uuid"
-        gpm = "gpu_sm_active_seconds_total"
-        alloc = selector("container_gpu_allocated", {"namespace": '!=""'})
-        slices = 'gpu_info{parent_uuid!=""}'
+        st = _Steps(r, rr, rules)
+        v = Verdicts(self.thresholds)
         th = self.thresholds
-        busy = min(th.spin_busy, th.slow_busy)
-        sm = _rate("gpu_sm_active_seconds_total", r)
 
         def stat(expr: str, name: str) -> str:
             return f'label_replace({expr}, "stat", "{name}", "", "")'
 
+        cutil = selector("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+        pods = "gpu_pod_info"
+        ns_filter = ""
+        if namespace is not None:
+            # The namespace's devices and every container on them (time-slicing shares
+            # need the other sharers too).
+            mine = selector("container_gpu_utilization_ratio", namespace=namespace)
+            ns_filter = f" and on (node, uuid) max by (node, uuid) (last_over_time({mine}[{w}]))"
+            pods = selector("gpu_pod_info", namespace=namespace)
+            iutil = selector("container_gpu_utilization_ratio", namespace=namespace)
+        else:
+            iutil = cutil
+        # Input starvation: the containers whose raw mean over the window lies in the
+        # suspicious range (the rule's own test of the same mean: nothing is lost).
+        imean = f"avg by ({CBY}) (avg_over_time({iutil}[{w}]))"
+        if rules:
+            whole = duration(window.seconds - EDGE)
+            mean = f"max by ({GBY}) (avg_over_time({RULES['util']}[{whole}]))"
+
+            def recorded(key: str, by: str) -> str:
+                return f"max by ({by}) (last_over_time({RULES[key]}[{r}]))"
+
+            now = [
+                stat(recorded("idle", f"{GBY}, signal"), "idle"),
+                stat(recorded("spin", GBY), "spin"),
+                stat(recorded("throttle", f"{GBY}, reason"), "throttle"),
+                stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
+                stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
+            ]
+        else:
+            # The window mean of each step's utilization (the busy counter's rate, else the
+            # gauge's mean): steps before a device appeared, or at which its counter is
+            # younger than the rate's range, do not count.
+            mean = f"max by ({GBY}) (avg_over_time(({_util_step(rr)})[{w}:{s}]))"
+            now = [
+                stat(" or ".join(v.idle_parts(st)), "idle"),
+                stat(v.spinning(st), "spin"),
+                stat(v.throttle(st), "throttle"),
+                *(stat(p, "held_idle") for p in v.held_parts(st)),
+                stat(v.candidates(st), "candidate"),
+            ]
         return {
             "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
             "nodes": "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
             "gpu_stats": " or ".join([
-                # The window mean of each step's rate of the busy counter (else, without
-                # one, the gauge's mean): steps before a device appeared do not count.
-                stat(f"max by ({gby}) (avg_over_time("
-                     f"rate(gpu_busy_seconds_total[{r}])[{w}:{s}]))"
-                     f" or max by ({gby}) (avg_over_time({util}[{w}]))", "mean"),
+                stat(mean, "mean"),
                 # When data begins: the first step at which any device reported.
-                stat(f"min_over_time(timestamp(count({util}))[{w}:{s}])", "first"),
+                stat(f"min_over_time(timestamp(count(gpu_utilization_ratio))[{w}:{s}])",
+                     "first"),
             ]),
-            "containers": f"max by ({cby}) (avg_over_time({cutil}[{r}])){ns_filter}",
+            # Who uses which device in the window (a history only where asked for later).
+            "members": f"max by ({CBY}) (last_over_time({cutil}[{w}])){ns_filter}",
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
-            # The latest step: each device's signals, each container's use of what it holds,
-            # the throttled GPUs. Only what a rule can use: utilization from 0.5 up (the
-            # least a spinning or slow GPU shows), tensor and DRAM activity where SM activity
-            # is low enough to spin, power where there is no GPM, process memory on slices.
+            # The latest step: what meets a rule, and only that.
             "now": " or ".join([
-                stat(f"max by ({gby}) (max_over_time({util}[{r}]))", "util_max"),
-                stat(f"{_util_step(r)} >= {busy!r}", "util"),
-                stat(sm, "sm"),
-                *(stat(f"{_rate(f'gpu_{name}_active_seconds_total', r)}"
-                       f" and on (node, uuid) ({sm} < {th.spin_sm!r})", name)
-                  for name in ("tensor", "dram")),
-                stat(f"{_power_step(r)} unless on (node, uuid) {gpm}", "power"),
-                stat(f"max by ({gby}) (max_over_time(gpu_power_limit_watts[{r}]))"
-                     f" unless on (node, uuid) {gpm}", "limit"),
-                stat(f"max by ({gby}) (max_over_time(gpu_memory_used_bytes[{r}]))"
-                     f" and on (node, uuid) {slices}", "slice_memory"),
-                stat(f"max by ({cby}) (max_over_time({alloc}[{r}]))", "held"),
-                stat(f"max by ({cby}) (max_over_time({cutil}[{r}]))", "cutil"),
-                stat(f"max by ({cby}) (max_over_time(container_gpu_memory_used_bytes[{r}]))"
-                     f" and on (node, uuid) {slices}", "cmem"),
-                stat(self._throttle(r), "throttle"),
+                *now,
+                # The devices with nothing to judge them by (no utilization, no GPM).
+                stat(f"max by ({GBY}) (gpu_info) unless on (node, uuid)"
+                     f" max_over_time(gpu_utilization_ratio[{r}]) unless on (node, uuid)"
+                     f" {st.active('sm')}", "silent"),
+                stat(f"({imean} >= {th.input_low!r}) <= {th.input_high!r}", "input"),
             ]),
         }
 
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
-    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "pods", "now", "evidence",
-                                 "stats"})
+    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "pods", "now",
+                                 "stats", "evidence"})
 
-    def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None
-                     ) -> dict[str, str]:
-        """Only for what the first round singled out: per step, the idle steps of the devices
-        idle now, allocation on the nodes idle now (the waste split), the utilization of
-        devices shared by several containers (time-slicing starvation), the work signals of
-        the GPUs that spin now, the throttled steps of the GPUs throttled now, the idle steps
-        of the containers idle now and the signals of the slow-rank candidates' devices;
-        and, at the end, raw-sample statistics of containers near the input-starved range
-        and the stragglers' evidence over ``ask.evidence_seconds``."""
-        r = self._r(window)
+    def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None,
+                     rules: bool = False) -> dict[str, str]:
+        """The history of what the first round singled out, asked by node (``node=~``
+        lists; a query is at most :data:`MAX_QUERY_BYTES`, a longer list is split over
+        queries named ``role#1``, ``role#2``...): per step, the idle steps of the devices
+        there, allocation on the nodes idle now (the waste split), utilization of the
+        devices and containers of nodes with time-sliced devices or straggler candidates,
+        the work signals of spinning GPUs and of slow-rank candidates' workloads,
+        throttling, the held devices' use; and, at the end, the input-starved candidates'
+        raw-sample statistics and the stragglers' evidence over ``ask.evidence_seconds``.
+        With ``rules``, the idle, held-idle and throttled steps are the recorded sparse
+        series themselves, asked without a list (they hold only what meets the rule)."""
+        r, rr = self._r(window)
         w = duration(window.seconds)
-        out = {}
+        v = Verdicts(self.thresholds)
+        out: dict[str, str] = {}
 
-        def uuids(values: Iterable[str]) -> dict[str, str] | None:
-            found = sorted(set(values))
-            return {"uuid": f'=~"{any_of(found)}"'} if found else None
+        def each(role: str, nodes: Collection[str], build: Callable[[_Steps], str]) -> None:
+            for i, q in enumerate(_split(sorted(set(nodes)), lambda names: build(
+                    _Steps(r, rr, rules, {"node": f'=~"{any_of(names)}"'})))):
+                out[role if i == 0 else f"{role}#{i}"] = q
 
-        if (match := uuids(ask.idle)) is not None:
-            slice_match = uuids(ask.idle_slices)
-            out["idle_steps"] = " or ".join(self._idle_parts(
-                r, match, slice_match, slices_too=slice_match is not None))
-        nodes = sorted(set(ask.idle_nodes))
-        if nodes:
-            alloc = selector("container_gpu_allocated", {"node": f'=~"{any_of(nodes)}"'})
-            out["allocated"] = f"max by (node, uuid) (max_over_time({alloc}[{r}]))"
-        if (match := uuids(ask.shared)) is not None:
-            util = selector("gpu_utilization_ratio", match)
-            out["shared"] = f"max by (node, gpu, uuid) (avg_over_time({util}[{r}]))"
-        if (match := uuids(ask.input_candidates)) is not None:
+        def signal(expr: str, name: str) -> str:
+            return f'label_replace({expr}, "signal", "{name}", "", "")'
+
+        if rules:
+            # Every minute of the step met the rule (a step of several minutes).
+            minutes = max(1, round(window.step / RULE_INTERVAL))
+
+            def sparse(key: str, by: str, fn: str) -> str:
+                return (f"max by ({by}) ({fn}({RULES[key]}[{r}])) and on ({by})"
+                        f" (count_over_time({RULES[key]}[{r}]) >= {minutes})")
+
+            if ask.idle:
+                out["idle_steps"] = sparse("idle", f"{GBY}, signal", "max_over_time")
+            if ask.held:
+                out["held_idle"] = sparse("held_idle", f"{CBY}, signal", "avg_over_time")
+            if ask.throttled:
+                out["throttled"] = sparse("throttle", f"{GBY}, reason", "avg_over_time")
+        else:
+            each("idle_steps", ask.idle, lambda st: " or ".join(v.idle_parts(st)))
+            each("throttled", ask.throttled, v.throttle)
+            each("held_idle", ask.held, lambda st: " or ".join(v.held_parts(st)))
+        each("allocated", ask.idle_nodes, lambda st: (
+            f"max by (node, uuid) (max_over_time("
+            f"{st.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}[{r}]))"))
+        each("shared", ask.shared, lambda st: (
+            f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"))
+
+        def containers(st: _Steps) -> str:
             if namespace is None:
-                match["namespace"] = '!=""'
-                util = selector("container_gpu_utilization_ratio", match)
-                mem = selector("container_gpu_memory_used_bytes", match)
-            else:
-                util = selector("container_gpu_utilization_ratio", match, namespace=namespace)
-                mem = selector("container_gpu_memory_used_bytes", match, namespace=namespace)
-            cby = "node, namespace, pod, container, uuid"
-            out["stats"] = " or ".join([
-                f'label_replace(avg by ({cby}) (avg_over_time({util}[{w}])),'
-                f' "stat", "mean", "", "")',
-                f'label_replace(avg by ({cby}) (stddev_over_time({util}[{w}])),'
-                f' "stat", "stddev", "", "")',
-                f'label_replace(max by ({cby}) (count_over_time({util}[{w}])),'
-                f' "stat", "count", "", "")',
-                f'label_replace(max by ({cby}) (max_over_time({mem}[{w}])),'
-                f' "stat", "memory", "", "")',
-            ])
-        if (match := uuids(ask.spinning)) is not None:
-            out["spinning"] = " or ".join([
-                f'label_replace({_util_step(r, match)}, "signal", "utilization", "", "")',
-                *(f'label_replace({_rate(f"gpu_{name}_active_seconds_total", r, match)},'
-                  f' "signal", "{name}", "", "")' for name in ("sm", "tensor", "dram")),
-                f'label_replace({_power_step(r, match)}, "signal", "power", "", "")',
-            ])
-        if (match := uuids(ask.throttled)) is not None:
-            out["throttled"] = self._throttle(r, match)
-        if (match := uuids(ask.held)) is not None:
-            out["held_idle"] = " or ".join(self._held_parts(r, match))
-        if (match := uuids(ask.workload_devices)) is not None:
-            out["workload_signals"] = " or ".join([
-                f'label_replace({_util_step(r, match)}, "signal", "utilization", "", "")',
-                f'label_replace({_rate("gpu_sm_active_seconds_total", r, match)},'
-                f' "signal", "sm", "", "")',
-                f'label_replace({_power_step(r, match)}, "signal", "power", "", "")',
-            ])
+                return st.cutil()
+            mine = selector("container_gpu_utilization_ratio", st.match, namespace=namespace)
+            return (f"{st.cutil()} and on (node, uuid)"
+                    f" max by (node, uuid) (max_over_time({mine}[{r}]))")
+
+        each("containers", set(ask.shared) | set(ask.candidates), containers)
+        each("spinning", ask.spinning, lambda st: " or ".join(
+            signal(expr, name) for name, expr in (
+                ("utilization", st.util()), ("sm", st.active("sm")),
+                ("tensor", st.active("tensor")), ("dram", st.active("dram")),
+                ("power", st.power()), ("limit", st.limit()))))
+        each("workload_signals", ask.slow, lambda st: " or ".join(
+            signal(expr, name) for name, expr in (
+                ("utilization", st.util()), ("sm", st.active("sm")),
+                ("power", st.power()), ("limit", st.limit()))))
+
+        def stats(st: _Steps) -> str:
+            ns = {"namespace": NOT_EMPTY} if namespace is None else {}
+            eq = {} if namespace is None else {"namespace": namespace}
+            util = selector("container_gpu_utilization_ratio", {**st.match, **ns}, **eq)
+            mem = selector("container_gpu_memory_used_bytes", {**st.match, **ns}, **eq)
+            return " or ".join(
+                f'label_replace({expr}, "stat", "{name}", "", "")' for name, expr in (
+                    ("mean", f"avg by ({CBY}) (avg_over_time({util}[{w}]))"),
+                    ("stddev", f"avg by ({CBY}) (stddev_over_time({util}[{w}]))"),
+                    ("count", f"max by ({CBY}) (count_over_time({util}[{w}]))"),
+                    ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))")))
+
+        each("stats", ask.input, stats)
         if ask.evidence_seconds > 0:
             d = duration(ask.evidence_seconds)
-            match = uuids(ask.evidence) if len(set(ask.evidence)) <= MAX_EVIDENCE else None
-            gby = "node, gpu, uuid"
-            throttle = selector("gpu_throttle_seconds_total", match)
-            out["evidence"] = " or ".join([
-                f'label_replace(max by ({gby}, reason) (rate({throttle}[{d}])) > 0,'
+            each("evidence", ask.candidates, lambda st: " or ".join([
+                f'label_replace(max by ({GBY}, reason) (rate('
+                f'{st.sel("gpu_throttle_seconds_total")}[{d}])) > 0,'
                 f' "stat", "throttle", "", "")',
-                f'label_replace(max by ({gby}) (avg_over_time('
-                f'{selector("gpu_sm_clock_hertz", match)}[{d}])), "stat", "sm_clock", "", "")',
-                f'label_replace(max by ({gby}) (avg_over_time('
-                f'{selector("gpu_temperature_celsius", match)}[{d}])),'
-                f' "stat", "temperature", "", "")',
-            ])
+                f'label_replace(max by ({GBY}) (avg_over_time('
+                f'{st.sel("gpu_sm_clock_hertz")}[{d}])), "stat", "sm_clock", "", "")',
+                f'label_replace(max by ({GBY}) (avg_over_time('
+                f'{st.sel("gpu_temperature_celsius")}[{d}])), "stat", "temperature", "", "")',
+            ]))
         return out
 
+    #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
+    RULES_CHECK_EVERY = 300.0
+
+    def rules_loaded(self, window: Window) -> bool:
+        """Whether the ``gpuscope-dashboard`` recording rules can serve ``window``: its step
+        is a whole number of the rules' interval (and the lookback no longer), and every
+        recorded series exists at the window's start and end (rules loaded after the
+        window began leave it to the raw series). One instant query (``count`` of each at
+        both ends, pinned with ``@``), which Prometheus and VictoriaMetrics answer alike
+        (VictoriaMetrics has no ``/api/v1/rules`` without vmalert); the finding is kept for
+        :attr:`RULES_CHECK_EVERY` seconds per window length."""
+        return self._check_rules(window)[0]
+
+    def _check_rules(self, window: Window) -> tuple[bool, int]:
+        """:meth:`rules_loaded`, and how many queries that took (0 or 1)."""
+        step_ms, every_ms = round(window.step * 1000), round(RULE_INTERVAL * 1000)
+        if step_ms % every_ms or max(window.step, self.lookback) != window.step:
+            return False, 0
+        key = round(window.seconds)
+        now = time.monotonic()
+        with self._lock:
+            seen: dict[int, tuple[float, bool]] = self.__dict__.setdefault("_rules_seen", {})
+            found = seen.get(key)
+        if found is not None and now - found[0] < self.RULES_CHECK_EVERY:
+            return found[1], 0
+        probe = duration(RULE_INTERVAL)
+        # The dense series (the sparse ones may rightly be empty: nothing spins).
+        names = [RULES["util_max"], RULES["util"]]
+        checks = [(name, t) for name in names for t in (window.start + window.step, window.end)]
+        query = " or ".join(
+            f'label_replace(count(last_over_time({name}[{probe}] @ {t:.3f})), "check",'
+            f' "{i}", "", "")' for i, (name, t) in enumerate(checks))
+        loaded = len(self.instant(query, window.end)) == len(checks)
+        with self._lock:
+            seen[key] = (now, loaded)
+        return loaded, 1
+
     def _run(self, queries: Mapping[str, str], window: Window) -> dict[str, Any]:
+        """Every query at once; results of a role split over several queries (``role#i``)
+        put together under ``role``."""
         futures: dict[str, Future[Any]] = {}
         for name, promql in queries.items():
-            if name in self.RANGE_QUERIES:
+            if name.partition("#")[0] in self.RANGE_QUERIES:
                 futures[name] = self._pool.submit(self.range, promql, window)
             else:
                 futures[name] = self._pool.submit(self.instant, promql, window.end)
-        return {name: fut.result() for name, fut in futures.items()}  # DataError propagates
+        out: dict[str, Any] = {}
+        for name, fut in futures.items():
+            out.setdefault(name.partition("#")[0], []).extend(fut.result())  # DataError
+        return out
 
     def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
         if namespace is not None:
             namespace = validate_namespace(namespace)
         window = self.window(window_seconds)
-        queries = self.fleet_queries(window, namespace)
-        results = self._run(queries, window)
+        rules, checks = self._check_rules(window)
+        queries = self.fleet_queries(window, namespace, rules)
+        first_res = self._run(queries, window)
         th = self.thresholds
-        end = window.end
 
         gpus = {}
-        for lab, _ in results["gpus"]:
+        for lab, _ in first_res["gpus"]:
             info = GpuInfo(
                 node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
                 model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
@@ -492,69 +767,53 @@ class PrometheusData:
                 lab.get("node", ""), lab.get("instance_type", ""), lab.get("zone", ""),
                 lab.get("capacity_type", ""),
             )
-            for lab, _ in results["nodes"]
+            for lab, _ in first_res["nodes"]
         }
-        slices = {ref for ref, info in gpus.items() if not info.is_physical}
-
         gpu_mean: dict[GpuRef, float] = {}
         first: float | None = None
-        for lab, v in results["gpu_stats"]:
+        for lab, v in first_res["gpu_stats"]:
             stat = lab.get("stat")
             if stat == "mean":
                 gpu_mean[_gref(lab)] = v
             elif stat == "first" and math.isfinite(v):
                 first = v
-        containers = {_cref(lab): s for lab, s in results["containers"] if lab.get("namespace")}
+        # Every container in the window; a history only where a verdict can use one.
+        members = [_cref(lab) for lab, _ in first_res["members"] if lab.get("namespace")]
         pods = {}
-        for lab, _ in results["pods"]:
+        for lab, _ in first_res["pods"]:
             key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
             pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
 
-        # The latest step, as one-point series for the rules.
-        devices: dict[str, dict[GpuRef, Series]] = {}
-        users: dict[str, dict[ContainerRef, Series]] = {}
-        throttled_now: list[str] = []
-        for lab, v in results["now"]:
-            stat = lab.get("stat", "")
-            point = Series((end,), (v,))
-            if stat == "throttle":
-                throttled_now.append(lab.get("uuid", ""))
-            elif stat in ("held", "cutil", "cmem"):
-                users.setdefault(stat, {})[_cref(lab)] = point
-            else:
-                devices.setdefault(stat, {})[_gref(lab)] = point
-        gpu_now = {ref: s.values[0] for ref, s in devices.get("util_max", {}).items()}
-        # GPM: the devices with SM activity now (idle ones too: a rate of 0 is a value).
-        gpm = set(devices.get("sm", {}))
-        limits = {ref: s.values[0] for ref, s in devices.get("limit", {}).items()}
-        signals_now = WorkSignals(
-            utilization=devices.get("util", {}), sm=devices.get("sm", {}),
-            tensor=devices.get("tensor", {}), dram=devices.get("dram", {}),
-            power=devices.get("power", {}), power_limit=limits, gpm=frozenset(gpm))
-        spin_now = set(spinning_steps(signals_now, th.spin_rule))
-        # Idle now, by each device's own signal (see analysis.idle).
-        process_now: set[GpuRef] = {ref.gpu for ref, s in users.get("cmem", {}).items()
-                                    if s.values[0] > 0}
         idle_now: set[GpuRef] = set()
-        for ref, v in gpu_now.items():
-            if not (ref in slices and ref in gpm) and v < th.idle_utilization:
+        spin_now: set[GpuRef] = set()
+        silent: set[GpuRef] = set()
+        throttled_now: set[str] = set()
+        held_nodes: set[str] = set()
+        input_nodes: set[str] = set()
+        judged: set[tuple[str, str]] = set()
+        slow: set[tuple[str, str]] = set()
+        for lab, _ in first_res["now"]:
+            stat, ref = lab.get("stat", ""), _gref(lab)
+            if stat == "idle":
                 idle_now.add(ref)
-        for ref in slices & gpm:
-            sm_now = devices.get("sm", {}).get(ref)
-            if sm_now is not None and sm_now.values[0] < th.idle_utilization:
-                idle_now.add(ref)
-        for ref in devices.get("slice_memory", {}):
-            if ref not in gpu_now and ref not in gpm and ref not in process_now:
-                idle_now.add(ref)
-        held_now, _ = held_usage(users.get("held", {}), users.get("cutil", {}),
-                                 users.get("cmem", {}), signals_now.sm, gpm, slices)
-        held_idle_now = {ref.uuid for ref, s in held_now.items()
-                         if s.values and s.values[-1] < th.allocated_idle_utilization}
-        groups = workload_groups(containers, pods, gpus)
-        candidates = slow_candidates(groups, signals_now, end, factor=th.slow_factor,
-                                     busy=th.slow_busy)
+            elif stat == "spin":
+                spin_now.add(ref)
+            elif stat == "silent":
+                silent.add(ref)
+            elif stat == "throttle":
+                throttled_now.add(ref.node)
+            elif stat == "held_idle":
+                held_nodes.add(ref.node)
+            elif stat == "input":
+                input_nodes.add(ref.node)
+            elif stat == "candidate":
+                key2 = (lab.get("namespace", ""), lab.get("workload", ""))
+                judged.add(key2)
+                if lab.get("kind") == "slow":
+                    slow.add(key2)
 
-        # Second round: only what the first singled out.
+        # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
+        # spinning): the waste split asks when their devices were held.
         slices_of: dict[GpuRef, list[GpuRef]] = {}
         for info in gpus.values():
             if not info.is_physical:
@@ -566,54 +825,33 @@ class PrometheusData:
                 node_idle[info.node] = node_idle.get(info.node, True) and all(
                     p in idle_now or p in spin_now for p in parts)
         sharers: dict[GpuRef, int] = {}
-        for user in containers:
-            sharers[user.gpu] = sharers.get(user.gpu, 0) + 1
-        # Input starvation needs raw-sample statistics; ask only where the per-step means
-        # put a container's mean in the suspicious range (with a margin for the
-        # difference between the mean of step means and the mean of raw samples).
-        input_candidates = [
-            ref.uuid for ref, series in containers.items()
-            if series.values and (namespace is None or ref.namespace == namespace)
-            and th.input_low * 0.5 < sum(series.values) / len(series.values)
-            < min(1.0, th.input_high * 1.5)
-        ]
-        # A straggler's evidence: in the workloads with a stalled straggler or a slow
-        # candidate, theirs and (for the workload's medians) that of up to
-        # EVIDENCE_PEERS other GPUs of it, over the straggler duration (or the history
-        # there is).
-        stalled = stragglers(containers, pods, window, self._history_start(window, first),
-                             gpus=gpus, factor=th.straggler_factor,
-                             duration=th.straggler_duration, groups=groups)
-        judged: dict[tuple[str, str, str], set[GpuRef]] = {k: set(v)
-                                                          for k, v in candidates.items()}
-        for one in stalled.stragglers:
-            judged.setdefault((one.namespace, one.workload, one.model), set()).add(one.gpu)
-        evidence_devices: list[str] = []
-        for group in groups:
-            if group.key in judged:
-                peers = sorted(g for g in group.devices if g not in judged[group.key])
-                every = max(1, -(-len(peers) // EVIDENCE_PEERS))
-                evidence_devices += [g.uuid for g in judged[group.key]]
-                evidence_devices += [g.uuid for g in peers[::every]]
+        for c in members:
+            sharers[c.gpu] = sharers.get(c.gpu, 0) + 1
+        workload_nodes: dict[tuple[str, str], set[str]] = {}
+        for c in members:
+            pod = pods.get(c.pod_key)
+            if pod is not None and pod.workload:
+                workload_nodes.setdefault((c.namespace, pod.workload), set()).add(c.node)
         history = window.end - self._history_start(window, first)
         ask = FollowUp(
-            idle=[g.uuid for g in idle_now],
-            idle_slices=[g.uuid for g in idle_now if g in slices],
-            idle_nodes=[n for n, idle in node_idle.items() if idle],
-            shared=[g.uuid for g, n in sharers.items() if n >= 2],
-            input_candidates=input_candidates,
-            spinning=[g.uuid for g in spin_now],
+            idle={g.node for g in idle_now},
+            idle_nodes={n for n, idle in node_idle.items() if idle},
+            shared={g.node for g, n in sharers.items() if n >= 2},
+            spinning={g.node for g in spin_now},
             throttled=throttled_now,
-            held=sorted(held_idle_now),
-            workload_devices=[g.uuid for group in groups
-                              if group.key in candidates for g in group.devices],
-            evidence=evidence_devices,
+            held=held_nodes,
+            candidates={n for k in judged for n in workload_nodes.get(k, ())},
+            slow={n for k in slow for n in workload_nodes.get(k, ())},
+            input=input_nodes,
             evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
                               if judged else 0.0),
         )
-        more = self.second_round(window, ask, namespace)
+        more = self.second_round(window, ask, namespace, rules)
         later = self._run(more, window) if more else {}
 
+        containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
+        containers.update({_cref(lab): s for lab, s in later.get("containers", [])
+                           if lab.get("namespace")})
         stats_parts: dict[ContainerRef, dict[str, float]] = {}
         for lab, v in later.get("stats", []):
             stats_parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
@@ -639,21 +877,24 @@ class PrometheusData:
         by_signal: dict[str, dict[GpuRef, Series]] = {}
         for lab, s in [*later.get("spinning", []), *later.get("workload_signals", [])]:
             by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
+        limits = {ref: s.values[-1] for ref, s in by_signal.pop("limit", {}).items()
+                  if s.values}
         signals = WorkSignals(
             utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
             tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
-            power=by_signal.get("power", {}), power_limit=limits, gpm=frozenset(gpm),
-            throttle=throttle,
+            power=by_signal.get("power", {}), power_limit=limits,
+            gpm=frozenset(by_signal.get("sm", {})), throttle=throttle,
         )
+        shared = {g for g, n in sharers.items() if n >= 2}
         return FleetData(
             window=window,
             history_start=self._history_start(window, first),
             gpus=gpus,
             nodes=nodes,
             gpu_busy_max=busy_max,
-            gpu_now=gpu_now,
             gpu_mean=gpu_mean,
-            gpu_step_mean={_gref(lab): s for lab, s in later.get("shared", [])},
+            gpu_step_mean={_gref(lab): s for lab, s in later.get("shared", [])
+                           if _gref(lab) in shared},
             allocated={_gref(lab): s for lab, s in later.get("allocated", [])},
             containers=containers,
             container_stats=stats,
@@ -663,7 +904,9 @@ class PrometheusData:
             evidence=_evidence(later.get("evidence", [])),
             held_usage=usage,
             held_signal=usage_signal,
-            queries=len(queries) + len(more),
+            queries=len(queries) + len(more) + checks,
+            silent=frozenset(silent),
+            notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else ()),
         )
 
     def _history_start(self, window: Window, first: float | None) -> float:
@@ -672,12 +915,12 @@ class PrometheusData:
         is by all of r), so the rate-based verdicts' history begins r after the data does."""
         if first is None:
             return window.end
-        rate_range = max(window.step, self.lookback)
+        rate_range = max(window.step, 2 * self.lookback)
         return min(window.end, max(window.start, first - window.step + rate_range))
 
     def node_queries(self, node: str, window: Window) -> dict[str, str]:
         node = validate_node(node)
-        r = self._r(window)
+        r, rr = self._r(window)
         util = selector("gpu_utilization_ratio", node=node)
         mem = selector("gpu_memory_used_bytes", node=node)
         cutil = selector("container_gpu_utilization_ratio", {"namespace": '!=""'}, node=node)
@@ -693,12 +936,12 @@ class PrometheusData:
                 f" * on (node, uuid) group_left (gpu) max by (node, uuid, gpu) ({info}))"
             ),
             "activity": " or ".join(
-                f'label_replace({_rate(f"gpu_{name}_active_seconds_total", r, match, "gpu")},'
+                f'label_replace({_rate(f"gpu_{name}_active_seconds_total", rr, match, "gpu")},'
                 f' "signal", "{name}", "", "")' for name in ("sm", "tensor", "dram")
             ),
-            "power": (f"max by (gpu) ({_power_step(r, match, 'node, gpu, uuid')}"
+            "power": (f"max by (gpu) ({_power_step(rr, match, 'node, gpu, uuid')}"
                       f" / on (node, uuid) group_left () max by (node, uuid) ({limit}))"),
-            "throttle": f"max by (gpu, reason) (rate({throttle}[{r}]))",
+            "throttle": f"max by (gpu, reason) (rate({throttle}[{rr}]))",
         }
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
@@ -727,12 +970,13 @@ class PrometheusData:
         )
 
     def workload_queries(self, namespace: str, workload: str, window: Window,
-                         uuids: Sequence[str] = ()) -> dict[str, str]:
+                         nodes: Sequence[str] = ()) -> dict[str, str]:
         """The devices of one workload (``members``: an instant query over the window), and
-        the utilization, SM activity and power per step of ``uuids`` of them
-        (``workload``)."""
+        the utilization, SM activity and power per step of the devices on ``nodes``
+        (``workload``, ``workload#1``...: the node list split to keep each query short;
+        the caller keeps the workload's devices)."""
         namespace, workload = validate_namespace(namespace), validate_workload(workload)
-        r = self._r(window)
+        _, rr = self._r(window)
         w = duration(window.seconds)
         cutil = selector("container_gpu_utilization_ratio", namespace=namespace)
         pods = selector("gpu_pod_info", namespace=namespace, workload=workload)
@@ -744,14 +988,18 @@ class PrometheusData:
                 f" * 0 + on (node, uuid) group_left (gpu, model)"
                 f" max by (node, uuid, gpu, model) (gpu_info)"),
         }
-        if uuids:
-            match = {"uuid": f'=~"{any_of(sorted(set(uuids)))}"'}
-            out["workload"] = " or ".join([
-                f'label_replace({_util_step(r, match)}, "signal", "utilization", "", "")',
-                f'label_replace({_rate("gpu_sm_active_seconds_total", r, match)},'
+
+        def signals(names: Sequence[str]) -> str:
+            match = {"node": f'=~"{any_of(names)}"'}
+            return " or ".join([
+                f'label_replace({_util_step(rr, match)}, "signal", "utilization", "", "")',
+                f'label_replace({_rate("gpu_sm_active_seconds_total", rr, match)},'
                 f' "signal", "sm", "", "")',
-                f'label_replace({_power_step(r, match)}, "signal", "power", "", "")',
+                f'label_replace({_power_step(rr, match)}, "signal", "power", "", "")',
             ])
+
+        for i, q in enumerate(_split(sorted(set(nodes)), signals)):
+            out["workload" if i == 0 else f"workload#{i}"] = q
         return out
 
     def workload_detail(self, namespace: str, workload: str, window_seconds: float,
@@ -769,11 +1017,13 @@ class PrometheusData:
             [WorkloadDevice(ref, index[ref][0], index[ref][1], tuple(sorted(pods[ref])))
              for ref in pods], first)
         queries = self.workload_queries(namespace, workload, window,
-                                        [d.ref.uuid for d in devices])
+                                        [d.ref.node for d in devices])
         by_signal: dict[str, dict[GpuRef, Series]] = {}
-        if "workload" in queries:
-            shown = {d.ref for d in devices}
-            for lab, s in self.range(queries["workload"], window):
+        shown = {d.ref for d in devices}
+        futures = [self._pool.submit(self.range, q, window)
+                   for k, q in queries.items() if k != "members"]
+        for fut in futures:
+            for lab, s in fut.result():
                 if _gref(lab) in shown:
                     by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
         return WorkloadDetail(
@@ -784,11 +1034,13 @@ class PrometheusData:
 
     def pod_queries(self, namespace: str, pod: str, window: Window) -> dict[str, str]:
         namespace, pod = validate_namespace(namespace), validate_pod(pod)
-        r = duration(max(window.step, self.lookback))
+        r, _ = self._r(window)
         util = selector("container_gpu_utilization_ratio", namespace=namespace, pod=pod)
         mem = selector("container_gpu_memory_used_bytes", namespace=namespace, pod=pod)
         by = "node, container, gpu"
-        join = " * on (node, uuid) group_left (gpu) max by (node, uuid, gpu) (gpu_info)"
+        # The GPU index of each device, read once (at the end: ``@``), not per step.
+        join = (" * on (node, uuid) group_left (gpu) max by (node, uuid, gpu)"
+                f" (gpu_info @ {window.end:.3f})")
         return {
             "utilization": f"max by ({by}) (avg_over_time({util}[{r}]){join})",
             "memory": f"max by ({by}) (avg_over_time({mem}[{r}]){join})",

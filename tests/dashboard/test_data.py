@@ -3,6 +3,8 @@ windows, and the embedded store's bounds and bucketing."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpuscope.dashboard.data import (
@@ -18,7 +20,8 @@ from gpuscope.dashboard.data import (
     validate_namespace,
     validate_node,
 )
-from gpuscope.dashboard.data.prometheus import FollowUp
+from gpuscope.dashboard.data.prometheus import MAX_QUERY_BYTES, FollowUp
+from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.series import ContainerRef, GpuRef
 
 INJECTION = '"}) or vector(1) or up{x="'
@@ -57,15 +60,50 @@ def test_regex_matchers_escape_regex_then_string() -> None:
     expected = r'node=~"ip\\-10\\-0\\-1\\-1\\.ec2\\.internal|odd\"node\\\\"'
     assert expected in queries["allocated"]
     assert set(queries) == {"allocated"}
-    assert set(prom.second_round(w, FollowUp(shared=["GPU-1"], input_candidates=["GPU-2"]),
-                                 "ml")) == {"shared", "stats"}
+    assert set(prom.second_round(w, FollowUp(shared=["n1"], input=["n2"]), "ml")) == {
+        "shared", "containers", "stats"}
     # Each singled-out set is asked about, and only it.
-    every = FollowUp(idle=["a"], idle_nodes=["n"], shared=["b"], input_candidates=["c"],
-                     spinning=["d"], throttled=["e"], held=["f"], workload_devices=["g"],
-                     evidence=["h"], evidence_seconds=600)
+    every = FollowUp(idle=["a"], idle_nodes=["n"], shared=["b"], input=["c"], spinning=["d"],
+                     throttled=["e"], held=["f"], candidates=["g"], slow=["h"],
+                     evidence_seconds=600)
     assert set(prom.second_round(w, every)) == {
-        "idle_steps", "allocated", "shared", "stats", "spinning", "throttled", "held_idle",
-        "workload_signals", "evidence"}
+        "idle_steps", "allocated", "shared", "containers", "stats", "spinning", "throttled",
+        "held_idle", "workload_signals", "evidence"}
+    # With the recording rules, the sparse histories need no node list at all.
+    ruled = prom.second_round(w, every, rules=True)
+    for role in ("idle_steps", "held_idle", "throttled"):
+        assert "node=~" not in ruled[role], role
+    prom.close()
+
+
+def test_long_node_lists_are_split_into_queries_of_bounded_size() -> None:
+    """5,000 nodes singled out: every query stays under VictoriaMetrics' default 16 KB
+    (``-search.maxQueryLen``), each node is asked about exactly once per role, and no fleet
+    query names a device."""
+    prom = PrometheusData("http://127.0.0.1:1")
+    w = make_window(3600, 10_000.0, min_step=15, max_points=60)
+    nodes = [f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal" for i in range(5000)]
+    ask = FollowUp(idle=nodes, idle_nodes=nodes, shared=nodes, spinning=nodes,
+                   throttled=nodes, held=nodes, candidates=nodes, slow=nodes, input=nodes,
+                   evidence_seconds=600)
+    for rules in (False, True):
+        queries = prom.second_round(w, ask, rules=rules)
+        assert max(len(q.encode()) for q in queries.values()) <= MAX_QUERY_BYTES < 16 * 1024
+        roles: dict[str, list[str]] = {}
+        for name, q in queries.items():
+            roles.setdefault(name.partition("#")[0], []).append(q)
+        escaped = sorted(any_of([n]) for n in nodes)
+        for role, parts in roles.items():
+            # Each query names its nodes in one list (repeated in each selector).
+            lists = [set(re.findall(r'node=~"((?:[^"\\]|\\.)*)"', q)) for q in parts]
+            assert all(len(one) <= 1 for one in lists), role
+            named = [n for one in lists for body in one for n in body.split("|")]
+            if role in ("idle_steps", "held_idle", "throttled") and rules:
+                assert named == [] and len(parts) == 1, role
+            else:
+                assert sorted(named) == escaped, role
+    for q in prom.fleet_queries(w, "ml").values():
+        assert "uuid=~" not in q and "node=~" not in q and len(q) < 16 * 1024
     prom.close()
 
 
@@ -116,7 +154,8 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     assert queries == []
     # A valid filter is sent, quoted, and every query is a fixed set.
     data = prom.fleet(3600, namespace="ml")
-    assert data.queries == len(queries) == 6  # nothing for a second round to look at
+    # The recording rules looked for (none), the first round, nothing for a second.
+    assert data.queries == len(queries) == 7
     assert any('namespace="ml"' in q for q in queries)
     prom.close()
 

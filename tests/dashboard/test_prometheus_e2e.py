@@ -119,9 +119,10 @@ def view_of(base: str) -> tuple[FleetView, PrometheusData]:
     # history here is only seconds long (and that of the rates begins 4 s after the data).
     prom = PrometheusData(base, min_step=1, lookback=4, max_points=900)
     data = prom.fleet(900)
-    # 6, and a second round: idle steps, allocation, time-slicing, statistics, the idle
+    # 6 (no recording rules are looked for: one-second steps), and a second round by node:
+    # idle steps, allocation, time-slicing (device and containers), statistics, the idle
     # container, the straggler's evidence.
-    assert data.queries == 12
+    assert data.queries == 13
     return build_fleet_view(data, bundled_prices()), prom
 
 
@@ -131,9 +132,13 @@ def test_dashboard_numbers_equal_promql_answers(fleet: str) -> None:
     at = view.window.end
     k = view.kpis
     assert k.gpus == scalar(base, 'count(gpu_info{parent_uuid=""})', at) == 6
-    # The mean over the window of each step's rate of the busy counter.
+    # The mean over the window of each step's rate of the busy counter (over two lookbacks,
+    # less a millisecond: a rate needs two samples), from the steps at which the counter is
+    # as old as that.
+    busy = "gpu_busy_seconds_total"
     assert k.mean_utilization == pytest.approx(scalar(
-        base, "avg(avg_over_time(rate(gpu_busy_seconds_total[4s])[900s:1s]))", at), rel=1e-9)
+        base, f"avg(avg_over_time((rate({busy}[7999ms]) and {busy} offset 7999ms)[900s:1s]))",
+        at), rel=1e-9)
     # These loads are constant: it is the gauges' mean but for a series' first seconds (a
     # rate over a series younger than its range reads low).
     assert k.mean_utilization == pytest.approx(
@@ -201,8 +206,9 @@ def test_injection_is_escaped_against_a_real_prometheus(fleet: str) -> None:
     for value in (INJECTION, payload, 'a\\"b\nc\x00', "serve\\"):
         assert promql(base, selector("container_gpu_utilization_ratio", namespace=value)) == []
     assert len(promql(base, selector("container_gpu_utilization_ratio", namespace="serve"))) == 3
-    # The data layer refuses it before any query.
-    prom = PrometheusData(base)
+    # The data layer refuses it before any query. (One-second steps, as in view_of: the
+    # fleet's history is seconds long, and a window ends at a multiple of its step.)
+    prom = PrometheusData(base, min_step=1, lookback=4, max_points=900)
     with pytest.raises(InvalidFilter):
         prom.fleet(900, namespace=INJECTION)
     assert prom.queries_total == 0
