@@ -346,5 +346,19 @@ def promtool_blocks(openmetrics: Path, out: Path) -> float:
     return time.perf_counter() - began
 
 
-__all__ = ["Store", "StoreError", "binary", "clone_tree", "free_port",
+@contextmanager
+def fleet_in_both(fleet: Any, workdir: Path) -> Iterator[tuple[Store, Store]]:
+    """A Prometheus and a VictoriaMetrics holding the same samples of ``fleet`` (a
+    ``bench.fleet.Fleet``: blocks through promtool in ``workdir``, and ``/api/v1/import``),
+    both searchable; stopped on exit. Query them at ``fleet.shape.end``."""
+    from bench.fleet import build_blocks, import_victoriametrics
+
+    blocks = workdir / "tsdb"
+    build_blocks(fleet, blocks)
+    with start_prometheus(blocks, copy=False) as prom, start_victoriametrics() as vm:
+        import_victoriametrics(fleet, vm)
+        yield prom, vm
+
+
+__all__ = ["Store", "StoreError", "binary", "clone_tree", "fleet_in_both", "free_port",
            "promtool_blocks", "rss_kib", "start_prometheus", "start_victoriametrics"]

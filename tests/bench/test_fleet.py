@@ -20,7 +20,7 @@ from bench import fleet
 from gpuscope.dashboard.data import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import FleetView, build_fleet_view
-from tests.stores import Store, start_prometheus, start_victoriametrics
+from tests.stores import Store, fleet_in_both, start_prometheus, start_victoriametrics
 
 ONE_OF_EACH = fleet.layout({t.name: 1 for t in fleet.TEMPLATES})  # 12 nodes
 P5, P4D, G5, G6 = 55.04, 21.957642, 5.672, 0.8048  # dashboard/prices.yaml, us-east-1
@@ -153,10 +153,7 @@ def test_counters_are_monotonic_and_names_are_each_nodes_own(tiny: fleet.Fleet) 
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[fleet.Fleet, list[Store]]]:
     tiny = fleet.Fleet(fleet.Shape(len(ONE_OF_EACH), 15.0, 3600.0,
                                    float(int(time.time()) - 120)), ONE_OF_EACH)
-    blocks = tmp_path_factory.mktemp("fleet") / "tsdb"
-    fleet.build_blocks(tiny, blocks)
-    with start_prometheus(blocks, copy=False) as prom, start_victoriametrics() as vm:
-        fleet.import_victoriametrics(tiny, vm)
+    with fleet_in_both(tiny, tmp_path_factory.mktemp("fleet")) as (prom, vm):
         yield tiny, [prom, vm]
 
 
