@@ -26,12 +26,15 @@ Sources (``--source``):
   node: a ``/proc`` tree with a ``stat`` and ``cgroup`` file per fake PID, and (unless
   ``--no-kubelet``) a fake kubelet PodResources server on a unix socket, in a process of its
   own so its CPU is not counted, and (unless ``--no-api-server``) a fake API server (the
-  tests' ``FakeApi``, real HTTP, in a process of its own) that serves this node and its pods
-  through a kubeconfig, so every process is named per container as on a node.
+  tests' ``FakeApi``, real HTTPS, in a process of its own) that serves this node and its
+  pods through a kubeconfig with a CA file and a token file, as a pod's service account has
+  them (``--api-plain-http``: plain HTTP), so every process is named per container as on a
+  node.
 * ``nvml-c``: ``python3 -m bench.nvml_c_exporter``, the same as ``nvml-fake`` (same node,
   ``/proc`` tree and fake kubelet) but libnvidia-ml is ``bench/fake_libnvml/fake_nvml.c``,
-  built with gcc and opened with ``ctypes.CDLL``: no Python double runs in the exporter
-  process, and no driver tick thread (the library synthesizes its samples from the clock).
+  built with gcc and opened with ``ctypes.CDLL``: no Python double is imported or run in the
+  exporter process (the benchmark writes the ``/proc`` tree itself), and no driver tick
+  thread (the library synthesizes its samples from the clock).
 
 With the NVML sources, GPM (the work signals' SM/tensor/DRAM activity) is answered by the
 doubles as on Hopper and sampled at the exporter's own GPM cadence; ``--gpm-interval
