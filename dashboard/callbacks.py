@@ -12,6 +12,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, ctx, dcc, no_update
 
 from gpuscope.dashboard import components, fmt, ids
+from gpuscope.dashboard.components import MAX_TABLE_ROWS as MAX_ROWS
 from gpuscope.dashboard.figures import (
     activity_figure,
     empty_figure,
@@ -90,6 +91,21 @@ def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, node: Any
     return (query if query != (search or "") else no_update, *([no_update] * 5))
 
 
+#: The most pods the pod drill-down's dropdown offers (those in a table first): a large
+#: fleet has tens of thousands, and any other one opens from a link (``?pod=ns/name``).
+MAX_POD_CHOICES = 2000
+
+
+def _pod_choices(view: Any) -> list[str]:
+    flagged = {f"{r.namespace}/{r.pod}" for rows in (
+        view.starved_rows, view.allocated_idle_rows, view.share_rows) for r in rows}
+    flagged |= {p for r in view.spinning_rows for p in r.pods}
+    flagged |= {f"{r.namespace}/{p}" for r in view.straggler_rows for p in r.pods}
+    first = sorted(p for p in view.pods if p in flagged)
+    rest = [p for p in view.pods if p not in flagged]
+    return [*first, *rest][:MAX_POD_CHOICES]
+
+
 def register_callbacks(app: Dash, service: DashboardService) -> None:
     @app.callback(
         Output(ids.FLEET_KPIS, "children"),
@@ -136,37 +152,37 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
             components.history_note(view) + (" " + " ".join(view.notes) if view.notes else ""),
             heatmap_figure(view.heatmap, view.thresholds.idle_utilization),
             components.waste_total(view),
-            components.idle_data(view.idle_rows, state),
+            components.idle_data(view.idle_rows[:MAX_ROWS], state),
             components.count_note(len(view.idle_rows), "idle node", "idle nodes",
                                   "No idle nodes."),
-            components.slice_data(view.slice_rows, state),
+            components.slice_data(view.slice_rows[:MAX_ROWS], state),
             components.count_note(len(view.slice_rows), "idle MIG slice on a busy node",
                                   "idle MIG slices on busy nodes",
                                   "No idle MIG slice on a busy node."),
-            components.allocated_data(view.allocated_idle_rows, state),
+            components.allocated_data(view.allocated_idle_rows[:MAX_ROWS], state),
             components.count_note(len(view.allocated_idle_rows), "allocated-idle container",
                                   "allocated-idle containers",
                                   "No container holds a GPU it does not use.")
             + (f" Together {fmt.money(k.allocated_idle_per_hour, per_hour=True)}."
                if view.allocated_idle_rows else ""),
-            components.spinning_data(view.spinning_rows, state),
+            components.spinning_data(view.spinning_rows[:MAX_ROWS], state),
             components.count_note(len(view.spinning_rows), "spinning GPU", "spinning GPUs",
                                   "No spinning GPUs."),
-            components.throttled_data(view.throttled_rows, state),
+            components.throttled_data(view.throttled_rows[:MAX_ROWS], state),
             components.count_note(len(view.throttled_rows), "throttled GPU (by reason)",
                                   "throttled GPUs (by reason)", "No throttled GPUs."),
-            components.starved_data(view.starved_rows, state),
+            components.starved_data(view.starved_rows[:MAX_ROWS], state),
             components.count_note(len(view.starved_rows), "starved container",
                                   "starved containers", "No starved containers."),
-            components.share_data(view.share_rows, state),
+            components.share_data(view.share_rows[:MAX_ROWS], state),
             components.count_note(len(view.share_rows), "container on a time-sliced GPU",
                                   "containers on time-sliced GPUs",
                                   "No GPU is shared by several containers (time-slicing)."),
-            components.straggler_data(view.straggler_rows, state),
+            components.straggler_data(view.straggler_rows[:MAX_ROWS], state),
             components.count_note(len(view.straggler_rows), "straggler", "stragglers",
                                   "No stragglers.")
             + f" {view.workloads_checked} workload(s) with two or more GPUs compared.",
-            {"nodes": list(view.nodes), "pods": list(view.pods),
+            {"nodes": list(view.nodes), "pods": _pod_choices(view),
              "workloads": list(view.workloads)},
             banner,
             banner_class,

@@ -96,14 +96,36 @@ def heatmap_figure(h: Heatmap, idle_threshold: float = 0.05) -> go.Figure:
         xgap=2, ygap=2,
     ))
     row = 28 if small else 14 if labels else 6
-    height = max(240, min(2400, 60 + row * len(h.nodes)))
+    summary = heatmap_summary(h)
+    top = 10 + 18 * len(summary)
+    height = max(240, min(2400, 60 + top + row * len(h.nodes)))
     fig.update_layout(
-        height=height, margin={**_MARGIN, "t": 10}, font=_FONT, plot_bgcolor="white",
+        height=height, margin={**_MARGIN, "t": top}, font=_FONT, plot_bgcolor="white",
+        title={"text": "<br>".join(summary), "x": 0, "y": 0.995, "yanchor": "top",
+               "font": {"size": 12}} if summary else None,
         yaxis={"autorange": "reversed", "automargin": True, "showticklabels": labels,
                "tickfont": {"size": 12 if small else 9}},
         xaxis={"side": "top"},
     )
     return fig
+
+
+def heatmap_summary(h: Heatmap, groups: int = 6) -> list[str]:
+    """The lines above a heatmap of a large fleet: how many nodes it draws and which, and
+    every node by instance type (the ``groups`` with idle or spinning GPUs first)."""
+    if not h.hidden_nodes:
+        return []
+    lines = [f"Showing {len(h.nodes):,} of {h.total_nodes:,} nodes: idle and spinning GPUs "
+             f"first, then the least busy. Any node: the node drill-down below."]
+    for g in h.groups[:groups]:
+        mean = "n/a" if g.mean_utilization is None else f"{g.mean_utilization:.0%}"
+        lines.append(f"{g.name}: {g.nodes:,} nodes, {g.gpus:,} GPUs, {g.idle:,} idle, "
+                     f"{g.spinning:,} spinning, mean {mean}")
+    if len(h.groups) > groups:
+        rest = h.groups[groups:]
+        lines.append(f"{len(rest)} more instance types: {sum(g.nodes for g in rest):,} nodes, "
+                     f"{sum(g.idle for g in rest):,} idle GPUs")
+    return lines
 
 
 def timeseries_figure(

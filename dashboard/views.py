@@ -250,10 +250,27 @@ class AllocatedIdleRow:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """The nodes of one instance type (or node pool): how many, their whole GPUs, how many of
+    those are idle or spinning, and their mean utilization over the window."""
+
+    name: str
+    nodes: int
+    gpus: int
+    idle: int
+    spinning: int
+    mean_utilization: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Heatmap:
     """Rows are nodes, columns GPU indices; ``z`` None where a GPU reports no utilization.
     ``idle`` marks idle GPUs (a MIG GPU: every slice idle), ``spinning`` GPUs that spin (busy
-    by utilization, no work), ``mig`` says how many slices of a GPU in MIG mode are idle."""
+    by utilization, no work), ``mig`` says how many slices of a GPU in MIG mode are idle.
+
+    At most :data:`MAX_HEATMAP_NODES` rows are drawn: the nodes with idle or spinning GPUs
+    first (most first), then the least busy; ``total_nodes`` says how many there are and
+    ``groups`` summarises all of them by instance type (idle first)."""
 
     nodes: tuple[str, ...]
     columns: tuple[str, ...]
@@ -261,6 +278,18 @@ class Heatmap:
     idle: tuple[tuple[bool, ...], ...]
     spinning: tuple[tuple[bool, ...], ...] = ()
     mig: tuple[tuple[str, ...], ...] = ()
+    total_nodes: int = 0
+    groups: tuple[NodeGroup, ...] = ()
+
+    @property
+    def hidden_nodes(self) -> int:
+        """Nodes not drawn (pick one in the node drill-down, or from a table)."""
+        return max(0, self.total_nodes - len(self.nodes))
+
+
+#: The most nodes the heatmap draws: 8 GPUs x 200 nodes stays readable and light in a
+#: browser; a 5,000-node fleet is summarised by instance type instead (Heatmap.groups).
+MAX_HEATMAP_NODES = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,9 +618,33 @@ def build_fleet_view(
         for s in strag.stragglers if wanted(s.namespace)
     )
 
-    # Heatmap: window-mean utilization, nodes x whole-GPU indices.
-    node_names = tuple(sorted(by_node))
-    columns = tuple(sorted({g.gpu for infos in by_node.values() for g in infos}, key=index_key))
+    # Heatmap: window-mean utilization, nodes x whole-GPU indices, for the nodes an SRE
+    # looks at first (idle and spinning GPUs, most first; then the least busy), at most
+    # MAX_HEATMAP_NODES of them; every node counted in the groups by instance type.
+    def node_rank(node: str) -> tuple[int, float, str]:
+        refs = [g.ref for g in by_node[node]]
+        wasted = sum(1 for r in refs if states.get(r) in ("idle", "spinning"))
+        known = [m for r in refs if (m := data.gpu_mean.get(r)) is not None and not math.isnan(m)]
+        return (-wasted, sum(known) / len(known) if known else 0.0, node)
+
+    ranked = sorted(by_node, key=node_rank)
+    node_names = tuple(sorted(ranked[:MAX_HEATMAP_NODES], key=node_rank))
+    groups_of: dict[str, list[str]] = {}
+    for node in by_node:
+        info = data.nodes.get(node)
+        groups_of.setdefault(info.instance_type if info and info.instance_type
+                             else "unknown type", []).append(node)
+    node_groups = []
+    for name, members in groups_of.items():
+        refs = [g.ref for n in members for g in by_node[n]]
+        known = [m for r in refs if (m := data.gpu_mean.get(r)) is not None and not math.isnan(m)]
+        node_groups.append(NodeGroup(
+            name=name, nodes=len(members), gpus=len(refs),
+            idle=sum(1 for r in refs if states.get(r) == "idle"),
+            spinning=sum(1 for r in refs if states.get(r) == "spinning"),
+            mean_utilization=sum(known) / len(known) if known else None))
+    node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
+    columns = tuple(sorted({g.gpu for n in node_names for g in by_node[n]}, key=index_key))
     slices_of: dict[GpuRef, list[GpuRef]] = {}
     for gpu_info in data.gpus.values():
         if not gpu_info.is_physical:
@@ -634,7 +687,8 @@ def build_fleet_view(
         history_start=hs,
         kpis=kpis,
         heatmap=Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells),
-                        tuple(spin_cells), tuple(mig_cells)),
+                        tuple(spin_cells), tuple(mig_cells), total_nodes=len(by_node),
+                        groups=tuple(node_groups)),
         idle_rows=idle_rows,
         starved_rows=tuple(starved),
         share_rows=share_rows,

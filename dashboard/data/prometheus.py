@@ -12,7 +12,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -312,7 +312,7 @@ class Verdicts:
             f' "signal", "process", "", "")',
         ]
 
-    def candidates(self, st: _Steps) -> str:
+    def candidate_parts(self, st: _Steps) -> list[str]:
         """The workloads (``namespace, workload``, ``kind`` ``stalled`` or ``slow``) that
         may hold a straggler at a step: supersets of the rules of
         :mod:`..analysis.stragglers`, which the analysis applies to the history. A device of
@@ -331,8 +331,12 @@ class Verdicts:
         slow = (f"count {per} ({xw}) >= 2 and on (namespace, workload)"
                 f" (max {per} ({xw}) >= {th.slow_factor!r} * min {per} ({xw}))"
                 f" and on (namespace, workload) (min {per} ({uw}) >= {th.slow_busy!r})")
-        return (f'label_replace({stalled}, "kind", "stalled", "", "")'
-                f' or label_replace({slow}, "kind", "slow", "", "")')
+        return [f'label_replace({stalled}, "kind", "stalled", "", "")',
+                f'label_replace({slow}, "kind", "slow", "", "")']
+
+    def candidates(self, st: _Steps) -> str:
+        """:meth:`candidate_parts` as one expression."""
+        return " or ".join(self.candidate_parts(st))
 
 
 def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str]]:
@@ -478,10 +482,11 @@ class PrometheusData:
         })
         out = []
         for r in data["result"]:
-            points = r["values"]
-            out.append((_labels(r["metric"]), Series(
-                tuple(float(p[0]) for p in points), tuple(float(p[1]) for p in points)
-            )))
+            # Columns first, each converted in one C-level pass (a fleet page can bring
+            # back millions of points).
+            times, values = zip(*r["values"], strict=True) if r["values"] else ((), ())
+            out.append((_labels(r["metric"]),
+                        Series(tuple(map(float, times)), tuple(map(float, values)))))
         return out
 
     # -- queries ---------------------------------------------------------------------------
@@ -570,10 +575,10 @@ class PrometheusData:
                 stat(" or ".join(v.idle_parts(st)), "idle"),
                 stat(v.spinning(st), "spin"),
                 stat(v.throttle(st), "throttle"),
-                *(stat(p, "held_idle") for p in v.held_parts(st)),
-                stat(v.candidates(st), "candidate"),
+                " or ".join(stat(p, "held_idle") for p in v.held_parts(st)),
+                *(stat(p, "candidate") for p in v.candidate_parts(st)),
             ]
-        return {
+        out = {
             "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
             "nodes": "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
             "gpu_stats": " or ".join([
@@ -586,15 +591,19 @@ class PrometheusData:
             "members": f"max by ({CBY}) (last_over_time({cutil}[{w}])){ns_filter}",
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
             # The latest step: what meets a rule, and only that.
-            "now": " or ".join([
-                *now,
-                # The devices with nothing to judge them by (no utilization, no GPM).
-                stat(f"max by ({GBY}) (gpu_info) unless on (node, uuid)"
-                     f" max_over_time(gpu_utilization_ratio[{r}]) unless on (node, uuid)"
-                     f" {st.active('sm')}", "silent"),
-                stat(f"({imean} >= {th.input_low!r}) <= {th.input_high!r}", "input"),
-            ]),
         }
+        now[2] = " or ".join([
+            now[2],
+            # The devices with nothing to judge them by (no utilization, no GPM).
+            stat(f"max by ({GBY}) (gpu_info) unless on (node, uuid)"
+                 f" max_over_time(gpu_utilization_ratio[{r}]) unless on (node, uuid)"
+                 f" {st.active('sm')}", "silent"),
+            stat(f"({imean} >= {th.input_low!r}) <= {th.input_high!r}", "input"),
+        ])
+        # One query per rule (``now``, ``now#1``...): they run side by side, and none comes
+        # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
+        out.update({"now" if i == 0 else f"now#{i}": q for i, q in enumerate(now)})
+        return out
 
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
@@ -658,15 +667,32 @@ class PrometheusData:
                     f" max by (node, uuid) (max_over_time({mine}[{r}]))")
 
         each("containers", set(ask.shared) | set(ask.candidates), containers)
-        each("spinning", ask.spinning, lambda st: " or ".join(
-            signal(expr, name) for name, expr in (
+        at = f"{window.end:.3f}"
+
+        def spinning(st: _Steps) -> str:
+            # With the rules, only the devices spinning at the end (of the nodes listed,
+            # read once: ``@``); without, every device of those nodes (the rule written out
+            # in each signal's filter would make the query too long for VictoriaMetrics).
+            # Power and its limit only where there is no GPM (the rule's fallback).
+            now = (f" and on (node, uuid) last_over_time({st.sel(RULES['spin'])}[{r}] @ {at})"
+                   if rules else "")
+            gpm = st.sel("gpu_sm_active_seconds_total")
+            return " or ".join(
+                f"{signal(expr, name)}{now}" for name, expr in (
+                    ("utilization", st.util()), ("sm", st.active("sm")),
+                    ("tensor", st.active("tensor")), ("dram", st.active("dram")),
+                    ("power", f"{st.power()} unless on (node, uuid) {gpm}"),
+                    ("limit", f"{st.limit()} unless on (node, uuid) {gpm}")))
+
+        def workload_signals(st: _Steps) -> str:
+            gpm = st.sel("gpu_sm_active_seconds_total")
+            return " or ".join(signal(expr, name) for name, expr in (
                 ("utilization", st.util()), ("sm", st.active("sm")),
-                ("tensor", st.active("tensor")), ("dram", st.active("dram")),
-                ("power", st.power()), ("limit", st.limit()))))
-        each("workload_signals", ask.slow, lambda st: " or ".join(
-            signal(expr, name) for name, expr in (
-                ("utilization", st.util()), ("sm", st.active("sm")),
-                ("power", st.power()), ("limit", st.limit()))))
+                ("power", f"{st.power()} unless on (node, uuid) {gpm}"),
+                ("limit", f"{st.limit()} unless on (node, uuid) {gpm}")))
+
+        each("spinning", ask.spinning, spinning)
+        each("workload_signals", ask.slow, workload_signals)
 
         def stats(st: _Steps) -> str:
             ns = {"namespace": NOT_EMPTY} if namespace is None else {}
@@ -693,6 +719,11 @@ class PrometheusData:
                 f'{st.sel("gpu_temperature_celsius")}[{d}])), "stat", "temperature", "", "")',
             ]))
         return out
+
+    #: The most queries one page has in flight at once: VictoriaMetrics answers at most
+    #: ``-search.maxConcurrentRequests`` (twice its cores: 4 on 2) and refuses more after
+    #: waiting 10 s (HTTP 503); more at once gains nothing on a store of a few cores.
+    MAX_IN_FLIGHT = 4
 
     #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
     RULES_CHECK_EVERY = 300.0
@@ -734,12 +765,18 @@ class PrometheusData:
     def _run(self, queries: Mapping[str, str], window: Window) -> dict[str, Any]:
         """Every query at once; results of a role split over several queries (``role#i``)
         put together under ``role``."""
-        futures: dict[str, Future[Any]] = {}
-        for name, promql in queries.items():
-            if name.partition("#")[0] in self.RANGE_QUERIES:
-                futures[name] = self._pool.submit(self.range, promql, window)
-            else:
-                futures[name] = self._pool.submit(self.instant, promql, window.end)
+        with self._lock:
+            gate: threading.BoundedSemaphore = self.__dict__.setdefault(
+                "_gate", threading.BoundedSemaphore(self.MAX_IN_FLIGHT))
+
+        def one(name: str, promql: str) -> Any:
+            with gate:
+                if name.partition("#")[0] in self.RANGE_QUERIES:
+                    return self.range(promql, window)
+                return self.instant(promql, window.end)
+
+        futures = {name: self._pool.submit(one, name, promql)
+                   for name, promql in queries.items()}
         out: dict[str, Any] = {}
         for name, fut in futures.items():
             out.setdefault(name.partition("#")[0], []).extend(fut.result())  # DataError
