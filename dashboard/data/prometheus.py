@@ -530,6 +530,9 @@ class PrometheusData:
         r, rr = self._r(window)
         w = duration(window.seconds)
         s = duration(window.step)
+        # The window's steps, its start included, over a range half a step longer:
+        # Prometheus 2 takes a subquery's or a range's start, VictoriaMetrics does not.
+        whole = duration(window.seconds + window.step / 2)
         st = _Steps(r, rr, rules)
         v = Verdicts(self.thresholds)
         th = self.thresholds
@@ -553,7 +556,6 @@ class PrometheusData:
         # suspicious range (the rule's own test of the same mean: nothing is lost).
         imean = f"avg by ({CBY}) (avg_over_time({iutil}[{w}]))"
         if rules:
-            whole = duration(window.seconds - EDGE)
             mean = f"max by ({GBY}) (avg_over_time({RULES['util']}[{whole}]))"
 
             def recorded(key: str, by: str) -> str:
@@ -570,7 +572,7 @@ class PrometheusData:
             # The window mean of each step's utilization (the busy counter's rate, else the
             # gauge's mean): steps before a device appeared, or at which its counter is
             # younger than the rate's range, do not count.
-            mean = f"max by ({GBY}) (avg_over_time(({_util_step(rr)})[{w}:{s}]))"
+            mean = f"max by ({GBY}) (avg_over_time(({_util_step(rr)})[{whole}:{s}]))"
             now = [
                 stat(" or ".join(v.idle_parts(st)), "idle"),
                 stat(v.spinning(st), "spin"),
@@ -584,7 +586,7 @@ class PrometheusData:
             "gpu_stats": " or ".join([
                 stat(mean, "mean"),
                 # When data begins: the first step at which any device reported.
-                stat(f"min_over_time(timestamp(count(gpu_utilization_ratio))[{w}:{s}])",
+                stat(f"min_over_time(timestamp(count(gpu_utilization_ratio))[{whole}:{s}])",
                      "first"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
@@ -872,7 +874,10 @@ class PrometheusData:
         history = window.end - self._history_start(window, first)
         ask = FollowUp(
             idle={g.node for g in idle_now},
-            idle_nodes={n for n, idle in node_idle.items() if idle},
+            # The waste split (idle nodes) and an idle MIG slice's "allocated" (busy nodes)
+            # need when each idle device was held: every node with an idle or spinning one.
+            idle_nodes={n for n, idle in node_idle.items() if idle}
+            | {g.node for g in idle_now} | {g.node for g in spin_now},
             shared={g.node for g, n in sharers.items() if n >= 2},
             spinning={g.node for g in spin_now},
             throttled=throttled_now,

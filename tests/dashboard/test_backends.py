@@ -1,0 +1,193 @@
+"""The same fleet in two real stores: Prometheus (TSDB blocks from promtool) and
+VictoriaMetrics (its import API), each started by the test. The fleet page's numbers and
+flags are equal on both, equal the verdicts planted in the fleet (``bench.fleet.expected``),
+and stay the same when the ``gpuscope-dashboard`` recording rules are loaded (backfilled
+over the data by promtool) and read instead of the raw series."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import fleet as F
+from gpuscope.dashboard.data import PrometheusData
+from gpuscope.dashboard.data.prometheus import RULE_INTERVAL, recording_rules
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.views import FleetView, build_fleet_view
+from tests.stores import (
+    Store,
+    binary,
+    fleet_in_both,
+    start_prometheus,
+)
+
+NODES = 200
+STEP = 60.0      # a one-minute scrape: rates need two samples (the dashboard's lookback)
+WINDOW = 3600.0
+
+
+def rule_levels() -> list[list[tuple[str, str]]]:
+    """The recording rules by dependency level: promtool backfills a rule from the data a
+    running Prometheus holds, so a rule that reads another waits for that one's blocks."""
+    rules = recording_rules()
+    names = {r for r, _ in rules}
+    level: dict[str, int] = {}
+    for record, expr in rules:
+        level[record] = 1 + max((level[n] for n in names if n != record and n in expr),
+                                default=-1)
+    return [[(r, e) for r, e in rules if level[r] == lv]
+            for lv in range(max(level.values()) + 1)]
+
+
+def backfill_rules(blocks: Path, start: float, end: float, work: Path) -> None:
+    """The gpuscope-dashboard rules over ``[start, end]``, evaluated on whole minutes (as
+    the page's steps fall), written into ``blocks``, level by level."""
+    promtool = binary("promtool")
+    start = (int(start) // int(RULE_INTERVAL) + 1) * int(RULE_INTERVAL)
+    for i, level in enumerate(rule_levels()):
+        rules = work / f"level{i}.yaml"
+        rules.write_text(yaml.safe_dump({"groups": [{
+            "name": f"gpuscope-dashboard-{i}", "interval": "1m",
+            "rules": [{"record": r, "expr": e} for r, e in level]}]}, width=1 << 20))
+        out = work / f"blocks{i}"
+        with start_prometheus(blocks, copy=False) as prom:
+            subprocess.run([promtool, "tsdb", "create-blocks-from", "rules",
+                            f"--start={start}", f"--end={int(end)}", f"--url={prom.url}",
+                            "--eval-interval=1m", f"--output-dir={out}", str(rules)],
+                           check=True, capture_output=True, timeout=300)
+        for block in out.iterdir():
+            shutil.move(str(block), blocks / block.name)
+
+
+@dataclass
+class Stores:
+    prometheus: Store
+    victoriametrics: Store
+    end: float
+    expected: F.Expected
+    blocks: Path
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
+    work = tmp_path_factory.mktemp("backends")
+    # The data ends on a minute less 23 s (scrapes fall anywhere in a minute), 5 minutes
+    # before now (older than VictoriaMetrics' 30 s latency offset).
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    fleet = F.Fleet(F.Shape(NODES, STEP, WINDOW, end))
+    with fleet_in_both(fleet, work) as (prom, vm):
+        yield Stores(prom, vm, end, F.expected(fleet.plan), work / "tsdb")
+
+
+def view_of(url: str, end: float, namespace: str | None = None, rules: bool | None = None
+            ) -> tuple[FleetView, PrometheusData]:
+    prom = PrometheusData(url, clock=lambda: end, timeout=120)
+    if rules is False:
+        prom._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
+    return build_fleet_view(prom.fleet(WINDOW, namespace), bundled_prices(), None,
+                            namespace), prom
+
+
+def verdicts(view: FleetView) -> dict[str, Any]:
+    """Every flag of the page, in the expected verdicts' terms, and its headline numbers."""
+    k = view.kpis
+    return {
+        "gpus": k.gpus, "idle_gpus": k.idle, "spinning_gpus": k.spinning,
+        "idle_per_hour": round(k.burning_per_hour, 6),
+        "idle_nodes": sorted((r.node, r.instance_type, r.gpus, r.allocated_gpus,
+                              r.spinning_gpus, round(r.price_per_hour or 0.0, 6))
+                             for r in view.idle_rows),
+        "spinning": sorted((r.node, r.gpu) for r in view.spinning_rows),
+        "throttled": sorted((r.node, r.gpu, r.reason) for r in view.throttled_rows),
+        "starved": sorted((r.kind, r.namespace, r.pod, r.container, r.node, r.gpu)
+                          for r in view.starved_rows),
+        "stragglers": sorted((r.workload, r.pods[0], r.node, r.gpu, r.kind, r.signal)
+                             for r in view.straggler_rows),
+        "allocated_idle": sorted((r.node, r.namespace, r.pod, r.gpu, r.signal)
+                                 for r in view.allocated_idle_rows),
+        "idle_slices": sorted((r.node, r.gpu, r.profile, r.allocated) for r in view.slice_rows),
+        "workloads_checked": view.workloads_checked,
+    }
+
+
+def expected(e: F.Expected) -> dict[str, Any]:
+    return {
+        "gpus": e.gpus, "idle_gpus": e.idle_gpus, "spinning_gpus": len(e.spinning),
+        "idle_per_hour": round(e.idle_per_hour, 6),
+        "idle_nodes": sorted((n, i.instance_type, i.gpus, i.allocated_idle, i.spinning,
+                              round(i.price_per_hour or 0.0, 6))
+                             for n, i in e.idle_nodes.items()),
+        "spinning": sorted(e.spinning), "throttled": sorted(e.throttled),
+        "starved": sorted(e.starved), "stragglers": sorted(e.stragglers),
+        "allocated_idle": sorted(e.allocated_idle), "idle_slices": sorted(e.idle_slices),
+        "workloads_checked": e.workloads_checked,
+    }
+
+
+def test_prometheus_and_victoriametrics_give_the_planted_verdicts(stores: Stores) -> None:
+    want = expected(stores.expected)
+    seen = {}
+    for store in (stores.prometheus, stores.victoriametrics):
+        view, prom = view_of(store.url, stores.end)
+        prom.close()
+        assert verdicts(view) == want, f"{store.kind}:\n{_diff(verdicts(view), want)}"
+        seen[store.kind] = view
+    p, v = seen["prometheus"], seen["victoriametrics"]
+    # The numbers besides the flags: the same on both stores; the mean utilization to a
+    # part in 10,000 (VictoriaMetrics' rate() counts from the last sample before its range
+    # where Prometheus extrapolates: the same counters, slightly different rates).
+    assert p.kpis.mean_utilization == pytest.approx(v.kpis.mean_utilization, rel=1e-4)
+    assert replace(p.kpis, mean_utilization=None) == replace(v.kpis, mean_utilization=None)
+    # The heatmap's cells (its order among equally idle nodes follows their mean).
+    for h in (p.heatmap, v.heatmap):
+        assert h.total_nodes == NODES
+    cells = [{n: (i, sp) for n, i, sp in zip(h.nodes, h.idle, h.spinning, strict=True)}
+             for h in (p.heatmap, v.heatmap)]
+    assert cells[0] == cells[1]
+    assert [(g.name, g.nodes, g.idle, g.spinning) for g in p.heatmap.groups] == [
+        (g.name, g.nodes, g.idle, g.spinning) for g in v.heatmap.groups]
+    assert p.history_start == v.history_start
+    # A namespace filter narrows both the same way.
+    namespace = next(r.namespace for r in p.allocated_idle_rows)
+    narrowed = [verdicts(view_of(s.url, stores.end, namespace)[0])
+                for s in (stores.prometheus, stores.victoriametrics)]
+    assert narrowed[0] == narrowed[1]
+    assert narrowed[0]["allocated_idle"] == [a for a in want["allocated_idle"]
+                                             if a[1] == namespace]
+
+
+def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Path) -> None:
+    raw, prom = view_of(stores.prometheus.url, stores.end, rules=False)
+    assert prom.rules_loaded(raw.window) is False  # not loaded yet: the raw series
+    prom.close()
+    shape = F.Shape(NODES, STEP, WINDOW, stores.end)
+    blocks = tmp_path / "tsdb"
+    shutil.copytree(stores.blocks, blocks, copy_function=lambda s, d: Path(d).hardlink_to(s))
+    backfill_rules(blocks, shape.start, stores.end, tmp_path)
+    with start_prometheus(blocks, copy=False) as store:
+        ruled, prom = view_of(store.url, stores.end)
+        assert prom.rules_loaded(ruled.window) is True
+        assert ruled.notes and "recording rules" in ruled.notes[0]
+        prom.close()
+    assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
+    assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
+
+
+def _diff(got: dict[str, Any], want: dict[str, Any]) -> str:
+    lines = []
+    for key in want:
+        if got.get(key) != want[key]:
+            if isinstance(want[key], list):
+                g, w = set(map(repr, got.get(key, []))), set(map(repr, want[key]))
+                lines.append(f"{key}: only got {sorted(g - w)[:3]} only wanted {sorted(w - g)[:3]}")
+            else:
+                lines.append(f"{key}: got {got.get(key)} wanted {want[key]}")
+    return "\n".join(lines)
