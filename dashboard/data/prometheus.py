@@ -1080,9 +1080,13 @@ class PrometheusData:
         util = selector("container_gpu_utilization_ratio", namespace=namespace, pod=pod)
         mem = selector("container_gpu_memory_used_bytes", namespace=namespace, pod=pod)
         by = "node, container, gpu"
-        # The GPU index of each device, read once (at the end: ``@``), not per step.
+        # The GPU index of the pod's devices, read once (at the end: ``@``), not per step,
+        # and of those devices only (not the fleet's).
+        at = f"{window.end:.3f}"
+        mine = selector("container_gpu_utilization_ratio", namespace=namespace, pod=pod)
         join = (" * on (node, uuid) group_left (gpu) max by (node, uuid, gpu)"
-                f" (gpu_info @ {window.end:.3f})")
+                f" (gpu_info @ {at} and on (node, uuid)"
+                f" last_over_time({mine}[{duration(window.seconds)}] @ {at}))")
         return {
             "utilization": f"max by ({by}) (avg_over_time({util}[{r}]){join})",
             "memory": f"max by ({by}) (avg_over_time({mem}[{r}]){join})",

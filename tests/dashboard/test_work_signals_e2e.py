@@ -143,8 +143,9 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         at = view.window.end
         assert verdicts(view) == EXPECTED
         # A bounded number of queries: 11 (devices, nodes, means, containers, pods, six
-        # rules at the end), and a second round, by node, for the history of what holds now (idle devices and their nodes' allocation, spinning and throttled
-        # GPUs, idle containers, the slow-rank candidate's workload: its containers, its
+        # rules at the end), and a second round, by node, for the history of what holds
+        # now (idle devices and their nodes' allocation, spinning and throttled GPUs,
+        # idle containers, the slow-rank candidate's workload: its containers, its
         # signals and its evidence).
         assert view.queries == 19
 

@@ -1,0 +1,86 @@
+"""A large fleet stays readable and light: the heatmap draws at most MAX_HEATMAP_NODES nodes,
+idle and spinning ones first, and sums every node up by instance type; tables are sent at
+most MAX_TABLE_ROWS rows with a note saying how many there are; the pod picker offers a
+bounded list, the pods in a table first. On hand-built data for 1,000 nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscope.dashboard import components
+from gpuscope.dashboard.callbacks import MAX_POD_CHOICES, _pod_choices
+from gpuscope.dashboard.figures import heatmap_figure, heatmap_summary
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    FleetData,
+    GpuInfo,
+    GpuRef,
+    NodeInfo,
+    PodInfo,
+)
+from gpuscope.dashboard.views import MAX_HEATMAP_NODES, build_fleet_view
+from tests.dashboard.conftest import make_series, make_window
+
+NODES = 1000
+IDLE = range(0, NODES, 7)        # every 7th node idle: 143 of them
+BUSY_MEAN = 0.8
+
+
+def fleet() -> FleetData:
+    window = make_window(3600.0)
+    gpus, nodes, busy_max, mean, containers, pods = {}, {}, {}, {}, {}, {}
+    for n in range(NODES):
+        node = f"node-{n:04d}"
+        nodes[node] = NodeInfo(node, "p4d.24xlarge" if n % 2 else "g5.12xlarge")
+        for g in range(8):
+            ref = GpuRef(node, f"GPU-{n:04d}-{g}")
+            gpus[ref] = GpuInfo(node, str(g), ref.uuid, "A100")
+            idle = n in IDLE
+            mean[ref] = 0.0 if idle else BUSY_MEAN - n / 10_000
+            if idle:
+                busy_max[ref] = make_series([0.0] * 61)
+            c = ContainerRef(node, "ml", f"pod-{n:04d}-{g}", "main", ref.uuid)
+            containers[c] = make_series([mean[ref]] * 61)
+            pods[c.pod_key] = PodInfo(node, "ml", c.pod)
+    return FleetData(window=window, history_start=window.start, gpus=gpus, nodes=nodes,
+                     gpu_busy_max=busy_max, gpu_mean=mean, containers=containers,
+                     pods=pods, silent=frozenset())
+
+
+@pytest.fixture(scope="module")
+def view():  # type: ignore[no-untyped-def]
+    return build_fleet_view(fleet(), bundled_prices())
+
+
+def test_the_heatmap_draws_idle_nodes_first_and_sums_up_every_node(view) -> None:  # type: ignore[no-untyped-def]
+    h = view.heatmap
+    assert view.kpis.idle_nodes == len(IDLE) == 143
+    assert len(h.nodes) == MAX_HEATMAP_NODES and h.total_nodes == NODES
+    assert h.hidden_nodes == NODES - MAX_HEATMAP_NODES
+    # Idle nodes first (all of them fit), then the least busy of the rest.
+    idle = {f"node-{n:04d}" for n in IDLE}
+    assert set(h.nodes[:len(IDLE)]) == idle
+    assert all(all(row) for row in h.idle[:len(IDLE)])
+    rest = [int(n.split("-")[1]) for n in h.nodes[len(IDLE):]]
+    assert rest == sorted(rest, reverse=True)  # the busy means fall with the node number
+    # Every node counted by instance type, idle GPUs first.
+    by_type = {g.name: g for g in h.groups}
+    assert sum(g.nodes for g in h.groups) == NODES
+    assert sum(g.idle for g in h.groups) == 8 * len(IDLE) == view.kpis.idle
+    assert by_type["p4d.24xlarge"].nodes == by_type["g5.12xlarge"].nodes == NODES // 2
+    lines = heatmap_summary(h)
+    assert lines[0].startswith(f"Showing {MAX_HEATMAP_NODES} of 1,000 nodes")
+    assert any(line.startswith("p4d.24xlarge: 500 nodes, 4,000 GPUs") for line in lines)
+    fig = heatmap_figure(h)
+    assert len(fig.data[0].y) == MAX_HEATMAP_NODES
+    assert "Showing 200 of 1,000 nodes" in fig.layout.title.text
+
+
+def test_tables_and_pickers_are_bounded(view) -> None:  # type: ignore[no-untyped-def]
+    assert components.count_note(12, "row", "rows", "none") == "12 rows."
+    note = components.count_note(1800, "container", "containers", "none")
+    assert note.startswith("1800 containers.") and "first 500 of 1,800" in note
+    assert len(view.pods) == 8 * NODES > MAX_POD_CHOICES
+    choices = _pod_choices(view)
+    assert len(choices) == MAX_POD_CHOICES and set(choices) <= set(view.pods)
