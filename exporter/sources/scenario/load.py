@@ -86,6 +86,10 @@ def _yaml_error_line(source: str, exc: yaml.YAMLError) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
+        if "maximum nesting depth" in problem:
+            # PyYAML >= 6.0.4 has a depth limit of its own: the same words as ours, whichever
+            # of the two catches a file first.
+            problem = "nested too deeply"
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         return one_line(f"{source}: {where}invalid YAML: {problem}")
     return one_line(f"{source}: invalid YAML: {exc}")
