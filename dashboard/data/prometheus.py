@@ -756,10 +756,10 @@ class PrometheusData:
         # The dense series (the sparse ones may rightly be empty: nothing spins).
         names = [RULES["util_max"], RULES["util"]]
         checks = [(name, t) for name in names for t in (window.start + window.step, window.end)]
-        query = " or ".join(
-            f'label_replace(count(last_over_time({name}[{probe}] @ {t:.3f})), "check",'
-            f' "{i}", "", "")' for i, (name, t) in enumerate(checks))
-        loaded = len(self.instant(query, window.end)) == len(checks)
+        # One sample when every series is there at both ends (``and`` of the counts).
+        query = " and ".join(f"count(last_over_time({name}[{probe}] @ {t:.3f}))"
+                             for name, t in checks)
+        loaded = len(self.instant(query, window.end)) == 1
         with self._lock:
             seen[key] = (now, loaded)
         return loaded, 1
