@@ -35,6 +35,7 @@ rejected before any query. Settings: ``tests/fuzz/_profile.py``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import threading
 import urllib.parse
@@ -187,7 +188,10 @@ def test_tokenizer_on_known_queries() -> None:
 CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "signal",
              "utilization", "sm", "tensor", "dram", "power", "process", "gpm", "limit",
              "throttle", "sm_clock", "temperature", "util_max", "util", "slice_memory",
-             "held", "cutil", "cmem"}
+             "held", "cutil", "cmem",
+             # the verdicts' labels (which rule a device or container meets at the end)
+             "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
+             "input"}
 
 
 def constant_regex(lit: Literal) -> bool:
@@ -229,8 +233,9 @@ def benign(value: str) -> str:
     return "v" if value else ""
 
 
-FOLLOW_UP_FIELDS = ("idle", "idle_slices", "idle_nodes", "shared", "input_candidates", "spinning",
-                    "throttled", "held", "workload_devices", "evidence")
+#: What the first round hands the second (node names from the backend), whatever it is now.
+FOLLOW_UP_FIELDS = tuple(f.name for f in dataclasses.fields(FollowUp)
+                         if f.name != "evidence_seconds")
 
 
 @fuzz(200)
