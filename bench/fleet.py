@@ -150,7 +150,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("idle", ("g5-idle",), 0.06, (Plant(idle_node=(4, 0, 0)),)),
     Template("dev", ("g6-dev",), 0.06, (Plant(
         idle_node=(1, 1, 0),
-        allocated_idle=(("dev", "dev-erin-0", "0", "utilization"),)),)),
+        allocated_idle=(("research", "dev-erin-0", "0", "utilization"),)),)),
     Template("near-miss", ("g6-ocr",), 0.06, (Plant(),)),
 )
 
