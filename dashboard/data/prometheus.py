@@ -7,6 +7,7 @@ bounded size. User input reaches PromQL only validated *and* escaped (:mod:`.pro
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 import threading
@@ -15,7 +16,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict
+
+import msgspec
 
 from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
@@ -51,6 +54,59 @@ from gpuscope.dashboard.series import (
 # -- Prometheus ------------------------------------------------------------------------------
 
 Labels = tuple[tuple[str, str], ...]
+
+
+class _RangeSeries(TypedDict):
+    metric: dict[str, str]
+    values: list[tuple[float, float]]
+
+
+class _RangeData(TypedDict):
+    resultType: str
+    result: list[_RangeSeries]
+
+
+class _RangeAnswer(TypedDict, total=False):
+    status: str
+    data: _RangeData
+    error: str
+
+
+class _InstantSample(TypedDict):
+    metric: dict[str, str]
+    value: tuple[float, float]
+
+
+class _InstantData(TypedDict):
+    resultType: str
+    result: list[_InstantSample]
+
+
+class _InstantAnswer(TypedDict, total=False):
+    status: str
+    data: _InstantData
+    error: str
+
+
+def _decoder(shape: Any) -> Callable[[bytes], Any]:
+    """A JSON decoder for answers of ``shape`` (msgspec, a dependency already): the numbers
+    Prometheus sends as strings become floats as they are read, five times as fast as
+    ``json.loads`` and a ``float()`` each (a fleet page reads millions). An answer of
+    another shape (an error, ``+Inf``, which msgspec does not read as a float) is read by
+    ``json.loads``, as before."""
+    typed = msgspec.json.Decoder(shape, strict=False)
+
+    def decode(raw: bytes) -> Any:
+        try:
+            return typed.decode(raw)
+        except msgspec.MsgspecError:
+            return json.loads(raw)
+
+    return decode
+
+
+_DECODE_RANGE = _decoder(_RangeAnswer)
+_DECODE_INSTANT = _decoder(_InstantAnswer)
 
 
 def _labels(metric: Mapping[str, str]) -> dict[str, str]:
@@ -552,7 +608,8 @@ class PrometheusData:
         """The answer's ``data``; DataError (one line) otherwise: :meth:`PromApi.post_form`."""
         with self._lock:
             self.queries_total += 1
-        return self._client.post_form(path, params)
+        decode = _DECODE_RANGE if path.endswith("query_range") else _DECODE_INSTANT
+        return self._client.post_form(path, params, decode=decode)
 
     def instant(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
         # ``nocache=1``: VictoriaMetrics moves an instant query at a time less than
