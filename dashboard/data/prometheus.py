@@ -109,7 +109,11 @@ _DECODE_RANGE = _decoder(_RangeAnswer)
 _DECODE_INSTANT = _decoder(_InstantAnswer)
 
 
-def _labels(metric: Mapping[str, str]) -> dict[str, str]:
+def _labels(metric: dict[str, str]) -> dict[str, str]:
+    # Aggregations drop the name: most answers' label dicts (fresh from the decoder) are
+    # kept as they are.
+    if "__name__" not in metric:
+        return metric
     return {k: v for k, v in metric.items() if k != "__name__"}
 
 
@@ -632,8 +636,9 @@ class PrometheusData:
             # Columns first, each converted in one C-level pass (a fleet page can bring
             # back millions of points).
             times, values = zip(*r["values"], strict=True) if r["values"] else ((), ())
-            out.append((_labels(r["metric"]),
-                        Series(tuple(map(float, times)), tuple(map(float, values)))))
+            if values and not isinstance(values[0], float):  # json.loads: strings
+                times, values = tuple(map(float, times)), tuple(map(float, values))
+            out.append((_labels(r["metric"]), Series(times, values)))
         return out
 
     # -- queries ---------------------------------------------------------------------------
