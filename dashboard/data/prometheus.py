@@ -486,8 +486,8 @@ class _FullRuns:
             stat, ref = lab.get("stat", ""), _gref(lab)
             if stat == "idle":
                 out.idle[ref] = lab.get("signal", "utilization")
-            elif stat.startswith("spin_"):
-                out.spin.setdefault(ref, {})[stat[len("spin_"):]] = v
+            elif stat == "spin":
+                out.spin.setdefault(ref, {})[lab.get("signal", "")] = v
             elif stat == "held":
                 out.held_steps[ref] = v
             elif stat == "held_idle":
@@ -891,7 +891,9 @@ class PrometheusData:
         signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
         other signals' means, power and its limit where they have no GPM), how many of
         those steps a container held each idle or spinning device on ``devices`` nodes
-        (all of them, or the steps are asked for), allocated-idle containers and
+        (all of them, or the steps are asked for: a scrape every minute gives one sample a
+        step, so ``n`` samples are the ``n`` steps; a faster scrape gives more, and the
+        steps are asked for), allocated-idle containers and
         throttled devices (their means). Raw range functions over the recorded series (no
         subquery); the dense series only on the nodes listed (split as :func:`_split`)."""
         h = duration(window.end - history_start - EDGE)
@@ -899,7 +901,9 @@ class PrometheusData:
         r, _ = self._r(window)
         out: dict[str, str] = {}
 
-        def stat(expr: str, name: str) -> str:
+        def stat(expr: str, name: str, signal: str = "") -> str:
+            if signal:  # a spinning run's mean, by signal
+                expr = f'label_replace({expr}, "signal", "{signal}", "", "")'
             return f'label_replace({expr}, "stat", "{name}", "", "")'
 
         def full(key: str, by: str, match: Mapping[str, str] | None = None) -> str:
@@ -920,12 +924,12 @@ class PrometheusData:
             limit = selector("gpu_power_limit_watts", match)
             return " or ".join([
                 *(stat(f"max by ({GBY}) (avg_over_time({sel(key)}[{h}]))"
-                       f" and on (node, uuid) {mine}", f"spin_{key}")
+                       f" and on (node, uuid) {mine}", "spin", key)
                   for key in ("sm", "tensor", "dram")),
                 stat(f"max by ({GBY}) (avg_over_time({sel('power')}[{h}]))"
-                     f" and on (node, uuid) {mine} {no_gpm}", "spin_power"),
+                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "power"),
                 stat(f"max by ({GBY}) (max_over_time({limit}[{r}]))"
-                     f" and on (node, uuid) {mine} {no_gpm}", "spin_limit"),
+                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "limit"),
             ])
 
         def alloc(match: Mapping[str, str]) -> str:
@@ -939,7 +943,7 @@ class PrometheusData:
         parts = [stat(full("idle", f"{GBY}, signal"), "idle"),
                  # A spinning run's mean utilization is the recorded series' own value.
                  stat(f"max by ({GBY}) (avg_over_time({RULES['spin']}[{h}]))"
-                      f" and on (node, uuid) {full('spin', GBY)}", "spin_utilization")]
+                      f" and on (node, uuid) {full('spin', GBY)}", "spin", "utilization")]
         if held:
             mean = f"max by ({CBY}, signal) (avg_over_time({RULES['held_idle']}[{h}]))"
             parts.append(stat(f"{mean} and on ({CBY}, signal)"
