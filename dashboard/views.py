@@ -402,11 +402,13 @@ def build_fleet_view(
             users.setdefault(c.gpu, set()).add(c)
     workload_of = {(p.node, p.namespace, p.pod): p.workload for p in data.pods.values()}
 
-    spin = spinning_gpus(signals, window, hs, rule=th.spin_rule, duration=th.spin_duration)
+    spin_steps = spinning_steps(signals, th.spin_rule)
+    spin = spinning_gpus(signals, window, hs, rule=th.spin_rule, duration=th.spin_duration,
+                         steps=spin_steps)
     spinning = {ref: v for ref, v in spin.items() if v.spinning}
     verdicts = idle_gpus(
         data.gpu_busy_max, window, hs, allocated=data.allocated,
-        spinning=spinning_steps(signals, th.spin_rule), signal=data.idle_signal,
+        spinning=spin_steps, signal=data.idle_signal,
         threshold=th.idle_utilization, duration=th.idle_duration,
     )
     nodes_idle = idle_nodes(data.gpus, verdicts)

@@ -82,12 +82,29 @@ def _points(ref: GpuRef, signals: WorkSignals) -> dict[str, dict[float, float]]:
             "tensor": of(signals.tensor), "dram": of(signals.dram), "power": of(signals.power)}
 
 
+def _may_spin(ref: GpuRef, util: Series, signals: WorkSignals, rule: SpinRule) -> bool:
+    """False when no step of the device can spin: its utilization never reaches the rule's,
+    or its SM activity (with GPM), else its power, never falls below the rule's (a busy
+    workload's devices, most of what the work signals hold, fail here without a look at
+    each step)."""
+    if not any(v >= rule.busy for v in util.values):
+        return False
+    if ref in signals.gpm:
+        sm = signals.sm.get(ref)
+        return sm is not None and any(v < rule.sm for v in sm.values)
+    power, limit = signals.power.get(ref), signals.power_limit.get(ref)
+    return (power is not None and limit is not None and limit > 0
+            and any(v < rule.power * limit for v in power.values))
+
+
 def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
                    ) -> dict[GpuRef, frozenset[float]]:
     """The step times at which each device spins (devices that never do are left out)."""
     rule = rule or SpinRule()
     out: dict[GpuRef, frozenset[float]] = {}
     for ref, util in signals.utilization.items():
+        if not _may_spin(ref, util, signals, rule):
+            continue
         at = _points(ref, signals)
         steps = frozenset(t for t in util.times if _spin_step(ref, signals, rule, at, t))
         if steps:
@@ -107,14 +124,21 @@ def spinning_gpus(
     *,
     rule: SpinRule | None = None,
     duration: float = SPIN_DURATION,
+    steps: Mapping[GpuRef, frozenset[float]] | None = None,
 ) -> dict[GpuRef, Spinning]:
     """Every device spinning at the latest step, with its trailing run; ``spinning`` is the
-    verdict (the run is at least min(duration, window, history) long)."""
+    verdict (the run is at least min(duration, window, history) long). ``steps``: the
+    devices' spinning steps when :func:`spinning_steps` has found them already."""
     rule = rule or SpinRule()
+    if steps is None:
+        steps = spinning_steps(signals, rule)
     required = required_seconds(duration, window, history_start)
     history = max(0.0, window.end - history_start)
     out: dict[GpuRef, Spinning] = {}
     for ref, util in signals.utilization.items():
+        spins = steps.get(ref)
+        if not spins:
+            continue  # no step spins: no trailing run
         at = _points(ref, signals)
         # Before the rule's other signals have their first value nothing is known (a
         # series' start, not a step that failed the rule): the device's steps begin there.
@@ -123,7 +147,7 @@ def spinning_gpus(
         times = [t for t in util.times if begins is None or t >= begins]
         if not is_fresh(times, window):
             continue
-        flags = [_spin_step(ref, signals, rule, at, t) for t in times]
+        flags = [t in spins for t in times]
         run = trailing_run(times, flags, window.step, history_start)
         if run is None:
             continue

@@ -7,14 +7,18 @@ bounded size. User input reaches PromQL only validated *and* escaped (:mod:`.pro
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, TypedDict
+
+import msgspec
 
 from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
@@ -52,7 +56,64 @@ from gpuscope.dashboard.series import (
 Labels = tuple[tuple[str, str], ...]
 
 
-def _labels(metric: Mapping[str, str]) -> dict[str, str]:
+class _RangeSeries(TypedDict):
+    metric: dict[str, str]
+    values: list[tuple[float, float]]
+
+
+class _RangeData(TypedDict):
+    resultType: str
+    result: list[_RangeSeries]
+
+
+class _RangeAnswer(TypedDict, total=False):
+    status: str
+    data: _RangeData
+    error: str
+
+
+class _InstantSample(TypedDict):
+    metric: dict[str, str]
+    value: tuple[float, float]
+
+
+class _InstantData(TypedDict):
+    resultType: str
+    result: list[_InstantSample]
+
+
+class _InstantAnswer(TypedDict, total=False):
+    status: str
+    data: _InstantData
+    error: str
+
+
+def _decoder(shape: Any) -> Callable[[bytes], Any]:
+    """A JSON decoder for answers of ``shape`` (msgspec, a dependency already): the numbers
+    Prometheus sends as strings become floats as they are read, five times as fast as
+    ``json.loads`` and a ``float()`` each (a fleet page reads millions). An answer of
+    another shape (an error, ``+Inf``, which msgspec does not read as a float) is read by
+    ``json.loads``, as before."""
+    typed = msgspec.json.Decoder(shape, strict=False)
+
+    def decode(raw: bytes) -> Any:
+        try:
+            return typed.decode(raw)
+        except msgspec.MsgspecError:
+            return json.loads(raw)
+
+    return decode
+
+
+_DECODE_RANGE = _decoder(_RangeAnswer)
+_DECODE_INSTANT = _decoder(_InstantAnswer)
+
+
+def _labels(metric: dict[str, str]) -> dict[str, str]:
+    # Aggregations drop the name: most answers' label dicts (fresh from the decoder) are
+    # kept as they are.
+    if "__name__" not in metric:
+        return metric
     return {k: v for k, v in metric.items() if k != "__name__"}
 
 
@@ -400,6 +461,95 @@ class FollowUp:
     evidence_seconds: float = 0.0
 
 
+@dataclass
+class _FullRuns:
+    """The findings (from :meth:`PrometheusData.run_queries`) whose condition held at every
+    step of the history, ``(history start, end]``: one summary each, their mean over that
+    run. :meth:`results` gives them as the step histories the analysis reads (each of the
+    run's steps at the run's mean: the same run, the same means, the same verdicts);
+    :meth:`fallback` names the nodes of the rest, whose steps must be asked for."""
+
+    grid: tuple[float, ...]
+    idle: dict[GpuRef, str] = field(default_factory=dict)               # signal
+    spin: dict[GpuRef, dict[str, float]] = field(default_factory=dict)  # signal -> mean
+    held_steps: dict[GpuRef, float] = field(default_factory=dict)       # steps held
+    held_idle: dict[ContainerRef, tuple[str, float]] = field(default_factory=dict)
+    throttle: dict[tuple[GpuRef, str], float] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, rows: Iterable[tuple[dict[str, str], float]], window: Window,
+              steps: int) -> _FullRuns:
+        """The summaries of ``rows``, over the last ``steps`` steps of ``window``."""
+        grid = tuple(window.end - (steps - 1 - i) * window.step for i in range(steps))
+        out = cls(grid)
+        for lab, v in rows:
+            stat, ref = lab.get("stat", ""), _gref(lab)
+            if stat == "idle":
+                out.idle[ref] = lab.get("signal", "utilization")
+            elif stat == "spin":
+                out.spin.setdefault(ref, {})[lab.get("signal", "")] = v
+            elif stat == "held":
+                out.held_steps[ref] = v
+            elif stat == "held_idle":
+                out.held_idle[_cref(lab)] = (lab.get("signal", "utilization"), v)
+            elif stat == "throttle":
+                out.throttle[(ref, lab.get("reason", ""))] = v
+        # A spinning device is summarised only with its utilization (its rule's first term).
+        out.spin = {ref: m for ref, m in out.spin.items() if "utilization" in m}
+        return out
+
+    def fallback(self, idle: Collection[GpuRef], spinning: Collection[GpuRef],
+                 held: Collection[ContainerRef],
+                 throttled: Collection[tuple[GpuRef, str]]) -> FollowUp:
+        """The nodes whose step histories are still needed: of the findings now (the first
+        round's) not held over the whole history, and of the idle or spinning devices held
+        by a container in only some of its steps (the waste split counts them)."""
+        idle_rest = {g for g in idle if g not in self.idle}
+        spin_rest = {g for g in spinning if g not in self.spin}
+        steps = len(self.grid)
+        partly_held = {g for g in [*idle, *spinning]
+                       if g in self.held_steps and round(self.held_steps[g]) != steps}
+        return FollowUp(
+            idle={g.node for g in idle_rest},
+            idle_nodes={g.node for g in idle_rest | spin_rest | partly_held},
+            spinning={g.node for g in spin_rest},
+            throttled={g.node for g, reason in throttled if (g, reason) not in self.throttle},
+            held={c.node for c in held if c not in self.held_idle},
+        )
+
+    def results(self) -> dict[str, list[tuple[dict[str, str], Series]]]:
+        """The summaries as the second round's step histories, by role."""
+        n = len(self.grid)
+
+        def const(value: float) -> Series:
+            return Series(self.grid, (value,) * n)
+
+        def dev(ref: GpuRef, **more: str) -> dict[str, str]:
+            return {"node": ref.node, "uuid": ref.uuid, **more}
+
+        names = {"utilization": "utilization", "sm": "sm", "tensor": "tensor", "dram": "dram",
+                 "power": "power"}
+        spinning: list[tuple[dict[str, str], Series]] = []
+        for ref, means in self.spin.items():
+            spinning += [(dev(ref, signal=names[k]), const(v)) for k, v in means.items()
+                         if k in names]
+            if "limit" in means:
+                spinning.append((dev(ref, signal="limit"),
+                                 Series(self.grid[-1:], (means["limit"],))))
+        steps = len(self.grid)
+        return {
+            "idle_steps": [(dev(ref, signal=sig), const(0.0)) for ref, sig in self.idle.items()],
+            "allocated": [(dev(ref), const(1.0)) for ref, c in self.held_steps.items()
+                          if round(c) == steps],
+            "spinning": spinning,
+            "held_idle": [({"node": c.node, "namespace": c.namespace, "pod": c.pod,
+                            "container": c.container, "uuid": c.uuid, "signal": sig},
+                           const(v)) for c, (sig, v) in self.held_idle.items()],
+            "throttled": [(dev(ref, reason=reason), const(v))
+                          for (ref, reason), v in self.throttle.items()],
+        }
+
+
 def rules_yaml(thresholds: Thresholds | None = None) -> str:
     """The ``gpuscope-dashboard`` group as it stands in alerts/gpuscope-rules.yaml (each
     expression folded to 88 columns): ``python -c "from gpuscope.dashboard.data.prometheus
@@ -462,7 +612,8 @@ class PrometheusData:
         """The answer's ``data``; DataError (one line) otherwise: :meth:`PromApi.post_form`."""
         with self._lock:
             self.queries_total += 1
-        return self._client.post_form(path, params)
+        decode = _DECODE_RANGE if path.endswith("query_range") else _DECODE_INSTANT
+        return self._client.post_form(path, params, decode=decode)
 
     def instant(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
         # ``nocache=1``: VictoriaMetrics moves an instant query at a time less than
@@ -485,8 +636,9 @@ class PrometheusData:
             # Columns first, each converted in one C-level pass (a fleet page can bring
             # back millions of points).
             times, values = zip(*r["values"], strict=True) if r["values"] else ((), ())
-            out.append((_labels(r["metric"]),
-                        Series(tuple(map(float, times)), tuple(map(float, values)))))
+            if values and not isinstance(values[0], float):  # json.loads: strings
+                times, values = tuple(map(float, times)), tuple(map(float, values))
+            out.append((_labels(r["metric"]), Series(times, values)))
         return out
 
     # -- queries ---------------------------------------------------------------------------
@@ -610,10 +762,10 @@ class PrometheusData:
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
     INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "pods", "now",
-                                 "stats", "evidence"})
+                                 "stats", "evidence", "runs"})
 
     def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None,
-                     rules: bool = False) -> dict[str, str]:
+                     rules: bool = False, by_node: bool = False) -> dict[str, str]:
         """The history of what the first round singled out, asked by node (``node=~``
         lists; a query is at most :data:`MAX_QUERY_BYTES`, a longer list is split over
         queries named ``role#1``, ``role#2``...): per step, the idle steps of the devices
@@ -623,7 +775,8 @@ class PrometheusData:
         throttling, the held devices' use; and, at the end, the input-starved candidates'
         raw-sample statistics and the stragglers' evidence over ``ask.evidence_seconds``.
         With ``rules``, the idle, held-idle and throttled steps are the recorded sparse
-        series themselves, asked without a list (they hold only what meets the rule)."""
+        series themselves, asked without a list (they hold only what meets the rule), or
+        (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
         r, rr = self._r(window)
         w = duration(window.seconds)
         v = Verdicts(self.thresholds)
@@ -641,16 +794,22 @@ class PrometheusData:
             # Every minute of the step met the rule (a step of several minutes).
             minutes = max(1, round(window.step / RULE_INTERVAL))
 
-            def sparse(key: str, by: str, fn: str) -> str:
-                return (f"max by ({by}) ({fn}({RULES[key]}[{r}])) and on ({by})"
-                        f" (count_over_time({RULES[key]}[{r}]) >= {minutes})")
+            def sparse(st: _Steps, key: str, by: str, fn: str) -> str:
+                rec = st.sel(RULES[key])
+                return (f"max by ({by}) ({fn}({rec}[{r}])) and on ({by})"
+                        f" (count_over_time({rec}[{r}]) >= {minutes})")
 
-            if ask.idle:
-                out["idle_steps"] = sparse("idle", f"{GBY}, signal", "max_over_time")
-            if ask.held:
-                out["held_idle"] = sparse("held_idle", f"{CBY}, signal", "avg_over_time")
-            if ask.throttled:
-                out["throttled"] = sparse("throttle", f"{GBY}, reason", "avg_over_time")
+            for role, key, nodes, by, fn in (
+                    ("idle_steps", "idle", ask.idle, f"{GBY}, signal", "max_over_time"),
+                    ("held_idle", "held_idle", ask.held, f"{CBY}, signal", "avg_over_time"),
+                    ("throttled", "throttle", ask.throttled, f"{GBY}, reason",
+                     "avg_over_time")):
+                if not nodes:
+                    continue
+                if by_node:
+                    each(role, nodes, partial(sparse, key=key, by=by, fn=fn))
+                else:
+                    out[role] = sparse(_Steps(r, rr, rules), key, by, fn)
         else:
             each("idle_steps", ask.idle, lambda st: " or ".join(v.idle_parts(st)))
             each("throttled", ask.throttled, v.throttle)
@@ -722,10 +881,90 @@ class PrometheusData:
             ]))
         return out
 
+    def run_queries(self, window: Window, history_start: float,
+                    devices: Collection[str] = (), spinning: Collection[str] = (),
+                    held: bool = True, throttled: bool = True) -> dict[str, str]:
+        """With the recording rules: each finding whose sparse series has a sample at every
+        step of the history (``(history_start, end]``, one-minute steps: one sample a
+        step), summarised in one number, instead of its steps (a whole fleet's idle and
+        spinning devices would be hundreds of thousands of points): idle devices (their
+        signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
+        other signals' means, power and its limit where they have no GPM), how many of
+        those steps a container held each idle or spinning device on ``devices`` nodes
+        (all of them, or the steps are asked for: a scrape every minute gives one sample a
+        step, so ``n`` samples are the ``n`` steps; a faster scrape gives more, and the
+        steps are asked for), allocated-idle containers and
+        throttled devices (their means). Raw range functions over the recorded series (no
+        subquery); the dense series only on the nodes listed (split as :func:`_split`)."""
+        h = duration(window.end - history_start - EDGE)
+        n = round((window.end - history_start) / window.step)
+        r, _ = self._r(window)
+        out: dict[str, str] = {}
+
+        def stat(expr: str, name: str, signal: str = "") -> str:
+            if signal:  # a spinning run's mean, by signal
+                expr = f'label_replace({expr}, "signal", "{signal}", "", "")'
+            return f'label_replace({expr}, "stat", "{name}", "", "")'
+
+        def full(key: str, by: str, match: Mapping[str, str] | None = None) -> str:
+            rec = selector(RULES[key], match)
+            return f"(max by ({by}) (count_over_time({rec}[{h}])) == {n})"
+
+        def each(nodes: Collection[str], build: Callable[[Mapping[str, str]], str]) -> None:
+            for q in _split(sorted(set(nodes)),
+                            lambda names: build({"node": f'=~"{any_of(names)}"'})):
+                out[f"runs#{len(out)}"] = q
+
+        def spin(match: Mapping[str, str]) -> str:
+            def sel(key: str) -> str:
+                return selector(RULES[key], match)
+
+            mine = full("spin", GBY, match)
+            no_gpm = f"unless on (node, uuid) count_over_time({sel('sm')}[{h}])"
+            limit = selector("gpu_power_limit_watts", match)
+            return " or ".join([
+                *(stat(f"max by ({GBY}) (avg_over_time({sel(key)}[{h}]))"
+                       f" and on (node, uuid) {mine}", "spin", key)
+                  for key in ("sm", "tensor", "dram")),
+                stat(f"max by ({GBY}) (avg_over_time({sel('power')}[{h}]))"
+                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "power"),
+                stat(f"max by ({GBY}) (max_over_time({limit}[{r}]))"
+                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "limit"),
+            ])
+
+        def alloc(match: Mapping[str, str]) -> str:
+            held = selector("container_gpu_allocated", {**match, "namespace": NOT_EMPTY})
+            return stat(
+                f"max by (node, uuid) (count_over_time({held}[{h}])) and on (node, uuid)"
+                f" (last_over_time({selector(RULES['idle'], match)}[{r}])"
+                f" or last_over_time({selector(RULES['spin'], match)}[{r}]))", "held")
+
+        # The sparse series alone: cheap over the whole fleet.
+        parts = [stat(full("idle", f"{GBY}, signal"), "idle"),
+                 # A spinning run's mean utilization is the recorded series' own value.
+                 stat(f"max by ({GBY}) (avg_over_time({RULES['spin']}[{h}]))"
+                      f" and on (node, uuid) {full('spin', GBY)}", "spin", "utilization")]
+        if held:
+            mean = f"max by ({CBY}, signal) (avg_over_time({RULES['held_idle']}[{h}]))"
+            parts.append(stat(f"{mean} and on ({CBY}, signal)"
+                              f" {full('held_idle', f'{CBY}, signal')}", "held_idle"))
+        if throttled:
+            mean = f"max by ({GBY}, reason) (avg_over_time({RULES['throttle']}[{h}]))"
+            parts.append(stat(f"{mean} and on ({GBY}, reason)"
+                              f" {full('throttle', f'{GBY}, reason')}", "throttle"))
+        out["runs"] = " or ".join(parts)
+        each(spinning, spin)
+        each(devices, alloc)
+        return out
+
     #: The most queries one page has in flight at once: VictoriaMetrics answers at most
     #: ``-search.maxConcurrentRequests`` (twice its cores: 4 on 2) and refuses more after
     #: waiting 10 s (HTTP 503); more at once gains nothing on a store of a few cores.
     MAX_IN_FLIGHT = 4
+
+    #: Whether the fleet page asks the recording rules for run summaries (:meth:`run_queries`)
+    #: where it can; False: every finding's steps (the same verdicts, slower; for tests).
+    summaries = True
 
     #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
     RULES_CHECK_EVERY = 300.0
@@ -827,7 +1066,9 @@ class PrometheusData:
         spin_now: set[GpuRef] = set()
         silent: set[GpuRef] = set()
         throttled_now: set[str] = set()
+        throttled_refs: set[tuple[GpuRef, str]] = set()
         held_nodes: set[str] = set()
+        held_refs: set[ContainerRef] = set()
         input_nodes: set[str] = set()
         judged: set[tuple[str, str]] = set()
         slow: set[tuple[str, str]] = set()
@@ -841,8 +1082,10 @@ class PrometheusData:
                 silent.add(ref)
             elif stat == "throttle":
                 throttled_now.add(ref.node)
+                throttled_refs.add((ref, lab.get("reason", "")))
             elif stat == "held_idle":
                 held_nodes.add(ref.node)
+                held_refs.add(_cref(lab))
             elif stat == "input":
                 input_nodes.add(ref.node)
             elif stat == "candidate":
@@ -888,8 +1131,35 @@ class PrometheusData:
             evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
                               if judged else 0.0),
         )
-        more = self.second_round(window, ask, namespace, rules)
+        hs = self._history_start(window, first)
+        steps = round((window.end - hs) / window.step)
+        # With the rules on a one-minute step, each finding whose condition held at every
+        # step of the history comes back as one summary (:meth:`run_queries`) instead of its
+        # steps; the others' steps are asked for afterwards (a third round, usually empty).
+        summarize = (rules and self.summaries and steps >= 1
+                     and round(window.step * 1000) == round(RULE_INTERVAL * 1000))
+        if summarize:
+            more = self.second_round(window, replace(
+                ask, idle=(), idle_nodes=(), spinning=(), throttled=(), held=()),
+                namespace, rules)
+            more.update(self.run_queries(
+                window, hs, devices={g.node for g in idle_now | spin_now},
+                spinning={g.node for g in spin_now}, held=bool(held_refs),
+                throttled=bool(throttled_refs)))
+        else:
+            more = self.second_round(window, ask, namespace, rules)
         later = self._run(more, window) if more else {}
+        if summarize:
+            runs = _FullRuns.parse(later.pop("runs", []), window, steps)
+            again = runs.fallback(idle_now, spin_now, held_refs, throttled_refs)
+            extra = self.second_round(window, again, namespace, rules, by_node=True)
+            # The summaries first: a step history asked again overrides them.
+            synthesized = runs.results()
+            for role, rows in (self._run(extra, window) if extra else {}).items():
+                synthesized.setdefault(role, []).extend(rows)
+            for role, rows in synthesized.items():
+                later.setdefault(role, []).extend(rows)
+            more.update(extra)
 
         containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
