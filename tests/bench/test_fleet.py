@@ -192,10 +192,8 @@ def test_the_dashboard_finds_the_expected_verdicts(
         for wl, pod, node, gpu, kind_, signal in exp.stragglers}
     assert {(r.node, r.pod, r.gpu, r.signal) for r in view.allocated_idle_rows} == {
         (node, pod, gpu, signal) for node, _, pod, gpu, signal in exp.allocated_idle}
-    # The slices' "allocated" flag is left out here: the Prometheus mode asks allocation on
-    # idle nodes only, so a held slice on a busy node reads unallocated (reported, issue 16).
-    assert {(r.node, r.gpu, r.profile) for r in view.slice_rows} == {
-        (node, gpu, profile) for node, gpu, profile, _ in exp.idle_slices}
+    assert {(r.node, r.gpu, r.profile, r.allocated) for r in view.slice_rows} == {
+        (node, gpu, profile, allocated) for node, gpu, profile, allocated in exp.idle_slices}
     assert view.workloads_checked == exp.workloads_checked
 
 
