@@ -41,7 +41,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,6 +245,22 @@ def _workdir(prefix: str) -> Iterator[Path]:
 
 
 @contextmanager
+def _serve(kind: str, args: Sequence[str], port: int, data: Path, log: Path, ready: str,
+           timeout: float) -> Iterator[Store]:
+    """Run a store's ``args`` (listening on ``port``) with its output in ``log`` until ``ready``
+    answers; stopped on exit."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    store = Store(kind, f"http://127.0.0.1:{port}", proc, data, log)
+    try:
+        _wait_ready(store, ready, timeout)
+        yield store
+    finally:
+        store.stop()
+
+
+@contextmanager
 def start_prometheus(
     blocks: Path | None = None,
     *,
@@ -275,16 +291,9 @@ def start_prometheus(
         if lookback_delta is not None:
             args.append(f"--query.lookback-delta={lookback_delta}")
         args += list(extra_args)
-        log = work / "prometheus.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-        store = Store("prometheus", f"http://127.0.0.1:{port}", proc, tsdb, log)
-        try:
-            _wait_ready(store, "/-/ready", timeout)
+        with _serve("prometheus", args, port, tsdb, work / "prometheus.log", "/-/ready",
+                    timeout) as store:
             yield store
-        finally:
-            store.stop()
 
 
 @contextmanager
@@ -320,16 +329,9 @@ def start_victoriametrics(
                               f"scrape_configs:\n{scrape_config}\n")
             args.append(f"-promscrape.config={config}")
         args += list(extra_args)
-        log = work / "victoria-metrics.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-        store = Store("victoriametrics", f"http://127.0.0.1:{port}", proc, path, log)
-        try:
-            _wait_ready(store, "/health", timeout)
+        with _serve("victoriametrics", args, port, path, work / "victoria-metrics.log",
+                    "/health", timeout) as store:
             yield store
-        finally:
-            store.stop()
 
 
 def promtool_blocks(openmetrics: Path, out: Path) -> float:
