@@ -8,11 +8,13 @@ cluster label to every ``by``/``on`` grouping, so that joins stay inside one clu
 several are selected (Thanos, Mimir and federated setups carry ``cluster`` as an external
 label; where no series has one, the added matcher ``=~".*"`` and grouping change nothing).
 
-No maintained Python PromQL parser exists; this is a tokenizer that knows just enough of
-the grammar: string literals, label-matcher braces, range and subquery brackets, grouping
-lists, function calls and keywords. Every scoped query of the shipped dashboards is run
-against a real Prometheus by ``tests/alerts/test_grafana.py``, so a grammar it misreads
-fails there.
+This is a tokenizer that knows just enough of the grammar: string literals, label-matcher
+braces, range and subquery brackets, grouping lists, function calls and keywords. Every
+scoped query of the shipped dashboards is run against a real Prometheus by
+``tests/alerts/test_grafana.py``, so a grammar it misreads fails there. A maintained parser
+exists and should replace it: ``promql-parser`` (PyPI 0.12, Python binding of GreptimeTeam's
+Rust parser; imports in ~1 ms, parses, lets selectors and groupings be changed in place, and
+prints the expression back). It would be a build-time dependency only; not done yet.
 """
 
 from __future__ import annotations
