@@ -599,6 +599,10 @@ class PrometheusData:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql")
         self.queries_total = 0
         self._lock = threading.Lock()
+        # Whether the recording rules serve a window (by its length): (when checked, loaded).
+        self._rules_seen: dict[int, tuple[float, bool]] = {}
+        # At most MAX_IN_FLIGHT queries at once, whichever page sends them.
+        self._gate = threading.BoundedSemaphore(self.MAX_IN_FLIGHT)
 
     @property
     def description(self) -> str:
@@ -987,8 +991,7 @@ class PrometheusData:
         key = round(window.seconds)
         now = time.monotonic()
         with self._lock:
-            seen: dict[int, tuple[float, bool]] = self.__dict__.setdefault("_rules_seen", {})
-            found = seen.get(key)
+            found = self._rules_seen.get(key)
         if found is not None and now - found[0] < self.RULES_CHECK_EVERY:
             return found[1], 0
         probe = duration(RULE_INTERVAL)
@@ -1000,18 +1003,14 @@ class PrometheusData:
                              for name, t in checks)
         loaded = len(self.instant(query, window.end)) == 1
         with self._lock:
-            seen[key] = (now, loaded)
+            self._rules_seen[key] = (now, loaded)
         return loaded, 1
 
     def _run(self, queries: Mapping[str, str], window: Window) -> dict[str, Any]:
         """Every query at once; results of a role split over several queries (``role#i``)
         put together under ``role``."""
-        with self._lock:
-            gate: threading.BoundedSemaphore = self.__dict__.setdefault(
-                "_gate", threading.BoundedSemaphore(self.MAX_IN_FLIGHT))
-
         def one(name: str, promql: str) -> Any:
-            with gate:
+            with self._gate:
                 if name.partition("#")[0] in self.RANGE_QUERIES:
                     return self.range(promql, window)
                 return self.instant(promql, window.end)
