@@ -411,6 +411,15 @@ def exporter_command(
         assert scenario is not None
         return [*python_argv(args), "-m", "gpuscope.exporter", "--source", "simulated",
                 "--scenario", str(scenario), *common]
+    if args.source == "nvml-c" and args.gpm_interval is None:
+        # The console script's own module, nothing of the benchmark in the process: pynvml
+        # finds the C library as libnvidia-ml.so.1 on LD_LIBRARY_PATH (start_exporter), as it
+        # finds the driver's on a node.
+        return [*python_argv(args), "-m", "gpuscope.exporter", "--source", "nvml", *common,
+                "--proc-root", str(workdir / "proc"),
+                "--kubelet-socket", str(workdir / "kubelet.sock"),
+                *(["--kubeconfig", str(workdir / "kubeconfig"), "--node-name", BENCH_NODE]
+                  if args.api_server else [])]
     runner = ["-m", "bench.nvml_fake_exporter"]
     if args.source == "nvml-c":
         runner = ["-m", "bench.nvml_c_exporter", "--library", str(args.fake_library)]
@@ -461,6 +470,22 @@ def precompile(args: argparse.Namespace, workdir: Path) -> Path:
     return root
 
 
+def fake_library_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
+    """What the exporter's environment needs for ``--source nvml-c``: the node the C library
+    plays (``bench.nvml_c_exporter.library_env``) and, for the plain console-script command,
+    a directory on ``LD_LIBRARY_PATH`` where the library is ``libnvidia-ml.so.1``."""
+    from bench.nvml_c_exporter import library_env
+
+    env = library_env(args.gpus, args.processes_per_gpu, gpm=args.gpm)
+    libdir = workdir / "lib"
+    libdir.mkdir(exist_ok=True)
+    (libdir / "libnvidia-ml.so.1").symlink_to(Path(args.fake_library).resolve())
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(libdir), os.environ.get("LD_LIBRARY_PATH", "")) if p
+    )
+    return env
+
+
 def start_exporter(args: argparse.Namespace, workdir: Path) -> Exporter:
     scenario = None
     if args.source == "simulated":
@@ -474,6 +499,8 @@ def start_exporter(args: argparse.Namespace, workdir: Path) -> Exporter:
     command = exporter_command(args, port, scenario, workdir)
     log_path = workdir / "exporter.log"
     env = child_env(args)
+    if args.source == "nvml-c":
+        env.update(fake_library_env(args, workdir))
     cwd = REPO
     if args.bytecode:
         cwd = precompile(args, workdir)

@@ -97,14 +97,23 @@ def build_library(build_dir: Path | None = None, compiler: str | None = None) ->
     return target
 
 
+def library_env(
+    gpus: int, processes_per_gpu: int, history_seconds: int = HISTORY_SECONDS, gpm: bool = True
+) -> dict[str, str]:
+    """The environment that sets the node the library builds at its ``nvmlInit``."""
+    return {
+        "FAKE_NVML_GPUS": str(gpus),
+        "FAKE_NVML_PROCESSES_PER_GPU": str(processes_per_gpu),
+        "FAKE_NVML_HISTORY_SECONDS": str(history_seconds),
+        "FAKE_NVML_GPM": "1" if gpm else "0",
+    }
+
+
 def configure(
     gpus: int, processes_per_gpu: int, history_seconds: int = HISTORY_SECONDS, gpm: bool = True
 ) -> None:
-    """Set the node the library builds at its next ``nvmlInit`` (from the environment)."""
-    os.environ["FAKE_NVML_GPUS"] = str(gpus)
-    os.environ["FAKE_NVML_PROCESSES_PER_GPU"] = str(processes_per_gpu)
-    os.environ["FAKE_NVML_HISTORY_SECONDS"] = str(history_seconds)
-    os.environ["FAKE_NVML_GPM"] = "1" if gpm else "0"
+    """Set the node the library builds at its next ``nvmlInit`` (in this process' environment)."""
+    os.environ.update(library_env(gpus, processes_per_gpu, history_seconds, gpm))
 
 
 def load_library(path: Path) -> ctypes.CDLL:
