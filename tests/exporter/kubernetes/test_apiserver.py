@@ -276,7 +276,10 @@ class FakeApi:
 
     def stop(self) -> None:
         """Go down: refuse new connections, break the streams in flight and close the idle
-        keep-alive connections, as an API server that goes away does."""
+        keep-alive connections, as an API server that goes away does. Down from the first
+        line on: the listening socket stays open until ``server_close()`` (for as long as
+        this thread is descheduled on a busy machine), and a request that gets in meanwhile
+        is cut unanswered (``do_GET``), never served."""
         self.stopping.set()
         with self.lock:
             connections = list(self.connections)
@@ -338,6 +341,13 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             )
 
         def do_GET(self) -> None:
+            if api.stopping.is_set():
+                # stop() has begun: answer nothing. Serving a list here (the listener is
+                # still open until server_close()) would let the watcher sync again and
+                # open a watch that stop() then cuts: an outage that looked like two
+                # (issue 13's flaky watch_errors_total == 2).
+                self._drop()
+                return
             url = urllib.parse.urlsplit(self.path)
             query = dict(urllib.parse.parse_qsl(url.query))
             with api.lock:
@@ -978,6 +988,9 @@ def test_api_down_after_list_keeps_last_names(
             what="errors while down",
         )
         snap = w.snapshot()
+        # One cut, one watch error: after a broken watch the watcher relists (it does not
+        # re-watch from its resourceVersion), so the retries while down are list errors;
+        # a second watch error needs a list that succeeded, i.e. a server that was up.
         assert snap.stats.watch_errors_total == 1
         assert not snap.stats.pods_success and not snap.stats.node_success
         assert snap.pods[UID_A].name == "llm-serve-7d9f8b6c5d-x2k9p"  # kept
