@@ -8,13 +8,35 @@ cluster label to every ``by``/``on`` grouping, so that joins stay inside one clu
 several are selected (Thanos, Mimir and federated setups carry ``cluster`` as an external
 label; where no series has one, the added matcher ``=~".*"`` and grouping change nothing).
 
-This is a tokenizer that knows just enough of the grammar: string literals, label-matcher
-braces, range and subquery brackets, grouping lists, function calls and keywords. Every
-scoped query of the shipped dashboards is run against a real Prometheus by
-``tests/alerts/test_grafana.py``, so a grammar it misreads fails there. A maintained parser
-exists and should replace it: ``promql-parser`` (PyPI 0.12, Python binding of GreptimeTeam's
-Rust parser; imports in ~1 ms, parses, lets selectors and groupings be changed in place, and
-prints the expression back). It would be a build-time dependency only; not done yet.
+This is a tokenizer that knows just enough of the grammar: string literals, Grafana
+variables, label-matcher braces, range and subquery brackets, grouping lists, function calls
+and keywords. Every scoped query of the shipped dashboards is run against a real Prometheus
+by ``tests/alerts/test_grafana.py``, so a grammar it misreads fails there.
+
+Why not a parser. ``promql-parser`` (PyPI 0.12, the Python binding of GreptimeTeam's Rust
+parser) was measured to replace it: a 1.5 MB wheel (4.9 MB installed), ~1.4 ms to import,
++1.8 MiB RSS, and it parses every expression of the rule file and the dashboards the way
+Prometheus does (Prometheus 2.42's ``/api/v1/format_query`` formats each expression and the
+library's ``prettify()`` of it alike). It cannot do this module's job without a
+hand-written printer on top:
+
+- its tree cannot be changed. Nodes have no constructors; ``AggregateExpr.modifier``,
+  ``BinaryExpr.modifier``, ``.expr``, ``.lhs``, ``Call.args`` are read-only; the writable
+  ``VectorSelector.matchers``, ``AggModifier.labels`` and ``BinModifier.matching`` change a
+  detached copy (the parent prints as before), and ``transform()`` keeps a returned node as
+  it was parsed, not as it was changed. A change has to be written as PromQL text and
+  ``parse()``-d, node by node;
+- its ``str()`` prints wrong PromQL: sub-second parts of durations are dropped
+  (``x[59999ms]`` prints ``x{}[59s]``: the rule file has 51 such windows, any of which a
+  panel may take by name;
+  ``x[250ms]`` prints ``x{}[0s]``, which Prometheus refuses; ``offset 1500ms`` prints
+  ``offset 1s``), and ``str(Matcher)`` does not escape ``"`` or ``\\``. ``prettify()`` prints
+  durations and strings right but ignores the changed matchers;
+- ``[$__rate_interval]`` is not PromQL and does not parse (placeholder durations would be
+  needed), and a raw string with a backslash (``x{a=`\\d`}``) is refused.
+
+Writing the changed selectors, aggregations and binary operators back as text would put as
+much grammar in this module as the tokenizer has, plus a native dependency: not done.
 """
 
 from __future__ import annotations
@@ -27,6 +49,9 @@ _TOKEN = re.compile(
     r"""
     (?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
   | (?P<comment>\#[^\n]*)
+    # A Grafana variable outside a string (offset $__interval, [${__range}]): copied as it
+    # is, never read as a metric name or as selector braces.
+  | (?P<variable>\$(?:\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*))
   | (?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
   | (?P<number>[0-9.][0-9A-Za-z_.]*)
   | (?P<space>\s+)

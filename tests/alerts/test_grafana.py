@@ -264,11 +264,11 @@ def test_mig_slices_are_devices_with_their_parent() -> None:
 
 MATCH = {"cluster": '=~"$cluster"', "node": '=~"$node"'}
 
-
-@pytest.mark.parametrize(("expr", "scoped"), [
+#: (expression, scoped with MATCH and the cluster grouping label)
+SCOPED = [
     ("up", 'up{cluster=~"$cluster", node=~"$node"}'),
-    ('rate(x{a="b"}[5m]) offset 5m',
-     'rate(x{cluster=~"$cluster", node=~"$node", a="b"}[5m]) offset 5m'),
+    ('rate(x{a="b"}[5m] offset 5m)',
+     'rate(x{cluster=~"$cluster", node=~"$node", a="b"}[5m] offset 5m)'),
     ("sum by (node) (a) and on (node, uuid) b",
      'sum by (cluster, node) (a{cluster=~"$cluster", node=~"$node"}) and on (cluster, node, '
      'uuid) b{cluster=~"$cluster", node=~"$node"}'),
@@ -284,12 +284,61 @@ MATCH = {"cluster": '=~"$cluster"', "node": '=~"$node"'}
     ("max_over_time(a:b:c[6h:1m]) > bool 0.5 or vector(1)",
      'max_over_time(a:b:c{cluster=~"$cluster", node=~"$node"}[6h:1m]) > bool 0.5 or vector(1)'),
     ('{__name__="x"}', '{cluster=~"$cluster", node=~"$node", __name__="x"}'),
-    ("a on (cluster) b", 'a{cluster=~"$cluster", node=~"$node"} on (cluster) '
-                         'b{cluster=~"$cluster", node=~"$node"}'),
+    ("a and on (cluster) b", 'a{cluster=~"$cluster", node=~"$node"} and on (cluster) '
+                             'b{cluster=~"$cluster", node=~"$node"}'),
     ('a{b="}{"}', 'a{cluster=~"$cluster", node=~"$node", b="}{"}'),
-])
+    # Strings of every quoting holding brackets, braces and quotes; a regex's $1.
+    ("x{a='}', b=`{`, c=\"\\\"(\"}",
+     'x{cluster=~"$cluster", node=~"$node", a=\'}\', b=`{`, c="\\"("}'),
+    ('label_replace(x, "dst", "$1", "src", "(.+)[}{)(]")',
+     'label_replace(x{cluster=~"$cluster", node=~"$node"}, "dst", "$1", "src", "(.+)[}{)(]")'),
+    # `@` modifiers, offsets, a subquery of a nested function.
+    ("x @ start() offset 1h", 'x{cluster=~"$cluster", node=~"$node"} @ start() offset 1h'),
+    ("rate(x[5m] @ 1700000000)", 'rate(x{cluster=~"$cluster", node=~"$node"}[5m] @ 1700000000)'),
+    ('max_over_time(rate(x{a="b"}[5m])[1h:1m] offset -5m)',
+     'max_over_time(rate(x{cluster=~"$cluster", node=~"$node", a="b"}[5m])[1h:1m] offset -5m)'),
+    ("clamp_max(avg_over_time(x[$__rate_interval]), 1)",
+     'clamp_max(avg_over_time(x{cluster=~"$cluster", node=~"$node"}[$__rate_interval]), 1)'),
+    # Grafana variables outside a string are neither metric names nor selector braces.
+    ("x offset $__interval", 'x{cluster=~"$cluster", node=~"$node"} offset $__interval'),
+    ("x offset ${__interval} + rate(y[${__range}])",
+     'x{cluster=~"$cluster", node=~"$node"} offset ${__interval} + '
+     'rate(y{cluster=~"$cluster", node=~"$node"}[${__range}])'),
+    # on () joins within one cluster; ignoring () and without () are left alone.
+    ("a * on () b + c / ignoring () d",
+     'a{cluster=~"$cluster", node=~"$node"} * on (cluster) b{cluster=~"$cluster", '
+     'node=~"$node"} + c{cluster=~"$cluster", node=~"$node"} / ignoring () '
+     'd{cluster=~"$cluster", node=~"$node"}'),
+    ("a > bool on (x) group_right (y) b",
+     'a{cluster=~"$cluster", node=~"$node"} > bool on (cluster, x) group_right (y) '
+     'b{cluster=~"$cluster", node=~"$node"}'),
+    # Aggregations with a parameter, the grouping before or after.
+    ("topk by (a) (5, x)", 'topk by (cluster, a) (5, x{cluster=~"$cluster", node=~"$node"})'),
+    ('count_values("v", x) by (a)',
+     'count_values("v", x{cluster=~"$cluster", node=~"$node"}) by (cluster, a)'),
+    # A comment's brackets are not the expression's.
+    ("sum(x) # {( not closed\n+ y",
+     'sum(x{cluster=~"$cluster", node=~"$node"}) # {( not closed\n'
+     '+ y{cluster=~"$cluster", node=~"$node"}'),
+]
+
+
+@pytest.mark.parametrize(("expr", "scoped"), SCOPED)
 def test_scope(expr: str, scoped: str) -> None:
     assert scope(expr, MATCH, ("cluster",)) == scoped
+
+
+def test_scoped_expressions_are_promql_prometheus_reads(demo_prometheus: str) -> None:
+    """Every expected result of :func:`test_scope`, the Grafana variables set, parses in a
+    real Prometheus (its ``format_query``), with the matchers on every selector."""
+    for _, scoped in SCOPED:
+        expr = substitute(scoped, {"cluster": ".*", "node": ".*"})
+        r = requests.post(demo_prometheus + "/api/v1/format_query", data={"query": expr},
+                          timeout=10)
+        body = r.json()
+        assert body["status"] == "success", (scoped, body)
+        assert body["data"].count('cluster=~".*"') == scoped.count('cluster=~"$cluster"'), (
+            scoped, body["data"])
 
 
 @pytest.mark.parametrize("expr", ["sum(a", "a)", "rate(a[5m)", "a{b=\"c\""])
