@@ -442,32 +442,73 @@ def exporter_command(
               if args.api_server else [])]
 
 
-# What --bytecode installs: the exporter, and what bench/nvml_fake_exporter.py imports.
+# What --bytecode installs beside gpuscope.exporter: what bench/nvml_fake_exporter.py imports.
 INSTALLED_FILES = ("tests/__init__.py", "tests/exporter/__init__.py",
                    "tests/exporter/sources/__init__.py", "tests/exporter/sources/fake_nvml.py")
 
+#: The environment the exporter image sets for the exporter (Dockerfile, stage ``exporter``;
+#: tests/deploy/test_dockerfile.py keeps the two equal). ``PYTHONOPTIMIZE=2``: no docstrings
+#: and no ``assert`` in memory, from bytecode the image compiles at that level;
+#: ``MALLOC_ARENA_MAX=2``: the exporter's threads share two glibc arenas instead of one each.
+IMAGE_ENV = {"PYTHONOPTIMIZE": "2", "MALLOC_ARENA_MAX": "2"}
+
 
 def precompile(args: argparse.Namespace, workdir: Path) -> Path:
-    """A copy of this checkout's ``exporter`` and ``bench`` packages (and the fake NVML),
-    byte-compiled in place as ``pip install`` compiles an installed package; returns its
-    root, to run the exporter from.
+    """A copy of this checkout's ``exporter`` package laid out as installed
+    (``gpuscope/exporter``), with ``bench`` and the fake NVML, byte-compiled in place as
+    ``pip install`` compiles an installed package (at the interpreter's optimization level:
+    ``PYTHONOPTIMIZE`` of the exporter's environment); returns its root, to run the exporter
+    from (first on ``PYTHONPATH``, so ``gpuscope.exporter`` is found there before the
+    checkout's editable install).
 
     Without it an interpreter with ``PYTHONDONTWRITEBYTECODE`` set (this machine, and the
     image) compiles every gpuscope module from source at each start. (Not
     ``PYTHONPYCACHEPREFIX``: that would make every other module, site-packages included,
     compile from source too.)"""
     root = workdir / "installed"
-    for package in ("exporter", "bench"):
-        shutil.copytree(REPO / package, root / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "exporter", root / "gpuscope" / "exporter", ignore=ignore)
+    shutil.copytree(REPO / "bench", root / "bench", ignore=ignore)
     for name in INSTALLED_FILES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, root / name)
     subprocess.run(
-        [args.python, "-m", "compileall", "-q", str(root)], cwd=root, env=child_env(args),
+        [args.python, "-m", "compileall", "-q", str(root)], cwd=root, env=exporter_env(args),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=300, check=True,
     )
     return root
+
+
+def exporter_env(args: argparse.Namespace) -> dict[str, str]:
+    """:func:`child_env`, with :data:`IMAGE_ENV` under ``--as-image``."""
+    env = child_env(args)
+    if args.as_image:
+        env.update(IMAGE_ENV)
+    return env
+
+
+def compile_libraries(args: argparse.Namespace) -> None:
+    """Under ``--as-image``: the interpreter's standard library and site-packages
+    byte-compiled at the image's optimization level, in place, as the image's build does
+    (``python -m compileall -o 2``; files already compiled are skipped, so only the first
+    run takes time). Without them an optimizing interpreter compiles every module it imports
+    from source, at every start."""
+    level = IMAGE_ENV["PYTHONOPTIMIZE"]
+    out = subprocess.run(
+        [args.python, "-c", "import json, site, sysconfig; print(json.dumps("
+         "[sysconfig.get_path('stdlib'), *site.getsitepackages()]))"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    dirs = [d for d in json.loads(out.stdout) if os.path.isdir(d)]
+    done = subprocess.run(
+        [args.python, "-m", "compileall", "-q", "-j", "0", "-o", level, *dirs],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        timeout=900, check=False, text=True,
+    )
+    if done.returncode != 0:  # e.g. a read-only system library: said, not fatal
+        lines = done.stderr.strip().splitlines()
+        print(f"exporter_bench: warning: compileall -o {level} returned {done.returncode}"
+              f"{': ' + lines[-1] if lines else ''}", file=sys.stderr)
 
 
 def fake_library_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
@@ -498,7 +539,7 @@ def start_exporter(args: argparse.Namespace, workdir: Path) -> Exporter:
     port = free_port()
     command = exporter_command(args, port, scenario, workdir)
     log_path = workdir / "exporter.log"
-    env = child_env(args)
+    env = exporter_env(args)
     if args.source == "nvml-c":
         env.update(fake_library_env(args, workdir))
     cwd = REPO
@@ -703,6 +744,7 @@ class Result:
     gzip: bool
     no_site: bool
     bytecode: bool
+    as_image: bool
     gpus: int
     processes_per_gpu: int
     interval_s: float
@@ -766,6 +808,8 @@ def measure(args: argparse.Namespace) -> Result:
         from bench.nvml_c_exporter import build_library
 
         args.fake_library = build_library()
+    if args.as_image:
+        compile_libraries(args)
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
         kubelet = api = None
         if args.source in ("nvml-fake", "nvml-c") and args.kubelet:
@@ -873,6 +917,7 @@ def _measure(args: argparse.Namespace, exp: Exporter) -> Result:
         gzip=args.gzip,
         no_site=args.no_site,
         bytecode=args.bytecode,
+        as_image=args.as_image,
         gpus=args.gpus,
         processes_per_gpu=args.processes_per_gpu,
         interval_s=args.interval,
@@ -928,6 +973,9 @@ def print_result(r: Result) -> None:
     v = r.verdicts()
     pm = "on" if r.process_metrics else "off"
     site = (", python -S" if r.no_site else "") + (", bytecode" if r.bytecode else "")
+    if r.as_image:
+        image_env = ", ".join(f"{k}={v}" for k, v in IMAGE_ENV.items())
+        site += f", as the image runs it ({image_env})"
     print(f"gpuscope-exporter benchmark: source={r.source}, {r.gpus} GPUs x "
           f"{r.processes_per_gpu} processes, process metrics {pm}{site}")
     print(f"  sampling every {r.interval_s:g} s, scraped every {r.scrape_interval_s:g} s "
@@ -1035,7 +1083,7 @@ def import_costs(args: argparse.Namespace, runs: int = 5) -> list[dict[str, Any]
     step's own imports and read VmRSS before and after them."""
     from tests.pki import TestCA
 
-    env = child_env(args)
+    env = exporter_env(args)
     rows: list[dict[str, Any]] = []
     prior = ""
     ca_file = Path(tempfile.mkdtemp(prefix="gpuscope-bench-")) / "ca.crt"
@@ -1123,6 +1171,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--bytecode", action="store_true",
                    help="load gpuscope's modules from bytecode compiled beforehand, as an "
                         "installed package does, instead of compiling them at start-up")
+    p.add_argument("--as-image", action="store_true",
+                   help="run the exporter as the exporter image does: gpuscope, the "
+                        "standard library and site-packages byte-compiled at optimization "
+                        "level 2 (--bytecode; the first run compiles the libraries in place), "
+                        "and the image's environment (" + ", ".join(
+                            f"{k}={v}" for k, v in IMAGE_ENV.items()) + ")")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="exporter log level (default info, the exporter's own default)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
@@ -1149,6 +1203,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be positive")
     if args.warmup < 0 or args.gpus < 0 or args.processes_per_gpu < 0:
         p.error("--warmup, --gpus and --processes-per-gpu must not be negative")
+    if args.as_image:
+        args.bytecode = True
     return args
 
 
@@ -1179,6 +1235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve_fake_kubelet(args.serve_fake_kubelet, args.gpus, args.processes_per_gpu)
         return 0
     if args.import_costs:
+        if args.as_image:
+            compile_libraries(args)
         rows = import_costs(args)
         if args.json:
             print(json.dumps({"import_costs": rows, "machine": machine_info()}, indent=2))

@@ -284,3 +284,31 @@ def test_no_secrets_or_tests_in_the_context() -> None:
              if line.startswith("!")}
     assert not allow & {"tests", ".git", ".venv", "bench", "deploy", "docs", ".ci", "scripts"}
     assert Path(REPO / "tests").is_dir()
+
+
+def test_exporter_runs_as_the_benchmark_measures_it() -> None:
+    """The exporter stage sets the environment ``bench/exporter_bench.py --as-image`` gives the
+    exporter (the memory budget is measured so), and compiles the standard library and the
+    installed packages at the optimization level that environment asks for: an optimizing
+    interpreter with no bytecode of its level compiles every module from source."""
+    from bench.exporter_bench import IMAGE_ENV
+
+    stage = BY_NAME["exporter"]
+    env: dict[str, str] = {}
+    for arg in stage.all("ENV"):
+        for pair in shlex.split(arg):
+            key, _, value = pair.partition("=")
+            env[key] = value
+    assert {k: env.get(k) for k in IMAGE_ENV} == IMAGE_ENV
+    level = IMAGE_ENV["PYTHONOPTIMIZE"]
+    compiles = [run for run in stage.all("RUN") if "compileall" in run]
+    assert compiles, "the exporter stage does not byte-compile anything"
+    (run,) = compiles
+    # The base image's standard library, site-packages inside it.
+    version = re.fullmatch(r"python:(3\.\d+)-slim(-\w+)?", GLOBAL_ARGS["PYTHON_IMAGE"])
+    assert version, GLOBAL_ARGS["PYTHON_IMAGE"]
+    assert re.search(rf"python -m compileall (-\w+ \w+ |-q )*-o {level} "
+                     rf"/usr/local/lib/python{re.escape(version.group(1))}$", run), run
+    # ...after everything is installed, so nothing is left to compile at start-up.
+    runs = stage.all("RUN")
+    assert runs.index(run) == len(runs) - 1
