@@ -1043,9 +1043,9 @@ IMPORT_STEPS: tuple[tuple[str, str], ...] = (
      "import http.server, logging, gzip, threading, argparse, ssl"),
     ("prometheus_client", "import prometheus_client"),
     ("pynvml (nvidia-ml-py)", "import pynvml"),
-    ("kubelet client libraries: grpclib (asyncio, h2, hpack, multidict), protobuf",
-     "import grpclib.client, grpclib.const, grpclib.exceptions, grpclib.encoding.proto, "
-     "h2.exceptions, google.protobuf.message, google.protobuf.internal.builder, "
+    ("kubelet client libraries: h2 (hpack, hyperframe), protobuf",
+     "import h2.config, h2.connection, h2.errors, h2.events, h2.exceptions, h2.settings, "
+     "google.protobuf.message, google.protobuf.internal.builder, "
      "google.protobuf.runtime_version, google.protobuf.symbol_database"),
     ("API-server client libraries: lightkube, lightkube-models, httpx2, msgspec, yaml",
      "import lightkube, lightkube.generic_resource, lightkube.config.client_adapter, httpx2, "

@@ -11,6 +11,7 @@ need exist on a CI machine.)"""
 from __future__ import annotations
 
 import http.client
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -75,7 +76,7 @@ def test_budget_configuration_runs_as_the_image_runs_it(
     gpus = {s.labels["uuid"] for s in families["gpu_info"].samples}
     assert len(gpus) == GPUS
     # Every container the fake kubelet allocates is attributed and named: the kubelet client
-    # (grpclib, protobuf) and the API-server client (lightkube, httpx2) both work under -OO.
+    # (h2, protobuf) and the API-server client (lightkube, httpx2) both work under -OO.
     containers = {(s.labels["namespace"], s.labels["pod"])
                   for s in families["container_gpu_utilization_ratio"].samples}
     assert len(containers) == GPUS * eb_pods_per_gpu()
@@ -93,7 +94,7 @@ def eb_pods_per_gpu() -> int:
 
 def test_help_and_version_under_the_image_optimization_level() -> None:
     """``--help`` and ``--version`` print what they say without docstrings."""
-    env = {**eb.IMAGE_ENV, "PATH": "/usr/bin:/bin"}
+    env = {**os.environ, **eb.IMAGE_ENV}
     for flag in ("--help", "--version"):
         done = subprocess.run([sys.executable, "-m", "gpuscope.exporter", flag],
                               capture_output=True, text=True, timeout=60, env=env,

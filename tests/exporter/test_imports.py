@@ -14,12 +14,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# grpcio ("grpc"): never in the exporter (only the tests' kubelet doubles use it); grpclib and
-# protobuf: loaded by the first kubelet call, so never by the simulated source; lightkube: the
-# API-server client; boto3: the CloudWatch sink; pynvml: the NVML source.
+# grpcio ("grpc"): never in the exporter (only the tests' kubelet doubles use it); grpclib: no
+# longer a dependency; h2 and protobuf: loaded by the first kubelet call, so never by the
+# simulated source; lightkube: the API-server client; boto3: the CloudWatch sink; pynvml: the
+# NVML source.
 HEAVY = (
     "grpc",
     "grpclib",
+    "h2",
     "google.protobuf",
     "lightkube",
     "tests.kubelet_api",

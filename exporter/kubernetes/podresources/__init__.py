@@ -2,9 +2,9 @@
 
 ``client.py``: the client and the background watcher, and the types they return (GPU
 allocations from device plugins, devices from DRA claims); ``call.py``: one ``List()`` call
-with grpclib (gRPC on asyncio and h2, pure Python) and the protobuf runtime, imported by the
-first call; ``api.proto``: the kubelet's API, and ``api_pb2.py``/``api_pb2.pyi``/``api_grpc.py``
-the code generated from it (``generate.sh``; never edit by hand); ``devices.py``: device-ID
+(gRPC's unary call over ``h2``, pure Python, with the protobuf runtime), imported by the
+first call; ``api.proto``: the kubelet's API, and ``api_pb2.py``/``api_pb2.pyi`` the messages
+generated from it (``generate.sh``; never edit by hand); ``devices.py``: device-ID
 normalisation.
 """
 

@@ -11,8 +11,8 @@ the GPU resources (:data:`DEFAULT_RESOURCES` plus user-configured names) as froz
 Two classes:
 
 :class:`PodResourcesClient`
-    One ``List()`` call per :meth:`~PodResourcesClient.list_allocations`, with grpclib and the
-    protobuf runtime (``call.py``), on a new connection and a new event loop each time, with a
+    One ``List()`` call per :meth:`~PodResourcesClient.list_allocations`, over ``h2`` with the
+    protobuf runtime (``call.py``), on a new connection each time, in the calling thread, with a
     deadline, and a receive limit far above gRPC's 4 MiB default (big nodes answer with more:
     dcgm-exporter issue 509). A connection per call every few seconds on a local socket costs
     about a millisecond and carries no state that can go stale across a kubelet restart.
@@ -22,9 +22,9 @@ Two classes:
     good answer. :meth:`PodResourcesWatcher.latest` never blocks and never talks to the
     kubelet, so a scrape cannot wait on a slow or absent kubelet; failures only count.
 
-grpclib and protobuf are imported by the first call, not by this module: the types here (and
+h2 and protobuf are imported by the first call, not by this module: the types here (and
 so the attribution code and the simulated source, which import them) load neither. The
-``.proto`` is ``api.proto``, a copy of the kubelet's; the stubs generated from it are committed
+``.proto`` is ``api.proto``, a copy of the kubelet's; the messages generated from it are committed
 (``generate.sh``). The tests serve ``List()`` from grpc-go (what kubelets run) and grpcio.
 """
 
@@ -171,7 +171,7 @@ class PodResourcesClient:
     ) -> None:
         if not socket_path:
             raise ValueError("socket_path must not be empty")
-        # Refused now, not at the first call (call.check_limits, without importing grpclib).
+        # Refused now, not at the first call (call.check_limits, without importing h2).
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if max_receive_bytes <= 0:
@@ -221,7 +221,7 @@ class PodResourcesClient:
             if self._closed:
                 raise PodResourcesError("client closed")
             raise PodResourcesError(f"kubelet socket {self.socket_path} absent")
-        # Imported here, not at the top: grpclib and protobuf load with the first call.
+        # Imported here, not at the top: h2 and protobuf load with the first call.
         from gpuscope.exporter.kubernetes.podresources.call import CallError, ListCall
 
         call = ListCall(self.socket_path, self.timeout, self.max_receive_bytes)

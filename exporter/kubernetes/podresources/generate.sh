@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the committed Python code of the kubelet PodResources v1 API from api.proto:
 #   exporter/kubernetes/podresources/api_pb2.py, api_pb2.pyi  messages (protobuf runtime)
-#   exporter/kubernetes/podresources/api_grpc.py              grpclib stub (the exporter's client)
 #   tests/kubelet_api/podresources_v1_pb2_grpc.py             grpcio servicer (the tests' kubelet)
 # (The Go stubs of the tests' grpc-go kubelet are generated at test time from the same file:
 # tests/kubelet_api/grpcgo.py.)
@@ -9,8 +8,8 @@
 # The generated code embeds the versions of its generators: api_pb2.py refuses to load on a
 # protobuf runtime older than the protoc bundled with grpcio-tools, and the grpcio servicer
 # refuses a grpcio older than grpcio-tools. Keep GRPCIO_TOOLS_VERSION in step with the floors on
-# protobuf (dependencies) and grpcio (test extra) in pyproject.toml. api_grpc.py comes from
-# grpclib's own protoc plugin (grpclib.plugin.main), so it follows the installed grpclib.
+# protobuf (dependencies) and grpcio (test extra) in pyproject.toml. The exporter's client
+# needs no generated stub: call.py makes its one unary call over h2 with the messages above.
 #
 # Usage (from anywhere):
 #   bash exporter/kubernetes/podresources/generate.sh           rewrite the committed files
@@ -31,8 +30,6 @@ if [[ "$installed" != "$GRPCIO_TOOLS_VERSION" ]]; then
          "pip install grpcio-tools==$GRPCIO_TOOLS_VERSION" >&2
     exit 1
 fi
-"$python" -c 'import grpclib.plugin.main' || {
-    echo "generate.sh: needs grpclib (its protoc plugin) in $python" >&2; exit 1; }
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -42,16 +39,10 @@ trap 'rm -rf "$work"' EXIT
 pkg="gpuscope/exporter/kubernetes/podresources"
 mkdir -p "$work/in/$pkg" "$work/out"
 cp "$here/api.proto" "$work/in/$pkg/api.proto"
-# grpclib's plugin runs as a separate process: a small launcher on the same interpreter.
-printf '#!/bin/sh\nexec "%s" -c "from grpclib.plugin.main import main; main()"\n' \
-    "$(command -v "$python")" > "$work/protoc-gen-grpclib_python"
-chmod +x "$work/protoc-gen-grpclib_python"
 "$python" -m grpc_tools.protoc \
     --proto_path="$work/in" \
-    --plugin=protoc-gen-grpclib_python="$work/protoc-gen-grpclib_python" \
     --python_out="$work/out" \
     --pyi_out="$work/out" \
-    --grpclib_python_out="$work/out" \
     --grpc_python_out="$work/out" \
     "$pkg/api.proto"
 
@@ -59,7 +50,6 @@ chmod +x "$work/protoc-gen-grpclib_python"
 declare -A targets=(
     ["$pkg/api_pb2.py"]="exporter/kubernetes/podresources/api_pb2.py"
     ["$pkg/api_pb2.pyi"]="exporter/kubernetes/podresources/api_pb2.pyi"
-    ["$pkg/api_grpc.py"]="exporter/kubernetes/podresources/api_grpc.py"
     ["$pkg/api_pb2_grpc.py"]="tests/kubelet_api/podresources_v1_pb2_grpc.py"
 )
 stale=()

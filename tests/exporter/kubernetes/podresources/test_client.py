@@ -2,7 +2,7 @@
 
 The server is grpcio serving the servicer generated from the exporter's ``api.proto``
 (``tests/kubelet_api``), or, for the wire tests, hand-encoded bytes; the client is the
-exporter's (grpclib and protobuf), so deadlines, message limits, connection handling and
+exporter's (h2 and protobuf), so deadlines, message limits, connection handling and
 decoding all run for real. ``test_grpcgo.py`` runs the same client against grpc-go, the server
 real kubelets run. ``KubeletServer``, ``FakeKubelet`` and the response builders here are also
 the kubelet of ``tests/e2e`` and ``bench/soak.py``. Every wait is bounded.
@@ -450,7 +450,7 @@ def test_field_numbers_match_the_kubelet_api() -> None:
 
 def test_committed_generated_code_matches_the_proto() -> None:
     # Regenerates everything from api.proto into a temporary folder and compares byte for
-    # byte: api_pb2.py, api_pb2.pyi, api_grpc.py (the exporter's) and the grpcio servicer.
+    # byte: api_pb2.py, api_pb2.pyi (the exporter's) and the grpcio servicer.
     root = Path(__file__).resolve().parents[4]
     script = root / "exporter/kubernetes/podresources/generate.sh"
     done = subprocess.run(["bash", str(script), "--check"], capture_output=True, text=True,
@@ -550,7 +550,7 @@ def test_many_calls_leave_no_socket_thread_or_loop_behind(
     # opens (socket, epoll, the loop's self-pipe) must be closed by its end, failed or not.
     servicer = kubelet.start(FakeKubelet(response(gpu_pod("a", "p", GPU0))))
     client = make_client(timeout=0.3)
-    client.list_allocations()  # the first call imports grpclib and protobuf
+    client.list_allocations()  # the first call imports h2 and protobuf
     fds_before, threads_before = open_fds(), client_threads()
     for _ in range(200):
         assert len(client.list_allocations()) == 1
@@ -807,13 +807,14 @@ def client_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if not t.name.startswith("ThreadPoolExecutor")}
 
 
-def test_imports_grpclib_and_protobuf_at_the_first_call_and_never_grpcio(
+def test_imports_h2_and_protobuf_at_the_first_call_and_never_grpc_libraries(
     kubelet: KubeletServer,
 ) -> None:
-    # The client speaks gRPC with grpclib (pure Python) and the protobuf runtime, never with
-    # grpcio (~10 MiB more RSS on every node); and only from the first call on, so the types
-    # (which the attribution code and the simulated source import) load neither. The server
-    # here is grpcio, in this process; the client runs in a fresh interpreter.
+    # The client speaks gRPC over h2 with the protobuf runtime, never with grpcio (~10 MiB
+    # more RSS on every node) nor grpclib (0.7 MiB, and an event loop per call); and only from
+    # the first call on, so the types (which the attribution code and the simulated source
+    # import) load neither. The server here is grpcio, in this process; the client runs in a
+    # fresh interpreter.
     kubelet.start(FakeKubelet(response(gpu_pod("a", "p", GPU0))))
     code = (
         "import sys\n"
@@ -824,11 +825,11 @@ def test_imports_grpclib_and_protobuf_at_the_first_call_and_never_grpcio(
         "                  or m.startswith(tuple(n + '.' for n in names)))\n"
         "w = PodResourcesWatcher(PodResourcesClient('/nonexistent/kubelet.sock'))\n"
         "assert w.refresh_once() is False\n"
-        "assert not loaded('grpclib', 'google', 'h2', 'grpc'), loaded('grpclib', 'google')\n"
+        "assert not loaded('google', 'h2', 'grpc'), loaded('google', 'h2', 'grpc')\n"
         f"c = PodResourcesClient({kubelet.path!r})\n"
         "print([(a.pod, a.device.uuid) for a in c.list_allocations()])\n"
-        "assert loaded('grpclib') and loaded('google.protobuf') and loaded('h2')\n"
-        "assert not loaded('grpc'), loaded('grpc')\n"
+        "assert loaded('google.protobuf') and loaded('h2')\n"
+        "assert not loaded('grpc', 'grpclib', 'asyncio'), loaded('grpc', 'grpclib', 'asyncio')\n"
     )
     root = Path(__file__).resolve().parents[4]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,

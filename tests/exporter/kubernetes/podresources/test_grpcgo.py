@@ -255,7 +255,7 @@ def test_500_calls_in_a_row_keep_files_and_threads_flat(
     go_kubelet.serve(response(gpu_pod("a", "p", GPU0), gpu_pod("b", "q", f"{GPU1}::3")))
     go_kubelet.start()
     client = make_client()
-    client.list_allocations()  # imports grpclib and protobuf
+    client.list_allocations()  # imports h2 and protobuf
     fds_before, threads_before = open_fds(), set(threading.enumerate())
     started = time.perf_counter()
     for _ in range(500):
