@@ -1088,13 +1088,17 @@ def import_costs(args: argparse.Namespace, runs: int = 5) -> list[dict[str, Any]
     prior = ""
     ca_file = Path(tempfile.mkdtemp(prefix="gpuscope-bench-")) / "ca.crt"
     ca_file.write_bytes(TestCA("bench-cluster-ca").cert_pem)
+    cwd = REPO
+    if args.bytecode:  # gpuscope's modules from bytecode too, as installed
+        cwd = precompile(args, ca_file.parent)
+        env["PYTHONPATH"] = os.pathsep.join([str(cwd), env["PYTHONPATH"]])
     for label, template in IMPORT_STEPS:
         statement = template.format(ca_file=str(ca_file))
         code = prior + _PROBE.format(statement=statement or "pass")
         samples: list[tuple[int, int, float]] = []
         for _ in range(runs):
             out = subprocess.run(
-                [*python_argv(args), "-c", code], cwd=REPO, env=env, capture_output=True,
+                [*python_argv(args), "-c", code], cwd=cwd, env=env, capture_output=True,
                 text=True, timeout=60,
             )
             if out.returncode != 0:
