@@ -461,6 +461,10 @@ def start_exporter(node: Node, workdir: Path, args: argparse.Namespace,
         "--log-level", "info",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")}
+    if args.as_image:  # the exporter only; the harness runs as it is
+        from bench.exporter_bench import IMAGE_ENV
+
+        env.update(IMAGE_ENV)
     if args.tracemalloc:
         env["SOAK_TRACEMALLOC"] = str(args.tracemalloc)
     log = (workdir / "exporter.log").open("wb")
@@ -713,6 +717,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--thread-tolerance", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, metavar="PATH", help="write figures and time series")
+    p.add_argument("--as-image", action="store_true",
+                   help="run the exporter with the exporter image's interpreter settings "
+                        "(PYTHONOPTIMIZE=2, MALLOC_ARENA_MAX=2: bench/exporter_bench.py's "
+                        "IMAGE_ENV); the soak's own kubelet and API server run as they are")
     p.add_argument("--tracemalloc", type=Path, metavar="FILE",
                    help="trace allocations in the exporter, top growth into FILE every 60 s "
                         "(diagnosis only: perturbs RSS and CPU)")
