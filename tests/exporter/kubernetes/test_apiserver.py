@@ -1089,12 +1089,22 @@ def test_kubeconfig_token_file_relative_and_reread(
     w = watcher_factory(api.url, config=cfg, token_refresh_s=0.0)  # re-read before each request
     assert w.wait_synced(5)
     wait_until(lambda: len(api.watches()) == 1)
-    token_file.write_text("rotated-token-2")
-    api.token = "rotated-token-2"
+    # As on a real cluster, the API server takes the new token before the file holds it and
+    # the old one until it expires; the node and slice polls run on their own clock, so a
+    # server that refused either token during the swap would count their 401s (CI saw 2).
+    api.token, api.old_tokens = "rotated-token-2", {TOKEN}
+    # The kubelet swaps a projected token atomically (a symlink flip); a reader never sees
+    # the file half written.
+    (tmp_path / "creds" / "token.new").write_text("rotated-token-2")
+    os.replace(tmp_path / "creds" / "token.new", token_file)
     api.watch_actions.put(("drop", None))
     wait_until(lambda: len(api.watches()) == 2, what="watch after the rotation")
     assert api.unauthorized == 0
     assert api.lists()[-1].headers["Authorization"] == "Bearer rotated-token-2"
+    api.old_tokens = set()  # the old token has expired: every later request uses the new one
+    api.watch_actions.put(("drop", None))
+    wait_until(lambda: len(api.watches()) == 3, what="watch after the old token expired")
+    assert api.unauthorized == 0
 
 
 def test_exec_credential_plugin_runs_again_after_401(
