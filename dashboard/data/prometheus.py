@@ -881,9 +881,10 @@ class PrometheusData:
         end. Every verdict needs its condition at the latest step (a trailing run), so the
         server applies each rule to that step over the whole fleet (one step) and sends back
         only what meets it (``now``: idle, spinning, throttled devices, allocated-idle
-        containers, straggler candidates' workloads, devices with nothing to judge them by,
-        containers whose mean is in the input-starved range), beside who is where (devices,
-        nodes, pods, containers in the window) and each device's window mean.
+        containers, straggler candidates' workloads and, on one-minute steps with the
+        rules, the stragglers' devices, devices with nothing to judge them by), beside who
+        is where (devices, nodes, pods, containers in the window, each container with its
+        raw mean: the input-starved candidates) and each device's window mean.
         :meth:`second_round` then asks the history of what was singled out, by node. No
         query here names a device or a node. With ``rules``, ``now`` reads what the
         ``gpuscope-dashboard`` recording rules recorded in the last step."""
@@ -895,7 +896,6 @@ class PrometheusData:
         whole = duration(window.seconds + window.step / 2)
         st = _Steps(r, rr, rules)
         v = Verdicts(self.thresholds)
-        th = self.thresholds
 
         def stat(expr: str, name: str) -> str:
             return f'label_replace({expr}, "stat", "{name}", "", "")'
@@ -909,12 +909,6 @@ class PrometheusData:
             mine = selector("container_gpu_utilization_ratio", namespace=namespace)
             ns_filter = f" and on (node, uuid) max by (node, uuid) (last_over_time({mine}[{w}]))"
             pods = selector("gpu_pod_info", namespace=namespace)
-            iutil = selector("container_gpu_utilization_ratio", namespace=namespace)
-        else:
-            iutil = cutil
-        # Input starvation: the containers whose raw mean over the window lies in the
-        # suspicious range (the rule's own test of the same mean: nothing is lost).
-        imean = f"avg by ({CBY}) (avg_over_time({iutil}[{w}]))"
         if rules:
             mean = f"max by ({GBY}) (avg_over_time({RULES['util']}[{whole}]))"
 
@@ -955,7 +949,10 @@ class PrometheusData:
                      "first"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
-            "members": f"max by ({CBY}) (last_over_time({cutil}[{w}])){ns_filter}",
+            # Each one's raw mean over the window: the input-starved candidates are those
+            # in the suspicious range (the rule's own test of the same mean: nothing is
+            # lost); one pass over the containers' samples for both.
+            "members": f"avg by ({CBY}) (avg_over_time({cutil}[{w}])){ns_filter}",
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
             # The latest step: what meets a rule, and only that.
         }
@@ -965,7 +962,6 @@ class PrometheusData:
             stat(f"max by ({GBY}) (gpu_info) unless on (node, uuid)"
                  f" max_over_time(gpu_utilization_ratio[{r}]) unless on (node, uuid)"
                  f" {st.active('sm')}", "silent"),
-            stat(f"({imean} >= {th.input_low!r}) <= {th.input_high!r}", "input"),
         ])
         # One query per rule (``now``, ``now#1``...): they run side by side, and none comes
         # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
@@ -986,7 +982,8 @@ class PrometheusData:
         devices and containers of nodes with time-sliced devices or straggler candidates,
         the work signals of spinning GPUs and of slow-rank candidates' workloads,
         throttling, the held devices' use; and, at the end, the input-starved candidates'
-        raw-sample statistics and the stragglers' evidence over ``ask.evidence_seconds``.
+        raw-sample statistics (stddev, count, memory; the mean is the first round's) and the
+        stragglers' evidence over ``ask.evidence_seconds``.
         With ``rules``, the idle, held-idle and throttled steps are the recorded sparse
         series themselves, asked without a list (they hold only what meets the rule), or
         (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
@@ -1074,8 +1071,8 @@ class PrometheusData:
             util = selector("container_gpu_utilization_ratio", {**st.match, **ns}, **eq)
             mem = selector("container_gpu_memory_used_bytes", {**st.match, **ns}, **eq)
             return " or ".join(
+                # (the mean: the first round's ``members``)
                 f'label_replace({expr}, "stat", "{name}", "", "")' for name, expr in (
-                    ("mean", f"avg by ({CBY}) (avg_over_time({util}[{w}]))"),
                     ("stddev", f"avg by ({CBY}) (stddev_over_time({util}[{w}]))"),
                     ("count", f"max by ({CBY}) (count_over_time({util}[{w}]))"),
                     ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))")))
@@ -1288,6 +1285,12 @@ class PrometheusData:
                 first = v
         # Every container in the window; a history only where a verdict can use one.
         members = [_cref(lab) for lab, _ in first_res["members"] if lab.get("namespace")]
+        # Input starvation's candidates: the raw mean in the rule's range (of the namespace
+        # filtered to: the other containers on its devices are there for time-slicing).
+        input_nodes = {
+            lab.get("node", "") for lab, mean in first_res["members"]
+            if lab.get("namespace") and th.input_low <= mean <= th.input_high
+            and (namespace is None or lab.get("namespace") == namespace)}
         pods = {}
         for lab, _ in first_res["pods"]:
             key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
@@ -1300,7 +1303,6 @@ class PrometheusData:
         throttled_refs: set[tuple[GpuRef, str]] = set()
         held_nodes: set[str] = set()
         held_refs: set[ContainerRef] = set()
-        input_nodes: set[str] = set()
         judged: set[tuple[str, str]] = set()
         slow: set[tuple[str, str]] = set()
         # The devices the stragglers' rules flag at the end (one-minute steps), by group.
@@ -1319,8 +1321,6 @@ class PrometheusData:
             elif stat == "held_idle":
                 held_nodes.add(ref.node)
                 held_refs.add(_cref(lab))
-            elif stat == "input":
-                input_nodes.add(ref.node)
             elif stat == "candidate":
                 key2 = (lab.get("namespace", ""), lab.get("workload", ""))
                 judged.add(key2)
@@ -1428,12 +1428,14 @@ class PrometheusData:
         stats_parts: dict[ContainerRef, dict[str, float]] = {}
         for lab, v in later.get("stats", []):
             stats_parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
+        # The raw mean is the first round's (``members``: the same expression).
+        means = {_cref(lab): v for lab, v in first_res["members"]}
         stats = {
             ref: UtilStats(
-                mean=p.get("mean", 0.0), stddev=p.get("stddev", 0.0),
+                mean=means[ref], stddev=p.get("stddev", 0.0),
                 samples=int(p.get("count", 0)), memory_bytes=p.get("memory", 0.0),
             )
-            for ref, p in stats_parts.items() if "mean" in p
+            for ref, p in stats_parts.items() if ref in means
         }
         busy_max: dict[GpuRef, Series] = {}
         idle_signal: dict[GpuRef, str] = {}
