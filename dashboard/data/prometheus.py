@@ -944,9 +944,10 @@ class PrometheusData:
             "nodes": "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
             "gpu_stats": " or ".join([
                 stat(mean, "mean"),
-                # When data begins: the first step at which any device reported.
-                stat(f"min_over_time(timestamp(count(gpu_utilization_ratio))[{whole}:{s}])",
-                     "first"),
+                # When data begins: the first step at which any device reported. Where one
+                # did at the window's first step (as it usually has) that step, read at that
+                # step alone; else :meth:`first_query` (a query more, on a young store).
+                stat(f"count(gpu_utilization_ratio @ {window.start:.3f})", "at_start"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those
@@ -967,6 +968,13 @@ class PrometheusData:
         # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
         out.update({"now" if i == 0 else f"now#{i}": q for i, q in enumerate(now)})
         return out
+
+    @staticmethod
+    def first_query(window: Window) -> str:
+        """When data begins in ``window``: the first step at which any device reported."""
+        whole = duration(window.seconds + window.step / 2)
+        return (f"min_over_time(timestamp(count(gpu_utilization_ratio))"
+                f"[{whole}:{duration(window.step)}])")
 
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
@@ -1281,10 +1289,16 @@ class PrometheusData:
             stat = lab.get("stat")
             if stat == "mean":
                 gpu_mean[_gref(lab)] = v
-            elif stat == "first" and math.isfinite(v):
-                first = v
+            elif stat == "at_start" and v > 0:
+                first = window.start
+        if first is None:  # no device reported at the window's first step
+            checks += 1
+            first = next((v for _, v in self.instant(self.first_query(window), window.end)
+                          if math.isfinite(v)), None)
         # Every container in the window; a history only where a verdict can use one.
-        members = [_cref(lab) for lab, _ in first_res["members"] if lab.get("namespace")]
+        # Each container's raw mean over the window (the input statistics' mean).
+        member_mean = {_cref(lab): v for lab, v in first_res["members"] if lab.get("namespace")}
+        members = list(member_mean)
         # Input starvation's candidates: the raw mean in the rule's range (of the namespace
         # filtered to: the other containers on its devices are there for time-slicing).
         input_nodes = {
@@ -1429,13 +1443,12 @@ class PrometheusData:
         for lab, v in later.get("stats", []):
             stats_parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
         # The raw mean is the first round's (``members``: the same expression).
-        means = {_cref(lab): v for lab, v in first_res["members"]}
         stats = {
             ref: UtilStats(
-                mean=means[ref], stddev=p.get("stddev", 0.0),
+                mean=member_mean[ref], stddev=p.get("stddev", 0.0),
                 samples=int(p.get("count", 0)), memory_bytes=p.get("memory", 0.0),
             )
-            for ref, p in stats_parts.items() if ref in means
+            for ref, p in stats_parts.items() if ref in member_mean
         }
         busy_max: dict[GpuRef, Series] = {}
         idle_signal: dict[GpuRef, str] = {}
