@@ -925,8 +925,15 @@ class PrometheusData:
             if self._minutes(window):
                 # On one-minute steps, the stragglers' own rules at the end: which groups
                 # can hold one, and which of their devices.
-                now[4] = " or ".join([now[4], stat(recorded("stalled", MEMBER), "stalled"),
-                                      stat(recorded("slow", f"{MEMBER}, signal"), "slow")])
+                # Whether those rules are loaded at all (a rule file older than the page's
+                # records none; then the candidates' steps are asked for, as without the
+                # summaries): the group medians, recorded wherever a workload has two
+                # devices of a model.
+                now[4] = " or ".join([
+                    now[4], stat(recorded("stalled", MEMBER), "stalled"),
+                    stat(recorded("slow", f"{MEMBER}, signal"), "slow"),
+                    stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
+                         "straggler_rules")])
         else:
             # The window mean of each step's utilization (the busy counter's rate, else the
             # gauge's mean): steps before a device appeared, or at which its counter is
@@ -1321,6 +1328,7 @@ class PrometheusData:
         slow: set[tuple[str, str]] = set()
         # The devices the stragglers' rules flag at the end (one-minute steps), by group.
         flagged: dict[GroupKey, dict[GpuRef, str]] = {}
+        straggler_rules = False
         for lab, _ in first_res["now"]:
             stat, ref = lab.get("stat", ""), _gref(lab)
             if stat == "idle":
@@ -1342,6 +1350,8 @@ class PrometheusData:
                     slow.add(key2)
             elif stat in ("stalled", "slow"):
                 flagged.setdefault(_group_key(lab), {})[ref] = stat
+            elif stat == "straggler_rules":
+                straggler_rules = True
 
         # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
         # spinning): the waste split asks when their devices were held.
@@ -1395,12 +1405,13 @@ class PrometheusData:
             # The stragglers' rules at the end say which workloads can hold one: their
             # evidence now, and their steps only where the summaries do not describe them.
             flagged_workloads = {key[:2] for key in flagged}
+            strag_ask: dict[str, Any] = {} if not straggler_rules else {
+                "candidates": (), "slow": (),
+                "evidence": {n for k in flagged_workloads for n in workload_nodes.get(k, ())},
+                "evidence_seconds": (min(th.straggler_duration, window.seconds,
+                                         max(history, 0.0)) if flagged else 0.0)}
             more = self.second_round(window, replace(
-                ask, idle=(), idle_nodes=(), spinning=(), throttled=(), held=(),
-                candidates=(), slow=(),
-                evidence={n for k in flagged_workloads for n in workload_nodes.get(k, ())},
-                evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
-                                  if flagged else 0.0)),
+                ask, idle=(), idle_nodes=(), spinning=(), throttled=(), held=(), **strag_ask),
                 namespace, rules)
             more.update(self.run_queries(
                 window, hs, devices={g.node for g in idle_now | spin_now},
