@@ -103,10 +103,11 @@ class GpuInfo:
     model: str = ""
     parent_uuid: str = ""
     mig_profile: str = ""
+    #: ``GpuRef(node, uuid)``, made once: a fleet page's analysis reads it some 10^5 times.
+    ref: GpuRef = field(init=False, repr=False, compare=False)
 
-    @property
-    def ref(self) -> GpuRef:
-        return GpuRef(self.node, self.uuid)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", GpuRef(self.node, self.uuid))
 
     @property
     def is_physical(self) -> bool:

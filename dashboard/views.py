@@ -511,7 +511,8 @@ def build_fleet_view(
         allocated_idle_per_hour=sum(r.price_per_hour or 0.0 for r in allocated_rows),
         idle_slices=len(slices_idle),
         wasted_spinning=report.wasted_spinning,
-        fleet_per_hour=sum(priced),
+        # fsum: the same total whatever order the store listed the nodes in
+        fleet_per_hour=math.fsum(priced),
         unpriced_nodes=tuple(sorted(n for n, p in node_price.items()
                                     if p.per_hour is None and n in by_node)),
         spot_nodes=sum(1 for n in by_node if (i := data.nodes.get(n)) is not None

@@ -99,12 +99,13 @@ def workload_groups(
         info = pods.get(ref.pod_key)
         if info is None or not info.workload:
             continue
-        model = gpus[ref.gpu].model if ref.gpu in gpus else ""
-        key = (ref.namespace, info.workload, model)
-        per_time = per.setdefault(key, {}).setdefault(ref.gpu, {})
+        gpu = ref.gpu  # a new GpuRef each time it is read: once (a fleet has 10^4 of them)
+        found = gpus.get(gpu)
+        key = (ref.namespace, info.workload, found.model if found is not None else "")
+        per_time = per.setdefault(key, {}).setdefault(gpu, {})
         for t, v in zip(series.times, series.values, strict=True):
             per_time[t] = per_time.get(t, 0.0) + v
-        names.setdefault((key, ref.gpu), set()).add(ref.pod)
+        names.setdefault((key, gpu), set()).add(ref.pod)
     return [
         Group(key, devices, {g: tuple(sorted(names[(key, g)])) for g in devices})
         for key, devices in sorted(per.items())
@@ -148,6 +149,8 @@ def _stalled(group: Group, window: Window, history_start: float, required: float
 def _slow(group: Group, signals: WorkSignals, window: Window, history_start: float,
           required: float, factor: float, busy: float) -> list[Straggler]:
     members = list(group.devices)
+    if sum(1 for g in members if g in signals.utilization) < 2:
+        return []  # nothing to compare (the Prometheus mode sends candidates' signals only)
     signal = "sm" if all(g in signals.gpm for g in members) else "power"
     measure = signals.sm if signal == "sm" else signals.power
     util = {g: signals.utilization[g].at() for g in members if g in signals.utilization}

@@ -207,6 +207,10 @@ RULES = {
     "held_idle": "container:gpu_held_idle_usage:ratio1m",
     "workload": "uuid:gpu_workload_utilization:sum1m",
     "candidates": "workload:gpu_straggler_candidates:count1m",
+    "stalled_median": "workload:gpu_workload_utilization:median1m",
+    "stalled": "uuid:gpu_stalled_utilization:ratio1m",
+    "work_median": "workload:gpu_work:median1m",
+    "slow": "uuid:gpu_slow_work:ratio1m",
 }
 RULE_INTERVAL = 60.0
 #: A step's window: its ``step`` seconds less a millisecond. Prometheus 2 takes the samples
@@ -222,6 +226,10 @@ _NO_POINTS = Series((), ())
 NOT_EMPTY = '!=""'
 CBY = "node, namespace, pod, container, uuid"
 GBY = "node, gpu, uuid"
+#: A straggler group: the devices of one workload and GPU model (:mod:`..analysis.stragglers`).
+GROUP = "namespace, workload, model"
+#: One device of a straggler group.
+MEMBER = f"node, uuid, {GROUP}"
 
 
 class _Steps:
@@ -273,17 +281,25 @@ class _Steps:
     def limit(self) -> str:
         return f"max by ({GBY}) (max_over_time({self.sel('gpu_power_limit_watts')}[{self.r}]))"
 
-    def workload(self, compute: bool = False) -> str:
+    def workload(self, compute: bool = False, model: bool = False) -> str:
         """Per device and workload (``node, uuid, namespace, workload``), the summed
         utilization of the workload's containers on the device (``compute``: from the
-        containers' signals even with ``rules``, as the rule recording it does)."""
+        containers' signals even with ``rules``, as the rule recording it does, with the
+        device's ``model``). ``model``: with the device's GPU model (from ``gpu_info``, ""
+        where it has none): per device of each straggler group (:data:`MEMBER`)."""
+        by = MEMBER if model else "node, uuid, namespace, workload"
         if self.rules and not compute:
-            return self._recorded("avg_over_time", "workload",
-                                  "node, uuid, namespace, workload")
+            return self._recorded("avg_over_time", "workload", by)
         pods = self.sel("gpu_pod_info", {"workload": NOT_EMPTY})
-        return (f"sum by (node, uuid, namespace, workload) ({self.cutil()}"
+        mine = (f"sum by (node, uuid, namespace, workload) ({self.cutil()}"
                 f" * on (node, namespace, pod) group_left (workload)"
                 f" topk by (node, namespace, pod) (1, {pods}))")
+        if not (model or compute):
+            return mine
+        info = self.sel("gpu_info")
+        models = f"topk by (node, uuid) (1, max by (node, uuid, model) ({info}))"
+        return (f"({mine} * on (node, uuid) group_left (model) {models}"
+                f" or {mine} unless on (node, uuid) {info})")
 
     def cutil(self) -> str:
         """Each container's mean utilization of each device it uses."""
@@ -399,6 +415,61 @@ class Verdicts:
         """:meth:`candidate_parts` as one expression."""
         return " or ".join(self.candidate_parts(st))
 
+    # The stragglers' rules themselves, per minute (recorded: :func:`recording_rules`), as
+    # :mod:`..analysis.stragglers` applies them to each step: a group is a workload's
+    # devices of one GPU model (``model`` from ``gpu_info``, "" where a device has none);
+    # a device, the summed utilization of the workload's containers on it (recorded with
+    # its model: ``_Steps.workload(model=True)``); the median over
+    # the group's devices present in that minute (``quantile(0.5)`` interpolates as
+    # ``statistics.median`` does: the mean of the middle two of an even count).
+
+    def stalled_median(self, st: _Steps) -> str:
+        """Each group's median utilization, where it has two devices or more."""
+        dev = st.workload(model=True)
+        return (f"quantile by ({GROUP}) (0.5, {dev})"
+                f" and on ({GROUP}) (count by ({GROUP}) ({dev}) >= 2)")
+
+    def stalled(self, st: _Steps) -> str:
+        """The devices below ``straggler_factor`` x their group's median (value: the
+        device's utilization); reads the recorded median."""
+        median = f"max by ({GROUP}) (avg_over_time({st.sel(RULES['stalled_median'])}[{st.r}]))"
+        return (f"{st.workload(model=True)} < on ({GROUP}) group_left ()"
+                f" ({self.th.straggler_factor!r} * {median})")
+
+    def _work(self, st: _Steps) -> str:
+        """Per device of each group, its work: SM activity where every device of the group
+        present has it (label ``signal="sm"``), else power (``signal="power"``)."""
+        dev = st.workload(model=True)
+
+        def of(expr: str) -> str:
+            return f"({dev} * 0 + on (node, uuid) group_left () {expr})"
+
+        sm = of(st.active("sm"))
+        gpm = f"(count by ({GROUP}) ({sm}) == on ({GROUP}) count by ({GROUP}) ({dev}))"
+        return (f'(label_replace({sm} and on ({GROUP}) {gpm}, "signal", "sm", "", "")'
+                f' or label_replace({of(st.power())} unless on ({GROUP}) {gpm},'
+                f' "signal", "power", "", ""))')
+
+    def work_median(self, st: _Steps) -> str:
+        """Each group's median work (:meth:`_work`, label ``signal``) where the slow-rank
+        rule can apply: two devices or more, every one busy (utilization >= ``slow_busy``)
+        and with its work signal, and the median above 0."""
+        dev, work = st.workload(model=True), self._work(st)
+        n = f"count by ({GROUP}) ({dev})"
+        busy = (f"count by ({GROUP}) (({dev} * 0 + on (node, uuid) group_left () {st.util()})"
+                f" >= {self.th.slow_busy!r})")
+        return (f"(quantile by ({GROUP}, signal) (0.5, {work}) > 0)"
+                f" and on ({GROUP}) ({n} >= 2)"
+                f" and on ({GROUP}) ({busy} == on ({GROUP}) {n})"
+                f" and on ({GROUP}) (count by ({GROUP}) ({work}) == on ({GROUP}) {n})")
+
+    def slow(self, st: _Steps) -> str:
+        """The devices at ``slow_factor`` x their group's median work or more (value: the
+        device's work, label ``signal``); reads the recorded median."""
+        median = f"max by ({GROUP}) (avg_over_time({st.sel(RULES['work_median'])}[{st.r}]))"
+        return (f"{self._work(st)} >= on ({GROUP}) group_left ()"
+                f" ({self.th.slow_factor!r} * {median})")
+
 
 def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str]]:
     """The ``gpuscope-dashboard`` group, ``(record, expr)`` in evaluation order: the raw
@@ -422,6 +493,10 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
         (RULES["throttle"], v.throttle(raw)),
         (RULES["held_idle"], " or ".join(v.held_parts(rec))),
         (RULES["candidates"], v.candidates(rec)),
+        (RULES["stalled_median"], v.stalled_median(rec)),
+        (RULES["stalled"], v.stalled(rec)),
+        (RULES["work_median"], v.work_median(rec)),
+        (RULES["slow"], v.slow(rec)),
     ]
 
 
@@ -459,6 +534,8 @@ class FollowUp:
     slow: Collection[str] = ()         # slow-rank candidates' workloads' nodes
     input: Collection[str] = ()        # input-starved candidates' nodes
     evidence_seconds: float = 0.0
+    #: The stragglers' evidence is asked on these nodes (None: on ``candidates``).
+    evidence: Collection[str] | None = None
 
 
 @dataclass
@@ -548,6 +625,128 @@ class _FullRuns:
             "throttled": [(dev(ref, reason=reason), const(v))
                           for (ref, reason), v in self.throttle.items()],
         }
+
+
+GroupKey = tuple[str, str, str]  # namespace, workload, GPU model: a straggler group
+
+
+def _group_key(lab: Mapping[str, str]) -> GroupKey:
+    return lab.get("namespace", ""), lab.get("workload", ""), lab.get("model", "")
+
+
+@dataclass
+class _StragglerRuns:
+    """The stragglers (from :meth:`PrometheusData.run_queries`) whose rule held at every step
+    of the history: each device's mean over that run (``runs``: kind, signal, mean) and its
+    group's median's mean over the same steps (``medians``, by group and kind: signal,
+    mean). :meth:`split` says which groups flagged at the end they describe whole;
+    :meth:`synthesize` gives those groups as the step histories the analysis reads."""
+
+    grid: tuple[float, ...]
+    runs: dict[GroupKey, dict[GpuRef, tuple[str, str, float]]] = field(default_factory=dict)
+    medians: dict[tuple[GroupKey, str], tuple[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, rows: Iterable[tuple[dict[str, str], float]],
+              grid: tuple[float, ...]) -> _StragglerRuns:
+        out = cls(grid)
+        for lab, v in rows:
+            stat, key = lab.get("stat", ""), _group_key(lab)
+            if stat in ("stalled", "slow"):
+                out.runs.setdefault(key, {})[_gref(lab)] = (
+                    stat, lab.get("signal", "utilization"), v)
+            elif stat in ("stalled_median", "slow_median"):
+                out.medians[(key, stat.partition("_")[0])] = (
+                    lab.get("signal", "utilization"), v)
+        return out
+
+    def split(self, flagged: Mapping[GroupKey, Mapping[GpuRef, str]],
+              groups: Mapping[GroupKey, Mapping[GpuRef, Sequence[ContainerRef]]],
+              apart: Collection[GpuRef]) -> tuple[set[GroupKey], set[GroupKey]]:
+        """Of the groups with a device ``flagged`` at the end (by kind), those described
+        whole (every flagged device's run held over the whole history, one kind, the
+        median's mean there, every device of the group, from ``groups``, used by one
+        container and none of them ``apart``: a time-sliced or spinning device has step
+        histories of its own) and the others, whose steps must be asked for."""
+        whole: set[GroupKey] = set()
+        rest: set[GroupKey] = set()
+        for key, flags in flagged.items():
+            runs, members = self.runs.get(key, {}), groups.get(key, {})
+            kinds = set(flags.values())
+            kind = next(iter(kinds))
+            ok = (len(kinds) == 1 and (key, kind) in self.medians
+                  and set(runs) == set(flags)
+                  and all(runs[g][:2] == (kind, self.medians[(key, kind)][0]) for g in runs)
+                  and all(g in members for g in flags)
+                  and 2 * len(flags) <= len(members)
+                  and all(len(cs) == 1 and g not in apart for g, cs in members.items()))
+            (whole if ok else rest).add(key)
+        return whole, rest
+
+    def synthesize(self, keys: Iterable[GroupKey],
+                   groups: Mapping[GroupKey, Mapping[GpuRef, Sequence[ContainerRef]]],
+                   busy: float) -> tuple[dict[ContainerRef, Series],
+                                         dict[str, dict[GpuRef, Series]]]:
+        """The groups ``keys`` (from :meth:`split`) as step histories on the run's steps,
+        giving the analysis the same runs, means and medians: the stragglers at their
+        means, as many of the group's other devices as there are stragglers plus one at the
+        median's mean (so that the median of each step is that mean; where the group has
+        only as many others as stragglers, the others at the value that puts the median
+        there), the rest of the group with no steps. Stalled: the devices' containers'
+        utilization. Slow: the containers at a common value (none is stalled), every device
+        busy, and the work signal (``sm``: every device of the group has it). Returns the
+        containers' histories and the signals (``utilization``, ``sm``, ``power``) of every
+        device of these groups, which replace whatever else was asked about them."""
+        n = len(self.grid)
+
+        def const(value: float) -> Series:
+            return Series(self.grid, (value,) * n)
+
+        containers: dict[ContainerRef, Series] = {}
+        signals: dict[str, dict[GpuRef, Series]] = {"utilization": {}, "sm": {}, "power": {}}
+        for key in keys:
+            members = groups[key]
+            runs = self.runs[key]
+            kind = next(iter(runs.values()))[0]
+            signal, median = self.medians[(key, kind)]
+            mine = {g: v for g, (_, _, v) in runs.items()}
+            others = [g for g in sorted(members) if g not in mine]
+            k = len(mine)
+            if len(others) > k:
+                others, other = others[:k + 1], median
+            else:  # as many others as stragglers: the middle two's mean is the median
+                edge = max(mine.values()) if kind == "stalled" else min(mine.values())
+                other = 2 * median - edge
+            values = {**mine, **dict.fromkeys(others, other)}
+            for g, cs in members.items():
+                for c in cs:
+                    if g not in values:
+                        containers[c] = _NO_POINTS
+                    else:
+                        containers[c] = const(values[g] if kind == "stalled" else 1.0)
+            if kind == "slow":
+                for g in members:
+                    if g in values:
+                        signals["utilization"][g] = const(max(1.0, busy))
+                        signals[signal][g] = const(values[g])
+                    elif signal == "sm":  # every device of the group has GPM
+                        signals["sm"][g] = _NO_POINTS
+        return containers, signals
+
+
+def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
+            gpus: Mapping[GpuRef, GpuInfo]) -> dict[GroupKey, dict[GpuRef, list[ContainerRef]]]:
+    """The straggler groups of the containers ``members`` (as
+    :func:`..analysis.stragglers.workload_groups` forms them): per group, its devices and
+    the group's containers on each."""
+    out: dict[GroupKey, dict[GpuRef, list[ContainerRef]]] = {}
+    for c in members:
+        info = pods.get(c.pod_key)
+        if info is None or not info.workload:
+            continue
+        model = gpus[c.gpu].model if c.gpu in gpus else ""
+        out.setdefault((c.namespace, info.workload, model), {}).setdefault(c.gpu, []).append(c)
+    return out
 
 
 def rules_yaml(thresholds: Thresholds | None = None) -> str:
@@ -667,6 +866,11 @@ class PrometheusData:
         r = max(window.step, self.lookback)
         return duration(r - EDGE), duration(max(window.step, 2 * self.lookback) - EDGE)
 
+    @staticmethod
+    def _minutes(window: Window) -> bool:
+        """Whether ``window``'s steps are the recording rules' minutes."""
+        return round(window.step * 1000) == round(RULE_INTERVAL * 1000)
+
     def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
                ) -> _Steps:
         return _Steps(*self._r(window), rules=rules, match=match)
@@ -677,9 +881,10 @@ class PrometheusData:
         end. Every verdict needs its condition at the latest step (a trailing run), so the
         server applies each rule to that step over the whole fleet (one step) and sends back
         only what meets it (``now``: idle, spinning, throttled devices, allocated-idle
-        containers, straggler candidates' workloads, devices with nothing to judge them by,
-        containers whose mean is in the input-starved range), beside who is where (devices,
-        nodes, pods, containers in the window) and each device's window mean.
+        containers, straggler candidates' workloads and, on one-minute steps with the
+        rules, the stragglers' devices, devices with nothing to judge them by), beside who
+        is where (devices, nodes, pods, containers in the window, each container with its
+        raw mean: the input-starved candidates) and each device's window mean.
         :meth:`second_round` then asks the history of what was singled out, by node. No
         query here names a device or a node. With ``rules``, ``now`` reads what the
         ``gpuscope-dashboard`` recording rules recorded in the last step."""
@@ -691,7 +896,6 @@ class PrometheusData:
         whole = duration(window.seconds + window.step / 2)
         st = _Steps(r, rr, rules)
         v = Verdicts(self.thresholds)
-        th = self.thresholds
 
         def stat(expr: str, name: str) -> str:
             return f'label_replace({expr}, "stat", "{name}", "", "")'
@@ -705,12 +909,6 @@ class PrometheusData:
             mine = selector("container_gpu_utilization_ratio", namespace=namespace)
             ns_filter = f" and on (node, uuid) max by (node, uuid) (last_over_time({mine}[{w}]))"
             pods = selector("gpu_pod_info", namespace=namespace)
-            iutil = selector("container_gpu_utilization_ratio", namespace=namespace)
-        else:
-            iutil = cutil
-        # Input starvation: the containers whose raw mean over the window lies in the
-        # suspicious range (the rule's own test of the same mean: nothing is lost).
-        imean = f"avg by ({CBY}) (avg_over_time({iutil}[{w}]))"
         if rules:
             mean = f"max by ({GBY}) (avg_over_time({RULES['util']}[{whole}]))"
 
@@ -724,6 +922,18 @@ class PrometheusData:
                 stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
                 stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
             ]
+            if self._minutes(window):
+                # On one-minute steps, the stragglers' own rules at the end: which groups
+                # can hold one, and which of their devices.
+                # Whether those rules are loaded at all (a rule file older than the page's
+                # records none; then the candidates' steps are asked for, as without the
+                # summaries): the group medians, recorded wherever a workload has two
+                # devices of a model.
+                now[4] = " or ".join([
+                    now[4], stat(recorded("stalled", MEMBER), "stalled"),
+                    stat(recorded("slow", f"{MEMBER}, signal"), "slow"),
+                    stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
+                         "straggler_rules")])
         else:
             # The window mean of each step's utilization (the busy counter's rate, else the
             # gauge's mean): steps before a device appeared, or at which its counter is
@@ -741,12 +951,16 @@ class PrometheusData:
             "nodes": "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
             "gpu_stats": " or ".join([
                 stat(mean, "mean"),
-                # When data begins: the first step at which any device reported.
-                stat(f"min_over_time(timestamp(count(gpu_utilization_ratio))[{whole}:{s}])",
-                     "first"),
+                # When data begins: the first step at which any device reported. Where one
+                # did at the window's first step (as it usually has) that step, read at that
+                # step alone; else :meth:`first_query` (a query more, on a young store).
+                stat(f"count(gpu_utilization_ratio @ {window.start:.3f})", "at_start"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
-            "members": f"max by ({CBY}) (last_over_time({cutil}[{w}])){ns_filter}",
+            # Each one's raw mean over the window: the input-starved candidates are those
+            # in the suspicious range (the rule's own test of the same mean: nothing is
+            # lost); one pass over the containers' samples for both.
+            "members": f"avg by ({CBY}) (avg_over_time({cutil}[{w}])){ns_filter}",
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
             # The latest step: what meets a rule, and only that.
         }
@@ -756,12 +970,18 @@ class PrometheusData:
             stat(f"max by ({GBY}) (gpu_info) unless on (node, uuid)"
                  f" max_over_time(gpu_utilization_ratio[{r}]) unless on (node, uuid)"
                  f" {st.active('sm')}", "silent"),
-            stat(f"({imean} >= {th.input_low!r}) <= {th.input_high!r}", "input"),
         ])
         # One query per rule (``now``, ``now#1``...): they run side by side, and none comes
         # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
         out.update({"now" if i == 0 else f"now#{i}": q for i, q in enumerate(now)})
         return out
+
+    @staticmethod
+    def first_query(window: Window) -> str:
+        """When data begins in ``window``: the first step at which any device reported."""
+        whole = duration(window.seconds + window.step / 2)
+        return (f"min_over_time(timestamp(count(gpu_utilization_ratio))"
+                f"[{whole}:{duration(window.step)}])")
 
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
@@ -777,7 +997,8 @@ class PrometheusData:
         devices and containers of nodes with time-sliced devices or straggler candidates,
         the work signals of spinning GPUs and of slow-rank candidates' workloads,
         throttling, the held devices' use; and, at the end, the input-starved candidates'
-        raw-sample statistics and the stragglers' evidence over ``ask.evidence_seconds``.
+        raw-sample statistics (stddev, count, memory; the mean is the first round's) and the
+        stragglers' evidence over ``ask.evidence_seconds``.
         With ``rules``, the idle, held-idle and throttled steps are the recorded sparse
         series themselves, asked without a list (they hold only what meets the rule), or
         (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
@@ -865,8 +1086,8 @@ class PrometheusData:
             util = selector("container_gpu_utilization_ratio", {**st.match, **ns}, **eq)
             mem = selector("container_gpu_memory_used_bytes", {**st.match, **ns}, **eq)
             return " or ".join(
+                # (the mean: the first round's ``members``)
                 f'label_replace({expr}, "stat", "{name}", "", "")' for name, expr in (
-                    ("mean", f"avg by ({CBY}) (avg_over_time({util}[{w}]))"),
                     ("stddev", f"avg by ({CBY}) (stddev_over_time({util}[{w}]))"),
                     ("count", f"max by ({CBY}) (count_over_time({util}[{w}]))"),
                     ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))")))
@@ -874,7 +1095,8 @@ class PrometheusData:
         each("stats", ask.input, stats)
         if ask.evidence_seconds > 0:
             d = duration(ask.evidence_seconds)
-            each("evidence", ask.candidates, lambda st: " or ".join([
+            evidence = ask.candidates if ask.evidence is None else ask.evidence
+            each("evidence", evidence, lambda st: " or ".join([
                 f'label_replace(max by ({GBY}, reason) (rate('
                 f'{st.sel("gpu_throttle_seconds_total")}[{d}])) > 0,'
                 f' "stat", "throttle", "", "")',
@@ -887,7 +1109,8 @@ class PrometheusData:
 
     def run_queries(self, window: Window, history_start: float,
                     devices: Collection[str] = (), spinning: Collection[str] = (),
-                    held: bool = True, throttled: bool = True) -> dict[str, str]:
+                    held: bool = True, throttled: bool = True, stragglers: bool = False,
+                    namespace: str | None = None) -> dict[str, str]:
         """With the recording rules: each finding whose sparse series has a sample at every
         step of the history (``(history_start, end]``, one-minute steps: one sample a
         step), summarised in one number, instead of its steps (a whole fleet's idle and
@@ -898,8 +1121,10 @@ class PrometheusData:
         (all of them, or the steps are asked for: a scrape every minute gives one sample a
         step, so ``n`` samples are the ``n`` steps; a faster scrape gives more, and the
         steps are asked for), allocated-idle containers and
-        throttled devices (their means). Raw range functions over the recorded series (no
-        subquery); the dense series only on the nodes listed (split as :func:`_split`)."""
+        throttled devices (their means), and (``stragglers``; of ``namespace`` where given)
+        the stalled and slow devices with their means, and their groups' medians' means
+        over the same steps. Raw range functions over the recorded series (no subquery);
+        the dense series only on the nodes listed (split as :func:`_split`)."""
         h = duration(window.end - history_start - EDGE)
         n = round((window.end - history_start) / window.step)
         r, _ = self._r(window)
@@ -957,6 +1182,25 @@ class PrometheusData:
             parts.append(stat(f"{mean} and on ({GBY}, reason)"
                               f" {full('throttle', f'{GBY}, reason')}", "throttle"))
         out["runs"] = " or ".join(parts)
+        if stragglers:
+            # A straggler held at every step, with its mean, and its group's median's mean
+            # over the same steps (the median is there at each of them: the rule compares
+            # with it).
+            ns = ({} if namespace is None
+                  else {"namespace": f'="{escape_label_value(namespace)}"'})
+            found = []
+            for kind, median, by in (("stalled", "stalled_median", MEMBER),
+                                     ("slow", "work_median", f"{MEMBER}, signal")):
+                runs = full(kind, by, ns)
+                found += [
+                    stat(f"max by ({by}) (avg_over_time({selector(RULES[kind], ns)}[{h}]))"
+                         f" and on ({by}) {runs}", kind),
+                    stat(f"max by ({GROUP}, signal) (avg_over_time("
+                         f"{selector(RULES[median], ns)}[{h}]))"
+                         f" and on ({GROUP}) {full(median, GROUP, ns)}"
+                         f" and on ({GROUP}) {runs}", f"{kind}_median"),
+                ]
+            out[f"runs#{len(out)}"] = " or ".join(found)
         each(spinning, spin)
         each(devices, alloc)
         return out
@@ -1052,10 +1296,22 @@ class PrometheusData:
             stat = lab.get("stat")
             if stat == "mean":
                 gpu_mean[_gref(lab)] = v
-            elif stat == "first" and math.isfinite(v):
-                first = v
+            elif stat == "at_start" and v > 0:
+                first = window.start
+        if first is None:  # no device reported at the window's first step
+            checks += 1
+            first = next((v for _, v in self.instant(self.first_query(window), window.end)
+                          if math.isfinite(v)), None)
         # Every container in the window; a history only where a verdict can use one.
-        members = [_cref(lab) for lab, _ in first_res["members"] if lab.get("namespace")]
+        # Each container's raw mean over the window (the input statistics' mean).
+        member_mean = {_cref(lab): v for lab, v in first_res["members"] if lab.get("namespace")}
+        members = list(member_mean)
+        # Input starvation's candidates: the raw mean in the rule's range (of the namespace
+        # filtered to: the other containers on its devices are there for time-slicing).
+        input_nodes = {
+            lab.get("node", "") for lab, mean in first_res["members"]
+            if lab.get("namespace") and th.input_low <= mean <= th.input_high
+            and (namespace is None or lab.get("namespace") == namespace)}
         pods = {}
         for lab, _ in first_res["pods"]:
             key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
@@ -1068,9 +1324,11 @@ class PrometheusData:
         throttled_refs: set[tuple[GpuRef, str]] = set()
         held_nodes: set[str] = set()
         held_refs: set[ContainerRef] = set()
-        input_nodes: set[str] = set()
         judged: set[tuple[str, str]] = set()
         slow: set[tuple[str, str]] = set()
+        # The devices the stragglers' rules flag at the end (one-minute steps), by group.
+        flagged: dict[GroupKey, dict[GpuRef, str]] = {}
+        straggler_rules = False
         for lab, _ in first_res["now"]:
             stat, ref = lab.get("stat", ""), _gref(lab)
             if stat == "idle":
@@ -1085,13 +1343,15 @@ class PrometheusData:
             elif stat == "held_idle":
                 held_nodes.add(ref.node)
                 held_refs.add(_cref(lab))
-            elif stat == "input":
-                input_nodes.add(ref.node)
             elif stat == "candidate":
                 key2 = (lab.get("namespace", ""), lab.get("workload", ""))
                 judged.add(key2)
                 if lab.get("kind") == "slow":
                     slow.add(key2)
+            elif stat in ("stalled", "slow"):
+                flagged.setdefault(_group_key(lab), {})[ref] = stat
+            elif stat == "straggler_rules":
+                straggler_rules = True
 
         # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
         # spinning): the waste split asks when their devices were held.
@@ -1135,22 +1395,48 @@ class PrometheusData:
         # With the rules on a one-minute step, each finding whose condition held at every
         # step of the history comes back as one summary (:meth:`run_queries`) instead of its
         # steps; the others' steps are asked for afterwards (a third round, usually empty).
-        summarize = (rules and self.summaries and steps >= 1
-                     and round(window.step * 1000) == round(RULE_INTERVAL * 1000))
+        summarize = rules and self.summaries and steps >= 1 and self._minutes(window)
+        # The stragglers summarised whole: their groups' step histories, which replace any
+        # others asked about their devices (a node's every device comes back).
+        strag_containers: dict[ContainerRef, Series] = {}
+        strag_signals: dict[str, dict[GpuRef, Series]] = {}
+        strag_devices: set[GpuRef] = set()
         if summarize:
+            # The stragglers' rules at the end say which workloads can hold one: their
+            # evidence now, and their steps only where the summaries do not describe them.
+            flagged_workloads = {key[:2] for key in flagged}
+            strag_ask: dict[str, Any] = {} if not straggler_rules else {
+                "candidates": (), "slow": (),
+                "evidence": {n for k in flagged_workloads for n in workload_nodes.get(k, ())},
+                "evidence_seconds": (min(th.straggler_duration, window.seconds,
+                                         max(history, 0.0)) if flagged else 0.0)}
             more = self.second_round(window, replace(
-                ask, idle=(), idle_nodes=(), spinning=(), throttled=(), held=()),
+                ask, idle=(), idle_nodes=(), spinning=(), throttled=(), held=(), **strag_ask),
                 namespace, rules)
             more.update(self.run_queries(
                 window, hs, devices={g.node for g in idle_now | spin_now},
                 spinning={g.node for g in spin_now}, held=bool(held_refs),
-                throttled=bool(throttled_refs)))
+                throttled=bool(throttled_refs), stragglers=bool(flagged),
+                namespace=namespace))
         else:
             more = self.second_round(window, ask, namespace, rules)
         later = self._run(more, window) if more else {}
         if summarize:
-            runs = _FullRuns.parse(later.pop("runs", []), window, steps)
+            rows = later.pop("runs", [])
+            runs = _FullRuns.parse(rows, window, steps)
             again = runs.fallback(idle_now, spin_now, held_refs, throttled_refs)
+            strag = _StragglerRuns.parse(rows, runs.grid)
+            groups = _groups(members, pods, gpus)
+            whole, rest = strag.split(flagged, groups, spin_now | {
+                g for g, n in sharers.items() if n >= 2})
+            rest_workloads = {key[:2] for key in rest}
+            again = replace(
+                again,
+                candidates={n for k in rest_workloads for n in workload_nodes.get(k, ())},
+                slow={n for key in rest if "slow" in flagged[key].values()
+                      for n in workload_nodes.get(key[:2], ())})
+            strag_containers, strag_signals = strag.synthesize(whole, groups, th.slow_busy)
+            strag_devices = {g for key in whole for g in groups[key]}
             extra = self.second_round(window, again, namespace, rules, by_node=True)
             # The summaries first: a step history asked again overrides them.
             synthesized = runs.results()
@@ -1163,15 +1449,17 @@ class PrometheusData:
         containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
                            if lab.get("namespace")})
+        containers.update(strag_containers)
         stats_parts: dict[ContainerRef, dict[str, float]] = {}
         for lab, v in later.get("stats", []):
             stats_parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
+        # The raw mean is the first round's (``members``: the same expression).
         stats = {
             ref: UtilStats(
-                mean=p.get("mean", 0.0), stddev=p.get("stddev", 0.0),
+                mean=member_mean[ref], stddev=p.get("stddev", 0.0),
                 samples=int(p.get("count", 0)), memory_bytes=p.get("memory", 0.0),
             )
-            for ref, p in stats_parts.items() if "mean" in p
+            for ref, p in stats_parts.items() if ref in member_mean
         }
         busy_max: dict[GpuRef, Series] = {}
         idle_signal: dict[GpuRef, str] = {}
@@ -1187,7 +1475,10 @@ class PrometheusData:
             for lab, s in later.get("held_idle", []) if lab.get("namespace"))
         by_signal: dict[str, dict[GpuRef, Series]] = {}
         for lab, s in [*later.get("spinning", []), *later.get("workload_signals", [])]:
-            by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
+            if _gref(lab) not in strag_devices:
+                by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
+        for name, mine in strag_signals.items():
+            by_signal.setdefault(name, {}).update(mine)
         limits = {ref: s.values[-1] for ref, s in by_signal.pop("limit", {}).items()
                   if s.values}
         signals = WorkSignals(

@@ -10,7 +10,7 @@ import math
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,10 @@ import yaml
 
 from bench import fleet as F
 from gpuscope.dashboard.data import PrometheusData
-from gpuscope.dashboard.data.prometheus import RULE_INTERVAL, recording_rules
+from gpuscope.dashboard.data.prometheus import RULE_INTERVAL, RULES, recording_rules
+from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import Series, Window
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 from tests.stores import (
     Store,
@@ -48,22 +50,30 @@ def rule_levels() -> list[list[tuple[str, str]]]:
             for lv in range(max(level.values()) + 1)]
 
 
-def backfill_rules(blocks: Path, start: float, end: float, work: Path) -> None:
-    """The gpuscope-dashboard rules over ``[start, end]``, evaluated on whole minutes (as
-    the page's steps fall), written into ``blocks``, level by level."""
+def backfill_rules(blocks: Path, start: float, end: float, work: Path,
+                   only: Collection[str] | None = None) -> None:
+    """The gpuscope-dashboard rules (``only`` those named, where given) over ``[start,
+    end]``, written into ``blocks``, level by level, every level evaluated at the same
+    times, as one group is: promtool, as Prometheus, offsets a group's evaluations within
+    its interval by a hash of its name and file, so every level is written as the same
+    group in the same file (levels with offsets of their own would read each other a
+    minute late), named relative to ``work`` (the offset is then the same in every run)."""
     promtool = binary("promtool")
     start = (int(start) // int(RULE_INTERVAL) + 1) * int(RULE_INTERVAL)
+    rules = work / "gpuscope-dashboard.yaml"
     for i, level in enumerate(rule_levels()):
-        rules = work / f"level{i}.yaml"
+        level = [(r, e) for r, e in level if only is None or r in only]
+        if not level:
+            continue
         rules.write_text(yaml.safe_dump({"groups": [{
-            "name": f"gpuscope-dashboard-{i}", "interval": "1m",
+            "name": "gpuscope-dashboard", "interval": "1m",
             "rules": [{"record": r, "expr": e} for r, e in level]}]}, width=1 << 20))
         out = work / f"blocks{i}"
         with start_prometheus(blocks, copy=False) as prom:
             subprocess.run([promtool, "tsdb", "create-blocks-from", "rules",
                             f"--start={start}", f"--end={int(end)}", f"--url={prom.url}",
-                            "--eval-interval=1m", f"--output-dir={out}", str(rules)],
-                           check=True, capture_output=True, timeout=300)
+                            "--eval-interval=1m", f"--output-dir={out}", rules.name],
+                           check=True, capture_output=True, timeout=300, cwd=work)
         for block in out.iterdir():
             shutil.move(str(block), blocks / block.name)
 
@@ -174,9 +184,28 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     shutil.copytree(stores.blocks, blocks, copy_function=lambda s, d: Path(d).hardlink_to(s))
     backfill_rules(blocks, shape.start, stores.end, tmp_path)
     with start_prometheus(blocks, copy=False) as store:
-        ruled, prom = view_of(store.url, stores.end)
+        prom = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
+        ranges: list[str] = []
+        asked = prom.range
+
+        def range_(promql: str, window: Window) -> list[tuple[dict[str, str], Series]]:
+            ranges.append(promql)
+            return asked(promql, window)
+
+        prom.range = range_  # type: ignore[method-assign]
+        ruled = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
         assert prom.rules_loaded(ruled.window) is True
         assert ruled.notes and "recording rules" in ruled.notes[0]
+        # The stragglers came from their summaries: no step of their nodes' containers or
+        # work signals was asked for.
+        nodes = {s[2] for s in stores.expected.stragglers}
+        stepped = sorted({n for q in ranges if RULES["cutil"] in q or RULES["sm"] in q
+                          for n in nodes if any_of([n]) in q})
+        if stepped:  # why: how many steps each straggler's series has in the history
+            h = f"{round((ruled.window.end - ruled.history_start) * 1000) - 1}ms"
+            stepped.append(str([prom.instant(
+                f'count_values("steps", count_over_time({RULES[k]}[{h}]))', ruled.window.end)
+                for k in ("stalled", "slow", "stalled_median", "work_median")]))
         # One summary per finding held over the whole history (run_queries) gives what the
         # findings' step histories give; so does asking the steps of what is not summarised
         # (here: nothing is, every finding goes to the third round).
@@ -189,11 +218,12 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     for other in (stepwise, fallback):
         assert other.kpis == ruled.kpis
         for rows in ("idle_rows", "spinning_rows", "throttled_rows", "allocated_idle_rows",
-                     "slice_rows", "straggler_rows"):
+                     "slice_rows", "straggler_rows", "starved_rows", "share_rows"):
             assert _close([astuple(r) for r in getattr(other, rows)],
                           [astuple(r) for r in getattr(ruled, rows)]), rows
     assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
+    assert nodes and not stepped
 
 
 def _close(a: Any, b: Any) -> bool:

@@ -3,10 +3,12 @@ windows, and the embedded store's bounds and bucketing."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 
+from gpuscope.dashboard.analysis.stragglers import stragglers
 from gpuscope.dashboard.data import (
     DataError,
     EmbeddedData,
@@ -20,9 +22,25 @@ from gpuscope.dashboard.data import (
     validate_namespace,
     validate_node,
 )
-from gpuscope.dashboard.data.prometheus import MAX_QUERY_BYTES, FollowUp
+from gpuscope.dashboard.data.prometheus import (
+    MAX_QUERY_BYTES,
+    FollowUp,
+    _groups,
+    _StragglerRuns,
+)
 from gpuscope.dashboard.data.promql import any_of
-from gpuscope.dashboard.series import ContainerRef, GpuRef
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    GpuInfo,
+    GpuRef,
+    PodInfo,
+    PodKey,
+    Series,
+    Window,
+    WorkSignals,
+)
+from tests.dashboard.conftest import make_series
+from tests.dashboard.conftest import make_window as hand_window
 
 INJECTION = '"}) or vector(1) or up{x="'
 
@@ -154,8 +172,9 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     assert queries == []
     # A valid filter is sent, quoted, and every query is a fixed set.
     data = prom.fleet(3600, namespace="ml")
-    # The recording rules looked for (none), the first round, nothing for a second.
-    assert data.queries == len(queries) == 12
+    # The recording rules looked for (none), the first round, when the data begins (none
+    # at the window's first step), nothing for a second round.
+    assert data.queries == len(queries) == 13
     assert any('namespace="ml"' in q for q in queries)
     prom.close()
 
@@ -247,3 +266,114 @@ def test_embedded_target_down_is_a_note_not_an_error() -> None:
     assert data.gpus == {}
     assert any("gone" in n and "not answering" in n for n in data.notes)
     store.close()
+
+
+# -- the stragglers' run summaries (recording rules) given to the analysis as steps ----------
+
+def _straggler_fleet(groups: dict[str, tuple[str, list[list[float]]]], steps: int = 60
+                     ) -> tuple[dict[ContainerRef, Series], dict[PodKey, PodInfo],
+                                dict[GpuRef, GpuInfo], WorkSignals, Window]:
+    """Per workload: ``(signal, per device its values per step)``: ``utilization`` (the
+    containers' utilization, for stalled ranks) or ``sm``/``power`` (every device busy,
+    its work signal, for slow ranks); one container per device."""
+    window = hand_window(steps * 60.0)
+    containers, pods, gpus = {}, {}, {}
+    sig: dict[str, dict[GpuRef, Series]] = {"utilization": {}, "sm": {}, "power": {}}
+    for w, (signal, devices) in groups.items():
+        for i, values in enumerate(devices):
+            ref = GpuRef(f"node-{w}", f"GPU-{w}-{i}")
+            c = ContainerRef(ref.node, "ml", f"{w}-{i}", "main", ref.uuid)
+            pods[c.pod_key] = PodInfo(ref.node, "ml", c.pod, f"Job/{w}")
+            gpus[ref] = GpuInfo(ref.node, str(i), ref.uuid, "H100")
+            if signal == "utilization":
+                containers[c] = make_series(values)
+            else:
+                containers[c] = make_series([0.9] * steps)
+                sig["utilization"][ref] = make_series([0.95] * steps)
+                sig[signal][ref] = make_series(values)
+    signals = WorkSignals(utilization=sig["utilization"], sm=sig["sm"], power=sig["power"],
+                          gpm=frozenset(sig["sm"]))
+    return containers, pods, gpus, signals, window
+
+
+def _wave(base: float, amplitude: float, phase: int, steps: int = 60) -> list[float]:
+    return [base + amplitude * math.sin(i / 3 + phase) for i in range(steps)]
+
+
+@pytest.mark.parametrize("groups", [
+    # A rank of eight stalled; three of eight; one of two (the median is the middle two's
+    # mean: as many others as stragglers); two of four.
+    {"a": ("utilization", [_wave(0.2, 0.05, 0)] + [_wave(0.9, 0.05, p) for p in range(7)])},
+    {"b": ("utilization", [_wave(0.1, 0.05, p) for p in range(3)]
+           + [_wave(0.9, 0.05, p) for p in range(5)])},
+    {"c": ("utilization", [_wave(0.1, 0.05, 0), _wave(0.9, 0.05, 1)])},
+    {"d": ("utilization", [_wave(0.1, 0.05, 0), _wave(0.15, 0.05, 2),
+                           _wave(0.85, 0.05, 1), _wave(0.9, 0.05, 3)])},
+    # Slow ranks: by SM activity (one of three), by power (two of four), beside a stalled
+    # group.
+    {"e": ("sm", [_wave(0.35, 0.02, 0), _wave(0.36, 0.02, 1), _wave(0.9, 0.05, 2)]),
+     "f": ("power", [_wave(100, 5, 0), _wave(110, 5, 1), _wave(300, 20, 2),
+                     _wave(320, 20, 3)]),
+     "g": ("utilization", [_wave(0.2, 0.05, 0)] + [_wave(0.9, 0.05, p) for p in range(3)])},
+])
+def test_straggler_summaries_give_the_verdicts_of_the_steps(
+        groups: dict[str, tuple[str, list[list[float]]]]) -> None:
+    """A straggler held over the whole history is summarised by the rules as its mean and
+    its group's median's mean (what run_queries asks); the step histories made of those
+    (_StragglerRuns.synthesize) give the analysis the same stragglers, with the same
+    numbers, as the real steps do, and leave the group's devices and pods as they are."""
+    containers, pods, gpus, signals, window = _straggler_fleet(groups)
+    hs = window.start
+    real = stragglers(containers, pods, window, hs, gpus=gpus, signals=signals)
+    assert real.stragglers and {s.workload for s in real.stragglers} == {
+        f"Job/{w}" for w in groups}
+    # What the rules record: each straggler's mean over the run, its group's median's.
+    grid = tuple(t for t in make_series([0.0] * 60).times if t > hs)
+    summary = _StragglerRuns(grid)
+    by_group = {g.key: g for g in real.groups}
+    for s in real.stragglers:
+        key = (s.namespace, s.workload, s.model)
+        summary.runs.setdefault(key, {})[s.gpu] = (s.kind, s.signal, s.value)
+        summary.medians[(key, s.kind)] = (s.signal, s.median)
+    flagged = {key: {g: kind for g, (kind, _, _) in runs.items()}
+               for key, runs in summary.runs.items()}
+    members = _groups(containers, pods, gpus)
+    whole, rest = summary.split(flagged, members, apart=())
+    assert whole == set(flagged) and not rest
+    made, sig = summary.synthesize(whole, members, busy=0.8)
+    assert set(made) == set(containers)
+    synthesized = stragglers(made, pods, window, hs, gpus=gpus, signals=WorkSignals(
+        utilization=sig["utilization"], sm=sig["sm"], power=sig["power"],
+        gpm=frozenset(sig["sm"])))
+    assert len(synthesized.stragglers) == len(real.stragglers)
+    for a, b in zip(synthesized.stragglers, real.stragglers, strict=True):
+        assert (a.gpu, a.kind, a.signal, a.pods, a.devices, a.since, a.seconds) == (
+            b.gpu, b.kind, b.signal, b.pods, b.devices, b.since, b.seconds)
+        assert a.value == pytest.approx(b.value, rel=1e-12)
+        assert a.median == pytest.approx(b.median, rel=1e-9)
+    assert synthesized.workloads_checked == real.workloads_checked
+    assert {g.key: g.pods for g in synthesized.groups} == {
+        key: g.pods for key, g in by_group.items()}
+
+
+def test_straggler_summaries_are_not_used_where_they_cannot_describe_the_group() -> None:
+    """A group goes to the steps when a flagged device has no run over the whole history,
+    two kinds are flagged, the median is missing, or a device of it is time-sliced or
+    spinning (its steps are asked anyway)."""
+    containers, pods, gpus, _, _ = _straggler_fleet(
+        {"a": ("utilization", [[0.2] * 60, [0.9] * 60, [0.9] * 60])})
+    members = _groups(containers, pods, gpus)
+    [key] = members
+    low, *others = sorted(members[key])
+    summary = _StragglerRuns(make_series([0.0] * 60).times)
+    summary.runs[key] = {low: ("stalled", "utilization", 0.2)}
+    summary.medians[(key, "stalled")] = ("utilization", 0.9)
+    assert summary.split({key: {low: "stalled"}}, members, ()) == ({key}, set())
+    # a second device flagged now, without a summary (a run shorter than the history)
+    assert summary.split({key: {low: "stalled", others[0]: "stalled"}}, members, ()) == (
+        set(), {key})
+    assert summary.split({key: {low: "stalled", others[0]: "slow"}}, members, ()) == (
+        set(), {key})
+    assert summary.split({key: {low: "stalled"}}, members, {others[1]}) == (set(), {key})
+    del summary.medians[(key, "stalled")]
+    assert summary.split({key: {low: "stalled"}}, members, ()) == (set(), {key})
