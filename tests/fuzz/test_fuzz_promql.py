@@ -188,7 +188,7 @@ def test_tokenizer_on_known_queries() -> None:
 CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "signal",
              "utilization", "sm", "tensor", "dram", "power", "process", "gpm", "limit",
              "throttle", "sm_clock", "temperature", "util_max", "util", "slice_memory",
-             "held", "cutil", "cmem",
+             "held", "cutil", "cmem", "at_start",
              # the verdicts' labels (which rule a device or container meets at the end)
              "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
              "input"}
