@@ -212,9 +212,10 @@ def _read_all(fd: int) -> bytes:
     return data
 
 
-# A cached PID: (start time, container, fd of its held stat file or -1).
-_Entry = tuple[int, ContainerRef | None, int]
-_UNCACHED: _Entry = (0, None, -1)
+# A cached PID: (start time, container, fd of its held stat file or -1, the stat file's
+# contents as last read through it: only kept where the tree is not procfs, see _held_same).
+_Entry = tuple[int, ContainerRef | None, int, bytes]
+_UNCACHED: _Entry = (0, None, -1, b"")
 
 
 class PidResolver:
@@ -238,12 +239,14 @@ class PidResolver:
     4.8 µs per PID on procfs, bench/resolver_bench.py). On a real procfs (detected from the
     mount table) an open file stays bound to the process it was opened for, so once that
     process is reaped (the only way its PID can be reused) the read fails with ESRCH and
-    the PID is looked up afresh. Elsewhere (a copied tree, the tests' and the benchmark's
+    the PID is looked up afresh: a read that succeeds is the check, and its contents are
+    not parsed. Elsewhere (a copied tree, the tests' and the benchmark's
     fake trees) a kept-open regular file goes on reading a *removed or replaced* file's old
     contents, so each read there is preceded by an ``fstat``: a file no longer linked
     (``st_nlink == 0``: its process's entry was deleted, or a new file renamed over it)
     counts as gone and the PID is looked up by path; a file rewritten in place is read
-    anew through the held descriptor, and its start time decides as above.
+    anew through the held descriptor: the same bytes as last time are the same process,
+    other bytes are parsed and their start time decides as above.
     ``hold_fds=False`` reads every file by path instead. At most ``max_held_fds`` files are
     held (default: a quarter of the soft open-files limit, at most 1,024); the other PIDs
     use path reads. Call :meth:`close` to release the held files.
@@ -311,6 +314,30 @@ class PidResolver:
         except OSError:
             return None  # ESRCH: reaped, so the PID may now be another process's
 
+    def _held_same(self, pid: int, entry: _Entry) -> bool:
+        """Whether the held ``stat`` file of a cached PID still shows the cached process.
+        Procfs: the read succeeding is the answer (the file is bound to its process; the
+        kernel renders it either way, one byte is copied out). Elsewhere: the contents as
+        cached, or, when rewritten, the same start time (the contents then cached anew)."""
+        start, ref, fd, seen = entry
+        if not self._check_links:
+            try:
+                return os.pread(fd, 1, 0) != b""
+            except OSError:
+                return False  # ESRCH: reaped, so the PID may now be another process's
+        data = self._held_read(fd)
+        if data is None:
+            return False
+        if data == seen:
+            return True
+        try:
+            if _start_time(data) != start:
+                return False
+        except (ValueError, IndexError):
+            return False
+        self._cache[pid] = (start, ref, fd, data)
+        return True
+
     def _held_start(self, fd: int) -> int | None:
         """The start time through a held ``stat`` file; ``None`` when its process is gone
         or the file cannot be parsed (either way the PID is looked up afresh)."""
@@ -343,9 +370,8 @@ class PidResolver:
     def _lookup(self, pid: int) -> ContainerRef | None:
         cached = self._cache.get(pid)
         if cached is not None and cached[2] >= 0:
-            # Procfs, file held: one pread, no path walk. Bound to the cached process, so a
-            # matching start time is that process still (the check is belt and braces).
-            if self._held_start(cached[2]) == cached[0]:
+            # File held: one pread, no path walk (see _held_same).
+            if self._held_same(pid, cached):
                 self._hits += 1
                 return cached[1]
         elif cached is not None:
@@ -372,9 +398,10 @@ class PidResolver:
         unreadable stat file means no cache at all: without a start time reuse cannot be
         detected.) ``fd``: the ``stat`` file to hold (procfs), or -1 to read by path; the
         caller closes it unless it ends up in the cache."""
+        held = b""
         if fd >= 0:
-            held = self._held_read(fd)
-            if held is None:
+            held = self._held_read(fd) or b""
+            if not held:
                 raise _Gone  # the process it was opened for is already gone
             start = self._parse_start(held)
         else:
@@ -390,7 +417,9 @@ class PidResolver:
                 again = self._held_start(fd) if fd >= 0 else self._parse_start(
                     self._read(pid, "stat"))
         if start is not None and again == start:
-            self._cache[pid] = (start, ref, fd)
+            # The bytes are kept for _held_same on a tree that is not procfs (on procfs the
+            # file changes with every read and its success is the check).
+            self._cache[pid] = (start, ref, fd, held if self._check_links else b"")
         return ref
 
     def resolve(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:

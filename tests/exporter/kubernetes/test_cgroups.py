@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.exporter.kubernetes import cgroups
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef, PidResolver, is_procfs, parse_cgroup
 
 # Real-looking identifiers: 64-hex container IDs and version-4 pod UIDs.
@@ -429,6 +430,24 @@ def test_real_proc_reaped_process_is_looked_up_afresh(
     assert resolver.stats().held_fds == 0
 
 
+def test_real_proc_hit_is_a_read_that_succeeds(
+    children: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On procfs the held file is bound to its process: a read that succeeds is that process,
+    # so a hit parses nothing (the start time is read only when a PID is looked up).
+    pids = spawn(children, 2)
+    resolver = PidResolver("/proc")
+    first = resolver.resolve(pids)
+
+    def no_parse(stat: bytes) -> int:
+        raise AssertionError("a hit on procfs parsed the stat file")
+
+    monkeypatch.setattr(cgroups, "_start_time", no_parse)
+    assert resolver.resolve(pids) == first
+    assert resolver.stats().cache_hits == 2
+    resolver.close()
+
+
 def test_held_files_are_capped(children: list[subprocess.Popen[bytes]]) -> None:
     pids = spawn(children, 4)
     resolver = PidResolver("/proc", max_held_fds=2)
@@ -482,6 +501,38 @@ def test_fake_trees_hold_files_and_notice_removed_or_replaced_ones(
     assert (stats.cached_pids, stats.held_fds, stats.vanished) == (2, 2, 1)
     resolver.close()
     assert resolver.stats().held_fds == 0
+
+
+def test_fake_tree_stat_rewritten_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A tree that is not procfs, its stat file rewritten in place (same inode): the same
+    # start time with other fields changed is the same process (a hit, cgroup not re-read,
+    # the new bytes remembered so that the next hit parses nothing); another start time is
+    # a new process behind the PID.
+    root = tmp_path / "proc"
+    write_proc(root, 7, CASES["v2-systemd-crio"][0], start=500, comm="python3")
+    resolver = PidResolver(str(root))
+    first = resolver.resolve([7])[7]
+    assert first == ContainerRef(UID_CRIO, CID_D, "cri-o")
+    ino = (root / "7" / "stat").stat().st_ino
+    (root / "7" / "stat").write_text(stat_line(7, "renamed", 500))
+    (root / "7" / "cgroup").write_text("0::/init.scope\n")  # not read on a hit
+    assert (root / "7" / "stat").stat().st_ino == ino
+    assert resolver.resolve([7])[7] == first
+    assert (resolver.stats().cache_hits, resolver.stats().cache_misses) == (1, 1)
+    parsed: list[bytes] = []
+    real_start_time = cgroups._start_time
+
+    def counting(stat: bytes) -> int:
+        parsed.append(stat)
+        return real_start_time(stat)
+
+    monkeypatch.setattr(cgroups, "_start_time", counting)
+    assert resolver.resolve([7])[7] == first
+    assert parsed == []  # the same bytes as last read: nothing to parse
+    (root / "7" / "stat").write_text(stat_line(7, "python3", 900))
+    assert resolver.resolve([7])[7] is None  # a new process: its cgroup is the host's
+    assert resolver.stats().cache_misses == 2
+    resolver.close()
 
 
 def test_hold_fds_false_reads_by_path(proc: Path) -> None:
