@@ -400,9 +400,10 @@ class PidResolver:
         caller closes it unless it ends up in the cache."""
         held = b""
         if fd >= 0:
-            held = self._held_read(fd) or b""
-            if not held:
+            read = self._held_read(fd)
+            if read is None:
                 raise _Gone  # the process it was opened for is already gone
+            held = read
             start = self._parse_start(held)
         else:
             start = self._parse_start(self._read(pid, "stat"))
