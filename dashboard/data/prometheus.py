@@ -48,6 +48,7 @@ from gpuscope.dashboard.series import (
     WorkloadDetail,
     WorkloadDevice,
     WorkSignals,
+    gc_paused,
     pick_devices,
 )
 
@@ -1267,6 +1268,13 @@ class PrometheusData:
         return out
 
     def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
+        """The fleet page's data: the rounds of queries of :meth:`fleet_queries`,
+        :meth:`second_round` and :meth:`run_queries` (``docs/dashboard.md``), with the
+        cyclic garbage collector held off (:func:`gc_paused`)."""
+        with gc_paused():
+            return self._fleet(window_seconds, namespace)
+
+    def _fleet(self, window_seconds: float, namespace: str | None) -> FleetData:
         if namespace is not None:
             namespace = validate_namespace(namespace)
         window = self.window(window_seconds)
