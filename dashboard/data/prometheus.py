@@ -533,7 +533,7 @@ class FollowUp:
     held: Collection[str] = ()
     candidates: Collection[str] = ()   # stalled or slow-rank candidates' workloads' nodes
     slow: Collection[str] = ()         # slow-rank candidates' workloads' nodes
-    input: Collection[str] = ()        # input-starved candidates' nodes
+    input: Collection[str] = ()        # input-starved candidates' pods (names)
     evidence_seconds: float = 0.0
     #: The stragglers' evidence is asked on these nodes (None: on ``candidates``).
     evidence: Collection[str] | None = None
@@ -1024,8 +1024,9 @@ class PrometheusData:
         devices and containers of nodes with time-sliced devices or straggler candidates,
         the work signals of spinning GPUs and of slow-rank candidates' workloads,
         throttling, the held devices' use; and, at the end, the input-starved candidates'
-        raw-sample statistics (stddev, count, memory; the mean is the first round's) and the
-        stragglers' evidence over ``ask.evidence_seconds``.
+        raw-sample statistics (stddev, count, memory; the mean is the first round's; asked by
+        pod, ``pod=~``, for the candidates alone) and the stragglers' evidence over
+        ``ask.evidence_seconds``.
         With ``rules``, the idle, held-idle and throttled steps are the recorded sparse
         series themselves, asked without a list (they hold only what meets the rule), or
         (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
@@ -1034,9 +1035,10 @@ class PrometheusData:
         v = Verdicts(self.thresholds)
         out: dict[str, str] = {}
 
-        def each(role: str, nodes: Collection[str], build: Callable[[_Steps], str]) -> None:
+        def each(role: str, nodes: Collection[str], build: Callable[[_Steps], str],
+                 label: str = "node") -> None:
             for i, q in enumerate(_split(sorted(set(nodes)), lambda names: build(
-                    _Steps(r, rr, rules, {"node": f'=~"{any_of(names)}"'})))):
+                    _Steps(r, rr, rules, {label: f'=~"{any_of(names)}"'})))):
                 out[role if i == 0 else f"{role}#{i}"] = q
 
         def signal(expr: str, name: str) -> str:
@@ -1112,20 +1114,18 @@ class PrometheusData:
             eq = {} if namespace is None else {"namespace": namespace}
             util = selector("container_gpu_utilization_ratio", {**st.match, **ns}, **eq)
             mem = selector("container_gpu_memory_used_bytes", {**st.match, **ns}, **eq)
-            # Of the candidates only (their raw mean in the rule's range, the first round's
-            # test of the same expression), not of every container on their nodes: 8 times
-            # fewer rows to send and read at 5,000 nodes, for one more pass over the samples.
-            mean = f"avg by ({CBY}) (avg_over_time({util}[{w}]))"
-            th = self.thresholds
-            return "(" + " or ".join(
+            return " or ".join(
                 # (the mean: the first round's ``members``)
                 f'label_replace({expr}, "stat", "{name}", "", "")' for name, expr in (
                     ("stddev", f"avg by ({CBY}) (stddev_over_time({util}[{w}]))"),
                     ("count", f"max by ({CBY}) (count_over_time({util}[{w}]))"),
-                    ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))"))) + (
-                f") and on ({CBY}) ({mean} >= {th.input_low!r} <= {th.input_high!r})")
+                    ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))")))
 
-        each("stats", ask.input, stats)
+        # By pod name, not node: the candidates' own series only (1,400 of the 29,000
+        # containers at 5,000 nodes, on 1,100 nodes holding 12,000 others; the few other
+        # containers of their pods, not candidates, are left out by the analysis' own test
+        # of the mean): 0.44 s of the store's time instead of 0.58 s.
+        each("stats", ask.input, stats, "pod")
         if ask.evidence_seconds > 0:
             d = duration(ask.evidence_seconds)
             evidence = ask.candidates if ask.evidence is None else ask.evidence
@@ -1352,8 +1352,8 @@ class PrometheusData:
         members = list(member_mean)
         # Input starvation's candidates: the raw mean in the rule's range (of the namespace
         # filtered to: the other containers on its devices are there for time-slicing).
-        input_nodes = {
-            lab.get("node", "") for lab, mean in first_res["members"]
+        input_pods = {
+            lab.get("pod", "") for lab, mean in first_res["members"]
             if lab.get("namespace") and th.input_low <= mean <= th.input_high
             and (namespace is None or lab.get("namespace") == namespace)}
         pods = {}
@@ -1430,7 +1430,7 @@ class PrometheusData:
             held=held_nodes,
             candidates={n for k in judged for n in workload_nodes.get(k, ())},
             slow={n for k in slow for n in workload_nodes.get(k, ())},
-            input=input_nodes,
+            input=input_pods,
             evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
                               if judged else 0.0),
         )
