@@ -79,15 +79,22 @@ def idle_gpus(
     for ref in set(busy_max) | set(spinning):
         series = busy_max.get(ref)
         spins = spinning.get(ref, ())
-        below = ({t for t, v in zip(series.times, series.values, strict=True) if v < threshold}
-                 if series is not None else set())
-        times = sorted((set(series.times) if series is not None else set()) | set(spins))
         sig = signal.get(ref, "utilization")
+        if spins or series is None:
+            below = ({t for t, v in zip(series.times, series.values, strict=True)
+                      if v < threshold} if series is not None else set())
+            times = sorted((set(series.times) if series is not None else set()) | set(spins))
+            flags = [t in below or t in spins for t in times]
+        else:
+            # No spinning step (most devices): the series' own times (increasing) and
+            # values, without the sets (a fleet page judges 10^4 devices here).
+            below = set()
+            times = list(series.times)
+            flags = [v < threshold for v in series.values]
         if not is_fresh(times, window):
             out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history, has_data=False,
                                signal=sig)
             continue
-        flags = [t in below or t in spins for t in times]
         run = trailing_run(times, flags, window.step, history_start)
         if run is None:
             out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history, signal=sig)
@@ -99,7 +106,8 @@ def idle_gpus(
             holding = {t for t, v in zip(held.times, held.values, strict=True) if v > 0}
             n_held = sum(1 for t in run_times if t in holding)
             allocated_s = run.seconds * n_held / len(run_times)
-        n_spin = sum(1 for t in run_times if t in spins and t not in below)
+        n_spin = (sum(1 for t in run_times if t in spins and t not in below) if spins
+                  else 0)
         out[ref] = GpuIdle(
             ref, holds(run, required), run.start, run.seconds, allocated_s, required, history,
             spinning_seconds=run.seconds * n_spin / len(run_times), signal=sig,
