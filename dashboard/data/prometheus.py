@@ -769,6 +769,10 @@ class _Answers:
             self._done[role] = rows
         return self._done[role]
 
+    def add(self, more: _Answers) -> None:
+        """The roles of another round sent meanwhile (read as these are)."""
+        self._pending.update(more._pending)
+
     def all(self) -> dict[str, list[Any]]:
         """Every role's answer (each waited for)."""
         for role in list(self._pending):
@@ -929,12 +933,12 @@ class PrometheusData:
 
         cutil = selector("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
         pods = "gpu_pod_info"
-        ns_filter = ""
+        members = f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"
         if namespace is not None:
-            # The namespace's devices and every container on them (time-slicing shares
-            # need the other sharers too).
+            # Who uses what: the namespace's devices and every container on them (asked by
+            # :meth:`members_queries` on the nodes this finds: not every container's series).
             mine = selector("container_gpu_utilization_ratio", namespace=namespace)
-            ns_filter = f" and on (node, uuid) max by (node, uuid) (last_over_time({mine}[{w}]))"
+            members = f"count by (node) (last_over_time({mine}[{w}]))"
             pods = selector("gpu_pod_info", namespace=namespace)
         if rules:
             mean = f"max by (node, uuid) (avg_over_time({RULES['util']}[{whole}]))"
@@ -989,7 +993,8 @@ class PrometheusData:
             # Each one's raw mean over the window: the input-starved candidates are those
             # in the suspicious range (the rule's own test of the same mean: nothing is
             # lost); one pass over the containers' samples for both.
-            "members": f"avg by ({CBY}) (avg_over_time({cutil}[{w}])){ns_filter}",
+            # (With a namespace, the nodes where it ran: ``ns_nodes``.)
+            "members" if namespace is None else "ns_nodes": members,
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
             # The latest step: what meets a rule, and only that.
         }
@@ -1005,6 +1010,26 @@ class PrometheusData:
         out.update({"now" if i == 0 else f"now#{i}": q for i, q in enumerate(now)})
         return out
 
+    def members_queries(self, window: Window, namespace: str, nodes: Collection[str]
+                        ) -> dict[str, str]:
+        """Who uses what where the page is filtered to ``namespace``: each container's raw
+        mean over the window (as ``members`` of :meth:`fleet_queries`) on the devices the
+        namespace used, every container on them (time-slicing shares need the other
+        sharers too), asked on ``nodes`` (where it ran: the first round's ``ns_nodes``) in
+        ``node=~`` lists: the fleet's other 29,000 containers' series are not read (0.46 s
+        of the store's time at 5,000 nodes)."""
+        w = duration(window.seconds)
+
+        def build(names: Sequence[str]) -> str:
+            on = {"node": f'=~"{any_of(names)}"'}
+            cutil = selector("container_gpu_utilization_ratio", {**on, "namespace": NOT_EMPTY})
+            mine = selector("container_gpu_utilization_ratio", on, namespace=namespace)
+            return (f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"
+                    f" and on (node, uuid) max by (node, uuid) (last_over_time({mine}[{w}]))")
+
+        return {"members" if i == 0 else f"members#{i}": q
+                for i, q in enumerate(_split(sorted(set(nodes)), build))}
+
     @staticmethod
     def first_query(window: Window) -> str:
         """When data begins in ``window``: the first step at which any device reported."""
@@ -1014,8 +1039,8 @@ class PrometheusData:
 
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
-    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "pods", "now",
-                                 "stats", "evidence", "runs"})
+    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "ns_nodes", "pods",
+                                 "now", "stats", "evidence", "runs"})
 
     def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None,
                      rules: bool = False, by_node: bool = False) -> dict[str, str]:
@@ -1319,6 +1344,13 @@ class PrometheusData:
         rules, checks = self._check_rules(window)
         queries = self.fleet_queries(window, namespace, rules)
         first_res = self._submit(queries, window)  # each read as it is needed
+        if namespace is not None:
+            # Who uses what, on the nodes where the namespace ran (a small answer, among the
+            # first four in flight), while the store computes the rest of the round.
+            more_first = self.members_queries(
+                window, namespace, {lab.get("node", "") for lab, _ in first_res["ns_nodes"]})
+            queries = {**queries, **more_first}
+            first_res.add(self._submit(more_first, window))
         th = self.thresholds
 
         gpus = {}
