@@ -5,7 +5,7 @@
     python bench/dashboard_bench.py --nodes 100 --no-browser
     python bench/dashboard_bench.py --data /work/fleet5000 --store both --no-browser
     python bench/dashboard_bench.py --data /work/fleet5000-rules --store prometheus \
-        --no-browser [--namespace research-0] [--raw]     # blocks + the rules backfilled
+        --no-browser [--namespace research-0] [--raw] [--drill-downs]  # + the rules backfilled
 
 1. The fleet (``bench/fleet.py``): nodes playing the demo scenarios through the exporter's
    own SimulatedSource, attribution and collectors, one sample per series every ``--step``
@@ -48,6 +48,7 @@ from gpuscope.dashboard import components  # noqa: E402
 from gpuscope.dashboard.data import DataError, PrometheusData  # noqa: E402
 from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
 from gpuscope.dashboard.prices import load_prices  # noqa: E402
+from gpuscope.dashboard.series import gc_paused  # noqa: E402
 from gpuscope.dashboard.views import FleetView, build_fleet_view  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
@@ -155,7 +156,10 @@ def verdicts(view: FleetView, expected: dict[str, Any]) -> dict[str, Any]:
 def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             args: argparse.Namespace) -> dict[str, Any]:
     end = meta["end"]
-    result: dict[str, Any] = {"store_start_s": round(store.started_s, 2)}
+    # The 1-minute load average before and after (this machine is shared: a timing is
+    # read beside it).
+    result: dict[str, Any] = {"store_start_s": round(store.started_s, 2),
+                              "load_1m_before": os.getloadavg()[0]}
     source = PrometheusData(store.url, clock=lambda: end, timeout=args.timeout)
     if args.raw:
         # The raw queries even where the recording rules are loaded (their fallback).
@@ -164,11 +168,14 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     fetch, build, render = [], [], []
     try:
         for _ in range(args.runs + 1):  # the first run warms the store's caches
-            t0 = time.perf_counter()
-            data = source.fleet(args.window, args.namespace)
-            t1 = time.perf_counter()
-            view = build_fleet_view(data, prices, None, args.namespace)
-            t2 = time.perf_counter()
+            # As DashboardService computes a view: both under one pause of the garbage
+            # collector (what it then collects is in the rendering's time).
+            with gc_paused():
+                t0 = time.perf_counter()
+                data = source.fleet(args.window, args.namespace)
+                t1 = time.perf_counter()
+                view = build_fleet_view(data, prices, None, args.namespace)
+                t2 = time.perf_counter()
             heatmap_figure(view.heatmap).to_json()
             json.dumps([components.idle_data(view.idle_rows),
                         components.starved_data(view.starved_rows),
@@ -197,19 +204,55 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             render_s=statistics.median(render[1:]), verdicts=check["got"],
             verdicts_differ=check["differ"],
         )
+        result["load_1m_after"] = os.getloadavg()[0]
         print(f"{store.kind} server side (median of {args.runs}, first {fetch[0]:.2f}s): "
               f"queries {result['fetch_s']:.2f}s, analysis {result['analysis_s']:.2f}s, "
-              f"rendering {result['render_s']:.2f}s", flush=True)
+              f"rendering {result['render_s']:.2f}s; load average (1 min) "
+              f"{result['load_1m_before']:.2f} before, {result['load_1m_after']:.2f} after",
+              flush=True)
         if check["differ"]:
             print(f"{store.kind}: verdicts differ from the expected ones: "
                   + ", ".join(f"{key} {check['got'][key]} (expected {check['expected'][key]})"
                               for key in check["differ"]), flush=True)
+        if args.drill_downs:
+            result.update(drill_downs(store, end, view, args))
         if not args.no_browser:
             result.update(page_loads(store, end, args))
     result.update(rss_kib=store.rss_kib(), series=store.series_count(end))
     print(f"{store.kind}: RSS {result['rss_kib'] / 1024:,.0f} MiB after the queries, "
           f"{result['series']:,} series", flush=True)
     return result
+
+
+def drill_downs(store: Store, end: float, view: FleetView, args: argparse.Namespace
+                ) -> dict[str, Any]:
+    """The node, pod and workload drill-downs' queries (``PrometheusData.node_detail``,
+    ``pod_detail``, ``workload_detail``), medians of ``--runs`` after a warm-up: of the
+    first idle node (else the first node), the middle pod of the picker and the workload
+    the page opens with."""
+    source = PrometheusData(store.url, clock=lambda: end, timeout=args.timeout)
+    node = view.idle_rows[0].node if view.idle_rows else view.nodes[0]
+    namespace, pod = view.pods[len(view.pods) // 2].split("/", 1)
+    asks: dict[str, Any] = {"node": lambda: source.node_detail(node, args.window),
+                            "pod": lambda: source.pod_detail(namespace, pod, args.window)}
+    if view.default_workload:
+        wns, workload = view.default_workload.split("/", 1)
+        asks["workload"] = lambda: source.workload_detail(wns, workload, args.window)
+    out: dict[str, Any] = {}
+    try:
+        for name, ask in asks.items():
+            times = []
+            for _ in range(args.runs + 1):
+                began = time.perf_counter()
+                ask()
+                times.append(time.perf_counter() - began)
+            out[f"{name}_detail_s"] = statistics.median(times[1:])
+    finally:
+        source.close()
+    print(f"{store.kind} drill-downs (median of {args.runs}): "
+          + ", ".join(f"{k.removesuffix('_detail_s')} {v:.3f}s" for k, v in out.items()),
+          flush=True)
+    return out
 
 
 def page_loads(store: Store, end: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -257,6 +300,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="per query, seconds")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--namespace", help="the fleet page filtered to this namespace")
+    ap.add_argument("--drill-downs", action="store_true",
+                    help="also time the node, pod and workload drill-downs")
     ap.add_argument("--raw", action="store_true",
                     help="the raw queries even where the recording rules are loaded")
     ap.add_argument("--keep", help="keep the generated data in this folder, and reuse it "

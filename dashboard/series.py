@@ -10,8 +10,48 @@ timestamps, so values can be joined on time exactly.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import gc
+import threading
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+
+class _GcPause:
+    """Counts the computations that hold the cyclic garbage collector off
+    (:func:`gc_paused`), so that it comes back on when the last one ends, and only if it was
+    on before the first began."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.was_enabled = False
+
+
+_GC_PAUSE = _GcPause()
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a fleet page is read and judged. A
+    5,000-node page makes some 10^7 objects (the stores' answers decoded, the series, the
+    verdicts), nearly all without cycles and freed by reference counting; with the collector
+    on, the heap's growth set off full collections that each walked all of them again:
+    1.6-1.9 s of the 6 s that ``PrometheusData.fleet`` took at 5,000 nodes
+    (docs/benchmarks.md). Whatever cycles are made meanwhile are collected after. Nested
+    and concurrent pauses (two pages at once, several threads) are counted."""
+    with _GC_PAUSE.lock:
+        if _GC_PAUSE.holders == 0:
+            _GC_PAUSE.was_enabled = gc.isenabled()
+            gc.disable()
+        _GC_PAUSE.holders += 1
+    try:
+        yield
+    finally:
+        with _GC_PAUSE.lock:
+            _GC_PAUSE.holders -= 1
+            if _GC_PAUSE.holders == 0 and _GC_PAUSE.was_enabled:
+                gc.enable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,25 +104,46 @@ class GpuRef:
 
     node: str
     uuid: str
+    # The hash, computed once: a 5,000-node fleet page looks refs up some 10^6 times, and a
+    # frozen dataclass's own ``__hash__`` builds a tuple each time.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.node, self.uuid)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[GpuRef], tuple[str, str]]:
+        # Made anew when unpickled: a string's hash differs from one process to another.
+        return GpuRef, (self.node, self.uuid)
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class ContainerRef:
-    """One container's use of one device."""
+    """One container's use of one device. ``gpu`` and ``pod_key`` are made once (the
+    analysis reads them for every container, 10^5 times on a large fleet)."""
 
     node: str
     namespace: str
     pod: str
     container: str
     uuid: str
+    gpu: GpuRef = field(init=False, repr=False, compare=False)
+    pod_key: PodKey = field(init=False, repr=False, compare=False)
+    _hash: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def gpu(self) -> GpuRef:
-        return GpuRef(self.node, self.uuid)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu", GpuRef(self.node, self.uuid))
+        object.__setattr__(self, "pod_key", PodKey(self.node, self.namespace, self.pod))
+        object.__setattr__(self, "_hash", hash((self.node, self.namespace, self.pod,
+                                                self.container, self.uuid)))
 
-    @property
-    def pod_key(self) -> PodKey:
-        return PodKey(self.node, self.namespace, self.pod)
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[ContainerRef], tuple[str, str, str, str, str]]:
+        return ContainerRef, (self.node, self.namespace, self.pod, self.container, self.uuid)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -90,6 +151,16 @@ class PodKey:
     node: str
     namespace: str
     pod: str
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.node, self.namespace, self.pod)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[PodKey], tuple[str, str, str]]:
+        return PodKey, (self.node, self.namespace, self.pod)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from gpuscope.dashboard.data import (
     validate_workload,
 )
 from gpuscope.dashboard.prices import PriceTable
-from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail
+from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail, gc_paused
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
 log = logging.getLogger(__name__)
@@ -178,8 +178,11 @@ class DashboardService:
     def _compute(self, key: Key, problems: list[str]) -> Answer:
         window, namespace = key
         try:
-            data = self.source.fleet(window_seconds(window), namespace)
-            view = build_fleet_view(data, self.prices, self.thresholds, namespace)
+            # One pause of the garbage collector for both (each holds it off on its own):
+            # the collection that follows a pause walks every object made in it, once.
+            with gc_paused():
+                data = self.source.fleet(window_seconds(window), namespace)
+                view = build_fleet_view(data, self.prices, self.thresholds, namespace)
         except DataError as exc:
             return self._fallback(key, [*problems, f"{exc}."])
         except Exception as exc:  # never a traceback page

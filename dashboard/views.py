@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.analysis.allocated import allocated_idle
 from gpuscope.dashboard.analysis.idle import (
+    fleet_of,
     gpu_states,
     idle_gpus,
     idle_nodes,
     idle_slices,
-    physical_gpus,
 )
-from gpuscope.dashboard.analysis.mig import slice_shares
 from gpuscope.dashboard.analysis.spinning import spinning_gpus, spinning_steps
 from gpuscope.dashboard.analysis.starvation import input_starved, timeslice_shares
 from gpuscope.dashboard.analysis.stragglers import Group, Straggler, stragglers
@@ -31,6 +30,7 @@ from gpuscope.dashboard.series import (
     FleetData,
     GpuRef,
     Window,
+    gc_paused,
     index_key,
 )
 
@@ -372,6 +372,19 @@ def build_fleet_view(
     thresholds: Thresholds | None = None,
     namespace: str | None = None,
 ) -> FleetView:
+    """What the fleet page shows of ``data`` (of ``namespace`` where given), priced by
+    ``prices``; the cyclic garbage collector held off meanwhile (:func:`gc_paused`: the
+    analysis of a large fleet makes 10^6 objects without cycles)."""
+    with gc_paused():
+        return _build_fleet_view(data, prices, thresholds, namespace)
+
+
+def _build_fleet_view(
+    data: FleetData,
+    prices: PriceTable,
+    thresholds: Thresholds | None,
+    namespace: str | None,
+) -> FleetView:
     th = thresholds or Thresholds()
     window, hs = data.window, data.history_start
     signals = data.signals
@@ -380,7 +393,8 @@ def build_fleet_view(
         return namespace is None or ns == namespace
 
     # Prices: per node (spot where the price file says so), per whole GPU, per slice.
-    by_node = physical_gpus(data.gpus)
+    inventory = fleet_of(data.gpus)  # the passes over every device, once
+    by_node = inventory.by_node
     node_price: dict[str, NodePrice] = {}
     for node in set(by_node) | set(data.nodes):
         info = data.nodes.get(node)
@@ -393,7 +407,7 @@ def build_fleet_view(
         n = len(by_node.get(node, ()))
         return price / n if price is not None and n > 0 else None
 
-    shares = slice_shares(data.gpus)
+    shares = inventory.shares
 
     # Who uses each device (containers with a utilization series, or holding it).
     users: dict[GpuRef, set[ContainerRef]] = {}
@@ -411,8 +425,8 @@ def build_fleet_view(
         spinning=spin_steps, signal=data.idle_signal,
         threshold=th.idle_utilization, duration=th.idle_duration,
     )
-    nodes_idle = idle_nodes(data.gpus, verdicts)
-    slices_idle = idle_slices(data.gpus, verdicts, nodes_idle)
+    nodes_idle = idle_nodes(data.gpus, verdicts, fleet=inventory)
+    slices_idle = idle_slices(data.gpus, verdicts, nodes_idle, fleet=inventory)
     report = waste(
         nodes_idle, {n: p.per_hour for n, p in node_price.items()},
         slices=slices_idle, gpus_per_node={n: len(v) for n, v in by_node.items()},
@@ -487,7 +501,7 @@ def build_fleet_view(
 
     # KPIs over whole GPUs (MIG slices are parts of one).
     whole = [info for infos in by_node.values() for info in infos]
-    states = gpu_states(data.gpus, verdicts, spinning, data.reporting())
+    states = gpu_states(data.gpus, verdicts, spinning, data.reporting(), fleet=inventory)
     counts = {state: sum(1 for v in states.values() if v == state)
               for state in ("busy", "idle", "spinning", "no data")}
     means = [data.gpu_mean[g.ref] for g in whole if g.ref in data.gpu_mean]
@@ -648,11 +662,7 @@ def build_fleet_view(
             mean_utilization=sum(known) / len(known) if known else None))
     node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
     columns = tuple(sorted({g.gpu for n in node_names for g in by_node[n]}, key=index_key))
-    slices_of: dict[GpuRef, list[GpuRef]] = {}
-    for gpu_info in data.gpus.values():
-        if not gpu_info.is_physical:
-            slices_of.setdefault(GpuRef(gpu_info.node, gpu_info.parent_uuid), []).append(
-                gpu_info.ref)
+    slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
     z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node[node]}

@@ -79,15 +79,22 @@ def idle_gpus(
     for ref in set(busy_max) | set(spinning):
         series = busy_max.get(ref)
         spins = spinning.get(ref, ())
-        below = ({t for t, v in zip(series.times, series.values, strict=True) if v < threshold}
-                 if series is not None else set())
-        times = sorted((set(series.times) if series is not None else set()) | set(spins))
         sig = signal.get(ref, "utilization")
+        if spins or series is None:
+            below = ({t for t, v in zip(series.times, series.values, strict=True)
+                      if v < threshold} if series is not None else set())
+            times = sorted((set(series.times) if series is not None else set()) | set(spins))
+            flags = [t in below or t in spins for t in times]
+        else:
+            # No spinning step (most devices): the series' own times (increasing) and
+            # values, without the sets (a fleet page judges 10^4 devices here).
+            below = set()
+            times = list(series.times)
+            flags = [v < threshold for v in series.values]
         if not is_fresh(times, window):
             out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history, has_data=False,
                                signal=sig)
             continue
-        flags = [t in below or t in spins for t in times]
         run = trailing_run(times, flags, window.step, history_start)
         if run is None:
             out[ref] = GpuIdle(ref, False, None, 0.0, 0.0, required, history, signal=sig)
@@ -99,7 +106,8 @@ def idle_gpus(
             holding = {t for t, v in zip(held.times, held.values, strict=True) if v > 0}
             n_held = sum(1 for t in run_times if t in holding)
             allocated_s = run.seconds * n_held / len(run_times)
-        n_spin = sum(1 for t in run_times if t in spins and t not in below)
+        n_spin = (sum(1 for t in run_times if t in spins and t not in below) if spins
+                  else 0)
         out[ref] = GpuIdle(
             ref, holds(run, required), run.start, run.seconds, allocated_s, required, history,
             spinning_seconds=run.seconds * n_spin / len(run_times), signal=sig,
@@ -138,6 +146,23 @@ def physical_gpus(gpus: Mapping[GpuRef, GpuInfo]) -> dict[str, list[GpuInfo]]:
         if info.is_physical:
             by_node.setdefault(info.node, []).append(info)
     return by_node
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """What the fleet's inventory says, made once per page (each is a pass over every
+    device: 35,000 on a 5,000-node fleet): the whole GPUs per node, the slices of each GPU
+    in MIG mode, each slice's share of its GPU."""
+
+    by_node: Mapping[str, list[GpuInfo]]
+    slices: Mapping[GpuRef, list[GpuInfo]]
+    shares: Mapping[GpuRef, float]
+
+
+def fleet_of(gpus: Mapping[GpuRef, GpuInfo]) -> Fleet:
+    """:class:`Fleet` of ``gpus``."""
+    slices = mig_slices(gpus)
+    return Fleet(physical_gpus(gpus), slices, slice_shares(gpus, slices))
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,15 +212,17 @@ def gpu_states(
     verdicts: Mapping[GpuRef, GpuIdle],
     spinning: Collection[GpuRef] = (),
     reporting: Collection[GpuRef] = (),
+    *,
+    fleet: Fleet | None = None,
 ) -> dict[GpuRef, str]:
     """What each whole GPU is: ``spinning``, ``idle``, ``busy`` or ``no data`` (nothing to
     judge it by: lost, not supported, or in MIG mode with no slice reporting). ``reporting``:
     devices with data now besides those with an idle verdict (the Prometheus mode sends
-    only idle steps)."""
-    slices = mig_slices(gpus)
-    shares = slice_shares(gpus)
+    only idle steps). ``fleet``: :func:`fleet_of` ``gpus``, when the caller has it."""
+    fleet = fleet or fleet_of(gpus)
+    slices, shares = fleet.slices, fleet.shares
     out: dict[GpuRef, str] = {}
-    for infos in physical_gpus(gpus).values():
+    for infos in fleet.by_node.values():
         for info in infos:
             parts = slices.get(info.ref)
             refs = [s.ref for s in parts] if parts else [info.ref]
@@ -213,13 +240,14 @@ def gpu_states(
 
 
 def idle_nodes(
-    gpus: Mapping[GpuRef, GpuInfo], verdicts: Mapping[GpuRef, GpuIdle]
+    gpus: Mapping[GpuRef, GpuInfo], verdicts: Mapping[GpuRef, GpuIdle], *,
+    fleet: Fleet | None = None,
 ) -> dict[str, NodeIdle]:
     """Nodes whose every whole GPU is idle (a GPU in MIG mode: every slice)."""
-    slices = mig_slices(gpus)
-    shares = slice_shares(gpus)
+    fleet = fleet or fleet_of(gpus)
+    slices, shares = fleet.slices, fleet.shares
     out: dict[str, NodeIdle] = {}
-    for node, infos in physical_gpus(gpus).items():
+    for node, infos in fleet.by_node.items():
         parts = [_gpu_part(info, verdicts, slices, shares) for info in infos]
         if not parts or any(p is None for p in parts):
             continue
@@ -255,11 +283,14 @@ def idle_slices(
     gpus: Mapping[GpuRef, GpuInfo],
     verdicts: Mapping[GpuRef, GpuIdle],
     skip_nodes: Collection[str] = (),
+    *,
+    fleet: Fleet | None = None,
 ) -> list[SliceIdle]:
     """Idle MIG slices, except on ``skip_nodes`` (the idle nodes, whose waste has them)."""
-    shares = slice_shares(gpus)
+    fleet = fleet or fleet_of(gpus)
+    shares = fleet.shares
     out = []
-    for parent, parts in mig_slices(gpus).items():
+    for parent, parts in fleet.slices.items():
         if parent.node in skip_nodes:
             continue
         for info in parts:

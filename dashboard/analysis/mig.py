@@ -42,11 +42,14 @@ def mig_slices(gpus: Mapping[GpuRef, GpuInfo]) -> dict[GpuRef, list[GpuInfo]]:
     return out
 
 
-def slice_shares(gpus: Mapping[GpuRef, GpuInfo]) -> dict[GpuRef, float]:
+def slice_shares(gpus: Mapping[GpuRef, GpuInfo],
+                 slices_of: Mapping[GpuRef, list[GpuInfo]] | None = None
+                 ) -> dict[GpuRef, float]:
     """Each MIG slice's share of its GPU (0..1); a slice of an unknown profile gets an even
-    share of what the known ones leave."""
+    share of what the known ones leave. ``slices_of``: :func:`mig_slices` of ``gpus``, when
+    the caller has it."""
     out: dict[GpuRef, float] = {}
-    for parent, slices in mig_slices(gpus).items():
+    for parent, slices in (mig_slices(gpus) if slices_of is None else slices_of).items():
         parent_info = gpus.get(parent)
         model = parent_info.model if parent_info is not None else slices[0].model
         counts = {s.ref: compute_slices(s.mig_profile) for s in slices}

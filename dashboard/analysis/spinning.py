@@ -106,7 +106,17 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
         if not _may_spin(ref, util, signals, rule):
             continue
         at = _points(ref, signals)
-        steps = frozenset(t for t in util.times if _spin_step(ref, signals, rule, at, t))
+        if ref in signals.gpm:
+            # _spin_step's test, written out for the steps of one device (a fleet page has
+            # 10^5 of them).
+            sm, tensor, dram = at["sm"], at["tensor"], at["dram"]
+            steps = frozenset(
+                t for t, u in at["utilization"].items()
+                if u >= rule.busy and (s := sm.get(t)) is not None and s < rule.sm
+                and (x := tensor.get(t)) is not None and x < rule.tensor
+                and (d := dram.get(t)) is not None and d < rule.dram)
+        else:
+            steps = frozenset(t for t in util.times if _spin_step(ref, signals, rule, at, t))
         if steps:
             out[ref] = steps
     return out

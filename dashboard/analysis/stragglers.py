@@ -255,6 +255,11 @@ def stragglers(
         if len(group.devices) < 2:
             continue
         checked += 1
+        if not any(group.devices.values()):
+            # No device of the group has a step (the Prometheus mode asks the history of
+            # the candidates' workloads only): neither rule can hold, and a fleet has 10^3
+            # such groups.
+            continue
         found.extend(_stalled(group, window, history_start, required, factor))
         if signals is not None:
             found.extend(_slow(group, signals, window, history_start, required, slow_factor,

@@ -11,6 +11,10 @@ _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _METRIC_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# The same as one table for str.translate (one pass in C: the fleet page escapes node lists of
+# some 10^5 characters): the escapes above, every other control character as \uXXXX.
+_TRANSLATE = str.maketrans({**{chr(c): f"\\u{c:04x}" for c in [*range(0x20), 0x7F]},
+                            **_ESCAPES})
 
 
 def escape_label_value(value: str) -> str:
@@ -19,15 +23,7 @@ def escape_label_value(value: str) -> str:
     Backslash and double quote are escaped, newline/CR/tab get their escapes and every other
     control character ``\\uXXXX``, so no input can close the literal and append PromQL.
     """
-    out = []
-    for ch in value:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return value.translate(_TRANSLATE)
 
 
 def selector(metric: str, matchers: Mapping[str, str] | None = None, **equal: str) -> str:
@@ -52,14 +48,13 @@ def selector(metric: str, matchers: Mapping[str, str] | None = None, **equal: st
 
 
 _REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$-")
+_REGEX_ESCAPES = str.maketrans({ch: "\\" + ch for ch in _REGEX_SPECIAL})
 
 
 def any_of(values: Sequence[str]) -> str:
     """A PromQL regex matcher body (already escaped for the string literal) matching exactly
     one of ``values``: regex metacharacters escaped first, then the literal escaping."""
-    alternatives = ("".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in v)
-                    for v in values)
-    return escape_label_value("|".join(alternatives))
+    return escape_label_value("|".join(v.translate(_REGEX_ESCAPES) for v in values))
 
 
 def duration(seconds: float) -> str:

@@ -96,8 +96,8 @@ def test_regex_matchers_escape_regex_then_string() -> None:
 
 def test_long_node_lists_are_split_into_queries_of_bounded_size() -> None:
     """5,000 nodes singled out: every query stays under VictoriaMetrics' default 16 KB
-    (``-search.maxQueryLen``), each node is asked about exactly once per role, and no fleet
-    query names a device."""
+    (``-search.maxQueryLen``), each node (each input candidate's pod) is asked about exactly
+    once per role, and no fleet query names a device."""
     prom = PrometheusData("http://127.0.0.1:1")
     w = make_window(3600, 10_000.0, min_step=15, max_points=60)
     nodes = [f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal" for i in range(5000)]
@@ -112,8 +112,11 @@ def test_long_node_lists_are_split_into_queries_of_bounded_size() -> None:
             roles.setdefault(name.partition("#")[0], []).append(q)
         escaped = sorted(any_of([n]) for n in nodes)
         for role, parts in roles.items():
-            # Each query names its nodes in one list (repeated in each selector).
-            lists = [set(re.findall(r'node=~"((?:[^"\\]|\\.)*)"', q)) for q in parts]
+            # Each query names its nodes in one list (repeated in each selector); the input
+            # candidates' statistics, their pods (``input`` here: the same names).
+            label = "pod" if role == "stats" else "node"
+            assert role != "stats" or "node=~" not in "".join(parts)
+            lists = [set(re.findall(label + r'=~"((?:[^"\\]|\\.)*)"', q)) for q in parts]
             assert all(len(one) <= 1 for one in lists), role
             named = [n for one in lists for body in one for n in body.split("|")]
             if role in ("idle_steps", "held_idle", "throttled") and rules:
@@ -377,3 +380,28 @@ def test_straggler_summaries_are_not_used_where_they_cannot_describe_the_group()
     assert summary.split({key: {low: "stalled"}}, members, {others[1]}) == (set(), {key})
     del summary.medians[(key, "stalled")]
     assert summary.split({key: {low: "stalled"}}, members, ()) == (set(), {key})
+
+
+def test_a_namespace_page_asks_who_uses_what_on_its_nodes_only() -> None:
+    """Filtered to a namespace, the first round finds where it ran (``ns_nodes``, no node
+    list) and who uses what is asked on those nodes alone, in lists under the query limit,
+    each node once, the namespace escaped in every part."""
+    prom = PrometheusData("http://127.0.0.1:1")
+    w = make_window(3600, 10_000.0, min_step=15, max_points=60)
+    first = prom.fleet_queries(w, "ml")
+    assert "members" not in first and "node=~" not in first["ns_nodes"]
+    assert 'namespace="ml"' in first["ns_nodes"]
+    assert "members" in prom.fleet_queries(w, None)
+    nodes = [f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal" for i in range(3000)]
+    queries = prom.members_queries(w, "ml", nodes)
+    assert len(queries) > 1 and set(queries) == {"members"} | {
+        f"members#{i}" for i in range(1, len(queries))}
+    named = []
+    for q in queries.values():
+        assert len(q.encode()) <= MAX_QUERY_BYTES and 'namespace="ml"' in q
+        lists = set(re.findall(r'node=~"((?:[^"\\]|\\.)*)"', q))
+        assert len(lists) == 1  # the same list in both selectors
+        named += next(iter(lists)).split("|")
+    assert sorted(named) == sorted(any_of([n]) for n in nodes)
+    assert prom.members_queries(w, "ml", []) == {}
+    prom.close()

@@ -84,3 +84,59 @@ def test_tables_and_pickers_are_bounded(view) -> None:  # type: ignore[no-untype
     assert len(view.pods) == 8 * NODES > MAX_POD_CHOICES
     choices = _pod_choices(view)
     assert len(choices) == MAX_POD_CHOICES and set(choices) <= set(view.pods)
+
+
+def test_the_collector_is_held_off_while_a_page_is_computed_and_restored_after() -> None:
+    """gc_paused: off inside (nested and from two threads at once), back on after the last
+    holder leaves, and left off where it was off before; the page computations hold it."""
+    import gc
+    import threading
+
+    from gpuscope.dashboard.series import gc_paused
+
+    assert gc.isenabled()
+    seen: list[bool] = []
+    inside, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with gc_paused():
+            inside.set()
+            leave.wait(10)
+            seen.append(gc.isenabled())
+
+    worker = threading.Thread(target=other)
+    with gc_paused():
+        worker.start()
+        assert inside.wait(10)
+        with gc_paused():
+            seen.append(gc.isenabled())
+        seen.append(gc.isenabled())
+    seen.append(gc.isenabled())  # the other thread still holds it
+    leave.set()
+    worker.join(10)
+    assert seen == [False, False, False, False]
+    assert gc.isenabled()
+
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+    states: list[bool] = []
+    import gpuscope.dashboard.views as views
+
+    real = views._build_fleet_view
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        states.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    views._build_fleet_view = spy
+    try:
+        build_fleet_view(fleet(), bundled_prices())
+    finally:
+        views._build_fleet_view = real
+    assert states == [False] and gc.isenabled()
