@@ -46,10 +46,19 @@ def trailing_run(
     """The trailing run of true ``flags``, or None when the last point is false (or there is
     no point). A run that begins at the series' first point starts no earlier than
     ``history_start`` (nothing is known before it)."""
-    if not times or not flags[-1]:
+    n = len(times)
+    if not n or not flags[-1]:
         return None
-    i = len(times) - 1
-    while i > 0 and flags[i - 1] and times[i] - times[i - 1] <= 1.5 * step:
+    # The flags alone hold back to just after the last false one before the end (found by
+    # ``index``, not a step at a time: 10^4 runs of 59 steps on a large fleet); a gap of
+    # more than a step and a half ends the run earlier.
+    try:
+        lo = n - 1 - flags[-2::-1].index(False)
+    except ValueError:
+        lo = 0
+    i = n - 1
+    gap = 1.5 * step
+    while i > lo and times[i] - times[i - 1] <= gap:
         i -= 1
     start = max(times[i] - step, history_start)
     if i == 0 and start - history_start <= 2 * step:

@@ -65,14 +65,22 @@ def timeslice_shares(
     Host processes (empty namespace) are not containers and are left out.
     """
     required = required_seconds(duration, window, history_start)
-    by_gpu: dict[GpuRef, dict[ContainerRef, dict[float, float]]] = {}
+    # The containers by device first, and the steps of those on a shared device only (a
+    # large fleet has 10^5 containers, few of them sharing).
+    by_gpu: dict[GpuRef, list[tuple[ContainerRef, Series]]] = {}
     for ref, series in containers.items():
         if ref.namespace:
-            by_gpu.setdefault(ref.gpu, {})[ref] = series.at()
+            gpu = ref.gpu
+            on = by_gpu.get(gpu)
+            if on is None:
+                by_gpu[gpu] = [(ref, series)]
+            else:
+                on.append((ref, series))
     out: list[ShareVerdict] = []
-    for gpu, members in by_gpu.items():
-        if len(members) < 2:
+    for gpu, on in by_gpu.items():
+        if len(on) < 2:
             continue
+        members = {ref: series.at() for ref, series in on}
         gpu_at = gpu_util[gpu].at() if gpu in gpu_util else {}
         times = sorted({t for values in members.values() for t in values})
         if not is_fresh(times, window):
