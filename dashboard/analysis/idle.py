@@ -225,20 +225,7 @@ def gpu_states(
     for infos in fleet.by_node.values():
         for info in infos:
             parts = slices.get(info.ref)
-            if not parts:
-                # A whole GPU not in MIG mode (most of them): its own verdict, as below.
-                ref = info.ref
-                v = verdicts.get(ref)
-                if ref in spinning:
-                    out[ref] = "spinning"
-                elif not (v is not None and v.has_data) and ref not in reporting:
-                    out[ref] = "no data"
-                elif v is not None and v.idle:
-                    out[ref] = "idle"
-                else:
-                    out[ref] = "busy"
-                continue
-            refs = [s.ref for s in parts]
+            refs = [s.ref for s in parts] if parts else [info.ref]
             found = [verdicts.get(r) for r in refs]
             if info.ref in spinning:
                 out[info.ref] = "spinning"

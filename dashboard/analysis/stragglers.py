@@ -101,7 +101,7 @@ def workload_groups(
         info = pods.get(ref.pod_key)
         if info is None or not info.workload:
             continue
-        gpu = ref.gpu  # a new GpuRef each time it is read: once (a fleet has 10^4 of them)
+        gpu = ref.gpu
         found = gpus.get(gpu)
         key = (ref.namespace, info.workload, found.model if found is not None else "")
         devices = per.get(key)

@@ -304,13 +304,13 @@ class PidResolver:
             self._read_errors += 1
             return None
 
-    def _held_read(self, fd: int) -> bytes | None:
-        """The contents of a held ``stat`` file; ``None`` once its process is gone
-        (procfs: reaped; elsewhere: the file is no longer linked)."""
+    def _held_read(self, fd: int, size: int = _READ_SIZE) -> bytes | None:
+        """The contents of a held ``stat`` file (its first ``size`` bytes); ``None`` once its
+        process is gone (procfs: reaped; elsewhere: the file is no longer linked)."""
         try:
             if self._check_links and os.fstat(fd).st_nlink == 0:
                 return None  # removed or replaced: look the PID up by path
-            return os.pread(fd, _READ_SIZE, 0)
+            return os.pread(fd, size, 0)
         except OSError:
             return None  # ESRCH: reaped, so the PID may now be another process's
 
@@ -321,10 +321,7 @@ class PidResolver:
         cached, or, when rewritten, the same start time (the contents then cached anew)."""
         start, ref, fd, seen = entry
         if not self._check_links:
-            try:
-                return os.pread(fd, 1, 0) != b""
-            except OSError:
-                return False  # ESRCH: reaped, so the PID may now be another process's
+            return bool(self._held_read(fd, 1))
         data = self._held_read(fd)
         if data is None:
             return False

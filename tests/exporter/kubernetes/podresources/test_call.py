@@ -96,6 +96,16 @@ def call(peer: Peer, timeout: float = 5.0, limit: int = 1 << 20) -> object:
     return ListCall(peer.path, timeout, limit).run()
 
 
+def unary(body: bytes) -> Answer:
+    """An answer as a gRPC server sends one: headers, ``body`` as the data, trailers."""
+    def answer(conn: h2.connection.H2Connection, stream: int) -> None:
+        conn.send_headers(stream, OK_HEADERS)
+        conn.send_data(stream, body)
+        conn.send_headers(stream, OK_TRAILERS, end_stream=True)
+
+    return answer
+
+
 def fails(peer: Peer, code: str, fragment: str = "", **kw: float) -> None:
     with pytest.raises(CallError) as raised:
         call(peer, **kw)  # type: ignore[arg-type]
@@ -104,12 +114,7 @@ def fails(peer: Peer, code: str, fragment: str = "", **kw: float) -> None:
 
 
 def test_an_ordinary_answer_and_what_the_request_says(peer: Peer) -> None:
-    def answer(conn: h2.connection.H2Connection, stream: int) -> None:
-        conn.send_headers(stream, OK_HEADERS)
-        conn.send_data(stream, message(ANSWER))
-        conn.send_headers(stream, OK_TRAILERS, end_stream=True)
-
-    peer.answer = answer
+    peer.answer = unary(message(ANSWER))
     got = call(peer, timeout=2.5)
     assert isinstance(got, api_pb2.ListPodResourcesResponse)
     assert [p.name for p in got.pod_resources] == ["p"]
@@ -160,22 +165,12 @@ def test_goaway_before_the_answer_is_unavailable(peer: Peer) -> None:
 
 
 def test_two_messages_in_a_unary_answer_are_internal(peer: Peer) -> None:
-    def answer(conn: h2.connection.H2Connection, stream: int) -> None:
-        conn.send_headers(stream, OK_HEADERS)
-        conn.send_data(stream, message(ANSWER) + message(ANSWER))
-        conn.send_headers(stream, OK_TRAILERS, end_stream=True)
-
-    peer.answer = answer
+    peer.answer = unary(message(ANSWER) + message(ANSWER))
     fails(peer, "INTERNAL", "more than one message")
 
 
 def test_a_compressed_message_is_internal(peer: Peer) -> None:
-    def answer(conn: h2.connection.H2Connection, stream: int) -> None:
-        conn.send_headers(stream, OK_HEADERS)
-        conn.send_data(stream, message(ANSWER, compressed=True))
-        conn.send_headers(stream, OK_TRAILERS, end_stream=True)
-
-    peer.answer = answer
+    peer.answer = unary(message(ANSWER, compressed=True))
     fails(peer, "INTERNAL", "compressed")
 
 
