@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -626,16 +627,17 @@ def test_hanging_kubelet_never_delays_latest(
         servicer.hang.set()
         assert wait_until(lambda: watcher.status().in_flight and servicer.calls >= 2)
         # A List() call is stuck in the kubelet right now; readers must not notice.
-        slowest, reads = 0.0, 0
+        took: list[float] = []
         while watcher.status().in_flight:
             started = time.perf_counter()
             seen = watcher.latest()
-            slowest = max(slowest, time.perf_counter() - started)
-            reads += 1
+            took.append(time.perf_counter() - started)
             assert seen == good
             time.sleep(0.005)
-        assert reads >= 10  # the loop really ran while the call hung (~0.5 s)
-        assert slowest < 0.05
+        assert len(took) >= 10  # the loop really ran while the call hung (~0.5 s)
+        # A read that waited on the call would take the rest of its 0.5 s deadline; the
+        # median, as one read on a busy host can be descheduled for longer than that.
+        assert statistics.median(took) < 0.05, took
         assert wait_until(lambda: watcher.status().errors_total >= 1)
         status = watcher.status()
         assert "DEADLINE_EXCEEDED" in (status.last_error or "")
