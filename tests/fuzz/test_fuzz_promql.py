@@ -193,6 +193,10 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
              "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
              "input"}
 
+#: Equality matchers the code itself writes: each node's first GPU (``gpu="0"``: whether
+#: data begins at the window's start).
+CONSTANT_EQUALS = {"0"}
+
 
 def constant_regex(lit: Literal) -> bool:
     """The one regex matcher the code writes itself: the throttle reasons that count."""
@@ -268,7 +272,7 @@ def test_fleet_queries_have_fixed_shapes_whatever_the_values(
             if lit.op == "=~":
                 assert set(regex_alternatives(lit.value)) <= backend
             elif lit.op == "=":
-                assert lit.value == namespace
+                assert lit.value == namespace or lit.value in CONSTANT_EQUALS
             else:
                 assert lit.value in CONSTANTS
 
@@ -504,7 +508,7 @@ def allowed_literal(lit: Literal, user: set[str], backend: set[str]) -> bool:
     if lit.op == "=~":
         return set(regex_alternatives(lit.value)) <= backend
     if lit.op == "=":
-        return lit.value in user
+        return lit.value in user or lit.value in CONSTANT_EQUALS
     return lit.value in CONSTANTS
 
 
