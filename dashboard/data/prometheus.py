@@ -1352,7 +1352,7 @@ class PrometheusData:
         probe = duration(RULE_INTERVAL)
         # The dense series (the sparse ones may rightly be empty: nothing spins), and the
         # rules' version (a rule file older than the page lacks what it reads).
-        names = [RULES["util_max"], RULES["util"], f"{RULES['version']}"]
+        names = [RULES["util_max"], RULES["util"], RULES["version"]]
         ends = (window.start + window.step, window.end)
         # One sample when every series is there at both ends (``and`` of the counts).
         query = " and ".join(
