@@ -1556,9 +1556,13 @@ class PrometheusData:
         # What needs no answer of this round, while the store computes them.
         containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
         groups = _groups(members, pods, gpus) if summarize else {}
-        later = answers.all()
+        synthesized: dict[str, list[tuple[dict[str, str], Series]]] = {}
+        extra: dict[str, str] = {}
+        extra_res: _Answers | None = None
         if summarize:
-            rows = later.pop("runs", [])
+            # The summaries, sent first, are in before the rest of the round: read and
+            # expanded (and the third round sent) while the store computes the rest.
+            rows = answers["runs"]
             runs = _FullRuns.parse(rows, window, steps)
             again = runs.fallback(idle_now, spin_now, held_refs, throttled_refs)
             strag = _StragglerRuns.parse(rows, runs.grid)
@@ -1573,13 +1577,19 @@ class PrometheusData:
             strag_containers, strag_signals = strag.synthesize(whole, groups, th.slow_busy)
             strag_devices = {g for key in whole for g in groups[key]}
             extra = self.second_round(window, again, namespace, rules, by_node=True)
+            extra_res = self._submit(extra, window) if extra else None
             # The summaries first: a step history asked again overrides them.
             synthesized = runs.results()
-            for role, rows in (self._run(extra, window) if extra else {}).items():
+        # Each device's window mean (sent last in the first round), while the rest runs.
+        gpu_mean = {_gref(lab): v for lab, v in first_res["gpu_stats"]}
+        later = answers.all()
+        later.pop("runs", None)
+        if extra_res is not None:
+            for role, rows in extra_res.all().items():
                 synthesized.setdefault(role, []).extend(rows)
-            for role, rows in synthesized.items():
-                later.setdefault(role, []).extend(rows)
-            more.update(extra)
+        for role, rows in synthesized.items():
+            later.setdefault(role, []).extend(rows)
+        more.update(extra)
 
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
                            if lab.get("namespace")})
@@ -1622,7 +1632,6 @@ class PrometheusData:
             gpm=frozenset(by_signal.get("sm", {})), throttle=throttle,
         )
         shared = {g for g, n in sharers.items() if n >= 2}
-        gpu_mean = {_gref(lab): v for lab, v in first_res["gpu_stats"]}
         return FleetData(
             window=window,
             history_start=self._history_start(window, first),
