@@ -378,10 +378,16 @@ class Verdicts:
                 f"[{st.rr}])) > 0")
 
     def throttle(self, st: _Steps) -> str:
-        reasons = st.sel("gpu_throttle_seconds_total",
-                         {"reason": f'=~"{any_of(self.th.throttle_reasons)}"'})
-        return (f"max by ({GBY}, reason) (rate({reasons}[{st.rr}]))"
-                f" >= {self.th.throttle_ratio!r}")
+        """The devices throttled by a reason that counts at ``throttle_ratio`` or more (value:
+        the throttle seconds per second). With ``st.rules``, from the recorded throttling
+        (:meth:`throttling`: the same rates, recorded where above 0) instead of the
+        counters of those reasons on every device."""
+        match = {"reason": f'=~"{any_of(self.th.throttle_reasons)}"'}
+        if st.rules:
+            rate = f"last_over_time({st.sel(RULES['throttling'], match)}[{st.r}])"
+        else:
+            rate = f"rate({st.sel('gpu_throttle_seconds_total', match)}[{st.rr}])"
+        return f"max by ({GBY}, reason) ({rate}) >= {self.th.throttle_ratio!r}"
 
     def held_parts(self, st: _Steps) -> list[str]:
         """Per container, what it uses of what it holds where that is below the idle
@@ -512,8 +518,8 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
         (RULES["workload"], rec.workload(compute=True)),
         (RULES["idle"], " or ".join(v.idle_parts(rec))),
         (RULES["spin"], v.spinning(rec)),
-        (RULES["throttle"], v.throttle(raw)),
         (RULES["throttling"], v.throttling(raw)),
+        (RULES["throttle"], v.throttle(rec)),
         (RULES["silent"], v.silent(raw)),
         (RULES["held_idle"], " or ".join(v.held_parts(rec))),
         (RULES["candidates"], v.candidates(rec)),
