@@ -51,23 +51,39 @@ def _graph(graph_id: str, figure: Any) -> dcc.Graph:
     return dcc.Graph(id=graph_id, figure=figure, config=_GRAPH_CONFIG)
 
 
-def _options(values: Any, picked: Any) -> list[dict[str, str]]:
-    """A dropdown's options, with the picked value kept even when it is not among them (a
-    link to a node that is gone still opens its drill-down, which says so)."""
+#: The most options a dropdown is sent at once: those that contain what is typed in it (all
+#: of its names are searched), in the page's order. The browser builds every option it is
+#: sent: a 5,000-node fleet's 13,000 names took 4 of a 5-second page load in Chromium.
+MAX_OPTIONS = 100
+
+
+def _options(values: Any, picked: Any, search: Any = None) -> list[dict[str, str]]:
+    """A dropdown's options: the names containing ``search`` (any case; all of them when
+    nothing is typed), at most :data:`MAX_OPTIONS`, with the picked value kept even when it
+    is not among them (a link to a node that is gone still opens its drill-down, which says
+    so)."""
     names = [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
-    out = [{"label": v, "value": v} for v in names]
-    if isinstance(picked, str) and picked and picked not in names:
-        out.append({"label": f"{picked} (not in this window)", "value": picked})
+    typed = search.strip().casefold() if isinstance(search, str) else ""
+    shown = [v for v in names if typed in v.casefold()] if typed else names
+    out = [{"label": v, "value": v} for v in shown[:MAX_OPTIONS]]
+    if isinstance(picked, str) and picked and picked not in shown[:MAX_OPTIONS]:
+        label = picked if picked in names else f"{picked} (not in this window)"
+        out.append({"label": label, "value": picked})
     return out
 
 
-def choice_options(choices: Any, node: Any, pod: Any, workload: Any) -> tuple[Any, ...]:
+def choice_options(choices: Any, node: Any, pod: Any, workload: Any,
+                   searches: Any = (None, None, None)) -> tuple[Any, ...]:
     """The drill-downs' and the workload view's options from the fleet view's names (sent
-    through the page, so checked like any input), keeping what is picked."""
+    through the page, so checked like any input), narrowed to what is typed in each
+    dropdown (``searches``: node, pod, workload), keeping what is picked."""
     if not isinstance(choices, dict):
         return no_update, no_update, no_update
-    return (_options(choices.get("nodes"), node), _options(choices.get("pods"), pod),
-            _options(choices.get("workloads"), workload))
+    typed = list(searches) if isinstance(searches, (list, tuple)) else []
+    typed = [*typed, None, None, None][:3]
+    return (_options(choices.get("nodes"), node, typed[0]),
+            _options(choices.get("pods"), pod, typed[1]),
+            _options(choices.get("workloads"), workload, typed[2]))
 
 
 def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, node: Any, pod: Any,
@@ -194,12 +210,17 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Output(ids.POD_SELECT, "options"),
         Output(ids.WORKLOAD_SELECT, "options"),
         Input(ids.CHOICES, "data"),
+        Input(ids.NODE_SELECT, "search_value"),
+        Input(ids.POD_SELECT, "search_value"),
+        Input(ids.WORKLOAD_SELECT, "search_value"),
         State(ids.NODE_SELECT, "value"),
         State(ids.POD_SELECT, "value"),
         State(ids.WORKLOAD_SELECT, "value"),
     )
-    def update_choices(choices: Any, node: Any, pod: Any, workload: Any) -> tuple[Any, ...]:
-        return choice_options(choices, node, pod, workload)
+    def update_choices(choices: Any, node_typed: Any, pod_typed: Any, workload_typed: Any,
+                       node: Any, pod: Any, workload: Any) -> tuple[Any, ...]:
+        return choice_options(choices, node, pod, workload,
+                              (node_typed, pod_typed, workload_typed))
 
     @app.callback(
         Output(ids.URL, "search"),

@@ -1394,8 +1394,11 @@ class PrometheusData:
 
         pending: dict[str, list[Future[Any]]] = {}
         for name, promql in queries.items():
-            pending.setdefault(name.partition("#")[0], []).append(
-                self._page_pool.submit(one, name, promql))
+            try:
+                fut = self._page_pool.submit(one, name, promql)
+            except RuntimeError:  # closed: a page still computing when the dashboard stops
+                raise DataError(f"{self.description}: closed") from None
+            pending.setdefault(name.partition("#")[0], []).append(fut)
         return _Answers(pending)
 
     def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:

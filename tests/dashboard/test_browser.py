@@ -8,6 +8,7 @@ a page whose backend fails mid-way shows a banner over the last data.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -192,6 +193,37 @@ def test_links_open_the_drill_down_and_the_url_keeps_the_view(
     expect(page.locator(f"#{ids.NODE_BANNER}")).to_contain_text(
         "No GPU data for node 'ip-10-9-9-9.ec2.internal'")
     assert page.locator(f"#{ids.NODE_GRAPHS} .js-plotly-plot").count() == 0
+
+
+def test_a_dropdown_offers_what_is_typed(page: Page, demo_dashboard: DashboardProcess) -> None:
+    # The server sends each dropdown the names that contain what is typed (at most
+    # callbacks.MAX_OPTIONS of them), not every name of the fleet.
+    open_page(page, demo_dashboard.url)
+    wanted = "vision/resnet-finetune-8kq2x"
+    def narrowed(response: Any) -> bool:
+        sent = response.request.post_data or ""
+        return "_dash-update-component" in response.url and "RESNET" in sent
+
+    for _ in range(3):  # an auto-refresh landing while the menu is open closes it
+        page.click(f"#{ids.POD_SELECT}")
+        with page.expect_response(narrowed) as answer:
+            page.keyboard.type("RESNET")
+        # The server's answer to what was typed: only pods that contain it.
+        options = answer.value.json()["response"][ids.POD_SELECT]["options"]
+        assert options and all("resnet" in o["value"].lower() for o in options), options
+        try:
+            page.get_by_role("option", name=wanted, exact=True).wait_for(timeout=10_000)
+            offered = page.get_by_role("option").all_inner_texts()
+            page.get_by_role("option", name=wanted, exact=True).click(timeout=5000)
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+            continue
+        break
+    else:
+        raise AssertionError("the typed pod was never offered")
+    assert offered and all("resnet" in o.lower() for o in offered), offered
+    expect(page.locator(f"#{ids.POD_SELECT}")).to_contain_text(wanted)
+    page.wait_for_selector(f"#{ids.POD_UTIL_GRAPH} .scatterlayer .trace", state="attached")
 
 
 def test_pod_drill_down_and_window_selector(page: Page, demo_dashboard: DashboardProcess) -> None:

@@ -405,3 +405,14 @@ def test_a_namespace_page_asks_who_uses_what_on_its_nodes_only() -> None:
     assert sorted(named) == sorted(any_of([n]) for n in nodes)
     assert prom.members_queries(w, "ml", []) == {}
     prom.close()
+
+
+def test_a_page_still_computing_when_the_source_closes_gets_one_clear_error() -> None:
+    # The dashboard stops while a kept-warm view is being computed: its next round of
+    # queries finds the pool shut down; a DataError (one line, the view falls back), never
+    # a RuntimeError with a traceback in the log.
+    prom = PrometheusData("http://127.0.0.1:1")
+    prom.close()
+    with pytest.raises(DataError, match="closed"):
+        prom._submit({"gpus": "gpu_info"},
+                     make_window(3600, 1_800_000_000.0, min_step=60, max_points=60))

@@ -16,6 +16,8 @@ text box):
   controls above, whose values are then checked as above;
 - ``choices.data`` (a store the fleet callback fills with node, pod and workload names):
   only becomes dropdown options;
+- ``node-select.search_value``, ``pod-select.search_value``, ``workload-select.search_value``
+  (what is typed in a dropdown): only narrows its options;
 - ``fleet-heatmap.clickData`` (a click): its ``y`` becomes ``node-select.value``;
 - ``refresh-interval.n_intervals`` (a timer): reaches no query.
 
@@ -354,6 +356,8 @@ INPUTS = {
     (ids.NAMESPACE_FILTER, "value"), (ids.FLEET_HEATMAP, "clickData"),
     (ids.NODE_SELECT, "value"), (ids.POD_SELECT, "value"), (ids.WORKLOAD_SELECT, "value"),
     (ids.URL, "search"), (ids.CHOICES, "data"),
+    (ids.NODE_SELECT, "search_value"), (ids.POD_SELECT, "search_value"),
+    (ids.WORKLOAD_SELECT, "search_value"),
 }
 
 
@@ -575,8 +579,13 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
             validate_namespace(ns)
             validate_pod(name)
         assert "Internal error" not in str(pod_out[-1]), pod_out[-1]
-        # The options come from the page (a store): any JSON, no query, never an error.
-        callbacks.choice_options(click, node, pod, workload)
+        # The options come from the page (a store) and what is typed in the dropdowns: any
+        # JSON, no query, never an error.
+        sent = len(page.backend.queries)
+        cbs["update_choices"].func(click, n, namespace, search, node, pod, workload)
+        cbs["update_choices"].func({"nodes": labels, "pods": labels, "workloads": labels},
+                                   namespace, search, n, node, pod, workload)
+        assert page.backend.queries[sent:] == []
         # (The workload view also asks for the fleet view; its own queries' literals are
         # checked with the rest below.)
         work_out = cbs["update_workload"].func(workload, window, namespace, n)

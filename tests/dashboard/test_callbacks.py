@@ -1,0 +1,57 @@
+"""The dropdowns' options (``callbacks.choice_options``): what is typed narrows them, at most
+``MAX_OPTIONS`` are sent (the browser builds each one: a 5,000-node fleet's 13,000 names took
+4 of a 5-second page load), and what is picked stays."""
+
+from __future__ import annotations
+
+from dash import no_update
+
+from gpuscope.dashboard import callbacks
+from gpuscope.dashboard.callbacks import MAX_OPTIONS, choice_options
+
+NODES = [f"gpu-node-{i:05d}" for i in range(5000)]
+PODS = [f"ml/train-{i}" for i in range(300)]
+WORKLOADS = ["ml/PyTorchJob/bert", "ml/PyTorchJob/gpt", "vision/Job/resnet"]
+CHOICES = {"nodes": NODES, "pods": PODS, "workloads": WORKLOADS}
+
+
+def values(options: list[dict[str, str]]) -> list[str]:
+    return [o["value"] for o in options]
+
+
+def test_nothing_typed_sends_the_first_names_only() -> None:
+    nodes, pods, workloads = choice_options(CHOICES, None, None, None)
+    assert values(nodes) == NODES[:MAX_OPTIONS]
+    assert values(pods) == PODS[:MAX_OPTIONS]
+    assert values(workloads) == WORKLOADS
+
+
+def test_what_is_typed_finds_any_name_in_any_case() -> None:
+    nodes, pods, workloads = choice_options(
+        CHOICES, None, None, None, ("NODE-0499", "train-29", " gpt "))
+    assert values(nodes) == [f"gpu-node-0499{d}" for d in range(10)]
+    assert values(pods) == ["ml/train-29", *[f"ml/train-29{d}" for d in range(10)]]
+    assert values(workloads) == ["ml/PyTorchJob/gpt"]
+    # Far past the first hundred, and nothing that does not contain it.
+    [last] = [values(o) for o in choice_options(CHOICES, None, None, None,
+                                                 ("04999", None, None))[:1]]
+    assert last == ["gpu-node-04999"]
+    assert choice_options(CHOICES, None, None, None, ("nope", "", ""))[0] == []
+
+
+def test_the_picked_value_stays_whatever_is_typed() -> None:
+    nodes, pods, _ = choice_options(CHOICES, "gpu-node-04000", "ml/gone", None,
+                                    ("00001", None, None))
+    assert values(nodes)[-1] == "gpu-node-04000"
+    assert nodes[-1]["label"] == "gpu-node-04000"  # in the window, not among those shown
+    assert pods[-1] == {"label": "ml/gone (not in this window)", "value": "ml/gone"}
+    assert len(nodes) <= MAX_OPTIONS + 1
+
+
+def test_bad_input_from_the_page_is_ignored() -> None:
+    assert choice_options(None, None, None, None) == (no_update, no_update, no_update)
+    nodes, pods, workloads = choice_options(
+        {"nodes": [1, None, "a"], "pods": "x", "workloads": None}, 7, ["p"], {},
+        searches=[3, {"x": 1}])
+    assert values(nodes) == ["a"] and pods == [] and workloads == []
+    assert callbacks.choice_options(CHOICES, None, None, None, searches="junk")[0]
