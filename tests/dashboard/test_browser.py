@@ -204,14 +204,14 @@ def test_a_dropdown_offers_what_is_typed(page: Page, demo_dashboard: DashboardPr
         sent = response.request.post_data or ""
         return "_dash-update-component" in response.url and "RESNET" in sent
 
+    options: list[dict[str, str]] = []
     for _ in range(3):  # an auto-refresh landing while the menu is open closes it
-        page.click(f"#{ids.POD_SELECT}")
-        with page.expect_response(narrowed) as answer:
-            page.keyboard.type("RESNET")
-        # The server's answer to what was typed: only pods that contain it.
-        options = answer.value.json()["response"][ids.POD_SELECT]["options"]
-        assert options and all("resnet" in o["value"].lower() for o in options), options
         try:
+            page.click(f"#{ids.POD_SELECT}")
+            with page.expect_response(narrowed, timeout=20_000) as answer:
+                page.keyboard.type("RESNET")
+            # The server's answer to what was typed: only pods that contain it.
+            options = answer.value.json()["response"][ids.POD_SELECT]["options"]
             page.get_by_role("option", name=wanted, exact=True).wait_for(timeout=10_000)
             offered = page.get_by_role("option").all_inner_texts()
             page.get_by_role("option", name=wanted, exact=True).click(timeout=5000)
@@ -221,6 +221,7 @@ def test_a_dropdown_offers_what_is_typed(page: Page, demo_dashboard: DashboardPr
         break
     else:
         raise AssertionError("the typed pod was never offered")
+    assert options and all("resnet" in o["value"].lower() for o in options), options
     assert offered and all("resnet" in o.lower() for o in offered), offered
     expect(page.locator(f"#{ids.POD_SELECT}")).to_contain_text(wanted)
     page.wait_for_selector(f"#{ids.POD_UTIL_GRAPH} .scatterlayer .trace", state="attached")

@@ -1150,6 +1150,11 @@ def test_exec_credential_plugin_runs_again_after_401(
     assert api.lists()[0].headers["Authorization"] == "Bearer k8s-aws-v1.exec-token-1"
     assert api.watches()[0].headers["Authorization"] == "Bearer k8s-aws-v1.exec-token-1"
     wait_until(lambda: w.snapshot().stats.node_success, what="node")
+    # Every thread has made its first request (so run the plugin, or reused a token) before
+    # the token changes: one that first ran the plugin after the change would take the new
+    # token without a 401 (a CI run failed so: unauthorized == 0).
+    wait_until(lambda: bool(api.slice_requests() and api.node_gets()),
+               what="each thread's first request")
     # Run once per thread at most (lightkube does not serialise the first runs), then reused.
     before = runs.read_text()
     assert before in ("1", "11", "111")  # pods, node and resourceslices threads
