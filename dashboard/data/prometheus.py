@@ -372,11 +372,12 @@ class Verdicts:
                 f" max_over_time({st.sel('gpu_utilization_ratio')}[{st.r}])"
                 f" unless on (node, uuid) {st.active('sm')}")
 
-    def throttling(self, st: _Steps) -> str:
+    def throttling(self, st: _Steps, over: str | None = None) -> str:
         """Each device's throttle seconds per second by reason where above 0 (any reason,
-        any amount: a straggler's evidence, not a verdict)."""
+        any amount: a straggler's evidence, not a verdict), over ``over`` (default: the
+        step's rate range)."""
         return (f"max by ({GBY}, reason) (rate({st.sel('gpu_throttle_seconds_total')}"
-                f"[{st.rr}])) > 0")
+                f"[{over or st.rr}])) > 0")
 
     def throttle(self, st: _Steps) -> str:
         """The devices throttled by a reason that counts at ``throttle_ratio`` or more (value:
@@ -1221,8 +1222,7 @@ class PrometheusData:
                 if st.rules:
                     return (f"max by ({GBY}, reason) (sum_over_time("
                             f"{st.sel(RULES['throttling'])}[{dm}])) / {minutes}")
-                return (f"max by ({GBY}, reason) (rate("
-                        f"{st.sel('gpu_throttle_seconds_total')}[{d}])) > 0")
+                return v.throttling(st, d)
 
             each("evidence", evidence, lambda st: " or ".join([
                 f'label_replace({throttling(st)}, "stat", "throttle", "", "")',
@@ -1378,11 +1378,6 @@ class PrometheusData:
         with self._lock:
             self._rules_seen[key] = (now, loaded)
         return loaded, 1
-
-    def _run(self, queries: Mapping[str, str], window: Window) -> dict[str, Any]:
-        """Every query at once; results of a role split over several queries (``role#i``)
-        put together under ``role``."""
-        return self._submit(queries, window).all()
 
     def _submit(self, queries: Mapping[str, str], window: Window) -> _Answers:
         """Every query sent (at most :attr:`MAX_IN_FLIGHT` in flight, in this order), the
