@@ -304,6 +304,9 @@ def main() -> int:
                     help="also time the node, pod and workload drill-downs")
     ap.add_argument("--raw", action="store_true",
                     help="the raw queries even where the recording rules are loaded")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="VictoriaMetrics with -search.disableCache: every run computed anew "
+                    "(its response cache answers a repeated range query with the same end)")
     ap.add_argument("--keep", help="keep the generated data in this folder, and reuse it "
                     "when it is already there (same --nodes, --step and --window)")
     ap.add_argument("--data", help="a data set bench/fleet.py built (e.g. /work/fleet5000): "
@@ -328,8 +331,9 @@ def main() -> int:
                               "data": str(folder)}
     try:
         for kind in stores:
-            starter = start_prometheus if kind == "prometheus" else start_victoriametrics
-            with starter(folder / ("tsdb" if kind == "prometheus" else "vm")) as store:
+            store_cm = (start_prometheus(folder / "tsdb") if kind == "prometheus" else
+                        start_victoriametrics(folder / "vm", cache=not args.no_cache))
+            with store_cm as store:
                 result[kind] = measure(store, meta, expected, args)
     except StoreError as exc:
         print(f"dashboard_bench: {exc}", file=sys.stderr)

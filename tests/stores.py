@@ -66,7 +66,7 @@ def binary(name: str) -> str:
     (``scripts/setup --test`` installs both)."""
     path = shutil.which(name)
     if path is None:
-        package = "prometheus" if name in ("prometheus", "promtool") else name
+        package = {"promtool": "prometheus", "vmalert": VICTORIA_METRICS}.get(name, name)
         raise StoreError(f"{name} not found: apt-get install {package} (scripts/setup --test)")
     return path
 

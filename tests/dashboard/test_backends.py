@@ -2,7 +2,8 @@
 VictoriaMetrics (its import API), each started by the test. The fleet page's numbers and
 flags are equal on both, equal the verdicts planted in the fleet (``bench.fleet.expected``),
 and stay the same when the ``gpuscope-dashboard`` recording rules are loaded (backfilled
-over the data by promtool) and read instead of the raw series."""
+over the data by promtool into Prometheus, replayed by vmalert into VictoriaMetrics) and
+read instead of the raw series."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from tests.stores import (
     Store,
     binary,
     fleet_in_both,
+    free_port,
     start_prometheus,
+    start_victoriametrics,
 )
 
 NODES = 200
@@ -80,6 +83,46 @@ def backfill_rules(blocks: Path, start: float, end: float, work: Path,
             shutil.move(str(block), blocks / block.name)
 
 
+def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
+    """The gpuscope-dashboard rules over ``[start, end]`` evaluated by vmalert's replay mode
+    (Debian's, from the victoria-metrics package) on ``vm`` and written back to it, as a
+    VictoriaMetrics user backfills them, one dependency level per run (each run flushes what
+    it wrote when it exits; VictoriaMetrics' ``/internal/force_flush`` makes it searchable
+    before the next level reads it). ``-datasource.queryStep=0``: each rule's range query
+    steps by the group's interval (vmalert's default step, 5 m, would record one sample in
+    five minutes). A rule's whole window goes in one write: at 5,000 nodes larger than
+    VictoriaMetrics takes by default (``-maxInsertRequestSize``, 32 MB), which vmalert logs,
+    drops and exits 0 after (so its log is read); smaller chunks
+    (``-replay.maxDatapointsPerQuery``) record their boundary samples twice, which the run
+    summaries then do not trust."""
+    vmalert = binary("vmalert")
+
+    def stamp(t: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+    rules = work / "gpuscope-dashboard-vm.yaml"
+    for level in rule_levels():
+        rules.write_text(yaml.safe_dump({"groups": [{
+            "name": "gpuscope-dashboard", "interval": "1m",
+            "rules": [{"record": r, "expr": e} for r, e in level]}]}, width=1 << 20))
+        run = subprocess.run(
+            [vmalert, f"-rule={rules}", f"-datasource.url={vm.url}",
+             f"-remoteWrite.url={vm.url}", f"-replay.timeFrom={stamp(start)}",
+             f"-replay.timeTo={stamp(end)}", "-datasource.queryStep=0",
+             "-replay.rulesDelay=0", "-replay.disableProgressBar",
+             f"-httpListenAddr=127.0.0.1:{free_port()}", "-loggerLevel=WARN"],
+            capture_output=True, text=True, timeout=600, cwd=work)
+        # vmalert exits 0 after dropping what the store refused ("all 5 attempts to send
+        # request failed - dropping ..."): its log says so.
+        log = run.stdout + run.stderr
+        assert run.returncode == 0 and "failed" not in log, log[-2000:]
+        # What this level wrote made searchable, and no answer computed before it (the
+        # response cache keeps the parts of a query it shares with an earlier one) reused.
+        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+            with urllib.request.urlopen(vm.url + path, timeout=60) as answer:
+                assert answer.status == 200
+
+
 @dataclass
 class Stores:
     prometheus: Store
@@ -87,6 +130,7 @@ class Stores:
     end: float
     expected: F.Expected
     blocks: Path
+    fleet: F.Fleet
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +141,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
     end = (time.time() // 60 - 5) * 60 - 23.0
     fleet = F.Fleet(F.Shape(NODES, STEP, WINDOW, end))
     with fleet_in_both(fleet, work) as (prom, vm):
-        yield Stores(prom, vm, end, F.expected(fleet.plan), work / "tsdb")
+        yield Stores(prom, vm, end, F.expected(fleet.plan), work / "tsdb", fleet)
 
 
 def view_of(url: str, end: float, namespace: str | None = None, rules: bool | None = None
@@ -236,6 +280,30 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert nodes and not stepped
+
+
+def test_victoriametrics_with_the_rules_recorded_by_vmalert(stores: Stores,
+                                                             tmp_path: Path) -> None:
+    """A VictoriaMetrics user records the rules with vmalert, which evaluates each as
+    MetricsQL (VictoriaMetrics' own rate(), windows and lookback): the page finds them and
+    gives the planted verdicts and the raw series' numbers."""
+    raw, prom = view_of(stores.victoriametrics.url, stores.end, rules=False)
+    prom.close()
+    shape = F.Shape(NODES, STEP, WINDOW, stores.end)
+    with start_victoriametrics() as vm:
+        F.import_victoriametrics(stores.fleet, vm)
+        unloaded, prom = view_of(vm.url, stores.end)
+        assert prom.rules_loaded(unloaded.window) is False
+        prom.close()
+        replay_rules(vm, shape.start, stores.end, tmp_path)
+        ruled, prom = view_of(vm.url, stores.end)
+        assert prom.rules_loaded(ruled.window) is True
+        prom.close()
+    assert ruled.notes and "recording rules" in ruled.notes[0]
+    assert verdicts(ruled) == expected(stores.expected), _diff(verdicts(ruled),
+                                                               expected(stores.expected))
+    assert verdicts(ruled) == verdicts(raw)
+    assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
 
 
 def _close(a: Any, b: Any) -> bool:
