@@ -117,8 +117,9 @@ def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
         # loses nothing).
         log = run.stdout + run.stderr
         assert run.returncode == 0 and "dropping" not in log, log[-2000:]
-        # What this level wrote made searchable, and no answer computed before it (the
-        # response cache keeps the parts of a query it shares with an earlier one) reused.
+        # What this level wrote made searchable; and the response cache emptied (it keeps
+        # the parts a query shares with an earlier one; VictoriaMetrics empties it itself
+        # when samples older than 5 minutes arrive, and says so in its log: made sure).
         for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
             with urllib.request.urlopen(vm.url + path, timeout=60) as answer:
                 assert answer.status == 200
