@@ -2,6 +2,7 @@
 """What the ``gpuscope-dashboard`` recording rules cost the Prometheus that evaluates them.
 
     python bench/rules_cost.py --data /work/fleet5000-rules4 [--runs 3] [--json]
+    python bench/rules_cost.py --data /work/fleet5000-vmalert --store victoriametrics
 
 Starts Debian's ``prometheus`` on a data set ``bench/fleet.py`` built (with the rules
 backfilled: the rules that read other rules read their recorded series, as in a running
@@ -10,7 +11,10 @@ once as an instant query at the group's last evaluation instant, and reads the s
 time (user + system, ``/proc/<pid>/stat``) before and after: the best of ``--runs`` per rule,
 and the series each yields. The query API also encodes each answer as JSON, which a rule
 evaluation does not: the figures are an upper bound on the group's cost per evaluation
-(once a minute). Results: ``docs/benchmarks.md`` (fleet scale, fifth pass).
+(once a minute). ``--store victoriametrics``: the same on the set's VictoriaMetrics folder
+with the rules replayed by vmalert, whose evaluations are such queries (the store's side of
+them; vmalert's own CPU and the writes back are not counted). Results: ``docs/benchmarks.md``
+(fleet scale, fifth and sixth passes).
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ sys.path.insert(0, str(REPO))
 
 from bench import fleet  # noqa: E402
 from gpuscope.dashboard.data.prometheus import RULES, recording_rules  # noqa: E402
-from tests.stores import Store, StoreError, start_prometheus  # noqa: E402
+from tests.stores import (  # noqa: E402
+    Store,
+    StoreError,
+    start_prometheus,
+    start_victoriametrics,
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -73,17 +82,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="a data set bench/fleet.py built, with "
                     "the gpuscope-dashboard rules backfilled")
+    ap.add_argument("--store", choices=("prometheus", "victoriametrics"), default="prometheus",
+                    help="victoriametrics: the set's vm/ folder with the rules replayed by "
+                    "vmalert (docs/benchmarks.md); its response cache off, as for vmalert's "
+                    "evaluations at a new instant each minute")
     ap.add_argument("--runs", type=int, default=3, help="evaluations per rule (the best)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args()
     folder = Path(args.data)
-    if not (folder / "meta.json").exists() or not (folder / "tsdb").is_dir():
-        print(f"rules_cost: {folder}: no meta.json and tsdb/ (build it with bench/fleet.py)",
+    sub = "tsdb" if args.store == "prometheus" else "vm"
+    if not (folder / "meta.json").exists() or not (folder / sub).is_dir():
+        print(f"rules_cost: {folder}: no meta.json and {sub}/ (build it with bench/fleet.py)",
               file=sys.stderr)
         return 1
     end = fleet.load_meta(folder)["end"]
     try:
-        with start_prometheus(folder / "tsdb") as store:
+        with (start_prometheus(folder / "tsdb") if args.store == "prometheus" else
+              start_victoriametrics(folder / "vm", cache=False,
+                                    extra_args=["-search.maxUniqueTimeseries=1000000"])
+              ) as store:
             result = measure(store, end, max(1, args.runs))
     except StoreError as exc:
         print(f"rules_cost: {exc}", file=sys.stderr)
