@@ -23,8 +23,6 @@ import argparse
 import json
 import os
 import sys
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +45,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def instant(store: Store, promql: str, at: float) -> list[dict[str, Any]]:
-    body = urllib.parse.urlencode({"query": promql, "time": repr(at)}).encode()
-    with urllib.request.urlopen(urllib.request.Request(store.url + "/api/v1/query", body),
-                                timeout=600) as answer:
-        result: list[dict[str, Any]] = json.loads(answer.read())["data"]["result"]
-    return result
-
-
 def measure(store: Store, end: float, runs: int) -> dict[str, Any]:
     # The group's last instant: the timestamp of a dense recorded series' last sample.
-    stamps = instant(store, f"max(timestamp({RULES['util']}))", end)
+    stamps = store.query(f"max(timestamp({RULES['util']}))", end)
     if not stamps:
         raise SystemExit("no recorded series in the data set: backfill the rules first "
                          "(docs/benchmarks.md, the commands)")
@@ -68,7 +58,7 @@ def measure(store: Store, end: float, runs: int) -> dict[str, Any]:
         best, series = None, 0
         for _ in range(runs):
             before = cpu_seconds(pid)
-            series = len(instant(store, expr, at))
+            series = len(store.query(expr, at))
             took = cpu_seconds(pid) - before
             best = took if best is None else min(best, took)
         rules[record] = {"cpu_s": round(best or 0.0, 3), "series": series}

@@ -1527,7 +1527,7 @@ class PrometheusData:
             pod = pods.get(c.pod_key)
             if pod is not None and pod.workload:
                 workload_nodes.setdefault((c.namespace, pod.workload), set()).add(c.node)
-        history = window.end - self._history_start(window, first)
+        history = window.end - hs
         ask = FollowUp(
             idle={g.node for g in idle_now},
             # The waste split (idle nodes) and an idle MIG slice's "allocated" (busy nodes)
@@ -1647,7 +1647,7 @@ class PrometheusData:
         shared = {g for g, n in sharers.items() if n >= 2}
         return FleetData(
             window=window,
-            history_start=self._history_start(window, first),
+            history_start=hs,
             gpus=gpus,
             nodes=nodes,
             gpu_busy_max=busy_max,
