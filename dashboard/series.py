@@ -15,6 +15,7 @@ import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class _GcPause:
@@ -98,69 +99,44 @@ class Series:
         return self.values[-1] if self.values else None
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class GpuRef:
-    """A device (GPU or MIG slice) on a node, by UUID."""
+class GpuRef(NamedTuple):
+    """A device (GPU or MIG slice) on a node, by UUID.
+
+    The keys (this, :class:`ContainerRef`, :class:`PodKey`) are named tuples, not
+    dataclasses: a 5,000-node fleet page makes some 10^5 of them and looks them up some
+    10^6 times, and a tuple is made, hashed and compared in C (a frozen dataclass runs
+    Python code for each)."""
 
     node: str
     uuid: str
-    # The hash, computed once: a 5,000-node fleet page looks refs up some 10^6 times, and a
-    # frozen dataclass's own ``__hash__`` builds a tuple each time.
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.node, self.uuid)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[GpuRef], tuple[str, str]]:
-        # Made anew when unpickled: a string's hash differs from one process to another.
-        return GpuRef, (self.node, self.uuid)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class ContainerRef:
-    """One container's use of one device. ``gpu`` and ``pod_key`` are made once (the
-    analysis reads them for every container, 10^5 times on a large fleet)."""
+class PodKey(NamedTuple):
+    """A pod on a node."""
+
+    node: str
+    namespace: str
+    pod: str
+
+
+class ContainerRef(NamedTuple):
+    """One container's use of one device."""
 
     node: str
     namespace: str
     pod: str
     container: str
     uuid: str
-    gpu: GpuRef = field(init=False, repr=False, compare=False)
-    pod_key: PodKey = field(init=False, repr=False, compare=False)
-    _hash: int = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gpu", GpuRef(self.node, self.uuid))
-        object.__setattr__(self, "pod_key", PodKey(self.node, self.namespace, self.pod))
-        object.__setattr__(self, "_hash", hash((self.node, self.namespace, self.pod,
-                                                self.container, self.uuid)))
+    @property
+    def gpu(self) -> GpuRef:
+        """The device it uses."""
+        return GpuRef(self.node, self.uuid)
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[ContainerRef], tuple[str, str, str, str, str]]:
-        return ContainerRef, (self.node, self.namespace, self.pod, self.container, self.uuid)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class PodKey:
-    node: str
-    namespace: str
-    pod: str
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.node, self.namespace, self.pod)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[PodKey], tuple[str, str, str]]:
-        return PodKey, (self.node, self.namespace, self.pod)
+    @property
+    def pod_key(self) -> PodKey:
+        """Its pod."""
+        return PodKey(self.node, self.namespace, self.pod)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1023,7 +1023,6 @@ class PrometheusData:
                 *(stat(p, "candidate") for p in v.candidate_parts(st)),
             ]
         out = {
-            "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
             "nodes": " or ".join([
                 "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
                 # When data begins: the first step at which any device reported. Where one
@@ -1042,7 +1041,9 @@ class PrometheusData:
             # (With a namespace, the nodes where it ran: ``ns_nodes``.)
             "members" if namespace is None else "ns_nodes": members,
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
-            # The latest step: what meets a rule, and only that.
+            # Which devices there are (after who uses what, which the second round needs:
+            # with the summaries it is sent before this is read).
+            "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
         }
         now[2] = " or ".join([
             now[2],
@@ -1484,14 +1485,6 @@ class PrometheusData:
             namespace=namespace) if summarize else {}
         run_res = self._submit(run_q, window)
 
-        gpus = {}
-        for lab, _ in first_res["gpus"]:
-            info = GpuInfo(
-                node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
-                model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
-                mig_profile=lab.get("mig_profile", ""),
-            )
-            gpus[info.ref] = info
         # Every container in the window; a history only where a verdict can use one.
         # Each container's raw mean over the window (the input statistics' mean).
         member_mean = {_cref(lab): v for lab, v in first_res["members"] if lab.get("namespace")}
@@ -1507,18 +1500,6 @@ class PrometheusData:
             key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
             pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
 
-        # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
-        # spinning): the waste split asks when their devices were held.
-        slices_of: dict[GpuRef, list[GpuRef]] = {}
-        for info in gpus.values():
-            if not info.is_physical:
-                slices_of.setdefault(GpuRef(info.node, info.parent_uuid), []).append(info.ref)
-        node_idle: dict[str, bool] = {}
-        for info in gpus.values():
-            if info.is_physical:
-                parts = slices_of.get(info.ref) or [info.ref]
-                node_idle[info.node] = node_idle.get(info.node, True) and all(
-                    p in idle_now or p in spin_now for p in parts)
         sharers: dict[GpuRef, int] = {}
         for c in members:
             sharers[c.gpu] = sharers.get(c.gpu, 0) + 1
@@ -1530,10 +1511,9 @@ class PrometheusData:
         history = window.end - hs
         ask = FollowUp(
             idle={g.node for g in idle_now},
-            # The waste split (idle nodes) and an idle MIG slice's "allocated" (busy nodes)
-            # need when each idle device was held: every node with an idle or spinning one.
-            idle_nodes={n for n, idle in node_idle.items() if idle}
-            | {g.node for g in idle_now} | {g.node for g in spin_now},
+            # (With the summaries, none of the idle and spinning devices' histories: without
+            # them, ``idle_nodes`` below.)
+            idle_nodes=(),
             shared={g.node for g, n in sharers.items() if n >= 2},
             spinning={g.node for g in spin_now},
             throttled=throttled_now,
@@ -1561,10 +1541,40 @@ class PrometheusData:
             more = self.second_round(window, replace(
                 ask, idle=(), idle_nodes=(), spinning=(), throttled=(), held=(), **strag_ask),
                 namespace, rules)
-        else:
-            more = self.second_round(window, ask, namespace, rules)
-        answers = run_res
-        answers.add(self._submit(more, window))
+            answers = run_res
+            answers.add(self._submit(more, window))
+        # The inventory (sent after who uses what): with the summaries, read while the
+        # store computes the second round.
+        gpus = {}
+        for lab, _ in first_res["gpus"]:
+            info = GpuInfo(
+                node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
+                model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
+                mig_profile=lab.get("mig_profile", ""),
+            )
+            gpus[info.ref] = info
+        if not summarize:
+            # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
+            # spinning): the waste split asks when their devices were held.
+            slices_of: dict[GpuRef, list[GpuRef]] = {}
+            for info in gpus.values():
+                if not info.is_physical:
+                    slices_of.setdefault(GpuRef(info.node, info.parent_uuid), []).append(
+                        info.ref)
+            node_idle: dict[str, bool] = {}
+            for info in gpus.values():
+                if info.is_physical:
+                    parts = slices_of.get(info.ref) or [info.ref]
+                    node_idle[info.node] = node_idle.get(info.node, True) and all(
+                        p in idle_now or p in spin_now for p in parts)
+            # The waste split (idle nodes) and an idle MIG slice's "allocated" (busy nodes)
+            # need when each idle device was held: every node with an idle or spinning one.
+            more = self.second_round(window, replace(
+                ask, idle_nodes={n for n, idle in node_idle.items() if idle}
+                | {g.node for g in idle_now} | {g.node for g in spin_now}),
+                namespace, rules)
+            answers = run_res
+            answers.add(self._submit(more, window))
         more.update(run_q)
         # What needs no answer of this round, while the store computes them.
         containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
