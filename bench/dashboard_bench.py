@@ -175,6 +175,8 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                 data = source.fleet(args.window, args.namespace)
                 t1 = time.perf_counter()
                 view = build_fleet_view(data, prices, None, args.namespace)
+                queries = data.queries
+                del data  # freed before the collector is back on, as the service does
                 t2 = time.perf_counter()
             heatmap_figure(view.heatmap).to_json()
             json.dumps([components.idle_data(view.idle_rows),
@@ -194,12 +196,12 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         k = view.kpis
         print(f"{store.kind}: {k.gpus} GPUs, {k.idle} idle, {k.idle_nodes} idle nodes, "
               f"{len(view.starved_rows)} starved, {len(view.straggler_rows)} stragglers, "
-              f"{data.queries} queries")
+              f"{queries} queries")
         # A namespace filter narrows the flags: the fleet's expected ones are the whole's.
         check = (verdicts(view, expected) if args.namespace is None
                  else {"got": {}, "expected": {}, "differ": []})
         result.update(
-            queries_fleet=data.queries, first_fetch_s=fetch[0],
+            queries_fleet=queries, first_fetch_s=fetch[0],
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
             render_s=statistics.median(render[1:]), verdicts=check["got"],
             verdicts_differ=check["differ"],

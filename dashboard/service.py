@@ -183,6 +183,10 @@ class DashboardService:
             with gc_paused():
                 data = self.source.fleet(window_seconds(window), namespace)
                 view = build_fleet_view(data, self.prices, self.thresholds, namespace)
+                # Freed while the collector is still off: the collection that follows
+                # then walks the view alone, not the page's 10^6 objects of data as well
+                # (0.1 s at 5,000 nodes, docs/benchmarks.md).
+                del data
         except DataError as exc:
             return self._fallback(key, [*problems, f"{exc}."])
         except Exception as exc:  # never a traceback page
