@@ -785,8 +785,10 @@ def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
         info = pods.get(c.pod_key)
         if info is None or not info.workload:
             continue
-        model = gpus[c.gpu].model if c.gpu in gpus else ""
-        out.setdefault((c.namespace, info.workload, model), {}).setdefault(c.gpu, []).append(c)
+        gpu = c.gpu
+        found = gpus.get(gpu)
+        model = found.model if found is not None else ""
+        out.setdefault((c.namespace, info.workload, model), {}).setdefault(gpu, []).append(c)
     return out
 
 
@@ -1502,7 +1504,8 @@ class PrometheusData:
 
         sharers: dict[GpuRef, int] = {}
         for c in members:
-            sharers[c.gpu] = sharers.get(c.gpu, 0) + 1
+            gpu = c.gpu
+            sharers[gpu] = sharers.get(gpu, 0) + 1
         workload_nodes: dict[tuple[str, str], set[str]] = {}
         for c in members:
             pod = pods.get(c.pod_key)
