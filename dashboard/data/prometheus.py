@@ -180,7 +180,10 @@ def _merge_signals(
 def _evidence(rows: Iterable[tuple[dict[str, str], float]]) -> dict[GpuRef, Evidence]:
     parts: dict[GpuRef, dict[str, Any]] = {}
     for lab, v in rows:
-        mine = parts.setdefault(_gref(lab), {"throttle": {}})
+        ref = _gref(lab)
+        mine = parts.get(ref)
+        if mine is None:  # (not ``setdefault``: 10^4 rows, a few per device)
+            mine = parts[ref] = {"throttle": {}}
         stat = lab.get("stat")
         if stat == "throttle":
             mine["throttle"][lab.get("reason", "")] = v
