@@ -105,6 +105,25 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
     for ref, util in signals.utilization.items():
         if not _may_spin(ref, util, signals, rule):
             continue
+        aligned = _aligned(ref, util, signals)
+        if aligned is not None:
+            # _spin_step's test over the lined-up values (a missing signal fails every step).
+            if ref in signals.gpm:
+                sms, tensors, drams = (aligned.get("sm"), aligned.get("tensor"),
+                                       aligned.get("dram"))
+                steps = frozenset() if sms is None or tensors is None or drams is None else (
+                    frozenset(t for t, u, s, x, d in zip(util.times, util.values, sms, tensors,
+                                                         drams, strict=True)
+                              if u >= rule.busy and s < rule.sm and x < rule.tensor
+                              and d < rule.dram))
+            else:
+                powers, limit = aligned.get("power"), signals.power_limit.get(ref)
+                steps = frozenset() if powers is None or limit is None or limit <= 0 else (
+                    frozenset(t for t, u, p in zip(util.times, util.values, powers, strict=True)
+                              if not u < rule.busy and p < rule.power * limit))
+            if steps:
+                out[ref] = steps
+            continue
         at = _points(ref, signals)
         if ref in signals.gpm:
             # _spin_step's test, written out for the steps of one device (a fleet page has
@@ -125,6 +144,33 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
 def _mean(at: Mapping[float, float], times: list[float]) -> float | None:
     values = [at[t] for t in times if t in at]
     return sum(values) / len(values) if values else None
+
+
+def _aligned(ref: GpuRef, util: Series, signals: WorkSignals
+             ) -> dict[str, tuple[float, ...]] | None:
+    """Each signal's values, where every signal the device has comes at ``util``'s own
+    times (one query's series, and the run summaries', do): their steps line up and are
+    read by position, without a ``{time: value}`` dict each (a fleet page has 10^3
+    spinning devices, 5 signals, 60 steps). None where they do not line up."""
+    out = {}
+    for name, series in (("utilization", util), ("sm", signals.sm.get(ref)),
+                         ("tensor", signals.tensor.get(ref)), ("dram", signals.dram.get(ref)),
+                         ("power", signals.power.get(ref))):
+        if series is None:
+            continue
+        if series.times is not util.times and series.times != util.times:
+            return None
+        out[name] = series.values
+    return out
+
+
+def _tail_mean(values: tuple[float, ...] | None, first: int) -> float | None:
+    """The mean of ``values`` from position ``first`` on (:func:`_mean` over aligned
+    steps: the same values, summed in the same order)."""
+    if values is None:
+        return None
+    tail = values[first:]
+    return sum(tail) / len(tail) if tail else None
 
 
 def spinning_gpus(
@@ -149,6 +195,35 @@ def spinning_gpus(
         spins = steps.get(ref)
         if not spins:
             continue  # no step spins: no trailing run
+        gpm = ref in signals.gpm
+        aligned = _aligned(ref, util, signals)
+        if aligned is not None:
+            # Every signal has a value at every step of the utilization's: the steps begin
+            # with its first (see below), and the run's means are read by position.
+            times = list(util.times)
+            if not is_fresh(times, window):
+                continue
+            run = trailing_run(times, [t in spins for t in times], window.step, history_start)
+            if run is None:
+                continue
+            first = run.first_index
+            power = _tail_mean(aligned.get("power"), first)
+            limit = signals.power_limit.get(ref)
+            out[ref] = Spinning(
+                ref=ref,
+                signal="gpm" if gpm else "power",
+                spinning=holds(run, required),
+                since=run.start,
+                seconds=run.seconds,
+                required_seconds=required,
+                history_seconds=history,
+                utilization=_tail_mean(aligned["utilization"], first) or 0.0,
+                sm=_tail_mean(aligned.get("sm"), first) if gpm else None,
+                tensor=_tail_mean(aligned.get("tensor"), first) if gpm else None,
+                dram=_tail_mean(aligned.get("dram"), first) if gpm else None,
+                power_ratio=(power / limit if power is not None and limit else None),
+            )
+            continue
         at = _points(ref, signals)
         # Before the rule's other signals have their first value nothing is known (a
         # series' start, not a step that failed the rule): the device's steps begin there.
@@ -162,7 +237,6 @@ def spinning_gpus(
         if run is None:
             continue
         run_times = times[run.first_index:]
-        gpm = ref in signals.gpm
         power = _mean(at["power"], run_times)
         limit = signals.power_limit.get(ref)
         out[ref] = Spinning(

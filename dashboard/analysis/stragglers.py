@@ -115,9 +115,14 @@ def workload_groups(
         else:
             names[key][gpu].add(ref.pod)
         if series.times:
-            get = per_time.get
-            for t, v in zip(series.times, series.values, strict=True):
-                per_time[t] = get(t, 0.0) + v
+            if not per_time:
+                # The device's first series (most devices have one container): its points
+                # as they are, copied in C.
+                per_time.update(zip(series.times, series.values, strict=True))
+            else:
+                get = per_time.get
+                for t, v in zip(series.times, series.values, strict=True):
+                    per_time[t] = get(t, 0.0) + v
     return [
         Group(key, devices, {g: tuple(sorted(names[key][g])) for g in devices})
         for key, devices in sorted(per.items())
