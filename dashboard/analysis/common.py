@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import sub
 
 from gpuscope.dashboard.series import Window
 
@@ -58,8 +59,11 @@ def trailing_run(
         lo = 0
     i = n - 1
     gap = 1.5 * step
-    while i > lo and times[i] - times[i - 1] <= gap:
-        i -= 1
+    if lo < i and max(map(sub, times[lo + 1:], times[lo:-1])) <= gap:
+        i = lo  # no gap in the run (the usual case: its steps measured at once, in C)
+    else:
+        while i > lo and times[i] - times[i - 1] <= gap:
+            i -= 1
     start = max(times[i] - step, history_start)
     if i == 0 and start - history_start <= 2 * step:
         # The run goes back to this device's first point, which lies within two steps of
