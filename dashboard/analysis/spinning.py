@@ -146,6 +146,9 @@ def _mean(at: Mapping[float, float], times: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+_SIGNALS = ("utilization", "sm", "tensor", "dram", "power")
+
+
 def _aligned(ref: GpuRef, util: Series, signals: WorkSignals
              ) -> dict[str, tuple[float, ...]] | None:
     """Each signal's values, where every signal the device has comes at ``util``'s own
@@ -197,47 +200,30 @@ def spinning_gpus(
             continue  # no step spins: no trailing run
         gpm = ref in signals.gpm
         aligned = _aligned(ref, util, signals)
+        at: dict[str, dict[float, float]] = {}
         if aligned is not None:
             # Every signal has a value at every step of the utilization's: the steps begin
-            # with its first (see below), and the run's means are read by position.
+            # with its first (as below), and the run's means are read by position.
             times = list(util.times)
-            if not is_fresh(times, window):
-                continue
-            run = trailing_run(times, [t in spins for t in times], window.step, history_start)
-            if run is None:
-                continue
-            first = run.first_index
-            power = _tail_mean(aligned.get("power"), first)
-            limit = signals.power_limit.get(ref)
-            out[ref] = Spinning(
-                ref=ref,
-                signal="gpm" if gpm else "power",
-                spinning=holds(run, required),
-                since=run.start,
-                seconds=run.seconds,
-                required_seconds=required,
-                history_seconds=history,
-                utilization=_tail_mean(aligned["utilization"], first) or 0.0,
-                sm=_tail_mean(aligned.get("sm"), first) if gpm else None,
-                tensor=_tail_mean(aligned.get("tensor"), first) if gpm else None,
-                dram=_tail_mean(aligned.get("dram"), first) if gpm else None,
-                power_ratio=(power / limit if power is not None and limit else None),
-            )
-            continue
-        at = _points(ref, signals)
-        # Before the rule's other signals have their first value nothing is known (a
-        # series' start, not a step that failed the rule): the device's steps begin there.
-        needed = ("sm", "tensor", "dram") if ref in signals.gpm else ("power",)
-        begins = max((min(at[n]) for n in needed if at[n]), default=None)
-        times = [t for t in util.times if begins is None or t >= begins]
+        else:
+            at = _points(ref, signals)
+            # Before the rule's other signals have their first value nothing is known (a
+            # series' start, not a step that failed the rule): the device's steps begin
+            # there.
+            needed = ("sm", "tensor", "dram") if gpm else ("power",)
+            begins = max((min(at[n]) for n in needed if at[n]), default=None)
+            times = [t for t in util.times if begins is None or t >= begins]
         if not is_fresh(times, window):
             continue
-        flags = [t in spins for t in times]
-        run = trailing_run(times, flags, window.step, history_start)
+        run = trailing_run(times, [t in spins for t in times], window.step, history_start)
         if run is None:
             continue
-        run_times = times[run.first_index:]
-        power = _mean(at["power"], run_times)
+        # Each signal's mean over the run.
+        if aligned is not None:
+            mean = {n: _tail_mean(aligned.get(n), run.first_index) for n in _SIGNALS}
+        else:
+            mean = {n: _mean(at[n], times[run.first_index:]) for n in _SIGNALS}
+        power = mean["power"]
         limit = signals.power_limit.get(ref)
         out[ref] = Spinning(
             ref=ref,
@@ -247,10 +233,10 @@ def spinning_gpus(
             seconds=run.seconds,
             required_seconds=required,
             history_seconds=history,
-            utilization=_mean(at["utilization"], run_times) or 0.0,
-            sm=_mean(at["sm"], run_times) if gpm else None,
-            tensor=_mean(at["tensor"], run_times) if gpm else None,
-            dram=_mean(at["dram"], run_times) if gpm else None,
+            utilization=mean["utilization"] or 0.0,
+            sm=mean["sm"] if gpm else None,
+            tensor=mean["tensor"] if gpm else None,
+            dram=mean["dram"] if gpm else None,
             power_ratio=(power / limit if power is not None and limit else None),
         )
     return out

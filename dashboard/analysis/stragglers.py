@@ -86,6 +86,18 @@ class StragglerReport:
     groups: tuple[Group, ...] = ()
 
 
+def group_of(ref: ContainerRef, pods: Mapping[PodKey, PodInfo],
+             gpus: Mapping[GpuRef, GpuInfo]) -> GroupKey | None:
+    """The straggler group of a container's device: its pod's workload and the device's
+    GPU model (None where the pod has no workload). The one definition for the analysis
+    and for the Prometheus mode's run summaries, which must group alike."""
+    info = pods.get(ref.pod_key)
+    if info is None or not info.workload:
+        return None
+    found = gpus.get(ref.gpu)
+    return (ref.namespace, info.workload, found.model if found is not None else "")
+
+
 def workload_groups(
     containers: Mapping[ContainerRef, Series],
     pods: Mapping[PodKey, PodInfo],
@@ -98,12 +110,10 @@ def workload_groups(
     # 10^5 containers on a large fleet, most with no step asked: each dict is looked up
     # once and made only when missing (``setdefault`` would build one for every container).
     for ref, series in containers.items():
-        info = pods.get(ref.pod_key)
-        if info is None or not info.workload:
+        key = group_of(ref, pods, gpus)
+        if key is None:
             continue
         gpu = ref.gpu
-        found = gpus.get(gpu)
-        key = (ref.namespace, info.workload, found.model if found is not None else "")
         devices = per.get(key)
         if devices is None:
             devices = per[key] = {}

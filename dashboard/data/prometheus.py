@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 import msgspec
 
 from gpuscope.dashboard.analysis import Thresholds
+from gpuscope.dashboard.analysis.stragglers import GroupKey, group_of
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
 from gpuscope.dashboard.data.promql import any_of, duration, escape_label_value, selector
 from gpuscope.dashboard.data.source import (
@@ -671,7 +672,6 @@ class _FullRuns:
         }
 
 
-GroupKey = tuple[str, str, str]  # namespace, workload, GPU model: a straggler group
 
 
 def _group_key(lab: Mapping[str, str]) -> GroupKey:
@@ -780,19 +780,17 @@ class _StragglerRuns:
 
 def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
             gpus: Mapping[GpuRef, GpuInfo]) -> dict[GroupKey, dict[GpuRef, list[ContainerRef]]]:
-    """The straggler groups of the containers ``members`` (as
+    """The straggler groups of the containers ``members`` (:func:`group_of`, as
     :func:`..analysis.stragglers.workload_groups` forms them): per group, its devices and
     the group's containers on each."""
     out: dict[GroupKey, dict[GpuRef, list[ContainerRef]]] = {}
     # 10^5 containers on a large fleet: each dict and list made only when missing
     # (``setdefault`` would make one for every container).
     for c in members:
-        info = pods.get(c.pod_key)
-        if info is None or not info.workload:
+        key = group_of(c, pods, gpus)
+        if key is None:
             continue
         gpu = c.gpu
-        found = gpus.get(gpu)
-        key = (c.namespace, info.workload, found.model if found is not None else "")
         devices = out.get(key)
         if devices is None:
             devices = out[key] = {}
@@ -1497,7 +1495,7 @@ class PrometheusData:
             spinning={g.node for g in spin_now}, held=bool(held_refs),
             throttled=bool(throttled_refs), stragglers=bool(flagged),
             namespace=namespace) if summarize else {}
-        run_res = self._submit(run_q, window)
+        answers = self._submit(run_q, window)  # the second round joins these
 
         # Every container in the window; a history only where a verdict can use one.
         # Each container's raw mean over the window (the input statistics' mean).
@@ -1526,9 +1524,7 @@ class PrometheusData:
         history = window.end - hs
         ask = FollowUp(
             idle={g.node for g in idle_now},
-            # (With the summaries, none of the idle and spinning devices' histories: without
-            # them, ``idle_nodes`` below.)
-            idle_nodes=(),
+            # (``idle_nodes``: below, from the inventory, where the summaries are not used.)
             shared={g.node for g, n in sharers.items() if n >= 2},
             spinning={g.node for g in spin_now},
             throttled=throttled_now,
@@ -1554,9 +1550,8 @@ class PrometheusData:
                 "evidence_seconds": (min(th.straggler_duration, window.seconds,
                                          max(history, 0.0)) if flagged else 0.0)}
             more = self.second_round(window, replace(
-                ask, idle=(), idle_nodes=(), spinning=(), throttled=(), held=(), **strag_ask),
+                ask, idle=(), spinning=(), throttled=(), held=(), **strag_ask),
                 namespace, rules)
-            answers = run_res
             answers.add(self._submit(more, window))
         # The inventory (sent after who uses what): with the summaries, read while the
         # store computes the second round.
@@ -1588,7 +1583,6 @@ class PrometheusData:
                 ask, idle_nodes={n for n, idle in node_idle.items() if idle}
                 | {g.node for g in idle_now} | {g.node for g in spin_now}),
                 namespace, rules)
-            answers = run_res
             answers.add(self._submit(more, window))
         more.update(run_q)
         # What needs no answer of this round, while the store computes them.
