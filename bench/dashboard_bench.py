@@ -18,7 +18,8 @@
 3. Measures, at the data's end time: the page's queries (``PrometheusData.fleet``), the
    analysis and rendering (``build_fleet_view`` + figures + tables), the full page load in
    headless Chromium (navigation until the idle-node table and the heatmap are drawn), the
-   queries one page load sends, and then the store's RSS (``VmRSS``) and series count; and
+   queries one page load sends, and then the store's RSS (``VmRSS``, and its peak ``VmHWM``)
+   and series count; and
    compares the verdicts with the fleet's expected ones (``bench/fleet.py``'s ``expected``).
 
 Needs Debian's ``prometheus`` (promtool), ``victoria-metrics`` and, for the browser part,
@@ -220,9 +221,11 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             result.update(drill_downs(store, end, view, args))
         if not args.no_browser:
             result.update(page_loads(store, end, args))
-    result.update(rss_kib=store.rss_kib(), series=store.series_count(end))
-    print(f"{store.kind}: RSS {result['rss_kib'] / 1024:,.0f} MiB after the queries, "
-          f"{result['series']:,} series", flush=True)
+    result.update(rss_kib=store.rss_kib(), peak_rss_kib=store.peak_rss_kib(),
+                  series=store.series_count(end))
+    print(f"{store.kind}: RSS {result['rss_kib'] / 1024:,.0f} MiB after the queries "
+          f"(peak {result['peak_rss_kib'] / 1024:,.0f} MiB), {result['series']:,} series",
+          flush=True)
     return result
 
 
@@ -311,12 +314,17 @@ def main() -> int:
                     "(its response cache answers a repeated range query with the same end)")
     ap.add_argument("--keep", help="keep the generated data in this folder, and reuse it "
                     "when it is already there (same --nodes, --step and --window)")
+    ap.add_argument("--store-gogc", type=int, metavar="PERCENT",
+                    help="the store's Go garbage collector target (GOGC; Go's default 100): "
+                    "both stores are Go programs, and Prometheus 2.42 spends much of a "
+                    "5,000-node page in its collector (docs/benchmarks.md, ninth pass)")
     ap.add_argument("--data", help="a data set bench/fleet.py built (e.g. /work/fleet5000): "
                     "use it as it is (--nodes, --step and --window are its own)")
     args = ap.parse_args()
-    if args.nodes < 1 or args.step <= 0 or args.window < args.step or args.runs < 1:
-        print("dashboard_bench: --nodes and --runs must be >= 1, --step > 0 and "
-              "--window >= --step", file=sys.stderr)
+    if (args.nodes < 1 or args.step <= 0 or args.window < args.step or args.runs < 1
+            or (args.store_gogc is not None and args.store_gogc < 1)):
+        print("dashboard_bench: --nodes, --runs and --store-gogc must be >= 1, --step > 0 "
+              "and --window >= --step", file=sys.stderr)
         return 2
     stores = STORES[args.store]
     try:
@@ -331,10 +339,13 @@ def main() -> int:
                               "step_s": meta["step"], "window_s": meta["window"],
                               "series": meta["series"], "samples": meta["samples"],
                               "data": str(folder)}
+    env = {"GOGC": str(args.store_gogc)} if args.store_gogc is not None else None
+    if env:
+        result["store_gogc"] = args.store_gogc
     try:
         for kind in stores:
-            store_cm = (start_prometheus(folder / "tsdb") if kind == "prometheus" else
-                        start_victoriametrics(folder / "vm", cache=not args.no_cache))
+            store_cm = (start_prometheus(folder / "tsdb", env=env) if kind == "prometheus" else
+                        start_victoriametrics(folder / "vm", cache=not args.no_cache, env=env))
             with store_cm as store:
                 result[kind] = measure(store, meta, expected, args)
     except StoreError as exc:

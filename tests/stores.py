@@ -33,6 +33,7 @@ can serve it at once.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -41,7 +42,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,12 +72,13 @@ def binary(name: str) -> str:
     return path
 
 
-def rss_kib(pid: int) -> int:
-    """Resident set size of a process in KiB (``VmRSS`` of ``/proc/<pid>/status``)."""
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """Resident set size of a process in KiB: ``VmRSS`` of ``/proc/<pid>/status``, or its
+    peak so far with ``field="VmHWM"``."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    raise StoreError(f"no VmRSS for pid {pid}")
+    raise StoreError(f"no {field} for pid {pid}")
 
 
 def clone_tree(src: Path, dst: Path) -> None:
@@ -138,6 +140,10 @@ class Store:
 
     def rss_kib(self) -> int:
         return rss_kib(self.proc.pid)
+
+    def peak_rss_kib(self) -> int:
+        """The highest resident set size since the store started (``VmHWM``), in KiB."""
+        return rss_kib(self.proc.pid, "VmHWM")
 
     def disk_bytes(self) -> int:
         """Bytes the data folder takes (hard links to a kept data set count in full)."""
@@ -246,12 +252,13 @@ def _workdir(prefix: str) -> Iterator[Path]:
 
 @contextmanager
 def _serve(kind: str, args: Sequence[str], port: int, data: Path, log: Path, ready: str,
-           timeout: float) -> Iterator[Store]:
-    """Run a store's ``args`` (listening on ``port``) with its output in ``log`` until ``ready``
-    answers; stopped on exit."""
+           timeout: float, env: Mapping[str, str] | None = None) -> Iterator[Store]:
+    """Run a store's ``args`` (listening on ``port``, with ``env`` over this process'
+    environment) with its output in ``log`` until ``ready`` answers; stopped on exit."""
     with log.open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL,
+                                env={**os.environ, **env} if env else None)
     store = Store(kind, f"http://127.0.0.1:{port}", proc, data, log)
     try:
         _wait_ready(store, ready, timeout)
@@ -269,6 +276,7 @@ def start_prometheus(
     scrape_config: str | None = None,
     extra_args: Iterable[str] = (),
     timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Store]:
     """A Prometheus serving ``blocks`` (a folder of TSDB blocks, e.g. from
     :func:`bench.fleet.build_blocks`; hard-link copied unless ``copy=False``, then opened in
@@ -292,7 +300,7 @@ def start_prometheus(
             args.append(f"--query.lookback-delta={lookback_delta}")
         args += list(extra_args)
         with _serve("prometheus", args, port, tsdb, work / "prometheus.log", "/-/ready",
-                    timeout) as store:
+                    timeout, env) as store:
             yield store
 
 
@@ -306,6 +314,7 @@ def start_victoriametrics(
     scrape_interval: str = "15s",
     extra_args: Iterable[str] = (),
     timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Store]:
     """A single-node VictoriaMetrics on ``data`` (a ``-storageDataPath`` kept from an earlier
     import: hard-link copied unless ``copy=False``) or on an empty folder, with its response
@@ -330,7 +339,7 @@ def start_victoriametrics(
             args.append(f"-promscrape.config={config}")
         args += list(extra_args)
         with _serve("victoriametrics", args, port, path, work / "victoria-metrics.log",
-                    "/health", timeout) as store:
+                    "/health", timeout, env) as store:
             yield store
 
 

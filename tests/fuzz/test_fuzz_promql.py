@@ -143,7 +143,8 @@ def tokenize(query: str) -> tuple[str, list[Literal]]:
     return "".join(skeleton), literals
 
 
-_REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$-")
+#: RE2's metacharacters outside a character class (not "-": see dashboard/data/promql.py).
+_REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$")
 
 
 def regex_alternatives(rx: str) -> list[str]:
@@ -182,6 +183,20 @@ def test_tokenizer_on_known_queries() -> None:
     for bad in ("a.b", "a|b(", "x\\d"):
         with pytest.raises(AssertionError):
             regex_alternatives(bad)
+
+
+
+def test_node_lists_escape_only_what_prometheus_reads_as_a_set_of_values() -> None:
+    """Prometheus looks a regex of literal alternatives up in its index only if every escape
+    in it is of ``.+*?()|[]{}^$`` or a backslash (tsdb's findSetMatches); an escaped hyphen
+    sends it to match the regex against every value of the label instead."""
+    rx = any_of(["gpu-node-00001", "ip-10-0-0-1.ec2.internal", "a\\b"])
+    assert rx == "gpu-node-00001|ip-10-0-0-1\\\\.ec2\\\\.internal|a\\\\\\\\b"
+    _, (lit,) = tokenize(f'x{{node=~"{rx}"}}')
+    escaped = re.findall(r"\\(.)", lit.value)
+    assert escaped == [".", ".", "\\"]
+    assert regex_alternatives(lit.value) == ["gpu-node-00001", "ip-10-0-0-1.ec2.internal",
+                                             "a\\b"]
 
 
 # -- the builders ------------------------------------------------------------------------------
