@@ -6,6 +6,8 @@
     python bench/dashboard_bench.py --data /work/fleet5000 --store both --no-browser
     python bench/dashboard_bench.py --data /work/fleet5000-rules --store prometheus \
         --no-browser [--namespace research-0] [--raw] [--drill-downs]  # + the rules backfilled
+    python bench/dashboard_bench.py --data /work/fleet5000-vmalert --head --store prometheus \
+        --no-browser [--store-gogc 200]   # the hour in Prometheus' head (bench/head.py)
 
 1. The fleet (``bench/fleet.py``): nodes playing the demo scenarios through the exporter's
    own SimulatedSource, attribution and collectors, one sample per series every ``--step``
@@ -14,7 +16,10 @@
    built into ``--keep DIR`` (reused when it holds the same --nodes/--step/--window) or
    a temporary folder, or taken as it is from ``--data DIR`` (a set ``bench/fleet.py`` built).
 2. Each store (``--store``): Debian's ``prometheus`` or ``victoria-metrics`` started on it
-   (``tests/stores.py``; no scraping: 500 exporters do not fit on 2 cores).
+   (``tests/stores.py``; no scraping: 500 exporters do not fit on 2 cores); with ``--head``,
+   Prometheus on a copy of the set's ``head/`` (``bench/head.py``), which it replays into
+   its head as a restarted Prometheus does; with ``--store-gogc``, the store's Go garbage
+   collector target.
 3. Measures, at the data's end time: the page's queries (``PrometheusData.fleet``), the
    analysis and rendering (``build_fleet_view`` + figures + tables), the full page load in
    headless Chromium (navigation until the idle-node table and the heatmap are drawn), the
@@ -38,6 +43,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +122,8 @@ def data_set(args: argparse.Namespace, stores: tuple[str, ...]) -> tuple[Path, d
         if not (folder / "meta.json").exists():
             raise SystemExit(f"{folder}: no meta.json (build it with bench/fleet.py)")
         meta = fleet.load_meta(folder)
-        missing = [s for s in stores if not (folder / ("tsdb" if s == "prometheus" else "vm"))
+        prom_dir = "head" if args.head else "tsdb"
+        missing = [s for s in stores if not (folder / (prom_dir if s == "prometheus" else "vm"))
                    .is_dir()]
         if missing:
             raise SystemExit(f"{folder} holds no data for {', '.join(missing)}")
@@ -294,6 +301,17 @@ def page_loads(store: Store, end: float, args: argparse.Namespace) -> dict[str, 
     return out
 
 
+@contextmanager
+def head_prometheus(head: Path, env: dict[str, str] | None) -> Iterator[Store]:
+    """Prometheus on a copy of a head folder (WAL and head chunks: Prometheus appends to them
+    when it starts, so a hard-linked copy would change the kept data set); it replays the WAL
+    before it answers ready (about 15 s at 5,000 nodes)."""
+    with tempfile.TemporaryDirectory(prefix="gpuscope-head-") as tmp:
+        shutil.copytree(head, Path(tmp) / "tsdb")
+        with start_prometheus(Path(tmp) / "tsdb", copy=False, env=env, timeout=600) as store:
+            yield store
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=500)
@@ -318,6 +336,9 @@ def main() -> int:
                     help="the store's Go garbage collector target (GOGC; Go's default 100): "
                     "both stores are Go programs, and Prometheus 2.42 spends much of a "
                     "5,000-node page in its collector (docs/benchmarks.md, ninth pass)")
+    ap.add_argument("--head", action="store_true",
+                    help="Prometheus on the data set's head/ (bench/head.py: the hour in its "
+                    "head, as a running Prometheus holds it) instead of its blocks")
     ap.add_argument("--data", help="a data set bench/fleet.py built (e.g. /work/fleet5000): "
                     "use it as it is (--nodes, --step and --window are its own)")
     args = ap.parse_args()
@@ -327,6 +348,13 @@ def main() -> int:
               "and --window >= --step", file=sys.stderr)
         return 2
     stores = STORES[args.store]
+    if args.head and (stores != ("prometheus",) or not args.data):
+        print("dashboard_bench: --head needs --data and --store prometheus", file=sys.stderr)
+        return 2
+    if args.head and not (Path(args.data) / "head").is_dir():
+        print(f"dashboard_bench: {args.data} has no head/ (build it with bench/head.py)",
+              file=sys.stderr)
+        return 2
     try:
         folder, meta, temporary = data_set(args, stores)
     except StoreError as exc:
@@ -344,7 +372,8 @@ def main() -> int:
         result["store_gogc"] = args.store_gogc
     try:
         for kind in stores:
-            store_cm = (start_prometheus(folder / "tsdb", env=env) if kind == "prometheus" else
+            store_cm = (head_prometheus(folder / "head", env) if args.head else
+                        start_prometheus(folder / "tsdb", env=env) if kind == "prometheus" else
                         start_victoriametrics(folder / "vm", cache=not args.no_cache, env=env))
             with store_cm as store:
                 result[kind] = measure(store, meta, expected, args)
