@@ -67,7 +67,8 @@ def binary(name: str) -> str:
     (``scripts/setup --test`` installs both)."""
     path = shutil.which(name)
     if path is None:
-        package = {"promtool": "prometheus", "vmalert": VICTORIA_METRICS}.get(name, name)
+        package = {"promtool": "prometheus", "vmalert": VICTORIA_METRICS,
+                   "vmagent": VICTORIA_METRICS}.get(name, name)
         raise StoreError(f"{name} not found: apt-get install {package} (scripts/setup --test)")
     return path
 
