@@ -28,14 +28,11 @@ import argparse
 import json
 import math
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +43,9 @@ if str(REPO) not in sys.path:
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,
-    binary,
-    free_port,
     start_prometheus,
     start_victoriametrics,
+    start_vmagent,
 )
 
 #: Prometheus' flag for the receiver (2.33 and later); nothing else differs from the bench's.
@@ -74,41 +70,6 @@ def _metrics(url: str) -> dict[str, float]:
     return out
 
 
-@contextmanager
-def vmagent(remote_write: str, workdir: Path) -> Iterator[str]:
-    """``vmagent`` remote-writing to ``remote_write`` with one queue; yields its URL."""
-    port = free_port()
-    log = (workdir / "vmagent.log").open("wb")
-    proc = subprocess.Popen(
-        [binary("vmagent"), f"-remoteWrite.url={remote_write}", "-remoteWrite.queues=1",
-         f"-httpListenAddr=127.0.0.1:{port}", f"-remoteWrite.tmpDataPath={workdir / 'queue'}",
-         "-loggerLevel=WARN"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise StoreError(f"vmagent exited {proc.returncode}: "
-                                 f"{(workdir / 'vmagent.log').read_text(errors='replace')[-500:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise StoreError("vmagent not ready after 60s") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
 def _copy_minute(vm: Store, agent: str, start: float, end: float) -> int:
     """One minute's samples (``start`` ≤ t ≤ ``end``) from VictoriaMetrics' export into
     vmagent's import, streamed (a minute at 5,000 nodes is some 200 MB of JSON lines)."""
@@ -129,7 +90,7 @@ def _copy_minute(vm: Store, agent: str, start: float, end: float) -> int:
     return sent[0]
 
 
-def load_head(vm: Store, prom: Store, start: float, end: float, workdir: Path,
+def load_head(vm: Store, prom: Store, start: float, end: float,
               log: Callable[[str], None] = print) -> dict[str, Any]:
     """Copies every sample ``vm`` holds from ``start`` to ``end`` (seconds) into ``prom`` (a
     Prometheus with the remote-write receiver), a minute at a time in time order, and waits
@@ -139,11 +100,11 @@ def load_head(vm: Store, prom: Store, start: float, end: float, workdir: Path,
         f'sum(count_over_time({{__name__!=""}}[{math.ceil(end - start) + 1}s]))', end)
     began = time.perf_counter()
     exported = 0
-    with vmagent(prom.url + "/api/v1/write", workdir) as agent:
+    with start_vmagent(prom.url + "/api/v1/write") as agent:
         minutes = math.floor((end - start) / 60.0) + 1  # both ends inclusive
         for i in range(minutes):
             t = start + 60.0 * i
-            exported += _copy_minute(vm, agent, t, min(t + 59.999, end))
+            exported += _copy_minute(vm, agent.url, t, min(t + 59.999, end))
             if i % 10 == 9 or i == minutes - 1:
                 log(f"head: {i + 1}/{minutes} minutes sent ({exported / 2**20:,.0f} MiB)")
         # vmagent queues what it received; wait until Prometheus has appended all of it.
@@ -161,7 +122,7 @@ def load_head(vm: Store, prom: Store, start: float, end: float, workdir: Path,
             if appended != last:
                 last, still = appended, time.monotonic()
             elif time.monotonic() - still > 60:
-                dropped = _metrics(agent).get("vmagent_remotewrite_packets_dropped_total", 0)
+                dropped = _metrics(agent.url).get("vmagent_remotewrite_packets_dropped_total", 0)
                 raise StoreError(f"prometheus appended {appended:,.0f} of "
                                  f"{expected_samples or 0:,.0f} samples and no more in 60 s "
                                  f"(vmagent dropped {dropped:,.0f} packets)")
@@ -185,12 +146,11 @@ def build_head(data: Path, out: Path | None = None, log: Callable[[str], None] =
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    with tempfile.TemporaryDirectory(prefix="gpuscope-head-") as tmp, \
-            start_victoriametrics(data / "vm", extra_args=[
+    with start_victoriametrics(data / "vm", extra_args=[
                 # the count and the export each touch every series (1.1 M at 5,000 nodes)
                 "-search.maxUniqueTimeseries=5000000"]) as vm, \
             start_prometheus(out, copy=False, extra_args=[RECEIVER]) as prom:
-        figures = load_head(vm, prom, meta["start"] - LEAD_S, meta["end"], Path(tmp), log)
+        figures = load_head(vm, prom, meta["start"] - LEAD_S, meta["end"], log)
     meta["head"] = figures
     (data / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return figures

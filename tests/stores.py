@@ -344,6 +344,22 @@ def start_victoriametrics(
             yield store
 
 
+@contextmanager
+def start_vmagent(remote_write: str, *, timeout: float = 60.0) -> Iterator[Store]:
+    """``vmagent`` (Debian's ``victoria-metrics`` package) remote-writing what it is sent
+    (``/api/v1/import`` and the other ingestion APIs) to ``remote_write`` through one queue,
+    so each series' samples arrive in the order they were sent; its queue in a temporary
+    folder. Stopped and removed on exit."""
+    exe = binary("vmagent")
+    with _workdir("gpuscope-vmagent-") as work:
+        port = free_port()
+        args = [exe, f"-remoteWrite.url={remote_write}", "-remoteWrite.queues=1",
+                f"-httpListenAddr=127.0.0.1:{port}",
+                f"-remoteWrite.tmpDataPath={work / 'queue'}", "-loggerLevel=WARN"]
+        with _serve("vmagent", args, port, work, work / "vmagent.log", "/health",
+                    timeout) as store:
+            yield store
+
 def promtool_blocks(openmetrics: Path, out: Path) -> float:
     """``promtool tsdb create-blocks-from openmetrics FILE OUT``; returns the seconds it took.
     The samples must be in the past (promtool writes 2 h blocks; Prometheus keeps them with
@@ -373,4 +389,5 @@ def fleet_in_both(fleet: Any, workdir: Path) -> Iterator[tuple[Store, Store]]:
 
 
 __all__ = ["Store", "StoreError", "binary", "clone_tree", "fleet_in_both", "free_port",
-           "promtool_blocks", "rss_kib", "start_prometheus", "start_victoriametrics"]
+           "promtool_blocks", "rss_kib", "start_prometheus", "start_victoriametrics",
+           "start_vmagent"]

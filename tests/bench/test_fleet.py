@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench import fleet
-from gpuscope.dashboard.data import PrometheusData
-from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from tests.bench import page_view
 from tests.stores import Store, fleet_in_both, start_prometheus, start_victoriametrics
 
 ONE_OF_EACH = fleet.layout({t.name: 1 for t in fleet.TEMPLATES})  # 12 nodes
@@ -157,14 +155,6 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[fleet.Fle
         yield tiny, [prom, vm]
 
 
-def _view(store: Store, end: float) -> FleetView:
-    source = PrometheusData(store.url, clock=lambda: end, timeout=60)
-    try:
-        return build_fleet_view(source.fleet(3600), bundled_prices())
-    finally:
-        source.close()
-
-
 @pytest.mark.parametrize("kind", ["prometheus", "victoriametrics"])
 def test_the_dashboard_finds_the_expected_verdicts(
     stores: tuple[fleet.Fleet, list[Store]], kind: str
@@ -173,7 +163,7 @@ def test_the_dashboard_finds_the_expected_verdicts(
     [store] = [s for s in started if s.kind == kind]
     assert store.series_count(tiny.shape.end) == tiny.series
     exp = fleet.expected(tiny.plan)
-    view = _view(store, tiny.shape.end)
+    view = page_view(store, tiny.shape.end)
     k = view.kpis
     assert (k.gpus, k.idle, k.idle_nodes, k.spinning, k.throttled) == (
         exp.gpus, exp.idle_gpus, len(exp.idle_nodes), len(exp.spinning), len(exp.throttled))

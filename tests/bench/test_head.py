@@ -14,9 +14,7 @@ import pytest
 
 from bench import fleet
 from bench.head import LEAD_S, RECEIVER, _metrics, load_head
-from gpuscope.dashboard.data import PrometheusData
-from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from tests.bench import page_view
 from tests.stores import Store, fleet_in_both, start_prometheus
 
 ONE_OF_EACH = fleet.layout({t.name: 1 for t in fleet.TEMPLATES})  # 12 nodes
@@ -30,17 +28,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory
     work = tmp_path_factory.mktemp("head")
     with fleet_in_both(tiny, work) as (blocks, vm), \
             start_prometheus(work / "head", copy=False, extra_args=[RECEIVER]) as head:
-        figures = load_head(vm, head, tiny.shape.start - LEAD_S, tiny.shape.end, work,
+        figures = load_head(vm, head, tiny.shape.start - LEAD_S, tiny.shape.end,
                             log=lambda _: None)
         yield tiny, blocks, head, figures
-
-
-def _view(store: Store, end: float) -> FleetView:
-    source = PrometheusData(store.url, clock=lambda: end, timeout=60)
-    try:
-        return build_fleet_view(source.fleet(3600), bundled_prices())
-    finally:
-        source.close()
 
 
 def _rounded(value: Any) -> Any:
@@ -72,7 +62,7 @@ def test_every_sample_is_in_the_head_and_none_was_refused(
 def test_the_page_reads_the_same_from_the_head_as_from_blocks(
         stores: tuple[fleet.Fleet, Store, Store, dict[str, float]]) -> None:
     tiny, blocks, head, _ = stores
-    a, b = _view(blocks, tiny.shape.end), _view(head, tiny.shape.end)
+    a, b = page_view(blocks, tiny.shape.end), page_view(head, tiny.shape.end)
     exp = fleet.expected(tiny.plan)
     assert (b.kpis.idle_nodes, b.kpis.idle, b.kpis.spinning, b.kpis.throttled) == (
         len(exp.idle_nodes), exp.idle_gpus, len(exp.spinning), len(exp.throttled))
