@@ -16,8 +16,8 @@ recording rules' series where vmalert replayed them) is exported a minute at a t
 order (``/api/v1/export``), into ``vmagent`` (``/api/v1/import``), which remote-writes it with
 one queue (so each series' samples arrive in order) to a Prometheus started empty on
 ``DATA/head`` with ``--web.enable-remote-write-receiver``. The load is complete when
-Prometheus has appended as many samples as VictoriaMetrics counts in the range, with none out
-of order or out of bounds and none dropped by vmagent; Prometheus is then stopped
+Prometheus has appended as many samples as VictoriaMetrics counts in the range (so none was
+lost on the way), with none refused as out of order or out of bounds; Prometheus is then stopped
 (SIGTERM: its head stays in the WAL and head chunks, which it replays on the next start).
 Needs Debian's ``prometheus`` and ``victoria-metrics`` (``vmagent`` is in the latter).
 """
@@ -50,7 +50,8 @@ from tests.stores import (  # noqa: E402
 
 #: Prometheus' flag for the receiver (2.33 and later); nothing else differs from the bench's.
 RECEIVER = "--web.enable-remote-write-receiver"
-#: How far before the data set's start the export begins: the look-back the samples carry.
+#: How far before the data set's first sample (``meta.json``'s start) the export begins: a
+#: margin, so that no sample is left out whatever the set's rounding.
 LEAD_S = 120.0
 
 
@@ -72,7 +73,7 @@ def _metrics(url: str) -> dict[str, float]:
 
 def _copy_minute(vm: Store, agent: str, start: float, end: float) -> int:
     """One minute's samples (``start`` ≤ t ≤ ``end``) from VictoriaMetrics' export into
-    vmagent's import, streamed (a minute at 5,000 nodes is some 200 MB of JSON lines)."""
+    vmagent's import, streamed (a minute at 5,000 nodes is some 250 MB of JSON lines)."""
     params = urllib.parse.urlencode({"match[]": '{__name__!=""}', "start": f"{start:.3f}",
                                      "end": f"{end:.3f}"})
     with urllib.request.urlopen(f"{vm.url}/api/v1/export?{params}", timeout=600) as src:
