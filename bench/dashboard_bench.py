@@ -211,14 +211,20 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         result.update(
             queries_fleet=queries, first_fetch_s=fetch[0],
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
-            render_s=statistics.median(render[1:]), verdicts=check["got"],
+            render_s=statistics.median(render[1:]),
+            # Each run's whole page: a store's garbage collector makes some pages much
+            # slower than the median (docs/benchmarks.md, ninth pass).
+            page_s=[round(f + b + r, 3)
+                    for f, b, r in zip(fetch[1:], build[1:], render[1:], strict=True)],
+            verdicts=check["got"],
             verdicts_differ=check["differ"],
         )
         result["load_1m_after"] = os.getloadavg()[0]
         print(f"{store.kind} server side (median of {args.runs}, first {fetch[0]:.2f}s): "
               f"queries {result['fetch_s']:.2f}s, analysis {result['analysis_s']:.2f}s, "
               f"rendering {result['render_s']:.2f}s; load average (1 min) "
-              f"{result['load_1m_before']:.2f} before, {result['load_1m_after']:.2f} after",
+              f"{result['load_1m_before']:.2f} before, {result['load_1m_after']:.2f} after; "
+              f"whole pages {min(result['page_s']):.2f}-{max(result['page_s']):.2f}s",
               flush=True)
         if check["differ"]:
             print(f"{store.kind}: verdicts differ from the expected ones: "
