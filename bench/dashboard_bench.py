@@ -126,7 +126,8 @@ def data_set(args: argparse.Namespace, stores: tuple[str, ...]) -> tuple[Path, d
         missing = [s for s in stores if not (folder / (prom_dir if s == "prometheus" else "vm"))
                    .is_dir()]
         if missing:
-            raise SystemExit(f"{folder} holds no data for {', '.join(missing)}")
+            raise SystemExit(f"{folder} holds no data for {', '.join(missing)}"
+                             + (" (no head/: build it with bench/head.py)" if args.head else ""))
         return folder, meta, False
     folder = Path(args.keep or tempfile.mkdtemp(prefix="gpuscope-bench-"))
     if (folder / "meta.json").exists():
@@ -356,10 +357,6 @@ def main() -> int:
     stores = STORES[args.store]
     if args.head and (stores != ("prometheus",) or not args.data):
         print("dashboard_bench: --head needs --data and --store prometheus", file=sys.stderr)
-        return 2
-    if args.head and not (Path(args.data) / "head").is_dir():
-        print(f"dashboard_bench: {args.data} has no head/ (build it with bench/head.py)",
-              file=sys.stderr)
         return 2
     try:
         folder, meta, temporary = data_set(args, stores)

@@ -40,6 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,
@@ -56,18 +58,13 @@ LEAD_S = 120.0
 
 
 def _metrics(url: str) -> dict[str, float]:
-    """A Prometheus-format ``/metrics`` page's samples, summed by metric name."""
+    """A ``/metrics`` page's samples (Prometheus', vmagent's), summed by sample name."""
     with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        try:
-            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-        except ValueError:
-            continue
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + sample.value
     return out
 
 
