@@ -52,6 +52,31 @@ def test_plan_follows_the_shares() -> None:
             fleet.template(name).size)
 
 
+@pytest.mark.parametrize("share", [0.05, 0.15, 0.3, 0.9])
+def test_a_flagged_share_puts_the_finding_templates_on_that_share_of_the_nodes(
+        share: float) -> None:
+    plan = fleet.plan(5000, fleet.flagged_mix(share))
+    got = Counter(n.template for n in plan)
+    assert len(plan) == 5000
+    assert set(got) == {t.name for t in fleet.TEMPLATES}  # every verdict still planted
+    assert sum(got[name] for name in fleet.FLAGGED) == pytest.approx(5000 * share, abs=3)
+    # Among themselves, the templates keep the default mix's proportions.
+    for group in (fleet.FLAGGED, {t.name for t in fleet.TEMPLATES} - fleet.FLAGGED):
+        default = {t.name: t.share for t in fleet.TEMPLATES if t.name in group}
+        total = sum(got[name] for name in group)
+        for name, s in default.items():
+            assert got[name] / total == pytest.approx(s / sum(default.values()), abs=0.01)
+    flagged = {"straggler", "slow-rank", "mixed", "idle-allocated", "hung", "serving", "idle",
+               "dev"}
+    assert flagged == fleet.FLAGGED
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0, -0.1, 1.5])
+def test_a_flagged_share_outside_0_1_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        fleet.flagged_mix(share)
+
+
 def test_expected_verdicts_of_one_unit_of_each_template() -> None:
     """By hand from the demo scenarios' comments and prices.yaml: the numbers the demo's
     own test states (tests/dashboard/test_demo_views.py), with the busy template priced as a
@@ -198,3 +223,12 @@ def test_data_set_folder(tmp_path: Path) -> None:
         counts = {s.kind: s.series_count(meta["end"]) for s in (prom, vm)}
     assert counts == {"prometheus": meta["series"], "victoriametrics": meta["series"]}
     assert not any((tmp_path / "set").glob("*.om"))
+
+
+@pytest.mark.parametrize("flagged", ["1.5", "0"])
+def test_the_cli_refuses_a_flagged_share_outside_0_1_in_one_line(
+        flagged: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert fleet.main(["--nodes", "10", "--flagged", flagged, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == "fleet: --flagged must be between 0 and 1\n"
+    assert not any(tmp_path.iterdir())  # nothing built
