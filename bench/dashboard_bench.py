@@ -34,6 +34,7 @@ Needs Debian's ``prometheus`` (promtool), ``victoria-metrics`` and, for the brow
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -175,6 +176,10 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         source._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
     prices = load_prices()
     fetch, build, render = [], [], []
+    # Per page, the store's CPU seconds and the garbage collections it completed (read
+    # between pages, outside the timings): a page that meets a collection of a big heap is
+    # the slow one (docs/benchmarks.md, ninth and tenth passes).
+    cpu, gcs = [store.cpu_seconds()], [store.collections()]
     try:
         for _ in range(args.runs + 1):  # the first run warms the store's caches
             # As DashboardService computes a view: both under one pause of the garbage
@@ -196,6 +201,8 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             fetch.append(t1 - t0)
             build.append(t2 - t1)
             render.append(t3 - t2)
+            cpu.append(store.cpu_seconds())
+            gcs.append(store.collections())
     except DataError as exc:
         result["error"] = str(exc)
         print(f"{store.kind}: the fleet page failed: {exc}", flush=True)
@@ -217,6 +224,9 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             # slower than the median (docs/benchmarks.md, ninth pass).
             page_s=[round(f + b + r, 3)
                     for f, b, r in zip(fetch[1:], build[1:], render[1:], strict=True)],
+            store_cpu_s=[round(b - a, 2) for a, b in itertools.pairwise(cpu[1:])],
+            store_collections=[None if a is None or b is None else b - a
+                               for a, b in itertools.pairwise(gcs[1:])],
             verdicts=check["got"],
             verdicts_differ=check["differ"],
         )
@@ -227,6 +237,10 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
               f"{result['load_1m_before']:.2f} before, {result['load_1m_after']:.2f} after; "
               f"whole pages {min(result['page_s']):.2f}-{max(result['page_s']):.2f}s",
               flush=True)
+        print(f"{store.kind} each page: " + ", ".join(
+            f"{t:.2f}s ({c:.1f} CPU-s, {'?' if n is None else n} GC)" for t, c, n in zip(
+                result["page_s"], result["store_cpu_s"], result["store_collections"],
+                strict=True)), flush=True)
         if check["differ"]:
             print(f"{store.kind}: verdicts differ from the expected ones: "
                   + ", ".join(f"{key} {check['got'][key]} (expected {check['expected'][key]})"

@@ -40,11 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,
+    self_metrics,
     start_prometheus,
     start_victoriametrics,
     start_vmagent,
@@ -55,17 +54,6 @@ RECEIVER = "--web.enable-remote-write-receiver"
 #: How far before the data set's first sample (``meta.json``'s start) the export begins: a
 #: margin, so that no sample is left out whatever the set's rounding.
 LEAD_S = 120.0
-
-
-def _metrics(url: str) -> dict[str, float]:
-    """A ``/metrics`` page's samples (Prometheus', vmagent's), summed by sample name."""
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[sample.name] = out.get(sample.name, 0.0) + sample.value
-    return out
 
 
 def _copy_minute(vm: Store, agent: str, start: float, end: float) -> int:
@@ -108,7 +96,7 @@ def load_head(vm: Store, prom: Store, start: float, end: float,
         # vmagent queues what it received; wait until Prometheus has appended all of it.
         last, still = -1.0, time.monotonic()
         while True:
-            m = _metrics(prom.url)
+            m = self_metrics(prom.url)
             appended = m.get("prometheus_tsdb_head_samples_appended_total", 0.0)
             refused = (m.get("prometheus_tsdb_out_of_order_samples_total", 0.0)
                        + m.get("prometheus_tsdb_out_of_bound_samples_total", 0.0))
@@ -120,12 +108,13 @@ def load_head(vm: Store, prom: Store, start: float, end: float,
             if appended != last:
                 last, still = appended, time.monotonic()
             elif time.monotonic() - still > 60:
-                dropped = _metrics(agent.url).get("vmagent_remotewrite_packets_dropped_total", 0)
+                dropped = self_metrics(agent.url).get(
+                    "vmagent_remotewrite_packets_dropped_total", 0)
                 raise StoreError(f"prometheus appended {appended:,.0f} of "
                                  f"{expected_samples or 0:,.0f} samples and no more in 60 s "
                                  f"(vmagent dropped {dropped:,.0f} packets)")
             time.sleep(1.0)
-    head = _metrics(prom.url)
+    head = self_metrics(prom.url)
     return {"load_s": time.perf_counter() - began, "export_bytes": exported,
             "samples": int(head.get("prometheus_tsdb_head_samples_appended_total", 0)),
             "series": int(head.get("prometheus_tsdb_head_series", 0)),

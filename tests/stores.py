@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 PROMETHEUS = "prometheus"
 VICTORIA_METRICS = "victoria-metrics"
 
@@ -80,6 +82,25 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(f"{field}:"):
             return int(line.split()[1])
     raise StoreError(f"no {field} for pid {pid}")
+
+
+def self_metrics(url: str) -> dict[str, float]:
+    """A Go program's own ``/metrics`` page (Prometheus', VictoriaMetrics', vmagent's), its
+    samples summed by sample name (prometheus_client's parser)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far, in seconds (``/proc/<pid>/stat``)."""
+    # The command name (field 2) may hold spaces: count the fields after its ")".
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def clone_tree(src: Path, dst: Path) -> None:
@@ -141,6 +162,16 @@ class Store:
 
     def rss_kib(self) -> int:
         return rss_kib(self.proc.pid)
+
+    def cpu_seconds(self) -> float:
+        """The store's CPU time so far (user and system), in seconds."""
+        return cpu_seconds(self.proc.pid)
+
+    def collections(self) -> int | None:
+        """How many garbage collections the store (a Go program) has completed, from its
+        ``/metrics`` (``go_gc_duration_seconds_count``); None where it does not say."""
+        n = self_metrics(self.url).get("go_gc_duration_seconds_count")
+        return None if n is None else int(n)
 
     def peak_rss_kib(self) -> int:
         """The highest resident set size since the store started (``VmHWM``), in KiB."""

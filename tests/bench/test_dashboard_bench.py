@@ -1,13 +1,15 @@
 """``bench/dashboard_bench.py``'s store settings: ``--store-gogc`` reaches the store's process
-(and only a positive target is taken), and the store's peak RSS is read beside its RSS."""
+(and only a positive target is taken), the store's peak RSS is read beside its RSS, and its
+CPU time and garbage collections, which the bench reports per page."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tests.stores import start_prometheus
+from tests.stores import cpu_seconds, start_prometheus, start_victoriametrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,3 +32,36 @@ def test_the_store_runs_with_the_environment_given_and_reports_its_peak_rss() ->
     with start_prometheus() as prom:  # without: this process' environment as it is
         environ = Path(f"/proc/{prom.proc.pid}/environ").read_bytes().split(b"\0")
         assert b"GOGC=300" not in environ
+
+
+def test_the_stores_cpu_time_and_collections_are_read_from_the_store_itself() -> None:
+    """What the bench reports per page: the store's CPU seconds (``/proc``) and completed
+    garbage collections (its ``/metrics``); both grow with the work asked of it, on both
+    stores."""
+    for start in (start_prometheus, start_victoriametrics):
+        with start() as store:
+            cpu, gcs = store.cpu_seconds(), store.collections()
+            assert cpu >= 0 and gcs is not None and gcs >= 0
+            deadline = time.monotonic() + 30
+            # Queries until the store has both spent CPU and collected (a Go program
+            # collects at least every 2 minutes; these queries allocate and make it sooner).
+            while time.monotonic() < deadline:
+                store.query('count({__name__=~".+"})')
+                store.query("sum(rate(process_cpu_seconds_total[5m]))")
+                if store.cpu_seconds() > cpu and (store.collections() or 0) > gcs:
+                    break
+            assert store.cpu_seconds() > cpu
+            assert (store.collections() or 0) > gcs
+
+
+def test_cpu_seconds_reads_a_process_whose_name_holds_spaces(tmp_path: Path) -> None:
+    script = tmp_path / "a name with spaces"
+    script.write_text("#!/bin/sh\nwhile :; do :; done\n")
+    script.chmod(0o755)
+    proc = subprocess.Popen([str(script)])
+    try:
+        time.sleep(0.5)
+        assert 0.1 < cpu_seconds(proc.pid) < 5
+    finally:
+        proc.kill()
+        proc.wait()
