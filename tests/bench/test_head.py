@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from bench import fleet
-from bench.head import LEAD_S, RECEIVER, _metrics, load_head
+from bench.head import LEAD_S, RECEIVER, load_head
 from tests.bench import page_view
-from tests.stores import Store, fleet_in_both, start_prometheus
+from tests.stores import Store, fleet_in_both, self_metrics, start_prometheus
 
 ONE_OF_EACH = fleet.layout({t.name: 1 for t in fleet.TEMPLATES})  # 12 nodes
 
@@ -53,7 +53,7 @@ def test_every_sample_is_in_the_head_and_none_was_refused(
     tiny, _, head, figures = stores
     assert figures["samples"] == tiny.samples
     assert figures["series"] == tiny.series
-    m = _metrics(head.url)
+    m = self_metrics(head.url)
     assert m["prometheus_tsdb_out_of_order_samples_total"] == 0
     assert m["prometheus_tsdb_blocks_loaded"] == 0  # all of it in the head, none persisted
     assert head.series_count(tiny.shape.end) == tiny.series
