@@ -176,10 +176,10 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         source._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
     prices = load_prices()
     fetch, build, render = [], [], []
-    # Per page, the store's CPU seconds and the garbage collections it completed (read
-    # between pages, outside the timings): a page that meets a collection of a big heap is
-    # the slow one (docs/benchmarks.md, ninth and tenth passes).
-    cpu, gcs = [store.cpu_seconds()], [store.collections()]
+    # Per page, the store's CPU seconds, the garbage collections it completed and the bytes
+    # it allocated (read between pages, outside the timings): a page that meets a collection
+    # of a big heap is the slow one (docs/benchmarks.md, ninth and tenth passes).
+    cpu, go = [store.cpu_seconds()], [store.go_counters()]
     try:
         for _ in range(args.runs + 1):  # the first run warms the store's caches
             # As DashboardService computes a view: both under one pause of the garbage
@@ -202,7 +202,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             build.append(t2 - t1)
             render.append(t3 - t2)
             cpu.append(store.cpu_seconds())
-            gcs.append(store.collections())
+            go.append(store.go_counters())
     except DataError as exc:
         result["error"] = str(exc)
         print(f"{store.kind}: the fleet page failed: {exc}", flush=True)
@@ -225,8 +225,13 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             page_s=[round(f + b + r, 3)
                     for f, b, r in zip(fetch[1:], build[1:], render[1:], strict=True)],
             store_cpu_s=[round(b - a, 2) for a, b in itertools.pairwise(cpu[1:])],
-            store_collections=[None if a is None or b is None else b - a
-                               for a, b in itertools.pairwise(gcs[1:])],
+            store_collections=[
+                None if a.collections is None or b.collections is None
+                else b.collections - a.collections for a, b in itertools.pairwise(go[1:])],
+            store_alloc_mib=[
+                None if a.allocated_bytes is None or b.allocated_bytes is None
+                else round((b.allocated_bytes - a.allocated_bytes) / 2**20)
+                for a, b in itertools.pairwise(go[1:])],
             verdicts=check["got"],
             verdicts_differ=check["differ"],
         )
@@ -237,10 +242,11 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
               f"{result['load_1m_before']:.2f} before, {result['load_1m_after']:.2f} after; "
               f"whole pages {min(result['page_s']):.2f}-{max(result['page_s']):.2f}s",
               flush=True)
-        print(f"{store.kind} each page: " + ", ".join(
-            f"{t:.2f}s ({c:.1f} CPU-s, {'?' if n is None else n} GC)" for t, c, n in zip(
+        print(f"{store.kind} each page (the store's CPU, collections, allocation): " + ", ".join(
+            f"{t:.2f}s ({c:.1f} CPU-s, {'?' if n is None else n} GC, "
+            f"{'?' if a is None else a} MiB)" for t, c, n, a in zip(
                 result["page_s"], result["store_cpu_s"], result["store_collections"],
-                strict=True)), flush=True)
+                result["store_alloc_mib"], strict=True)), flush=True)
         if check["differ"]:
             print(f"{store.kind}: verdicts differ from the expected ones: "
                   + ", ".join(f"{key} {check['got'][key]} (expected {check['expected'][key]})"

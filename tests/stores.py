@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -101,6 +101,15 @@ def cpu_seconds(pid: int) -> float:
     # The command name (field 2) may hold spaces: count the fields after its ")".
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class GoCounters(NamedTuple):
+    """A Go program's own counters: garbage collections completed
+    (``go_gc_duration_seconds_count``) and heap bytes allocated
+    (``go_memstats_alloc_bytes_total``), each None where its ``/metrics`` lacks it."""
+
+    collections: int | None
+    allocated_bytes: float | None
 
 
 def clone_tree(src: Path, dst: Path) -> None:
@@ -167,11 +176,12 @@ class Store:
         """The store's CPU time so far (user and system), in seconds."""
         return cpu_seconds(self.proc.pid)
 
-    def collections(self) -> int | None:
-        """How many garbage collections the store (a Go program) has completed, from its
-        ``/metrics`` (``go_gc_duration_seconds_count``); None where it does not say."""
-        n = self_metrics(self.url).get("go_gc_duration_seconds_count")
-        return None if n is None else int(n)
+    def go_counters(self) -> GoCounters:
+        """The store's (a Go program's) garbage collections completed and bytes allocated so
+        far, from its ``/metrics``."""
+        m = self_metrics(self.url)
+        n = m.get("go_gc_duration_seconds_count")
+        return GoCounters(None if n is None else int(n), m.get("go_memstats_alloc_bytes_total"))
 
     def peak_rss_kib(self) -> int:
         """The highest resident set size since the store started (``VmHWM``), in KiB."""

@@ -1,6 +1,6 @@
 """``bench/dashboard_bench.py``'s store settings: ``--store-gogc`` reaches the store's process
 (and only a positive target is taken), the store's peak RSS is read beside its RSS, and its
-CPU time and garbage collections, which the bench reports per page."""
+CPU time, garbage collections and allocation, which the bench reports per page."""
 
 from __future__ import annotations
 
@@ -34,24 +34,28 @@ def test_the_store_runs_with_the_environment_given_and_reports_its_peak_rss() ->
         assert b"GOGC=300" not in environ
 
 
-def test_the_stores_cpu_time_and_collections_are_read_from_the_store_itself() -> None:
-    """What the bench reports per page: the store's CPU seconds (``/proc``) and completed
-    garbage collections (its ``/metrics``); both grow with the work asked of it, on both
-    stores."""
+def test_the_stores_cpu_time_collections_and_allocation_are_read_from_the_store() -> None:
+    """What the bench reports per page: the store's CPU seconds (``/proc``), completed
+    garbage collections and bytes allocated (its ``/metrics``); all grow with the work asked
+    of it, on both stores."""
     for start in (start_prometheus, start_victoriametrics):
         with start() as store:
-            cpu, gcs = store.cpu_seconds(), store.collections()
-            assert cpu >= 0 and gcs is not None and gcs >= 0
+            cpu, go = store.cpu_seconds(), store.go_counters()
+            assert cpu >= 0 and go.collections is not None and go.collections >= 0
+            assert go.allocated_bytes is not None and go.allocated_bytes > 0
             deadline = time.monotonic() + 30
             # Queries until the store has both spent CPU and collected (a Go program
             # collects at least every 2 minutes; these queries allocate and make it sooner).
             while time.monotonic() < deadline:
                 store.query('count({__name__=~".+"})')
                 store.query("sum(rate(process_cpu_seconds_total[5m]))")
-                if store.cpu_seconds() > cpu and (store.collections() or 0) > gcs:
+                now = store.go_counters()
+                if store.cpu_seconds() > cpu and (now.collections or 0) > go.collections:
                     break
+            now = store.go_counters()
             assert store.cpu_seconds() > cpu
-            assert (store.collections() or 0) > gcs
+            assert (now.collections or 0) > go.collections
+            assert (now.allocated_bytes or 0) > go.allocated_bytes
 
 
 def test_cpu_seconds_reads_a_process_whose_name_holds_spaces(tmp_path: Path) -> None:
