@@ -42,13 +42,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from gpuscope.dashboard.data.prometheus import RULE_INTERVAL, recording_rules
 
 PROMETHEUS = "prometheus"
 VICTORIA_METRICS = "victoria-metrics"
@@ -281,6 +284,104 @@ def _wait_ready(store: Store, path: str, timeout: float) -> None:
             store.stop()
             raise StoreError(f"{store.kind} not ready after {timeout:.0f}s (log: {store.log})")
         time.sleep(0.1)
+
+
+# -- the gpuscope-dashboard recording rules over stored data ---------------------------------
+
+
+def _tail(log: str) -> str:
+    """A tool's output, cut to its last lines on one line (for an error)."""
+    return " | ".join(log.strip().splitlines()[-5:])[-1500:]
+
+
+def rule_levels() -> list[list[tuple[str, str]]]:
+    """The recording rules by dependency level: promtool backfills a rule from the data a
+    running Prometheus holds, so a rule that reads another waits for that one's blocks."""
+    rules = recording_rules()
+    names = {r for r, _ in rules}
+    level: dict[str, int] = {}
+    for record, expr in rules:
+        level[record] = 1 + max((level[n] for n in names if n != record and n in expr),
+                                default=-1)
+    return [[(r, e) for r, e in rules if level[r] == lv]
+            for lv in range(max(level.values()) + 1)]
+
+
+def backfill_rules(blocks: Path, start: float, end: float, work: Path,
+                   only: Collection[str] | None = None) -> None:
+    """The gpuscope-dashboard rules (``only`` those named, where given) over ``[start,
+    end]``, written into ``blocks``, level by level, every level evaluated at the same
+    times, as one group is: promtool, as Prometheus, offsets a group's evaluations within
+    its interval by a hash of its name and file, so every level is written as the same
+    group in the same file (levels with offsets of their own would read each other a
+    minute late), named relative to ``work`` (the offset is then the same in every run)."""
+    promtool = binary("promtool")
+    start = (int(start) // int(RULE_INTERVAL) + 1) * int(RULE_INTERVAL)
+    rules = work / "gpuscope-dashboard.yaml"
+    for i, level in enumerate(rule_levels()):
+        level = [(r, e) for r, e in level if only is None or r in only]
+        if not level:
+            continue
+        rules.write_text(yaml.safe_dump({"groups": [{
+            "name": "gpuscope-dashboard", "interval": "1m",
+            "rules": [{"record": r, "expr": e} for r, e in level]}]}, width=1 << 20))
+        out = work / f"blocks{i}"
+        with start_prometheus(blocks, copy=False) as prom:
+            run = subprocess.run([promtool, "tsdb", "create-blocks-from", "rules",
+                                  f"--start={start}", f"--end={int(end)}", f"--url={prom.url}",
+                                  "--eval-interval=1m", f"--output-dir={out}", rules.name],
+                                 capture_output=True, text=True, timeout=900, cwd=work)
+        if run.returncode != 0:
+            raise StoreError(f"promtool create-blocks-from rules (level {i}) exited "
+                             f"{run.returncode}: {_tail(run.stdout + run.stderr)}")
+        for block in out.iterdir():
+            shutil.move(str(block), blocks / block.name)
+
+
+def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
+    """The gpuscope-dashboard rules over ``[start, end]`` evaluated by vmalert's replay mode
+    (Debian's, from the victoria-metrics package) on ``vm`` and written back to it, as a
+    VictoriaMetrics user backfills them, one dependency level per run (each run flushes what
+    it wrote when it exits; VictoriaMetrics' ``/internal/force_flush`` makes it searchable
+    before the next level reads it). ``-datasource.queryStep=0``: each rule's range query
+    steps by the group's interval (vmalert's default step, 5 m, would record one sample in
+    five minutes). A rule's whole window goes in one write: at 5,000 nodes larger than
+    VictoriaMetrics takes by default (``-maxInsertRequestSize``, 32 MB), which vmalert logs,
+    drops and exits 0 after (so its log is read); smaller chunks
+    (``-replay.maxDatapointsPerQuery``) record their boundary samples twice, which the run
+    summaries then do not trust."""
+    vmalert = binary("vmalert")
+
+    def stamp(t: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+    rules = work / "gpuscope-dashboard-vm.yaml"
+    for level in rule_levels():
+        rules.write_text(yaml.safe_dump({"groups": [{
+            "name": "gpuscope-dashboard", "interval": "1m",
+            "rules": [{"record": r, "expr": e} for r, e in level]}]}, width=1 << 20))
+        run = subprocess.run(
+            [vmalert, f"-rule={rules}", f"-datasource.url={vm.url}",
+             f"-remoteWrite.url={vm.url}", f"-replay.timeFrom={stamp(start)}",
+             f"-replay.timeTo={stamp(end)}", "-datasource.queryStep=0",
+             "-replay.rulesDelay=0", "-replay.disableProgressBar",
+             f"-httpListenAddr=127.0.0.1:{free_port()}", "-loggerLevel=WARN"],
+            capture_output=True, text=True, timeout=1800, cwd=work)
+        # vmalert exits 0 after dropping what the store refused ("all 5 attempts to send
+        # request failed - dropping ..."): its log says so (a retry that then succeeds
+        # loses nothing).
+        log = run.stdout + run.stderr
+        if run.returncode != 0 or "dropping" in log:
+            raise StoreError(f"vmalert's replay exited {run.returncode}"
+                             f"{' and dropped samples' if 'dropping' in log else ''}: "
+                             f"{_tail(log)}")
+        # What this level wrote made searchable; and the response cache emptied (it keeps
+        # the parts a query shares with an earlier one; VictoriaMetrics empties it itself
+        # when samples older than 5 minutes arrive, and says so in its log: made sure).
+        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+            with urllib.request.urlopen(vm.url + path, timeout=60):
+                pass  # (an error status raises)
+
 
 
 @contextmanager
