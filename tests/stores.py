@@ -28,6 +28,11 @@ Blocks and VictoriaMetrics data folders are hard-link copied into a temporary fo
 the store opens them (``copy=True``): both stores only ever add and remove files, never
 rewrite one, so a kept data set (``/work/fleet5000``) is never changed and several stores
 can serve it at once.
+
+The ``gpuscope-dashboard`` recording rules are recorded over stored data as the stores' own
+tools do it, one dependency level at a time: :func:`backfill_rules` (promtool, into blocks)
+and :func:`replay_rules` (vmalert, into a running VictoriaMetrics); a tool that fails
+raises :class:`StoreError` with its own last lines.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``bench/rules.py``: a data set with the ``gpuscope-dashboard`` recording rules recorded,
 backfilled by promtool into Prometheus' blocks and replayed by vmalert into VictoriaMetrics.
 On a 12-node set, the page started on each result reads the rules (not the raw series) and
-finds the planted verdicts; a missing set is one error line."""
+finds the planted verdicts; a missing set is one error line, and a tool that fails is named
+with its own words."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from bench import fleet, rules
 from gpuscope.dashboard.data import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import build_fleet_view
-from tests.stores import start_prometheus, start_victoriametrics
+from tests.stores import StoreError, backfill_rules, start_prometheus, start_victoriametrics
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +60,9 @@ def test_a_set_without_the_stores_folder_is_one_error_line(
     err = capsys.readouterr().err
     assert err.startswith("rules: ") and err.count("\n") == 1
     assert "bench/fleet.py --store victoriametrics" in err
+
+
+def test_a_tool_that_fails_raises_with_its_own_words(tmp_path: Path) -> None:
+    (tmp_path / "tsdb").mkdir()
+    with pytest.raises(StoreError, match=r"promtool .* exited 1: start time is not before end"):
+        backfill_rules(tmp_path / "tsdb", 1000.0, 10.0, tmp_path)
