@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.fleet import load_meta  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,
@@ -126,7 +127,7 @@ def build_head(data: Path, out: Path | None = None, log: Callable[[str], None] =
     """``data``'s hour (its ``vm/`` folder and ``meta.json``) as a Prometheus head in
     ``out`` (default ``data/head``, replaced); the figures go into ``data/meta.json`` under
     ``"head"``."""
-    meta = json.loads((data / "meta.json").read_text())
+    meta = load_meta(data)
     if not (data / "vm").is_dir():
         raise StoreError(f"{data} has no vm/ folder to export from (bench/fleet.py builds one)")
     out = out or data / "head"
