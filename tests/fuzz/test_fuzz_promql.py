@@ -464,11 +464,18 @@ class Page:
     backend: Backend
 
 
+#: Every page reads this clock. The rules probe puts the window's ends into its query
+#: (``@ <time>``), so the shapes collected once and the fuzzed pages must share one clock:
+#: with the wall clock a run that crossed a minute's boundary sent a probe of a "new" shape.
+NOW = 1_795_608_300.0
+
+
 def make_page(labels: Sequence[str]) -> Page:
     backend = Backend(labels)
-    prom = PrometheusData("http://prometheus.invalid:9090", workers=4)
+    prom = PrometheusData("http://prometheus.invalid:9090", workers=4, clock=lambda: NOW)
     prom._api = backend.api  # type: ignore[method-assign]
-    return Page(DashboardService(prom, bundled_prices(), share_for=0.0), prom, backend)
+    service = DashboardService(prom, bundled_prices(), clock=lambda: NOW, share_for=0.0)
+    return Page(service, prom, backend)
 
 
 @pytest.fixture(scope="module")
