@@ -400,6 +400,14 @@ def main() -> int:
                         start_victoriametrics(folder / "vm", cache=not args.no_cache, env=env))
             with store_cm as store:
                 result[kind] = measure(store, meta, expected, args)
+            if kind == "prometheus" and not args.head:
+                # A window across a block range's boundary costs Prometheus about twice the
+                # same window inside one (docs/benchmarks.md, eleventh pass): say which.
+                ranges = fleet.block_ranges(folder / "tsdb", meta["end"] - args.window,
+                                            meta["end"])
+                result[kind]["block_ranges"] = ranges
+                print(f"prometheus: the window lies in {ranges} of the blocks' 2-hour ranges",
+                      flush=True)
     except StoreError as exc:
         print(f"dashboard_bench: {exc}", file=sys.stderr)
         return 1

@@ -658,6 +658,25 @@ def build(out: Path, nodes: int, *, step: float = 15.0, window: float = 3600.0,
     return meta
 
 
+#: Prometheus' (and promtool's) block range: blocks cover whole multiples of it, in ms.
+BLOCK_RANGE_MS = 2 * 3600 * 1000
+
+
+def block_ranges(tsdb: Path, start: float, end: float) -> int:
+    """How many of ``tsdb``'s 2-hour block ranges hold samples of ``[start, end]`` (Unix
+    seconds), read from each block's ``meta.json``. Prometheus reads every series of a query
+    once from each block it lies in: a window across a range's boundary costs its store
+    about twice what the same window inside one range does (docs/benchmarks.md, eleventh
+    pass). A live Prometheus serves its last hour from its head, one range."""
+    lo, hi = start * 1000, end * 1000
+    ranges = set()
+    for meta_file in tsdb.glob("*/meta.json"):
+        block = json.loads(meta_file.read_text())
+        if block["minTime"] <= hi and block["maxTime"] > lo:  # maxTime is exclusive
+            ranges.add(block["minTime"] // BLOCK_RANGE_MS)
+    return len(ranges)
+
+
 def load_meta(out: Path) -> dict[str, Any]:
     """A built data set's ``meta.json``."""
     meta: dict[str, Any] = json.loads((out / "meta.json").read_text())

@@ -232,3 +232,17 @@ def test_the_cli_refuses_a_flagged_share_outside_0_1_in_one_line(
     err = capsys.readouterr().err
     assert err == "fleet: --flagged must be between 0 and 1\n"
     assert not any(tmp_path.iterdir())  # nothing built
+
+
+def test_block_ranges_counts_the_two_hour_ranges_a_window_reads(tmp_path: Path) -> None:
+    boundary = (int(time.time()) // 7200 - 2) * 7200.0  # a block range's start, in the past
+    # The 10-minute window inside one range; then across the boundary (5 min each side).
+    for end, ranges in ((boundary + 700, 1), (boundary + 300, 2)):
+        out = tmp_path / str(ranges)
+        meta = fleet.build(out, 2, step=60.0, window=600.0, end=end, stores=("prometheus",),
+                           log=lambda _: None)
+        window_start = meta["end"] - meta["window"]
+        assert fleet.block_ranges(out / "tsdb", window_start, meta["end"]) == ranges
+        # The whole set (with its 5 minutes of look-back) starts before the boundary.
+        assert fleet.block_ranges(out / "tsdb", meta["start"], meta["end"]) == 2
+    assert fleet.block_ranges(tmp_path / "1" / "tsdb", boundary + 7200, boundary + 9000) == 0
