@@ -388,7 +388,6 @@ def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
                 pass  # (an error status raises)
 
 
-
 @contextmanager
 def _workdir(prefix: str) -> Iterator[Path]:
     work = Path(tempfile.mkdtemp(prefix=prefix))
