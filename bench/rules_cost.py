@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,12 +38,6 @@ from tests.stores import (  # noqa: E402
 )
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(store: Store, end: float, runs: int) -> dict[str, Any]:
     # The group's last instant: the timestamp of a dense recorded series' last sample.
     stamps = store.query(f"max(timestamp({RULES['util']}))", end)
@@ -52,14 +45,13 @@ def measure(store: Store, end: float, runs: int) -> dict[str, Any]:
         raise SystemExit("no recorded series in the data set: backfill the rules first "
                          "(docs/benchmarks.md, the commands)")
     at = float(stamps[0]["value"][1])
-    pid = store.proc.pid
     rules: dict[str, Any] = {}
     for record, expr in recording_rules():
         best, series = None, 0
         for _ in range(runs):
-            before = cpu_seconds(pid)
+            before = store.cpu_seconds()
             series = len(store.query(expr, at))
-            took = cpu_seconds(pid) - before
+            took = store.cpu_seconds() - before
             best = took if best is None else min(best, took)
         rules[record] = {"cpu_s": round(best or 0.0, 3), "series": series}
         print(f"{record:48s} {best or 0.0:6.2f} s CPU {series:8,d} series", flush=True)
