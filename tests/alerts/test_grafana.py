@@ -14,6 +14,7 @@ import copy
 import json
 import math
 import re
+import statistics
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -581,8 +582,11 @@ def test_mig_slices_show_as_devices_with_their_own_work_signals(demo_prometheus:
         demo_prometheus, by_title["SM activity (GPM)"]["targets"][0], values, now)}
     assert set(slices) <= set(sm)
     assert sm["6/1"]["metric"]["mig_profile"] == "3g.40gb"
-    assert float(sm["6/1"]["values"][-1][1]) > 0.5
-    assert float(sm["6/2"]["values"][-1][1]) < 0.05
+    # The median point, not the last: the data ends before the test's now, and the last
+    # step's rate window reaches past the last sample, where Prometheus extrapolates only
+    # half an interval and reads the busy slice low (0.49 seen in one run).
+    assert statistics.median(float(v) for _, v in sm["6/1"]["values"]) > 0.5
+    assert max(float(v) for _, v in sm["6/2"]["values"]) < 0.05
     # The fleet heatmap has a row for every node of the demo fleet.
     fleet = dashboards()["gpuscope-fleet"]
     heat = next(p for p in panels(fleet) if p["type"] == "heatmap")
