@@ -3,12 +3,14 @@ findings, and only them; plus the service's fallback when the backend fails."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import time
+from collections.abc import Iterable, Iterator
 
 import pytest
 
-from gpuscope.dashboard.data import DataError, EmbeddedData
-from gpuscope.dashboard.demo import DemoFleet
+from gpuscope.dashboard.data import DataError, EmbeddedData, Sample
+from gpuscope.dashboard.demo import DEMO_HISTORY, DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail
 from gpuscope.dashboard.service import DashboardService
@@ -254,3 +256,42 @@ def test_view_caches_stay_bounded_whatever_namespaces_are_typed(
     # The newest views are the ones kept.
     assert ("1h", f"team-{MAX_CACHED_VIEWS + 19}") in service._last
     assert ("1h", "team-0") not in service._last
+
+
+class _SlowStore:
+    """What a backfill stores, by node; each scrape stored moves the fleet's clock 5 ms on,
+    as filling the demo's hour takes its time on a busy machine (here 40 s: 11 nodes x 720
+    past scrapes)."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+        self.times: dict[str, list[float]] = {}
+
+    def clock(self) -> float:
+        return time.time() + self.skew
+
+    def ingest(self, node: str, samples: Iterable[Sample], timestamp: float) -> None:
+        assert list(samples)
+        self.times.setdefault(node, []).append(timestamp)
+        self.skew += 0.005
+
+
+def test_the_past_reaches_the_clock_however_long_filling_it_takes() -> None:
+    """The past ends less than a step before the clock at the backfill's end (the live
+    scrapes follow on), with every node's samples a step apart: a gap of the backfill's own
+    duration left the 15-minute window (7.5 s steps) with missing steps, and no verdict."""
+    store = _SlowStore()
+    fleet = DemoFleet(clock=store.clock)
+    fleet.start()
+    try:
+        count = fleet.backfill(store, step=5.0)  # type: ignore[arg-type]
+        end = store.clock()
+    finally:
+        fleet.stop()
+    assert store.skew > 30.0  # the backfill took its time
+    assert count == sum(len(t) for t in store.times.values())
+    assert len(store.times) == len(fleet._paths)
+    for times in store.times.values():
+        assert end - times[-1] < 5.0
+        assert {round(b - a, 6) for a, b in itertools.pairwise(times)} == {5.0}
+        assert times[-1] - times[0] > DEMO_HISTORY - 10.0
