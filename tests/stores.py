@@ -312,6 +312,10 @@ def rule_levels() -> list[list[tuple[str, str]]]:
             for lv in range(max(level.values()) + 1)]
 
 
+#: Prometheus' query timeout while promtool backfills the rules (its default: 2 min).
+BACKFILL_QUERY_TIMEOUT = "15m"
+
+
 def backfill_rules(blocks: Path, start: float, end: float, work: Path,
                    only: Collection[str] | None = None) -> None:
     """The gpuscope-dashboard rules (``only`` those named, where given) over ``[start,
@@ -331,11 +335,15 @@ def backfill_rules(blocks: Path, start: float, end: float, work: Path,
             "name": "gpuscope-dashboard", "interval": "1m",
             "rules": [{"record": r, "expr": e} for r, e in level]}]}, width=1 << 20))
         out = work / f"blocks{i}"
-        with start_prometheus(blocks, copy=False) as prom:
+        # promtool asks each rule's whole range in one query: at 5,000 nodes on a busy
+        # 2-core machine the allocated-idle rule's took longer than Prometheus' default 2 min
+        # (a 503 that failed the backfill); a batch has no page waiting on it.
+        with start_prometheus(blocks, copy=False,
+                              extra_args=[f"--query.timeout={BACKFILL_QUERY_TIMEOUT}"]) as prom:
             run = subprocess.run([promtool, "tsdb", "create-blocks-from", "rules",
                                   f"--start={start}", f"--end={int(end)}", f"--url={prom.url}",
                                   "--eval-interval=1m", f"--output-dir={out}", rules.name],
-                                 capture_output=True, text=True, timeout=900, cwd=work)
+                                 capture_output=True, text=True, timeout=3600, cwd=work)
         if run.returncode != 0:
             raise StoreError(f"promtool create-blocks-from rules (level {i}) exited "
                              f"{run.returncode}: {_tail(run.stdout + run.stderr)}")
