@@ -27,6 +27,7 @@ from gpuscope.dashboard.data.prometheus import (
     FollowUp,
     _groups,
     _StragglerRuns,
+    index_queries,
 )
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.series import (
@@ -93,6 +94,30 @@ def test_regex_matchers_escape_regex_then_string() -> None:
     for role in ("idle_steps", "held_idle", "throttled"):
         assert "node=~" not in ruled[role], role
     prom.close()
+
+
+def test_the_drill_downs_read_gpu_info_on_their_nodes_only() -> None:
+    """The pod and workload drill-downs read the devices' index and model on the nodes
+    their series name, in bounded ``node=~`` lists (escaped: the names come from the store),
+    never every device's ``gpu_info``."""
+    nodes = [f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal" for i in range(5000)]
+    queries = index_queries([*nodes, *nodes[:10]])
+    assert len(queries) > 1
+    assert max(len(q.encode()) for q in queries) <= MAX_QUERY_BYTES
+    named = [n for q in queries for n in re.fullmatch(
+        r'max by \(node, uuid, gpu, model\) \(gpu_info\{node=~"(.*)"\}\)', q)[1].split("|")]
+    assert named == sorted(any_of([n]) for n in nodes)
+    assert index_queries([]) == []
+    assert index_queries(['a|b"c']) == [
+        'max by (node, uuid, gpu, model) (gpu_info{node=~"a\\\\|b\\"c"})']
+    prom = PrometheusData("http://127.0.0.1:1")
+    w = make_window(3600, 10_000.0, min_step=15, max_points=60)
+    try:
+        for q in [*prom.pod_queries("ml", "p", w).values(),
+                  *prom.workload_queries("ml", "Job/j", w).values()]:
+            assert "gpu_info" not in q
+    finally:
+        prom.close()
 
 
 def test_long_node_lists_are_split_into_queries_of_bounded_size() -> None:

@@ -190,7 +190,7 @@ def test_dashboard_numbers_equal_promql_answers(fleet: str) -> None:
         scalar(base, 'gpu_utilization_ratio{node="e2e-busy", gpu="0"}'))
     assert {"serve/rerank/s (GPU 0)", "ml/ddp-worker-2/t (GPU 3)"} <= set(node.containers)
     pod = prom.pod_detail("serve", "rerank", 900)
-    assert pod.queries == 2
+    assert pod.queries == 3  # utilization, memory, then the devices' index on its node
     assert pod.memory_used["s (e2e-busy GPU 0)"].values[-1] == scalar(
         base, 'container_gpu_memory_used_bytes{pod="rerank"}')
     prom.close()

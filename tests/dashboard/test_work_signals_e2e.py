@@ -220,8 +220,10 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         assert ddp.sm == {} and ddp.throttle["0 thermal"].values[-1] == pytest.approx(
             0.5, abs=0.02)
         work = prom.workload_detail("ml", "PyTorchJob/ddp", WINDOW)
-        assert work.queries == 2
+        # Its members, their index on their nodes, the signals.
+        assert work.queries == 3
         assert [d.gpu for d in work.devices] == ["0", "1", "2", "3"]
+        assert all(d.model for d in work.devices)
         assert set(work.utilization) == set(work.power) == {d.ref for d in work.devices}
         assert work.sm == {}
     finally:
