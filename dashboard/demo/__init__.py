@@ -146,6 +146,12 @@ class DemoFleet:
         run a verdict rests on). Generating an hour takes a while (20 s on a busy 2-core
         machine, longer than the 15-minute window's 7.5 s step), so the past is filled in
         passes, each up to the clock at its start, until less than a step is left.
+
+        It ends two sampling intervals short of the clock, with a last sample there off
+        the step grid: a live scrape stamped now serves the exporter's latest sample, taken
+        up to an interval earlier, and a past sample later than that would make every
+        counter seem to go back (a reset: the rate of its whole value, 36 instead of 0.1
+        for an SM activity in one run). The first live scrape follows some 2 s later.
         Returns the number of past scrapes stored."""
         count = 0
         start = self._started - self._history
@@ -153,19 +159,24 @@ class DemoFleet:
         # across the passes: each continues where the last one stopped.
         pasts = [(node, SimulatedSource(node.scenario, clock=self._clock, start=start))
                  for node in self.nodes]
+
+        def ingest(times: Sequence[float]) -> int:
+            for node, past in pasts:
+                for at in times:
+                    store.ingest(node.name, _samples(past.sample_at(at, start + at), node),
+                                 start + at)
+            return len(times) * len(pasts)
+
         t = step
         for _ in range(_BACKFILL_PASSES):
-            until = self._clock() - start
+            until = self._clock() - start - 2 * self._interval
             if t >= until:
                 break
             n = math.ceil((until - t) / step)
-            for node, past in pasts:
-                for i in range(n):
-                    at = t + i * step
-                    store.ingest(node.name, _samples(past.sample_at(at, start + at), node),
-                                 start + at)
-                    count += 1
+            count += ingest([t + i * step for i in range(n)])
             t += n * step
+        if until > t - step:
+            count += ingest([until])
         return count
 
     def stop(self) -> None:
