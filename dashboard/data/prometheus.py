@@ -1799,7 +1799,8 @@ class PrometheusData:
         pods: dict[GpuRef, set[str]] = {}
         for lab, _ in members:
             pods.setdefault(_gref(lab), set()).add(lab.get("pod", ""))
-        index = self._index({ref.node for ref in pods}, window.end)
+        asked = index_queries({ref.node for ref in pods})
+        index = self._index(asked, window.end)
         # A device without gpu_info at the end (gone, or its slice remade) is left out, as a
         # join with gpu_info would.
         pods = {ref: names for ref, names in pods.items() if ref in index}
@@ -1820,13 +1821,13 @@ class PrometheusData:
             namespace=namespace, workload=workload, window=window, devices=devices,
             utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
             power=by_signal.get("power", {}),
-            queries=len(queries) + len(index_queries({ref.node for ref in pods})),
+            queries=len(queries) + len(asked),
             total_devices=len(pods),
         )
 
-    def _index(self, nodes: Collection[str], at: float) -> dict[GpuRef, tuple[str, str]]:
-        """Each device's index and model on ``nodes`` at ``at`` (:func:`index_queries`)."""
-        futures = [self._pool.submit(self.instant, q, at) for q in index_queries(nodes)]
+    def _index(self, asked: Sequence[str], at: float) -> dict[GpuRef, tuple[str, str]]:
+        """Each device's index and model at ``at``, from ``asked`` (:func:`index_queries`)."""
+        futures = [self._pool.submit(self.instant, q, at) for q in asked]
         return {_gref(lab): (lab.get("gpu", ""), lab.get("model", ""))
                 for fut in futures for lab, _ in fut.result()}
 
@@ -1848,8 +1849,8 @@ class PrometheusData:
         queries = self.pod_queries(namespace, pod, window)
         futures = {k: self._pool.submit(self.range, q, window) for k, q in queries.items()}
         res = {k: f.result() for k, f in futures.items()}
-        nodes = {lab.get("node", "") for rows in res.values() for lab, _ in rows}
-        index = self._index(nodes, window.end)
+        asked = index_queries({lab.get("node", "") for rows in res.values() for lab, _ in rows})
+        index = self._index(asked, window.end)
 
         def by_key(rows: list[tuple[dict[str, str], Series]]) -> dict[str, Series]:
             # A device without gpu_info at the end is left out, as a join would.
@@ -1859,7 +1860,7 @@ class PrometheusData:
         return PodDetail(
             namespace=namespace, pod=pod, window=window,
             utilization=by_key(res["utilization"]), memory_used=by_key(res["memory"]),
-            queries=len(queries) + len(index_queries(nodes)),
+            queries=len(queries) + len(asked),
         )
 
 
