@@ -145,13 +145,14 @@ class DemoFleet:
         without a sample between the past and the live scrapes (a missing step breaks every
         run a verdict rests on). Generating an hour takes a while (20 s on a busy 2-core
         machine, longer than the 15-minute window's 7.5 s step), so the past is filled in
-        passes, each up to the clock at its start, until less than a step is left.
+        passes, each up to where the clock stood at its start, until less than a step is
+        left.
 
-        It ends two sampling intervals short of the clock, with a last sample there off
-        the step grid: a live scrape stamped now serves the exporter's latest sample, taken
-        up to an interval earlier, and a past sample later than that would make every
-        counter seem to go back (a reset: the rate of its whole value, 36 instead of 0.1
-        for an SM activity in one run). The first live scrape follows some 2 s later.
+        Each pass stops two sampling intervals short of the clock, and the last sample is
+        placed there, off the step grid: a live scrape stamped now serves the exporter's
+        latest sample, taken up to an interval earlier, and a past sample later than that
+        would make every counter seem to go back (a reset: the rate of its whole value, 36
+        instead of 0.1 for an SM activity in one run). The first live scrape follows some 2 s later.
         Returns the number of past scrapes stored."""
         count = 0
         start = self._started - self._history
