@@ -288,6 +288,22 @@ def test_embedded_store_is_bounded_by_count_age_and_series() -> None:
     store.close()
 
 
+def test_embedded_keys_are_remembered_within_a_bound() -> None:
+    # The same labels in another order, and the stated node name, give the same key; label
+    # sets that change every scrape (pids, churning pods) never grow what is remembered
+    # past twice the series bound.
+    store = EmbeddedData([], interval=1, max_series=5)
+    a = store._key({"gpu": "0", "uuid": "GPU-1"}, "n")
+    b = store._key({"uuid": "GPU-1", "node_name": "other", "gpu": "0"}, "n")
+    assert a == b == (("gpu", "0"), ("node", "n"), ("uuid", "GPU-1"))
+    assert store._key({"gpu": "0", "uuid": "GPU-1"}, "m") != a
+    for i in range(100):
+        store.ingest("n", [("gpu_utilization_ratio", {"gpu": "0", "pid": str(i)}, 0.5)],
+                     float(i))
+        assert len(store._keys) <= 10
+    store.close()
+
+
 def test_embedded_target_down_is_a_note_not_an_error() -> None:
     store = EmbeddedData([Target("http://127.0.0.1:1/metrics", "gone")], interval=1, timeout=1)
     store.scrape_once()
