@@ -65,7 +65,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -181,9 +180,11 @@ def write_scenario(path: Path, gpus: int, processes_per_gpu: int) -> None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port for the exporter (``tests/ports.py``: safe beside other test files
+    running in parallel; the repository is on ``sys.path`` by then, see :func:`main`)."""
+    from tests.ports import free_port as pick
+
+    return pick()
 
 
 def _die_with_parent() -> None:

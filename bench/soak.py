@@ -55,7 +55,6 @@ import math
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -85,6 +84,7 @@ from tests.exporter.kubernetes.test_apiserver import NODE, TOKEN, FakeApi, write
 from tests.exporter.kubernetes.test_cgroups import remove_proc, write_proc  # noqa: E402
 from tests.kubelet_api import podresources_v1_pb2 as pb2  # noqa: E402
 from tests.kubelet_api import podresources_v1_pb2_grpc as pb2_grpc  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 
 class PodSpecLike(Protocol):
@@ -443,12 +443,6 @@ class Node:
 
 # ---------------------------------------------------------------------------------------------
 # The exporter process
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_exporter(node: Node, workdir: Path, args: argparse.Namespace,

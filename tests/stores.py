@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -57,6 +56,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscope.dashboard.data.prometheus import RULE_INTERVAL, recording_rules
+from tests.ports import free_port
 
 PROMETHEUS = "prometheus"
 VICTORIA_METRICS = "victoria-metrics"
@@ -64,12 +64,6 @@ VICTORIA_METRICS = "victoria-metrics"
 
 class StoreError(RuntimeError):
     """A store did not start, did not load its data, or answered with an error."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def binary(name: str) -> str:

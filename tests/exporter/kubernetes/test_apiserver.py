@@ -47,6 +47,7 @@ from gpuscope.exporter.kubernetes.apiserver import (
 )
 from tests.conftest import REPO
 from tests.pki import TestCA
+from tests.ports import free_port
 
 NODE = "ip-10-0-12-34.ec2.internal"
 OTHER_NODE = "ip-10-0-99-1.ec2.internal"
@@ -534,12 +535,6 @@ def watcher_factory() -> Iterator[Callable[..., PodMetadataWatcher]]:
     yield factory
     for w in made:
         w.stop(2.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --------------------------------------------------------------------------------------
