@@ -17,7 +17,8 @@ import socket
 import threading
 from collections.abc import Iterator
 
-#: The lowest port handed out: above the well-known and most registered services' ports.
+#: The lowest port handed out, clear of the well-known ports and of the 8000s and 9000s that
+#: development servers and exporters like; a port something listens on is skipped anyway.
 FIRST = 10_000
 _lock = threading.Lock()
 _ports: Iterator[int] | None = None
