@@ -420,8 +420,9 @@ class EmbeddedData:
         self._first: float | None = None
         self.dropped_series = 0
         # Each sample's stored key, by its node and labels as scraped: a scrape repeats the
-        # last one's label sets, and sorting them anew was a third of ingesting (the demo's
-        # hour of past). Emptied when it outgrows the series, so churn cannot grow it.
+        # last one's label sets, and building each key anew made filling the demo's hour of
+        # past take 18.2 s instead of 15.5 s (2 cores, mean of 3). Emptied when it outgrows
+        # the series, so churn cannot grow it.
         self._keys: dict[tuple[str, tuple[tuple[str, str], ...]], Labels] = {}
         self._state = {t.url: _TargetState(t, t.node) for t in self.targets}
         # Which target each node name belongs to: two targets must never merge into one node
