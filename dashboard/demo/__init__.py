@@ -152,7 +152,8 @@ class DemoFleet:
         placed there, off the step grid: a live scrape stamped now serves the exporter's
         latest sample, taken up to an interval earlier, and a past sample later than that
         would make every counter seem to go back (a reset: the rate of its whole value, 36
-        instead of 0.1 for an SM activity in one run). The first live scrape follows some 2 s later.
+        instead of 0.1 for an SM activity in one run). The first live scrape follows some
+        2 s later.
         Returns the number of past scrapes stored."""
         count = 0
         start = self._started - self._history
