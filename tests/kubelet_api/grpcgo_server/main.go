@@ -9,7 +9,9 @@
 //	{
 //	  "answer": {...},          // a v1.ListPodResourcesResponse in protobuf's JSON mapping
 //	  "pad_to_bytes": 0,        // append non-GPU filler pods until the answer is this big
-//	  "delay_ms": 0,            // wait this long before answering (or until the call ends)
+//	  "delay_ms": 0,            // wait this long before answering (or until the call ends,
+//	                            // then answer with its status, as a handler that heeds its
+//	                            // context does: DEADLINE_EXCEEDED or CANCELLED)
 //	  "error_code": 0,          // answer with this gRPC status code instead (e.g. 14)
 //	  "error_message": "",
 //	  "exit_after_calls": 0     // exit(3) right after answering this many calls: a crash
@@ -177,6 +179,11 @@ func (s *server) List(
 				os.Exit(3)
 			}()
 		}()
+	}
+	if err := ctx.Err(); err != nil {
+		// Not the answer: sent at the deadline, it raced the client's own deadline, and a
+		// client held up for a moment under load took it as on time (a flaky test).
+		return nil, status.FromContextError(err).Err()
 	}
 	if c.ErrorCode != 0 {
 		return nil, status.Error(codes.Code(c.ErrorCode), c.ErrorMessage)
