@@ -553,7 +553,8 @@ def test_many_calls_leave_no_socket_thread_or_loop_behind(
     # A new connection and event loop per call, every few seconds for months: whatever a call
     # opens (socket, epoll, the loop's self-pipe) must be closed by its end, failed or not.
     servicer = kubelet.start(FakeKubelet(response(gpu_pod("a", "p", GPU0))))
-    client = make_client(timeout=0.3)
+    # Answered calls get a deadline no loaded CI machine reaches; the hung ones a short one.
+    client, hung = make_client(timeout=5.0), make_client(timeout=0.3)
     client.list_allocations()  # the first call imports h2 and protobuf
     fds_before, threads_before = open_fds(), client_threads()
     for _ in range(200):
@@ -561,9 +562,10 @@ def test_many_calls_leave_no_socket_thread_or_loop_behind(
     servicer.hang.set()  # and calls that end at their deadline
     for _ in range(3):
         with pytest.raises(PodResourcesError, match="DEADLINE_EXCEEDED"):
-            client.list_allocations()
+            hung.list_allocations()
     servicer.release.set()
     client.close()
+    hung.close()
     assert wait_until(lambda: open_fds() <= fds_before), (open_fds(), fds_before)
     assert client_threads() == threads_before
 

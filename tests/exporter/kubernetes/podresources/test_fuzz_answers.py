@@ -90,12 +90,18 @@ class RawPeer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed
-            with conn, contextlib.suppress(OSError):
-                conn.sendall(self.data)
-                conn.shutdown(socket.SHUT_WR)
-                conn.settimeout(1.0)
-                while conn.recv(65536):  # until the client hangs up
-                    pass
+            # Each connection on its own thread: served one after another, a connection whose
+            # client was slow to hang up held the next one's accept for up to a second.
+            threading.Thread(target=self._answer, args=(conn, self.data), daemon=True).start()
+
+    @staticmethod
+    def _answer(conn: socket.socket, data: bytes) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(1.0)
+            while conn.recv(65536):  # until the client hangs up
+                pass
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -126,7 +132,10 @@ def answers(module_socket_dir: Path) -> Iterator[tuple[Answers, PodResourcesClie
 @pytest.fixture(scope="module")
 def raw_peer(module_socket_dir: Path) -> Iterator[tuple[RawPeer, PodResourcesClient]]:
     peer = RawPeer(str(module_socket_dir / "raw.sock"))
-    client = PodResourcesClient(str(module_socket_dir / "raw.sock"), timeout=0.5)
+    # The exporter's own deadline (5 s), not a short one: every answer here is a lost
+    # connection, which comes at once, and on a loaded CI machine (two pytest workers on two
+    # cores) a 0.5 s deadline once passed first and read DEADLINE_EXCEEDED.
+    client = PodResourcesClient(str(module_socket_dir / "raw.sock"), timeout=5.0)
     yield peer, client
     client.close()
     peer.stop()
