@@ -11,6 +11,7 @@ timestamps, so values can be joined on time exactly.
 from __future__ import annotations
 
 import gc
+import math
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -241,6 +242,38 @@ class WorkSignals:
     throttle: Mapping[GpuRef, Mapping[str, Series]] = field(default_factory=dict)
 
 
+#: The most nodes the fleet page's heatmap draws: 8 GPUs x 200 nodes stays readable and light
+#: in a browser; a 5,000-node fleet is summarised by instance type instead (the heatmap's
+#: groups). The Prometheus mode with the recording rules sends the devices of at least these
+#: nodes (the least busy), whatever else it leaves to :class:`NodeSummary`.
+MAX_HEATMAP_NODES = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """One node's whole GPUs in three numbers (the ``node:`` recording rules), where the
+    Prometheus mode sends no row per device: the nodes where no verdict has anything to
+    show. ``gpus``: whole GPUs (a GPU in MIG mode counts once, its slices are parts of
+    it). ``mean``: their mean utilization (0-1) over the window, over every GPU-minute (a
+    GPU that reported for part of the window weighs by its minutes), None when none
+    reported. ``known``: how many reported (the weight of ``mean`` in a fleet's mean).
+    ``model``: its devices' one GPU model ("" where they have several, or none: MIG
+    slices have models of their own; such nodes are sent as devices), the straggler
+    groups' model of a device that has no row."""
+
+    gpus: int
+    mean: float | None
+    known: int
+    model: str = ""
+
+
+def summary_mean(summary: NodeSummary) -> float:
+    """A node's mean as the heatmap orders the nodes by it: 0 where none of its GPUs
+    reported (as a node whose devices have no mean)."""
+    mean = summary.mean
+    return mean if mean is not None and not math.isnan(mean) else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class FleetData:
     """Everything the fleet page needs, for one window.
@@ -280,6 +313,12 @@ class FleetData:
     - ``containers`` may hold an empty series for a container whose history no verdict
       can use (the Prometheus mode sends the history of containers on time-sliced devices
       and of the straggler candidates' workloads only): it still says who uses what.
+    - ``node_summaries``: each node's :class:`NodeSummary`, where the data layer sends them
+      (the Prometheus mode with the recording rules). Then ``gpus`` and ``gpu_mean`` hold
+      only the devices of the nodes a verdict, a time-sliced device or an input-starved
+      candidate names, and of the :data:`MAX_HEATMAP_NODES` least busy nodes; every other
+      node has nothing to flag, and its GPUs count as busy. A node's mean (the KPIs, the
+      heatmap's order and groups) is its summary's wherever it has one.
     """
 
     window: Window
@@ -302,6 +341,7 @@ class FleetData:
     queries: int = 0
     notes: tuple[str, ...] = ()
     silent: frozenset[GpuRef] | None = None
+    node_summaries: Mapping[str, NodeSummary] = field(default_factory=dict)
 
     @property
     def history_seconds(self) -> float:

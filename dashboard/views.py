@@ -24,6 +24,7 @@ from gpuscope.dashboard.analysis.stragglers import Group, Straggler, stragglers
 from gpuscope.dashboard.analysis.throttle import throttled_gpus
 from gpuscope.dashboard.analysis.waste import waste
 from gpuscope.dashboard.prices import NodePrice, PriceTable
+from gpuscope.dashboard.series import MAX_HEATMAP_NODES as MAX_HEATMAP_NODES
 from gpuscope.dashboard.series import (
     ContainerRef,
     Evidence,
@@ -32,6 +33,7 @@ from gpuscope.dashboard.series import (
     Window,
     gc_paused,
     index_key,
+    summary_mean,
 )
 
 
@@ -287,11 +289,6 @@ class Heatmap:
         return max(0, self.total_nodes - len(self.nodes))
 
 
-#: The most nodes the heatmap draws: 8 GPUs x 200 nodes stays readable and light in a
-#: browser; a 5,000-node fleet is summarised by instance type instead (Heatmap.groups).
-MAX_HEATMAP_NODES = 200
-
-
 @dataclass(frozen=True, slots=True)
 class FleetView:
     window: Window
@@ -395,8 +392,36 @@ def _build_fleet_view(
     # Prices: per node (spot where the price file says so), per whole GPU, per slice.
     inventory = fleet_of(data.gpus)  # the passes over every device, once
     by_node = inventory.by_node
+    # The nodes sent as numbers, not devices (the Prometheus mode with the recording rules):
+    # nothing to flag there, so their GPUs are busy; counted and priced like the others.
+    summaries = data.node_summaries
+    summarised = {n: s.gpus for n, s in summaries.items() if n not in by_node and s.gpus > 0}
+    gpu_nodes = set(by_node) | set(summarised)
+
+    def gpus_on(node: str) -> int:
+        """Whole GPUs on ``node``."""
+        return len(by_node[node]) if node in by_node else summarised.get(node, 0)
+
+    def node_util(node: str) -> tuple[float, int]:
+        """The sum of the node's whole GPUs' window means, and how many reported: its
+        summary's where it has one (the same for every node then: one order for the heatmap
+        whichever nodes came as devices), else from its devices' means."""
+        summary = summaries.get(node)
+        if summary is not None:
+            if summary.mean is None or math.isnan(summary.mean):
+                return 0.0, 0
+            return summary.mean * summary.known, summary.known
+        known = [m for g in by_node.get(node, ())
+                 if (m := data.gpu_mean.get(g.ref)) is not None and not math.isnan(m)]
+        return math.fsum(known), len(known)
+
+    def mean_of(nodes: list[str]) -> float | None:
+        parts = [node_util(n) for n in nodes]
+        count = sum(c for _, c in parts)
+        return math.fsum(t for t, _ in parts) / count if count else None
+
     node_price: dict[str, NodePrice] = {}
-    for node in set(by_node) | set(data.nodes):
+    for node in gpu_nodes | set(data.nodes):
         info = data.nodes.get(node)
         node_price[node] = (prices.node_price(info.instance_type, info.capacity_type)
                             if info is not None else NodePrice(None, "on-demand"))
@@ -404,7 +429,7 @@ def _build_fleet_view(
     def gpu_price(node: str) -> float | None:
         """A whole GPU's share of its node's $/hour."""
         price = node_price[node].per_hour if node in node_price else None
-        n = len(by_node.get(node, ()))
+        n = gpus_on(node)
         return price / n if price is not None and n > 0 else None
 
     shares = inventory.shares
@@ -429,7 +454,7 @@ def _build_fleet_view(
     slices_idle = idle_slices(data.gpus, verdicts, nodes_idle, fleet=inventory)
     report = waste(
         nodes_idle, {n: p.per_hour for n, p in node_price.items()},
-        slices=slices_idle, gpus_per_node={n: len(v) for n, v in by_node.items()},
+        slices=slices_idle, gpus_per_node={n: gpus_on(n) for n in gpu_nodes},
     )
 
     spinning_rows = tuple(
@@ -504,15 +529,19 @@ def _build_fleet_view(
     states = gpu_states(data.gpus, verdicts, spinning, data.reporting(), fleet=inventory)
     counts = {state: sum(1 for v in states.values() if v == state)
               for state in ("busy", "idle", "spinning", "no data")}
-    means = [data.gpu_mean[g.ref] for g in whole if g.ref in data.gpu_mean]
+    if summaries:
+        mean_utilization = mean_of(sorted(gpu_nodes))
+    else:
+        means = [data.gpu_mean[g.ref] for g in whole if g.ref in data.gpu_mean]
+        mean_utilization = sum(means) / len(means) if means else None
     priced = [p.per_hour for n, p in node_price.items() if p.per_hour is not None
-              and n in by_node]
+              and n in gpu_nodes]
     kpis = Kpis(
-        gpus=len(whole),
-        busy=counts["busy"],
+        gpus=len(whole) + sum(summarised.values()),
+        busy=counts["busy"] + sum(summarised.values()),
         idle=counts["idle"],
         no_data=counts["no data"],
-        mean_utilization=sum(means) / len(means) if means else None,
+        mean_utilization=mean_utilization,
         idle_nodes=len(nodes_idle),
         burning_per_hour=report.burning_per_hour,
         wasted=report.wasted,
@@ -528,8 +557,8 @@ def _build_fleet_view(
         # fsum: the same total whatever order the store listed the nodes in
         fleet_per_hour=math.fsum(priced),
         unpriced_nodes=tuple(sorted(n for n, p in node_price.items()
-                                    if p.per_hour is None and n in by_node)),
-        spot_nodes=sum(1 for n in by_node if (i := data.nodes.get(n)) is not None
+                                    if p.per_hour is None and n in gpu_nodes)),
+        spot_nodes=sum(1 for n in gpu_nodes if (i := data.nodes.get(n)) is not None
                        and i.capacity_type == "spot"),
     )
 
@@ -612,6 +641,7 @@ def _build_fleet_view(
         ))
 
     strag = stragglers(data.containers, data.pods, window, hs, gpus=data.gpus,
+                       node_models={n: s.model for n, s in summaries.items()},
                        signals=signals, factor=th.straggler_factor,
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
@@ -639,33 +669,42 @@ def _build_fleet_view(
     # looks at first (idle and spinning GPUs, most first; then the least busy), at most
     # MAX_HEATMAP_NODES of them; every node counted in the groups by instance type.
     def node_rank(node: str) -> tuple[int, float, str]:
-        refs = [g.ref for g in by_node[node]]
+        refs = [g.ref for g in by_node.get(node, ())]
         wasted = sum(1 for r in refs if states.get(r) in ("idle", "spinning"))
-        known = [m for r in refs if (m := data.gpu_mean.get(r)) is not None and not math.isnan(m)]
-        return (-wasted, sum(known) / len(known) if known else 0.0, node)
+        summary = summaries.get(node)
+        if summary is not None:  # the order the data layer chose the nodes it sent by
+            return (-wasted, summary_mean(summary), node)
+        total, known = node_util(node)
+        return (-wasted, total / known if known else 0.0, node)
 
-    ranked = sorted(by_node, key=node_rank)
+    ranked = sorted(gpu_nodes, key=node_rank)
     node_names = tuple(sorted(ranked[:MAX_HEATMAP_NODES], key=node_rank))
     groups_of: dict[str, list[str]] = {}
-    for node in by_node:
+    for node in sorted(gpu_nodes):
         info = data.nodes.get(node)
         groups_of.setdefault(info.instance_type if info and info.instance_type
                              else "unknown type", []).append(node)
     node_groups = []
     for name, members in groups_of.items():
-        refs = [g.ref for n in members for g in by_node[n]]
-        known = [m for r in refs if (m := data.gpu_mean.get(r)) is not None and not math.isnan(m)]
+        refs = [g.ref for n in members for g in by_node.get(n, ())]
+        if summaries:
+            group_mean = mean_of(members)
+        else:
+            known = [m for r in refs
+                     if (m := data.gpu_mean.get(r)) is not None and not math.isnan(m)]
+            group_mean = sum(known) / len(known) if known else None
         node_groups.append(NodeGroup(
-            name=name, nodes=len(members), gpus=len(refs),
+            name=name, nodes=len(members), gpus=sum(gpus_on(n) for n in members),
             idle=sum(1 for r in refs if states.get(r) == "idle"),
             spinning=sum(1 for r in refs if states.get(r) == "spinning"),
-            mean_utilization=sum(known) / len(known) if known else None))
+            mean_utilization=group_mean))
     node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
-    columns = tuple(sorted({g.gpu for n in node_names for g in by_node[n]}, key=index_key))
+    columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
+                           key=index_key))
     slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
     z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
     for node in node_names:
-        cells = {g.gpu: g.ref for g in by_node[node]}
+        cells = {g.gpu: g.ref for g in by_node.get(node, ())}
         z_row: list[float | None] = []
         idle_row: list[bool] = []
         spin_row: list[bool] = []
@@ -694,13 +733,13 @@ def _build_fleet_view(
         next((f"{g.key[0]}/{g.key[1]}" for g in strag.groups
               if len(g.devices) >= 2 and wanted(g.key[0])), workloads[0] if workloads else None),
     )
-    all_nodes = tuple(sorted(set(by_node) | set(data.nodes)))
+    all_nodes = tuple(sorted(gpu_nodes | set(data.nodes) | set(summaries)))
     return FleetView(
         window=window,
         history_start=hs,
         kpis=kpis,
         heatmap=Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells),
-                        tuple(spin_cells), tuple(mig_cells), total_nodes=len(by_node),
+                        tuple(spin_cells), tuple(mig_cells), total_nodes=len(gpu_nodes),
                         groups=tuple(node_groups)),
         idle_rows=idle_rows,
         starved_rows=tuple(starved),

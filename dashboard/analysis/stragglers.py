@@ -87,30 +87,37 @@ class StragglerReport:
 
 
 def group_of(ref: ContainerRef, pods: Mapping[PodKey, PodInfo],
-             gpus: Mapping[GpuRef, GpuInfo]) -> GroupKey | None:
+             gpus: Mapping[GpuRef, GpuInfo],
+             node_models: Mapping[str, str] | None = None) -> GroupKey | None:
     """The straggler group of a container's device: its pod's workload and the device's
     GPU model (None where the pod has no workload). The one definition for the analysis
-    and for the Prometheus mode's run summaries, which must group alike."""
+    and for the Prometheus mode's run summaries, which must group alike. ``node_models``:
+    the one model of each node's devices, for devices ``gpus`` lacks (the Prometheus mode
+    sends some nodes as numbers, :class:`..series.NodeSummary`)."""
     info = pods.get(ref.pod_key)
     if info is None or not info.workload:
         return None
     found = gpus.get(ref.gpu)
-    return (ref.namespace, info.workload, found.model if found is not None else "")
+    if found is not None:
+        return (ref.namespace, info.workload, found.model)
+    return (ref.namespace, info.workload, node_models.get(ref.node, "") if node_models else "")
 
 
 def workload_groups(
     containers: Mapping[ContainerRef, Series],
     pods: Mapping[PodKey, PodInfo],
     gpus: Mapping[GpuRef, GpuInfo] | None = None,
+    node_models: Mapping[str, str] | None = None,
 ) -> list[Group]:
-    """Every workload's devices, grouped by model (all of them, even single ones)."""
+    """Every workload's devices, grouped by model (all of them, even single ones);
+    ``node_models`` as :func:`group_of`'s."""
     gpus = gpus or {}
     per: dict[GroupKey, dict[GpuRef, dict[float, float]]] = {}
     names: dict[GroupKey, dict[GpuRef, set[str]]] = {}
     # 10^5 containers on a large fleet, most with no step asked: each dict is looked up
     # once and made only when missing (``setdefault`` would build one for every container).
     for ref, series in containers.items():
-        key = group_of(ref, pods, gpus)
+        key = group_of(ref, pods, gpus, node_models)
         if key is None:
             continue
         gpu = ref.gpu
@@ -285,6 +292,7 @@ def stragglers(
     history_start: float,
     *,
     gpus: Mapping[GpuRef, GpuInfo] | None = None,
+    node_models: Mapping[str, str] | None = None,
     signals: WorkSignals | None = None,
     groups: Sequence[Group] | None = None,
     factor: float = STRAGGLER_FACTOR,
@@ -293,11 +301,12 @@ def stragglers(
     slow_busy: float = SLOW_BUSY,
 ) -> StragglerReport:
     """Stalled stragglers, and slow ones where ``signals`` are given. ``gpus`` gives the
-    models to group by (without it, every device of a workload is one group); ``groups``,
-    the groups when they are known already (:func:`workload_groups`)."""
+    models to group by (without it, every device of a workload is one group), with
+    ``node_models`` (:func:`group_of`); ``groups``, the groups when they are known already
+    (:func:`workload_groups`)."""
     required = required_seconds(duration, window, history_start)
     if groups is None:
-        groups = workload_groups(containers, pods, gpus)
+        groups = workload_groups(containers, pods, gpus, node_models)
     found: list[Straggler] = []
     checked = 0
     for group in groups:

@@ -33,6 +33,7 @@ from gpuscope.dashboard.data.source import (
     validate_workload,
 )
 from gpuscope.dashboard.series import (
+    MAX_HEATMAP_NODES,
     ContainerRef,
     Evidence,
     FleetData,
@@ -40,6 +41,7 @@ from gpuscope.dashboard.series import (
     GpuRef,
     NodeDetail,
     NodeInfo,
+    NodeSummary,
     PodDetail,
     PodInfo,
     PodKey,
@@ -51,6 +53,7 @@ from gpuscope.dashboard.series import (
     WorkSignals,
     gc_paused,
     pick_devices,
+    summary_mean,
 )
 
 # -- Prometheus ------------------------------------------------------------------------------
@@ -219,13 +222,19 @@ RULES = {
     "group_work": "uuid:gpu_group_work:avg1m",
     "work_median": "workload:gpu_work:median1m",
     "slow": "uuid:gpu_slow_work:ratio1m",
+    # Per node (5,000 series at 5,000 nodes where the devices' are 35,000): what the fleet
+    # page needs of the nodes where no verdict has anything to show (NodeSummary).
+    "node_gpus": "node:gpu_whole:count1m",
+    "node_models": "node:gpu_model:count1m",
+    "node_util_sum": "node:gpu_busy_ratio:sum1m",
+    "node_util_count": "node:gpu_busy_ratio:count1m",
     "version": "gpuscope:dashboard_rules:version",
 }
 #: The rules' version, recorded as ``gpuscope:dashboard_rules:version``: raised whenever a
 #: release adds a recorded series the page reads, so that a rule file older than the page
 #: (which lacks it: sparse series cannot tell "nothing met the rule" from "not recorded")
 #: leaves the page to the raw series instead of to a silent gap.
-RULES_VERSION = 2
+RULES_VERSION = 3
 RULE_INTERVAL = 60.0
 #: A step's window: its ``step`` seconds less a millisecond. Prometheus 2 takes the samples
 #: of ``[t - d, t]`` (both ends), VictoriaMetrics those of ``(t - d, t]``: a sample exactly
@@ -541,8 +550,22 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
         (RULES["group_work"], v.group_work(rec)),
         (RULES["work_median"], v.work_median(rec)),
         (RULES["slow"], v.slow(rec)),
+        (RULES["node_gpus"], f"count by (node) ({WHOLE_GPUS})"),
+        (RULES["node_models"], "count by (node, model) (max by (node, uuid, model) (gpu_info))"),
+        (RULES["node_util_sum"], f"sum by (node) ({_whole_util(rec)})"),
+        (RULES["node_util_count"], f"count by (node) ({_whole_util(rec)})"),
         (RULES["version"], f"vector({RULES_VERSION})"),
     ]
+
+
+#: Each whole GPU once (a GPU in MIG mode too; not its slices), by node and uuid.
+WHOLE_GPUS = 'max by (node, uuid) (gpu_info{parent_uuid=""})'
+
+
+def _whole_util(st: _Steps) -> str:
+    """Each whole GPU's mean utilization in the step, by node and uuid (a NaN left out: the
+    page's device means leave it out too)."""
+    return f"(max by (node, uuid) ({st.util()}) >= 0) and on (node, uuid) {WHOLE_GPUS}"
 
 
 #: The longest query the fleet page sends with node lists, in bytes: VictoriaMetrics refuses
@@ -791,7 +814,8 @@ class _StragglerRuns:
 
 
 def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
-            gpus: Mapping[GpuRef, GpuInfo]) -> dict[GroupKey, dict[GpuRef, list[ContainerRef]]]:
+            gpus: Mapping[GpuRef, GpuInfo], node_models: Mapping[str, str] | None = None,
+            ) -> dict[GroupKey, dict[GpuRef, list[ContainerRef]]]:
     """The straggler groups of the containers ``members`` (:func:`group_of`, as
     :func:`..analysis.stragglers.workload_groups` forms them): per group, its devices and
     the group's containers on each."""
@@ -799,7 +823,7 @@ def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
     # 10^5 containers on a large fleet: each dict and list made only when missing
     # (``setdefault`` would make one for every container).
     for c in members:
-        key = group_of(c, pods, gpus)
+        key = group_of(c, pods, gpus, node_models)
         if key is None:
             continue
         gpu = c.gpu
@@ -812,6 +836,42 @@ def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
         else:
             on.append(c)
     return out
+
+
+def _summaries(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeSummary]:
+    """The nodes' numbers (``node_summary`` of :meth:`PrometheusData.fleet_queries`)."""
+    parts: dict[str, dict[str, float]] = {}
+    models: dict[str, set[str]] = {}
+    for lab, value in rows:
+        node, stat = lab.get("node", ""), lab.get("stat", "")
+        if stat == "model":
+            models.setdefault(node, set()).add(lab.get("model", ""))
+        else:
+            parts.setdefault(node, {})[stat] = value
+    out = {}
+    for node, p in parts.items():
+        if "gpus" not in p:
+            continue  # no inventory: not a GPU node (now)
+        total, steps = p.get("sum"), p.get("count")
+        found = models.get(node, set())
+        out[node] = NodeSummary(
+            gpus=int(p["gpus"]), mean=total / steps if total is not None and steps else None,
+            known=int(p.get("known", 0)), model=next(iter(found)) if len(found) == 1 else "")
+    return out
+
+
+def detail_nodes(named: Collection[str], summaries: Mapping[str, NodeSummary],
+                 share: float = 0.5) -> set[str] | None:
+    """The nodes whose devices the fleet page reads with the rules: those ``named`` (a
+    verdict, a time-sliced device or an input-starved candidate there, a straggler group's),
+    those whose devices have several models (MIG), and the :data:`MAX_HEATMAP_NODES` least
+    busy, which the heatmap may draw (its order, by the summaries' means, is
+    :func:`..views.build_fleet_view`'s). None (every node) where that is more than ``share``
+    of the fleet: one query without a list then reads about as much, and sends no list."""
+    lowest = sorted(summaries, key=lambda n: (summary_mean(summaries[n]), n))
+    nodes = (set(named) | set(lowest[:MAX_HEATMAP_NODES])
+             | {n for n, s in summaries.items() if not s.model})
+    return None if len(nodes) > share * len(summaries) else nodes
 
 
 class _Answers:
@@ -1069,6 +1129,21 @@ class PrometheusData:
             # with the summaries it is sent before this is read).
             "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
         }
+        if rules:
+            # With the rules, each node's numbers (:meth:`detail_queries` then asks the
+            # devices of the nodes that need them, once the rest of this round says which).
+            del out["gpus"]
+            out["node_summary"] = " or ".join([
+                stat(f"max by (node) (last_over_time({RULES['node_gpus']}[{r}]))", "gpus"),
+                stat(f"max by (node, model) (last_over_time({RULES['node_models']}[{r}]))",
+                     "model"),
+                stat(f"sum by (node) (sum_over_time({RULES['node_util_sum']}[{whole}]))",
+                     "sum"),
+                stat(f"sum by (node) (sum_over_time({RULES['node_util_count']}[{whole}]))",
+                     "count"),
+                stat(f"max by (node) (max_over_time({RULES['node_util_count']}[{whole}]))",
+                     "known"),
+            ])
         now[2] = " or ".join([
             now[2],
             # The devices with nothing to judge them by (no utilization, no GPM): with the
@@ -1085,9 +1160,37 @@ class PrometheusData:
         # Each device's mean, labelled with node and uuid alone (33 k rows at 5,000 nodes:
         # with its index and a ``stat`` label, a fifth more to send and read). Sent last and
         # read last: only the heatmap and the KPIs need it, not the second round, which
-        # starts while the store still computes it.
-        out["gpu_stats"] = mean
+        # starts while the store still computes it. (With the rules: the nodes' numbers
+        # instead, and the devices' means of the nodes :meth:`detail_queries` names.)
+        if not rules:
+            out["gpu_stats"] = mean
         return out
+
+    def detail_queries(self, window: Window, nodes: Collection[str] | None
+                       ) -> dict[str, str]:
+        """With the recording rules, the devices of ``nodes`` (every node where None):
+        each one's index, model and parent (``gpus``), and its window mean (``gpu_stats``),
+        in ``node=~`` lists (split as :func:`_split` does: ``gpus#1``...)."""
+        whole = duration(window.seconds + window.step / 2)
+
+        def build(names: Sequence[str] | None) -> tuple[str, str]:
+            on = {} if names is None else {"node": f'=~"{any_of(names)}"'}
+            info = selector("gpu_info", on)
+            util = selector(RULES["util"], on)
+            return (f"max by (node, gpu, uuid, model, parent_uuid, mig_profile) ({info})",
+                    f"max by (node, uuid) (avg_over_time({util}[{whole}]))")
+
+        if nodes is None:
+            gpus, stats = build(None)
+            return {"gpus": gpus, "gpu_stats": stats}
+        names = sorted(set(nodes))
+        out: dict[str, str] = {}
+        for n, q in enumerate(_split(names, lambda part: build(part)[0])):
+            out["gpus" if n == 0 else f"gpus#{n}"] = q
+        for n, q in enumerate(_split(names, lambda part: build(part)[1])):
+            out["gpu_stats" if n == 0 else f"gpu_stats#{n}"] = q
+        return out
+
 
     def members_queries(self, window: Window, namespace: str, nodes: Collection[str]
                         ) -> dict[str, str]:
@@ -1119,7 +1222,7 @@ class PrometheusData:
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
     INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "ns_nodes", "pods",
-                                 "now", "stats", "evidence", "runs"})
+                                 "now", "stats", "evidence", "runs", "node_summary"})
 
     def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None,
                      rules: bool = False, by_node: bool = False) -> dict[str, str]:
@@ -1365,6 +1468,11 @@ class PrometheusData:
     #: where it can; False: every finding's steps (the same verdicts, slower; for tests).
     summaries = True
 
+    #: With the rules, the fleet page reads the devices of the nodes that need them in node
+    #: lists while they are at most this share of the fleet, else every device
+    #: (:func:`detail_nodes`; 1.0 always lists them: for tests).
+    detail_share = 0.5
+
     #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
     RULES_CHECK_EVERY = 300.0
 
@@ -1547,6 +1655,23 @@ class PrometheusData:
             evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
                               if judged else 0.0),
         )
+        # With the rules: each node's numbers, and the devices of the nodes that need them
+        # (read before the second round's groups need the models), asked now.
+        summaries: dict[str, NodeSummary] = {}
+        inventory = first_res
+        if rules:
+            summaries = _summaries(first_res["node_summary"])
+            named = {g.node for g in idle_now | spin_now | silent | {
+                         g for devices in flagged.values() for g in devices}}
+            named |= set(throttled_now) | held_nodes | set(ask.shared) | set(ask.candidates)
+            named |= set(ask.slow) | {c.node for c, mean in member_mean.items()
+                                      if c.pod in input_pods}
+            named |= {n for key in flagged for n in workload_nodes.get(key[:2], ())}
+            detail = self.detail_queries(
+                window, detail_nodes(named, summaries, self.detail_share))
+            queries = {**queries, **detail}
+            inventory = self._submit(detail, window)
+        node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' step histories, which replace any
         # others asked about their devices (a node's every device comes back).
         strag_containers: dict[ContainerRef, Series] = {}
@@ -1568,7 +1693,7 @@ class PrometheusData:
         # The inventory (sent after who uses what): with the summaries, read while the
         # store computes the second round.
         gpus = {}
-        for lab, _ in first_res["gpus"]:
+        for lab, _ in inventory["gpus"]:
             info = GpuInfo(
                 node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
                 model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
@@ -1599,7 +1724,7 @@ class PrometheusData:
         more.update(run_q)
         # What needs no answer of this round, while the store computes them.
         containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
-        groups = _groups(members, pods, gpus) if summarize else {}
+        groups = _groups(members, pods, gpus, node_models) if summarize else {}
         synthesized: dict[str, list[tuple[dict[str, str], Series]]] = {}
         extra: dict[str, str] = {}
         extra_res: _Answers | None = None
@@ -1625,7 +1750,7 @@ class PrometheusData:
             # The summaries first: a step history asked again overrides them.
             synthesized = runs.results()
         # Each device's window mean (sent last in the first round), while the rest runs.
-        gpu_mean = {_gref(lab): v for lab, v in first_res["gpu_stats"]}
+        gpu_mean = {_gref(lab): v for lab, v in inventory["gpu_stats"]}
         later = answers.all()
         later.pop("runs", None)
         if extra_res is not None:
@@ -1697,6 +1822,7 @@ class PrometheusData:
             queries=len(queries) + len(more) + checks,
             silent=frozenset(silent),
             notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else ()),
+            node_summaries=summaries,
         )
 
     def _history_start(self, window: Window, first: float | None) -> float:

@@ -70,6 +70,31 @@ def view_of(url: str, end: float, namespace: str | None = None, rules: bool | No
                             namespace), prom
 
 
+def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetView:
+    """The page with the rules where most nodes come as numbers (NodeSummary): the heatmap
+    drawing 20 nodes and the devices always asked in node lists, so that at 200 nodes the
+    page reads the devices of the nodes with findings and of the 20 least busy alone. Its
+    numbers and flags must be those of every device read."""
+    import gpuscope.dashboard.data.prometheus as P
+    import gpuscope.dashboard.views as V
+
+    monkeypatch.setattr(P, "MAX_HEATMAP_NODES", 20)
+    monkeypatch.setattr(V, "MAX_HEATMAP_NODES", 20)
+    prom = PrometheusData(url, clock=lambda: end, timeout=120)
+    prom.detail_share = 1.0
+    try:
+        data = prom.fleet(WINDOW)
+    finally:
+        prom.close()
+    assert prom.rules_loaded(data.window)
+    with_rows = {g.node for g in data.gpus}
+    assert len(data.node_summaries) == NODES and 20 <= len(with_rows) < NODES, len(with_rows)
+    view = build_fleet_view(data, bundled_prices())
+    assert set(view.heatmap.nodes) <= with_rows and view.heatmap.total_nodes == NODES
+    monkeypatch.undo()
+    return view
+
+
 def verdicts(view: FleetView) -> dict[str, Any]:
     """Every flag of the page, in the expected verdicts' terms, and its headline numbers."""
     k = view.kpis
@@ -138,7 +163,8 @@ def test_prometheus_and_victoriametrics_give_the_planted_verdicts(stores: Stores
                                              if a[1] == namespace]
 
 
-def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Path) -> None:
+def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     raw, prom = view_of(stores.prometheus.url, stores.end, rules=False)
     assert prom.rules_loaded(raw.window) is False  # not loaded yet: the raw series
     prom.close()
@@ -178,6 +204,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         prom.run_queries = lambda *a, **k: {}  # type: ignore[method-assign]
         fallback = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
         prom.close()
+        lean = lean_view(store.url, stores.end, monkeypatch)
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
         # sparse series it reads): the page goes to the raw series.
         delete = urllib.request.Request(
@@ -197,10 +224,16 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert nodes and not stepped
+    assert verdicts(lean) == verdicts(ruled)
+    assert replace(lean.kpis, mean_utilization=None) == replace(ruled.kpis,
+                                                                mean_utilization=None)
+    assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
+    assert [(g.name, g.nodes, g.gpus, g.idle, g.spinning) for g in lean.heatmap.groups] == [
+        (g.name, g.nodes, g.gpus, g.idle, g.spinning) for g in ruled.heatmap.groups]
 
 
-def test_victoriametrics_with_the_rules_recorded_by_vmalert(stores: Stores,
-                                                             tmp_path: Path) -> None:
+def test_victoriametrics_with_the_rules_recorded_by_vmalert(
+        stores: Stores, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A VictoriaMetrics user records the rules with vmalert, which evaluates each as
     MetricsQL (VictoriaMetrics' own rate(), windows and lookback): the page finds them and
     gives the planted verdicts and the raw series' numbers."""
@@ -216,11 +249,13 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(stores: Stores,
         ruled, prom = view_of(vm.url, stores.end)
         assert prom.rules_loaded(ruled.window) is True
         prom.close()
+        lean = lean_view(vm.url, stores.end, monkeypatch)
     assert ruled.notes and "recording rules" in ruled.notes[0]
     assert verdicts(ruled) == expected(stores.expected), _diff(verdicts(ruled),
                                                                expected(stores.expected))
-    assert verdicts(ruled) == verdicts(raw)
+    assert verdicts(ruled) == verdicts(raw) == verdicts(lean)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
+    assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
 
 
 def _close(a: Any, b: Any) -> bool:

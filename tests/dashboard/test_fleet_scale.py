@@ -5,10 +5,13 @@ bounded list, the pods in a table first. On hand-built data for 1,000 nodes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuscope.dashboard import components
 from gpuscope.dashboard.callbacks import MAX_POD_CHOICES, _pod_choices
+from gpuscope.dashboard.data.prometheus import detail_nodes
 from gpuscope.dashboard.figures import heatmap_figure, heatmap_summary
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import (
@@ -17,6 +20,7 @@ from gpuscope.dashboard.series import (
     GpuInfo,
     GpuRef,
     NodeInfo,
+    NodeSummary,
     PodInfo,
 )
 from gpuscope.dashboard.views import MAX_HEATMAP_NODES, build_fleet_view
@@ -75,6 +79,49 @@ def test_the_heatmap_draws_idle_nodes_first_and_sums_up_every_node(view) -> None
     fig = heatmap_figure(h)
     assert len(fig.data[0].y) == MAX_HEATMAP_NODES
     assert "Showing 200 of 1,000 nodes" in fig.layout.title.text
+
+
+def test_nodes_sent_as_numbers_give_the_same_page(view) -> None:  # type: ignore[no-untyped-def]
+    """The Prometheus mode with the recording rules sends most nodes as a NodeSummary (whole
+    GPUs, their mean, the model) and the devices of the nodes the data layer picks
+    (``detail_nodes``: the named ones and the least busy, which the heatmap may draw): the
+    same KPIs, heatmap, groups, prices and rows as with every device sent."""
+    full = fleet()
+    summaries = {}
+    for node in full.nodes:
+        means = [m for ref, m in full.gpu_mean.items() if ref.node == node]
+        summaries[node] = NodeSummary(gpus=8, mean=sum(means) / len(means), known=8,
+                                      model="A100")
+    idle = {f"node-{n:04d}" for n in IDLE}
+    rows = detail_nodes(idle, summaries, share=1.0)
+    assert rows is not None and idle < rows and len(rows) == MAX_HEATMAP_NODES
+    assert detail_nodes(idle, summaries) == rows  # a fifth of the fleet: listed
+    assert detail_nodes(idle, summaries, share=0.1) is None  # more: every device asked
+    lean = replace(
+        full, node_summaries=summaries,
+        gpus={r: g for r, g in full.gpus.items() if r.node in rows},
+        gpu_mean={r: m for r, m in full.gpu_mean.items() if r.node in rows})
+    got = build_fleet_view(lean, bundled_prices())
+    assert replace(got.kpis, mean_utilization=None) == replace(view.kpis, mean_utilization=None)
+    assert got.kpis.mean_utilization == pytest.approx(view.kpis.mean_utilization, rel=1e-12)
+    assert got.kpis.gpus == 8 * NODES and got.kpis.busy == 8 * (NODES - len(IDLE))
+    assert replace(got.heatmap, groups=()) == replace(view.heatmap, groups=())
+    assert [replace(g, mean_utilization=None) for g in got.heatmap.groups] == [
+        replace(g, mean_utilization=None) for g in view.heatmap.groups]
+    for a, b in zip(got.heatmap.groups, view.heatmap.groups, strict=True):
+        assert a.mean_utilization == pytest.approx(b.mean_utilization, rel=1e-12)
+    assert got.idle_rows == view.idle_rows and got.nodes == view.nodes
+    # A summarised node never drawn without its devices, even where a summary's mean
+    # is not what its devices' means give (a GPU that reported for part of the window).
+    skewed = {n: replace(s, mean=0.0) if n == "node-0999" else s for n, s in summaries.items()}
+    rows = detail_nodes(idle, skewed, share=1.0)
+    assert rows is not None and "node-0999" in rows
+    got = build_fleet_view(replace(
+        lean, node_summaries=skewed,
+        gpus={r: g for r, g in full.gpus.items() if r.node in rows},
+        gpu_mean={r: m for r, m in full.gpu_mean.items() if r.node in rows}), bundled_prices())
+    assert "node-0999" in got.heatmap.nodes
+    assert all(any(z is not None for z in row) for row in got.heatmap.z)
 
 
 def test_tables_and_pickers_are_bounded(view) -> None:  # type: ignore[no-untyped-def]
