@@ -319,6 +319,10 @@ class FleetData:
       candidate names, and of the :data:`MAX_HEATMAP_NODES` least busy nodes; every other
       node has nothing to flag, and its GPUs count as busy. A node's mean (the KPIs, the
       heatmap's order and groups) is its summary's wherever it has one.
+    - ``workloads_checked``: how many straggler groups (a workload's devices of one model)
+      had two devices or more, where the data layer counts them (the Prometheus mode with
+      the rules over their window: ``containers`` then holds the containers of the nodes
+      that need them only); else the analysis counts them in ``containers``.
     """
 
     window: Window
@@ -342,6 +346,7 @@ class FleetData:
     notes: tuple[str, ...] = ()
     silent: frozenset[GpuRef] | None = None
     node_summaries: Mapping[str, NodeSummary] = field(default_factory=dict)
+    workloads_checked: int | None = None
 
     @property
     def history_seconds(self) -> float:

@@ -745,7 +745,8 @@ def _build_fleet_view(
         starved_rows=tuple(starved),
         share_rows=share_rows,
         straggler_rows=straggler_rows,
-        workloads_checked=strag.workloads_checked,
+        workloads_checked=(strag.workloads_checked if data.workloads_checked is None
+                           else data.workloads_checked),
         nodes=all_nodes,
         pods=tuple(pod_names),
         queries=data.queries,

@@ -228,6 +228,13 @@ RULES = {
     "node_models": "node:gpu_model:count1m",
     "node_util_sum": "node:gpu_busy_ratio:sum1m",
     "node_util_count": "node:gpu_busy_ratio:count1m",
+    # Who uses what over the default window (:data:`LEAN_WINDOW`), so that the page need not
+    # read every container's series: each container's raw mean over the last hour (dense,
+    # read by the two after it alone), the containers whose mean is near the input-starved
+    # range and the devices two containers or more used (sparse).
+    "cmean": "container:gpu_utilization_ratio:avg1h",
+    "input_range": "container:gpu_input_range:avg1h",
+    "sharers": "uuid:gpu_sharers:count1h",
     "version": "gpuscope:dashboard_rules:version",
 }
 #: The rules' version, recorded as ``gpuscope:dashboard_rules:version``: raised whenever a
@@ -240,6 +247,18 @@ RULE_INTERVAL = 60.0
 #: of ``[t - d, t]`` (both ends), VictoriaMetrics those of ``(t - d, t]``: a sample exactly
 #: on the step before would count twice on one store and once on the other.
 EDGE = 0.001
+#: The window whose containers the rules describe (the page's default, an hour): over it the
+#: page reads who uses what on the nodes that need it only (:meth:`PrometheusData.lean`).
+#: The page reads the last minute recorded, up to a minute before its end: a container
+#: seen only in that last minute, or only in the window's first, is missed there (too
+#: short for any verdict; a device shared only then lacks its row in the shares' table).
+LEAN_WINDOW = 3600.0
+#: How far outside the input-starved range a container's recorded mean may be and still be
+#: asked about: the recorded hour and the page's differ by at most a minute at each end and
+#: a sample on the boundary, 3 samples of 60 at a one-minute scrape, so the means by at most
+#: 0.05. The page judges the exact mean of its own window. A mean of 0 is never asked about
+#: (strictly above the bound): an hour at exactly 0 is not input-starved a minute later.
+INPUT_MARGIN = 0.05
 #: The rules' windows: a minute for gauges, two for counters (a rate needs two samples, and a
 #: one-minute scrape gives one per minute).
 RULE_R = duration(RULE_INTERVAL - EDGE)
@@ -526,7 +545,8 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
     expressions of :class:`_Steps` and :class:`Verdicts` over one minute (two for rates),
     the sparse verdicts computed from the dense signals recorded before them. The rule file
     holds the same text (a test keeps the two equal)."""
-    v = Verdicts(thresholds or Thresholds())
+    th = thresholds or Thresholds()
+    v = Verdicts(th)
     raw = _Steps(RULE_R, RULE_RR)
     rec = _Steps(RULE_R, RULE_RR, rules=True)
     return [
@@ -554,8 +574,22 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
         (RULES["node_models"], "count by (node, model) (max by (node, uuid, model) (gpu_info))"),
         (RULES["node_util_sum"], f"sum by (node) ({_whole_util(rec)})"),
         (RULES["node_util_count"], f"count by (node) ({_whole_util(rec)})"),
+        (RULES["cmean"],
+         f"avg by ({CBY}) (avg_over_time({CUTIL}[{duration(LEAN_WINDOW)}]))"),
+        (RULES["input_range"], f"{_cmean()} > {max(0.0, th.input_low - INPUT_MARGIN)!r}"
+                               f" <= {th.input_high + INPUT_MARGIN!r}"),
+        (RULES["sharers"], f"count by (node, uuid) ({_cmean()}) >= 2"),
         (RULES["version"], f"vector({RULES_VERSION})"),
     ]
+
+
+#: Every container's utilization of a device (the raw gauge).
+CUTIL = selector("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+
+
+def _cmean() -> str:
+    """The recorded containers' means, as the rules after it read them."""
+    return f"max by ({CBY}) (last_over_time({RULES['cmean']}[{RULE_R}]))"
 
 
 #: Each whole GPU once (a GPU in MIG mode too; not its slices), by node and uuid.
@@ -852,12 +886,17 @@ def _summaries(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeSu
     for node, p in parts.items():
         if "gpus" not in p:
             continue  # no inventory: not a GPU node (now)
-        total, steps = p.get("sum"), p.get("count")
         found = models.get(node, set())
         out[node] = NodeSummary(
-            gpus=int(p["gpus"]), mean=total / steps if total is not None and steps else None,
-            known=int(p.get("known", 0)), model=next(iter(found)) if len(found) == 1 else "")
+            gpus=int(p["gpus"]), mean=p.get("mean"), known=int(p.get("known", 0)),
+            model=next(iter(found)) if len(found) == 1 else "")
     return out
+
+
+def _built(build: Callable[[Sequence[str]], Mapping[str, str]], role: str,
+           names: Sequence[str]) -> str:
+    """``build(names)[role]`` (a query of :meth:`PrometheusData.detail_queries`)."""
+    return build(names)[role]
 
 
 def detail_nodes(named: Collection[str], summaries: Mapping[str, NodeSummary],
@@ -1129,6 +1168,18 @@ class PrometheusData:
             # with the summaries it is sent before this is read).
             "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
         }
+        if self.lean(window, namespace, rules):
+            # Over the default window, who uses what from the rules: the devices two
+            # containers or more used and the containers near the input-starved range
+            # (:meth:`detail_queries` then asks who uses what on the nodes that need it),
+            # and how many straggler groups there are (a group's median is recorded each
+            # minute it has two devices or more).
+            del out["members"]
+            out["sharers"] = f"max by (node, uuid) (last_over_time({RULES['sharers']}[{r}]))"
+            out["input_range"] = (f"max by ({CBY}) (last_over_time({RULES['input_range']}"
+                                  f"[{r}]))")
+            out["groups"] = (f"count(count by ({GROUP}) (last_over_time("
+                             f"{RULES['stalled_median']}[{w}])))")
         if rules:
             # With the rules, each node's numbers (:meth:`detail_queries` then asks the
             # devices of the nodes that need them, once the rest of this round says which).
@@ -1137,10 +1188,10 @@ class PrometheusData:
                 stat(f"max by (node) (last_over_time({RULES['node_gpus']}[{r}]))", "gpus"),
                 stat(f"max by (node, model) (last_over_time({RULES['node_models']}[{r}]))",
                      "model"),
-                stat(f"sum by (node) (sum_over_time({RULES['node_util_sum']}[{whole}]))",
-                     "sum"),
-                stat(f"sum by (node) (sum_over_time({RULES['node_util_count']}[{whole}]))",
-                     "count"),
+                # The mean over the window's GPU-minutes.
+                stat(f"sum by (node) (sum_over_time({RULES['node_util_sum']}[{whole}]))"
+                     f" / sum by (node) (sum_over_time({RULES['node_util_count']}[{whole}]))",
+                     "mean"),
                 stat(f"max by (node) (max_over_time({RULES['node_util_count']}[{whole}]))",
                      "known"),
             ])
@@ -1157,6 +1208,11 @@ class PrometheusData:
         # is where.
         out = {"nodes": out.pop("nodes"),
                **{"now" if i == 0 else f"now#{i}": q for i, q in enumerate(now)}, **out}
+        if "node_summary" in out:
+            # Right after what holds at the end: with it, the nodes' numbers say which nodes'
+            # devices to read (the next round's first queries).
+            first = [k for k in out if k == "nodes" or k.startswith("now")] + ["node_summary"]
+            out = {k: out[k] for k in [*first, *(k for k in out if k not in first)]}
         # Each device's mean, labelled with node and uuid alone (33 k rows at 5,000 nodes:
         # with its index and a ``stat`` label, a fifth more to send and read). Sent last and
         # read last: only the heatmap and the KPIs need it, not the second round, which
@@ -1166,29 +1222,41 @@ class PrometheusData:
             out["gpu_stats"] = mean
         return out
 
-    def detail_queries(self, window: Window, nodes: Collection[str] | None
-                       ) -> dict[str, str]:
+    def lean(self, window: Window, namespace: str | None, rules: bool) -> bool:
+        """Whether the fleet page reads who uses what from the rules (the whole fleet over
+        :data:`LEAN_WINDOW`: the window the rules describe containers over): then it reads
+        the containers' series of the nodes that need them only. A namespace's page reads
+        the namespace's nodes' (:meth:`members_queries`)."""
+        return rules and namespace is None and round(window.seconds) == round(LEAN_WINDOW)
+
+    def detail_queries(self, window: Window, nodes: Collection[str] | None,
+                       members: bool = False) -> dict[str, str]:
         """With the recording rules, the devices of ``nodes`` (every node where None):
         each one's index, model and parent (``gpus``), and its window mean (``gpu_stats``),
-        in ``node=~`` lists (split as :func:`_split` does: ``gpus#1``...)."""
+        and (``members``) each container's raw mean on them (``members``, as
+        :meth:`fleet_queries` asks it of the whole fleet), in ``node=~`` lists (split as
+        :func:`_split` does: ``gpus#1``...)."""
         whole = duration(window.seconds + window.step / 2)
+        w = duration(window.seconds)
 
-        def build(names: Sequence[str] | None) -> tuple[str, str]:
+        def build(names: Sequence[str] | None) -> dict[str, str]:
             on = {} if names is None else {"node": f'=~"{any_of(names)}"'}
             info = selector("gpu_info", on)
             util = selector(RULES["util"], on)
-            return (f"max by (node, gpu, uuid, model, parent_uuid, mig_profile) ({info})",
-                    f"max by (node, uuid) (avg_over_time({util}[{whole}]))")
+            cutil = selector("container_gpu_utilization_ratio", {**on, "namespace": NOT_EMPTY})
+            return {"gpus": f"max by (node, gpu, uuid, model, parent_uuid, mig_profile) ({info})",
+                    "gpu_stats": f"max by (node, uuid) (avg_over_time({util}[{whole}]))",
+                    "members": f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"}
 
+        roles = ("members", "gpus", "gpu_stats") if members else ("gpus", "gpu_stats")
         if nodes is None:
-            gpus, stats = build(None)
-            return {"gpus": gpus, "gpu_stats": stats}
+            every = build(None)
+            return {role: every[role] for role in roles}
         names = sorted(set(nodes))
         out: dict[str, str] = {}
-        for n, q in enumerate(_split(names, lambda part: build(part)[0])):
-            out["gpus" if n == 0 else f"gpus#{n}"] = q
-        for n, q in enumerate(_split(names, lambda part: build(part)[1])):
-            out["gpu_stats" if n == 0 else f"gpu_stats#{n}"] = q
+        for role in roles:
+            for n, q in enumerate(_split(names, partial(_built, build, role))):
+                out[role if n == 0 else f"{role}#{n}"] = q
         return out
 
 
@@ -1222,7 +1290,8 @@ class PrometheusData:
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
                                "throttled", "held_idle", "workload_signals"})
     INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "ns_nodes", "pods",
-                                 "now", "stats", "evidence", "runs", "node_summary"})
+                                 "now", "stats", "evidence", "runs", "node_summary",
+                                 "sharers", "input_range", "groups"})
 
     def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None,
                      rules: bool = False, by_node: bool = False) -> dict[str, str]:
@@ -1617,20 +1686,48 @@ class PrometheusData:
             namespace=namespace) if summarize else {}
         answers = self._submit(run_q, window)  # the second round joins these
 
-        # Every container in the window; a history only where a verdict can use one.
-        # Each container's raw mean over the window (the input statistics' mean).
-        member_mean = {_cref(lab): v for lab, v in first_res["members"] if lab.get("namespace")}
-        members = list(member_mean)
-        # Input starvation's candidates: the raw mean in the rule's range (of the namespace
-        # filtered to: the other containers on its devices are there for time-slicing).
-        input_pods = {
-            lab.get("pod", "") for lab, mean in first_res["members"]
-            if lab.get("namespace") and th.input_low <= mean <= th.input_high
-            and (namespace is None or lab.get("namespace") == namespace)}
         pods = {}
         for lab, _ in first_res["pods"]:
             key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
             pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+        # With the rules: each node's numbers, and the devices of the nodes that need them
+        # (read before the second round's groups need the models).
+        summaries: dict[str, NodeSummary] = {}
+        inventory = first_res
+        # The nodes a finding at the end names (their devices are read with the rules).
+        named = {g.node for g in idle_now | spin_now | silent | {
+                     g for devices in flagged.values() for g in devices}}
+        named |= set(throttled_now) | held_nodes
+        lean = self.lean(window, namespace, rules)
+        if rules:
+            summaries = _summaries(first_res["node_summary"])
+        groups_checked: int | None = None
+        if lean:
+            # Who uses what is read on the nodes that need it, known before it is: where the
+            # rules saw a device shared or a container near the input-starved range, and
+            # where the straggler candidates' workloads have pods.
+            named |= {lab.get("node", "") for lab, _ in first_res["sharers"]}
+            named |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
+            workloads = judged | {key[:2] for key in flagged}
+            named |= {p.node for p in pods.values() if (p.namespace, p.workload) in workloads}
+            detail = self.detail_queries(
+                window, detail_nodes(named, summaries, self.detail_share), members=True)
+            queries = {**queries, **detail}
+            inventory = self._submit(detail, window)
+            groups_checked = int(next((v for _, v in first_res["groups"]), 0))
+        member_rows = inventory["members"]
+
+        # Every container in the window (with the rules over their window: on the nodes
+        # that need it); a history only where a verdict can use one.
+        # Each container's raw mean over the window (the input statistics' mean).
+        member_mean = {_cref(lab): v for lab, v in member_rows if lab.get("namespace")}
+        members = list(member_mean)
+        # Input starvation's candidates: the raw mean in the rule's range (of the namespace
+        # filtered to: the other containers on its devices are there for time-slicing).
+        input_pods = {
+            lab.get("pod", "") for lab, mean in member_rows
+            if lab.get("namespace") and th.input_low <= mean <= th.input_high
+            and (namespace is None or lab.get("namespace") == namespace)}
 
         sharers: dict[GpuRef, int] = {}
         for c in members:
@@ -1655,15 +1752,9 @@ class PrometheusData:
             evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
                               if judged else 0.0),
         )
-        # With the rules: each node's numbers, and the devices of the nodes that need them
-        # (read before the second round's groups need the models), asked now.
-        summaries: dict[str, NodeSummary] = {}
-        inventory = first_res
-        if rules:
-            summaries = _summaries(first_res["node_summary"])
-            named = {g.node for g in idle_now | spin_now | silent | {
-                         g for devices in flagged.values() for g in devices}}
-            named |= set(throttled_now) | held_nodes | set(ask.shared) | set(ask.candidates)
+        if rules and not lean:
+            # Who uses what came first: the devices of the nodes that need them, asked now.
+            named |= set(ask.shared) | set(ask.candidates)
             named |= set(ask.slow) | {c.node for c, mean in member_mean.items()
                                       if c.pod in input_pods}
             named |= {n for key in flagged for n in workload_nodes.get(key[:2], ())}
@@ -1823,6 +1914,7 @@ class PrometheusData:
             silent=frozenset(silent),
             notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else ()),
             node_summaries=summaries,
+            workloads_checked=groups_checked,
         )
 
     def _history_start(self, window: Window, first: float | None) -> float:

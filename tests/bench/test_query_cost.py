@@ -115,10 +115,10 @@ def test_the_committed_variants_file_holds_the_pages_own_who_is_where_queries() 
     source = PrometheusData("http://127.0.0.1:9", clock=lambda: 1_795_608_300.0)
     try:
         window = source.window(3600.0)
-        # The inventory and the devices' means as asked where most nodes need their devices
-        # (no node list), the shape the twelfth pass measured.
+        # Who uses what, the inventory and the devices' means as asked where most nodes need
+        # them (no node list), the shape the twelfth pass measured.
         page = {**source.fleet_queries(window, None, rules=True),
-                **source.detail_queries(window, None)}
+                **source.detail_queries(window, None, members=True)}
     finally:
         source.close()
     for role in ("gpu_stats", "members", "gpus", "pods"):

@@ -82,11 +82,24 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     monkeypatch.setattr(V, "MAX_HEATMAP_NODES", 20)
     prom = PrometheusData(url, clock=lambda: end, timeout=120)
     prom.detail_share = 1.0
+    asked: list[str] = []
+    instant = prom.instant
+
+    def instant_(promql: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(promql)
+        return instant(promql, at)
+
+    prom.instant = instant_  # type: ignore[method-assign]
     try:
         data = prom.fleet(WINDOW)
     finally:
         prom.close()
     assert prom.rules_loaded(data.window)
+    # Who uses what (each container's raw series) and the inventory: on named nodes (or the
+    # input candidates' pods) only.
+    for metric in ("container_gpu_utilization_ratio{", "gpu_info{"):
+        reads = [q for q in asked if metric in q.replace("gpu_info)", "gpu_info{")]
+        assert reads and all("node=~" in q or "pod=~" in q for q in reads), (metric, reads)
     with_rows = {g.node for g in data.gpus}
     assert len(data.node_summaries) == NODES and 20 <= len(with_rows) < NODES, len(with_rows)
     view = build_fleet_view(data, bundled_prices())
