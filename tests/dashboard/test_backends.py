@@ -218,6 +218,14 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         fallback = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
         prom.close()
         lean = lean_view(store.url, stores.end, monkeypatch)
+        # Where the findings at the end name most of the fleet, every device and container
+        # is asked for at once, without the nodes' numbers (here: whatever they name).
+        prom = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
+        prom.detail_share = 0.0
+        every_data = prom.fleet(WINDOW)
+        prom.close()
+        assert not every_data.node_summaries and every_data.workloads_checked is None
+        every = build_fleet_view(every_data, bundled_prices())
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
         # sparse series it reads): the page goes to the raw series.
         delete = urllib.request.Request(
@@ -237,7 +245,10 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert nodes and not stepped
-    assert verdicts(lean) == verdicts(ruled)
+    assert verdicts(lean) == verdicts(ruled) == verdicts(every)
+    assert replace(every.kpis, mean_utilization=None) == replace(ruled.kpis,
+                                                                 mean_utilization=None)
+    assert every.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
     assert replace(lean.kpis, mean_utilization=None) == replace(ruled.kpis,
                                                                 mean_utilization=None)
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)

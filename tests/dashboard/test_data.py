@@ -27,6 +27,7 @@ from gpuscope.dashboard.data.prometheus import (
     FollowUp,
     _groups,
     _StragglerRuns,
+    _summaries,
     index_queries,
 )
 from gpuscope.dashboard.data.promql import any_of
@@ -34,6 +35,7 @@ from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
     GpuRef,
+    NodeSummary,
     PodInfo,
     PodKey,
     Series,
@@ -458,3 +460,20 @@ def test_a_page_still_computing_when_the_source_closes_gets_one_clear_error() ->
     with pytest.raises(DataError, match="closed"):
         prom._submit({"gpus": "gpu_info"},
                      make_window(3600, 1_800_000_000.0, min_step=60, max_points=60))
+
+
+def test_the_nodes_numbers_as_the_rules_send_them() -> None:
+    """``node_summary`` rows (label ``stat``): a node's one model, or "" where its devices
+    have several (MIG slices: the page then reads its devices); no mean where none of its
+    GPUs reported; a node with models but no GPU count (gone since) is not a GPU node."""
+    rows = [
+        ({"node": "a", "stat": "gpus"}, 8.0), ({"node": "a", "stat": "mean"}, 0.5),
+        ({"node": "a", "stat": "model", "model": "NVIDIA A100"}, 8.0),
+        ({"node": "a", "stat": "known"}, 8.0),
+        ({"node": "b", "stat": "gpus"}, 1.0),
+        ({"node": "b", "stat": "model", "model": "NVIDIA A100"}, 1.0),
+        ({"node": "b", "stat": "model", "model": "NVIDIA A100 MIG 1g.10gb"}, 7.0),
+        ({"node": "c", "stat": "model", "model": "Tesla T4"}, 1.0),
+    ]
+    assert _summaries(rows) == {"a": NodeSummary(8, 0.5, 8, "NVIDIA A100"),
+                                "b": NodeSummary(1, None, 0, "")}
