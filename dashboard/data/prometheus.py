@@ -1607,7 +1607,11 @@ class PrometheusData:
     def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
         """The fleet page's data: the rounds of queries of :meth:`fleet_queries`,
         :meth:`second_round` and :meth:`run_queries` (``docs/dashboard.md``), with the
-        cyclic garbage collector held off (:func:`gc_paused`)."""
+        cyclic garbage collector held off (:func:`gc_paused`). With the recording rules,
+        between the first two: :meth:`summary_queries` (each node's numbers, and over the
+        default hour who uses what) and :meth:`detail_queries` (the devices and containers
+        of the nodes that need them, :func:`detail_nodes`), or every device and container at
+        once where the findings at the end name most of the fleet."""
         with gc_paused():
             return self._fleet(window_seconds, namespace)
 

@@ -24,7 +24,6 @@ from gpuscope.dashboard.data import PrometheusData
 from gpuscope.dashboard.data.prometheus import RULES
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import Series, Window
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 from tests.stores import (
     Store,
@@ -70,6 +69,19 @@ def view_of(url: str, end: float, namespace: str | None = None, rules: bool | No
                             namespace), prom
 
 
+def spy(prom: PrometheusData, method: str) -> list[str]:
+    """The queries ``prom`` sends through ``method`` (``instant`` or ``range``) from now on."""
+    seen: list[str] = []
+    real = getattr(prom, method)
+
+    def call(promql: str, *args: Any) -> Any:
+        seen.append(promql)
+        return real(promql, *args)
+
+    setattr(prom, method, call)
+    return seen
+
+
 def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetView:
     """The page with the rules where most nodes come as numbers (NodeSummary): the heatmap
     drawing 20 nodes and the devices always asked in node lists, so that at 200 nodes the
@@ -82,14 +94,7 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     monkeypatch.setattr(V, "MAX_HEATMAP_NODES", 20)
     prom = PrometheusData(url, clock=lambda: end, timeout=120)
     prom.detail_share = 1.0
-    asked: list[str] = []
-    instant = prom.instant
-
-    def instant_(promql: str, at: float) -> list[tuple[dict[str, str], float]]:
-        asked.append(promql)
-        return instant(promql, at)
-
-    prom.instant = instant_  # type: ignore[method-assign]
+    asked = spy(prom, "instant")
     try:
         data = prom.fleet(WINDOW)
     finally:
@@ -187,14 +192,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     backfill_rules(blocks, shape.start, stores.end, tmp_path)
     with start_prometheus(blocks, copy=False) as store:
         prom = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
-        ranges: list[str] = []
-        asked = prom.range
-
-        def range_(promql: str, window: Window) -> list[tuple[dict[str, str], Series]]:
-            ranges.append(promql)
-            return asked(promql, window)
-
-        prom.range = range_  # type: ignore[method-assign]
+        ranges = spy(prom, "range")
         ruled = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
         assert prom.rules_loaded(ruled.window) is True
         assert ruled.notes and "recording rules" in ruled.notes[0]
