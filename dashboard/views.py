@@ -408,14 +408,14 @@ def _build_fleet_view(
         whichever nodes came as devices), else from its devices' means."""
         summary = summaries.get(node)
         if summary is not None:
-            if summary.mean is None or math.isnan(summary.mean):
-                return 0.0, 0
-            return summary.mean * summary.known, summary.known
-        known = [m for g in by_node.get(node, ())
+            known = 0 if summary.mean is None or math.isnan(summary.mean) else summary.known
+            return summary_mean(summary) * known, known
+        means = [m for g in by_node.get(node, ())
                  if (m := data.gpu_mean.get(g.ref)) is not None and not math.isnan(m)]
-        return math.fsum(known), len(known)
+        return math.fsum(means), len(means)
 
     def mean_of(nodes: list[str]) -> float | None:
+        """The mean of the whole GPUs' window means on ``nodes`` (None: none reported)."""
         parts = [node_util(n) for n in nodes]
         count = sum(c for _, c in parts)
         return math.fsum(t for t, _ in parts) / count if count else None
@@ -529,11 +529,6 @@ def _build_fleet_view(
     states = gpu_states(data.gpus, verdicts, spinning, data.reporting(), fleet=inventory)
     counts = {state: sum(1 for v in states.values() if v == state)
               for state in ("busy", "idle", "spinning", "no data")}
-    if summaries:
-        mean_utilization = mean_of(sorted(gpu_nodes))
-    else:
-        means = [data.gpu_mean[g.ref] for g in whole if g.ref in data.gpu_mean]
-        mean_utilization = sum(means) / len(means) if means else None
     priced = [p.per_hour for n, p in node_price.items() if p.per_hour is not None
               and n in gpu_nodes]
     kpis = Kpis(
@@ -541,7 +536,7 @@ def _build_fleet_view(
         busy=counts["busy"] + sum(summarised.values()),
         idle=counts["idle"],
         no_data=counts["no data"],
-        mean_utilization=mean_utilization,
+        mean_utilization=mean_of(sorted(gpu_nodes)),
         idle_nodes=len(nodes_idle),
         burning_per_hour=report.burning_per_hour,
         wasted=report.wasted,
@@ -687,17 +682,11 @@ def _build_fleet_view(
     node_groups = []
     for name, members in groups_of.items():
         refs = [g.ref for n in members for g in by_node.get(n, ())]
-        if summaries:
-            group_mean = mean_of(members)
-        else:
-            known = [m for r in refs
-                     if (m := data.gpu_mean.get(r)) is not None and not math.isnan(m)]
-            group_mean = sum(known) / len(known) if known else None
         node_groups.append(NodeGroup(
             name=name, nodes=len(members), gpus=sum(gpus_on(n) for n in members),
             idle=sum(1 for r in refs if states.get(r) == "idle"),
             spinning=sum(1 for r in refs if states.get(r) == "spinning"),
-            mean_utilization=group_mean))
+            mean_utilization=mean_of(members)))
     node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
     columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
                            key=index_key))

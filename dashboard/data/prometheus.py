@@ -893,12 +893,6 @@ def _summaries(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeSu
     return out
 
 
-def _built(build: Callable[[Sequence[str]], Mapping[str, str]], role: str,
-           names: Sequence[str]) -> str:
-    """``build(names)[role]`` (a query of :meth:`PrometheusData.detail_queries`)."""
-    return build(names)[role]
-
-
 def detail_nodes(named: Collection[str], summaries: Mapping[str, NodeSummary],
                  share: float = 0.5) -> set[str] | None:
     """The nodes whose devices the fleet page reads with the rules: those ``named`` (a
@@ -1100,9 +1094,11 @@ class PrometheusData:
         def stat(expr: str, name: str) -> str:
             return f'label_replace({expr}, "stat", "{name}", "", "")'
 
-        cutil = selector("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+        # Who uses what and which devices there are, of every node: the queries
+        # :meth:`detail_queries` asks of some nodes with the rules.
+        every = self.detail_queries(window, None, members=True)
         pods = "gpu_pod_info"
-        members = f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"
+        members = every["members"]
         if namespace is not None:
             # Who uses what: the namespace's devices and every container on them (asked by
             # :meth:`members_queries` on the nodes this finds: not every container's series).
@@ -1113,7 +1109,6 @@ class PrometheusData:
             return f"max by ({by}) (last_over_time({RULES[key]}[{r}]))"
 
         if rules:
-            mean = f"max by (node, uuid) (avg_over_time({RULES['util']}[{whole}]))"
             now = [
                 stat(recorded("idle", f"{GBY}, signal"), "idle"),
                 stat(recorded("spin", GBY), "spin"),
@@ -1134,10 +1129,6 @@ class PrometheusData:
                     stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
                          "straggler_rules")])
         else:
-            # The window mean of each step's utilization (the busy counter's rate, else the
-            # gauge's mean): steps before a device appeared, or at which its counter is
-            # younger than the rate's range, do not count.
-            mean = f"max by (node, uuid) (avg_over_time(({_util_step(rr)})[{whole}:{s}]))"
             now = [
                 stat(" or ".join(v.idle_parts(st)), "idle"),
                 stat(v.spinning(st), "spin"),
@@ -1166,7 +1157,7 @@ class PrometheusData:
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
             # Which devices there are (after who uses what, which the second round needs:
             # with the summaries it is sent before this is read).
-            "gpus": "max by (node, gpu, uuid, model, parent_uuid, mig_profile) (gpu_info)",
+            "gpus": every["gpus"],
         }
         if self.lean(window, namespace, rules):
             del out["members"]  # (:meth:`summary_queries`, then :meth:`detail_queries`)
@@ -1191,7 +1182,11 @@ class PrometheusData:
         # starts while the store still computes it. (With the rules: the nodes' numbers
         # instead, and the devices' means of the nodes :meth:`detail_queries` names.)
         if not rules:
-            out["gpu_stats"] = mean
+            # The window mean of each step's utilization (the busy counter's rate, else the
+            # gauge's mean): steps before a device appeared, or at which its counter is
+            # younger than the rate's range, do not count.
+            out["gpu_stats"] = (f"max by (node, uuid) (avg_over_time(({_util_step(rr)})"
+                                f"[{whole}:{s}]))")
         return out
 
     def summary_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
@@ -1261,7 +1256,10 @@ class PrometheusData:
         names = sorted(set(nodes))
         out: dict[str, str] = {}
         for role in roles:
-            for n, q in enumerate(_split(names, partial(_built, build, role))):
+            def of(part: Sequence[str], role: str = role) -> str:
+                return build(part)[role]
+
+            for n, q in enumerate(_split(names, of)):
                 out[role if n == 0 else f"{role}#{n}"] = q
         return out
 
@@ -1627,7 +1625,7 @@ class PrometheusData:
             # first four in flight), while the store computes the rest of the round.
             more_first = self.members_queries(
                 window, namespace, {lab.get("node", "") for lab, _ in first_res["ns_nodes"]})
-            queries = {**queries, **more_first}
+            queries.update(more_first)
             first_res.add(self._submit(more_first, window))
         th = self.thresholds
 
@@ -1701,15 +1699,20 @@ class PrometheusData:
         # round waits for): node lists would name most nodes, and waiting for the nodes'
         # numbers to say so cost a round (57 % set, 5,000 nodes: 8.3 s a page against 6.6).
         asked_all = rules and len(named) > self.detail_share * max(1, len(nodes))
+
+        def read_devices(on: Collection[str] | None, members: bool) -> _Answers:
+            """:meth:`detail_queries` of ``on``, sent (and counted)."""
+            detail = self.detail_queries(window, on, members)
+            queries.update(detail)
+            return self._submit(detail, window)
+
         if asked_all:
-            detail = self.detail_queries(window, None, members=lean)
-            queries = {**queries, **detail}
-            inventory = self._submit(detail, window)
+            inventory = read_devices(None, lean)
         elif rules:
             # Else the nodes' numbers, and who uses what from the rules, to say which nodes'
             # devices and containers to read.
             numbers = self.summary_queries(window, namespace)
-            queries = {**queries, **numbers}
+            queries.update(numbers)
             first_res.add(self._submit(numbers, window))
         # The summaries need only what holds at the end and when data begins: sent now,
         # while the store still computes who is where (the heaviest answers of the round).
@@ -1737,10 +1740,7 @@ class PrometheusData:
             named |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
             workloads = judged | {key[:2] for key in flagged}
             named |= {p.node for p in pods.values() if (p.namespace, p.workload) in workloads}
-            detail = self.detail_queries(
-                window, detail_nodes(named, summaries, self.detail_share), members=True)
-            queries = {**queries, **detail}
-            inventory = self._submit(detail, window)
+            inventory = read_devices(detail_nodes(named, summaries, self.detail_share), True)
         member_rows = (inventory if lean else first_res)["members"]
 
         # Every container in the window (with the rules over their window: on the nodes
@@ -1781,13 +1781,9 @@ class PrometheusData:
         if rules and not lean and not asked_all:
             # Who uses what came first: the devices of the nodes that need them, asked now.
             named |= set(ask.shared) | set(ask.candidates)
-            named |= set(ask.slow) | {c.node for c, mean in member_mean.items()
-                                      if c.pod in input_pods}
+            named |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
             named |= {n for key in flagged for n in workload_nodes.get(key[:2], ())}
-            detail = self.detail_queries(
-                window, detail_nodes(named, summaries, self.detail_share))
-            queries = {**queries, **detail}
-            inventory = self._submit(detail, window)
+            inventory = read_devices(detail_nodes(named, summaries, self.detail_share), False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' step histories, which replace any
         # others asked about their devices (a node's every device comes back).
