@@ -224,8 +224,8 @@ def stack(
 
         for exp in exporters.values():
             exp.wait_ready()
-        wait_for(ready(f"http://127.0.0.1:{am_port}/-/ready", am), 20, "Alertmanager ready")
-        wait_for(ready(prometheus + "/-/ready", prom), 20, "Prometheus ready")
+        wait_for(ready(f"http://127.0.0.1:{am_port}/-/ready", am), 60, "Alertmanager ready")
+        wait_for(ready(prometheus + "/-/ready", prom), 60, "Prometheus ready")
         yield Stack(prometheus, hook, prom, am, began)
     finally:
         for proc in reversed(processes):

@@ -74,7 +74,7 @@ def test_budget_configuration_runs_as_the_image_runs_it(
         text = _scrape(exp.port)
         return 'pod="synth-' in text and not _failed_parts(text)
 
-    wait_for(settled, 30, "pod names from the fake API server and every part answering")
+    wait_for(settled, 60, "pod names from the fake API server and every part answering")
     families = {f.name: f for f in text_string_to_metric_families(_scrape(exp.port))}
     gpus = {s.labels["uuid"] for s in families["gpu_info"].samples}
     assert len(gpus) == GPUS

@@ -233,7 +233,7 @@ def protected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardPro
             return False
 
     try:
-        wait_for(healthy, 40, proc.url + "healthz")
+        wait_for(healthy, 120, proc.url + "healthz")
         yield proc
     finally:
         proc.stop()

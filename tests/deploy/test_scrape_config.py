@@ -213,7 +213,7 @@ def test_relabeling_keeps_the_metric_contract(
 
     url = prometheus([plain, servicemonitor, control, honor])
     # A scrape stores all its families at once: a job with one has them all.
-    wait_for(lambda: _ready(url, "container_gpu_allocated", 4), 20, "four scraped jobs")
+    wait_for(lambda: _ready(url, "container_gpu_allocated", 4), 60, "four scraped jobs")
 
     for job in (plain["job_name"], "servicemonitor"):
         allocated = _series(url, f'container_gpu_allocated{{job="{job}"}}')

@@ -340,7 +340,7 @@ class Scrape:
         return self.samples[name][(("collector", collector),)]
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -184,7 +184,7 @@ def test_sigterm_while_put_metric_data_is_in_flight(
         "--cloudwatch-endpoint-url", proxy.url, "--cloudwatch-region", "us-east-1",
         "--cloudwatch-interval", "1", "--node-name", "node-sigterm",
     )
-    wait_until(lambda: len(proxy.put_requests(ok=True)) >= 1, 15, "a first PutMetricData")
+    wait_until(lambda: len(proxy.put_requests(ok=True)) >= 1, 60, "a first PutMetricData")
     slow.set()
     assert in_flight.wait(10), "no PutMetricData after the proxy turned slow"
     sigterm_at = time.time()

@@ -80,7 +80,7 @@ class Dashboard:
 def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
     d = Dashboard(tmp_path)
     try:
-        wait_for(d.up, 40, "the dashboard")
+        wait_for(d.up, 120, "the dashboard")
         yield d
     finally:
         d.stop()

@@ -492,7 +492,7 @@ def api() -> Iterator[FakeApi]:
     server.stop()
 
 
-def wait_until(pred: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():

@@ -615,7 +615,7 @@ def test_lost_mig_parent_takes_its_slices_down(
 
 
 def wait_for(
-    source: NvmlSource, done: Callable[[Snapshot], bool], timeout: float = 3.0
+    source: NvmlSource, done: Callable[[Snapshot], bool], timeout: float = 10.0
 ) -> Snapshot:
     deadline = time.monotonic() + timeout
     while True:

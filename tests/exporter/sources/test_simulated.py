@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import statistics
 import textwrap
-import time
 
 import pytest
 
@@ -403,18 +402,15 @@ def test_default_scenario_shows_what_it_promises() -> None:
     assert device(at(src, 2400.0), "7/13").processes == ()
 
 
-def test_synthetic_8x64_samples_fast() -> None:
+def test_synthetic_8x64_samples() -> None:
+    # Its cost per round (the sampler thread pays it every second) is bench/hot_paths.py's.
     clock = FakeClock(0.0)
     src = SimulatedSource(synthetic(8, 64), clock=clock, start=0.0)
-    durations = []
     for _ in range(60):
         clock.now += 1.0
-        began = time.perf_counter()
         snap = src.sample()
-        durations.append(time.perf_counter() - began)
     assert len(snap.devices) == 8
     assert sum(len(d.processes) for d in snap.devices) > 8 * 40  # some come and go
-    assert statistics.median(durations) < 0.005
 
 
 # --- work signals: exact integrals of scenario time

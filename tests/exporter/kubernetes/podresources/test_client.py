@@ -180,7 +180,7 @@ def make_client(kubelet: KubeletServer) -> Iterator[MakeClient]:
         client.close()
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 3.0) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -257,16 +257,13 @@ def test_500_calls_in_a_row_keep_files_and_threads_flat(
     client = make_client()
     client.list_allocations()  # imports h2 and protobuf
     fds_before, threads_before = open_fds(), set(threading.enumerate())
-    started = time.perf_counter()
-    for _ in range(500):
+    for _ in range(500):  # their cost per call: bench/hot_paths.py
         assert len(client.list_allocations()) == 2
-    per_call = (time.perf_counter() - started) / 500
     assert client.connections_made == 501
     assert go_kubelet.wait_calls(501)
     # One connection and one event loop per call, each closed by the call's end.
     assert open_fds() <= fds_before, (open_fds(), fds_before)
     assert set(threading.enumerate()) == threads_before
-    assert per_call < 0.02, per_call  # ~1.3 ms on a laptop-class core
     client.close()
     assert open_fds() <= fds_before
 

@@ -72,7 +72,7 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
             return False
 
     try:
-        wait_for(up, 30, "moto_server")
+        wait_for(up, 60, "moto_server")
         yield server
     finally:
         proc.terminate()

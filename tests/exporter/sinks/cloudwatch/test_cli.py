@@ -85,7 +85,7 @@ def test_live_exporter_publishes_and_flushes_on_sigterm(
         "--cloudwatch-interval", "1", "--cluster-name", "live", "--node-name", "node-live",
         "--instance-id", "i-0123456789abcdef0",
     )
-    wait_until(lambda: len(proxy.put_requests(ok=True)) >= 1, 15, "a PutMetricData")
+    wait_until(lambda: len(proxy.put_requests(ok=True)) >= 1, 60, "a PutMetricData")
     text = exp.metrics()
     sent = next(float(line.split()[-1]) for line in text.splitlines()
                 if line.startswith("gpu_exporter_cloudwatch_datums_sent_total "))

@@ -297,7 +297,7 @@ def test_prometheus_scrapes_over_mutual_tls(
         except requests.RequestException:
             return False
 
-    wait_for(exporter_ready, 20, "the TLS exporter's plain-HTTP /readyz")
+    wait_for(exporter_ready, 60, "the TLS exporter's plain-HTTP /readyz")
     assert requests.get(f"http://127.0.0.1:{probe_port}/metrics", timeout=5).status_code == 404
     port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -332,7 +332,7 @@ def test_prometheus_scrapes_over_mutual_tls(
             except (requests.RequestException, ValueError, KeyError):
                 return {}
 
-        wait_for(lambda: len(up()) == 2, 30, "Prometheus to scrape both jobs")
+        wait_for(lambda: len(up()) == 2, 60, "Prometheus to scrape both jobs")
         assert up() == {"gpuscope": 1.0, "no-client-cert": 0.0}
         r = requests.get(base + "/api/v1/query", params={"query": "count(gpu_up)"}, timeout=5)
         assert float(r.json()["data"]["result"][0]["value"][1]) > 0
