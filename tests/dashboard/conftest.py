@@ -78,7 +78,7 @@ class DashboardProcess:
             env={k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")},
         )
 
-    def wait_ready(self, timeout: float = 40.0) -> None:
+    def wait_ready(self, timeout: float = 120.0) -> None:
         def up() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"dashboard exited {self.proc.returncode}: "
