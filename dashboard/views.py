@@ -24,8 +24,8 @@ from gpuscope.dashboard.analysis.stragglers import Group, Straggler, stragglers
 from gpuscope.dashboard.analysis.throttle import throttled_gpus
 from gpuscope.dashboard.analysis.waste import waste
 from gpuscope.dashboard.prices import NodePrice, PriceTable
-from gpuscope.dashboard.series import MAX_HEATMAP_NODES as MAX_HEATMAP_NODES
 from gpuscope.dashboard.series import (
+    MAX_HEATMAP_NODES,
     ContainerRef,
     Evidence,
     FleetData,

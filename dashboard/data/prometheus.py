@@ -23,7 +23,13 @@ import msgspec
 from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.analysis.stragglers import GroupKey, group_of
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
-from gpuscope.dashboard.data.promql import any_of, duration, escape_label_value, selector
+from gpuscope.dashboard.data.promql import (
+    any_of,
+    duration,
+    escape_label_value,
+    labelled,
+    selector,
+)
 from gpuscope.dashboard.data.source import (
     DataError,
     make_window,
@@ -152,6 +158,11 @@ def _power_step(r: str, match: Mapping[str, str] | None = None, by: str = "node,
     return (f"({_rate('gpu_energy_joules_total', r, match, by)}"
             f" or (max by ({by}) (avg_over_time({power}[{r}]))"
             f" unless on (node, uuid) {energy}))")
+
+
+def _stat(expr: str, name: str) -> str:
+    """One part of a query of several, its rows labelled ``stat="name"``."""
+    return labelled(expr, "stat", name)
 
 
 def _gref(lab: Mapping[str, str]) -> GpuRef:
@@ -1091,9 +1102,6 @@ class PrometheusData:
         st = _Steps(r, rr, rules)
         v = Verdicts(self.thresholds)
 
-        def stat(expr: str, name: str) -> str:
-            return f'label_replace({expr}, "stat", "{name}", "", "")'
-
         # Who uses what and which devices there are, of every node: the queries
         # :meth:`detail_queries` asks of some nodes with the rules.
         every = self.detail_queries(window, None, members=True)
@@ -1110,11 +1118,11 @@ class PrometheusData:
 
         if rules:
             now = [
-                stat(recorded("idle", f"{GBY}, signal"), "idle"),
-                stat(recorded("spin", GBY), "spin"),
-                stat(recorded("throttle", f"{GBY}, reason"), "throttle"),
-                stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
-                stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
+                _stat(recorded("idle", f"{GBY}, signal"), "idle"),
+                _stat(recorded("spin", GBY), "spin"),
+                _stat(recorded("throttle", f"{GBY}, reason"), "throttle"),
+                _stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
+                _stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
             ]
             if self._minutes(window):
                 # On one-minute steps, the stragglers' own rules at the end: which groups
@@ -1124,17 +1132,17 @@ class PrometheusData:
                 # summaries): the group medians, recorded wherever a workload has two
                 # devices of a model.
                 now[4] = " or ".join([
-                    now[4], stat(recorded("stalled", MEMBER), "stalled"),
-                    stat(recorded("slow", f"{MEMBER}, signal"), "slow"),
-                    stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
+                    now[4], _stat(recorded("stalled", MEMBER), "stalled"),
+                    _stat(recorded("slow", f"{MEMBER}, signal"), "slow"),
+                    _stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
                          "straggler_rules")])
         else:
             now = [
-                stat(" or ".join(v.idle_parts(st)), "idle"),
-                stat(v.spinning(st), "spin"),
-                stat(v.throttle(st), "throttle"),
-                " or ".join(stat(p, "held_idle") for p in v.held_parts(st)),
-                *(stat(p, "candidate") for p in v.candidate_parts(st)),
+                _stat(" or ".join(v.idle_parts(st)), "idle"),
+                _stat(v.spinning(st), "spin"),
+                _stat(v.throttle(st), "throttle"),
+                " or ".join(_stat(p, "held_idle") for p in v.held_parts(st)),
+                *(_stat(p, "candidate") for p in v.candidate_parts(st)),
             ]
         out = {
             "nodes": " or ".join([
@@ -1145,7 +1153,7 @@ class PrometheusData:
                 # Asked of each node's GPU 0 only (a node's first device: a fifth to an
                 # eighth of the series, 0.2 s of the store's time less at 5,000 nodes);
                 # where none of them reported then, :meth:`first_query` asks of every device.
-                stat(f"count({selector('gpu_utilization_ratio', gpu='0')}"
+                _stat(f"count({selector('gpu_utilization_ratio', gpu='0')}"
                      f" @ {window.start:.3f})", "at_start"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
@@ -1168,7 +1176,7 @@ class PrometheusData:
             # The devices with nothing to judge them by (no utilization, no GPM): with the
             # rules, recorded (every device's raw series read each minute by the rule, not
             # by the page: 0.35 s of the store's time at 5,000 nodes).
-            stat(recorded("silent", GBY) if rules else v.silent(st), "silent"),
+            _stat(recorded("silent", GBY) if rules else v.silent(st), "silent"),
         ])
         # One query per rule (``now``, ``now#1``...): they run side by side, and none comes
         # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
@@ -1201,18 +1209,15 @@ class PrometheusData:
         w = duration(window.seconds)
         whole = duration(window.seconds + window.step / 2)
 
-        def stat(expr: str, name: str) -> str:
-            return f'label_replace({expr}, "stat", "{name}", "", "")'
-
         out = {"node_summary": " or ".join([
-            stat(f"max by (node) (last_over_time({RULES['node_gpus']}[{r}]))", "gpus"),
-            stat(f"max by (node, model) (last_over_time({RULES['node_models']}[{r}]))",
+            _stat(f"max by (node) (last_over_time({RULES['node_gpus']}[{r}]))", "gpus"),
+            _stat(f"max by (node, model) (last_over_time({RULES['node_models']}[{r}]))",
                  "model"),
             # The mean over the window's GPU-minutes.
-            stat(f"sum by (node) (sum_over_time({RULES['node_util_sum']}[{whole}]))"
+            _stat(f"sum by (node) (sum_over_time({RULES['node_util_sum']}[{whole}]))"
                  f" / sum by (node) (sum_over_time({RULES['node_util_count']}[{whole}]))",
                  "mean"),
-            stat(f"max by (node) (max_over_time({RULES['node_util_count']}[{whole}]))",
+            _stat(f"max by (node) (max_over_time({RULES['node_util_count']}[{whole}]))",
                  "known"),
         ])}
         if self.lean(window, namespace, True):
@@ -1262,7 +1267,6 @@ class PrometheusData:
             for n, q in enumerate(_split(names, of)):
                 out[role if n == 0 else f"{role}#{n}"] = q
         return out
-
 
     def members_queries(self, window: Window, namespace: str, nodes: Collection[str]
                         ) -> dict[str, str]:
@@ -1324,7 +1328,7 @@ class PrometheusData:
                 out[role if i == 0 else f"{role}#{i}"] = q
 
         def signal(expr: str, name: str) -> str:
-            return f'label_replace({expr}, "signal", "{name}", "", "")'
+            return labelled(expr, "signal", name)
 
         if rules:
             # Every minute of the step met the rule (a step of several minutes).
@@ -1398,7 +1402,7 @@ class PrometheusData:
             mem = selector("container_gpu_memory_used_bytes", {**st.match, **ns}, **eq)
             return " or ".join(
                 # (the mean: the first round's ``members``)
-                f'label_replace({expr}, "stat", "{name}", "", "")' for name, expr in (
+                labelled(expr, "stat", name) for name, expr in (
                     ("stddev", f"avg by ({CBY}) (stddev_over_time({util}[{w}]))"),
                     ("count", f"max by ({CBY}) (count_over_time({util}[{w}]))"),
                     ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))")))
@@ -1459,8 +1463,8 @@ class PrometheusData:
 
         def stat(expr: str, name: str, signal: str = "") -> str:
             if signal:  # a spinning run's mean, by signal
-                expr = f'label_replace({expr}, "signal", "{signal}", "", "")'
-            return f'label_replace({expr}, "stat", "{name}", "", "")'
+                expr = labelled(expr, "signal", signal)
+            return labelled(expr, "stat", name)
 
         def full(key: str, by: str, match: Mapping[str, str] | None = None) -> str:
             rec = selector(RULES[key], match)

@@ -30,7 +30,7 @@ from gpuscope.dashboard.data.prometheus import (
     _summaries,
     index_queries,
 )
-from gpuscope.dashboard.data.promql import any_of
+from gpuscope.dashboard.data.promql import any_of, labelled
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
@@ -69,6 +69,11 @@ def test_selector_quotes_every_value() -> None:
         selector("bad name")
     with pytest.raises(ValueError):
         selector("x", **{"bad-label": "v"})
+
+
+def test_labelled_sets_a_constant_label_escaped() -> None:
+    assert labelled("up", "stat", "gpus") == 'label_replace(up, "stat", "gpus", "", "")'
+    assert labelled("up", "stat", 'a"b\\') == 'label_replace(up, "stat", "a\\"b\\\\", "", "")'
 
 
 def test_regex_matchers_escape_regex_then_string() -> None:

@@ -15,6 +15,7 @@ from gpuscope.dashboard.data.prometheus import detail_nodes
 from gpuscope.dashboard.figures import heatmap_figure, heatmap_summary
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import (
+    MAX_HEATMAP_NODES,
     ContainerRef,
     FleetData,
     GpuInfo,
@@ -23,7 +24,7 @@ from gpuscope.dashboard.series import (
     NodeSummary,
     PodInfo,
 )
-from gpuscope.dashboard.views import MAX_HEATMAP_NODES, build_fleet_view
+from gpuscope.dashboard.views import build_fleet_view
 from tests.dashboard.conftest import make_series, make_window
 
 NODES = 1000
