@@ -18,10 +18,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from google.protobuf.message import DecodeError
 
+from gpuscope.exporter.kubernetes.podresources.client import PodResourcesClient
 from tests.e2e.test_attribution_live import (
     ALLOCATED,
     MEMORY,
@@ -136,7 +138,21 @@ def open_fds() -> int:
 
 
 @pytest.fixture
-def synced(bench: Bench) -> Iterator[Bench]:
+def callers(monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    """The threads that called the kubelet's List(), recorded from before the exporter starts."""
+    seen: set[int] = set()
+    real_list = PodResourcesClient._list
+
+    def recording_list(self: PodResourcesClient) -> Any:
+        seen.add(threading.get_ident())
+        return real_list(self)
+
+    monkeypatch.setattr(PodResourcesClient, "_list", recording_list)
+    return seen
+
+
+@pytest.fixture
+def synced(bench: Bench, callers: set[int]) -> Iterator[Bench]:
     populate(bench)
     bench.start_kubelet()
     bench.start_api()
@@ -156,7 +172,7 @@ def assert_gpu_metrics(scrape: Scrape, b: Bench) -> None:
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_kubelet_fault_keeps_gpu_metrics_and_last_allocations_then_recovers(
-    synced: Bench, fault: str
+    synced: Bench, callers: set[int], fault: str
 ) -> None:
     b = synced
     good = b.round()
@@ -172,9 +188,7 @@ def test_kubelet_fault_keeps_gpu_metrics_and_last_allocations_then_recovers(
         wait_for(lambda: b.kubelet_part()[0] is False
                  and b.kubelet_part()[1] >= errors_before + 2, f"kubelet failures ({fault})")
         for _ in range(3):
-            started = time.perf_counter()
             bad = b.round()
-            assert time.perf_counter() - started < 0.5  # scrapes never wait on the kubelet
             assert_gpu_metrics(bad, b)
             assert bad.part("gpu_exporter_collector_success", "kubelet") == 0.0
             assert bad.part("gpu_exporter_collector_errors_total", "kubelet") >= errors_before + 2
@@ -186,6 +200,10 @@ def test_kubelet_fault_keeps_gpu_metrics_and_last_allocations_then_recovers(
             for part in ("kube_pods", "kube_node", "nvml_devices", "attribution"):
                 assert bad.part("gpu_exporter_collector_success", part) == 1.0, part
             time.sleep(0.1)
+        # Scrapes never wait on the kubelet: every List() ran on the worker's thread, none on
+        # this one, which sampled and scraped. (A timed bound here read 0.83 s on a busy CI
+        # host for a kubelet that answers at once; tests/e2e's hanging-kubelet test times it.)
+        assert callers and threading.get_ident() not in callers
         failed = b.kubelet_part()[1]
         # The fault hit where it was meant to (the reason is the worker's own, one line).
         last_error = b.inputs._kubelet.status().last_error or ""
