@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuscope.dashboard import fmt
 from gpuscope.dashboard.analysis import Thresholds
@@ -73,11 +73,41 @@ Key = tuple[str, str | None]
 # key, so the caches are bounded (oldest out) to keep a long-running dashboard's memory flat.
 MAX_CACHED_VIEWS = 32
 
+# How long a view computed for a page request waits for that page's first callback, seconds
+# after it finished. The browser loads the page's scripts in between: half a second on a
+# quiet desk, several seconds on a busy laptop or a slow link. Past the ordinary two-second
+# sharing, the first callback still takes it (once), instead of running every query again.
+PREFETCH_KEPT_S = 30.0
+
+# How old a finished view the workload view takes, seconds. It reads only the fleet view's
+# default workload and straggler marks, and its callback can come a few seconds after the
+# fleet callback's (they chain on the page's pickers); it should not run the fleet's queries
+# again for that. Well under the 30 s refresh, so a refresh still brings fresh marks.
+WORKLOAD_REUSES_S = 10.0
+
+
+@dataclass(slots=True)
+class _Shared:
+    """A computation that requests for one key share: when it finished (monotonic seconds),
+    and whether it was started for a page whose callback has not yet come for it."""
+
+    future: Future[Answer] = field(default_factory=Future)
+    finished: float | None = None
+    prefetched: bool = False
+
+    def age(self, now: float) -> float | None:
+        """Seconds since the answer was ready; ``None`` while it is still computing."""
+        if self.finished is None or not self.future.done():
+            return None
+        return now - self.finished
+
 
 class DashboardService:
     """Computes fleet views, one computation per (window, namespace) at a time: requests
     that arrive while one is running (several browsers, or the page load's prefetch and
-    its first callback) share it, and a result younger than ``share_for`` seconds is reused.
+    its first callback) share it, and a result finished less than ``share_for`` seconds ago
+    is reused. A result computed for a page request is also kept for that page's first
+    callback, up to :data:`PREFETCH_KEPT_S` seconds after it finished.
     """
 
     def __init__(
@@ -87,16 +117,20 @@ class DashboardService:
         thresholds: Thresholds | None = None,
         clock: Callable[[], float] = time.time,
         share_for: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` stamps answers (wall seconds, shown on the page); ``monotonic`` ages
+        shared computations (seconds)."""
         self.source = source
         self.prices = prices
         self.thresholds = thresholds or Thresholds()
         self._clock = clock
+        self._monotonic = monotonic
         self._share_for = share_for
         self._lock = threading.Lock()
         self._last: dict[Key, tuple[FleetView, float]] = {}
         self._last_any: tuple[FleetView, float] | None = None
-        self._inflight: dict[Key, tuple[Future[Answer], float]] = {}
+        self._inflight: dict[Key, _Shared] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleet-view")
         self._warm_key: Key | None = None
         self._warm_every = 0.0
@@ -119,11 +153,10 @@ class DashboardService:
                 began = time.monotonic()
                 with self._lock:
                     found = self._inflight.get((window, None))
-                    if found is None or found[0].done():
-                        fut = self._pool.submit(self._compute, (window, None), [])
-                        self._inflight[(window, None)] = (fut, began)
+                    if found is None or found.future.done():
+                        fut = self._submit((window, None)).future
                     else:
-                        fut = found[0]
+                        fut = found.future
                 try:
                     fut.result()
                 except Exception:  # pragma: no cover - _compute never raises
@@ -135,12 +168,18 @@ class DashboardService:
     def prefetch(self, window: str | None = None, namespace_text: str | None = None) -> None:
         """Start computing a view the page is about to ask for (the page load calls this,
         so the queries run while the browser is still loading scripts)."""
-        self._shared(window, namespace_text)
+        self._shared(window, namespace_text, prefetch=True)
 
     def fleet(self, window: str | None, namespace_text: str | None) -> Answer:
-        return self._shared(window, namespace_text).result()
+        return self._shared(window, namespace_text, claim=True).result()
 
-    def _shared(self, window: str | None, namespace_text: str | None) -> Future[Answer]:
+    def _shared(
+        self, window: str | None, namespace_text: str | None, *,
+        prefetch: bool = False, claim: bool = False, reuse_for: float = 0.0,
+    ) -> Future[Answer]:
+        """The computation of this view to wait for: one running, one finished recently
+        enough (``share_for``, or ``reuse_for`` where longer), the one kept for a page's first
+        callback (which the fleet callback, ``claim``, takes), or a new one."""
         problems = []
         namespace = None
         if namespace_text and namespace_text.strip():
@@ -149,30 +188,49 @@ class DashboardService:
             except InvalidFilter as exc:
                 problems.append(f"Namespace filter ignored: {exc}.")
         key = (window or DEFAULT_WINDOW, namespace)
-        now = time.monotonic()
+        now = self._monotonic()
         with self._lock:
             found = self._inflight.get(key)
             if found is not None:
-                fut, started = found
-                share_for = (self._warm_every * 1.5 + 5.0 if key == self._warm_key
-                             else self._share_for)
-                if not fut.done() or now - started < share_for:
+                share_for = max(reuse_for, self._warm_every * 1.5 + 5.0
+                                if key == self._warm_key else self._share_for)
+                age = found.age(now)
+                kept = found.prefetched and claim and (age or 0.0) < PREFETCH_KEPT_S
+                if age is None or age < share_for or kept:
+                    if kept:
+                        found.prefetched = False  # the page's first callback took it
+                    found.prefetched |= prefetch
                     if not problems:
-                        return fut
+                        return found.future
                     # Same data; this request's own filter problem goes on its banner.
-                    return _with_problems(fut, problems)
-            fut = self._pool.submit(self._compute, key, [])
-            self._inflight.pop(key, None)
-            self._inflight[key] = (fut, now)
+                    return _with_problems(found.future, problems)
+            shared = self._submit(key)
+            shared.prefetched = prefetch
             self._trim_inflight()
+        fut = shared.future
         return _with_problems(fut, problems) if problems else fut
+
+    def _submit(self, key: Key) -> _Shared:
+        """Start computing ``key``'s view (called with the lock held)."""
+        shared = _Shared()
+
+        def compute() -> Answer:
+            answer = self._compute(key, [])
+            # Recorded before the future is done, so a finished answer always has its age.
+            shared.finished = self._monotonic()
+            return answer
+
+        shared.future = self._pool.submit(compute)
+        self._inflight.pop(key, None)  # re-inserted last: the dict's order is the age order
+        self._inflight[key] = shared
+        return shared
 
     def _trim_inflight(self) -> None:
         """Forget finished computations, oldest first, beyond :data:`MAX_CACHED_VIEWS`
         (running ones and the kept-warm view stay). Called with the lock held."""
         excess = len(self._inflight) - MAX_CACHED_VIEWS
-        for key in [k for k, (f, _) in self._inflight.items()
-                    if f.done() and k != self._warm_key][:max(0, excess)]:
+        for key in [k for k, shared in self._inflight.items()
+                    if shared.future.done() and k != self._warm_key][:max(0, excess)]:
             del self._inflight[key]
 
     def _compute(self, key: Key, problems: list[str]) -> Answer:
@@ -232,7 +290,7 @@ class DashboardService:
         """The workload view: ``workload`` (``namespace/Kind/name``) or, when none is picked,
         the fleet view's default (the first straggler's workload); with the GPUs to mark as
         stragglers (and their kind), or a problem."""
-        answer = self.fleet(window, namespace_text)
+        answer = self._shared(window, namespace_text, reuse_for=WORKLOAD_REUSES_S).result()
         view = answer.view
         chosen = workload or (view.default_workload if view is not None else None)
         if not chosen:

@@ -1,0 +1,157 @@
+"""DashboardService's sharing of fleet computations: who computes, who waits, who reuses.
+
+The data source counts its calls and the monotonic clock is the test's own, so ages are
+exact and no test sleeps.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeDetail, NodeInfo, PodDetail
+from gpuscope.dashboard.service import PREFETCH_KEPT_S, WORKLOAD_REUSES_S, DashboardService
+from tests.dashboard.conftest import make_series, make_window
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counting:
+    """One node with one idle L4; each fleet() call is counted and takes ``takes`` seconds
+    of the test's clock."""
+
+    description = "counting test source"
+
+    def __init__(self, clock: Clock, takes: float = 0.0) -> None:
+        self.clock = clock
+        self.takes = takes
+        self.calls = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        ref = GpuRef("gpu-node-1", "GPU-1")
+        w = make_window(3600)
+        self.data = FleetData(
+            window=w, history_start=w.start,
+            gpus={ref: GpuInfo("gpu-node-1", "0", "GPU-1", "NVIDIA L4")},
+            nodes={"gpu-node-1": NodeInfo("gpu-node-1", "g6.xlarge")},
+            gpu_busy_max={ref: make_series([0.0] * 61)}, gpu_now={ref: 0.0}, gpu_mean={ref: 0.0},
+        )
+
+    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
+        self.calls += 1
+        assert self.gate.wait(30)
+        self.clock.now += self.takes
+        return self.data
+
+    def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
+        raise NotImplementedError
+
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def make(takes: float = 0.0) -> tuple[DashboardService, Counting, Clock]:
+    clock = Clock()
+    source = Counting(clock, takes)
+    service = DashboardService(source, bundled_prices(), monotonic=clock)
+    return service, source, clock
+
+
+def test_requests_while_computing_share_one_computation() -> None:
+    service, source, _ = make()
+    source.gate.clear()
+    service.prefetch()
+    answers: list[object] = []
+    callers = [threading.Thread(target=lambda: answers.append(service.fleet("1h", None)))
+               for _ in range(3)]
+    for t in callers:
+        t.start()
+    source.gate.set()
+    for t in callers:
+        t.join(30)
+    assert source.calls == 1
+    assert len(answers) == 3 and len({id(a) for a in answers}) == 1
+    service.close()
+
+
+def test_a_result_is_shared_for_two_seconds_after_it_finished_not_after_it_began() -> None:
+    # A 5 s computation: its result is fresh when it finishes, whatever it took.
+    service, source, clock = make(takes=5.0)
+    first = service.fleet("1h", None)
+    clock.now += 1.0
+    assert service.fleet("1h", None) is first and source.calls == 1
+    clock.now += 1.5  # 2.5 s after it finished
+    assert service.fleet("1h", None) is not first and source.calls == 2
+    service.close()
+
+
+def settle(service: DashboardService) -> None:
+    """Wait until every computation started has finished, without taking any."""
+    for shared in list(service._inflight.values()):
+        shared.future.result(30)
+
+
+def test_the_page_requests_view_waits_for_the_pages_first_callback() -> None:
+    service, source, clock = make()
+    service.prefetch()  # the page's HTML is requested
+    settle(service)
+    clock.now += 10.0  # its scripts take 10 s to load
+    first = service.fleet("1h", None)  # the first callback takes the view computed for it
+    assert source.calls == 1
+    # Taken once: later callbacks share a result for two seconds only.
+    clock.now += 10.0
+    assert service.fleet("1h", None) is not first
+    assert source.calls == 2
+    service.close()
+
+
+def test_a_prefetched_view_is_kept_up_to_its_limit_only() -> None:
+    service, source, clock = make()
+    service.prefetch()
+    settle(service)
+    clock.now += PREFETCH_KEPT_S + 1.0
+    service.fleet("1h", None)
+    assert source.calls == 2
+    # A prefetch that finds a fresh view marks it for its page too.
+    service.prefetch()
+    clock.now += PREFETCH_KEPT_S - 1.0
+    service.fleet("1h", None)
+    assert source.calls == 2
+    service.close()
+
+
+def test_the_workload_view_reads_a_recent_fleet_view_instead_of_computing_one() -> None:
+    service, source, clock = make()
+    service.fleet("1h", None)
+    # Its callback chains on the pickers, seconds after the fleet callback's.
+    clock.now += WORKLOAD_REUSES_S - 1.0
+    assert service.workload(None, "1h", None) == (None, {}, None)  # no straggler to show
+    assert source.calls == 1
+    # The fleet callback itself still wants a fresh view past the two seconds.
+    service.fleet("1h", None)
+    assert source.calls == 2
+    clock.now += WORKLOAD_REUSES_S + 1.0
+    service.workload(None, "1h", None)
+    assert source.calls == 3
+    service.close()
+
+
+def test_the_workload_view_leaves_the_pages_view_to_the_fleet_callback() -> None:
+    service, source, clock = make()
+    service.prefetch()
+    settle(service)
+    clock.now += 5.0
+    service.workload(None, "1h", None)
+    clock.now += 5.0
+    service.fleet("1h", None)  # still kept for it: 10 s after it finished
+    assert source.calls == 1
+    service.close()
