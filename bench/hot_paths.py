@@ -1,8 +1,11 @@
-"""Per-call cost of three paths the exporter's sampler thread pays every round, timed in
+"""Per-call cost of four paths the exporter's sampler thread pays every round, timed in
 this process (wall clock, ``time.perf_counter``), median and p90 over ``--rounds`` calls:
 
 - ``simulated``: ``SimulatedSource.sample()`` over ``synthetic(8, 64)`` (8 GPUs, up to 64
   processes each), on a fake clock one second apart;
+- ``processes``: the same over ``synthetic(8, 1250)`` (10,000 processes, every fourth one
+  coming and going), then the 500-series process cap (``keep_processes``): a crowded node's
+  round with ``--process-metrics``;
 - ``cloudwatch``: ``CloudWatchSink.__call__`` (the sampler's listener) for one snapshot of 8
   GPUs with both dimension sets, the client a recording double (sending is the flush
   thread's, not this path's);
@@ -44,19 +47,30 @@ def _timed(call: Callable[[], object], rounds: int) -> dict[str, float]:
             "p90_ms": round(took[int(0.9 * (len(took) - 1))], 3), "calls": rounds}
 
 
-def simulated(rounds: int) -> dict[str, float]:
+def _simulated(rounds: int, per_gpu: int, cap: int | None) -> dict[str, float]:
+    from gpuscope.exporter.cardinality import keep_processes
     from gpuscope.exporter.sources.scenario import synthetic_scenario
     from gpuscope.exporter.sources.simulated import SimulatedSource
 
     now = [0.0]
-    source = SimulatedSource(synthetic_scenario(8, 64), clock=lambda: now[0], start=0.0)
+    source = SimulatedSource(synthetic_scenario(8, per_gpu), clock=lambda: now[0], start=0.0)
 
     def one() -> None:
         now[0] += 1.0
-        source.sample()
+        snap = source.sample()
+        if cap is not None:
+            keep_processes(snap, cap)
 
     one()  # the first round builds the per-device state
     return _timed(one, rounds)
+
+
+def simulated(rounds: int) -> dict[str, float]:
+    return _simulated(rounds, 64, None)
+
+
+def processes(rounds: int) -> dict[str, float]:
+    return _simulated(rounds, 1250, 500)
 
 
 def cloudwatch(rounds: int) -> dict[str, float]:
@@ -102,7 +116,8 @@ def kubelet(rounds: int) -> dict[str, float]:
 
 
 PATHS: dict[str, Callable[[int], dict[str, float]]] = {
-    "simulated": simulated, "cloudwatch": cloudwatch, "kubelet": kubelet,
+    "simulated": simulated, "processes": processes, "cloudwatch": cloudwatch,
+    "kubelet": kubelet,
 }
 
 

@@ -13,7 +13,7 @@ from bench import hot_paths
 def test_every_path_timed_once_per_round(capsys: pytest.CaptureFixture[str]) -> None:
     assert hot_paths.main(["--rounds", "3", "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
-    assert set(results) == {"simulated", "cloudwatch", "kubelet"}
+    assert set(results) == {"simulated", "processes", "cloudwatch", "kubelet"}
     for r in results.values():
         assert r["calls"] == 3
         assert 0 < r["median_ms"] <= r["p90_ms"]

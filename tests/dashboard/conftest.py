@@ -18,7 +18,7 @@ import pytest
 import requests
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
-from gpuscope.dashboard.series import Series, Window
+from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeInfo, Series, Window
 from tests.conftest import REPO, free_port, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -39,6 +39,18 @@ def make_series(values: Sequence[float], *, step: float = 60.0, end: float = T0)
 
 def make_window(seconds: float, *, step: float = 60.0, end: float = T0) -> Window:
     return Window(start=end - seconds, end=end, step=step)
+
+
+def one_idle_gpu_fleet() -> FleetData:
+    """The smallest fleet: one node (g6.xlarge) with one L4, idle over the last hour."""
+    ref = GpuRef("gpu-node-1", "GPU-1")
+    w = make_window(3600)
+    return FleetData(
+        window=w, history_start=w.start,
+        gpus={ref: GpuInfo("gpu-node-1", "0", "GPU-1", "NVIDIA L4")},
+        nodes={"gpu-node-1": NodeInfo("gpu-node-1", "g6.xlarge")},
+        gpu_busy_max={ref: make_series([0.0] * 61)}, gpu_now={ref: 0.0}, gpu_mean={ref: 0.0},
+    )
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,9 @@ from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.app import DashboardServer, create_app
 from gpuscope.dashboard.data import DataError, PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeDetail, NodeInfo, PodDetail
+from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail
 from gpuscope.dashboard.service import DashboardService
-from tests.dashboard.conftest import DashboardProcess, make_series, make_window
+from tests.dashboard.conftest import DashboardProcess, one_idle_gpu_fleet
 
 INJECTION = '"}) or vector(1) or up{x="'
 
@@ -296,14 +296,7 @@ class _Switchable:
 
     def __init__(self) -> None:
         self.fail = False
-        ref = GpuRef("gpu-node-1", "GPU-1")
-        w = make_window(3600)
-        self.data = FleetData(
-            window=w, history_start=w.start,
-            gpus={ref: GpuInfo("gpu-node-1", "0", "GPU-1", "NVIDIA L4")},
-            nodes={"gpu-node-1": NodeInfo("gpu-node-1", "g6.xlarge")},
-            gpu_busy_max={ref: make_series([0.0] * 61)}, gpu_now={ref: 0.0}, gpu_mean={ref: 0.0},
-        )
+        self.data = one_idle_gpu_fleet()
 
     def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
         if self.fail:

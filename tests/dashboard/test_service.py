@@ -7,11 +7,12 @@ exact and no test sleeps.
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeDetail, NodeInfo, PodDetail
+from gpuscope.dashboard.series import FleetData, GpuRef, NodeDetail, PodDetail, WorkloadDetail
 from gpuscope.dashboard.service import PREFETCH_KEPT_S, WORKLOAD_REUSES_S, DashboardService
-from tests.dashboard.conftest import make_series, make_window
+from tests.dashboard.conftest import one_idle_gpu_fleet
 
 
 class Clock:
@@ -23,7 +24,7 @@ class Clock:
 
 
 class Counting:
-    """One node with one idle L4; each fleet() call is counted and takes ``takes`` seconds
+    """The one-idle-GPU fleet; each fleet() call is counted and takes ``takes`` seconds
     of the test's clock."""
 
     description = "counting test source"
@@ -34,14 +35,7 @@ class Counting:
         self.calls = 0
         self.gate = threading.Event()
         self.gate.set()
-        ref = GpuRef("gpu-node-1", "GPU-1")
-        w = make_window(3600)
-        self.data = FleetData(
-            window=w, history_start=w.start,
-            gpus={ref: GpuInfo("gpu-node-1", "0", "GPU-1", "NVIDIA L4")},
-            nodes={"gpu-node-1": NodeInfo("gpu-node-1", "g6.xlarge")},
-            gpu_busy_max={ref: make_series([0.0] * 61)}, gpu_now={ref: 0.0}, gpu_mean={ref: 0.0},
-        )
+        self.data = one_idle_gpu_fleet()
 
     def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
         self.calls += 1
@@ -53,6 +47,10 @@ class Counting:
         raise NotImplementedError
 
     def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+        raise NotImplementedError
+
+    def workload_detail(self, namespace: str, workload: str, window_seconds: float,
+                        first: Collection[GpuRef] = ()) -> WorkloadDetail:
         raise NotImplementedError
 
     def close(self) -> None:

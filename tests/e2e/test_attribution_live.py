@@ -527,6 +527,21 @@ def kubelet_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def callers(monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    """The threads that call the kubelet's List(), recorded from before the exporter starts:
+    a scrape's own thread must never be one of them."""
+    seen: set[int] = set()
+    real_list = PodResourcesClient._list
+
+    def recording_list(self: PodResourcesClient) -> Any:
+        seen.add(threading.get_ident())
+        return real_list(self)
+
+    monkeypatch.setattr(PodResourcesClient, "_list", recording_list)
+    return seen
+
+
+@pytest.fixture
 def bench(tmp_path: Path) -> Iterator[Bench]:
     # A unix socket path holds 107 bytes; pytest's tmp_path can be longer on some hosts.
     sock_dir = tmp_path if len(str(tmp_path)) < 80 else Path(tempfile.mkdtemp(prefix="gpuscope-"))
@@ -834,18 +849,7 @@ def test_kubelet_socket_absent_then_appears(bench: Bench) -> None:
     assert errors >= absent.part("gpu_exporter_collector_errors_total", "kubelet")
 
 
-def test_kubelet_hanging_scrape_stays_fast(
-    bench: Bench, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Which threads call the kubelet: the scrape's own thread must never be one of them.
-    callers: set[int] = set()
-    real_list = PodResourcesClient._list
-
-    def recording_list(self: PodResourcesClient) -> Any:
-        callers.add(threading.get_ident())
-        return real_list(self)
-
-    monkeypatch.setattr(PodResourcesClient, "_list", recording_list)
+def test_kubelet_hanging_scrape_stays_fast(bench: Bench, callers: set[int]) -> None:
     populate(bench)
     bench.start_kubelet()
     bench.start_api()

@@ -18,12 +18,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from google.protobuf.message import DecodeError
 
-from gpuscope.exporter.kubernetes.podresources.client import PodResourcesClient
 from tests.e2e.test_attribution_live import (
     ALLOCATED,
     MEMORY,
@@ -34,6 +32,7 @@ from tests.e2e.test_attribution_live import (
     ratios,
     wait_for,
 )
+from tests.e2e.test_attribution_live import callers as callers  # the threads calling List()
 from tests.e2e.test_attribution_live import (  # autouse fixtures: 0.5 s List() deadline
     kubelet_deadline as kubelet_deadline,
 )
@@ -135,20 +134,6 @@ FAULTS: dict[str, tuple[Callable[[Bench], Callable[[], None]], str]] = {
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-@pytest.fixture
-def callers(monkeypatch: pytest.MonkeyPatch) -> set[int]:
-    """The threads that called the kubelet's List(), recorded from before the exporter starts."""
-    seen: set[int] = set()
-    real_list = PodResourcesClient._list
-
-    def recording_list(self: PodResourcesClient) -> Any:
-        seen.add(threading.get_ident())
-        return real_list(self)
-
-    monkeypatch.setattr(PodResourcesClient, "_list", recording_list)
-    return seen
 
 
 @pytest.fixture
