@@ -69,8 +69,6 @@ def duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
-
-
 def labelled(expr: str, label: str, value: str) -> str:
     """``expr`` with ``label`` set to ``value`` on every series (``label_replace`` from no
     source label): how one query of several parts tells its rows apart. ``value`` escaped."""

@@ -7,7 +7,9 @@ exact and no test sleeps.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator
+
+import pytest
 
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import FleetData, GpuRef, NodeDetail, PodDetail, WorkloadDetail
@@ -57,14 +59,27 @@ class Counting:
         pass
 
 
-def make(takes: float = 0.0) -> tuple[DashboardService, Counting, Clock]:
-    clock = Clock()
-    source = Counting(clock, takes)
-    service = DashboardService(source, bundled_prices(), monotonic=clock)
-    return service, source, clock
+Make = Callable[..., tuple[DashboardService, Counting, Clock]]
 
 
-def test_requests_while_computing_share_one_computation() -> None:
+@pytest.fixture
+def make() -> Iterator[Make]:
+    """Services on the counting source and the test's clock, ``takes`` seconds a view;
+    closed after the test, whether it passed or not."""
+    made: list[DashboardService] = []
+
+    def build(takes: float = 0.0) -> tuple[DashboardService, Counting, Clock]:
+        clock = Clock()
+        source = Counting(clock, takes)
+        made.append(DashboardService(source, bundled_prices(), monotonic=clock))
+        return made[-1], source, clock
+
+    yield build
+    for service in made:
+        service.close()
+
+
+def test_requests_while_computing_share_one_computation(make: Make) -> None:
     service, source, _ = make()
     source.gate.clear()
     service.prefetch()
@@ -78,10 +93,11 @@ def test_requests_while_computing_share_one_computation() -> None:
         t.join(30)
     assert source.calls == 1
     assert len(answers) == 3 and len({id(a) for a in answers}) == 1
-    service.close()
 
 
-def test_a_result_is_shared_for_two_seconds_after_it_finished_not_after_it_began() -> None:
+def test_a_result_is_shared_for_two_seconds_after_it_finished_not_after_it_began(
+    make: Make,
+) -> None:
     # A 5 s computation: its result is fresh when it finishes, whatever it took.
     service, source, clock = make(takes=5.0)
     first = service.fleet("1h", None)
@@ -89,7 +105,6 @@ def test_a_result_is_shared_for_two_seconds_after_it_finished_not_after_it_began
     assert service.fleet("1h", None) is first and source.calls == 1
     clock.now += 1.5  # 2.5 s after it finished
     assert service.fleet("1h", None) is not first and source.calls == 2
-    service.close()
 
 
 def settle(service: DashboardService) -> None:
@@ -98,7 +113,7 @@ def settle(service: DashboardService) -> None:
         shared.future.result(30)
 
 
-def test_the_page_requests_view_waits_for_the_pages_first_callback() -> None:
+def test_the_page_requests_view_waits_for_the_pages_first_callback(make: Make) -> None:
     service, source, clock = make()
     service.prefetch()  # the page's HTML is requested
     settle(service)
@@ -109,10 +124,9 @@ def test_the_page_requests_view_waits_for_the_pages_first_callback() -> None:
     clock.now += 10.0
     assert service.fleet("1h", None) is not first
     assert source.calls == 2
-    service.close()
 
 
-def test_a_prefetched_view_is_kept_up_to_its_limit_only() -> None:
+def test_a_prefetched_view_is_kept_up_to_its_limit_only(make: Make) -> None:
     service, source, clock = make()
     service.prefetch()
     settle(service)
@@ -124,10 +138,9 @@ def test_a_prefetched_view_is_kept_up_to_its_limit_only() -> None:
     clock.now += PREFETCH_KEPT_S - 1.0
     service.fleet("1h", None)
     assert source.calls == 2
-    service.close()
 
 
-def test_the_workload_view_reads_a_recent_fleet_view_instead_of_computing_one() -> None:
+def test_the_workload_view_reads_a_recent_fleet_view_instead_of_computing_one(make: Make) -> None:
     service, source, clock = make()
     service.fleet("1h", None)
     # Its callback chains on the pickers, seconds after the fleet callback's.
@@ -140,10 +153,9 @@ def test_the_workload_view_reads_a_recent_fleet_view_instead_of_computing_one() 
     clock.now += WORKLOAD_REUSES_S + 1.0
     service.workload(None, "1h", None)
     assert source.calls == 3
-    service.close()
 
 
-def test_the_workload_view_leaves_the_pages_view_to_the_fleet_callback() -> None:
+def test_the_workload_view_leaves_the_pages_view_to_the_fleet_callback(make: Make) -> None:
     service, source, clock = make()
     service.prefetch()
     settle(service)
@@ -152,4 +164,3 @@ def test_the_workload_view_leaves_the_pages_view_to_the_fleet_callback() -> None
     clock.now += 5.0
     service.fleet("1h", None)  # still kept for it: 10 s after it finished
     assert source.calls == 1
-    service.close()
