@@ -18,7 +18,7 @@ from gpuscope.dashboard.analysis.idle import (
     idle_nodes,
     idle_slices,
 )
-from gpuscope.dashboard.analysis.spinning import spinning_gpus, spinning_steps
+from gpuscope.dashboard.analysis.spinning import spin_begins, spinning_gpus, spinning_steps
 from gpuscope.dashboard.analysis.starvation import input_starved, timeslice_shares
 from gpuscope.dashboard.analysis.stragglers import Group, Straggler, stragglers
 from gpuscope.dashboard.analysis.throttle import throttled_gpus
@@ -448,6 +448,7 @@ def _build_fleet_view(
     verdicts = idle_gpus(
         data.gpu_busy_max, window, hs, allocated=data.allocated,
         spinning=spin_steps, signal=data.idle_signal,
+        known_from=spin_begins(signals, spin_steps),
         threshold=th.idle_utilization, duration=th.idle_duration,
     )
     nodes_idle = idle_nodes(data.gpus, verdicts, fleet=inventory)

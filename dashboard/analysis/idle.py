@@ -62,6 +62,7 @@ def idle_gpus(
     allocated: Mapping[GpuRef, Series] | None = None,
     spinning: Mapping[GpuRef, Collection[float]] | None = None,
     signal: Mapping[GpuRef, str] | None = None,
+    known_from: Mapping[GpuRef, float] | None = None,
     threshold: float = IDLE_THRESHOLD,
     duration: float = IDLE_DURATION,
 ) -> dict[GpuRef, GpuIdle]:
@@ -69,7 +70,11 @@ def idle_gpus(
 
     ``allocated`` (per step, a value > 0 where a container held the device) splits each idle
     run into allocated-idle and unallocated time; ``spinning`` (per device, the times of its
-    spinning steps) makes those steps idle; ``signal`` names each device's activity signal.
+    spinning steps) makes those steps idle; ``signal`` names each device's activity signal;
+    ``known_from`` (per spinning device, :func:`~.spinning.spin_begins`) is where the
+    spinning rule can first judge it: a busy step before it is unknown and left out, as the
+    spinning verdict leaves it out, so that a device spinning for the required time is idle
+    for it too.
     """
     required = required_seconds(duration, window, history_start)
     history = max(0.0, window.end - history_start)
@@ -84,6 +89,9 @@ def idle_gpus(
             below = ({t for t, v in zip(series.times, series.values, strict=True)
                       if v < threshold} if series is not None else set())
             times = sorted((set(series.times) if series is not None else set()) | set(spins))
+            begins = known_from.get(ref) if known_from is not None else None
+            if begins is not None:
+                times = [t for t in times if t >= begins or t in below]
             flags = [t in below or t in spins for t in times]
         else:
             # No spinning step (most devices): the series' own times (increasing) and

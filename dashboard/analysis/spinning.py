@@ -16,7 +16,7 @@ A missing value fails the step, so a device that lacks a signal is never called 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
@@ -141,6 +141,22 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
     return out
 
 
+def spin_begins(signals: WorkSignals, devices: Collection[GpuRef]) -> dict[GpuRef, float]:
+    """Where each of ``devices`` can first be judged by the spinning rule: the first step at
+    which every signal its rule reads has a value (SM, tensor and DRAM activity with GPM, else
+    power). Before it, a busy step is *unknown*, neither spinning nor working: GPM's rates
+    start a sampling round or two after utilization's. Both the spinning verdict and the idle
+    verdict start the device's steps there, so that they rest on one history."""
+    out: dict[GpuRef, float] = {}
+    for ref in devices:
+        needed = ((signals.sm, signals.tensor, signals.dram) if ref in signals.gpm
+                  else (signals.power,))
+        firsts = [s.times[0] for m in needed if (s := m.get(ref)) is not None and s.times]
+        if len(firsts) == len(needed):
+            out[ref] = max(firsts)
+    return out
+
+
 def _mean(at: Mapping[float, float], times: list[float]) -> float | None:
     values = [at[t] for t in times if t in at]
     return sum(values) / len(values) if values else None
@@ -210,8 +226,7 @@ def spinning_gpus(
             # Before the rule's other signals have their first value nothing is known (a
             # series' start, not a step that failed the rule): the device's steps begin
             # there.
-            needed = ("sm", "tensor", "dram") if gpm else ("power",)
-            begins = max((min(at[n]) for n in needed if at[n]), default=None)
+            begins = spin_begins(signals, (ref,)).get(ref)
             times = [t for t in util.times if begins is None or t >= begins]
         if not is_fresh(times, window):
             continue
