@@ -13,7 +13,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from gpuscope.dashboard import fmt
-from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.data import (
     DataError,
     DataSource,
@@ -23,6 +22,7 @@ from gpuscope.dashboard.data import (
 )
 from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail, gc_paused
+from gpuscope.dashboard.verdicts import Thresholds
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
 log = logging.getLogger(__name__)

@@ -9,20 +9,6 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuscope.dashboard.analysis import Thresholds
-from gpuscope.dashboard.analysis.allocated import allocated_idle
-from gpuscope.dashboard.analysis.idle import (
-    fleet_of,
-    gpu_states,
-    idle_gpus,
-    idle_nodes,
-    idle_slices,
-)
-from gpuscope.dashboard.analysis.spinning import spin_begins, spinning_gpus, spinning_steps
-from gpuscope.dashboard.analysis.starvation import input_starved, timeslice_shares
-from gpuscope.dashboard.analysis.stragglers import Group, Straggler, stragglers
-from gpuscope.dashboard.analysis.throttle import throttled_gpus
-from gpuscope.dashboard.analysis.waste import waste
 from gpuscope.dashboard.prices import NodePrice, PriceTable
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
@@ -35,6 +21,20 @@ from gpuscope.dashboard.series import (
     index_key,
     summary_mean,
 )
+from gpuscope.dashboard.verdicts import Thresholds
+from gpuscope.dashboard.verdicts.allocated import allocated_idle
+from gpuscope.dashboard.verdicts.idle import (
+    fleet_of,
+    gpu_states,
+    idle_gpus,
+    idle_nodes,
+    idle_slices,
+)
+from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
+from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
+from gpuscope.dashboard.verdicts.stragglers import Group, Straggler, stragglers
+from gpuscope.dashboard.verdicts.throttle import throttled_gpus
+from gpuscope.dashboard.verdicts.waste import waste
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,6 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.dashboard.analysis.allocated import held_usage
-from gpuscope.dashboard.analysis.stragglers import STRAGGLER_DURATION
 from gpuscope.dashboard.data.source import (
     INFO_LOOKBACK,
     InvalidFilter,
@@ -57,6 +55,8 @@ from gpuscope.dashboard.series import (
     WorkSignals,
     pick_devices,
 )
+from gpuscope.dashboard.verdicts.allocated import held_usage
+from gpuscope.dashboard.verdicts.stragglers import STRAGGLER_DURATION
 
 log = logging.getLogger(__name__)
 

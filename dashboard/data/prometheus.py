@@ -20,8 +20,6 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from gpuscope.dashboard.analysis import Thresholds
-from gpuscope.dashboard.analysis.stragglers import GroupKey, group_of
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
 from gpuscope.dashboard.data.promql import (
     any_of,
@@ -61,6 +59,8 @@ from gpuscope.dashboard.series import (
     pick_devices,
     summary_mean,
 )
+from gpuscope.dashboard.verdicts import Thresholds
+from gpuscope.dashboard.verdicts.stragglers import GroupKey, group_of
 
 # -- Prometheus ------------------------------------------------------------------------------
 

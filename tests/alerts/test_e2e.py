@@ -314,9 +314,9 @@ def test_dashboard_verdicts_agree_with_the_alerts(stack: Stack) -> None:
     thresholds and the same (shortened) durations: idle nodes and GpuNodeUnderutilized,
     spinning GPUs and GpuSpinning, throttled GPUs and GpuThrottled, allocated-idle
     containers and GpuAllocatedButIdle."""
-    from gpuscope.dashboard.analysis import Thresholds
     from gpuscope.dashboard.data import PrometheusData
     from gpuscope.dashboard.prices import bundled_prices
+    from gpuscope.dashboard.verdicts import Thresholds
     from gpuscope.dashboard.views import build_fleet_view
 
     wait_for(lambda: stack.firing_alerts() == EXPECTED_FIRING, 60,

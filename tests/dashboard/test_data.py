@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from gpuscope.dashboard.analysis.stragglers import stragglers
 from gpuscope.dashboard.data import (
     DataError,
     EmbeddedData,
@@ -42,6 +41,7 @@ from gpuscope.dashboard.series import (
     Window,
     WorkSignals,
 )
+from gpuscope.dashboard.verdicts.stragglers import stragglers
 from tests.dashboard.conftest import make_series
 from tests.dashboard.conftest import make_window as hand_window
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscope.dashboard.analysis.idle import idle_gpus, idle_nodes
-from gpuscope.dashboard.analysis.waste import waste
 from gpuscope.dashboard.series import GpuInfo, GpuRef
+from gpuscope.dashboard.verdicts.idle import idle_gpus, idle_nodes
+from gpuscope.dashboard.verdicts.waste import waste
 from tests.dashboard.conftest import T0, make_series, make_window
 
 A = GpuRef("node-a", "GPU-a0")
@@ -162,7 +162,7 @@ def test_unknown_price_is_unknown_never_zero() -> None:
 
 
 def test_first_point_trailing_the_fleet_by_a_scrape_offset_still_covers_history() -> None:
-    from gpuscope.dashboard.analysis.common import trailing_run
+    from gpuscope.dashboard.verdicts.common import trailing_run
 
     # The fleet's history starts at 100; this device's first sample came 1.5 steps later
     # (targets are scraped at different offsets): its idle run covers all the history.

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from gpuscope.dashboard.analysis.starvation import input_starved, series_stats, timeslice_shares
-from gpuscope.dashboard.analysis.stragglers import stragglers
 from gpuscope.dashboard.series import ContainerRef, GpuRef, PodInfo, UtilStats
+from gpuscope.dashboard.verdicts.starvation import input_starved, series_stats, timeslice_shares
+from gpuscope.dashboard.verdicts.stragglers import stragglers
 from tests.dashboard.conftest import T0, make_series, make_window
 
 GPU = GpuRef("node-a", "GPU-0")

@@ -7,13 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscope.dashboard.analysis.allocated import allocated_idle, held_usage
-from gpuscope.dashboard.analysis.idle import idle_gpus, idle_nodes, idle_slices
-from gpuscope.dashboard.analysis.mig import compute_slices, slice_shares
-from gpuscope.dashboard.analysis.spinning import spinning_gpus, spinning_steps
-from gpuscope.dashboard.analysis.stragglers import stragglers
-from gpuscope.dashboard.analysis.throttle import throttled_gpus
-from gpuscope.dashboard.analysis.waste import waste
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
@@ -22,6 +15,13 @@ from gpuscope.dashboard.series import (
     Series,
     WorkSignals,
 )
+from gpuscope.dashboard.verdicts.allocated import allocated_idle, held_usage
+from gpuscope.dashboard.verdicts.idle import idle_gpus, idle_nodes, idle_slices
+from gpuscope.dashboard.verdicts.mig import compute_slices, slice_shares
+from gpuscope.dashboard.verdicts.spinning import spinning_gpus, spinning_steps
+from gpuscope.dashboard.verdicts.stragglers import stragglers
+from gpuscope.dashboard.verdicts.throttle import throttled_gpus
+from gpuscope.dashboard.verdicts.waste import waste
 from tests.dashboard.conftest import T0, make_series, make_window
 
 HOUR = 3600.0

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import requests
 
-from gpuscope.dashboard.analysis import Thresholds
 from gpuscope.dashboard.data import EmbeddedData, PrometheusData, Target
 from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.verdicts import Thresholds
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 from tests.conftest import ExporterProcess, free_port, wait_for
 

@@ -50,7 +50,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuscope.dashboard import callbacks, ids
-from gpuscope.dashboard.analysis.throttle import THROTTLE_REASONS
 from gpuscope.dashboard.data import (
     InvalidFilter,
     PrometheusData,
@@ -65,6 +64,7 @@ from gpuscope.dashboard.data.prometheus import FollowUp
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.service import WINDOWS, DashboardService
+from gpuscope.dashboard.verdicts.throttle import THROTTLE_REASONS
 from tests.fuzz._profile import fuzz
 
 INJECTIONS = st.sampled_from([

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpuscope.dashboard.analysis.common import Run, trailing_run
+from gpuscope.dashboard.verdicts.common import Run, trailing_run
 from tests.fuzz._profile import fuzz
 
 

@@ -10,9 +10,9 @@ from unittest import mock
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpuscope.dashboard.analysis import spinning
-from gpuscope.dashboard.analysis.spinning import SpinRule, spinning_gpus, spinning_steps
 from gpuscope.dashboard.series import GpuRef, Series, WorkSignals
+from gpuscope.dashboard.verdicts import spinning
+from gpuscope.dashboard.verdicts.spinning import SpinRule, spinning_gpus, spinning_steps
 from tests.dashboard.conftest import T0, make_window
 from tests.fuzz._profile import fuzz
 
