@@ -112,6 +112,27 @@ _SPECS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)",
     ),
     MetricSpec(
+        "gpu_remapped_rows", "gauge",
+        "Memory rows the GPU has remapped to spare rows, by the kind of error that retired "
+        "them (cause: correctable, uncorrectable); a count the GPU keeps in its InfoROM for "
+        "its whole life, not since the exporter started. Ampere and newer.", "rows",
+        ("gpu", "uuid", "cause"),
+        "nvmlDeviceGetRemappedRows: corrRows (cause=correctable), uncRows "
+        "(cause=uncorrectable)",
+    ),
+    MetricSpec(
+        "gpu_row_remap_pending", "gauge",
+        "1 when a row remap waits for a GPU reset (the row is not remapped until then), "
+        "else 0. Ampere and newer.", "1", DEVICE_LABELS,
+        "nvmlDeviceGetRemappedRows: isPending",
+    ),
+    MetricSpec(
+        "gpu_row_remap_failed", "gauge",
+        "1 when a row remap failed (no spare row was left: the GPU should be replaced), "
+        "else 0. Ampere and newer.", "1", DEVICE_LABELS,
+        "nvmlDeviceGetRemappedRows: failureOccurred",
+    ),
+    MetricSpec(
         "gpu_busy_seconds_total", "counter",
         "Seconds in which a kernel ran on the GPU, integrated from the driver's utilization "
         "samples; rate() is the exact mean utilization over any window.", "seconds",

@@ -69,6 +69,20 @@ class ThrottleTime:
 
 
 @dataclass(frozen=True, slots=True)
+class RowRemapping:
+    """A GPU's row remapper (``nvmlDeviceGetRemappedRows``, Ampere and newer): the memory rows
+    it has remapped to spare rows because of correctable and of uncorrectable errors, counts
+    the GPU keeps in its InfoROM (for its whole life, not since the exporter or the driver
+    started), whether a remap waits for a GPU reset (``pending``), and whether a remap failed
+    (``failed``: no spare row was left; the GPU should be replaced)."""
+
+    correctable_rows: int
+    uncorrectable_rows: int
+    pending: bool
+    failed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceSample:
     """One GPU, or one MIG slice (a device of its own), as seen in one sampling round.
 
@@ -90,6 +104,9 @@ class DeviceSample:
     interval. A MIG slice carries its GPU instance's GPM values; throttling is board-level
     (the parent GPU only). ``None`` (or no ``throttle_seconds``) where the device or driver
     does not give them.
+
+    ``row_remapping`` is board-level too (the parent GPU only, never a MIG slice), ``None``
+    where the GPU has no row remapper (before Ampere, ECC off).
     """
 
     index: str
@@ -113,6 +130,7 @@ class DeviceSample:
     fan_speed_ratio: float | None = None
     ecc_corrected_errors: int | None = None
     ecc_uncorrected_errors: int | None = None
+    row_remapping: RowRemapping | None = None
     busy_seconds: float | None = None
     sm_active_seconds: float | None = None
     tensor_active_seconds: float | None = None
@@ -162,6 +180,7 @@ MEASUREMENTS: tuple[str, ...] = (
     "fan_speed_ratio",
     "ecc_corrected_errors",
     "ecc_uncorrected_errors",
+    "row_remapping",
     *WORK_SIGNALS,
 )
 

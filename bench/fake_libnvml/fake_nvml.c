@@ -27,11 +27,23 @@
  * GPM sample buffers are malloc'd; a metrics request checks them as the driver does (two
  * filled buffers of one GPU, the older first).
  *
+ * Row remapping (nvmlDeviceGetRemappedRows), as the Python double's default FakeGpu: every
+ * GPU has a row remapper with no row remapped, no remap pending and none failed, unless
+ * FAKE_NVML_REMAPPED_ROWS says otherwise for it.
+ *
  * Configuration, read by nvmlInit* when the library goes from uninitialised to initialised:
  *   FAKE_NVML_GPUS                 GPUs (default 8, at most 64)
  *   FAKE_NVML_PROCESSES_PER_GPU    compute processes per GPU (default 64)
  *   FAKE_NVML_HISTORY_SECONDS      seconds of per-process samples kept (default 4)
  *   FAKE_NVML_GPM                  1: GPM supported (default), 0: not
+ *   FAKE_NVML_REMAPPED_ROWS        per-GPU row remappers, entries separated by ';':
+ *                                  "GPU:CORR,UNC,PENDING,FAILED" (rows remapped for
+ *                                  correctable and uncorrectable errors, then 0 or 1 for a
+ *                                  remap pending and a remap failed), or "GPU:unsupported"
+ *                                  (NOT_SUPPORTED, as before Ampere), e.g.
+ *                                  "1:0,2,1,0;3:unsupported"; a GPU not named has no row
+ *                                  remapped, none pending, none failed. A malformed entry
+ *                                  is reported on stderr and left out.
  *
  * Return codes follow the Python double where the two could differ (nvmlShutdown when not
  * initialised answers SUCCESS; a size query of the process utilization answers
@@ -203,6 +215,8 @@ struct fake_device {
     unsigned int index;
     char uuid[64];
     char pci_bus_id[32];
+    int remap_supported; /* nvmlDeviceGetRemappedRows answers (else NOT_SUPPORTED) */
+    unsigned int remap_correctable, remap_uncorrectable, remap_pending, remap_failed;
 };
 typedef struct fake_device *nvmlDevice_t;
 
@@ -274,6 +288,59 @@ static unsigned int env_uint(const char *name, unsigned int fallback, unsigned i
     return (unsigned int)value;
 }
 
+/* One FAKE_NVML_REMAPPED_ROWS entry: "GPU:CORR,UNC,PENDING,FAILED" or "GPU:unsupported". */
+static void set_remapped_rows(const char *entry) {
+    unsigned int gpu = 0, corr = 0, unc = 0, pending = 0, failed = 0;
+    int used = -1;
+    size_t length = strlen(entry);
+    if (strchr(entry, '-') == NULL && strchr(entry, ' ') == NULL) {
+        if (sscanf(entry, "%u:%u,%u,%u,%u%n", &gpu, &corr, &unc, &pending, &failed, &used) == 5
+            && used >= 0 && (size_t)used == length && gpu < MAX_GPUS && pending <= 1
+            && failed <= 1) {
+            struct fake_device *d = &g_devices[gpu];
+            d->remap_supported = 1;
+            d->remap_correctable = corr;
+            d->remap_uncorrectable = unc;
+            d->remap_pending = pending;
+            d->remap_failed = failed;
+            return;
+        }
+        used = -1;
+        if (sscanf(entry, "%u:unsupported%n", &gpu, &used) == 1 && used >= 0 &&
+            (size_t)used == length && gpu < MAX_GPUS) {
+            g_devices[gpu].remap_supported = 0;
+            return;
+        }
+    }
+    fprintf(stderr,
+            "fake libnvidia-ml: FAKE_NVML_REMAPPED_ROWS entry '%s' is not "
+            "GPU:CORR,UNC,PENDING,FAILED (PENDING and FAILED 0 or 1, GPU below %d) or "
+            "GPU:unsupported; left out\n",
+            entry, MAX_GPUS);
+}
+
+/* FAKE_NVML_REMAPPED_ROWS: entries separated by ';' (empty ones skipped). */
+static void set_remapped_rows_from_env(void) {
+    const char *text = getenv("FAKE_NVML_REMAPPED_ROWS");
+    if (text == NULL)
+        return;
+    while (*text != '\0') {
+        size_t n = strcspn(text, ";");
+        char entry[64];
+        if (n >= sizeof entry) {
+            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_REMAPPED_ROWS entry '%.*s...' is too "
+                            "long; left out\n", 20, text);
+        } else if (n > 0) {
+            memcpy(entry, text, n);
+            entry[n] = '\0';
+            set_remapped_rows(entry);
+        }
+        text += n;
+        if (*text == ';')
+            text++;
+    }
+}
+
 /* Build the node from the environment (under g_lock, while uninitialised). */
 static void build_node(void) {
     g_gpus = env_uint("FAKE_NVML_GPUS", 8, MAX_GPUS);
@@ -289,7 +356,11 @@ static void build_node(void) {
         /* str(uuid.UUID(int=0xA1000000 + g)) */
         snprintf(d->uuid, sizeof d->uuid, "GPU-00000000-0000-0000-0000-%012x", 0xA1000000U + g);
         snprintf(d->pci_bus_id, sizeof d->pci_bus_id, "00000000:%02X:00.0", 0x10U + g);
+        d->remap_supported = 1;
+        d->remap_correctable = d->remap_uncorrectable = 0;
+        d->remap_pending = d->remap_failed = 0;
     }
+    set_remapped_rows_from_env();
 }
 
 static int initialised(void) {
@@ -538,6 +609,22 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_t
         error_type != NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
         return NVML_ERROR_INVALID_ARGUMENT;
     WRITE(count, 0ULL);
+}
+
+/* Row remapper: FAKE_NVML_REMAPPED_ROWS, else no row remapped, none pending, none failed. */
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                               unsigned int *uncRows, unsigned int *isPending,
+                                               unsigned int *failureOccurred) {
+    DEVICE_ENTRY(device, dev);
+    if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!dev->remap_supported)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *corrRows = dev->remap_correctable;
+    *uncRows = dev->remap_uncorrectable;
+    *isPending = dev->remap_pending;
+    *failureOccurred = dev->remap_failed;
+    return NVML_SUCCESS;
 }
 
 /* ----------------------------------------------------------------------------------------- */

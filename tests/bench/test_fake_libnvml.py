@@ -20,9 +20,9 @@ import pytest
 
 from bench.nvml_c_exporter import HISTORY_SECONDS, BuildError, build_library, load_library
 from bench.nvml_fake_exporter import BUFFER_TICKS, build_node, tick
-from gpuscope.exporter.model import DeviceSample, Snapshot
+from gpuscope.exporter.model import DeviceSample, RowRemapping, Snapshot
 from gpuscope.exporter.sources.nvml import NvmlSource
-from tests.exporter.sources.fake_nvml import restored_pynvml
+from tests.exporter.sources.fake_nvml import FakeRemappedRows, restored_pynvml
 
 GPUS = 2
 PROCESSES_PER_GPU = 3
@@ -107,6 +107,7 @@ def test_snapshot_matches_python_double(lib: ctypes.CDLL) -> None:
         assert c_dev.utilization_ratio == 0.5
         assert c_dev.power_watts == 250.0
         assert c_dev.temperature_celsius == 45.0
+        assert c_dev.row_remapping == RowRemapping(0, 0, pending=False, failed=False)
         # Work signals: throttle counters from the field values, equal in both; busy time
         # from the first samples; GPM needs a second round.
         assert {t.reason: t.seconds for t in c_dev.throttle_seconds} == {
@@ -152,6 +153,48 @@ def test_gpm_matches_the_python_double(lib: ctypes.CDLL) -> None:
             assert dev.pcie_receive_bytes == pytest.approx(sm / 0.4 * 100 * 2**20)
             assert dev.nvlink_transmit_bytes == pytest.approx(sm / 0.4 * 2000 * 2**20)
             assert dev.sm_occupancy_ratio == 0.3
+
+
+def test_row_remapper_set_through_the_environment_as_on_the_python_double(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GPU 0: 3 rows remapped for correctable errors, 2 for uncorrectable, a remap pending;
+    # GPU 1: no row remapper (NOT_SUPPORTED, as before Ampere).
+    monkeypatch.setenv("FAKE_NVML_REMAPPED_ROWS", "0:3,2,1,0;1:unsupported")
+    c_snapshot = sample_once(lib)
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    fake.gpus[0].remapped_rows = FakeRemappedRows(3, 2, pending=True)
+    fake.gpus[1].remapped_rows = None
+    with restored_pynvml():
+        py_snapshot = sample_once(fake)
+    for c_dev, py_dev in zip(c_snapshot.devices, py_snapshot.devices, strict=True):
+        assert c_dev.up and c_dev.row_remapping == py_dev.row_remapping
+    assert [d.row_remapping for d in c_snapshot.devices] == [
+        RowRemapping(3, 2, pending=True, failed=False), None,
+    ]
+
+    # A failed remap; the environment is read when the library is initialised.
+    monkeypatch.setenv("FAKE_NVML_REMAPPED_ROWS", "1:0,512,0,1")
+    assert [d.row_remapping for d in sample_once(lib).devices] == [
+        RowRemapping(0, 0, pending=False, failed=False),
+        RowRemapping(0, 512, pending=False, failed=True),
+    ]
+
+
+def test_malformed_remapped_rows_entries_are_reported_and_left_out(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(
+        "FAKE_NVML_REMAPPED_ROWS", "0:1,2;;1:0,1,2,0;1:-1,0,0,0;64:unsupported;0:1,1,0,1"
+    )
+    assert [d.row_remapping for d in sample_once(lib).devices] == [
+        RowRemapping(1, 1, pending=False, failed=True),  # the one good entry
+        RowRemapping(0, 0, pending=False, failed=False),
+    ]
+    errors = capfd.readouterr().err.splitlines()
+    assert [line.split("'")[1] for line in errors if "FAKE_NVML_REMAPPED_ROWS" in line] == [
+        "0:1,2", "1:0,1,2,0", "1:-1,0,0,0", "64:unsupported",
+    ]
 
 
 def test_uninitialised_library_answers_uninitialized(lib: ctypes.CDLL) -> None:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from gpuscope.exporter.model import DeviceSample, PartResult, ProcessSample, Snapshot, XidCount
+from gpuscope.exporter.model import (
+    DeviceSample,
+    PartResult,
+    ProcessSample,
+    RowRemapping,
+    Snapshot,
+    XidCount,
+)
 
 GIB = 1024**3
 
@@ -28,6 +35,9 @@ def fixed_snapshot() -> Snapshot:
         fan_speed_ratio=None,  # SXM boards have no fan: NOT_SUPPORTED
         ecc_corrected_errors=3,
         ecc_uncorrected_errors=0,
+        row_remapping=RowRemapping(
+            correctable_rows=2, uncorrectable_rows=1, pending=True, failed=False
+        ),
         xid_errors=(XidCount(xid=13, count=2), XidCount(xid=79, count=1)),
         processes=(
             ProcessSample(pid=4242, kinds=("compute",), memory_used_bytes=20 * GIB,
@@ -54,6 +64,9 @@ def fixed_snapshot() -> Snapshot:
         temperature_celsius=40.0,
         power_watts=90.0,
         power_limit_watts=400.0,
+        row_remapping=RowRemapping(
+            correctable_rows=0, uncorrectable_rows=0, pending=False, failed=False
+        ),
     )
     mig_slice = DeviceSample(
         index="2/7",

@@ -223,6 +223,14 @@ def ecc_errors(handle: object, error_type: int) -> int:
     return int(pynvml.nvmlDeviceGetTotalEccErrors(handle, error_type, pynvml.NVML_VOLATILE_ECC))
 
 
+def remapped_rows(handle: object) -> tuple[int, int, bool, bool]:
+    """nvmlDeviceGetRemappedRows: (rows remapped for correctable errors, rows remapped for
+    uncorrectable errors, a remap pending until the GPU is reset, a remap failed); the
+    counts are kept by the GPU (InfoROM) for its whole life."""
+    corr, unc, pending, failed = pynvml.nvmlDeviceGetRemappedRows(handle)
+    return int(corr), int(unc), bool(pending), bool(failed)
+
+
 class _ProcessInfo(ctypes.Structure):
     """``nvmlProcessInfo_t`` of nvml.h, the element of the ``_v3`` and ``_v2`` process lists
     (the two versions share this layout; pynvml's own class for it is named differently

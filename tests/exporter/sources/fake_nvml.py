@@ -24,6 +24,12 @@ millijoules, MHz, microseconds, nanoseconds (throttle time), MiB/s. A measuremen
 entry point return any code on one device; ``fake.errors[entry_point] = code`` does it on all
 of them.
 
+GPU health: ``gpu.lost = True`` makes every call on the GPU (and its MIG slices) answer
+GPU_IS_LOST; ``fake.inject_xid(gpu, 79)`` queues an XID event; ``ecc_uncorrected`` is the
+volatile uncorrected ECC count; ``remapped_rows`` (a :class:`FakeRemappedRows`: rows
+remapped for correctable and uncorrectable errors, ``pending``, ``failed``) is what
+``nvmlDeviceGetRemappedRows`` answers, ``None`` for NOT_SUPPORTED (before Ampere).
+
 Work signals: the driver's GPU-utilization samples (``add_busy_sample``, read by
 ``nvmlDeviceGetSamples``), the perf-policy violation counters (``violation_ns``, read as field
 values 74-81 or with ``nvmlDeviceGetViolationStatus``) and the clocks-event-reason durations
@@ -130,6 +136,18 @@ class FakeProcess:
 
 
 @dataclass(eq=False)
+class FakeRemappedRows:
+    """A GPU's row remapper, as ``nvmlDeviceGetRemappedRows`` answers it: rows remapped for
+    correctable and for uncorrectable errors, a remap waiting for a GPU reset (``pending``),
+    a remap that failed (``failed``)."""
+
+    correctable: int = 0
+    uncorrectable: int = 0
+    pending: bool = False
+    failed: bool = False
+
+
+@dataclass(eq=False)
 class _FakeDevice:
     """What a GPU and a MIG slice have in common: identity, memory, processes and the
     per-process utilization buffer NVML keeps (``(timeStamp µs, pid, smUtil, memUtil)``,
@@ -206,6 +224,8 @@ class FakeGpu(_FakeDevice):
     fan_percent: int | None = 30
     ecc_corrected: int | None = 0
     ecc_uncorrected: int | None = 0
+    # nvmlDeviceGetRemappedRows; None answers NOT_SUPPORTED (before Ampere, ECC off).
+    remapped_rows: FakeRemappedRows | None = field(default_factory=FakeRemappedRows)
     lost: bool = False
     # None: the GPU cannot do MIG (nvmlDeviceGetMigMode answers NOT_SUPPORTED).
     mig_enabled: bool | None = None
@@ -473,6 +493,20 @@ def nvmlDeviceGetTotalEccErrors(
         _write(out, gpu.ecc_uncorrected)
     else:
         raise _Return(INVALID_ARGUMENT)
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetRemappedRows(
+    lib: FakeNvml, dev: _FakeDevice, corr: Any, unc: Any, pending: Any, failure: Any
+) -> int | None:
+    rows = _gpu_only(dev).remapped_rows
+    if rows is None:
+        raise _Return(NOT_SUPPORTED)
+    corr._obj.value = rows.correctable
+    unc._obj.value = rows.uncorrectable
+    pending._obj.value = int(rows.pending)
+    failure._obj.value = int(rows.failed)
     return None
 
 

@@ -21,6 +21,7 @@ from gpuscope.exporter.model import (
     THROTTLE_REASONS,
     DeviceSample,
     ProcessSample,
+    RowRemapping,
     Snapshot,
     ThrottleTime,
     XidCount,
@@ -32,6 +33,7 @@ from tests.exporter.sources.fake_nvml import (
     NO_PERMISSION,
     UNKNOWN,
     FakeNvml,
+    FakeRemappedRows,
     restored_pynvml,
 )
 
@@ -126,6 +128,7 @@ def test_every_device_metric_in_base_units(fake: FakeNvml, make_source: SourceFa
     gpu.sm_clock_mhz, gpu.mem_clock_mhz = 1410, 1593
     gpu.fan_percent = 42
     gpu.ecc_corrected, gpu.ecc_uncorrected = 7, 1
+    gpu.remapped_rows = FakeRemappedRows(correctable=4, uncorrectable=1, pending=True)
     gpu.architecture = pynvml.NVML_DEVICE_ARCH_HOPPER
     gpu.name = "NVIDIA H100 80GB HBM3"
     gpu.violation_ns[pynvml.NVML_PERF_POLICY_THERMAL] = 2_500_000_000
@@ -158,6 +161,9 @@ def test_every_device_metric_in_base_units(fake: FakeNvml, make_source: SourceFa
         fan_speed_ratio=0.42,
         ecc_corrected_errors=7,
         ecc_uncorrected_errors=1,
+        row_remapping=RowRemapping(
+            correctable_rows=4, uncorrectable_rows=1, pending=True, failed=False
+        ),
         # The driver keeps utilization samples (none yet) and perf-policy counters (ns since
         # it loaded); this GPU has no GPM (the fake's default).
         busy_seconds=0.0,
@@ -202,6 +208,7 @@ def test_not_supported_values_are_none_and_the_device_stays_up(
     gpu.fan_percent = None  # passively cooled board
     gpu.architecture = None
     gpu.not_supported("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetUtilizationRates")
+    gpu.remapped_rows = None  # no row remapper (before Ampere)
     gpu.errors["nvmlDeviceGetEnforcedPowerLimit"] = NO_PERMISSION
 
     snap = make_source(library_loader=lambda: fake).sample()
@@ -212,6 +219,7 @@ def test_not_supported_values_are_none_and_the_device_stays_up(
     assert dev.architecture is None
     assert dev.energy_joules is None
     assert dev.ecc_corrected_errors is None and dev.ecc_uncorrected_errors is None
+    assert dev.row_remapping is None
     assert dev.utilization_ratio is None and dev.memory_utilization_ratio is None
     assert dev.power_limit_watts is None
     # Everything else is still there.
@@ -573,6 +581,7 @@ def test_mig_slices_are_devices_with_memory_and_processes(
     assert gpu.utilization_ratio is None and gpu.memory_utilization_ratio is None
     assert gpu.memory_used_bytes == 32 * GIB and gpu.memory_total_bytes == 80 * GIB
     assert gpu.power_watts == 250.0  # board-level readings stay on the parent
+    assert gpu.row_remapping == RowRemapping(0, 0, pending=False, failed=False)
     assert gpu.processes == ()  # reported once, on the slices
 
     one = by_uuid(snap, small.uuid)
@@ -583,6 +592,7 @@ def test_mig_slices_are_devices_with_memory_and_processes(
     assert one.is_mig and one.up
     assert one.memory_used_bytes == 2 * GIB and one.memory_total_bytes == 10 * GIB
     assert one.utilization_ratio is None and one.power_watts is None
+    assert one.row_remapping is None
     assert one.pci_bus_id == parent.pci_bus_id
     assert one.processes == (ProcessSample(500, ("compute",), 2 * GIB, None),)
 

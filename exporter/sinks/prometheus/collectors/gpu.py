@@ -40,8 +40,9 @@ _DEVICE_VALUES: tuple[tuple[str, str], ...] = (
 
 
 class GpuCollector(Collector):
-    """Renders ``gpu_info``, ``gpu_up``, the device values, throttle and XID counters and
-    (opt-in) per-process series from ``latest()``; before the first sample it yields nothing.
+    """Renders ``gpu_info``, ``gpu_up``, the device values, row remapping, throttle and XID
+    counters and (opt-in) per-process series from ``latest()``; before the first sample it
+    yields nothing.
 
     ``process_cap`` (``--max-process-series``) picks which processes get series when a
     round has more than the cap; without one every process does."""
@@ -61,6 +62,9 @@ class GpuCollector(Collector):
         info = new_family("gpu_info")
         up = new_family("gpu_up")
         values = {name: new_family(name) for name, _ in _DEVICE_VALUES}
+        remapped = new_family("gpu_remapped_rows")
+        remap_pending = new_family("gpu_row_remap_pending")
+        remap_failed = new_family("gpu_row_remap_failed")
         throttle = new_family("gpu_throttle_seconds_total")
         xid = new_family("gpu_xid_errors_total")
         proc_util = new_family("gpu_process_utilization_ratio")
@@ -81,6 +85,12 @@ class GpuCollector(Collector):
                 value = getattr(dev, attr)
                 if value is not None:
                     values[name].add_metric(ids, float(value))
+            remap = dev.row_remapping
+            if remap is not None:  # None: no row remapper (pre-Ampere, a MIG slice), or down
+                remapped.add_metric([*ids, "correctable"], float(remap.correctable_rows))
+                remapped.add_metric([*ids, "uncorrectable"], float(remap.uncorrectable_rows))
+                remap_pending.add_metric(ids, 1.0 if remap.pending else 0.0)
+                remap_failed.add_metric(ids, 1.0 if remap.failed else 0.0)
             for t in dev.throttle_seconds:
                 throttle.add_metric([*ids, t.reason], t.seconds)
             for x in dev.xid_errors:
@@ -90,6 +100,9 @@ class GpuCollector(Collector):
         yield info
         yield up
         yield from values.values()
+        yield remapped
+        yield remap_pending
+        yield remap_failed
         yield throttle
         yield xid
         if self._process_metrics:
