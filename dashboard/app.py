@@ -14,7 +14,7 @@ from dash.development.base_component import Component
 from flask import has_request_context, request
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from gpuscope.dashboard import components
+from gpuscope.dashboard import links
 from gpuscope.dashboard.callbacks import register_callbacks
 from gpuscope.dashboard.layout import layout
 from gpuscope.dashboard.service import DashboardService
@@ -33,7 +33,7 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
         # view's state, pasted or clicked) is the request's referrer: the controls start in
         # that state, and a node or pod that is no option yet keeps its place.
         referrer = (request.referrer or "") if has_request_context() else ""
-        state = components.parse_query(urllib.parse.urlsplit(referrer).query)
+        state = links.parse_query(urllib.parse.urlsplit(referrer).query)
         return layout(source=service.source.description, refresh_seconds=refresh_seconds,
                       state=state)
 

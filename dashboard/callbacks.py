@@ -11,8 +11,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, no_update
 
-from gpuscope.dashboard import components, fmt, ids
-from gpuscope.dashboard.components import MAX_TABLE_ROWS as MAX_ROWS
+from gpuscope.dashboard import components, fmt, ids, links, sections
 from gpuscope.dashboard.figures import (
     activity_figure,
     empty_figure,
@@ -95,15 +94,15 @@ def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, node: Any
     current = (_window(window) or DEFAULT_WINDOW, _text(namespace) or None, _text(node),
                _text(pod), _text(workload))
     if trigger in (None, ids.URL):
-        wanted = components.parse_query(search)
+        wanted = links.parse_query(search)
         target = (_window(wanted.get("window")) or DEFAULT_WINDOW, wanted.get("namespace"),
                   wanted.get("node"), wanted.get("pod"), wanted.get("workload"))
         return (no_update, *(t if t != c else no_update
                              for t, c in zip(target, current, strict=True)))
-    state = dict(zip(components.URL_KEYS, current, strict=True))
+    state = dict(zip(links.URL_KEYS, current, strict=True))
     if state["window"] == DEFAULT_WINDOW:
         state["window"] = None
-    query = components.query_string(state)
+    query = links.query_string(state)
     return (query if query != (search or "") else no_update, *([no_update] * 5))
 
 
@@ -122,88 +121,59 @@ def _pod_choices(view: Any) -> list[str]:
     return [*first, *rest][:MAX_POD_CHOICES]
 
 
+def _key(element: str, prop: str) -> str:
+    """A fleet callback output's key: ``element.prop``."""
+    return f"{element}.{prop}"
+
+
+def fleet_values(service: DashboardService, window: Any, namespace: Any,
+                 keys: list[str]) -> dict[str, Any]:
+    """The fleet callback's values for ``keys`` (``element.prop``): everything when a view
+    came, else only the banner (the page keeps what it shows)."""
+    answer = service.fleet(_window(window), _text(namespace))
+    banner = answer.banner or ""
+    banner_class = "banner" if banner else "banner hidden"
+    view = answer.view
+    out: dict[str, Any] = dict.fromkeys(keys, no_update)
+    if view is None:
+        out[_key(ids.BANNER, "children")] = banner
+        out[_key(ids.BANNER, "className")] = "banner error" if banner else banner_class
+        out[_key(ids.LAST_UPDATED, "children")] = ""
+        return out
+    state = _state(window, namespace)
+    out.update({
+        _key(ids.FLEET_KPIS, "children"): components.kpi_cards(view),
+        _key(ids.HISTORY_NOTE, "children"): components.history_note(view)
+        + (" " + " ".join(view.notes) if view.notes else ""),
+        _key(ids.FLEET_HEATMAP, "figure"): heatmap_figure(view.heatmap,
+                                                          view.thresholds.idle_utilization),
+        _key(ids.CHOICES, "data"): {"nodes": list(view.nodes), "pods": _pod_choices(view),
+                                    "workloads": list(view.workloads)},
+        _key(ids.BANNER, "children"): banner,
+        _key(ids.BANNER, "className"): banner_class,
+        _key(ids.LAST_UPDATED, "children"): (f"updated {fmt.clock(answer.fetched_at)}"
+                                             if answer.fetched_at else ""),
+    })
+    out.update({_key(i, p): v for (i, p), v in sections.fill(view, state).items()})
+    return out
+
+
 def register_callbacks(app: Dash, service: DashboardService) -> None:
+    # The fleet callback's outputs by id: the page's own, then every verdict section's
+    # (:mod:`.sections`, from the registry). It returns a dict, never a tuple by position.
+    fixed = [(ids.FLEET_KPIS, "children"), (ids.HISTORY_NOTE, "children"),
+             (ids.FLEET_HEATMAP, "figure"), (ids.CHOICES, "data"), (ids.BANNER, "children"),
+             (ids.BANNER, "className"), (ids.LAST_UPDATED, "children")]
+    fleet_outputs = {_key(i, p): Output(i, p) for i, p in [*fixed, *sections.outputs()]}
+
     @app.callback(
-        Output(ids.FLEET_KPIS, "children"),
-        Output(ids.HISTORY_NOTE, "children"),
-        Output(ids.FLEET_HEATMAP, "figure"),
-        Output(ids.WASTE_TOTAL, "children"),
-        Output(ids.IDLE_NODES_TABLE, "data"),
-        Output(ids.IDLE_NOTE, "children"),
-        Output(ids.IDLE_SLICES_TABLE, "data"),
-        Output(ids.IDLE_SLICES_NOTE, "children"),
-        Output(ids.ALLOCATED_IDLE_TABLE, "data"),
-        Output(ids.ALLOCATED_IDLE_NOTE, "children"),
-        Output(ids.SPINNING_GPUS_TABLE, "data"),
-        Output(ids.SPINNING_NOTE, "children"),
-        Output(ids.THROTTLED_GPUS_TABLE, "data"),
-        Output(ids.THROTTLED_NOTE, "children"),
-        Output(ids.STARVED_PODS_TABLE, "data"),
-        Output(ids.STARVED_NOTE, "children"),
-        Output(ids.TIMESLICE_TABLE, "data"),
-        Output(ids.TIMESLICE_NOTE, "children"),
-        Output(ids.STRAGGLERS_TABLE, "data"),
-        Output(ids.STRAGGLERS_NOTE, "children"),
-        Output(ids.CHOICES, "data"),
-        Output(ids.BANNER, "children"),
-        Output(ids.BANNER, "className"),
-        Output(ids.LAST_UPDATED, "children"),
-        Input(ids.REFRESH, "n_intervals"),
-        Input(ids.WINDOW_SELECT, "value"),
-        Input(ids.NAMESPACE_FILTER, "value"),
+        output=fleet_outputs,
+        inputs=[Input(ids.REFRESH, "n_intervals"), Input(ids.WINDOW_SELECT, "value"),
+                Input(ids.NAMESPACE_FILTER, "value")],
     )
     def update_fleet(_n: int | None, window: str | None, namespace: str | None
-                     ) -> tuple[Any, ...]:
-        answer = service.fleet(_window(window), _text(namespace))
-        banner = answer.banner or ""
-        banner_class = "banner" if banner else "banner hidden"
-        view = answer.view
-        if view is None:
-            return (*([no_update] * 21), banner, "banner error" if banner else banner_class, "")
-        updated = f"updated {fmt.clock(answer.fetched_at)}" if answer.fetched_at else ""
-        state = _state(window, namespace)
-        k = view.kpis
-        return (
-            components.kpi_cards(view),
-            components.history_note(view) + (" " + " ".join(view.notes) if view.notes else ""),
-            heatmap_figure(view.heatmap, view.thresholds.idle_utilization),
-            components.waste_total(view),
-            components.idle_data(view.idle_rows[:MAX_ROWS], state),
-            components.count_note(len(view.idle_rows), "idle node", "idle nodes",
-                                  "No idle nodes."),
-            components.slice_data(view.slice_rows[:MAX_ROWS], state),
-            components.count_note(len(view.slice_rows), "idle MIG slice on a busy node",
-                                  "idle MIG slices on busy nodes",
-                                  "No idle MIG slice on a busy node."),
-            components.allocated_data(view.allocated_idle_rows[:MAX_ROWS], state),
-            components.count_note(len(view.allocated_idle_rows), "allocated-idle container",
-                                  "allocated-idle containers",
-                                  "No container holds a GPU it does not use.")
-            + (f" Together {fmt.money(k.allocated_idle_per_hour, per_hour=True)}."
-               if view.allocated_idle_rows else ""),
-            components.spinning_data(view.spinning_rows[:MAX_ROWS], state),
-            components.count_note(len(view.spinning_rows), "spinning GPU", "spinning GPUs",
-                                  "No spinning GPUs."),
-            components.throttled_data(view.throttled_rows[:MAX_ROWS], state),
-            components.count_note(len(view.throttled_rows), "throttled GPU (by reason)",
-                                  "throttled GPUs (by reason)", "No throttled GPUs."),
-            components.starved_data(view.starved_rows[:MAX_ROWS], state),
-            components.count_note(len(view.starved_rows), "starved container",
-                                  "starved containers", "No starved containers."),
-            components.share_data(view.share_rows[:MAX_ROWS], state),
-            components.count_note(len(view.share_rows), "container on a time-sliced GPU",
-                                  "containers on time-sliced GPUs",
-                                  "No GPU is shared by several containers (time-slicing)."),
-            components.straggler_data(view.straggler_rows[:MAX_ROWS], state),
-            components.count_note(len(view.straggler_rows), "straggler", "stragglers",
-                                  "No stragglers.")
-            + f" {view.workloads_checked} workload(s) with two or more GPUs compared.",
-            {"nodes": list(view.nodes), "pods": _pod_choices(view),
-             "workloads": list(view.workloads)},
-            banner,
-            banner_class,
-            updated,
-        )
+                     ) -> dict[str, Any]:
+        return fleet_values(service, window, namespace, list(fleet_outputs))
 
     @app.callback(
         Output(ids.NODE_SELECT, "options"),

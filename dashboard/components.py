@@ -7,14 +7,15 @@ workload the workload view. The links carry the view's state in the page URL
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from dash import html
 from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
 
-from gpuscope.dashboard import fmt, ids
+from gpuscope.dashboard import fmt
+from gpuscope.dashboard.links import node_link, pod_link, workload_link
+from gpuscope.dashboard.verdicts import page
 from gpuscope.dashboard.views import (
     AllocatedIdleRow,
     FleetView,
@@ -27,52 +28,6 @@ from gpuscope.dashboard.views import (
     StragglerRow,
     ThrottledRow,
 )
-
-# -- the URL state -------------------------------------------------------------------------
-
-#: Query parameters of the page URL, in the order a link writes them.
-URL_KEYS = ("window", "namespace", "node", "pod", "workload")
-#: The page section each kind of link opens.
-SECTIONS = {"node": ids.SECTION_NODE, "pod": ids.SECTION_POD, "workload": ids.SECTION_WORKLOAD}
-
-
-def query_string(state: Mapping[str, str | None]) -> str:
-    """``?window=1h&node=...`` of the non-empty values, in :data:`URL_KEYS` order."""
-    items = [(k, state[k]) for k in URL_KEYS if state.get(k)]
-    return "?" + urllib.parse.urlencode(items) if items else ""
-
-
-def parse_query(search: str | None) -> dict[str, str]:
-    """The page's state from ``location.search`` (unknown keys and repeats dropped; the
-    values are validated where they are used)."""
-    if not isinstance(search, str):
-        return {}
-    parsed = urllib.parse.parse_qs(search.lstrip("?"), keep_blank_values=False)
-    return {k: v[0] for k, v in parsed.items() if k in URL_KEYS and v}
-
-
-def link(text: str, state: Mapping[str, str | None], **target: str) -> str:
-    """A markdown link to ``target`` (``node=``, ``pod=`` or ``workload=``) keeping the
-    window and namespace of ``state``; the link scrolls to the section it opens."""
-    kind = next(iter(target))
-    href = query_string({"window": state.get("window"), "namespace": state.get("namespace"),
-                         **target}) + "#" + SECTIONS[kind]
-    label = text.replace("[", "(").replace("]", ")")
-    return f"[{label}]({href.replace(')', '%29').replace(' ', '%20')})"
-
-
-def node_link(node: str, state: Mapping[str, str | None]) -> str:
-    return link(node, state, node=node)
-
-
-def pod_link(namespace: str, pod: str, state: Mapping[str, str | None],
-             text: str | None = None) -> str:
-    return link(text or pod, state, pod=f"{namespace}/{pod}")
-
-
-def workload_link(namespace: str, workload: str, state: Mapping[str, str | None]) -> str:
-    return link(workload, state, workload=f"{namespace}/{workload}") if workload else ""
-
 
 # -- KPIs ------------------------------------------------------------------------------------
 
@@ -178,12 +133,22 @@ NAME_COLUMNS = ("node", "pod", "pods", "workload", "namespace", "container")
 TEXT_COLUMNS = ("evidence", "why", "work", "holds", "signal", "kind")
 
 
-def _col(cid: str, name: str, number: Format | None = None, *, link: bool = False) -> Column:
-    if number is None:
-        if link:
-            return Column(id=cid, name=name, type="text", presentation="markdown")
-        return Column(id=cid, name=name, type="text")
-    return Column(id=cid, name=name, type="numeric", format=number)
+_FORMATS: dict[str, Format] = {"money": MONEY, "percent": PERCENT, "count": COUNT,
+                               "ratio": Format(specifier=".2f")}
+
+
+def dash_columns(columns: Sequence[page.Column]) -> list[Column]:
+    """A verdict's columns (:class:`~gpuscope.dashboard.verdicts.page.Column`) as a
+    DataTable's: links as markdown, numbers formatted by kind."""
+    out = []
+    for c in columns:
+        if c.kind == "link":
+            out.append(Column(id=c.id, name=c.name, type="text", presentation="markdown"))
+        elif c.kind == "text":
+            out.append(Column(id=c.id, name=c.name, type="text"))
+        else:
+            out.append(Column(id=c.id, name=c.name, type="numeric", format=_FORMATS[c.kind]))
+    return out
 
 
 def _since(ts: float, seconds: float, history: float) -> str:
@@ -194,18 +159,6 @@ def _for(seconds: float, required: float) -> str:
     return f"{fmt.duration(seconds)} (needs {fmt.duration(required)})"
 
 
-IDLE_COLUMNS = [
-    _col("node", "Node", link=True), _col("instance_type", "Instance type"),
-    _col("gpus", "GPUs", COUNT),
-    _col("idle_since", "Idle since (UTC)"), _col("idle_for", "Idle for"),
-    _col("price", "$/hour", PRICE), _col("price_basis", "Priced"),
-    _col("wasted", "$ wasted in window", MONEY),
-    _col("unallocated", "Unallocated GPUs", COUNT),
-    _col("wasted_unallocated", "$ unallocated", MONEY),
-    _col("allocated", "Allocated-idle GPUs", COUNT),
-    _col("wasted_allocated", "$ allocated-idle", MONEY),
-    _col("spinning", "Spinning GPUs", COUNT), _col("evidence", "Evidence"),
-]
 
 
 def idle_data(rows: Sequence[IdleRow], state: State | None = None) -> list[Row]:
@@ -236,12 +189,6 @@ def idle_data(rows: Sequence[IdleRow], state: State | None = None) -> list[Row]:
     ]
 
 
-SLICE_COLUMNS = [
-    _col("node", "Node", link=True), _col("gpu", "MIG slice"), _col("profile", "Profile"),
-    _col("share", "Share of its GPU", PERCENT), _col("idle_for", "Idle for"),
-    _col("held", "Held by a pod"), _col("price", "$/hour", PRICE),
-    _col("wasted", "$ wasted in window", MONEY), _col("signal", "Judged by"),
-]
 
 SIGNALS = {
     "utilization": "utilization", "sm": "SM activity (GPM)", "process": "no process (no GPM)",
@@ -262,12 +209,6 @@ def slice_data(rows: Sequence[SliceRow], state: State | None = None) -> list[Row
     ]
 
 
-SPINNING_COLUMNS = [
-    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("pods", "Pod", link=True),
-    _col("workload", "Workload", link=True), _col("utilization", "Utilization", PERCENT),
-    _col("work", "Work done"), _col("for", "Spinning for"), _col("price", "$/hour", PRICE),
-    _col("signal", "Judged by"),
-]
 
 
 def _pods(pods: Sequence[str], state: State) -> str:
@@ -299,11 +240,6 @@ def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> li
     return out
 
 
-THROTTLED_COLUMNS = [
-    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("pods", "Pod", link=True),
-    _col("reason", "Reason"), _col("ratio", "Throttled", PERCENT),
-    _col("for", "For"),
-]
 
 
 def throttled_data(rows: Sequence[ThrottledRow], state: State | None = None) -> list[Row]:
@@ -317,12 +253,6 @@ def throttled_data(rows: Sequence[ThrottledRow], state: State | None = None) -> 
     ]
 
 
-ALLOCATED_COLUMNS = [
-    _col("namespace", "Namespace"), _col("pod", "Pod", link=True),
-    _col("container", "Container"), _col("workload", "Workload", link=True),
-    _col("node", "Node", link=True), _col("holds", "Holds"), _col("usage", "Uses", PERCENT),
-    _col("for", "Idle for"), _col("price", "$/hour", PRICE), _col("signal", "Judged by"),
-]
 
 
 def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None) -> list[Row]:
@@ -341,11 +271,6 @@ def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None)
     ]
 
 
-STARVED_COLUMNS = [
-    _col("kind", "Kind"), _col("namespace", "Namespace"), _col("pod", "Pod", link=True),
-    _col("container", "Container"), _col("node", "Node", link=True), _col("gpu", "GPU"),
-    _col("utilization", "Utilization", PERCENT), _col("for", "For"), _col("why", "Why"),
-]
 
 
 def starved_data(rows: Sequence[StarvedRow], state: State | None = None) -> list[Row]:
@@ -365,12 +290,6 @@ def starved_data(rows: Sequence[StarvedRow], state: State | None = None) -> list
     ]
 
 
-SHARE_COLUMNS = [
-    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("gpu_busy", "GPU busy", PERCENT),
-    _col("container", "Container"), _col("utilization", "Utilization", PERCENT),
-    _col("share", "Share", PERCENT), _col("fair_share", "Fair share", PERCENT),
-    _col("starved", "Starved"),
-]
 
 
 def share_data(rows: Sequence[ShareRow], state: State | None = None) -> list[Row]:
@@ -388,14 +307,6 @@ def share_data(rows: Sequence[ShareRow], state: State | None = None) -> list[Row
     ]
 
 
-STRAGGLER_COLUMNS = [
-    _col("kind", "Kind"), _col("workload", "Workload", link=True),
-    _col("namespace", "Namespace"), _col("pods", "Pod", link=True),
-    _col("node", "Node", link=True), _col("gpu", "GPU"), _col("measure", "Compared"),
-    _col("value", "Value"), _col("median", "Workload median"),
-    _col("ratio", "Ratio", Format(specifier=".2f")), _col("for", "For"),
-    _col("evidence", "Evidence"), _col("devices", "GPUs compared", COUNT),
-]
 
 _MEASURES = {"utilization": "utilization", "sm": "SM activity", "power": "power"}
 

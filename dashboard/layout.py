@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
@@ -11,17 +11,20 @@ from dash.development.base_component import Component
 from gpuscope.dashboard import components, ids
 from gpuscope.dashboard.figures import empty_figure
 from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS
+from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.verdicts.page import Column, Section
 
 _GRAPH_CONFIG = dcc.Graph.Config(displaylogo=False, responsive=True)
 
 
-def _table(table_id: str, columns: list[DataTable.Columns], note_id: str) -> html.Div:
+def _table(table_id: str, columns: Sequence[Column], note_id: str) -> html.Div:
     """A DataTable (one component however many rows: thousands of html cells make the
     browser crawl) with a note under it saying how many rows, or that there are none.
     Names never wrap mid-name; links open in the same tab (they carry the page's state)."""
     return html.Div([
         DataTable(
-            id=table_id, columns=columns, data=[], page_size=15, sort_action="native",
+            id=table_id, columns=components.dash_columns(columns), data=[], page_size=15,
+            sort_action="native",
             markdown_options={"link_target": "_self"},
             style_table={"overflowX": "auto"},
             style_cell={"textAlign": "left", "padding": "6px 8px", "fontSize": "13px",
@@ -45,6 +48,19 @@ def _section(section_id: str, title: str, intro: str, *children: Component) -> h
         [html.H2(title), html.P(intro, className="intro"), *children],
         id=section_id, className="section",
     )
+
+
+def _verdict_section(section: Section) -> html.Section:
+    """A verdict's section (:mod:`gpuscope.dashboard.verdicts.registry`): its header element
+    where it has one, then its tables, each after its heading."""
+    children: list[Component] = []
+    if section.header_id:
+        children.append(html.Div(id=section.header_id, className="waste-total"))
+    for i, table in enumerate(section.tables):
+        if i or table.heading:
+            children.append(html.H3(table.heading))
+        children.append(_table(table.id, table.columns, table.note_id))
+    return _section(section.id, section.title, section.intro, *children)
 
 
 def _picked(state: Mapping[str, str], key: str) -> tuple[str | None, list[dict[str, str]]]:
@@ -100,56 +116,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             dcc.Graph(id=ids.FLEET_HEATMAP, figure=empty_figure("Loading..."),
                       config=_GRAPH_CONFIG),
         ),
-        _section(
-            ids.SECTION_IDLE, "Idle nodes",
-            "Nodes whose every GPU has been idle (utilization below the threshold) or spinning "
-            "(busy by utilization, doing no work) for the required time, a GPU in MIG mode when "
-            "each of its slices is; cost at the node's price (spot where your price file has "
-            "one), split into GPUs no container holds (unallocated) and GPUs held but unused "
-            "(allocated-idle).",
-            html.Div(id=ids.WASTE_TOTAL, className="waste-total"),
-            _table(ids.IDLE_NODES_TABLE, components.IDLE_COLUMNS, ids.IDLE_NOTE),
-            html.H3("Idle MIG slices on busy nodes"),
-            _table(ids.IDLE_SLICES_TABLE, components.SLICE_COLUMNS, ids.IDLE_SLICES_NOTE),
-        ),
-        _section(
-            ids.SECTION_ALLOCATED, "Allocated but idle",
-            "Containers on any node that hold a GPU, a MIG slice or a time-slice of a GPU and "
-            "have used almost none of it for the required time, with what they hold and what "
-            "that costs: the list to act on.",
-            _table(ids.ALLOCATED_IDLE_TABLE, components.ALLOCATED_COLUMNS,
-                   ids.ALLOCATED_IDLE_NOTE),
-        ),
-        _section(
-            ids.SECTION_SPINNING, "Spinning GPUs",
-            "GPUs at high utilization doing no work: no tensor or memory activity and few SMs "
-            "active (GPM), or power far below the limit (no GPM). A job hung in a collective or "
-            "a busy-wait. They count as idle in the cost above.",
-            _table(ids.SPINNING_GPUS_TABLE, components.SPINNING_COLUMNS, ids.SPINNING_NOTE),
-        ),
-        _section(
-            ids.SECTION_THROTTLED, "Throttled GPUs",
-            "GPUs whose clocks have been held down by power, heat, reliability or a board limit "
-            "for a good part of the time: they run slower than their peers.",
-            _table(ids.THROTTLED_GPUS_TABLE, components.THROTTLED_COLUMNS, ids.THROTTLED_NOTE),
-        ),
-        _section(
-            ids.SECTION_STARVATION, "Starved pods",
-            "Containers starved by time-slicing (share of a busy shared GPU far below their "
-            "fair share) and containers suspected to be waiting on input (memory held, low and "
-            "strongly varying utilization).",
-            _table(ids.STARVED_PODS_TABLE, components.STARVED_COLUMNS, ids.STARVED_NOTE),
-            html.H3("Time-sliced GPUs: each container's share"),
-            _table(ids.TIMESLICE_TABLE, components.SHARE_COLUMNS, ids.TIMESLICE_NOTE),
-        ),
-        _section(
-            ids.SECTION_STRAGGLERS, "Stragglers",
-            "Within one workload (the pods of one job, GPUs of the same model compared), the "
-            "GPU that holds the others back: stalled (far below the median utilization) or "
-            "slow (every GPU busy, this one doing far more work while its peers spin waiting "
-            "for it), with the evidence of its cause.",
-            _table(ids.STRAGGLERS_TABLE, components.STRAGGLER_COLUMNS, ids.STRAGGLERS_NOTE),
-        ),
+        *(_verdict_section(section) for section in registry.SECTIONS),
         _section(
             ids.SECTION_WORKLOAD, "Workload view",
             "Every GPU of one distributed run side by side over time; the straggler is marked. "

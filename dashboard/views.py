@@ -8,6 +8,7 @@ import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuscope.dashboard.prices import NodePrice, PriceTable
 from gpuscope.dashboard.series import (
@@ -30,6 +31,7 @@ from gpuscope.dashboard.verdicts.idle import (
     idle_nodes,
     idle_slices,
 )
+from gpuscope.dashboard.verdicts.page import PageContext
 from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
 from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
 from gpuscope.dashboard.verdicts.stragglers import Group, Straggler, stragglers
@@ -311,6 +313,10 @@ class FleetView:
     slice_rows: tuple[SliceRow, ...] = ()
     workloads: tuple[str, ...] = ()        # "namespace/Kind/name"
     default_workload: str | None = None     # the one the workload view opens with
+    #: The registry's own verdicts' findings, by verdict name, and what they were judged
+    #: with (:mod:`gpuscope.dashboard.verdicts.page`).
+    findings: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    context: PageContext | None = None
 
     @property
     def history_seconds(self) -> float:

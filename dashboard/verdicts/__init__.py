@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.allocated import (
+from gpuscope.dashboard.verdicts.allocated import (
     ALLOCATED_IDLE_DURATION,
     ALLOCATED_IDLE_THRESHOLD,
 )
-from gpuscope.dashboard.analysis.idle import IDLE_DURATION, IDLE_THRESHOLD
-from gpuscope.dashboard.analysis.spinning import (
+from gpuscope.dashboard.verdicts.idle import IDLE_DURATION, IDLE_THRESHOLD
+from gpuscope.dashboard.verdicts.spinning import (
     SPIN_BUSY,
     SPIN_DRAM,
     SPIN_DURATION,
@@ -21,7 +21,7 @@ from gpuscope.dashboard.analysis.spinning import (
     SPIN_TENSOR,
     SpinRule,
 )
-from gpuscope.dashboard.analysis.starvation import (
+from gpuscope.dashboard.verdicts.starvation import (
     BUSY_THRESHOLD,
     INPUT_HIGH,
     INPUT_LOW,
@@ -30,13 +30,13 @@ from gpuscope.dashboard.analysis.starvation import (
     SHARE_FACTOR,
     STARVATION_DURATION,
 )
-from gpuscope.dashboard.analysis.stragglers import (
+from gpuscope.dashboard.verdicts.stragglers import (
     SLOW_BUSY,
     SLOW_FACTOR,
     STRAGGLER_DURATION,
     STRAGGLER_FACTOR,
 )
-from gpuscope.dashboard.analysis.throttle import (
+from gpuscope.dashboard.verdicts.throttle import (
     THROTTLE_DURATION,
     THROTTLE_RATIO,
     THROTTLE_REASONS,

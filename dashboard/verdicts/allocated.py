@@ -21,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, Window
+from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.page import Column, Section, Table
 
 ALLOCATED_IDLE_THRESHOLD = 0.05
 ALLOCATED_IDLE_DURATION = 30 * 60.0
@@ -120,3 +122,26 @@ def allocated_idle(
                                  history))
     out.sort(key=lambda a: (a.ref.node, a.ref.namespace, a.ref.pod, a.ref.container, a.ref.uuid))
     return out
+
+
+# -- on the page -----------------------------------------------------------------------------
+
+ALLOCATED_COLUMNS = (
+    Column("namespace", "Namespace"),
+    Column("pod", "Pod", "link"),
+    Column("container", "Container"),
+    Column("workload", "Workload", "link"),
+    Column("node", "Node", "link"),
+    Column("holds", "Holds"),
+    Column("usage", "Uses", "percent"),
+    Column("for", "Idle for"),
+    Column("price", "$/hour", "money"),
+    Column("signal", "Judged by"),
+)
+SECTION = Section(
+    id=ids.SECTION_ALLOCATED, title="Allocated but idle",
+    intro="Containers on any node that hold a GPU, a MIG slice or a time-slice of a GPU and "
+          "have used almost none of it for the required time, with what they hold and what "
+          "that costs: the list to act on.",
+    tables=(Table(ids.ALLOCATED_IDLE_TABLE, ids.ALLOCATED_IDLE_NOTE, ALLOCATED_COLUMNS),),
+)

@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.analysis.mig import mig_slices, slice_shares
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
+from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
+from gpuscope.dashboard.verdicts.page import Column, Section, Table
 
 IDLE_THRESHOLD = 0.05
 IDLE_DURATION = 30 * 60.0
@@ -307,3 +309,46 @@ def idle_slices(
                 out.append(SliceIdle(info.ref, parent, shares.get(info.ref, 0.0), v))
     out.sort(key=lambda s: (s.ref.node, s.parent.uuid, s.ref.uuid))
     return out
+
+
+# -- on the page -----------------------------------------------------------------------------
+
+IDLE_COLUMNS = (
+    Column("node", "Node", "link"),
+    Column("instance_type", "Instance type"),
+    Column("gpus", "GPUs", "count"),
+    Column("idle_since", "Idle since (UTC)"),
+    Column("idle_for", "Idle for"),
+    Column("price", "$/hour", "money"),
+    Column("price_basis", "Priced"),
+    Column("wasted", "$ wasted in window", "money"),
+    Column("unallocated", "Unallocated GPUs", "count"),
+    Column("wasted_unallocated", "$ unallocated", "money"),
+    Column("allocated", "Allocated-idle GPUs", "count"),
+    Column("wasted_allocated", "$ allocated-idle", "money"),
+    Column("spinning", "Spinning GPUs", "count"),
+    Column("evidence", "Evidence"),
+)
+SLICE_COLUMNS = (
+    Column("node", "Node", "link"),
+    Column("gpu", "MIG slice"),
+    Column("profile", "Profile"),
+    Column("share", "Share of its GPU", "percent"),
+    Column("idle_for", "Idle for"),
+    Column("held", "Held by a pod"),
+    Column("price", "$/hour", "money"),
+    Column("wasted", "$ wasted in window", "money"),
+    Column("signal", "Judged by"),
+)
+SECTION = Section(
+    id=ids.SECTION_IDLE, title="Idle nodes",
+    intro="Nodes whose every GPU has been idle (utilization below the threshold) or spinning "
+          "(busy by utilization, doing no work) for the required time, a GPU in MIG mode when "
+          "each of its slices is; cost at the node's price (spot where your price file has "
+          "one), split into GPUs no container holds (unallocated) and GPUs held but unused "
+          "(allocated-idle).",
+    tables=(Table(ids.IDLE_NODES_TABLE, ids.IDLE_NOTE, IDLE_COLUMNS),
+            Table(ids.IDLE_SLICES_TABLE, ids.IDLE_SLICES_NOTE, SLICE_COLUMNS,
+                  heading="Idle MIG slices on busy nodes")),
+    header_id=ids.WASTE_TOTAL,
+)

@@ -19,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import GpuRef, Series, Window, WorkSignals
+from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.page import Column, Section, Table
 
 SPIN_BUSY = 0.5
 SPIN_SM = 0.3
@@ -255,3 +257,25 @@ def spinning_gpus(
             power_ratio=(power / limit if power is not None and limit else None),
         )
     return out
+
+
+# -- on the page -----------------------------------------------------------------------------
+
+SPINNING_COLUMNS = (
+    Column("node", "Node", "link"),
+    Column("gpu", "GPU"),
+    Column("pods", "Pod", "link"),
+    Column("workload", "Workload", "link"),
+    Column("utilization", "Utilization", "percent"),
+    Column("work", "Work done"),
+    Column("for", "Spinning for"),
+    Column("price", "$/hour", "money"),
+    Column("signal", "Judged by"),
+)
+SECTION = Section(
+    id=ids.SECTION_SPINNING, title="Spinning GPUs",
+    intro="GPUs at high utilization doing no work: no tensor or memory activity and few SMs "
+          "active (GPM), or power far below the limit (no GPM). A job hung in a collective or "
+          "a busy-wait. They count as idle in the cost above.",
+    tables=(Table(ids.SPINNING_GPUS_TABLE, ids.SPINNING_NOTE, SPINNING_COLUMNS),),
+)

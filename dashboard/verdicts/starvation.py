@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, UtilStats, Window
+from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.page import Column, Section, Table
 
 BUSY_THRESHOLD = 0.9
 SHARE_FACTOR = 0.5
@@ -158,3 +160,37 @@ def series_stats(series: Series, memory_bytes: float = 0.0) -> UtilStats:
     mean = sum(series.values) / n
     var = sum((v - mean) ** 2 for v in series.values) / n
     return UtilStats(mean, var**0.5, n, memory_bytes)
+
+
+# -- on the page -----------------------------------------------------------------------------
+
+STARVED_COLUMNS = (
+    Column("kind", "Kind"),
+    Column("namespace", "Namespace"),
+    Column("pod", "Pod", "link"),
+    Column("container", "Container"),
+    Column("node", "Node", "link"),
+    Column("gpu", "GPU"),
+    Column("utilization", "Utilization", "percent"),
+    Column("for", "For"),
+    Column("why", "Why"),
+)
+SHARE_COLUMNS = (
+    Column("node", "Node", "link"),
+    Column("gpu", "GPU"),
+    Column("gpu_busy", "GPU busy", "percent"),
+    Column("container", "Container"),
+    Column("utilization", "Utilization", "percent"),
+    Column("share", "Share", "percent"),
+    Column("fair_share", "Fair share", "percent"),
+    Column("starved", "Starved"),
+)
+SECTION = Section(
+    id=ids.SECTION_STARVATION, title="Starved pods",
+    intro="Containers starved by time-slicing (share of a busy shared GPU far below their "
+          "fair share) and containers suspected to be waiting on input (memory held, low and "
+          "strongly varying utilization).",
+    tables=(Table(ids.STARVED_PODS_TABLE, ids.STARVED_NOTE, STARVED_COLUMNS),
+            Table(ids.TIMESLICE_TABLE, ids.TIMESLICE_NOTE, SHARE_COLUMNS,
+                  heading="Time-sliced GPUs: each container's share")),
+)

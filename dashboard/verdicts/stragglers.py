@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
@@ -32,6 +32,8 @@ from gpuscope.dashboard.series import (
     Window,
     WorkSignals,
 )
+from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.page import Column, Section, Table
 
 STRAGGLER_FACTOR = 0.5
 STRAGGLER_DURATION = 10 * 60.0
@@ -324,3 +326,30 @@ def stragglers(
                                slow_busy))
     found.sort(key=lambda s: (s.namespace, s.workload, s.gpu))
     return StragglerReport(tuple(found), checked, tuple(groups))
+
+
+# -- on the page -----------------------------------------------------------------------------
+
+STRAGGLER_COLUMNS = (
+    Column("kind", "Kind"),
+    Column("workload", "Workload", "link"),
+    Column("namespace", "Namespace"),
+    Column("pods", "Pod", "link"),
+    Column("node", "Node", "link"),
+    Column("gpu", "GPU"),
+    Column("measure", "Compared"),
+    Column("value", "Value"),
+    Column("median", "Workload median"),
+    Column("ratio", "Ratio", "ratio"),
+    Column("for", "For"),
+    Column("evidence", "Evidence"),
+    Column("devices", "GPUs compared", "count"),
+)
+SECTION = Section(
+    id=ids.SECTION_STRAGGLERS, title="Stragglers",
+    intro="Within one workload (the pods of one job, GPUs of the same model compared), the "
+          "GPU that holds the others back: stalled (far below the median utilization) or "
+          "slow (every GPU busy, this one doing far more work while its peers spin waiting "
+          "for it), with the evidence of its cause.",
+    tables=(Table(ids.STRAGGLERS_TABLE, ids.STRAGGLERS_NOTE, STRAGGLER_COLUMNS),),
+)

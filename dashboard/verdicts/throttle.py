@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import GpuRef, Series, Window
+from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.page import Column, Section, Table
 
 THROTTLE_REASONS: tuple[str, ...] = ("power", "thermal", "reliability", "board_limit")
 THROTTLE_RATIO = 0.2
@@ -57,3 +59,21 @@ def throttled_gpus(
                                  run.seconds, required))
     out.sort(key=lambda t: (t.ref, -t.ratio, t.reason))
     return out
+
+
+# -- on the page -----------------------------------------------------------------------------
+
+THROTTLED_COLUMNS = (
+    Column("node", "Node", "link"),
+    Column("gpu", "GPU"),
+    Column("pods", "Pod", "link"),
+    Column("reason", "Reason"),
+    Column("ratio", "Throttled", "percent"),
+    Column("for", "For"),
+)
+SECTION = Section(
+    id=ids.SECTION_THROTTLED, title="Throttled GPUs",
+    intro="GPUs whose clocks have been held down by power, heat, reliability or a board limit "
+          "for a good part of the time: they run slower than their peers.",
+    tables=(Table(ids.THROTTLED_GPUS_TABLE, ids.THROTTLED_NOTE, THROTTLED_COLUMNS),),
+)

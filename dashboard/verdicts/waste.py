@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuscope.dashboard.analysis.idle import NodeIdle, SliceIdle
+from gpuscope.dashboard.verdicts.idle import NodeIdle, SliceIdle
 
 
 @dataclass(frozen=True, slots=True)

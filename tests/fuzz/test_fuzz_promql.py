@@ -349,7 +349,11 @@ class FakeApp:
 
     callbacks: dict[str, Registered] = field(default_factory=dict)
 
-    def callback(self, *deps: Any, **_kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+    def callback(self, *deps: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+        # Dependencies given positionally, or by keyword (the fleet callback: its outputs a
+        # dict by id, its inputs a list).
+        deps = (*deps, *kwargs.get("inputs", ()), *kwargs.get("state", ()))
+
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             inputs = [(d.component_id, d.component_property) for d in deps
                       if type(d).__name__ == "Input"]
@@ -585,7 +589,7 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
             for old, new in zip((window, namespace, node, pod, workload), synced[1:],
                                 strict=True))
         fleet = cbs["update_fleet"].func(n, window, namespace)
-        banner = fleet[-3]
+        banner = fleet[f"{ids.BANNER}.children"]
         assert "Internal error" not in str(banner), banner
         picked = cbs["pick_node"].func(click, node)
         node_value = node if picked is callbacks.no_update else picked
@@ -630,7 +634,7 @@ def test_an_injected_namespace_sends_no_namespace_at_all() -> None:
     try:
         cbs = registered_with(page.service)
         out = cbs["update_fleet"].func(1, "1h", '"}) or vector(1) or up{x="')
-        assert "Namespace filter ignored" in out[-3]
+        assert "Namespace filter ignored" in out[f"{ids.BANNER}.children"]
         assert page.backend.queries and not any("namespace=\"" in q
                                                 for q in page.backend.queries)
     finally:

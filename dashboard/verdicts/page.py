@@ -1,0 +1,109 @@
+"""What a verdict shows on the page, as data: its section (title, help text, stable ids) and
+its tables' columns. The layout builds the sections from :mod:`.registry` in its order, and
+the fleet callback addresses each table by its id; no verdict appears by name in the layout,
+the callbacks or the components.
+
+A verdict judged by the registry (:class:`StepVerdict`) also says which series it reads
+(:class:`~gpuscope.dashboard.data.StepQuery`: a metric reduced per step, only the steps that
+matter), judges them into typed findings, and turns its findings into table rows. Adding
+such a verdict touches its module, its line in :mod:`.registry` and its tests.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
+
+from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
+
+if TYPE_CHECKING:
+    from gpuscope.dashboard.data import StepQuery
+
+#: How a column's values are shown: ``text``; ``link`` (markdown links); ``money`` ($, 2
+#: decimals, "unknown" when None); ``percent`` (a ratio 0-1 as %, "n/a" when None);
+#: ``count``; ``ratio`` (2 decimals).
+ColumnKind = Literal["text", "link", "money", "percent", "count", "ratio"]
+
+Row = dict[str, str | float | int | None]
+#: What a row's links keep of the page's state (window, namespace).
+State = Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a verdict's table: its id (the row's key), header and kind."""
+
+    id: str
+    name: str
+    kind: ColumnKind = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table: its stable element id, the id of the note under it (how many rows, or that
+    there are none), its columns, and a heading when it is not the section's first."""
+
+    id: str
+    note_id: str
+    columns: tuple[Column, ...]
+    heading: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A verdict's section of the main page: its element id, title, the help text under the
+    title, its tables, and ``header_id``: an element above the tables that the section fills
+    (the idle cost's total), or ""."""
+
+    id: str
+    title: str
+    intro: str
+    tables: tuple[Table, ...]
+    header_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PageContext:
+    """What a :class:`StepVerdict` may read besides its own series, filled by the view once
+    per page: the window and where history begins; every device (``gpu_info``); each
+    node's $/hour (None: unknown price) and how it is priced (``on-demand``, ``spot``);
+    the pods on each device (``namespace/pod``, holding it or running on it); the namespace
+    filter (None: all)."""
+
+    window: Window
+    history_start: float
+    gpus: Mapping[GpuRef, GpuInfo] = field(default_factory=dict)
+    node_price: Mapping[str, float | None] = field(default_factory=dict)
+    price_basis: Mapping[str, str] = field(default_factory=dict)
+    pods: Mapping[GpuRef, tuple[str, ...]] = field(default_factory=dict)
+    namespace: str | None = None
+
+
+#: A store's answer to a verdict's queries: per query, each series' labels (``node`` and the
+#: query's ``by`` labels) with its flagged steps.
+StepAnswers: TypeAlias = "Mapping[StepQuery, Sequence[tuple[Mapping[str, str], Series]]]"
+
+
+class StepVerdict(ABC):
+    """A verdict judged by the registry: it names the series it reads (:attr:`queries`),
+    judges them (:meth:`judge`) into findings (frozen dataclasses, newest problem first or
+    in the order the table shows them), and renders them (:meth:`rows`, :meth:`note`).
+    Its one section has one table."""
+
+    name: ClassVar[str]
+    section: ClassVar[Section]
+    queries: ClassVar[tuple[StepQuery, ...]]
+
+    @abstractmethod
+    def judge(self, answers: StepAnswers, ctx: PageContext) -> tuple[Any, ...]:
+        """The findings on ``answers`` (a query the store did not answer reads as none)."""
+
+    @abstractmethod
+    def rows(self, findings: Sequence[Any], ctx: PageContext, state: State) -> list[Row]:
+        """The table's rows, keyed by :attr:`section`'s columns."""
+
+    @abstractmethod
+    def note(self, findings: Sequence[Any], ctx: PageContext) -> str:
+        """The line under the table: how many findings, and what they cost."""

@@ -1,0 +1,44 @@
+"""The verdicts, in the order the page shows them: one line each.
+
+Like node_exporter's ``registerCollector``: a verdict module declares its section (title, help
+text, stable ids, columns) and, where the registry judges it, the series it reads; this list
+is the one place that names them all. The layout builds a section per entry, the fleet
+callback fills each table by its id (:mod:`gpuscope.dashboard.sections`), and the data
+stores are asked for every :class:`~.page.StepVerdict`'s queries in one round.
+"""
+
+from __future__ import annotations
+
+from gpuscope.dashboard.verdicts import (
+    allocated,
+    idle,
+    spinning,
+    starvation,
+    stragglers,
+    throttle,
+)
+from gpuscope.dashboard.verdicts.page import Section, StepVerdict
+
+#: Every verdict's section, in page order (the fleet section comes first, the workload view
+#: and the drill-downs after these).
+SECTIONS: tuple[Section, ...] = (
+    idle.SECTION,
+    allocated.SECTION,
+    spinning.SECTION,
+    throttle.SECTION,
+    starvation.SECTION,
+    stragglers.SECTION,
+)
+
+#: The verdicts the registry judges itself, on the series they ask for (their sections are
+#: in :data:`SECTIONS` too).
+STEP_VERDICTS: tuple[StepVerdict, ...] = ()
+
+
+def step_queries() -> tuple[object, ...]:
+    """Every query of :data:`STEP_VERDICTS`, once each, in registry order."""
+    seen: dict[object, None] = {}
+    for verdict in STEP_VERDICTS:
+        for q in verdict.queries:
+            seen.setdefault(q, None)
+    return tuple(seen)

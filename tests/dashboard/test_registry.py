@@ -1,0 +1,54 @@
+"""The verdict registry drives the page: every verdict's section is laid out in registry
+order with its tables, every table is filled by the fleet callback by its id, and the
+element ids are unique (issue 29, item 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuscope.dashboard import ids, sections
+from gpuscope.dashboard.layout import layout
+from gpuscope.dashboard.verdicts import registry
+
+
+def _ids(component: Any) -> list[str]:
+    """Every element id under ``component``, in document order."""
+    found = []
+    own = getattr(component, "id", None)
+    if isinstance(own, str):
+        found.append(own)
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        if child is not None and not isinstance(child, str):
+            found += _ids(child)
+    return found
+
+
+def test_every_section_is_laid_out_in_registry_order_with_its_tables() -> None:
+    page = _ids(layout())
+    assert len(page) == len(set(page)), "an element id is used twice"
+    order = [page.index(s.id) for s in registry.SECTIONS]
+    assert order == sorted(order)
+    for section in registry.SECTIONS:
+        for table in section.tables:
+            assert page.index(section.id) < page.index(table.id) < page.index(table.note_id)
+        if section.header_id:
+            assert section.header_id in page
+    assert set(ids.DESIGN_IDS) <= set(page)
+
+
+def test_every_table_of_the_registry_is_filled_by_id() -> None:
+    assert sections.missing() == []
+    written = sections.outputs()
+    assert len(written) == len(set(written))
+    tables = {t.id for s in registry.SECTIONS for t in s.tables}
+    assert tables <= {i for i, prop in written if prop == "data"}
+
+
+def test_a_verdicts_columns_are_unique_and_kinds_known() -> None:
+    for section in registry.SECTIONS:
+        for table in section.tables:
+            cols = [c.id for c in table.columns]
+            assert len(cols) == len(set(cols)), table.id
+            assert {c.kind for c in table.columns} <= {"text", "link", "money", "percent",
+                                                       "count", "ratio"}
