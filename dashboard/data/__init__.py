@@ -10,8 +10,10 @@ protocol and all returning the same :class:`~gpuscope.dashboard.series.FleetData
 - the demo (``--demo``, :mod:`gpuscope.dashboard.demo`) runs simulated exporters in-process
   and an embedded data source on them.
 
-:mod:`.source` holds what they share (protocol, errors, name validation, windows) and
-:mod:`.promql` the escaping that keeps user input from changing a query.
+:mod:`.source` holds what they share (protocol, errors, name validation, windows),
+:mod:`.promql` the escaping that keeps user input from changing a query, and :mod:`.steps`
+the series a verdict declares it reads (:class:`~.steps.StepQuery`), which every store
+answers (``step_series``).
 """
 
 from gpuscope.dashboard.data.embedded import EmbeddedData, Sample, Target, parse_targets
@@ -28,6 +30,7 @@ from gpuscope.dashboard.data.source import (
     validate_pod,
     validate_workload,
 )
+from gpuscope.dashboard.data.steps import StepQuery
 
 __all__ = [
     "INFO_LOOKBACK",
@@ -37,6 +40,7 @@ __all__ = [
     "InvalidFilter",
     "PrometheusData",
     "Sample",
+    "StepQuery",
     "Target",
     "escape_label_value",
     "make_window",

@@ -13,6 +13,7 @@ import bisect
 import itertools
 import logging
 import math
+import operator
 import threading
 import time
 import urllib.error
@@ -36,6 +37,7 @@ from gpuscope.dashboard.data.source import (
     validate_pod,
     validate_workload,
 )
+from gpuscope.dashboard.data.steps import StepQuery, ranges
 from gpuscope.dashboard.series import (
     ContainerRef,
     Evidence,
@@ -238,6 +240,24 @@ def _rate_bucket(
     return Series(tuple(out_t), tuple(out_v))
 
 
+def _increase_bucket(
+    times: Sequence[float], values: Sequence[float], evals: Sequence[float], rng: float
+) -> Series:
+    """Per evaluation time ``e``, the counter's increase over its samples in ``(e - rng, e]``
+    (:func:`_increase`: a drop is a reset), like ``increase(x[rng])`` without Prometheus'
+    extrapolation to the range's edges; times with fewer than two samples are left out, as
+    Prometheus leaves them."""
+    out_t: list[float] = []
+    out_v: list[float] = []
+    for e in evals:
+        lo = bisect.bisect_right(times, e - rng)
+        hi = bisect.bisect_right(times, e)
+        if hi - lo >= 2:
+            out_t.append(e)
+            out_v.append(_increase(values[lo:hi]))
+    return Series(tuple(out_t), tuple(out_v))
+
+
 def _either(first: Series, second: Series | None) -> Series:
     """``first or second`` per time, as PromQL's ``or``: ``second`` where ``first`` has no
     point."""
@@ -384,6 +404,10 @@ class EmbeddedData:
     seconds; at most ``max_series`` series are kept (new ones beyond that are dropped and
     counted). Memory is about 16 bytes x points x series, e.g. 2,000 series x 1,440 points
     = 46 MB at worst. History starts empty: verdicts say how much they rest on.
+
+    The series kept are those of :data:`RING_METRICS` and of ``extra_metrics`` (the metrics
+    that the verdicts' :class:`~.steps.StepQuery` read, :meth:`step_series`), within the
+    same ``max_series``.
     """
 
     def __init__(
@@ -400,9 +424,16 @@ class EmbeddedData:
         label: str | None = None,
         notes: Sequence[str] = (),
         straggler_duration: float = STRAGGLER_DURATION,
+        extra_metrics: Collection[str] = (),
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
+        if isinstance(extra_metrics, str):
+            raise ValueError("extra_metrics: a collection of metric names, not one string")
+        for name in extra_metrics:
+            StepQuery(name, "max", ">", 0.0)  # ValueError for a bad metric name
+            if name in INFO_METRICS:
+                raise ValueError(f"{name} is kept as an info series, not as a time series")
         self.targets = tuple(targets)
         self.interval = interval
         self.capacity = capacity
@@ -414,6 +445,8 @@ class EmbeddedData:
         self._label = label
         self.notes = tuple(notes)
         self.straggler_duration = straggler_duration
+        #: The metrics kept as time series.
+        self.ring_metrics = RING_METRICS | frozenset(extra_metrics)
         self._lock = threading.Lock()
         self._rings: dict[tuple[str, Labels], _Ring] = {}
         self._info: dict[tuple[str, Labels], float] = {}
@@ -455,7 +488,7 @@ class EmbeddedData:
                     key = (name, self._key(labels, node))
                     self._info[key] = max(timestamp, self._info.get(key, 0.0))
                     continue
-                if name not in RING_METRICS or math.isnan(value):
+                if name not in self.ring_metrics or math.isnan(value):
                     continue
                 key = (name, self._key(labels, node))
                 ring = self._rings.get(key)
@@ -871,3 +904,51 @@ class EmbeddedData:
         return PodDetail(namespace=namespace, pod=pod, window=window,
                          utilization=series("container_gpu_utilization_ratio"),
                          memory_used=series("container_gpu_memory_used_bytes"))
+
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        """Each query's kept steps on the fleet page's grid (:meth:`window`), computed from
+        the stored series as :func:`.steps.promql` asks Prometheus for them, with two scrape
+        intervals for Prometheus' ``lookback``: ``min``/``max`` over the step (at least two
+        intervals), ``increase`` over that and two intervals before it, without Prometheus'
+        extrapolation (a rise of 1 is 1 here, about 1.07 there at a 15 s scrape: the same
+        steps pass ``> 0``, a threshold between the two values would not). Series that
+        differ only in labels left out of ``by`` are aggregated as there (lowest, highest,
+        sum).
+
+        Labels: ``node`` and the query's ``by`` labels the series has (an empty one left
+        out, as Prometheus leaves it out). ValueError for a metric this store does not keep
+        (not in :data:`RING_METRICS` nor ``extra_metrics``: it would read as healthy)."""
+        unknown = sorted({q.metric for q in queries} - self.ring_metrics)
+        if unknown:
+            raise ValueError(f"not kept by the embedded store: {', '.join(unknown)} (pass "
+                             f"them in extra_metrics)")
+        window = self.window(window_seconds)
+        evals = window.times()
+        gauge, counter = ranges(window.step, 2 * self.interval)
+        sel = self._select_many({q.metric for q in queries}, window, counter)
+        out: dict[StepQuery, list[tuple[dict[str, str], Series]]] = {}
+        for q in queries:
+            if q in out:
+                continue
+            combine: Callable[[float, float], float] = (
+                min if q.reduce == "min" else max if q.reduce == "max" else operator.add)
+            groups: dict[Labels, dict[float, float]] = {}
+            for lab, times, values in sel.get(q.metric, []):
+                key = tuple((k, lab[k]) for k in q.labels if lab.get(k))
+                if q.reduce == "increase":
+                    series = _increase_bucket(times, values, evals, counter)
+                else:
+                    series = _bucket(times, values, evals, gauge, min if q.reduce == "min"
+                                     else max)
+                points = groups.setdefault(key, {})
+                for t, v in zip(series.times, series.values, strict=True):
+                    points[t] = combine(points[t], v) if t in points else v
+            rows = []
+            for key, points in sorted(groups.items()):
+                kept = [(t, points[t]) for t in sorted(points) if q.passes(points[t])]
+                if kept:
+                    rows.append((dict(key), Series(tuple(t for t, _ in kept),
+                                                   tuple(v for _, v in kept))))
+            out[q] = rows
+        return out

@@ -36,6 +36,8 @@ from gpuscope.dashboard.data.source import (
     validate_pod,
     validate_workload,
 )
+from gpuscope.dashboard.data.steps import StepQuery
+from gpuscope.dashboard.data.steps import promql as step_promql
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
     ContainerRef,
@@ -1942,6 +1944,24 @@ class PrometheusData:
             node_summaries=summaries,
             workloads_checked=groups_checked,
         )
+
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        """Each query's kept steps over the fleet page's window (:meth:`window`): one range
+        query each (:func:`.steps.promql`, ranges from :attr:`lookback`), sent together
+        through the page's pool. Each series' labels are ``node`` and the query's ``by``
+        (those the series has); its times are steps of the window. DataError if any fails."""
+        window = self.window(window_seconds)
+        futures: dict[StepQuery, Future[list[tuple[dict[str, str], Series]]]] = {}
+        for q in queries:
+            if q in futures:
+                continue
+            try:
+                futures[q] = self._page_pool.submit(
+                    self.range, step_promql(q, window.step, self.lookback), window)
+            except RuntimeError:  # closed: a page still computing when the dashboard stops
+                raise DataError(f"{self.description}: closed") from None
+        return {q: fut.result() for q, fut in futures.items()}
 
     def _history_start(self, window: Window, first: float | None) -> float:
         """Where the verdicts' history begins: a rate over the range r is the mean over r

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
+from gpuscope.dashboard.data.steps import StepQuery
 from gpuscope.dashboard.series import (
     FleetData,
     GpuRef,
     NodeDetail,
     PodDetail,
+    Series,
     Window,
     WorkloadDetail,
 )
@@ -103,6 +105,16 @@ class DataSource(Protocol):
         self, namespace: str, workload: str, window_seconds: float,
         first: Collection[GpuRef] = (),
     ) -> WorkloadDetail: ...
+
+    def step_series(
+        self, queries: Sequence[StepQuery], window_seconds: float
+    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        """Per query (each once), the series with a kept step in the window that
+        :meth:`fleet` shows for ``window_seconds`` (the same steps): each series' labels are
+        ``node`` and the query's ``by`` labels it has, its points the kept steps only (a
+        healthy fleet: every list empty). :mod:`.steps` says what a step is in each store.
+        DataError when the store fails."""
+        ...
 
     def close(self) -> None: ...
 

@@ -1,0 +1,131 @@
+"""A verdict's series, declared as data: :class:`StepQuery` names one metric, how it is reduced
+over each step of the window and which steps to keep; every store answers a list of them
+(``DataSource.step_series``) with, per series, only the kept steps, so a healthy fleet
+answers with nothing.
+
+Only the query's own fields reach PromQL (:func:`promql`), each validated when the query is
+made: a metric name, label names, one of a few reductions and comparisons, a finite number.
+Nothing a user types (a namespace, a node) is part of a step query.
+
+What a step is, in each store (``step`` is the window's step, ``lookback`` the Prometheus
+store's shortest range, 60 s by default; the embedded store uses two scrape intervals):
+
+- ``min`` / ``max``: the lowest / highest sample in ``(t - r, t]``, ``r`` the step, at least
+  ``lookback`` (the fleet page's gauges: a step shorter than the scrape interval still finds
+  a sample). A step without a sample has no point.
+- ``increase``: how much the counter grew over its samples in ``(t - r - lookback, t]``, a
+  drop being a reset (counting starts again from 0). The range reaches ``lookback`` into the
+  step before: Prometheus' ``increase()`` sees only the samples inside its range, so over the
+  step alone it would miss a rise between the last sample of one step and the first of the
+  next (at a 60 s scrape and step, every rise). A rise therefore also shows in the step after
+  its own when the sample before it is within ``lookback`` of that step's start (on
+  VictoriaMetrics: the sample after it). Prometheus extrapolates the increase to the range's
+  edges (a rise of 1 reads about 1.07 at a 15 s scrape); VictoriaMetrics and the embedded
+  store do not: the same steps pass ``> 0``, a threshold between the two values would not.
+  A step with fewer than two samples of a series has no increase for it: a counter that
+  first appears inside the window with its count (``gpu_xid_errors_total`` appears at its
+  first XID, at 1) shows no increase until it rises again. VictoriaMetrics differs there: it
+  counts a new series' small first value from 0, so it flags such a first XID (in the steps
+  whose range holds that sample) where Prometheus and the embedded store do not.
+- ``by``: the labels kept besides ``node``; series that differ only in others (``instance``,
+  ``job``, or ``xid`` when it is not in ``by``) are aggregated: the lowest for ``min``, the
+  highest for ``max``, the sum for ``increase`` (every kind of event counted).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from gpuscope.dashboard.data.promql import duration, selector
+
+Reduce = Literal["min", "max", "increase"]
+Keep = Literal["<", ">", ">=", "<="]
+
+REDUCE: frozenset[str] = frozenset({"min", "max", "increase"})
+KEEP: frozenset[str] = frozenset({"<", ">", ">=", "<="})
+#: The Prometheus store's default ``lookback`` (:class:`~.prometheus.PrometheusData`).
+LOOKBACK = 60.0
+#: A range is a millisecond short of its length (``prometheus.EDGE``): Prometheus 2 takes
+#: the samples of ``[t - d, t]``, both ends, VictoriaMetrics and Prometheus 3 ``(t - d, t]``.
+EDGE = 0.001
+
+_METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+#: The aggregation across series that differ only in labels left out of ``by``.
+_AGGREGATE = {"min": "min", "max": "max", "increase": "sum"}
+
+
+@dataclass(frozen=True, slots=True)
+class StepQuery:
+    """One metric reduced over each step (t - step, t] of the window, keeping only the steps
+    whose value passes ``keep`` (so a healthy fleet answers with nothing). See the module's
+    docstring for each reduction's range in each store."""
+
+    metric: str                    # e.g. "gpu_up"; validated: [a-zA-Z_:][a-zA-Z0-9_:]*
+    reduce: Reduce
+    keep: Keep
+    threshold: float
+    by: tuple[str, ...] = ("gpu", "uuid")   # labels kept besides ``node``; validated label names
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not _METRIC.match(self.metric):
+            raise ValueError(f"bad metric name {str(self.metric)[:80]!r}")
+        if self.reduce not in REDUCE:
+            raise ValueError(f"reduce must be one of {sorted(REDUCE)}, got {self.reduce!r}")
+        if self.keep not in KEEP:
+            raise ValueError(f"keep must be one of {sorted(KEEP)}, got {self.keep!r}")
+        if (isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float)
+                or not math.isfinite(self.threshold)):
+            raise ValueError(f"threshold must be a finite number, got {self.threshold!r}")
+        if not isinstance(self.by, tuple):
+            raise ValueError(f"by must be a tuple of label names, got {self.by!r}")
+        for label in self.by:
+            if not isinstance(label, str) or not _LABEL.match(label) or label.startswith("__"):
+                raise ValueError(f"bad label name {str(label)[:80]!r}")
+            if label == "node":
+                raise ValueError("'node' is always kept: leave it out of by")
+        if len(set(self.by)) != len(self.by):
+            raise ValueError(f"a label twice in by: {self.by!r}")
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The labels of each answer's series: ``node`` and :attr:`by`."""
+        return ("node", *self.by)
+
+    def passes(self, value: float) -> bool:
+        """Whether a step's value is kept."""
+        t = self.threshold
+        if self.keep == "<":
+            return value < t
+        if self.keep == ">":
+            return value > t
+        if self.keep == "<=":
+            return value <= t
+        return value >= t
+
+
+def ranges(step_seconds: float, lookback: float) -> tuple[float, float]:
+    """A step's range for ``min``/``max`` (the step, at least ``lookback``) and for
+    ``increase`` (that and ``lookback`` before it), in seconds, before :data:`EDGE`."""
+    gauge = max(step_seconds, lookback)
+    return gauge, gauge + lookback
+
+
+def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK) -> str:
+    """The PromQL of ``q`` for a range query at ``step_seconds``, e.g.
+    ``min by (node, gpu, uuid) (min_over_time(gpu_up[59999ms])) < 1`` and
+    ``sum by (node, gpu, uuid, xid) (increase(gpu_xid_errors_total[119999ms])) > 0``."""
+    if not step_seconds > 0 or lookback < 0:
+        raise ValueError("step must be positive and lookback not negative")
+    gauge, counter = ranges(step_seconds, lookback)
+    sel = selector(q.metric)
+    if q.reduce == "increase":
+        inner = f"increase({sel}[{duration(counter - EDGE)}])"
+    else:
+        inner = f"{q.reduce}_over_time({sel}[{duration(gauge - EDGE)}])"
+    return (f"{_AGGREGATE[q.reduce]} by ({', '.join(q.labels)}) ({inner})"
+            f" {q.keep} {float(q.threshold)!r}")

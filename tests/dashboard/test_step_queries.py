@@ -1,0 +1,404 @@
+"""Step queries (:mod:`gpuscope.dashboard.data.steps`): a verdict's series declared as data and
+answered by every store. The same samples of a small, mostly healthy fleet are loaded into
+the embedded store (``ingest()`` on a fake clock), a real Prometheus (TSDB blocks from
+promtool) and a real VictoriaMetrics (its import API), through ``tests.stores``; the three
+flag the same devices at the same steps, and a healthy device answers with nothing. Then the
+PromQL text, the validation of every field that reaches it, and the embedded store's
+bounds."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpuscope.dashboard.data import DataError, EmbeddedData, PrometheusData, StepQuery
+from gpuscope.dashboard.data.prometheus import EDGE
+from gpuscope.dashboard.data.steps import EDGE as STEPS_EDGE
+from gpuscope.dashboard.data.steps import promql
+from gpuscope.dashboard.series import Series
+from tests.conftest import free_port
+from tests.stores import Store, fleet_in_both
+
+INTERVAL = 15.0   # every store holds the same samples, 15 s apart
+STEP = 60.0       # a one-hour window in 60 steps on every store (embedded: max_points=60)
+WINDOW = 3600.0
+OFFSET = 7.0      # samples 7 s before each quarter-minute: none on a step's boundary
+HISTORY = WINDOW + 600.0
+
+LOST = StepQuery("gpu_up", "min", "<", 1.0)
+XID = StepQuery("gpu_xid_errors_total", "increase", ">", 0.0, by=("gpu", "uuid", "xid"))
+XID_ANY = StepQuery("gpu_xid_errors_total", "increase", ">", 0.0)  # summed over the codes
+REMAP = StepQuery("gpu_row_remap_pending", "max", ">", 0.0)
+QUERIES = (LOST, XID, XID_ANY, REMAP)
+EXTRA = ("gpu_up", "gpu_xid_errors_total", "gpu_row_remap_pending")
+
+# When each planted fault shows, in seconds before the data's end (sample times).
+DOWN_FROM = 1507.0                 # node-a GPU 1: gpu_up 0 from then to the end
+# node-b GPU 0: xid 79 +1, then +2; the second rise early in its step (its sample before is
+# more than two embedded intervals before the next step: that step sees it on Prometheus and
+# VictoriaMetrics, whose range reaches a minute back, not on the embedded store).
+XID_AT = (2707.0, 937.0)
+REMAP_FROM, REMAP_TO = 2407.0, 1207.0  # node-b GPU 1: a row remap pending, then done
+RESET_AT = 3007.0                  # node-a GPU 0: its exporter restarts (xid 13's 5 -> 0)
+FIRST_XID = 607.0                  # node-b GPU 1: xid 48's series appears, at 1
+
+GPUS = (("node-a", "0", "GPU-a0"), ("node-a", "1", "GPU-a1"),
+        ("node-b", "0", "GPU-b0"), ("node-b", "1", "GPU-b1"))
+
+Point = tuple[float, float]
+
+
+def plant(end: float) -> list[tuple[str, dict[str, str], list[Point]]]:
+    """The fleet's series: name, labels (with ``node``) and samples. Everything healthy
+    besides the planted faults; node-a GPU 0 healthy throughout (an XID counter that stays
+    flat, and is reset once by an exporter restart). node-b GPU 1's first XID 48 makes its
+    series appear at 1 (as the exporter shows a code's first XID): no increase for
+    Prometheus (two samples in the range) nor the embedded store, one for VictoriaMetrics
+    (it counts a new series' small first value from 0)."""
+    times = [end - OFFSET - INTERVAL * k for k in range(int(HISTORY // INTERVAL), -1, -1)]
+
+    def ago(t: float) -> float:
+        return end - t
+
+    out: list[tuple[str, dict[str, str], list[Point]]] = []
+    for node, gpu, uuid in GPUS:
+        lab = {"node": node, "gpu": gpu, "uuid": uuid}
+        down = uuid == "GPU-a1"
+        out.append(("gpu_up", lab, [(t, 0.0 if down and ago(t) <= DOWN_FROM else 1.0)
+                                    for t in times]))
+        pending = uuid == "GPU-b1"
+        out.append(("gpu_row_remap_pending", lab, [
+            (t, 1.0 if pending and REMAP_TO <= ago(t) <= REMAP_FROM else 0.0) for t in times]))
+    out.append(("gpu_xid_errors_total", {"node": "node-a", "gpu": "0", "uuid": "GPU-a0",
+                                         "xid": "13"},
+                [(t, 5.0 if ago(t) > RESET_AT else 0.0) for t in times]))
+    out.append(("gpu_xid_errors_total", {"node": "node-b", "gpu": "0", "uuid": "GPU-b0",
+                                         "xid": "79"},
+                [(t, float((ago(t) <= XID_AT[0]) + 2 * (ago(t) <= XID_AT[1]))) for t in times]))
+    out.append(("gpu_xid_errors_total", {"node": "node-b", "gpu": "0", "uuid": "GPU-b0",
+                                         "xid": "13"},
+                [(t, 2.0) for t in times]))
+    out.append(("gpu_xid_errors_total", {"node": "node-b", "gpu": "1", "uuid": "GPU-b1",
+                                         "xid": "48"},
+                [(t, 1.0) for t in times if ago(t) <= FIRST_XID]))
+    return out
+
+
+@dataclass
+class Planted:
+    """:func:`plant`'s series in the two formats ``tests.stores.fleet_in_both`` loads (the
+    interface of ``bench.fleet.Fleet`` it uses), as a real scrape labels them (``job``,
+    ``instance``: left out of every ``by``)."""
+
+    end: float
+    rows: list[tuple[str, dict[str, str], list[Point]]] = field(default_factory=list)
+    series: int = 0
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        self.rows = plant(self.end)
+        self.shape = SimpleNamespace(end=self.end)
+
+    def scraped(self) -> Iterator[tuple[str, dict[str, str], list[Point]]]:
+        for name, lab, points in self.rows:
+            yield name, {**lab, "job": "gpuscope", "instance": f"{lab['node']}:9463"}, points
+
+    def openmetrics(self) -> Iterator[str]:
+        self.series = self.samples = 0
+        rows = sorted(self.scraped(), key=lambda r: r[0])
+        for family in sorted({name for name, _, _ in rows}):
+            base, kind = ((family.removesuffix("_total"), "counter")
+                          if family.endswith("_total") else (family, "gauge"))
+            yield f"# TYPE {base} {kind}\n"
+            for name, lab, points in rows:
+                if name != family:
+                    continue
+                text = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()))
+                self.series += 1
+                self.samples += len(points)
+                yield "".join(f"{name}{{{text}}} {v!r} {t:.3f}\n" for t, v in points)
+        yield "# EOF\n"
+
+    def vm_json_lines(self) -> Iterator[bytes]:
+        self.series = self.samples = 0
+        for name, lab, points in self.scraped():
+            self.series += 1
+            self.samples += len(points)
+            yield (json.dumps({"metric": {"__name__": name, **lab},
+                               "values": [v for _, v in points],
+                               "timestamps": [round(t * 1000) for t, _ in points]})
+                   + "\n").encode()
+
+    def embedded(self, **kw: Any) -> EmbeddedData:
+        """An embedded store that scraped these samples (a fake clock at the end)."""
+        store = EmbeddedData([], interval=INTERVAL, max_points=int(WINDOW // STEP),
+                             clock=lambda: self.end, extra_metrics=EXTRA, **kw)
+        scrapes: dict[tuple[str, float], list[tuple[str, dict[str, str], float]]] = {}
+        for name, lab, points in self.rows:
+            bare = {k: v for k, v in lab.items() if k != "node"}
+            for t, v in points:
+                scrapes.setdefault((lab["node"], t), []).append((name, bare, v))
+        for (node, t), samples in sorted(scrapes.items(), key=lambda kv: kv[0][1]):
+            store.ingest(node, samples, t)
+        return store
+
+
+@dataclass
+class Stores:
+    planted: Planted
+    prometheus: Store
+    victoriametrics: Store
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
+    # The data ends on a minute (the window's grid on every store), 5 minutes before now
+    # (older than VictoriaMetrics' 30 s latency offset).
+    planted = Planted((time.time() // 60 - 5) * 60)
+    with fleet_in_both(planted, tmp_path_factory.mktemp("steps")) as (prom, vm):
+        yield Stores(planted, prom, vm)
+
+
+Answers = dict[StepQuery, list[tuple[dict[str, str], Series]]]
+
+
+def answers(stores: Stores) -> dict[str, Answers]:
+    end = stores.planted.end
+    out = {}
+    embedded = stores.planted.embedded()
+    try:
+        assert embedded.window(WINDOW).step == STEP and embedded.window(WINDOW).end == end
+        out["embedded"] = embedded.step_series(QUERIES, WINDOW)
+    finally:
+        embedded.close()
+    for store in (stores.prometheus, stores.victoriametrics):
+        prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+        try:
+            assert prom.window(WINDOW).step == STEP and prom.window(WINDOW).end == end
+            out[store.kind] = prom.step_series(QUERIES, WINDOW)
+        finally:
+            prom.close()
+    return out
+
+
+def keyed(rows: list[tuple[dict[str, str], Series]]) -> dict[tuple[str, ...], Series]:
+    keys = {tuple(sorted(lab.items())): s for lab, s in rows}
+    assert len(keys) == len(rows), "one series per key"
+    return keys
+
+
+def test_three_stores_flag_the_same_steps(stores: Stores) -> None:
+    end = stores.planted.end
+    seen = answers(stores)
+
+    def key(node: str, gpu: str, uuid: str, **more: str) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted({"node": node, "gpu": gpu, "uuid": uuid, **more}.items()))
+
+    # The planted faults, as (first, last) flagged step before the end: the step holding
+    # the first sample that shows the fault, and the step holding its last sample (for an
+    # increase: the step holding the rise, or the one after it, as the range reaches a
+    # minute back into the step before: ``steps``' docstring).
+    def step_of(ago: float) -> float:
+        return math.floor(ago / STEP) * STEP
+
+    want = {
+        LOST: {key("node-a", "1", "GPU-a1"): (step_of(DOWN_FROM), 0.0)},
+        XID: {key("node-b", "0", "GPU-b0", xid="79"): (step_of(XID_AT[0]),
+                                                        step_of(XID_AT[1]))},
+        XID_ANY: {key("node-b", "0", "GPU-b0"): (step_of(XID_AT[0]), step_of(XID_AT[1]))},
+        REMAP: {key("node-b", "1", "GPU-b1"): (step_of(REMAP_FROM), step_of(REMAP_TO))},
+    }
+    grid = {end - STEP * k for k in range(int(WINDOW // STEP) + 1)}
+    first_xid = {key("node-b", "1", "GPU-b1", xid="48"), key("node-b", "1", "GPU-b1")}
+    for kind, answer in seen.items():
+        assert set(answer) == set(QUERIES), kind
+        for q in QUERIES:
+            rows = keyed(answer[q])
+            if kind == "victoriametrics" and q in (XID, XID_ANY):
+                # Where VictoriaMetrics differs: the new series' first XID, in the steps
+                # whose range holds its first sample (none of the others see it).
+                new = {k: rows.pop(k) for k in set(rows) & first_xid}
+                for s in new.values():
+                    assert {end - t for t in s.times} <= {step_of(FIRST_XID) - STEP * i
+                                                          for i in range(3)}, s.times
+            # The same devices on every store, and only the faulty one: a healthy device
+            # (node-a GPU 0 throughout, whose XID counter was reset) answers with nothing.
+            assert set(rows) == set(want[q]), (kind, q, sorted(rows))
+            for k, (first, last) in want[q].items():
+                s = rows[k]
+                assert s.times and set(s.times) <= grid, (kind, q, s.times)
+                assert list(s.times) == sorted(s.times)
+                assert all(q.passes(v) for v in s.values), (kind, q, s.values)
+                # Within a step of the planted times (an increase's echo in the step after).
+                assert abs((end - s.times[0]) - first) <= STEP, (kind, q, end - s.times[0])
+                assert abs((end - s.times[-1]) - last) <= STEP, (kind, q, end - s.times[-1])
+    # Across stores: the same keys, first and last flagged steps within a step; gauges
+    # (min, max) exactly the same steps.
+    base = seen["embedded"]
+    for kind in ("prometheus", "victoriametrics"):
+        for q in QUERIES:
+            ours, theirs = keyed(base[q]), keyed(seen[kind][q])
+            if q in (XID, XID_ANY):
+                for k in first_xid:
+                    theirs.pop(k, None)
+            assert set(ours) == set(theirs)
+            for k in ours:
+                a, b = ours[k], theirs[k]
+                assert abs(a.times[0] - b.times[0]) <= STEP, (kind, q, a.times, b.times)
+                assert abs(a.times[-1] - b.times[-1]) <= STEP, (kind, q, a.times, b.times)
+                if q.reduce != "increase":
+                    assert a.times == b.times, (kind, q)
+                    assert a.values == b.values, (kind, q)
+    # The gauges' flagged steps are exactly the planted ones on the embedded store.
+    lost = keyed(base[LOST])[key("node-a", "1", "GPU-a1")]
+    assert lost.times[0] == end - step_of(DOWN_FROM) and lost.times[-1] == end
+    assert len(lost.times) == step_of(DOWN_FROM) // STEP + 1
+    remap = keyed(base[REMAP])[key("node-b", "1", "GPU-b1")]
+    assert (remap.times[0], remap.times[-1]) == (end - step_of(REMAP_FROM),
+                                                  end - step_of(REMAP_TO))
+    assert len(remap.times) == (step_of(REMAP_FROM) - step_of(REMAP_TO)) // STEP + 1
+    # The increase: each rise in its own step (and perhaps the one after), by how much it
+    # rose there (the embedded store does not extrapolate; Prometheus scales to its range).
+    xid = keyed(base[XID])[key("node-b", "0", "GPU-b0", xid="79")]
+    rises = {end - step_of(a) for a in XID_AT}
+    assert rises <= set(xid.times) <= rises | {t + STEP for t in rises}
+    assert {v for t, v in zip(xid.times, xid.values, strict=True) if t in rises} == {1.0, 2.0}
+
+
+def test_an_empty_answer_and_a_failing_store() -> None:
+    store = EmbeddedData([], interval=INTERVAL, clock=lambda: 1e9, extra_metrics=EXTRA)
+    assert store.step_series(QUERIES, WINDOW) == {q: [] for q in QUERIES}
+    store.close()
+    prom = PrometheusData(f"http://127.0.0.1:{free_port()}", timeout=2)
+    with pytest.raises(DataError, match="unreachable"):
+        prom.step_series(QUERIES, WINDOW)
+    prom.close()
+    with pytest.raises(DataError, match="closed"):
+        prom.step_series(QUERIES, WINDOW)
+
+
+# -- the PromQL ------------------------------------------------------------------------------
+
+def test_promql_text() -> None:
+    assert promql(LOST, 60.0) == "min by (node, gpu, uuid) (min_over_time(gpu_up[59999ms])) < 1.0"
+    assert promql(REMAP, 60.0) == (
+        "max by (node, gpu, uuid) (max_over_time(gpu_row_remap_pending[59999ms])) > 0.0")
+    # increase: summed over what ``by`` leaves out; its range reaches a lookback further back.
+    assert promql(XID, 60.0) == ("sum by (node, gpu, uuid, xid) "
+                                 "(increase(gpu_xid_errors_total[119999ms])) > 0.0")
+    assert promql(XID_ANY, 300.0) == ("sum by (node, gpu, uuid) "
+                                      "(increase(gpu_xid_errors_total[359999ms])) > 0.0")
+    # A step shorter than the lookback: the lookback (as the fleet page's gauges).
+    assert promql(LOST, 15.0) == "min by (node, gpu, uuid) (min_over_time(gpu_up[59999ms])) < 1.0"
+    assert promql(LOST, 15.0, lookback=0.0).endswith("(gpu_up[14999ms])) < 1.0")
+    q = StepQuery("DCGM_FI_DEV_XID_ERRORS", "max", ">=", -1.5e-3, by=("Hostname", "gpu"))
+    assert promql(q, 90.0, lookback=30.0) == (
+        "max by (node, Hostname, gpu) (max_over_time(DCGM_FI_DEV_XID_ERRORS[89999ms])) >= -0.0015")
+    assert STEPS_EDGE == EDGE
+    with pytest.raises(ValueError):
+        promql(LOST, 0.0)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(metric="gpu up"), dict(metric='gpu_up{node="x"}'), dict(metric="1gpu"),
+    dict(metric=""), dict(metric='gpu_up"}) or vector(1'), dict(metric="gpu-up"),
+    dict(reduce="avg"), dict(reduce="min_over_time"), dict(keep="=="), dict(keep="!="),
+    dict(keep="> 0 or vector(1) >"),
+    dict(threshold=math.nan), dict(threshold=math.inf), dict(threshold=True),
+    dict(threshold="1 or vector(1)"),
+    dict(by=("gpu", "a-b")), dict(by=("gpu) or vector(1",)), dict(by=("__name__",)),
+    dict(by=("node",)), dict(by=("gpu", "gpu")), dict(by="gpu"), dict(by=["gpu"]),
+    dict(by=("",)), dict(by=("1gpu",)),
+])
+def test_every_field_is_validated(bad: dict[str, Any]) -> None:
+    fields: dict[str, Any] = dict(metric="gpu_up", reduce="min", keep="<", threshold=1.0)
+    with pytest.raises(ValueError):
+        StepQuery(**{**fields, **bad})
+
+
+def test_only_the_querys_fields_reach_the_store() -> None:
+    """The PromQL is built from the query's validated fields and the window's step alone
+    (no parameter takes a name from the page), and has one shape; the store sends just it."""
+    shape = re.compile(
+        r"^(min|max|sum) by \(node(, [A-Za-z_][A-Za-z0-9_]*)*\) "
+        r"\((min_over_time|max_over_time|increase)\([A-Za-z_:][A-Za-z0-9_:]*\[\d+m?s\]\)\) "
+        r"(<|>|<=|>=) -?\d+\.\d+(e[+-]\d+)?$")
+    for q in QUERIES:
+        for step in (1.0, 15.0, 60.0, 86.4, 3600.0):
+            assert shape.match(promql(q, step)), promql(q, step)
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 1_800_000_000.0)
+    sent: list[str] = []
+
+    def fake_range(text: str, window: Any) -> list[tuple[dict[str, str], Series]]:
+        sent.append(text)
+        return [({"node": "n", "gpu": "0", "uuid": "U"}, Series((window.end,), (0.0,)))]
+
+    prom.range = fake_range  # type: ignore[method-assign]
+    try:
+        got = prom.step_series([LOST, XID, LOST], WINDOW)
+    finally:
+        prom.close()
+    assert sent == [promql(LOST, STEP), promql(XID, STEP)]  # each query once
+    assert list(got) == [LOST, XID]
+
+
+# -- the embedded store ----------------------------------------------------------------------
+
+def test_embedded_keeps_the_extra_metrics_within_its_bounds() -> None:
+    with pytest.raises(ValueError, match="extra_metrics"):
+        EmbeddedData([], extra_metrics="gpu_up")
+    for bad in ("gpu up", "gpu_info"):
+        with pytest.raises(ValueError):
+            EmbeddedData([], extra_metrics=[bad])
+    plain = EmbeddedData([], interval=INTERVAL, clock=lambda: 1000.0)
+    plain.ingest("n", [("gpu_up", {"uuid": "U"}, 0.0)], 990.0)
+    assert not plain._rings  # not asked for: not kept
+    with pytest.raises(ValueError, match="gpu_up"):  # a query it cannot answer is an error
+        plain.step_series([LOST], 60.0)
+    plain.close()
+    few = EmbeddedData([], interval=INTERVAL, clock=lambda: 1000.0, max_series=2,
+                       extra_metrics=EXTRA)
+    few.ingest("n", [("gpu_up", {"uuid": str(i)}, 0.0) for i in range(3)], 990.0)
+    assert len(few._rings) == 2 and few.dropped_series == 1
+    few.close()
+
+
+def test_embedded_increase_and_gaps() -> None:
+    """A counter's drop is a reset (counting from 0 again), an increase needs two samples in
+    its range (a counter that appears with its count shows none), and a step without a
+    sample has no point."""
+    end = 1_800_000_000.0
+    store = EmbeddedData([], interval=INTERVAL, max_points=60, clock=lambda: end,
+                         extra_metrics=EXTRA)
+    samples = {
+        # 2 -> 3 -> reset to 0 -> 1: two errors in the step.
+        ("gpu_xid_errors_total", "79"): [(end - 52, 2.0), (end - 37, 3.0), (end - 22, 0.0),
+                                         (end - 7, 1.0)],
+        # Appears at 1 (its first XID) and stays: no increase anywhere.
+        ("gpu_xid_errors_total", "48"): [(end - 127 + 15 * k, 1.0) for k in range(9)],
+    }
+    for (name, xid), points in samples.items():
+        for t, v in points:
+            store.ingest("n", [(name, {"gpu": "0", "uuid": "U", "xid": xid}, v)], t)
+    # gpu_up: samples over the last 10 minutes but for 3 minutes (ages 120-300 s).
+    for k in range(39, -1, -1):  # oldest first (the store keeps each series in order)
+        t = end - 7 - 15 * k
+        if not 120 < end - t < 300:
+            store.ingest("n", [("gpu_up", {"gpu": "0", "uuid": "U"}, 1.0)], t)
+    every = StepQuery("gpu_up", "min", ">=", 0.0)
+    assert store.window(WINDOW).step == STEP
+    got = store.step_series([XID, every], WINDOW)
+    store.close()
+    assert [(lab, s.times, s.values) for lab, s in got[XID]] == [
+        ({"node": "n", "gpu": "0", "uuid": "U", "xid": "79"}, (end,), (2.0,))]
+    [(lab, up)] = got[every]
+    assert lab == {"node": "n", "gpu": "0", "uuid": "U"}
+    assert [end - t for t in up.times] == [540, 480, 420, 360, 300, 60, 0]
