@@ -42,6 +42,7 @@ from gpuscope.dashboard.data.http import (
     reject_credentials_in_url,
 )
 from gpuscope.dashboard.prices import PriceError, PriceTable, load_prices
+from gpuscope.dashboard.verdicts import registry
 from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
@@ -340,8 +341,10 @@ def run(cfg: Config, stop: threading.Event,
         notes = (("Demo: the simulated fleet comes with an hour of generated past, so verdicts "
                   "that need an hour of evidence (idle for 1h) show from the first page load.",)
                  if cfg.demo else ())
+        # The store keeps what the registry's verdicts read besides the fleet page's series.
         embedded = EmbeddedData(targets, interval=cfg.scrape_interval, label=label,
-                                notes=notes)
+                                notes=notes,
+                                extra_metrics={q.metric for q in registry.step_queries()})
         if cfg.demo:
             fleet.backfill(embedded, step=cfg.scrape_interval)
         embedded.start()

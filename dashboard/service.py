@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data import (
@@ -22,7 +23,8 @@ from gpuscope.dashboard.data import (
 )
 from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail, gc_paused
-from gpuscope.dashboard.verdicts import Thresholds
+from gpuscope.dashboard.verdicts import Thresholds, registry
+from gpuscope.dashboard.verdicts.page import StepAnswers
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,7 @@ class DashboardService:
         self._last_any: tuple[FleetView, float] | None = None
         self._inflight: dict[Key, _Shared] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleet-view")
+        self._steps_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="step-queries")
         self._warm_key: Key | None = None
         self._warm_every = 0.0
         self._stop = threading.Event()
@@ -139,6 +142,7 @@ class DashboardService:
     def close(self) -> None:
         self._stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._steps_pool.shutdown(wait=False, cancel_futures=True)
 
     def keep_warm(self, every: float, window: str = DEFAULT_WINDOW) -> None:
         """Recompute the default view (``window``, all namespaces) every ``every`` seconds in
@@ -239,8 +243,13 @@ class DashboardService:
             # One pause of the garbage collector for both (each holds it off on its own):
             # the collection that follows a pause walks every object made in it, once.
             with gc_paused():
+                # The registry's step queries go out beside the fleet's (a failure there
+                # costs their sections, not the page).
+                steps = self._steps_pool.submit(self.source.step_series,
+                                                registry.step_queries(), window_seconds(window))
                 data = self.source.fleet(window_seconds(window), namespace)
-                view = build_fleet_view(data, self.prices, self.thresholds, namespace)
+                view = build_fleet_view(data, self.prices, self.thresholds, namespace,
+                                        self._step_answers(steps, problems))
                 # Freed while the collector is still off: the collection that follows
                 # then walks the view alone, not the page's 10^6 objects of data as well
                 # (0.1 s at 5,000 nodes, docs/benchmarks.md).
@@ -258,6 +267,20 @@ class DashboardService:
                 del self._last[next(iter(self._last))]
             self._last_any = (view, now)
         return Answer(view, " ".join(problems) or None, now)
+
+    @staticmethod
+    def _step_answers(pending: Future[Any], problems: list[str]) -> StepAnswers:
+        """The step queries' answers, or none (and a line in ``problems``) when the store
+        failed them."""
+        try:
+            answers: StepAnswers = pending.result()
+            return answers
+        except DataError as exc:
+            problems.append(f"GPU health and the other registry verdicts unavailable: {exc}.")
+        except Exception as exc:
+            log.exception("the registry's step queries failed")
+            problems.append(f"GPU health unavailable: internal error: {type(exc).__name__}.")
+        return {}
 
     def _fallback(self, key: Key, problems: list[str]) -> Answer:
         with self._lock:

@@ -22,7 +22,7 @@ from gpuscope.dashboard.series import (
     index_key,
     summary_mean,
 )
-from gpuscope.dashboard.verdicts import Thresholds
+from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.allocated import allocated_idle
 from gpuscope.dashboard.verdicts.idle import (
     fleet_of,
@@ -31,7 +31,7 @@ from gpuscope.dashboard.verdicts.idle import (
     idle_nodes,
     idle_slices,
 )
-from gpuscope.dashboard.verdicts.page import PageContext
+from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
 from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
 from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
 from gpuscope.dashboard.verdicts.stragglers import Group, Straggler, stragglers
@@ -374,12 +374,15 @@ def build_fleet_view(
     prices: PriceTable,
     thresholds: Thresholds | None = None,
     namespace: str | None = None,
+    steps: StepAnswers | None = None,
 ) -> FleetView:
     """What the fleet page shows of ``data`` (of ``namespace`` where given), priced by
-    ``prices``; the cyclic garbage collector held off meanwhile (:func:`gc_paused`: the
-    analysis of a large fleet makes 10^6 objects without cycles)."""
+    ``prices``; ``steps``: the store's answers to the registry's step queries
+    (:func:`~gpuscope.dashboard.verdicts.registry.step_queries`; None or a query left out:
+    nothing found by it). The cyclic garbage collector held off meanwhile
+    (:func:`gc_paused`: the analysis of a large fleet makes 10^6 objects without cycles)."""
     with gc_paused():
-        return _build_fleet_view(data, prices, thresholds, namespace)
+        return _build_fleet_view(data, prices, thresholds, namespace, steps or {})
 
 
 def _build_fleet_view(
@@ -387,6 +390,7 @@ def _build_fleet_view(
     prices: PriceTable,
     thresholds: Thresholds | None,
     namespace: str | None,
+    steps: StepAnswers,
 ) -> FleetView:
     th = thresholds or Thresholds()
     window, hs = data.window, data.history_start
@@ -446,6 +450,17 @@ def _build_fleet_view(
         if c.namespace:
             users.setdefault(c.gpu, set()).add(c)
     workload_of = {(p.node, p.namespace, p.pod): p.workload for p in data.pods.values()}
+
+    # The registry's own verdicts, on the store's answers to their queries.
+    context = PageContext(
+        window=window, history_start=hs, gpus=data.gpus,
+        node_price={n: p.per_hour for n, p in node_price.items()},
+        price_basis={n: p.basis for n, p in node_price.items()},
+        pods={ref: tuple(sorted({f"{c.namespace}/{c.pod}" for c in cs}))
+              for ref, cs in users.items()},
+        namespace=namespace,
+    )
+    findings = {v.name: v.judge(steps, context) for v in registry.STEP_VERDICTS}
 
     spin_steps = spinning_steps(signals, th.spin_rule)
     spin = spinning_gpus(signals, window, hs, rule=th.spin_rule, duration=th.spin_duration,
@@ -754,6 +769,8 @@ def _build_fleet_view(
         slice_rows=slice_rows,
         workloads=tuple(workloads),
         default_workload=default_workload,
+        findings=findings,
+        context=context,
     )
 
 

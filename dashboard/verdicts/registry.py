@@ -9,8 +9,10 @@ stores are asked for every :class:`~.page.StepVerdict`'s queries in one round.
 
 from __future__ import annotations
 
+from gpuscope.dashboard.data import StepQuery
 from gpuscope.dashboard.verdicts import (
     allocated,
+    health,
     idle,
     spinning,
     starvation,
@@ -19,25 +21,30 @@ from gpuscope.dashboard.verdicts import (
 )
 from gpuscope.dashboard.verdicts.page import Section, StepVerdict
 
-#: Every verdict's section, in page order (the fleet section comes first, the workload view
-#: and the drill-downs after these).
-SECTIONS: tuple[Section, ...] = (
+#: Every verdict, in page order (the fleet section comes first, the workload view and the
+#: drill-downs after these): the section of a verdict judged in the views, or a verdict the
+#: registry judges itself.
+PAGE: tuple[Section | StepVerdict, ...] = (
     idle.SECTION,
     allocated.SECTION,
     spinning.SECTION,
     throttle.SECTION,
+    health.VERDICT,
     starvation.SECTION,
     stragglers.SECTION,
 )
 
-#: The verdicts the registry judges itself, on the series they ask for (their sections are
-#: in :data:`SECTIONS` too).
-STEP_VERDICTS: tuple[StepVerdict, ...] = ()
+#: Every verdict's section, in page order.
+SECTIONS: tuple[Section, ...] = tuple(
+    e.section if isinstance(e, StepVerdict) else e for e in PAGE)
+
+#: The verdicts the registry judges itself, on the series they ask for.
+STEP_VERDICTS: tuple[StepVerdict, ...] = tuple(e for e in PAGE if isinstance(e, StepVerdict))
 
 
-def step_queries() -> tuple[object, ...]:
+def step_queries() -> tuple[StepQuery, ...]:
     """Every query of :data:`STEP_VERDICTS`, once each, in registry order."""
-    seen: dict[object, None] = {}
+    seen: dict[StepQuery, None] = {}
     for verdict in STEP_VERDICTS:
         for q in verdict.queries:
             seen.setdefault(q, None)

@@ -7,7 +7,7 @@ a page whose backend fails mid-way shows a banner over the last data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -16,9 +16,9 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.app import DashboardServer, create_app
-from gpuscope.dashboard.data import DataError, PrometheusData
+from gpuscope.dashboard.data import DataError, PrometheusData, StepQuery
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail
+from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series
 from gpuscope.dashboard.service import DashboardService
 from tests.dashboard.conftest import DashboardProcess, one_idle_gpu_fleet
 
@@ -302,6 +302,12 @@ class _Switchable:
         if self.fail:
             raise DataError("Prometheus http://prom:9090 unreachable: timed out")
         return self.data
+
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        if self.fail:
+            raise DataError("Prometheus http://prom:9090 unreachable: timed out")
+        return {q: [] for q in queries}
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
         raise DataError("down")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import pytest
 
-from gpuscope.dashboard.data import DataError, EmbeddedData, Sample
+from gpuscope.dashboard.data import DataError, EmbeddedData, Sample, StepQuery
 from gpuscope.dashboard.demo import DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail
+from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
@@ -196,6 +196,12 @@ class Flaky:
         if self.fail:
             raise DataError("Prometheus http://prom:9090 unreachable: timed out")
         return self.data
+
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        if self.fail:
+            raise DataError("Prometheus http://prom:9090 unreachable: timed out")
+        return {q: [] for q in queries}
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
         raise DataError("down")

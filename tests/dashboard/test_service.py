@@ -7,12 +7,20 @@ exact and no test sleeps.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import pytest
 
+from gpuscope.dashboard.data import StepQuery
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, GpuRef, NodeDetail, PodDetail, WorkloadDetail
+from gpuscope.dashboard.series import (
+    FleetData,
+    GpuRef,
+    NodeDetail,
+    PodDetail,
+    Series,
+    WorkloadDetail,
+)
 from gpuscope.dashboard.service import PREFETCH_KEPT_S, WORKLOAD_REUSES_S, DashboardService
 from tests.dashboard.conftest import one_idle_gpu_fleet
 
@@ -44,6 +52,11 @@ class Counting:
         assert self.gate.wait(30)
         self.clock.now += self.takes
         return self.data
+
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        """A healthy fleet: the registry's step queries find nothing."""
+        return {q: [] for q in queries}
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
         raise NotImplementedError

@@ -1,0 +1,232 @@
+"""GPU health: GPUs that are broken or about to be, each on a node that is paid for and
+cannot run its job.
+
+A GPU is listed when, at some step of the window:
+
+- it was lost or failing: ``gpu_up`` below 1 (NVML answered GPU_IS_LOST or an unexpected
+  error: off the bus, or a driver fault);
+- it raised a critical XID (``gpu_xid_errors_total`` grew for one of :data:`CRITICAL_XIDS`,
+  NVIDIA's list of XIDs that need a GPU reset, a node drain or a replacement);
+- it had uncorrectable ECC errors (``gpu_ecc_uncorrected_errors_total`` grew);
+- a row remap is pending (``gpu_row_remap_pending``: the GPU must be reset to apply it) or
+  has failed (``gpu_row_remap_failed``: the GPU should be replaced).
+
+One row per GPU: node, GPU, what was seen, since when (the first step it was seen in the
+window: "or earlier" where that is the window's first step), whether it still holds at the
+latest step, the pods on the GPU, and the node's $/hour. Sorted by $/hour, then node and GPU.
+The store answers with the flagged steps only (a healthy fleet answers nothing), so the
+page's cost does not grow with the fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from gpuscope.dashboard import fmt
+from gpuscope.dashboard.data import StepQuery
+from gpuscope.dashboard.links import node_link, pod_link
+from gpuscope.dashboard.series import GpuRef, Series, index_key
+from gpuscope.dashboard.verdicts.page import (
+    Column,
+    PageContext,
+    Row,
+    Section,
+    State,
+    StepAnswers,
+    StepVerdict,
+    Table,
+)
+
+#: XIDs that mean the GPU needs a reset, a drain or a replacement (NVIDIA's XID catalog),
+#: with what each says.
+CRITICAL_XIDS: Mapping[str, str] = {
+    "48": "double-bit ECC error",
+    "63": "ECC page retirement or row remap recorded",
+    "64": "ECC page retirement or row remap failed",
+    "74": "NVLink error",
+    "79": "fallen off the bus",
+    "92": "high single-bit ECC error rate",
+    "94": "contained ECC error",
+    "95": "uncontained ECC error",
+    "119": "GSP RPC timeout",
+}
+
+LOST = StepQuery("gpu_up", "min", "<", 1.0)
+# The counters are read as their highest value per step, not as increase(): the store then
+# answers only for GPUs that ever counted one (rare), and the rises are found here the same
+# way on every store. increase() would miss the first XID of a GPU: the exporter's counter
+# appears with it, at 1, and Prometheus counts no increase for a series' first sample
+# (VictoriaMetrics does, by a heuristic: the two would disagree).
+XID = StepQuery("gpu_xid_errors_total", "max", ">", 0.0, by=("gpu", "uuid", "xid"))
+ECC = StepQuery("gpu_ecc_uncorrected_errors_total", "max", ">", 0.0)
+REMAP_PENDING = StepQuery("gpu_row_remap_pending", "max", ">", 0.0)
+REMAP_FAILED = StepQuery("gpu_row_remap_failed", "max", ">", 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing seen on a GPU: what, its first and last flagged step (seconds since the
+    epoch), how much (XIDs raised or ECC errors counted in the window; 0 for states), and
+    whether it still held at the window's latest step."""
+
+    what: str
+    first: float
+    last: float
+    count: float
+    now: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """A GPU with problems in the window (:class:`Problem`, first seen first); ``since``:
+    the earliest; ``price_per_hour``: its node's $/hour (None: unknown price)."""
+
+    ref: GpuRef
+    gpu: str
+    problems: tuple[Problem, ...]
+    since: float
+    pods: tuple[str, ...]
+    price_per_hour: float | None
+    price_basis: str = "on-demand"
+
+    @property
+    def now(self) -> bool:
+        """A problem still holds at the window's latest step."""
+        return any(p.now for p in self.problems)
+
+
+def _ref(lab: Mapping[str, str]) -> GpuRef:
+    return GpuRef(lab.get("node", ""), lab.get("uuid", ""))
+
+
+def _problem(what: str, series: Series, latest: float, step: float) -> Problem:
+    """A state (lost, remap pending or failed) over its flagged steps."""
+    return Problem(what, series.times[0], series.times[-1], 0.0,
+                   series.times[-1] >= latest - 1.5 * step)
+
+
+def _rises(series: Series, start: float, step: float) -> list[tuple[float, float]]:
+    """The steps at which a counter (its highest value per step) rose, and by how much: a
+    rise over the step before it; a drop is a reset (the exporter restarted), counted from
+    0; a series that first appears after the window's first step appeared with its count
+    (the exporter serves an XID's counter from the first one on). A gap of more than a
+    step and a half counts as a rise only if the value grew across it."""
+    out = []
+    times, values = series.times, series.values
+    if times and times[0] > start + 1.5 * step and values[0] > 0:
+        out.append((times[0], values[0]))
+    for i in range(1, len(times)):
+        before, now = values[i - 1], values[i]
+        grown = now - before if now >= before else now
+        if grown > 0:
+            out.append((times[i], grown))
+    return out
+
+
+def _event(what: str, series: Series, start: float, latest: float,
+           step: float) -> Problem | None:
+    """A counter's rises in the window as one problem, or None when it did not rise."""
+    rises = _rises(series, start, step)
+    if not rises:
+        return None
+    return Problem(what, rises[0][0], rises[-1][0], sum(n for _, n in rises),
+                   rises[-1][0] >= latest - 1.5 * step)
+
+
+class Health(StepVerdict):
+    """The GPU-health verdict (module docstring)."""
+
+    name: ClassVar[str] = "gpu-health"
+    queries: ClassVar[tuple[StepQuery, ...]] = (LOST, XID, ECC, REMAP_PENDING, REMAP_FAILED)
+    section: ClassVar[Section] = Section(
+        id="section-gpu-health", title="GPU health",
+        intro="GPUs lost or fallen off the bus, critical XID errors, uncorrectable ECC "
+              "errors and pending or failed row remaps in the window: the node is paid for "
+              "and its job cannot run there. Reset, drain or replace.",
+        tables=(Table("gpu-health-table", "gpu-health-note", (
+            Column("node", "Node", "link"), Column("gpu", "GPU"), Column("what", "What"),
+            Column("since", "Since (UTC)"), Column("now", "Now"),
+            Column("pods", "Pods", "link"), Column("price", "Node $/hour", "money"),
+        )),),
+    )
+
+    def judge(self, answers: StepAnswers, ctx: PageContext) -> tuple[GpuHealth, ...]:
+        latest, step = ctx.window.end, ctx.window.step
+        found: dict[GpuRef, list[Problem]] = {}
+        index: dict[GpuRef, str] = {}
+
+        def add(lab: Mapping[str, str], problem: Problem) -> None:
+            ref = _ref(lab)
+            found.setdefault(ref, []).append(problem)
+            index.setdefault(ref, lab.get("gpu", ""))
+
+        # A counter that appears after this appeared with its count (see _rises).
+        start = max(ctx.window.start, ctx.history_start)
+        for lab, s in answers.get(LOST, ()):
+            if len(s):
+                add(lab, _problem("lost or failing (gpu_up 0)", s, latest, step))
+        for lab, s in answers.get(XID, ()):
+            xid = lab.get("xid", "")
+            if xid in CRITICAL_XIDS and (
+                    e := _event(f"XID {xid}: {CRITICAL_XIDS[xid]}", s, start, latest, step)):
+                add(lab, e)
+        for lab, s in answers.get(ECC, ()):
+            if e := _event("uncorrectable ECC errors", s, start, latest, step):
+                add(lab, e)
+        for lab, s in answers.get(REMAP_PENDING, ()):
+            if len(s):
+                add(lab, _problem("row remap pending (reset the GPU)", s, latest, step))
+        for lab, s in answers.get(REMAP_FAILED, ()):
+            if len(s):
+                add(lab, _problem("row remap failed (replace the GPU)", s, latest, step))
+        out = []
+        for ref, problems in found.items():
+            info = ctx.gpus.get(ref)
+            pods = ctx.pods.get(ref, ())
+            if ctx.namespace is not None and not any(
+                    p.partition("/")[0] == ctx.namespace for p in pods):
+                continue
+            problems.sort(key=lambda p: (p.first, p.what))
+            out.append(GpuHealth(
+                ref=ref, gpu=info.gpu if info is not None else index[ref],
+                problems=tuple(problems), since=problems[0].first, pods=pods,
+                price_per_hour=ctx.node_price.get(ref.node),
+                price_basis=ctx.price_basis.get(ref.node, "on-demand"),
+            ))
+        out.sort(key=lambda h: (-(h.price_per_hour or 0.0), h.ref.node, index_key(h.gpu),
+                                h.ref.uuid))
+        return tuple(out)
+
+    def rows(self, findings: Sequence[GpuHealth], ctx: PageContext, state: State
+             ) -> list[Row]:
+        first_step = ctx.window.start + ctx.window.step
+        history = max(ctx.history_start, ctx.window.start) + ctx.window.step
+        rows: list[Row] = []
+        for h in findings:
+            what = "; ".join(
+                p.what + (f" ({p.count:g})" if p.count else "")
+                + ("" if p.now else f", last {fmt.clock(p.last)}") for p in h.problems)
+            pods = ", ".join(pod_link(*p.partition("/")[::2], state) for p in h.pods)
+            rows.append({
+                "node": node_link(h.ref.node, state), "gpu": h.gpu, "what": what,
+                "since": fmt.clock(h.since - ctx.window.step)
+                + (" or earlier" if h.since <= max(first_step, history) else ""),
+                "now": "yes" if h.now else "no (in the window)",
+                "pods": pods or "(no pod)", "price": h.price_per_hour,
+            })
+        return rows
+
+    def note(self, findings: Sequence[GpuHealth], ctx: PageContext) -> str:
+        if not findings:
+            return "No GPU problems in this window."
+        nodes = {h.ref.node: h.price_per_hour for h in findings}
+        cost = sum(p for p in nodes.values() if p is not None)
+        return (f"{len(findings)} GPU{'s' if len(findings) != 1 else ''} with problems on "
+                f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
+                f"{fmt.money(cost, per_hour=True)} of nodes that cannot run their jobs "
+                f"in full.")
+
+
+VERDICT = Health()

@@ -1,0 +1,147 @@
+"""The GPU-health verdict on hand-built store answers (no store): what each signal flags, the
+first XID of a GPU (its counter appears with it), resets, the near misses (a non-critical XID,
+a counter that did not rise in the window), one row per GPU, the namespace filter, the order
+by $/hour, and the rows' links."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from gpuscope.dashboard.data import StepQuery
+from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
+from gpuscope.dashboard.verdicts.health import (
+    ECC,
+    LOST,
+    REMAP_FAILED,
+    REMAP_PENDING,
+    VERDICT,
+    XID,
+    GpuHealth,
+)
+from gpuscope.dashboard.verdicts.page import PageContext
+
+STEP = 60.0
+END = 1_800_003_600.0
+WINDOW = Window(END - 3600.0, END, STEP)
+T = WINDOW.times()  # 61 steps, T[0] the window's start
+
+A0, A1 = GpuRef("node-a", "GPU-a0"), GpuRef("node-a", "GPU-a1")
+B0 = GpuRef("node-b", "GPU-b0")
+C0 = GpuRef("node-c", "GPU-c0")
+
+
+def ctx(namespace: str | None = None, history_start: float = WINDOW.start) -> PageContext:
+    gpus = {r: GpuInfo(r.node, r.uuid[-1], r.uuid) for r in (A0, A1, B0, C0)}
+    return PageContext(
+        window=WINDOW, history_start=history_start, gpus=gpus,
+        node_price={"node-a": 55.04, "node-b": 1.006, "node-c": None},
+        pods={A0: ("ml/train-0",), B0: ("web/infer-1",)}, namespace=namespace,
+    )
+
+
+def lab(ref: GpuRef, **extra: str) -> dict[str, str]:
+    return {"node": ref.node, "uuid": ref.uuid, "gpu": ref.uuid[-1], **extra}
+
+
+def series(points: Mapping[float, float]) -> Series:
+    times = sorted(points)
+    return Series(tuple(times), tuple(points[t] for t in times))
+
+
+Answers = dict[StepQuery, Sequence[tuple[Mapping[str, str], Series]]]
+
+
+def judge(answers: Answers, c: PageContext | None = None) -> dict[GpuRef, GpuHealth]:
+    found = VERDICT.judge(answers, c or ctx())
+    return {h.ref: h for h in found}
+
+
+def test_a_lost_gpu_is_listed_from_its_first_step_and_still_now() -> None:
+    found = judge({LOST: [(lab(A1), series({t: 0.0 for t in T[40:]}))]})
+    assert list(found) == [A1]
+    (p,) = found[A1].problems
+    assert p.what.startswith("lost") and p.first == T[40] and p.now
+    assert found[A1].price_per_hour == 55.04
+
+
+def test_xid_79_is_found_at_its_first_count_and_at_a_rise() -> None:
+    # GPU a0: its XID 79 counter appears at step 30 with 1 (the first XID since the
+    # exporter started). GPU b0: an XID 79 counter already at 2 when the window begins,
+    # rising to 3 at step 50.
+    found = judge({XID: [
+        (lab(A0, xid="79"), series({t: 1.0 for t in T[30:]})),
+        (lab(B0, xid="79"), series({t: (2.0 if i < 50 else 3.0) for i, t in enumerate(T)})),
+    ]})
+    assert found[A0].problems[0].first == T[30] and found[A0].problems[0].count == 1
+    assert found[B0].problems[0].first == T[50] and found[B0].problems[0].count == 1
+    assert "fallen off the bus" in found[A0].problems[0].what
+    assert not found[A0].problems[0].now  # no rise at the latest step
+
+
+def test_near_misses_are_not_listed() -> None:
+    found = judge({
+        # XID 13 (an application's error) is not critical.
+        XID: [(lab(A0, xid="13"), series({t: float(i) for i, t in enumerate(T)})),
+              # A critical XID counted before the window, no rise in it.
+              (lab(B0, xid="79"), series({t: 1.0 for t in T}))],
+        # Uncorrectable ECC errors from before the window, none in it.
+        ECC: [(lab(C0), series({t: 4.0 for t in T}))],
+    })
+    assert found == {}
+
+
+def test_a_counter_present_at_the_dashboards_first_scrape_is_not_a_new_event() -> None:
+    # Embedded mode, 5 minutes after start: the counter was there at the first scrape (an
+    # XID from before the dashboard started): not an event in the window.
+    started = T[-5]
+    found = judge({XID: [(lab(A0, xid="79"), series({t: 1.0 for t in T[-5:]}))]},
+                  ctx(history_start=started))
+    assert found == {}
+
+
+def test_a_counter_reset_counts_from_zero() -> None:
+    # ECC counter 5, the driver reloads (back to 0), then 2 errors.
+    values = {t: (5.0 if i < 20 else 0.0 if i < 40 else 2.0) for i, t in enumerate(T)}
+    found = judge({ECC: [(lab(C0), series(values))]})
+    (p,) = found[C0].problems
+    assert p.count == 2 and p.first == T[40]
+
+
+def test_one_row_per_gpu_with_every_problem_earliest_first() -> None:
+    found = judge({
+        REMAP_PENDING: [(lab(A0), series({t: 1.0 for t in T[10:]}))],
+        XID: [(lab(A0, xid="63"), series({t: 1.0 for t in T[12:]}))],
+        REMAP_FAILED: [(lab(A0), series({t: 1.0 for t in T[55:]}))],
+    })
+    assert [p.what.split(" ")[0:2] for p in found[A0].problems] == [
+        ["row", "remap"], ["XID", "63:"], ["row", "remap"]]
+    assert found[A0].since == T[10]
+    rows = VERDICT.rows(tuple(found.values()), ctx(), {"window": "1h"})
+    assert len(rows) == 1
+    row = rows[0]
+    assert "pending" in str(row["what"]) and "failed" in str(row["what"])
+    assert str(row["node"]).startswith("[node-a](?window=1h&node=node-a#")
+    assert "train-0" in str(row["pods"]) and row["price"] == 55.04
+
+
+def test_sorted_by_price_and_filtered_by_namespace() -> None:
+    answers: Answers = {LOST: [(lab(r), series({T[-1]: 0.0})) for r in (C0, B0, A0)]}
+    assert [h.ref for h in VERDICT.judge(answers, ctx())] == [A0, B0, C0]
+    assert [h.ref for h in VERDICT.judge(answers, ctx("web"))] == [B0]
+
+
+@pytest.mark.parametrize("found,expected", [
+    ((), "No GPU problems in this window."),
+])
+def test_note(found: tuple[GpuHealth, ...], expected: str) -> None:
+    assert VERDICT.note(found, ctx()) == expected
+
+
+def test_the_note_counts_gpus_nodes_and_their_price() -> None:
+    found = VERDICT.judge({LOST: [(lab(r), series({T[-1]: 0.0})) for r in (A0, A1, B0)]},
+                          ctx())
+    assert VERDICT.note(found, ctx()) == (
+        "3 GPUs with problems on 2 nodes, $56.05/h of nodes that cannot run their jobs in "
+        "full.")
