@@ -8,7 +8,8 @@
  * GPU-00000000-0000-0000-0000-0000a100000<g> (uuid.UUID(int=0xA1000000 + g)), PCI bus ID
  * 00000000:<0x10 + g>:00.0, 80 GiB of memory with 1 GiB used, utilization 50 % / 20 %,
  * 45 C, 250 W of 400 W, 1e9 mJ, SM 1410 MHz, memory 1593 MHz, fan 30 %, no ECC errors,
- * Ampere, no MIG (MigMode NOT_SUPPORTED), XID events registrable but none ever raised; and
+ * Ampere, no MIG (MigMode NOT_SUPPORTED), XID events registrable (raised only as
+ * FAKE_NVML_XIDS plans them); and
  * ppg compute processes, process i with PID 10000 + g * ppg + i and 72 GiB / ppg bytes,
  * outside any MIG instance. No graphics processes. Driver 550.54.15.
  *
@@ -31,6 +32,17 @@
  * GPU has a row remapper with no row remapped, no remap pending and none failed, unless
  * FAKE_NVML_REMAPPED_ROWS says otherwise for it.
  *
+ * GPU health faults, planned in time since the nvmlInit that built the node (CLOCK_MONOTONIC),
+ * as the Python double plays them (FakeGpu.lost, FakeNvml.inject_xid):
+ *  - a lost GPU answers GPU_IS_LOST to every call on its handle (name, UUID and PCI info
+ *    included) and to nvmlDeviceGetHandleByIndex_v2; nvmlDeviceGetCount_v2 still counts it. A
+ *    handle taken before the loss stays valid (calls on it answer GPU_IS_LOST), so an exporter
+ *    that identified the GPU before keeps its identity.
+ *  - an XID critical-error event is handed out once, by the first nvmlEventSetWait_v2 on an
+ *    event set with its GPU registered once its time has come (oldest first), whether or not
+ *    the GPU is lost by then (XID 79 is how a GPU falls off the bus). A wait with no event due
+ *    sleeps until its timeout or the next planned event, whichever comes first.
+ *
  * Configuration, read by nvmlInit* when the library goes from uninitialised to initialised:
  *   FAKE_NVML_GPUS                 GPUs (default 8, at most 64)
  *   FAKE_NVML_PROCESSES_PER_GPU    compute processes per GPU (default 64)
@@ -44,13 +56,22 @@
  *                                  "1:0,2,1,0;3:unsupported"; a GPU not named has no row
  *                                  remapped, none pending, none failed. A malformed entry
  *                                  is reported on stderr and left out.
+ *   FAKE_NVML_LOST                 lost GPUs, entries separated by ';': "GPU@SECONDS" (GPU
+ *                                  lost from SECONDS after nvmlInit on; decimal seconds, e.g.
+ *                                  "2@3;0@0.5"; "2@0": lost from the start). A malformed entry
+ *                                  is reported on stderr and left out.
+ *   FAKE_NVML_XIDS                 XID critical errors, entries separated by ';':
+ *                                  "GPU:XID@SECONDS" (e.g. "0:79@2;1:48@4.5"), at most
+ *                                  MAX_XID_EVENTS. A malformed entry is reported on stderr
+ *                                  and left out.
  *
  * Return codes follow the Python double where the two could differ (nvmlShutdown when not
  * initialised answers SUCCESS; a size query of the process utilization answers
  * INSUFFICIENT_SIZE; a buffer too small gets the oldest samples that fit).
  *
- * Thread safety: the node is immutable between nvmlInit and nvmlShutdown; the init refcount
- * and the event sets are guarded by one mutex. nvmlEventSetWait_v2 sleeps without holding it
+ * Thread safety: the node is immutable between nvmlInit and nvmlShutdown (a GPU's loss is a
+ * time fixed at init, compared with the clock); the init refcount, the event sets and the XID
+ * events' delivery are guarded by one mutex. nvmlEventSetWait_v2 sleeps without holding it
  * (ctypes has released the GIL for the call).
  *
  * Build: gcc -O2 -shared -fPIC -o libnvidia-ml-fake.so fake_nvml.c
@@ -79,6 +100,7 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_MEMORY = 20,
     NVML_ERROR_UNKNOWN = 999,
 };
@@ -217,6 +239,7 @@ struct fake_device {
     char pci_bus_id[32];
     int remap_supported; /* nvmlDeviceGetRemappedRows answers (else NOT_SUPPORTED) */
     unsigned int remap_correctable, remap_uncorrectable, remap_pending, remap_failed;
+    unsigned long long lost_at_ns; /* lost from this time since init on; NEVER: not lost */
 };
 typedef struct fake_device *nvmlDevice_t;
 
@@ -241,6 +264,11 @@ typedef struct {
 #define MAX_EVENT_SETS 64
 #define MAX_PROCESSES_PER_GPU 100000U
 #define MAX_HISTORY_SECONDS 3600U
+#define MAX_XID_EVENTS 256
+#define MAX_FAULT_SECONDS 1000000 /* the latest time a fault can be planned for (~11 days) */
+#define NEVER ULLONG_MAX
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a macro's value as a string literal */
 #define GIB (1024ULL * 1024ULL * 1024ULL)
 
 static const char DRIVER_VERSION[] = "550.54.15";
@@ -267,6 +295,17 @@ static long g_gpm_samples;                  /* atomic: allocated and not freed *
 static unsigned long long g_process_memory;
 static struct fake_device g_devices[MAX_GPUS];
 static struct fake_event_set g_event_sets[MAX_EVENT_SETS];
+static struct timespec g_init_time;         /* CLOCK_MONOTONIC at the init that built the node */
+
+/* A planned XID event (FAKE_NVML_XIDS), sorted by time; delivered under g_lock. */
+struct fake_xid_event {
+    unsigned int gpu;
+    unsigned int xid;
+    unsigned long long at_ns; /* since init */
+    int delivered;
+};
+static struct fake_xid_event g_xid_events[MAX_XID_EVENTS];
+static unsigned int g_xid_event_count;
 
 static unsigned int env_uint(const char *name, unsigned int fallback, unsigned int max) {
     const char *text = getenv(name);
@@ -288,52 +327,125 @@ static unsigned int env_uint(const char *name, unsigned int fallback, unsigned i
     return (unsigned int)value;
 }
 
-/* One FAKE_NVML_REMAPPED_ROWS entry: "GPU:CORR,UNC,PENDING,FAILED" or "GPU:unsupported". */
-static void set_remapped_rows(const char *entry) {
+/* One FAKE_NVML_REMAPPED_ROWS entry: "GPU:CORR,UNC,PENDING,FAILED" or "GPU:unsupported";
+   0 when it is malformed. */
+static int set_remapped_rows(const char *entry) {
     unsigned int gpu = 0, corr = 0, unc = 0, pending = 0, failed = 0;
     int used = -1;
     size_t length = strlen(entry);
-    if (strchr(entry, '-') == NULL && strchr(entry, ' ') == NULL) {
-        if (sscanf(entry, "%u:%u,%u,%u,%u%n", &gpu, &corr, &unc, &pending, &failed, &used) == 5
-            && used >= 0 && (size_t)used == length && gpu < MAX_GPUS && pending <= 1
-            && failed <= 1) {
-            struct fake_device *d = &g_devices[gpu];
-            d->remap_supported = 1;
-            d->remap_correctable = corr;
-            d->remap_uncorrectable = unc;
-            d->remap_pending = pending;
-            d->remap_failed = failed;
-            return;
-        }
-        used = -1;
-        if (sscanf(entry, "%u:unsupported%n", &gpu, &used) == 1 && used >= 0 &&
-            (size_t)used == length && gpu < MAX_GPUS) {
-            g_devices[gpu].remap_supported = 0;
-            return;
-        }
+    if (strchr(entry, '-') != NULL || strchr(entry, ' ') != NULL)
+        return 0;
+    if (sscanf(entry, "%u:%u,%u,%u,%u%n", &gpu, &corr, &unc, &pending, &failed, &used) == 5
+        && used >= 0 && (size_t)used == length && gpu < MAX_GPUS && pending <= 1
+        && failed <= 1) {
+        struct fake_device *d = &g_devices[gpu];
+        d->remap_supported = 1;
+        d->remap_correctable = corr;
+        d->remap_uncorrectable = unc;
+        d->remap_pending = pending;
+        d->remap_failed = failed;
+        return 1;
     }
-    fprintf(stderr,
-            "fake libnvidia-ml: FAKE_NVML_REMAPPED_ROWS entry '%s' is not "
-            "GPU:CORR,UNC,PENDING,FAILED (PENDING and FAILED 0 or 1, GPU below %d) or "
-            "GPU:unsupported; left out\n",
-            entry, MAX_GPUS);
+    used = -1;
+    if (sscanf(entry, "%u:unsupported%n", &gpu, &used) == 1 && used >= 0 &&
+        (size_t)used == length && gpu < MAX_GPUS) {
+        g_devices[gpu].remap_supported = 0;
+        return 1;
+    }
+    return 0;
 }
 
-/* FAKE_NVML_REMAPPED_ROWS: entries separated by ';' (empty ones skipped). */
-static void set_remapped_rows_from_env(void) {
-    const char *text = getenv("FAKE_NVML_REMAPPED_ROWS");
+/* A decimal number at *text (digits, optionally '.' and more digits; no sign, no exponent),
+   up to MAX_FAULT_SECONDS, as nanoseconds; *text moves past it. 0 when there is none. */
+static int parse_seconds(const char **text, unsigned long long *ns) {
+    const char *p = *text;
+    unsigned long long whole = 0, fraction = 0, scale = 1000000000ULL;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        whole = whole * 10 + (unsigned long long)(*p - '0');
+        if (whole > MAX_FAULT_SECONDS)
+            return 0;
+    }
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++) {
+            if (scale > 1) {
+                scale /= 10;
+                fraction += (unsigned long long)(*p - '0') * scale;
+            }
+        }
+    }
+    if (digits == 0)
+        return 0;
+    *ns = whole * 1000000000ULL + fraction;
+    *text = p;
+    return 1;
+}
+
+/* An unsigned decimal at *text (digits only) below `limit`; *text moves past it. */
+static int parse_uint(const char **text, unsigned long long limit, unsigned int *value) {
+    const char *p = *text;
+    unsigned long long v = 0;
+    if (*p < '0' || *p > '9')
+        return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (unsigned long long)(*p - '0');
+        if (v >= limit)
+            return 0;
+    }
+    *value = (unsigned int)v;
+    *text = p;
+    return 1;
+}
+
+/* One FAKE_NVML_LOST entry: "GPU@SECONDS"; 0 when it is malformed. */
+static int set_lost(const char *entry) {
+    unsigned int gpu;
+    unsigned long long at_ns;
+    const char *p = entry;
+    if (!parse_uint(&p, MAX_GPUS, &gpu) || *p++ != '@' || !parse_seconds(&p, &at_ns) ||
+        *p != '\0')
+        return 0;
+    g_devices[gpu].lost_at_ns = at_ns;
+    return 1;
+}
+
+/* One FAKE_NVML_XIDS entry: "GPU:XID@SECONDS"; 0 when it is malformed or there are already
+   MAX_XID_EVENTS. */
+static int add_xid(const char *entry) {
+    unsigned int gpu, xid;
+    unsigned long long at_ns;
+    const char *p = entry;
+    if (!parse_uint(&p, MAX_GPUS, &gpu) || *p++ != ':' || !parse_uint(&p, 1ULL << 32, &xid) ||
+        *p++ != '@' || !parse_seconds(&p, &at_ns) || *p != '\0' ||
+        g_xid_event_count >= MAX_XID_EVENTS)
+        return 0;
+    /* Insert in time order, after the events planned for the same time (stable). */
+    unsigned int i = g_xid_event_count++;
+    for (; i > 0 && g_xid_events[i - 1].at_ns > at_ns; i--)
+        g_xid_events[i] = g_xid_events[i - 1];
+    g_xid_events[i] = (struct fake_xid_event){gpu, xid, at_ns, 0};
+    return 1;
+}
+
+/* Apply `set` to every entry of the environment variable `name` (entries separated by ';',
+   empty ones skipped); a malformed entry is reported on stderr (`form` says what it should
+   be) and left out. */
+static void entries_from_env(const char *name, int (*set)(const char *), const char *form) {
+    const char *text = getenv(name);
     if (text == NULL)
         return;
     while (*text != '\0') {
         size_t n = strcspn(text, ";");
         char entry[64];
         if (n >= sizeof entry) {
-            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_REMAPPED_ROWS entry '%.*s...' is too "
-                            "long; left out\n", 20, text);
+            fprintf(stderr, "fake libnvidia-ml: %s entry '%.*s...' is too long; left out\n",
+                    name, 20, text);
         } else if (n > 0) {
             memcpy(entry, text, n);
             entry[n] = '\0';
-            set_remapped_rows(entry);
+            if (!set(entry))
+                fprintf(stderr, "fake libnvidia-ml: %s entry '%s' is not %s; left out\n", name,
+                        entry, form);
         }
         text += n;
         if (*text == ';')
@@ -359,8 +471,36 @@ static void build_node(void) {
         d->remap_supported = 1;
         d->remap_correctable = d->remap_uncorrectable = 0;
         d->remap_pending = d->remap_failed = 0;
+        d->lost_at_ns = NEVER;
     }
-    set_remapped_rows_from_env();
+    for (unsigned int i = 0; i < MAX_EVENT_SETS; i++)
+        g_event_sets[i].registered = 0; /* the handles of a previous session are gone */
+    g_xid_event_count = 0;
+    entries_from_env("FAKE_NVML_REMAPPED_ROWS", set_remapped_rows,
+                     "GPU:CORR,UNC,PENDING,FAILED (PENDING and FAILED 0 or 1, GPU below "
+                     STR(MAX_GPUS) ") or GPU:unsupported");
+    entries_from_env("FAKE_NVML_LOST", set_lost,
+                     "GPU@SECONDS (GPU below " STR(MAX_GPUS) ", SECONDS a decimal number of "
+                     "seconds since nvmlInit, at most " STR(MAX_FAULT_SECONDS) ")");
+    entries_from_env("FAKE_NVML_XIDS", add_xid,
+                     "GPU:XID@SECONDS (GPU below " STR(MAX_GPUS) ", SECONDS a decimal number of "
+                     "seconds since nvmlInit, at most " STR(MAX_FAULT_SECONDS) "; at most "
+                     STR(MAX_XID_EVENTS) " entries)");
+    clock_gettime(CLOCK_MONOTONIC, &g_init_time);
+}
+
+/* Nanoseconds since the init that built the node. */
+static unsigned long long since_init_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ns = (long long)(now.tv_sec - g_init_time.tv_sec) * 1000000000LL
+                   + (now.tv_nsec - g_init_time.tv_nsec);
+    return ns < 0 ? 0 : (unsigned long long)ns;
+}
+
+/* Whether the GPU is lost by now (no clock read for a GPU never lost). */
+static int is_lost(const struct fake_device *dev) {
+    return dev->lost_at_ns != NEVER && since_init_ns() >= dev->lost_at_ns;
 }
 
 static int initialised(void) {
@@ -376,13 +516,15 @@ static struct fake_device *device_of(nvmlDevice_t handle) {
     return index < g_gpus ? &g_devices[index] : NULL;
 }
 
-/* Start of every device entry point: initialised, and a valid handle. */
+/* Start of every device entry point: initialised, a valid handle, a GPU not lost. */
 #define DEVICE_ENTRY(handle, dev)                          \
     if (!initialised())                                    \
         return NVML_ERROR_UNINITIALIZED;                   \
     struct fake_device *dev = device_of(handle);           \
     if (dev == NULL)                                       \
-        return NVML_ERROR_INVALID_ARGUMENT
+        return NVML_ERROR_INVALID_ARGUMENT;                \
+    if (is_lost(dev))                                      \
+        return NVML_ERROR_GPU_IS_LOST
 
 static nvmlReturn_t write_string(char *buf, unsigned int length, const char *text) {
     size_t n = strlen(text);
@@ -472,6 +614,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice
         return NVML_ERROR_UNINITIALIZED;
     if (index >= g_gpus)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (is_lost(&g_devices[index]))
+        return NVML_ERROR_GPU_IS_LOST; /* as FakeNvml: the handle of a lost GPU is not given */
     WRITE(device, &g_devices[index]);
 }
 
@@ -977,7 +1121,7 @@ EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
 }
 
 /* ----------------------------------------------------------------------------------------- */
-/* Events: sets can be created and registered; no event ever arrives */
+/* Events: sets can be created and registered; the XID events of FAKE_NVML_XIDS arrive */
 
 static struct fake_event_set *event_set_of(nvmlEventSet_t handle) {
     uintptr_t p = (uintptr_t)handle, base = (uintptr_t)g_event_sets;
@@ -1022,7 +1166,41 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long 
     return rc;
 }
 
-/* Waits the whole timeout (no event ever comes) and answers TIMEOUT. */
+/* Not NVML: planned XID events not handed out yet, for tests. */
+EXPORT int fakeNvmlXidEventsPending(void) {
+    pthread_mutex_lock(&g_lock);
+    int pending = 0;
+    for (unsigned int i = 0; i < g_xid_event_count; i++)
+        pending += !g_xid_events[i].delivered;
+    pthread_mutex_unlock(&g_lock);
+    return pending;
+}
+
+/* The oldest XID event due by `now_ns` for a GPU registered in `es`, marked delivered; and
+   in *next_ns the time of the next event not yet due (NEVER: none). Under g_lock. */
+static struct fake_xid_event *take_due_xid(const struct fake_event_set *es,
+                                           unsigned long long now_ns,
+                                           unsigned long long *next_ns) {
+    *next_ns = NEVER;
+    for (unsigned int i = 0; i < g_xid_event_count; i++) {
+        struct fake_xid_event *e = &g_xid_events[i];
+        if (e->delivered)
+            continue;
+        if (e->at_ns > now_ns) {
+            *next_ns = e->at_ns; /* sorted by time: the first one not due is the next */
+            break;
+        }
+        if (es->registered & (1ULL << e->gpu)) {
+            e->delivered = 1;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* The next XID event due for a GPU registered in the set (each event is handed out once,
+   oldest first); when none is due, sleeps until the timeout or the next planned event,
+   whichever comes first, and looks again; TIMEOUT at the deadline. */
 EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
                                          unsigned int timeout_ms) {
     if (!initialised())
@@ -1033,10 +1211,36 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     pthread_mutex_unlock(&g_lock);
     if (!valid || data == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct timespec left = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
-    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    unsigned long long deadline_ns = since_init_ns() + timeout_ms * 1000000ULL;
+    for (;;) {
+        unsigned long long now_ns = since_init_ns(), next_ns = NEVER;
+        pthread_mutex_lock(&g_lock);
+        struct fake_xid_event *event = es->in_use ? take_due_xid(es, now_ns, &next_ns) : NULL;
+        struct fake_xid_event due = event != NULL ? *event : (struct fake_xid_event){0};
+        pthread_mutex_unlock(&g_lock);
+        if (event != NULL) {
+            memset(data, 0, sizeof *data);
+            data->device = &g_devices[due.gpu];
+            data->eventType = NVML_EVENT_TYPE_XID_CRITICAL_ERROR;
+            data->eventData = due.xid;
+            data->gpuInstanceId = NO_INSTANCE; /* not under MIG */
+            data->computeInstanceId = NO_INSTANCE;
+            return NVML_SUCCESS;
+        }
+        if (now_ns >= deadline_ns)
+            return NVML_ERROR_TIMEOUT;
+        unsigned long long wake_ns = next_ns < deadline_ns ? next_ns : deadline_ns;
+        /* Sleep until then on CLOCK_MONOTONIC (absolute, so a signal costs nothing). */
+        unsigned long long wake_sec = wake_ns / 1000000000ULL;
+        long wake_nsec = g_init_time.tv_nsec + (long)(wake_ns % 1000000000ULL);
+        struct timespec until = {g_init_time.tv_sec + (time_t)wake_sec, wake_nsec};
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+        }
     }
-    return NVML_ERROR_TIMEOUT;
 }
 
 EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {

@@ -9,10 +9,11 @@ equal but what varies with time in both (per-process utilization, busy time, GPM
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pynvml
@@ -20,13 +21,16 @@ import pytest
 
 from bench.nvml_c_exporter import HISTORY_SECONDS, BuildError, build_library, load_library
 from bench.nvml_fake_exporter import BUFFER_TICKS, build_node, tick
-from gpuscope.exporter.model import DeviceSample, RowRemapping, Snapshot
+from gpuscope.exporter.model import DeviceSample, RowRemapping, Snapshot, XidCount
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sources.nvml import NvmlSource
+from gpuscope.exporter.sources.nvml.calls import handle_key
 from tests.exporter.sources.fake_nvml import FakeRemappedRows, restored_pynvml
 
 GPUS = 2
 PROCESSES_PER_GPU = 3
 SAMPLE = pynvml.c_nvmlProcessUtilizationSample_t
+FAULT_VARIABLES = ("FAKE_NVML_REMAPPED_ROWS", "FAKE_NVML_LOST", "FAKE_NVML_XIDS")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +50,8 @@ def lib(library: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> Iterator[ctype
     monkeypatch.setenv("FAKE_NVML_GPUS", str(GPUS))
     monkeypatch.setenv("FAKE_NVML_PROCESSES_PER_GPU", str(PROCESSES_PER_GPU))
     monkeypatch.setenv("FAKE_NVML_HISTORY_SECONDS", str(HISTORY_SECONDS))
+    for name in FAULT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     assert library.fakeNvmlInitCount() == 0
     with restored_pynvml():
         yield library
@@ -365,6 +371,248 @@ def test_event_wait_blocks_for_the_timeout(lib: ctypes.CDLL) -> None:
         assert pynvml.nvmlErrorString(pynvml.NVML_ERROR_TIMEOUT) == "Timeout"
     finally:
         assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
+
+
+# --- GPU health faults: FAKE_NVML_LOST and FAKE_NVML_XIDS
+
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+UUID_1 = "GPU-00000000-0000-0000-0000-0000a1000001"
+# What the exporter keeps of a GPU that has fallen off the bus after it was identified.
+LOST_GPU_1_INFO = (
+    ("driver_version", "550.54.15"), ("mig_profile", ""), ("model", "NVIDIA A100-SXM4-80GB"),
+    ("parent_uuid", ""), ("pci_bus_id", "00000000:11:00.0"), ("uuid", UUID_1),
+)
+
+
+def served(snap: Snapshot, gpu: str) -> Series:
+    """Every sample /metrics would serve for the GPU of index ``gpu``: (name, labels but
+    ``gpu``) -> value."""
+    got: Series = {}
+    for family in GpuCollector(lambda: snap).collect():
+        for s in family.samples:
+            if s.labels.get("gpu") == gpu:
+                rest = tuple(sorted((k, v) for k, v in s.labels.items() if k != "gpu"))
+                got[(s.name, rest)] = s.value
+    return got
+
+
+@contextlib.contextmanager
+def running_source(loader_result: object) -> Iterator[NvmlSource]:
+    """NvmlSource over a double with the XID thread on (waiting 200 ms at a time, so that
+    closing is prompt), closed afterwards."""
+    refcount = pynvml._nvmlLib_refcount
+    source = NvmlSource(library_loader=lambda: loader_result, xid_events=True,
+                        xid_wait_timeout_ms=200, gpm_interval_seconds=0.0)
+    try:
+        yield source
+    finally:
+        source.close()
+    assert pynvml._nvmlLib_refcount == refcount
+
+
+def sample_until(
+    source: NvmlSource, done: Callable[[Snapshot], bool], timeout: float = 5.0
+) -> Snapshot:
+    """Sample until ``done`` (faults come with time, XIDs on the event thread)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = source.sample()
+        if done(snap) or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.02)
+
+
+def fallen_off(snap: Snapshot) -> bool:
+    return not snap.devices[1].up and bool(snap.devices[1].xid_errors)
+
+
+def test_a_gpu_lost_after_a_second_keeps_its_identity_as_on_the_python_double(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GPU 1 falls off the bus 1 s after nvmlInit: XID 79, and GPU_IS_LOST from then on.
+    monkeypatch.setenv("FAKE_NVML_LOST", "1@1")
+    monkeypatch.setenv("FAKE_NVML_XIDS", "1:79@1")
+    started = time.monotonic()  # before nvmlInit (the source's first sample)
+    with running_source(lib) as source:
+        assert all(d.up for d in source.sample().devices)
+        c_snap = sample_until(source, fallen_off)
+        lost_after = time.monotonic() - started
+    assert 1.0 <= lost_after < 4.0
+
+    dev = c_snap.devices[1]
+    assert not dev.up
+    assert (dev.uuid, dev.model, dev.pci_bus_id) == (
+        UUID_1, "NVIDIA A100-SXM4-80GB", "00000000:11:00.0")
+    assert dev.xid_errors == (XidCount(79, 1),)
+    assert dev.row_remapping is None and dev.power_watts is None
+    assert served(c_snap, "1") == {
+        ("gpu_info", LOST_GPU_1_INFO): 1.0,
+        ("gpu_up", (("uuid", UUID_1),)): 0.0,
+        ("gpu_xid_errors_total", (("uuid", UUID_1), ("xid", "79"))): 1.0,
+    }
+    assert c_snap.devices[0].up and served(c_snap, "0")[
+        ("gpu_up", (("uuid", "GPU-00000000-0000-0000-0000-0000a1000000"),))] == 1.0
+
+    # The Python double: the same GPU, the same XID, gpu.lost = True.
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    fake.max_event_wait_s = 0.05
+    with restored_pynvml(), running_source(fake) as source:
+        assert all(d.up for d in source.sample().devices)
+        fake.inject_xid(1, 79)
+        fake.gpus[1].lost = True
+        py_snap = sample_until(source, fallen_off)
+    assert py_snap.devices[1] == dev
+    assert served(py_snap, "1") == served(c_snap, "1")
+
+
+def test_a_gpu_lost_from_the_start_is_down_without_an_identity_as_on_the_python_double(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_LOST", "1@0")
+    with running_source(lib) as source:
+        c_snap = source.sample()
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    fake.gpus[1].lost = True
+    with restored_pynvml(), running_source(fake) as source:
+        py_snap = source.sample()
+    assert [d.up for d in c_snap.devices] == [True, False]
+    assert c_snap.devices[1] == py_snap.devices[1]
+    # Never identified (no handle): gpu_info with empty identity labels, gpu_up 0.
+    assert served(c_snap, "1") == served(py_snap, "1") == {
+        ("gpu_info", (("driver_version", "550.54.15"), ("mig_profile", ""), ("model", ""),
+                      ("parent_uuid", ""), ("pci_bus_id", ""), ("uuid", ""))): 1.0,
+        ("gpu_up", (("uuid", ""),)): 0.0,
+    }
+
+
+def test_a_lost_gpu_answers_gpu_is_lost_to_every_call_but_the_count(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_LOST", "1@0.3")
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h1 = pynvml.nvmlDeviceGetHandleByIndex(1)  # taken before the loss: stays valid
+        assert pynvml.nvmlDeviceGetUUID(h1) == UUID_1
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                pynvml.nvmlDeviceGetPowerUsage(h1)
+            except pynvml.NVMLError_GpuIsLost:
+                break
+            time.sleep(0.01)
+        assert pynvml.nvmlDeviceGetCount() == GPUS
+        event_set = pynvml.nvmlEventSetCreate()
+        for call in (
+            lambda: pynvml.nvmlDeviceGetHandleByIndex(1),
+            lambda: pynvml.nvmlDeviceGetUUID(h1),
+            lambda: pynvml.nvmlDeviceGetName(h1),
+            lambda: pynvml.nvmlDeviceGetPciInfo_v3(h1),
+            lambda: pynvml.nvmlDeviceGetMemoryInfo(h1),
+            lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h1),
+            lambda: pynvml.nvmlDeviceGetRemappedRows(h1),
+            lambda: pynvml.nvmlDeviceRegisterEvents(
+                h1, pynvml.nvmlEventTypeXidCriticalError, event_set),
+        ):
+            with pytest.raises(pynvml.NVMLError_GpuIsLost):
+                call()
+        pynvml.nvmlEventSetFree(event_set)
+        assert pynvml.nvmlDeviceGetPowerUsage(h0) == 250_000  # the other GPU answers
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_xid_events_are_handed_out_once_each_when_due(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_XIDS", "1:48@0.4;0:79@0.2")  # out of order: sorted by time
+    started = time.monotonic()
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        assert lib.fakeNvmlXidEventsPending() == 2
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(GPUS)]
+        both, only_gpu_0 = pynvml.nvmlEventSetCreate(), pynvml.nvmlEventSetCreate()
+        for handle in handles:
+            pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, both)
+        pynvml.nvmlDeviceRegisterEvents(
+            handles[0], pynvml.nvmlEventTypeXidCriticalError, only_gpu_0)
+
+        # A wait of 5 s wakes when the event is due, not at its timeout.
+        for gpu, xid, due in ((0, 79, 0.2), (1, 48, 0.4)):
+            data = pynvml.nvmlEventSetWait_v2(both, 5000)
+            waited = time.monotonic() - started
+            assert due <= waited < due + 0.3, (xid, waited)
+            assert (data.eventType, data.eventData) == (pynvml.nvmlEventTypeXidCriticalError, xid)
+            assert handle_key(data.device) == handle_key(handles[gpu])
+            assert (data.gpuInstanceId, data.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)
+        assert lib.fakeNvmlXidEventsPending() == 0
+        # Each once: GPU 0's went to the first set that waited, and nothing comes again.
+        for event_set in (only_gpu_0, both):
+            with pytest.raises(pynvml.NVMLError_Timeout):
+                pynvml.nvmlEventSetWait_v2(event_set, 50)
+        pynvml.nvmlEventSetFree(both)
+        pynvml.nvmlEventSetFree(only_gpu_0)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_xid_events_are_counted_per_code_by_the_exporter(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_XIDS", "0:79@0.1;1:48@0.2;1:79@0.3")
+    with running_source(lib) as source:
+        snap = sample_until(source, lambda s: lib.fakeNvmlXidEventsPending() == 0 and sum(
+            x.count for d in s.devices for x in d.xid_errors) == 3)
+    assert [d.xid_errors for d in snap.devices] == [
+        (XidCount(79, 1),), (XidCount(48, 1), XidCount(79, 1)),
+    ]
+    assert all(d.up for d in snap.devices)  # an XID alone does not take a GPU down
+    xids = {k: v for k, v in served(snap, "1").items() if k[0] == "gpu_xid_errors_total"}
+    assert xids == {
+        ("gpu_xid_errors_total", (("uuid", UUID_1), ("xid", "48"))): 1.0,
+        ("gpu_xid_errors_total", (("uuid", UUID_1), ("xid", "79"))): 1.0,
+    }
+
+
+def test_malformed_lost_and_xid_entries_are_reported_and_left_out(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_LOST", "1@;x@1;0@-1;64@1;0@1e3;;0@0.5s;0@ 1;1@0")
+    monkeypatch.setenv(
+        "FAKE_NVML_XIDS",
+        "0:79;0:79@;0@1;0:-79@1;64:79@1;0:4294967296@1;0:79@1000001;0:48@0;1:79@0",
+    )
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        assert pynvml.nvmlDeviceGetCount() == GPUS
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)  # no good entry loses GPU 0
+        assert pynvml.nvmlDeviceGetPowerUsage(handle) == 250_000
+        with pytest.raises(pynvml.NVMLError_GpuIsLost):  # "1@0": lost from the start
+            pynvml.nvmlDeviceGetHandleByIndex(1)
+        assert lib.fakeNvmlXidEventsPending() == 2  # "0:48@0" and "1:79@0"
+        event_set = pynvml.nvmlEventSetCreate()
+        pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+        assert pynvml.nvmlEventSetWait_v2(event_set, 1000).eventData == 48
+        with pytest.raises(pynvml.NVMLError_Timeout):  # GPU 1 was never registered
+            pynvml.nvmlEventSetWait_v2(event_set, 50)
+        pynvml.nvmlEventSetFree(event_set)
+    finally:
+        pynvml.nvmlShutdown()
+    errors = capfd.readouterr().err.splitlines()
+
+    def reported(name: str) -> list[str]:
+        return [line.split("'")[1] for line in errors if f" {name} entry" in line]
+
+    assert reported("FAKE_NVML_LOST") == ["1@", "x@1", "0@-1", "64@1", "0@1e3", "0@0.5s", "0@ 1"]
+    assert reported("FAKE_NVML_XIDS") == [
+        "0:79", "0:79@", "0@1", "0:-79@1", "64:79@1", "0:4294967296@1", "0:79@1000001",
+    ]
 
 
 def test_build_is_cached_and_fails_in_one_line(tmp_path: Path) -> None:
