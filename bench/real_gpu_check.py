@@ -2,7 +2,11 @@
 
 Not a test (CI has no GPU). Run it on a node with a driver:
 
-    python3 bench/real_gpu_check.py [--out DIR] [--window SECONDS] [--load]
+    python3 bench/real_gpu_check.py [--out DIR] [--window SECONDS] [--load] [--mps]
+        [--only STEP,...] [--library SO]
+
+(on a machine without a package index, ``bench/device_check.sh`` installs what it needs and
+runs it: docs/real-gpu.md).
 
 Part 1 starts ``gpuscope-exporter --source nvml`` on a free loopback port, waits for /readyz,
 scrapes /metrics, queries ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` at
@@ -25,8 +29,24 @@ it is installed) and compares over the same window:
   its host engine runs (DCGM reads the same GPM counters on Hopper);
 * which series exist: GPM only on Hopper and newer (absent, never 0, elsewhere).
 
-Every missing tool is reported as skipped, not as a failure. Raw outputs go to ``--out``;
-the exit status is 1 on any mismatch.
+Part 3, health (``health``): the exporter's row-remapping series (``gpu_remapped_rows``
+by cause, ``gpu_row_remap_pending``, ``gpu_row_remap_failed``) and ECC counters against
+``nvidia-smi -q -d ROW_REMAPPER`` and ``nvidia-smi --query-gpu=ecc.errors...``, with the raw
+answers of ``nvmlDeviceGetRemappedRows``, the ECC calls, the GPU operation, persistence and
+compute modes recorded alongside. A series the exporter lacks while NVML answers is a
+mismatch; both sides unsupported is agreement.
+
+Part 4, MPS (``--mps``, off by default): starts an MPS control daemon in a temporary pipe
+directory, two PyTorch clients of different weight and memory on GPU 0, and records what
+NVML says about them (compute and MPS process lists, per-process utilization, compute mode),
+``nvidia-smi``'s views and the exporter's per-process series, to ``mps.json``, with a plain
+answer to: does NVML list the server and each client with its own PID and memory, and does
+per-process utilization give each client its share or only the server?
+
+Every step has a time limit, and one that fails does not stop the next. ``--only`` picks
+steps (``exporter,health,work,mps``). Every missing tool is reported as skipped, not as a
+failure. Raw outputs go to ``--out`` (``steps.json`` lists what ran, how long, and what
+failed); the exit status is 1 on any mismatch or failed step.
 """
 
 from __future__ import annotations
@@ -36,17 +56,24 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
+import importlib.util
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import traceback
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -80,6 +107,16 @@ def get(url: str) -> tuple[int, str]:
         return 0, str(e)
 
 
+STEPS = ("exporter", "health", "work", "mps")
+
+
+@dataclasses.dataclass
+class Shared:
+    """What one step leaves for a later one."""
+
+    metrics: str | None = None  # the exporter's /metrics from the exporter step
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("real-gpu-out"))
@@ -89,55 +126,182 @@ def main() -> int:
                         help="run a matrix-multiply load on every GPU during the window "
                              "(needs PyTorch with CUDA)")
     parser.add_argument("--skip-exporter", action="store_true",
-                        help="only the work signals (part 2)")
+                        help="only the work signals (part 2), and MPS with --mps")
+    parser.add_argument("--mps", action="store_true",
+                        help="also the MPS step: an MPS daemon and two PyTorch clients on "
+                             "GPU 0, recorded through NVML and nvidia-smi (mps.json)")
+    parser.add_argument("--mps-seconds", type=float, default=8.0,
+                        help="seconds of NVML samples while the MPS clients run (default 8)")
+    parser.add_argument("--only", metavar="STEPS",
+                        help=f"comma-separated steps to run, of {','.join(STEPS)} "
+                             "(default: exporter,health,work, and mps with --mps)")
     parser.add_argument("--library", type=Path, metavar="SO",
-                        help="part 2 loads this libnvidia-ml instead of libnvidia-ml.so.1 "
-                             "(e.g. bench/fake_libnvml's, to try the script without a GPU)")
+                        help="load this libnvidia-ml instead of libnvidia-ml.so.1 (the "
+                             "exporter through LD_LIBRARY_PATH; e.g. bench/fake_libnvml's, to "
+                             "try the script without a GPU: nvidia-smi's side is then skipped)")
     args = parser.parse_args()
-    if shutil.which("nvidia-smi") is None:
-        print("nvidia-smi not found: run this on a GPU node with the NVIDIA driver installed")
-        return 2
+    if args.only:
+        steps = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [s for s in steps if s not in STEPS]
+        if unknown:
+            parser.error(f"--only: unknown step(s) {', '.join(unknown)}; steps: {STEPS}")
+    else:
+        steps = ["work"] if args.skip_exporter else ["exporter", "health", "work"]
+        steps += ["mps"] if args.mps else []
+    if args.library is not None:
+        args.library = args.library.resolve()
+    if not have_smi():
+        if args.library is None:
+            print("nvidia-smi not found: run this on a GPU node with the NVIDIA driver "
+                  "installed (or pass --library SO to try it on a fake libnvidia-ml)")
+            return 2
+        print("nvidia-smi not found: its side of every comparison is skipped (--library)")
     args.out.mkdir(parents=True, exist_ok=True)
-    bad = 0 if args.skip_exporter else check_exporter(args)
-    bad += check_work_signals(args)
+    # A time limit's SIGTERM (bench/device_check.sh) or SIGINT ends the step that runs, through
+    # its cleanup (the MPS daemon quits, the load stops), and records it; even where the shell
+    # that started this ignores SIGINT (a background job), which Python would inherit.
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, stop_on_signal)
+    shared = Shared()
+    functions = {"exporter": check_exporter, "health": check_health,
+                 "work": check_work_signals, "mps": check_mps}
+    record: list[dict[str, object]] = []
+    bad = 0
+    for name in STEPS:
+        if name not in steps:
+            continue
+        print(f"\n=== step {name}", flush=True)
+        started = time.monotonic()
+        error = None
+        stop = False
+        try:
+            mismatches = functions[name](args, shared)
+        except Exception as exc:  # one step failing must not stop the next
+            traceback.print_exc()
+            error, mismatches = f"{type(exc).__name__}: {exc}", 1
+        except KeyboardInterrupt as exc:  # out of time: record it, run nothing more
+            error, mismatches, stop = f"interrupted ({exc or 'SIGINT'})", 1, True
+        seconds = round(time.monotonic() - started, 1)
+        bad += mismatches
+        record.append({"step": name, "seconds": seconds, "mismatches": mismatches,
+                       "error": error})
+        print(f"=== step {name}: {seconds} s, "
+              f"{'error ' + error if error else str(mismatches) + ' mismatch(es)'}", flush=True)
+        (args.out / "steps.json").write_text(json.dumps(record, indent=1))
+        if stop:
+            break
     return 1 if bad else 0
 
 
-def check_exporter(args: argparse.Namespace) -> int:
-    """Part 1: the exporter's /metrics against nvidia-smi's query; the number of mismatches."""
-    port = free_port()
-    exporter = subprocess.Popen(
-        [sys.executable, "-m", "gpuscope.exporter",
-         "--source", "nvml", "--listen", f"127.0.0.1:{port}",
-         "--interval", "1", "--process-metrics"],
-        stdout=(args.out / "exporter.log").open("w"), stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while get(f"http://127.0.0.1:{port}/readyz")[0] != 200:
-            if time.monotonic() > deadline or exporter.poll() is not None:
-                print("exporter never became ready; see exporter.log")
-                return 1
-            time.sleep(0.5)
-        time.sleep(2.5)  # a couple of rounds, so per-process utilization has a window
-        _, text = get(f"http://127.0.0.1:{port}/metrics")
-        smi = subprocess.run(
-            ["nvidia-smi", f"--query-gpu=index,uuid,{','.join(FIELDS)}",
-             "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True,
-        ).stdout
-        full = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True).stdout
-    finally:
-        exporter.terminate()
-        exporter.wait(10)
-    (args.out / "metrics.txt").write_text(text)
-    (args.out / "nvidia-smi.csv").write_text(smi)
-    (args.out / "nvidia-smi-q.txt").write_text(full)
+def stop_on_signal(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    ours: dict[tuple[str, str], float] = {}
+
+def have_smi() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+def run_text(cmd: list[str], timeout: float = 30) -> str | None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def run_all(cmd: list[str], timeout: float = 30, stdin: str | None = None,
+            env: dict[str, str] | None = None) -> dict[str, object]:
+    """A command's exit status and output, never raising: ``rc`` is None when it could not
+    run or ran past ``timeout``."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              input=stdin, env=env)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"cmd": cmd, "rc": None, "stdout": "", "stderr": f"{type(exc).__name__}: {exc}"}
+    return {"cmd": cmd, "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def without_pythonpath() -> dict[str, str]:
+    """This environment less PYTHONPATH: the PyTorch children run on the machine's own
+    packages, not on the ones installed for the exporter."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@contextlib.contextmanager
+def exporter_running(args: argparse.Namespace, log_name: str,
+                     process_metrics: bool = True) -> Iterator[int | None]:
+    """``gpuscope-exporter --source nvml`` on a free loopback port, yielding the port once
+    /readyz answers 200 (None when it never did within 30 s; see ``log_name``)."""
+    port = free_port()
+    env = dict(os.environ)
+    libdir = None
+    if args.library is not None:
+        # pynvml opens "libnvidia-ml.so.1" by name: a directory with that name for the
+        # library, first on the search path, makes the exporter load it unchanged.
+        libdir = tempfile.TemporaryDirectory(prefix="gpuscope-libnvml-")
+        (Path(libdir.name) / "libnvidia-ml.so.1").symlink_to(args.library)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (libdir.name, env.get("LD_LIBRARY_PATH")) if p)
+    cmd = [sys.executable, "-m", "gpuscope.exporter", "--source", "nvml",
+           "--listen", f"127.0.0.1:{port}", "--interval", "1"]
+    with (args.out / log_name).open("w") as log:
+        exporter = subprocess.Popen(cmd + (["--process-metrics"] if process_metrics else []),
+                                    stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 30
+            ready: int | None = port
+            while get(f"http://127.0.0.1:{port}/readyz")[0] != 200:
+                if time.monotonic() > deadline or exporter.poll() is not None:
+                    print(f"exporter never became ready; see {log_name}")
+                    ready = None
+                    break
+                time.sleep(0.5)
+            yield ready
+        finally:
+            exporter.terminate()
+            try:
+                exporter.wait(10)
+            except subprocess.TimeoutExpired:
+                exporter.kill()
+                exporter.wait(5)
+            if libdir is not None:
+                libdir.cleanup()
+
+
+def series(text: str) -> dict[tuple[str, str], list[tuple[dict[str, str], float]]]:
+    """(sample name, uuid) → [(labels, value)] of every sample with a ``uuid`` label."""
+    out: dict[tuple[str, str], list[tuple[dict[str, str], float]]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if "uuid" in s.labels:
-                ours[(s.name, s.labels["uuid"])] = s.value
+                out.setdefault((s.name, s.labels["uuid"]), []).append((s.labels, s.value))
+    return out
+
+
+def check_exporter(args: argparse.Namespace, shared: Shared) -> int:
+    """Part 1: the exporter's /metrics against nvidia-smi's query; the number of mismatches."""
+    with exporter_running(args, "exporter.log") as port:
+        if port is None:
+            return 1
+        time.sleep(2.5)  # a couple of rounds, so per-process utilization has a window
+        _, text = get(f"http://127.0.0.1:{port}/metrics")
+        smi = run_text(["nvidia-smi", f"--query-gpu=index,uuid,{','.join(FIELDS)}",
+                        "--format=csv,noheader,nounits"]) if have_smi() else None
+        full = run_text(["nvidia-smi", "-q"], timeout=60) if have_smi() else None
+    shared.metrics = text
+    (args.out / "metrics.txt").write_text(text)
+    if smi is None:
+        if have_smi():
+            print("nvidia-smi --query-gpu failed; fields not compared")
+            return 1
+        print("nvidia-smi: not installed; /metrics saved, fields not compared (skipped)")
+        return 0
+    (args.out / "nvidia-smi.csv").write_text(smi)
+    (args.out / "nvidia-smi-q.txt").write_text(full or "")
+
+    ours = {key: found[0][1] for key, found in series(text).items()}
     rows, bad = [], 0
     for line in smi.strip().splitlines():
         cells = [c.strip() for c in line.split(",")]
@@ -224,14 +388,6 @@ def read_performance(text: str) -> Performance:
     return perf
 
 
-def run_text(cmd: list[str], timeout: float = 30) -> str | None:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
 class Poller(threading.Thread):
     """nvidia-smi's utilization.gpu of every GPU, once a second, until stopped."""
 
@@ -256,6 +412,10 @@ import sys, time, torch
 end = time.time() + float(sys.argv[1])
 xs = [torch.randn(8192, 8192, device=f"cuda:{i}", dtype=torch.float16)
       for i in range(torch.cuda.device_count())]
+for x in xs:
+    x @ x
+torch.cuda.synchronize()
+print("ready", flush=True)
 while time.time() < end:
     for x in xs:
         x @ x
@@ -263,13 +423,35 @@ while time.time() < end:
 """
 
 
-def start_load(seconds: float) -> subprocess.Popen[bytes] | None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+def have_torch() -> bool:
+    """PyTorch installed (found without importing it: that takes seconds)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def start_load(seconds: float) -> subprocess.Popen[str] | None:
+    """The load, once it multiplies on every GPU (PyTorch's import and CUDA's start take
+    seconds), or after 60 s without that."""
+    if not have_torch():
         print("--load: PyTorch is not installed; comparing the GPUs as they are")
         return None
-    return subprocess.Popen([sys.executable, "-c", LOAD, str(seconds)])
+    load = subprocess.Popen([sys.executable, "-c", LOAD, str(seconds + 60)], text=True,
+                            stdout=subprocess.PIPE, env=without_pythonpath())
+    ready = threading.Event()
+
+    def read() -> None:
+        assert load.stdout is not None
+        for line in load.stdout:
+            if line.startswith("ready"):
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    started = time.monotonic()
+    while not ready.wait(0.2) and load.poll() is None and time.monotonic() - started < 60:
+        pass
+    print(f"--load: {'running' if ready.is_set() else 'NOT running'} after "
+          f"{time.monotonic() - started:.1f} s" + (f" (exit {load.returncode})"
+                                                    if load.poll() is not None else ""))
+    return load
 
 
 def start_dcgm(seconds: float, out: Path) -> subprocess.Popen[str] | None:
@@ -297,7 +479,7 @@ def read_dcgm(text: str) -> dict[int, dict[str, float]]:
             for gpu, fields in values.items()}
 
 
-def check_work_signals(args: argparse.Namespace) -> int:
+def check_work_signals(args: argparse.Namespace, shared: Shared) -> int:
     """Part 2: the work-signal counters over ``--window`` seconds against nvidia-smi and
     DCGM; the number of mismatches."""
     from gpuscope.exporter.sources.nvml import NvmlSource
@@ -309,7 +491,7 @@ def check_work_signals(args: argparse.Namespace) -> int:
     source = NvmlSource(library_loader=loader, gpm_interval_seconds=1.0, xid_events=False)
     load = start_load(args.window + 10) if args.load else None
     try:
-        time.sleep(3 if load else 1)  # the load ramps up; GPM needs a first sample
+        time.sleep(2 if load else 1)  # the load ramps up; GPM needs a first sample
         source.sample()
         time.sleep(1.1)
         poller = Poller()
@@ -341,7 +523,11 @@ def check_work_signals(args: argparse.Namespace) -> int:
         source.close()
         if load is not None:
             load.terminate()
-            load.wait(30)
+            try:
+                load.wait(30)
+            except subprocess.TimeoutExpired:
+                load.kill()
+                load.wait(5)
     (args.out / "performance-start.txt").write_text(perf_text_0)
     (args.out / "performance-end.txt").write_text(perf_text_1)
     if not first.source_up or not last.source_up:
@@ -409,12 +595,628 @@ def check_work_signals(args: argparse.Namespace) -> int:
         return 1
     bad = sum(not r["ok"] for r in rows)
     for r in rows:
-        ours = "None" if r["gpuscope"] is None else f"{r['gpuscope']:.4g}"
-        ref = "-" if r["reference"] is None else f"{r['reference']:.4g}"
-        print(f"{r['gpu']:>4} {r['signal']:<48} gpuscope={ours:<10} reference={ref:<10} "
+        shown = "None" if r["gpuscope"] is None else f"{r['gpuscope']:.4g}"
+        reference = "-" if r["reference"] is None else f"{r['reference']:.4g}"
+        print(f"{r['gpu']:>4} {r['signal']:<48} gpuscope={shown:<10} reference={reference:<10} "
               f"{'ok' if r['ok'] else 'MISMATCH'}")
     (args.out / "work-signals.json").write_text(json.dumps(rows, indent=1))
     print(f"{len(rows) - bad}/{len(rows)} work-signal checks agree")
+    return bad
+
+
+# --- raw NVML (parts 3 and 4) ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def nvml_session(args: argparse.Namespace) -> Iterator[Any]:
+    """pynvml, initialised (on ``--library`` when given) until the block ends."""
+    import pynvml
+
+    if args.library is not None:
+        from gpuscope.exporter.sources.nvml import calls
+
+        calls.install_library(ctypes.CDLL(str(args.library)))
+    pynvml.nvmlInit()
+    try:
+        yield pynvml
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def jsonable(value: Any) -> Any:
+    """pynvml's answers (ctypes structs, friendly objects, tuples) as JSON values."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, list | tuple | ctypes.Array):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, ctypes.Structure):
+        return {f[0]: jsonable(getattr(value, f[0])) for f in value._fields_}
+    if hasattr(value, "__dict__"):
+        return {k: jsonable(v) for k, v in vars(value).items() if not k.startswith("_")}
+    return repr(value)
+
+
+def ask(nv: Any, function: str, *call_args: Any,
+        then: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """``{"value": ...}`` of one pynvml call, or ``{"error": ...}`` (NotSupported, a function
+    the driver or this pynvml lacks, ...): never raises."""
+    fn = getattr(nv, function, None)
+    if fn is None:
+        return {"error": f"{function} is not in this pynvml"}
+    try:
+        result = fn(*call_args)
+        return {"value": jsonable(then(result) if then else result)}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+class ProcessInfo(ctypes.Structure):
+    """``nvmlProcessInfo_t`` (the element of the ``_v3`` and ``_v2`` process lists, which
+    share this layout; pynvml names its class for it differently across releases)."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+NOT_AVAILABLE_ULL = ctypes.c_ulonglong(-1).value
+
+
+def process_list(nv: Any, function: str, handle: object) -> dict[str, Any]:
+    """``{"value": [{pid, used_bytes, ...}]}`` of one ``nvmlDeviceGet*RunningProcesses_v*``
+    call, or ``{"error": ...}``."""
+    try:
+        fn = nv._nvmlGetFunctionPointer(function)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == nv.NVML_SUCCESS:
+            return {"value": []}
+        if ret != nv.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise nv.NVMLError(ret)
+        count.value = count.value * 2 + 5
+        infos = (ProcessInfo * count.value)()
+        nv._nvmlCheckReturn(fn(handle, ctypes.byref(count), infos))
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"value": [
+        {"pid": p.pid,
+         "used_bytes": None if p.usedGpuMemory == NOT_AVAILABLE_ULL else p.usedGpuMemory,
+         "gpu_instance_id": p.gpuInstanceId, "compute_instance_id": p.computeInstanceId}
+        for p in infos[: count.value]]}
+
+
+def system_facts(nv: Any) -> dict[str, Any]:
+    return {
+        "driver_version": ask(nv, "nvmlSystemGetDriverVersion"),
+        "nvml_version": ask(nv, "nvmlSystemGetNVMLVersion"),
+        "cuda_driver_version": ask(nv, "nvmlSystemGetCudaDriverVersion_v2"),
+        "pynvml": getattr(nv, "__file__", None),
+    }
+
+
+def gpu_handles(nv: Any) -> list[object]:
+    return [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+
+
+def norm_bus_id(bus_id: str) -> str:
+    """``00000000:19:00.0`` and ``0000:19:00.0`` alike: domain as a number, lower case."""
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) == 3:
+        with contextlib.suppress(ValueError):
+            parts[0] = format(int(parts[0], 16), "x")
+    return ":".join(parts)
+
+
+def smi_cell(cell: str) -> Any:
+    """One nvidia-smi value: a number, 1/0 for Yes/No, None for N/A or Not Supported."""
+    text = cell.strip()
+    text = re.sub(r"\s*(bank\(s\)|rows?)$", "", text)
+    if text.strip("[]") in ("N/A", "Not Supported", "Unknown Error", "Insufficient Permissions",
+                            "Not Available", ""):
+        return None
+    if text in ("Yes", "No"):
+        return int(text == "Yes")
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+# --- part 3: health (row remapping, ECC) ------------------------------------------------------
+
+ECC_QUERY = ("ecc.mode.current", "ecc.errors.corrected.volatile.total",
+             "ecc.errors.uncorrected.volatile.total", "retired_pages.pending")
+REMAP_QUERY = ("remapped_rows.correctable", "remapped_rows.uncorrectable",
+               "remapped_rows.pending", "remapped_rows.failure")
+# What is compared: (name, NVML answer and how to read it, the exporter's series, nvidia-smi
+# -q -d ROW_REMAPPER's field, nvidia-smi --query-gpu's field).
+HEALTH_FIELDS: tuple[tuple[str, str, int | None, str, dict[str, str], str | None, str], ...] = (
+    ("remapped rows, correctable", "remapped_rows", 0, "gpu_remapped_rows",
+     {"cause": "correctable"}, "Correctable Error", "remapped_rows.correctable"),
+    ("remapped rows, uncorrectable", "remapped_rows", 1, "gpu_remapped_rows",
+     {"cause": "uncorrectable"}, "Uncorrectable Error", "remapped_rows.uncorrectable"),
+    ("row remap pending", "remapped_rows", 2, "gpu_row_remap_pending", {}, "Pending",
+     "remapped_rows.pending"),
+    ("row remap failed", "remapped_rows", 3, "gpu_row_remap_failed", {},
+     "Remapping Failure Occurred", "remapped_rows.failure"),
+    ("ECC uncorrected errors (volatile)", "ecc_volatile_uncorrected", None,
+     "gpu_ecc_uncorrected_errors_total", {}, None, "ecc.errors.uncorrected.volatile.total"),
+    ("ECC corrected errors (volatile)", "ecc_volatile_corrected", None,
+     "gpu_ecc_corrected_errors_total", {}, None, "ecc.errors.corrected.volatile.total"),
+)
+
+
+def nvml_health(nv: Any) -> list[dict[str, Any]]:
+    """The raw NVML health answers of every GPU."""
+    gpus = []
+    for i, h in enumerate(gpu_handles(nv)):
+        ecc = {f"ecc_{counter}_{kind}": ask(nv, "nvmlDeviceGetTotalEccErrors", h,
+                                            getattr(nv, f"NVML_MEMORY_ERROR_TYPE_{kind.upper()}"),
+                                            getattr(nv, f"NVML_{counter.upper()}_ECC"))
+               for counter in ("volatile", "aggregate") for kind in ("corrected", "uncorrected")}
+        gpus.append({
+            "index": i,
+            "name": ask(nv, "nvmlDeviceGetName", h),
+            "uuid": ask(nv, "nvmlDeviceGetUUID", h),
+            "pci_bus_id": ask(nv, "nvmlDeviceGetPciInfo", h, then=lambda p: p.busId),
+            "remapped_rows": ask(nv, "nvmlDeviceGetRemappedRows", h),
+            "row_remapper_histogram": ask(nv, "nvmlDeviceGetRowRemapperHistogram", h),
+            "ecc_mode": ask(nv, "nvmlDeviceGetEccMode", h),
+            **ecc,
+            "retired_pages_pending": ask(nv, "nvmlDeviceGetRetiredPagesPendingStatus", h),
+            "retired_pages_sbe": ask(
+                nv, "nvmlDeviceGetRetiredPages", h,
+                getattr(nv, "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),
+                then=len),
+            "retired_pages_dbe": ask(
+                nv, "nvmlDeviceGetRetiredPages", h,
+                getattr(nv, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1), then=len),
+            "gpu_operation_mode": ask(nv, "nvmlDeviceGetGpuOperationMode", h),
+            "persistence_mode": ask(nv, "nvmlDeviceGetPersistenceMode", h),
+            "compute_mode": ask(nv, "nvmlDeviceGetComputeMode", h),
+            "architecture": ask(nv, "nvmlDeviceGetArchitecture", h),
+        })
+    return gpus
+
+
+def read_row_remapper(text: str) -> dict[str, dict[str, Any]]:
+    """``nvidia-smi -q -d ROW_REMAPPER``: normalized bus id → {field: value} (the fields of
+    its "Remapped Rows" section; none where it prints ``Remapped Rows : N/A``)."""
+    gpus: dict[str, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    for line in text.splitlines():
+        m = re.match(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)\s*$", line)
+        if m:
+            current = gpus.setdefault(norm_bus_id(m.group(1)), {})
+            continue
+        m = re.match(r"^\s+([A-Za-z][A-Za-z0-9 /()-]*?)\s*:\s*(.*)$", line)
+        if current is not None and m:
+            current[m.group(1)] = smi_cell(m.group(2))
+    return gpus
+
+
+def read_query(text: str, fields: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """``nvidia-smi --query-gpu=index,uuid,pci.bus_id,FIELDS --format=csv,noheader,nounits``:
+    normalized bus id → {field: value}."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 3 + len(fields):
+            out[norm_bus_id(cells[2])] = {"uuid": cells[1], **{
+                f: smi_cell(c) for f, c in zip(fields, cells[3:], strict=True)}}
+    return out
+
+
+def agree(a: Any, b: Any) -> bool:
+    """Both unsupported, or both the same number."""
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def check_health(args: argparse.Namespace, shared: Shared) -> int:
+    """Part 3: row remapping and ECC, the exporter and nvidia-smi against NVML; the number
+    of mismatches."""
+    text = shared.metrics
+    if text is None:
+        with exporter_running(args, "exporter-health.log", process_metrics=False) as port:
+            if port is not None:
+                time.sleep(1.5)
+                text = get(f"http://127.0.0.1:{port}/metrics")[1]
+                (args.out / "metrics.txt").write_text(text)
+    with nvml_session(args) as nv:
+        raw: dict[str, Any] = {"system": system_facts(nv), "gpus": nvml_health(nv)}
+    smi: dict[str, dict[str, Any]] = {}
+    if have_smi():
+        bus_fields = "index,uuid,pci.bus_id"
+        smi = {
+            "row_remapper": run_all(["nvidia-smi", "-q", "-d", "ROW_REMAPPER"], timeout=60),
+            "ecc_query": run_all(["nvidia-smi", f"--query-gpu={bus_fields},{','.join(ECC_QUERY)}",
+                                  "--format=csv,noheader,nounits"]),
+            "remap_query": run_all(["nvidia-smi",
+                                    f"--query-gpu={bus_fields},{','.join(REMAP_QUERY)}",
+                                    "--format=csv,noheader,nounits"]),
+            "ecc_q": run_all(["nvidia-smi", "-q", "-d", "ECC"], timeout=60),
+        }
+    remapper = (read_row_remapper(str(smi["row_remapper"]["stdout"]))
+                if smi.get("row_remapper", {}).get("rc") == 0 else {})
+    queried: dict[str, dict[str, Any]] = {}
+    for key, fields in (("ecc_query", ECC_QUERY), ("remap_query", REMAP_QUERY)):
+        if smi.get(key, {}).get("rc") == 0:
+            for bus, values in read_query(str(smi[key]["stdout"]), fields).items():
+                queried.setdefault(bus, {}).update(values)
+    exported = series(text) if text is not None else {}
+
+    rows: list[dict[str, Any]] = []
+    for gpu in raw["gpus"]:
+        uuid = gpu["uuid"].get("value")
+        bus = norm_bus_id(str(gpu["pci_bus_id"].get("value") or ""))
+        for what, call, item, metric, labels, q_field, query_field in HEALTH_FIELDS:
+            answer = gpu[call].get("value")
+            nvml = answer[item] if item is not None and answer is not None else answer
+            found = [v for name in (metric, metric + "_total") if uuid
+                     for lab, v in exported.get((name, uuid), [])
+                     if all(lab.get(k) == want for k, want in labels.items())]
+            ours = found[0] if found else None
+            smi_q = remapper.get(bus, {}).get(q_field) if q_field else None
+            smi_query = queried.get(bus, {}).get(query_field)
+            # nvidia-smi -q's section where it printed one, else its query field.
+            reference_ran = bus in remapper if q_field else bus in queried
+            theirs = smi_q if q_field and bus in remapper else smi_query
+            exporter_ok = None if text is None else agree(nvml, ours)
+            smi_ok = agree(nvml, theirs) if (reference_ran or bus in queried) else None
+            rows.append({"gpu": gpu["index"], "field": what, "nvml": nvml,
+                         "nvml_error": gpu[call].get("error"), "exporter": ours,
+                         "nvidia_smi": theirs, "nvidia_smi_q": smi_q,
+                         "nvidia_smi_query": smi_query,
+                         "exporter_ok": exporter_ok, "nvidia_smi_ok": smi_ok,
+                         "ok": exporter_ok is not False and smi_ok is not False})
+    if text is None:
+        print("exporter: no /metrics (it never became ready); its side not compared")
+    if not have_smi():
+        print("nvidia-smi: not installed; its side not compared (skipped)")
+    for r in rows:
+        def show(ok: bool | None) -> str:
+            return "skipped" if ok is None else "ok" if ok else "MISMATCH"
+        print(f"{r['gpu']:>3} {r['field']:<34} nvml={r['nvml']!s:<6} "
+              f"exporter={r['exporter']!s:<6} {show(r['exporter_ok']):<8} "
+              f"nvidia-smi={r['nvidia_smi']!s:<6} {show(r['nvidia_smi_ok'])}")
+    for gpu in raw["gpus"]:
+        facts = {k: gpu[k].get("value", gpu[k].get("error")) for k in (
+            "ecc_mode", "gpu_operation_mode", "persistence_mode", "compute_mode",
+            "retired_pages_pending", "row_remapper_histogram")}
+        print(f"{gpu['index']:>3} NVML: {json.dumps(facts)}")
+    bad = sum(not r["ok"] for r in rows) + (text is None)
+    (args.out / "health.json").write_text(json.dumps(
+        {"rows": rows, "nvml": raw, "nvidia_smi": smi}, indent=1))
+    print(f"{len(rows) - sum(not r['ok'] for r in rows)}/{len(rows)} health checks agree")
+    return bad
+
+
+# --- part 4: MPS --------------------------------------------------------------------------------
+
+# One MPS client: a matrix of `size` in half precision, `extra_mib` more of device memory,
+# `burst` multiplies per synchronize, then `pause` seconds; `seconds` at most.
+MPS_CLIENT = """
+import os, sys, time, torch
+size, extra_mib, burst, pause, seconds = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                                          float(sys.argv[4]), float(sys.argv[5]))
+end = time.time() + seconds
+x = torch.randn(size, size, device="cuda:0", dtype=torch.float16)
+pad = torch.empty(extra_mib * 2**20, dtype=torch.uint8, device="cuda:0")
+x @ x
+torch.cuda.synchronize()
+print("ready", os.getpid(), torch.cuda.memory_reserved(0), flush=True)
+n = 0
+while time.time() < end:
+    for _ in range(burst):
+        x @ x
+    torch.cuda.synchronize()
+    n += burst
+    if pause:
+        time.sleep(pause)
+print("done", n, flush=True)
+"""
+# name → (size, extra MiB, burst, pause): one saturating, one light with less memory.
+MPS_CLIENTS = {"heavy": (8192, 4096, 4, 0.0), "light": (4096, 1024, 8, 0.005)}
+COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
+
+
+def mps_processes() -> dict[int, str]:
+    """PID → executable name of every nvidia-cuda-mps-* process visible in /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            except OSError:
+                continue
+            if Path(argv0).name.startswith("nvidia-cuda-mps"):
+                found[int(entry.name)] = Path(argv0).name
+    return found
+
+
+def describe_pid(pid: int) -> dict[str, Any]:
+    """What /proc says about a PID NVML listed (NVML's PIDs are the host's: a process in
+    another PID namespace is not visible here)."""
+    try:
+        cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError as exc:
+        return {"visible": False, "error": exc.strerror}
+    argv = cmdline.decode(errors="replace").split("\0")
+    return {"visible": True, "exe": Path(argv[0]).name, "cmdline": " ".join(argv)[:200]}
+
+
+class Client:
+    """One MPS client process, its ``ready`` line read by a thread."""
+
+    def __init__(self, name: str, env: dict[str, str], workdir: Path, seconds: float) -> None:
+        self.name = name
+        self.ready = threading.Event()
+        self.lines: list[str] = []
+        self.stderr_path = workdir / f"client-{name}.err"
+        size, extra, burst, pause = MPS_CLIENTS[name]
+        with self.stderr_path.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", MPS_CLIENT, str(size), str(extra), str(burst),
+                 str(pause), str(seconds)],
+                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+            if line.startswith("ready"):
+                self.ready.set()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def report(self) -> dict[str, Any]:
+        ready = next((ln.split() for ln in self.lines if ln.startswith("ready")), None)
+        return {"name": self.name, "pid": self.proc.pid, "params": MPS_CLIENTS[self.name],
+                "returncode": self.proc.poll(), "stdout": self.lines,
+                "torch_reserved_bytes": int(ready[2]) if ready and len(ready) > 2 else None,
+                "stderr_tail": self.stderr_path.read_text(errors="replace")[-3000:]}
+
+
+def mps_snapshot(nv: Any, handles: list[object], cursors: dict[str, int]) -> dict[str, Any]:
+    """One read of everything NVML says about the processes on every GPU; per-process
+    utilization from the cursors on (advanced to the newest sample seen)."""
+    snap: dict[str, Any] = {"time": time.time(), "gpus": []}
+    for i, h in enumerate(handles):
+        gpu: dict[str, Any] = {"gpu": i}
+        gpu["compute_v3"] = process_list(nv, "nvmlDeviceGetComputeRunningProcesses_v3", h)
+        if "error" in gpu["compute_v3"]:
+            gpu["compute_v2"] = process_list(nv, "nvmlDeviceGetComputeRunningProcesses_v2", h)
+        gpu["mps_v3"] = process_list(nv, "nvmlDeviceGetMPSComputeRunningProcesses_v3", h)
+        if "error" in gpu["mps_v3"]:
+            gpu["mps_v2"] = process_list(nv, "nvmlDeviceGetMPSComputeRunningProcesses_v2", h)
+        for key, function in (("process_utilization", "nvmlDeviceGetProcessUtilization"),
+                              ("processes_utilization_info",
+                               "nvmlDeviceGetProcessesUtilizationInfo")):
+            cursor = f"{key}/{i}"
+            gpu[key] = ask(nv, function, h, cursors.get(cursor, 0))
+            stamps = [s.get("timeStamp", 0) for s in gpu[key].get("value") or []]
+            if stamps:
+                cursors[cursor] = max(stamps)
+        gpu["compute_mode"] = ask(nv, "nvmlDeviceGetComputeMode", h)
+        gpu["utilization"] = ask(nv, "nvmlDeviceGetUtilizationRates", h)
+        snap["gpus"].append(gpu)
+    return snap
+
+
+def mps_answers(result: dict[str, Any]) -> dict[str, Any]:
+    """The plain answers from what ``check_mps`` recorded (GPU 0)."""
+    clients = {c["name"]: c["pid"] for c in result.get("clients", [])}
+    servers = set(result.get("server_pids", []))
+    listed: dict[str, dict[int, int | None]] = {"compute": {}, "mps": {}}
+    util: dict[str, dict[int, list[int]]] = {"process_utilization": {},
+                                             "processes_utilization_info": {}}
+    errors: dict[str, set[str]] = {}
+    for snap in result.get("snapshots", []):
+        gpu = snap["gpus"][0] if snap["gpus"] else {}
+        for kind, keys in (("compute", ("compute_v3", "compute_v2")),
+                           ("mps", ("mps_v3", "mps_v2"))):
+            for key in keys:
+                if key in gpu and "error" in gpu[key]:
+                    errors.setdefault(key, set()).add(gpu[key]["error"])
+                for p in gpu.get(key, {}).get("value") or []:
+                    old = listed[kind].get(p["pid"])
+                    listed[kind][p["pid"]] = max(old or 0, p["used_bytes"] or 0) or old
+        for key in util:
+            if key in gpu and "error" in gpu[key]:
+                errors.setdefault(key, set()).add(gpu[key]["error"])
+            for s in gpu.get(key, {}).get("value") or []:
+                util[key].setdefault(s["pid"], []).append(s["smUtil"])
+
+    def where(pid: int) -> str:
+        found = []
+        for kind, pids in listed.items():
+            if pid in pids:
+                used = pids[pid]
+                memory = "memory n/a" if used is None else f"{used / 2**20:.0f} MiB"
+                found.append(f"{kind} list ({memory})")
+        return ", ".join(found) if found else "not listed"
+
+    answers: dict[str, Any] = {
+        "server": {str(pid): where(pid) for pid in sorted(servers)} or "no server PID known",
+        "clients": {name: f"PID {pid}: {where(pid)}" for name, pid in clients.items()},
+        "other_pids_listed": sorted(set(listed["compute"]) | set(listed["mps"])
+                                    - servers - set(clients.values())),
+        "errors": {k: sorted(v) for k, v in errors.items()},
+        # Where the PIDs differ (NVML's are the host's; this may run in a container without
+        # the host's PID namespace), memory tells the heavy client from the light one.
+        "listed_by_memory_mib": {
+            f"{kind} {pid}": None if used is None else round(used / 2**20)
+            for kind, pids in listed.items()
+            for pid, used in sorted(pids.items(), key=lambda kv: -(kv[1] or 0))},
+        "nvml_pids_visible_here": (
+            f"{sum(1 for v in result.get('pids', {}).values() if v.get('visible'))} of "
+            f"{len(result.get('pids', {}))} (this PID namespace: {result.get('pid_namespace')})"),
+    }
+    for key, samples in util.items():
+        per_pid = {pid: round(statistics.fmean(v), 1) for pid, v in samples.items()}
+        named = {("server " if pid in servers else next(
+            (f"client {n} " for n, p in clients.items() if p == pid), "other ")) + str(pid): mean
+            for pid, mean in per_pid.items()}
+        with_samples, client_pids = set(per_pid), set(clients.values())
+        if not with_samples:
+            verdict = "no samples"
+        elif client_pids and client_pids <= with_samples:
+            verdict = "per client (each client PID has its own samples)"
+        elif with_samples & client_pids:
+            verdict = "some clients only"
+        elif with_samples & servers:
+            verdict = "server only (the MPS server's PID carries all clients' work)"
+        else:
+            verdict = "neither server nor clients (other PIDs only)"
+        answers[key] = {"verdict": verdict, "mean_sm_util_by_pid": named}
+    return answers
+
+
+def check_mps(args: argparse.Namespace, shared: Shared) -> int:
+    """Part 4: what NVML reports under MPS (recorded, not compared); 1 when the step could
+    not run its clients."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    out = args.out / "mps.json"
+    if control is None or not have_torch():
+        why = ("nvidia-cuda-mps-control not installed" if control is None
+               else "PyTorch is not installed")
+        print(f"MPS: {why}; skipped")
+        out.write_text(json.dumps({"skipped": why}, indent=1))
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="gpuscope-mps-"))
+    env = without_pythonpath()
+    env["CUDA_MPS_PIPE_DIRECTORY"] = str(workdir / "pipe")
+    env["CUDA_MPS_LOG_DIRECTORY"] = str(workdir / "log")
+    (workdir / "pipe").mkdir()
+    (workdir / "log").mkdir()
+    before = mps_processes()
+    result: dict[str, Any] = {"mps_processes_before": before, "pipe_directory": str(workdir),
+                              "clients": [], "snapshots": []}
+    with contextlib.suppress(OSError):
+        result["pid_namespace"] = os.readlink("/proc/self/ns/pid")
+    clients: list[Client] = []
+    bad = 0
+    try:
+        with nvml_session(args) as nv, contextlib.ExitStack() as stack:
+            handles = gpu_handles(nv)
+            result["system"] = system_facts(nv)
+            modes = [ask(nv, "nvmlDeviceGetComputeMode", h) for h in handles]
+            result["compute_mode_before"] = modes
+            mode = modes[0].get("value") if modes else None
+            result["ran_in_compute_mode"] = (COMPUTE_MODES.get(mode, mode)
+                                             if isinstance(mode, int) else modes)
+            port = stack.enter_context(exporter_running(args, "exporter-mps.log"))
+            result["daemon_start"] = run_all([control, "-d"], timeout=15, env=env)
+            if result["daemon_start"]["rc"] != 0:
+                print(f"MPS: the control daemon did not start: {result['daemon_start']}")
+                return 1
+            seconds = args.mps_seconds + 60  # they are stopped once sampled
+            clients = [Client(name, env, workdir, seconds) for name in MPS_CLIENTS]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not all(c.ready.is_set() for c in clients):
+                if any(c.proc.poll() is not None for c in clients):
+                    break
+                time.sleep(0.2)
+            result["clients_ready"] = {c.name: c.ready.is_set() for c in clients}
+            if not all(c.ready.is_set() for c in clients):
+                print(f"MPS: clients not ready within 60 s: {result['clients_ready']}")
+                bad = 1
+            cursors: dict[str, int] = {}
+            mps_snapshot(nv, handles, cursors)  # moves the cursors past the start-up
+            end = time.monotonic() + args.mps_seconds
+            while time.monotonic() < end:
+                time.sleep(1.0)
+                result["snapshots"].append(mps_snapshot(nv, handles, cursors))
+                if len(result["snapshots"]) == 3:
+                    result["server_list"] = run_all([control], stdin="get_server_list\n",
+                                                    timeout=10, env=env)
+                    result["nvidia_smi"] = run_all(["nvidia-smi"], timeout=20)
+                    result["nvidia_smi_compute_apps"] = run_all(
+                        ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                         "--format=csv"], timeout=20)
+                    if port is not None:
+                        metrics = get(f"http://127.0.0.1:{port}/metrics")[1]
+                        result["exporter_process_series"] = [
+                            ln for ln in metrics.splitlines()
+                            if ln.startswith(("gpu_process_", "container_gpu_", "gpu_info"))]
+            result["snapshots"].append(mps_snapshot(nv, handles, cursors))
+            servers = [int(w) for w in str(result.get("server_list", {}).get("stdout", ""))
+                       .split() if w.isdigit()]
+            servers += [pid for pid, exe in mps_processes().items()
+                        if exe == "nvidia-cuda-mps-server" and pid not in before
+                        and pid not in servers]
+            result["server_pids"] = servers
+            result["client_lists"] = {
+                str(pid): run_all([control], stdin=f"get_client_list {pid}\n", timeout=10,
+                                  env=env) for pid in servers}
+            seen = {p["pid"] for snap in result["snapshots"] for gpu in snap["gpus"]
+                    for key in ("compute_v3", "compute_v2", "mps_v3", "mps_v2")
+                    for p in gpu.get(key, {}).get("value") or []}
+            result["pids"] = {str(pid): describe_pid(pid) for pid in sorted(seen)}
+    finally:
+        for c in clients:
+            c.stop()
+        result["clients"] = [c.report() for c in clients]
+        result["daemon_quit"] = run_all([control], stdin="quit\n", timeout=15, env=env)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and set(mps_processes()) - set(before):
+            time.sleep(0.5)
+        left = {pid: exe for pid, exe in mps_processes().items() if pid not in before}
+        for pid in left:  # ours, started by this step: still there after quit
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        result["left_running_after_quit"] = left
+        result["mps_logs"] = {p.name: p.read_text(errors="replace")[-20000:]
+                              for p in sorted((workdir / "log").glob("*"))}
+        shutil.rmtree(workdir, ignore_errors=True)
+        try:  # also when the step was cut short: what was sampled so far
+            result["answers"] = mps_answers(result)
+        except Exception as exc:
+            result["answers"] = {"error": f"{type(exc).__name__}: {exc}"}
+        out.write_text(json.dumps(result, indent=1, default=str))
+    answers = result["answers"]
+    if "error" in answers:
+        print(f"MPS: no answers: {answers['error']}")
+        return 1
+    print(f"MPS ran in compute mode {result.get('ran_in_compute_mode')}")
+    print(f"MPS server in NVML: {answers['server']}")
+    for name, where in answers["clients"].items():
+        print(f"MPS client {name}: {where}")
+    if answers["other_pids_listed"]:
+        print(f"other PIDs listed: {answers['other_pids_listed']}")
+    print(f"listed by memory (MiB): {answers['listed_by_memory_mib']}")
+    print(f"NVML's PIDs visible in /proc here: {answers['nvml_pids_visible_here']}")
+    for key in ("process_utilization", "processes_utilization_info"):
+        print(f"{key}: {answers[key]['verdict']}; mean SM % by PID: "
+              f"{answers[key]['mean_sm_util_by_pid']}")
+    if answers["errors"]:
+        print(f"NVML errors: {answers['errors']}")
+    if left:
+        print(f"MPS processes still running after quit were killed: {left}")
     return bad
 
 
