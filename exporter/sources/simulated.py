@@ -26,6 +26,10 @@ How device values follow from processes (all documented in ``docs/scenarios.md``
   current value; throttle seconds per reason the integral of the GPU's throttle pattern.
   Where the processes of a device can add up to more than 1 (the clamp bites), the integral
   is numerical instead (midpoints of 0.25 s steps).
+- health: ECC counts are the scenario's plus what its ``ecc`` faults' events added so far;
+  the row remapper (a GPU's ``remapped_rows``) adds the rows of the ``row_remap`` faults whose
+  window holds ``t`` and is pending / failed while one of them says so; ``lost`` and ``xid``
+  faults as before.
 
 A GPU in MIG mode reports no utilization (NVML answers NOT_SUPPORTED); its power,
 temperature and clock follow its *activity*, ``clamp(base + sum over slices of
@@ -48,12 +52,14 @@ from gpuscope.exporter.model import (
     PartResult,
     ProcessKind,
     ProcessSample,
+    RowRemapping,
     Snapshot,
     ThrottleTime,
     XidCount,
 )
 from gpuscope.exporter.sources.scenario import (
     ActivitySpec,
+    EccFault,
     GpuSpec,
     Lifetime,
     LostFault,
@@ -61,6 +67,7 @@ from gpuscope.exporter.sources.scenario import (
     NotSupportedFault,
     NvmlDownFault,
     ProcessSpec,
+    RowRemapFault,
     Scenario,
     UtilizationPattern,
     Window,
@@ -333,8 +340,8 @@ class _Gpu:
     """A GPU with its processes, slices and faults, precomputed for sample()."""
 
     __slots__ = (
-        "faults", "gpm", "index", "load", "lost", "power_span", "procs", "slices", "spec",
-        "temp_span", "throttle", "unsupported", "util", "xids",
+        "eccs", "faults", "gpm", "index", "load", "lost", "power_span", "procs", "remap",
+        "remaps", "slices", "spec", "temp_span", "throttle", "unsupported", "util", "xids",
     )
 
     def __init__(
@@ -345,6 +352,8 @@ class _Gpu:
         lost: tuple[Window, ...],
         xids: tuple[XidFault, ...],
         faults: tuple[tuple[Window, frozenset[str]], ...],
+        eccs: tuple[EccFault, ...] = (),
+        remaps: tuple[RowRemapFault, ...] = (),
     ) -> None:
         self.spec = spec
         self.index = str(spec.index)
@@ -353,6 +362,13 @@ class _Gpu:
         self.lost = lost
         self.xids = xids
         self.faults = faults
+        self.eccs = eccs
+        self.remaps = remaps
+        rows = spec.remapped_rows
+        # What the row remapper reports outside every row_remap fault.
+        self.remap: RowRemapping | None = None if rows is None else RowRemapping(
+            rows.correctable, rows.uncorrectable, pending=False, failed=False
+        )
         self.unsupported = spec.unsupported
         self.power_span = spec.power_limit_watts - spec.power_idle_watts
         self.temp_span = spec.temperature_busy_celsius - spec.temperature_idle_celsius
@@ -383,6 +399,32 @@ class _Gpu:
             ThrottleTime(reason, 0.0 if pattern is None else pattern.integral(t))
             for reason, pattern in self.throttle
         )
+
+    def ecc_at(self, t: float) -> tuple[int, int]:
+        """(corrected, uncorrected) ECC errors at ``t``: the scenario's counts plus those of
+        the ``ecc`` faults' events so far."""
+        corrected, uncorrected = self.spec.ecc_corrected_errors, self.spec.ecc_uncorrected_errors
+        for f in self.eccs:
+            n = f.count_at(t)
+            corrected += n * f.corrected
+            uncorrected += n * f.uncorrected
+        return corrected, uncorrected
+
+    def row_remapping_at(self, t: float) -> RowRemapping | None:
+        """The row remapper at ``t``: the GPU's rows plus those of the ``row_remap`` faults
+        whose window holds ``t``, pending or failed while one of them says so."""
+        base = self.remap
+        if base is None or not self.remaps:
+            return base
+        corr, unc = base.correctable_rows, base.uncorrectable_rows
+        pending = failed = False
+        for f in self.remaps:
+            if f.window.contains(t):
+                corr += f.correctable
+                unc += f.uncorrectable
+                pending = pending or f.pending
+                failed = failed or f.failed
+        return RowRemapping(corr, unc, pending, failed)
 
     def xid_counts(self, t: float) -> tuple[XidCount, ...]:
         if not self.xids:
@@ -421,6 +463,8 @@ class SimulatedSource:
             procs_by_device.setdefault(p.device.device_index, []).append(_Proc(p))
         lost: dict[int, list[Window]] = {}
         xids: dict[int, list[XidFault]] = {}
+        eccs: dict[int, list[EccFault]] = {}
+        remaps: dict[int, list[RowRemapFault]] = {}
         ns: dict[str, list[tuple[Window, frozenset[str]]]] = {}
         down: list[Window] = []
         for f in scenario.faults:
@@ -428,6 +472,10 @@ class SimulatedSource:
                 lost.setdefault(f.gpu, []).append(f.window)
             elif isinstance(f, XidFault):
                 xids.setdefault(f.gpu, []).append(f)
+            elif isinstance(f, EccFault):
+                eccs.setdefault(f.gpu, []).append(f)
+            elif isinstance(f, RowRemapFault):
+                remaps.setdefault(f.gpu, []).append(f)
             elif isinstance(f, NvmlDownFault):
                 down.append(f.window)
             elif isinstance(f, NotSupportedFault):
@@ -456,6 +504,8 @@ class SimulatedSource:
                 tuple(lost.get(g.index, ())),
                 tuple(xids.get(g.index, ())),
                 tuple(ns.get(str(g.index), ())),
+                tuple(eccs.get(g.index, ())),
+                tuple(remaps.get(g.index, ())),
             ))
         self._gpus: tuple[_Gpu, ...] = tuple(gpus)
 
@@ -591,6 +641,7 @@ class SimulatedSource:
                 busy = gpu.util.integral(t)
         work = gpu.gpm.fields(t, uns) if gpu.gpm is not None else {}
         throttle = () if "throttle_seconds" in uns else gpu.throttle_at(t)
+        ecc_corrected, ecc_uncorrected = gpu.ecc_at(t)
         fan: float | None = None
         if spec.fan_idle_ratio is not None and spec.fan_busy_ratio is not None:
             fan = spec.fan_idle_ratio + (spec.fan_busy_ratio - spec.fan_idle_ratio) * load
@@ -620,12 +671,11 @@ class SimulatedSource:
             ),
             memory_clock_hertz=None if "memory_clock_hertz" in uns else spec.memory_clock_hertz,
             fan_speed_ratio=None if "fan_speed_ratio" in uns else fan,
-            ecc_corrected_errors=(
-                None if "ecc_corrected_errors" in uns else spec.ecc_corrected_errors
-            ),
+            ecc_corrected_errors=None if "ecc_corrected_errors" in uns else ecc_corrected,
             ecc_uncorrected_errors=(
-                None if "ecc_uncorrected_errors" in uns else spec.ecc_uncorrected_errors
+                None if "ecc_uncorrected_errors" in uns else ecc_uncorrected
             ),
+            row_remapping=None if "row_remapping" in uns else gpu.row_remapping_at(t),
             busy_seconds=busy,
             sm_active_seconds=work.get("sm_active_seconds"),
             tensor_active_seconds=work.get("tensor_active_seconds"),

@@ -3,7 +3,8 @@
 A scenario describes one simulated node: the node itself, its GPUs (and MIG slices), the
 processes that run on them with a utilization *pattern* (and an *activity*: what that
 utilization is made of) each, GPM and throttling of the GPUs, the Kubernetes pods and
-containers that hold the GPUs, and faults (lost GPUs, XID events, NVML going away). The
+containers that hold the GPUs, and faults (lost GPUs, XID events, ECC errors, row remaps
+pending or failed, NVML going away). The
 format is documented in ``docs/scenarios.md``; this package is its reference implementation:
 ``model`` (the dataclasses), ``patterns``, ``parse`` (the strict validator), ``load`` (YAML
 files and the built-in scenario), ``synthetic`` (programmatic scenarios for benchmarks).
@@ -29,6 +30,7 @@ from gpuscope.exporter.sources.scenario.model import (
     ContainerRef,
     ContainerSpec,
     DeviceRef,
+    EccFault,
     Fault,
     GpuSpec,
     Lifetime,
@@ -39,6 +41,8 @@ from gpuscope.exporter.sources.scenario.model import (
     NvmlDownFault,
     PodSpec,
     ProcessSpec,
+    RemappedRows,
+    RowRemapFault,
     Scenario,
     ScenarioError,
     Window,
@@ -69,6 +73,7 @@ __all__ = [
     "ContainerRef",
     "ContainerSpec",
     "DeviceRef",
+    "EccFault",
     "Fault",
     "GpuSpec",
     "Lifetime",
@@ -80,6 +85,8 @@ __all__ = [
     "PodSpec",
     "ProcessSpec",
     "RandomPattern",
+    "RemappedRows",
+    "RowRemapFault",
     "Scenario",
     "ScenarioError",
     "SinePattern",

@@ -157,12 +157,22 @@ class MigSliceSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RemappedRows:
+    """Rows a GPU's row remapper had remapped before the scenario starts (a lifetime count,
+    kept in its InfoROM), for correctable and for uncorrectable errors."""
+
+    correctable: int = 0
+    uncorrectable: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSpec:
     """One physical GPU. Power in watts, temperatures in celsius, clocks in hertz, memory in
     bytes, ratios 0..1. ``temperature_*``, ``sm_clock_*`` and ``fan_*`` give the value at
     utilization 0 (idle) and 1 (busy). ``gpm``: the GPU (and its MIG slices) reports GPM
     activity. ``throttle``: (reason, seconds of throttling per second as a pattern of
-    scenario time) for the reasons that are not 0."""
+    scenario time) for the reasons that are not 0. ``remapped_rows``: the GPU's row remapper
+    (``None``: it has none, as before Ampere; ``row_remap`` faults change what it reports)."""
 
     index: int
     uuid: str
@@ -188,6 +198,7 @@ class GpuSpec:
     mig: tuple[MigSliceSpec, ...] = ()
     gpm: bool = False
     throttle: tuple[tuple[str, UtilizationPattern], ...] = ()
+    remapped_rows: RemappedRows | None = None
 
     @property
     def mig_enabled(self) -> bool:
@@ -281,10 +292,49 @@ class XidFault:
 
     def count_at(self, t: float) -> int:
         """Events raised up to and including scenario time ``t``."""
-        if t < self.at:
-            return 0
-        n = 1 if self.every is None else int((t - self.at) // self.every) + 1
-        return n if self.count is None else min(n, self.count)
+        return events_at(self.at, self.every, self.count, t)
+
+
+def events_at(at: float, every: float | None, count: int | None, t: float) -> int:
+    """Events of a series that starts at ``at`` and repeats every ``every`` seconds (None:
+    once), ``count`` at most (None: unlimited), up to and including scenario time ``t``."""
+    if t < at:
+        return 0
+    n = 1 if every is None else int((t - at) // every) + 1
+    return n if count is None else min(n, count)
+
+
+@dataclass(frozen=True, slots=True)
+class EccFault:
+    """GPU ``gpu`` has ECC errors at ``at`` and then every ``every`` seconds, ``count`` events
+    at most (None: unlimited); each event adds ``corrected`` corrected and ``uncorrected``
+    uncorrected errors to the GPU's (volatile) ECC counts."""
+
+    gpu: int
+    at: float
+    every: float | None
+    count: int | None
+    corrected: int
+    uncorrected: int
+
+    def count_at(self, t: float) -> int:
+        """Events up to and including scenario time ``t``."""
+        return events_at(self.at, self.every, self.count, t)
+
+
+@dataclass(frozen=True, slots=True)
+class RowRemapFault:
+    """During ``window`` GPU ``gpu``'s row remapper reports ``correctable`` and
+    ``uncorrectable`` more rows remapped, a remap pending (``pending``: it waits for a GPU
+    reset) and a remap failed (``failed``) where set. Overlapping faults add their rows; a
+    flag is set while any of them sets it."""
+
+    gpu: int
+    window: Window
+    correctable: int = 0
+    uncorrectable: int = 0
+    pending: bool = False
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +353,7 @@ class NotSupportedFault:
     window: Window
 
 
-Fault = LostFault | XidFault | NvmlDownFault | NotSupportedFault
+Fault = LostFault | XidFault | EccFault | RowRemapFault | NvmlDownFault | NotSupportedFault
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from gpuscope.exporter.sources.scenario.model import (
     ContainerRef,
     ContainerSpec,
     DeviceRef,
+    EccFault,
     Fault,
     GpuSpec,
     Lifetime,
@@ -32,6 +33,8 @@ from gpuscope.exporter.sources.scenario.model import (
     PodSpec,
     ProcessSpec,
     QosClass,
+    RemappedRows,
+    RowRemapFault,
     Scenario,
     ScenarioError,
     Window,
@@ -82,6 +85,7 @@ _DEVREF_RE = re.compile(r"^([0-9]{1,9})(?:/([0-9]{1,9})|::([0-9]{1,9}))?\Z")
 # seconds (~31 years) at a resolution of at most 1 ms (the smallest unit of the format), so
 # no pattern, lifetime, window or XID arithmetic leaves the finite floats.
 _MAX_UINT64 = 2**64 - 1
+_MAX_UINT32 = 2**32 - 1  # NVML's unsigned int: remapped rows, errors of one ECC event
 _MAX_DURATION = 1e9
 _MIN_POSITIVE_DURATION = 0.001
 _MAX_GPUS = 1024
@@ -101,6 +105,9 @@ _ARCHITECTURES = (
 
 # GPUs whose NVML has GPM (Hopper and newer): their scenario entries default to ``gpm: true``.
 _GPM_ARCHITECTURES = ("Hopper", "Blackwell")
+# GPUs whose NVML has a row remapper (nvmlDeviceGetRemappedRows: Ampere and newer): their
+# entries report one (no row remapped) unless they say otherwise.
+_ROW_REMAP_ARCHITECTURES = ("Ampere", "Ada Lovelace", "Hopper", "Blackwell")
 _DEFAULT_ACTIVITY = ActivitySpec()
 
 # Defaults of a GPU entry: an A100-SXM4-80GB (power in W, temperature in C).
@@ -422,7 +429,7 @@ class _Parser:
         "count", "model", "architecture", "uuid", "pci_bus_id", "memory_total",
         "memory_reserved", "power_limit", "power_idle", "temperature", "sm_clock",
         "memory_clock", "fan_speed", "memory_utilization_factor", "base_utilization", "ecc",
-        "unsupported", "mig", "gpm", "throttle",
+        "remapped_rows", "unsupported", "mig", "gpm", "throttle",
     )
 
     def gpus(self, value: object) -> tuple[GpuSpec, ...]:
@@ -517,6 +524,8 @@ class _Parser:
         if m.get("gpm") is not None:
             gpm = self.boolean(m["gpm"], f"{path}.gpm")
         throttle = self.throttle(m.get("throttle", {}), f"{path}.throttle", index)
+        remapped = self.remapped_rows(m.get("remapped_rows"), f"{path}.remapped_rows",
+                                      architecture, unsupported)
         return GpuSpec(
             index=index,
             uuid=gpu_uuid,
@@ -544,6 +553,26 @@ class _Parser:
             mig=mig,
             gpm=gpm,
             throttle=throttle,
+            remapped_rows=remapped,
+        )
+
+    def remapped_rows(
+        self, value: object, path: str, architecture: str | None, unsupported: frozenset[str]
+    ) -> RemappedRows | None:
+        """``{correctable, uncorrectable}``: the GPU has a row remapper with these rows
+        remapped. Left out: one with none remapped on Ampere and newer, none before; with
+        ``row_remapping`` in ``unsupported``, none at all."""
+        if "row_remapping" in unsupported:
+            if value is not None:
+                self.fail(path, "cannot be set on a GPU whose 'unsupported' lists "
+                                "row_remapping")
+            return None
+        if value is None:
+            return RemappedRows() if architecture in _ROW_REMAP_ARCHITECTURES else None
+        m = self.mapping(value, path, ("correctable", "uncorrectable"))
+        return RemappedRows(
+            self.integer(m.get("correctable", 0), f"{path}.correctable", 0, _MAX_UINT32),
+            self.integer(m.get("uncorrectable", 0), f"{path}.uncorrectable", 0, _MAX_UINT32),
         )
 
     def throttle(
@@ -934,6 +963,11 @@ class _Parser:
     _FAULT_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         "lost": (("gpu", "at", "for", "every"), ("gpu",)),
         "xid": (("gpu", "at", "code", "every", "count"), ("gpu", "code")),
+        "ecc": (("gpu", "at", "every", "count", "corrected", "uncorrected"), ("gpu",)),
+        "row_remap": (
+            ("gpu", "at", "for", "every", "correctable", "uncorrectable", "pending", "failed"),
+            ("gpu",),
+        ),
         "nvml_down": (("at", "for", "every"), ()),
         "not_supported": (("gpu", "fields", "at", "for", "every"), ("gpu", "fields")),
     }
@@ -963,19 +997,65 @@ class _Parser:
             if kind == "lost":
                 result.append(LostFault(ref.gpu, self.window(m, path)))
                 continue
+            if kind == "row_remap":
+                result.append(self.row_remap(m, path, ref.gpu, gpus[ref.gpu]))
+                continue
+            if kind == "ecc":
+                result.append(self.ecc_fault(m, path, ref.gpu))
+                continue
             code = self.integer(m["code"], f"{path}.code", 1)
-            every: float | None = None
-            if m.get("every") is not None:
-                every = self.duration(m["every"], f"{path}.every", positive=True)
-            count: int | None = None
-            if m.get("count") is not None:
-                count = self.integer(m["count"], f"{path}.count", 1)
-            elif every is None:
-                count = 1
-            result.append(XidFault(
-                ref.gpu, code, self.duration(m.get("at", 0), f"{path}.at"), every, count
-            ))
+            at, every, count = self.events(m, path)
+            result.append(XidFault(ref.gpu, code, at, every, count))
         return tuple(result)
+
+    def events(
+        self, m: dict[str, object], path: str
+    ) -> tuple[float, float | None, int | None]:
+        """``at`` (0), ``every`` (none) and ``count`` (1 without ``every``, unlimited with
+        it) of an event fault (``xid``, ``ecc``)."""
+        every: float | None = None
+        if m.get("every") is not None:
+            every = self.duration(m["every"], f"{path}.every", positive=True)
+        count: int | None = None
+        if m.get("count") is not None:
+            count = self.integer(m["count"], f"{path}.count", 1)
+        elif every is None:
+            count = 1
+        return self.duration(m.get("at", 0), f"{path}.at"), every, count
+
+    def ecc_fault(self, m: dict[str, object], path: str, gpu: int) -> EccFault:
+        if "corrected" not in m and "uncorrected" not in m:
+            self.fail(path, "needs 'uncorrected' or 'corrected': the errors each event adds")
+        corrected = self.integer(m.get("corrected", 0), f"{path}.corrected", 0, _MAX_UINT32)
+        uncorrected = self.integer(m.get("uncorrected", 0), f"{path}.uncorrected", 0,
+                                   _MAX_UINT32)
+        if corrected == uncorrected == 0:
+            self.fail(path, "adds no error: set 'uncorrected' or 'corrected' to 1 or more")
+        at, every, count = self.events(m, path)
+        return EccFault(gpu, at, every, count, corrected, uncorrected)
+
+    def row_remap(
+        self, m: dict[str, object], path: str, index: int, gpu: GpuSpec
+    ) -> RowRemapFault:
+        if gpu.remapped_rows is None:
+            why = (
+                "its 'unsupported' lists row_remapping" if "row_remapping" in gpu.unsupported
+                else f"architecture {gpu.architecture or 'unknown'}: NVML has one on Ampere "
+                     "and newer; give its entry 'remapped_rows: {}' to add one"
+            )
+            self.fail(f"{path}.gpu", f"GPU {index} has no row remapper ({why})")
+        fault = RowRemapFault(
+            index,
+            self.window(m, path),
+            self.integer(m.get("correctable", 0), f"{path}.correctable", 0, _MAX_UINT32),
+            self.integer(m.get("uncorrectable", 0), f"{path}.uncorrectable", 0, _MAX_UINT32),
+            self.boolean(m.get("pending", False), f"{path}.pending"),
+            self.boolean(m.get("failed", False), f"{path}.failed"),
+        )
+        if not (fault.correctable or fault.uncorrectable or fault.pending or fault.failed):
+            self.fail(path, "changes nothing: set 'pending', 'failed', 'correctable' or "
+                            "'uncorrectable'")
+        return fault
 
     def fault_device(
         self, ref: DeviceRef, path: str, gpus: tuple[GpuSpec, ...], *, slices_ok: bool

@@ -15,11 +15,14 @@ from gpuscope.exporter.sources.scenario import (
     BurstyPattern,
     ConstantPattern,
     DeviceRef,
+    EccFault,
     Lifetime,
     LostFault,
     NotSupportedFault,
     NvmlDownFault,
     RandomPattern,
+    RemappedRows,
+    RowRemapFault,
     Scenario,
     ScenarioError,
     SinePattern,
@@ -246,6 +249,48 @@ def test_faults_parse() -> None:
     )
 
 
+def test_health_faults_parse() -> None:
+    s = parse("""
+        gpus:
+          - {remapped_rows: {correctable: 3, uncorrectable: 1}}
+          - {}
+        faults:
+          - {type: ecc, gpu: 0, uncorrected: 2, at: 5m}
+          - {type: ecc, gpu: 1, corrected: 10, at: 1m, every: 30s, count: 4}
+          - {type: row_remap, gpu: 0, at: 5m, for: 10m, uncorrectable: 1, pending: true}
+          - {type: row_remap, gpu: 0, at: 15m, uncorrectable: 1}
+          - {type: row_remap, gpu: 1, at: 1h, failed: true}
+    """)
+    assert [g.remapped_rows for g in s.gpus] == [RemappedRows(3, 1), RemappedRows(0, 0)]
+    assert s.faults == (
+        EccFault(0, 300.0, None, 1, corrected=0, uncorrected=2),
+        EccFault(1, 60.0, 30.0, 4, corrected=10, uncorrected=0),
+        RowRemapFault(0, Window(300.0, 600.0), uncorrectable=1, pending=True),
+        RowRemapFault(0, Window(900.0), uncorrectable=1),
+        RowRemapFault(1, Window(3600.0), failed=True),
+    )
+    assert [s.faults[1].count_at(t) for t in (59, 60, 89, 90, 1000)] == [0, 1, 1, 2, 4]
+
+
+def test_row_remapper_by_architecture_unless_the_entry_says() -> None:
+    s = parse("""
+        gpus:
+          - {model: NVIDIA A100-SXM4-80GB}
+          - {model: NVIDIA H100 80GB HBM3}
+          - {model: NVIDIA L4}
+          - {model: Tesla V100-SXM2-32GB}
+          - {model: Tesla T4}
+          - {model: Some Future GPU}
+          - {model: Tesla V100-SXM2-32GB, remapped_rows: {uncorrectable: 2}}
+          - {model: NVIDIA A100-SXM4-80GB, unsupported: [row_remapping]}
+          - {model: NVIDIA B200, remapped_rows: {}}
+    """)
+    assert [g.remapped_rows for g in s.gpus] == [
+        RemappedRows(), RemappedRows(), RemappedRows(), None, None, None,
+        RemappedRows(0, 2), None, RemappedRows(),
+    ]
+
+
 def test_synthetic_scenario_size_and_validity() -> None:
     s = synthetic_scenario(8, 64, seed=3)
     assert len(s.gpus) == 8
@@ -469,7 +514,8 @@ def test_scenario_from_dict_accepts_plain_python() -> None:
          "pods[0].containers[0].gpus[0]: GPU 0 is in MIG mode; allocate one of its slices"),
         ("gpus: [{}]\nfaults: [{gpu: 0}]", "faults[0]: missing required key 'type'"),
         ("gpus: [{}]\nfaults: [{type: melt, gpu: 0}]",
-         "faults[0].type: expected one of lost, xid, nvml_down, not_supported, got 'melt'"),
+         "faults[0].type: expected one of lost, xid, ecc, row_remap, nvml_down, "
+         "not_supported, got 'melt'"),
         ("gpus: [{}]\nfaults: [{type: xid, gpu: 0}]",
          "faults[0]: missing required key 'code'"),
         ("gpus: [{}]\nfaults: [{type: lost, gpu: 1}]", "faults[0].gpu: no GPU 1"),
@@ -486,6 +532,55 @@ def test_scenario_from_dict_accepts_plain_python() -> None:
     ],
 )
 def test_errors_name_the_key_path(text: str, expected: str) -> None:
+    message = error_of(text)
+    assert expected in message, message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpus: [{remapped_rows: {uncorected: 1}}]",
+         "gpus[0].remapped_rows.uncorected: unknown key; did you mean 'uncorrectable'?"),
+        ("gpus: [{remapped_rows: {correctable: 4294967296}}]",
+         "gpus[0].remapped_rows.correctable: must be <= 4294967295"),
+        ("gpus: [{remapped_rows: 3}]", "gpus[0].remapped_rows: expected a mapping, got 3"),
+        ("gpus: [{remapped_rows: {}, unsupported: [row_remapping]}]",
+         "gpus[0].remapped_rows: cannot be set on a GPU whose 'unsupported' lists "
+         "row_remapping"),
+        ("gpus: [{unsupported: [row_remaping]}]",
+         "gpus[0].unsupported[0]: unknown field 'row_remaping'; did you mean 'row_remapping'?"),
+        ("gpus: [{}]\nfaults: [{type: ecc, gpu: 0, at: 10}]",
+         "faults[0]: needs 'uncorrected' or 'corrected': the errors each event adds"),
+        ("gpus: [{}]\nfaults: [{type: ecc, gpu: 0, uncorrected: 0}]",
+         "faults[0]: adds no error: set 'uncorrected' or 'corrected' to 1 or more"),
+        ("gpus: [{}]\nfaults: [{type: ecc, gpu: 0, uncorrected: -1}]",
+         "faults[0].uncorrected: must be >= 0, got -1"),
+        ("gpus: [{}]\nfaults: [{type: ecc, gpu: 0, uncorrected: 1, for: 5m}]",
+         "faults[0].for: unknown key"),
+        ("gpus: [{}]\nfaults: [{type: ecc, gpu: 1, uncorrected: 1}]", "faults[0].gpu: no GPU 1"),
+        ("gpus: [{}]\nfaults: [{type: row_remap, gpu: 0, at: 10}]",
+         "faults[0]: changes nothing: set 'pending', 'failed', 'correctable' or "
+         "'uncorrectable'"),
+        ("gpus: [{}]\nfaults: [{type: row_remap, gpu: 0, pending: maybe}]",
+         "faults[0].pending: expected true or false, got 'maybe'"),
+        ("gpus: [{}]\nfaults: [{type: row_remap, gpu: 0, failed: true, every: 1h}]",
+         "faults[0].every: a repeating window needs 'for'"),
+        ("gpus: [{model: Tesla V100-SXM2-32GB}]\n"
+         "faults: [{type: row_remap, gpu: 0, pending: true}]",
+         "faults[0].gpu: GPU 0 has no row remapper (architecture Volta: NVML has one on "
+         "Ampere and newer; give its entry 'remapped_rows: {}' to add one)"),
+        ("gpus: [{unsupported: [row_remapping]}]\n"
+         "faults: [{type: row_remap, gpu: 0, pending: true}]",
+         "faults[0].gpu: GPU 0 has no row remapper (its 'unsupported' lists row_remapping)"),
+        ("gpus: [{mig: [{profile: 1g.10gb, gpu_instance_id: 9}]}]\n"
+         "faults: [{type: row_remap, gpu: '0/9', pending: true}]",
+         "faults[0].gpu: this fault hits a whole GPU; use 0"),
+        ("gpus: [{}]\nfaults: [{type: row_remapping, gpu: 0}]",
+         "faults[0].type: expected one of lost, xid, ecc, row_remap, nvml_down, "
+         "not_supported, got 'row_remapping'"),
+    ],
+)
+def test_health_fault_errors(text: str, expected: str) -> None:
     message = error_of(text)
     assert expected in message, message
 
@@ -545,7 +640,7 @@ def test_the_example_in_the_docs_is_valid() -> None:
     example = scenario_from_yaml(example_text.group(1))
     assert example.node.capacity_type == "spot"
     assert [g.mig_enabled for g in example.gpus] == [False, False, True]
-    assert len(example.faults) == 4
+    assert len(example.faults) == 6
 
 
 # -- work signals: gpm, throttle, activity ---------------------------------------------------

@@ -13,10 +13,12 @@ from gpuscope.exporter.model import (
     THROTTLE_REASONS,
     DeviceSample,
     PartResult,
+    RowRemapping,
     Snapshot,
     Source,
     XidCount,
 )
+from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sources.scenario import Scenario, load_default_scenario, scenario_from_yaml
 from gpuscope.exporter.sources.scenario import synthetic_scenario as synthetic
 from gpuscope.exporter.sources.simulated import SimulatedSource
@@ -325,6 +327,85 @@ def test_not_supported_fields() -> None:
     assert d.ecc_uncorrected_errors == 0
     assert d.memory_used_bytes == GIB
     assert d.processes[0].memory_used_bytes is None
+
+
+HEALTH = """
+    gpus:
+      - count: 2
+      - {model: Tesla V100-SXM2-32GB}
+      - {mig: [{profile: 7g.80gb, gpu_instance_id: 0}], remapped_rows: {correctable: 5}}
+    processes:
+      - {pid: 1, gpu: 1, utilization: 0.9}
+    faults:
+      # GPU 1 goes bad at 2 min: an uncorrectable ECC error (XIDs 94 and 63) and a row
+      # remap pending until the GPU is reset at 10 min; from then on the row is remapped.
+      - {type: ecc, gpu: 1, uncorrected: 1, at: 2m}
+      - {type: xid, gpu: 1, code: 94, at: 2m}
+      - {type: xid, gpu: 1, code: 63, at: 2m}
+      - {type: row_remap, gpu: 1, at: 2m, for: 8m, uncorrectable: 1, pending: true}
+      - {type: row_remap, gpu: 1, at: 10m, uncorrectable: 1}
+      # GPU 0: a remap fails at 1 h; it falls off the bus at 2 h.
+      - {type: row_remap, gpu: 0, at: 1h, uncorrectable: 512, failed: true}
+      - {type: xid, gpu: 0, code: 79, at: 2h}
+      - {type: lost, gpu: 0, at: 2h}
+      - {type: ecc, gpu: 2, corrected: 3, at: 10, every: 10, count: 2}
+      - {type: not_supported, gpu: 3, fields: [row_remapping], at: 50, for: 10}
+"""
+HEALTHY = RowRemapping(0, 0, pending=False, failed=False)
+
+
+def test_a_gpu_planted_broken_reports_ecc_xids_and_a_pending_row_remap() -> None:
+    src = SimulatedSource(scenario(HEALTH), clock=FakeClock(), start=0.0)
+    before = device(at(src, 119.0), "1")
+    assert (before.row_remapping, before.ecc_uncorrected_errors, before.xid_errors) == (
+        HEALTHY, 0, ())
+    bad = device(at(src, 120.0), "1")
+    assert bad.up and bad.utilization_ratio == 0.9  # still runs its work
+    assert bad.ecc_uncorrected_errors == 1 and bad.ecc_corrected_errors == 0
+    assert bad.xid_errors == (XidCount(63, 1), XidCount(94, 1))
+    assert bad.row_remapping == RowRemapping(0, 1, pending=True, failed=False)
+    assert device(at(src, 599.9), "1").row_remapping == bad.row_remapping
+    reset = device(at(src, 600.0), "1")  # reset: the row is remapped, nothing pending
+    assert reset.row_remapping == RowRemapping(0, 1, pending=False, failed=False)
+    assert reset.ecc_uncorrected_errors == 1
+    assert device(at(src, 600.0), "0").row_remapping == HEALTHY
+
+
+def test_a_failed_row_remap_then_a_gpu_fallen_off_the_bus() -> None:
+    src = SimulatedSource(scenario(HEALTH), clock=FakeClock(), start=0.0)
+    failed = device(at(src, 3600.0), "0")
+    assert failed.up
+    assert failed.row_remapping == RowRemapping(0, 512, pending=False, failed=True)
+    lost = device(at(src, 7200.0), "0")
+    assert not lost.up
+    assert lost.row_remapping is None and lost.ecc_uncorrected_errors is None
+    assert lost.xid_errors == (XidCount(79, 1),)
+    assert device(at(src, 7200.0), "1").up
+
+
+def test_ecc_fault_events_add_to_the_counts() -> None:
+    src = SimulatedSource(scenario(HEALTH), clock=FakeClock(), start=0.0)
+    corrected = [device(at(src, t), "2").ecc_corrected_errors for t in (0, 10, 19.9, 20, 1e5)]
+    assert corrected == [0, 3, 3, 6, 6]  # 3 errors an event, two events
+    assert device(at(src, 20), "2").ecc_uncorrected_errors == 0
+
+
+def test_row_remapper_only_where_the_gpu_has_one() -> None:
+    src = SimulatedSource(scenario(HEALTH), clock=FakeClock(), start=0.0)
+    snap = at(src, 30.0)
+    assert device(snap, "2").row_remapping is None  # Volta: before Ampere
+    assert device(snap, "3").row_remapping == RowRemapping(5, 0, pending=False, failed=False)
+    assert device(snap, "3/0").row_remapping is None  # a MIG slice: its parent's
+    assert device(at(src, 55.0), "3").row_remapping is None  # not_supported window
+    assert device(at(src, 60.0), "3").row_remapping is not None
+    # Through the collector: absent, not 0, where there is no row remapper.
+    remap = {(s.name, s.labels["gpu"], s.labels.get("cause")): s.value
+             for family in GpuCollector(lambda: snap).collect() for s in family.samples
+             if s.name in ("gpu_remapped_rows", "gpu_row_remap_pending",
+                           "gpu_row_remap_failed")}
+    assert {gpu for _, gpu, _ in remap} == {"0", "1", "3"}
+    assert remap[("gpu_remapped_rows", "3", "correctable")] == 5.0
+    assert remap[("gpu_row_remap_pending", "3", None)] == 0.0
 
 
 def test_same_time_same_snapshot_regardless_of_prior_calls() -> None:
