@@ -14,6 +14,7 @@ from gpuscope.dashboard.demo import DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series
 from gpuscope.dashboard.service import DashboardService
+from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
 IDLE_NODES = {  # type, GPUs, allocated-idle GPUs, spinning GPUs
@@ -31,7 +32,8 @@ SLICE = 55.04 / 8 * 3 / 7  # a 3g.40gb of one of a p5.48xlarge's 8 H100s
 def demo() -> Iterator[tuple[DemoFleet, EmbeddedData]]:
     fleet = DemoFleet()
     targets = fleet.start()
-    store = EmbeddedData(targets, interval=5.0)
+    store = EmbeddedData(targets, interval=5.0,
+                         extra_metrics={q.metric for q in registry.step_queries()})
     fleet.backfill(store)
     store.scrape_once()
     yield fleet, store
@@ -41,7 +43,21 @@ def demo() -> Iterator[tuple[DemoFleet, EmbeddedData]]:
 
 @pytest.fixture(scope="module")
 def view(demo: tuple[DemoFleet, EmbeddedData]) -> FleetView:
-    return build_fleet_view(demo[1].fleet(3600), bundled_prices())
+    store = demo[1]
+    return build_fleet_view(store.fleet(3600), bundled_prices(),
+                            steps=store.step_series(registry.step_queries(), 3600))
+
+
+def test_the_broken_gpu_is_the_planted_one(view: FleetView) -> None:
+    # p5-mixed.yaml: GPU 4's uncorrectable ECC error, XID 63 and pending row remap, 20 min
+    # before the demo opens; nothing on any other GPU of the fleet.
+    (broken,) = view.findings["gpu-health"]
+    assert (broken.ref.node, broken.gpu, broken.pods) == (MIXED, "4", ("hpc/cfd-solver-9xk2p",))
+    assert {p.what.split(":")[0].split(" (")[0]: (p.count, p.now) for p in broken.problems} == {
+        "XID 63": (1, False), "uncorrectable ECC errors": (1, False),
+        "row remap pending": (0, True)}
+    assert broken.price_per_hour == 55.04
+    assert 19 * 60 < view.window.end - broken.since < 21 * 60
 
 
 def test_idle_nodes_are_the_planted_ones(view: FleetView) -> None:
