@@ -446,6 +446,28 @@ class Fleet:
                               separators=(",", ":")) + "\n").encode()
 
 
+def scrapes(fleet: Fleet) -> Iterator[tuple[float, str, list[tuple[str, dict[str, str], float]]]]:
+    """The fleet's samples as its exporters serve them, scrape by scrape in time order: per
+    stamp of :meth:`Shape.stamps` and node (plan order), the time, the node's name and its
+    samples ``(name, labels, value)`` without the labels the scraper adds (``node``, from
+    ``gpu_node_info{node_name}`` by the scrape config's relabelling; ``job`` and
+    ``instance``, the target's), absent samples left out: for ``EmbeddedData.ingest(node,
+    samples, time)``, the same samples :meth:`Fleet.openmetrics` and
+    :meth:`Fleet.vm_json_lines` give the stores."""
+    scraper = ("node", "job", "instance")
+    stamps = fleet.shape.stamps()
+    per_node: dict[str, list[tuple[str, dict[str, str], list[float]]]] = {}
+    for name, lab, values, _ in fleet.series_of():
+        bare = {k: v for k, v in lab.items() if k not in scraper}
+        per_node.setdefault(lab["node"], []).append((name, bare, values))
+    for k, t in enumerate(stamps):
+        for node in fleet.plan:
+            samples = [(name, lab, values[k]) for name, lab, values in per_node.get(node.name, ())
+                       if values[k] == values[k]]
+            if samples:
+                yield t, node.name, samples
+
+
 # -- what the dashboard must find -------------------------------------------------------------
 
 @dataclass
