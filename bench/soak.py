@@ -703,7 +703,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pid-reuse", type=float, default=0.3,
                    help="chance a new process gets a PID that just ended (0.3)")
     p.add_argument("--faults-every", type=float, default=60.0, metavar="SECONDS",
-                   help=f"one fault every SECONDS, in turn: {', '.join(FAULTS)} (60; >= 10)")
+                   help=f"one fault every SECONDS, in turn: {', '.join(FAULTS)} (60; >= 6)")
     p.add_argument("--driver-tick", type=float, default=0.1,
                    help="seconds between the fake driver's per-process samples (0.1)")
     p.add_argument("--measure-every", type=float, default=10.0, metavar="SECONDS")
@@ -728,8 +728,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "(diagnosis only: perturbs RSS and CPU)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = p.parse_args(argv)
-    if args.faults_every < 10:
-        p.error("--faults-every must be >= 10 s (faults last up to 5 s)")
+    # 6 s: ten times the default rate; a fault lasts up to 5 s, so two never overlap.
+    if args.faults_every < 6:
+        p.error("--faults-every must be >= 6 s (faults last up to 5 s)")
     if args.warmup is None:
         args.warmup = min(300.0, max(30.0, args.duration * 0.1))
     if args.duration <= args.warmup + 4 * args.measure_every:
