@@ -1150,13 +1150,15 @@ class PrometheusData:
             "nodes": " or ".join([
                 "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
                 # When data begins: the first step at which any device reported. Where one
-                # did at the window's first step (as it usually has) that step, read at that
-                # step alone; else :meth:`first_query` (a query more, on a young store).
+                # did a rate range before the window's first step (as it usually has: the
+                # store is older than the window), the window's start, read at that time
+                # alone (the rates of the window's first steps then cover their whole range);
+                # else :meth:`first_query` (a query more, on a young store).
                 # Asked of each node's GPU 0 only (a node's first device: a fifth to an
                 # eighth of the series, 0.2 s of the store's time less at 5,000 nodes);
                 # where none of them reported then, :meth:`first_query` asks of every device.
                 _stat(f"count({selector('gpu_utilization_ratio', gpu='0')}"
-                     f" @ {window.start:.3f})", "at_start"),
+                     f" @ {self._full_history_at(window):.3f})", "at_start"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those
@@ -1644,7 +1646,7 @@ class PrometheusData:
         }
         first: float | None = None
         if any(lab.get("stat") == "at_start" and v > 0 for lab, v in first_res["nodes"]):
-            first = window.start
+            first = self._full_history_at(window)
         if first is None:  # no device reported at the window's first step
             checks += 1
             first = next((v for _, v in self.instant(self.first_query(window), window.end)
@@ -1962,6 +1964,12 @@ class PrometheusData:
             except RuntimeError:  # closed: a page still computing when the dashboard stops
                 raise DataError(f"{self.description}: closed") from None
         return {q: fut.result() for q, fut in futures.items()}
+
+    def _full_history_at(self, window: Window) -> float:
+        """The earliest time data must reach back to for the verdicts' history to begin at
+        the window's start: one rate range before its first step's end (see
+        :meth:`_history_start`)."""
+        return window.start - max(window.step, 2 * self.lookback) + window.step
 
     def _history_start(self, window: Window, first: float | None) -> float:
         """Where the verdicts' history begins: a rate over the range r is the mean over r

@@ -16,13 +16,11 @@ headline, and the planted verdicts. Where the numbers differ, and why:
   intervals (120 s) and rates over three (180 s), Prometheus over ``max(step, lookback)``
   (60 s) and two lookbacks (120 s): the values at a step (a container's share of its GPU,
   the GPU's % busy, the heatmap's cells) differ a little, not the flags;
-- the history: the stores' begins a step after the window's start although the data began
-  five minutes before it (``PrometheusData._history_start``: a device that reported at the
-  window's first step is taken to have begun there, and a rate's range is added), the
-  embedded store's at the window's start: every finding held over the whole window is
-  shown held 59 minutes of 60 on the stores, 60 on the embedded store, and the stores' $
-  wasted in the window is a step's worth (1/60) lower. ``test_the_history_begins_alike``
-  (xfail) states the agreement wanted.
+- nothing else: the history begins at the window's start on all three (the data began five
+  minutes before it), so a finding held through the window is held 60 minutes of 60 on each,
+  and the $ wasted in the window agree to the cent (``test_the_history_begins_alike``; the
+  stores' began a step late until ``PrometheusData`` looked for data a rate range before the
+  window's first step).
 
 With the stores' grid, their ranges and their history start, every number of the page
 agrees with Prometheus' (``test_on_the_stores_grid_every_number_agrees``)."""
@@ -167,17 +165,10 @@ def test_on_the_stores_grid_every_number_agrees(loaded: Loaded) -> None:
     assert {k: ours.context.pods[k] for k in theirs.context.pods} == theirs.context.pods
 
 
-# The stores' history begins a step after the window's start, although their data began
-# five minutes before it: PrometheusData.fleet takes a device that reported at the window's
-# first step (the "at_start" count) to have begun there, and _history_start then adds a
-# rate's range less a step (120 s - 60 s). The embedded store begins it at the window's start
-# (the first sample is older). So a node idle through the whole window shows idle for
-# 3,540 s of 3,600 on Prometheus and VictoriaMetrics, 3,600 on the embedded store, and the
-# window's $ wasted is 1/60 lower there (about $1,057 against $1,075 on this fleet). A bug of
-# the Prometheus path, not fixable from the data: no data set shows the stores a history
-# begun before the window's first step.
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the Prometheus path's history begins a step late (see above)")
+# The data began five minutes before the window: on every store the history begins at the
+# window's start, and a node idle through the window is idle for its 3,600 s. (The stores'
+# began a step late, at 3,540 s and 1/60 less $ wasted, while PrometheusData took a device
+# that reported at the window's first step to have begun there.)
 def test_the_history_begins_alike(loaded: Loaded) -> None:
     ours = loaded.ours
     assert ours.history_seconds == WINDOW
