@@ -6,7 +6,9 @@
  * The node is the one bench/nvml_fake_exporter.py's build_node(gpus, ppg) gives FakeNvml
  * (tests/exporter/sources/fake_nvml.py): GPU g is an A100-SXM4-80GB with UUID
  * GPU-00000000-0000-0000-0000-0000a100000<g> (uuid.UUID(int=0xA1000000 + g)), PCI bus ID
- * 00000000:<0x10 + g>:00.0, 80 GiB of memory with 1 GiB used, utilization 50 % / 20 %,
+ * 00000000:<0x10 + g>:00.0, 80 GiB of memory with 1 GiB used and 615 MiB reserved by the
+ * driver (FakeGpu's default memory_reserved; nvmlDeviceGetMemoryInfo_v2 answers them apart,
+ * v1's used is total - free, reserved included), utilization 50 % / 20 %,
  * 45 C, 250 W of 400 W, 1e9 mJ, SM 1410 MHz, memory 1593 MHz, fan 30 %, no ECC errors,
  * Ampere, no MIG (MigMode NOT_SUPPORTED), XID events registrable (raised only as
  * FAKE_NVML_XIDS plans them); and
@@ -48,6 +50,12 @@
  *   FAKE_NVML_PROCESSES_PER_GPU    compute processes per GPU (default 64)
  *   FAKE_NVML_HISTORY_SECONDS      seconds of per-process samples kept (default 4)
  *   FAKE_NVML_GPM                  1: GPM supported (default), 0: not
+ *   FAKE_NVML_MEMORY_RESERVED_MIB  memory the driver reserves per GPU, MiB (default 615, as
+ *                                  on an idle H200 with driver 580.159; at most 80896)
+ *   FAKE_NVML_NO_MEMORY_V2         1: as a driver before R510, without
+ *                                  nvmlDeviceGetMemoryInfo_v2 (it answers
+ *                                  FUNCTION_NOT_FOUND, as pynvml does for a missing symbol);
+ *                                  0 (default): v2 answers
  *   FAKE_NVML_REMAPPED_ROWS        per-GPU row remappers, entries separated by ';':
  *                                  "GPU:CORR,UNC,PENDING,FAILED" (rows remapped for
  *                                  correctable and uncorrectable errors, then 0 or 1 for a
@@ -100,6 +108,7 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_MEMORY = 20,
     NVML_ERROR_UNKNOWN = 999,
@@ -114,7 +123,6 @@ enum {
 #define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
 #define NVML_DEVICE_ARCH_AMPERE 7
 #define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL
-#define NVML_MEMORY_V2_VERSION 0x02000028U /* nvmlMemory_v2: sizeof | 2 << 24 */
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_GPU_UTILIZATION_SAMPLES 1
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
@@ -148,6 +156,11 @@ typedef struct {
     unsigned long long free;
     unsigned long long used;
 } nvmlMemory_v2_t;
+
+/* nvml.h's NVML_STRUCT_VERSION(Memory, 2): the struct's size | version << 24; pynvml's
+   nvmlMemory_v2 is 0x02000028 (40 bytes: the uint is padded to 8). */
+#define NVML_MEMORY_V2_VERSION ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2U << 24)))
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t as pynvml lays it out");
 
 typedef struct {
     unsigned int gpu;
@@ -273,8 +286,14 @@ typedef struct {
 
 static const char DRIVER_VERSION[] = "550.54.15";
 static const char GPU_NAME[] = "NVIDIA A100-SXM4-80GB";
-static const unsigned long long MEMORY_TOTAL = 80 * GIB;
+#define MEMORY_TOTAL_GIB 80U
+static const unsigned long long MEMORY_TOTAL = MEMORY_TOTAL_GIB * GIB;
 static const unsigned long long MEMORY_USED = 1 * GIB;
+#define MIB (1024ULL * 1024ULL)
+/* The driver's own memory by default (v2's reserved), MiB: what an idle H200 with driver
+   580.159 showed; at most what the 80 GiB leave beside MEMORY_USED. */
+#define DEFAULT_MEMORY_RESERVED_MIB 615U
+#define MAX_MEMORY_RESERVED_MIB (unsigned int)((MEMORY_TOTAL_GIB - 1) * 1024U)
 static const unsigned int UTIL_GPU = 50, UTIL_MEMORY = 20;
 static const unsigned int TEMPERATURE_C = 45;
 static const unsigned int POWER_MW = 250000, POWER_LIMIT_MW = 400000;
@@ -293,6 +312,9 @@ static unsigned int g_gpm;
 static unsigned long long g_gpm_sequence;   /* atomic */
 static long g_gpm_samples;                  /* atomic: allocated and not freed */
 static unsigned long long g_process_memory;
+static unsigned long long g_memory_reserved;  /* bytes (FAKE_NVML_MEMORY_RESERVED_MIB) */
+static unsigned int g_memory_v2;              /* 0: as a driver without _v2 (before R510) */
+static unsigned long long g_memory_calls[3];  /* atomic: [1] v1, [2] v2 calls since init */
 static struct fake_device g_devices[MAX_GPUS];
 static struct fake_event_set g_event_sets[MAX_EVENT_SETS];
 static struct timespec g_init_time;         /* CLOCK_MONOTONIC at the init that built the node */
@@ -462,6 +484,12 @@ static void build_node(void) {
     if (g_history_seconds == 0)
         g_history_seconds = 1;
     g_process_memory = g_processes_per_gpu ? 72 * GIB / g_processes_per_gpu : 0;
+    g_memory_reserved = (unsigned long long)env_uint("FAKE_NVML_MEMORY_RESERVED_MIB",
+                                                     DEFAULT_MEMORY_RESERVED_MIB,
+                                                     MAX_MEMORY_RESERVED_MIB) * MIB;
+    g_memory_v2 = !env_uint("FAKE_NVML_NO_MEMORY_V2", 0, 1);
+    for (unsigned int v = 0; v < 3; v++)
+        __atomic_store_n(&g_memory_calls[v], 0, __ATOMIC_RELAXED);
     for (unsigned int g = 0; g < MAX_GPUS; g++) {
         struct fake_device *d = &g_devices[g];
         d->index = g;
@@ -593,6 +621,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
     case 13: return "Function Not Found";
     case 15: return "GPU is lost";
     case 20: return "Insufficient Memory";
+    case 25: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }
 }
@@ -660,29 +689,46 @@ EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int 
     WRITE(arch, NVML_DEVICE_ARCH_AMPERE);
 }
 
+/* v1 (nvmlMemory_t): used is total - free, so it counts the driver's reserved memory, as the
+   real v1 does (an idle H200: 615 MiB used where nvidia-smi says 0). */
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    __atomic_add_fetch(&g_memory_calls[1], 1, __ATOMIC_RELAXED);
     DEVICE_ENTRY(device, dev);
     (void)dev;
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     memory->total = MEMORY_TOTAL;
-    memory->used = MEMORY_USED;
-    memory->free = MEMORY_TOTAL - MEMORY_USED;
+    memory->free = MEMORY_TOTAL - g_memory_reserved - MEMORY_USED;
+    memory->used = MEMORY_TOTAL - memory->free;
     return NVML_SUCCESS;
 }
 
+/* v2 (nvmlMemory_v2_t, R510 and newer, what nvidia-smi reads): reserved apart, used without
+   it. With FAKE_NVML_NO_MEMORY_V2=1 it answers FUNCTION_NOT_FOUND, what pynvml raises for a
+   driver without the symbol (a loaded library cannot hide one of its symbols). */
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    __atomic_add_fetch(&g_memory_calls[2], 1, __ATOMIC_RELAXED);
+    if (!g_memory_v2)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     DEVICE_ENTRY(device, dev);
     (void)dev;
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != NVML_MEMORY_V2_VERSION)
-        return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     memory->total = MEMORY_TOTAL;
-    memory->reserved = 0;
+    memory->reserved = g_memory_reserved;
     memory->used = MEMORY_USED;
-    memory->free = MEMORY_TOTAL - MEMORY_USED;
+    memory->free = MEMORY_TOTAL - g_memory_reserved - MEMORY_USED;
     return NVML_SUCCESS;
+}
+
+/* Not NVML: calls of nvmlDeviceGetMemoryInfo (version 1) or nvmlDeviceGetMemoryInfo_v2
+   (version 2) since the nvmlInit that built the node, for tests. */
+EXPORT unsigned long long fakeNvmlMemoryInfoCalls(unsigned int version) {
+    return version == 1 || version == 2
+               ? __atomic_load_n(&g_memory_calls[version], __ATOMIC_RELAXED)
+               : 0;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,

@@ -30,7 +30,10 @@ from tests.exporter.sources.fake_nvml import FakeRemappedRows, restored_pynvml
 GPUS = 2
 PROCESSES_PER_GPU = 3
 SAMPLE = pynvml.c_nvmlProcessUtilizationSample_t
-FAULT_VARIABLES = ("FAKE_NVML_REMAPPED_ROWS", "FAKE_NVML_LOST", "FAKE_NVML_XIDS")
+FAULT_VARIABLES = (
+    "FAKE_NVML_REMAPPED_ROWS", "FAKE_NVML_LOST", "FAKE_NVML_XIDS",
+    "FAKE_NVML_MEMORY_RESERVED_MIB", "FAKE_NVML_NO_MEMORY_V2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +204,107 @@ def test_malformed_remapped_rows_entries_are_reported_and_left_out(
     assert [line.split("'")[1] for line in errors if "FAKE_NVML_REMAPPED_ROWS" in line] == [
         "0:1,2", "1:0,1,2,0", "1:-1,0,0,0", "64:unsupported",
     ]
+
+
+# --- device memory: nvmlDeviceGetMemoryInfo_v2, reserved memory, the fall back to v1
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+RESERVED = 615 * MIB  # the C double's default, and FakeGpu's
+
+
+def memory_calls(lib: ctypes.CDLL, version: int) -> int:
+    """Calls of nvmlDeviceGetMemoryInfo (1) or _v2 (2) since the last nvmlInit of the node."""
+    lib.fakeNvmlMemoryInfoCalls.restype = ctypes.c_ulonglong
+    return int(lib.fakeNvmlMemoryInfoCalls(ctypes.c_uint(version)))
+
+
+def test_memory_v2_leaves_out_the_reserved_memory_as_the_driver_does(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        assert (v2.total, v2.reserved, v2.used, v2.free) == (
+            80 * GIB, RESERVED, 1 * GIB, 80 * GIB - RESERVED - 1 * GIB)
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)  # used = total - free: reserved included
+        assert (v1.total, v1.used, v1.free) == (80 * GIB, 1 * GIB + RESERVED, v2.free)
+        # The version is the struct's size | 2 << 24 (0x02000028); any other is refused.
+        size = ctypes.sizeof(pynvml.c_nvmlMemory_v2_t)
+        assert pynvml.nvmlMemory_v2 == size | 2 << 24 == 0x02000028
+        for version in (size | 1 << 24, (size - 8) | 2 << 24, size | 3 << 24):
+            with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+                pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        assert (memory_calls(lib, 1), memory_calls(lib, 2)) == (1, 4)
+    finally:
+        pynvml.nvmlShutdown()
+
+    # The reserved amount is set through the environment, read at nvmlInit.
+    monkeypatch.setenv("FAKE_NVML_MEMORY_RESERVED_MIB", "2048")
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(1)
+        v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        assert (v2.reserved, v2.used) == (2 * GIB, 1 * GIB)
+        assert pynvml.nvmlDeviceGetMemoryInfo(handle).used == 3 * GIB
+        assert memory_calls(lib, 2) == 1  # counted from this nvmlInit
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_the_exporter_serves_used_without_reserved_as_on_the_python_double(
+    lib: ctypes.CDLL,
+) -> None:
+    c_snaps = sample_rounds(lib, 3)
+    assert (memory_calls(lib, 1), memory_calls(lib, 2)) == (0, 3 * GPUS)  # v2 every round
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    with restored_pynvml():
+        py_snap = sample_once(fake)
+    for c_dev, py_dev in zip(c_snaps[-1].devices, py_snap.devices, strict=True):
+        assert (c_dev.memory_used_bytes, c_dev.memory_total_bytes) == (1 * GIB, 80 * GIB)
+        assert (py_dev.memory_used_bytes, py_dev.memory_total_bytes) == (1 * GIB, 80 * GIB)
+        assert served(c_snaps[-1], c_dev.index)[
+            ("gpu_memory_used_bytes", (("uuid", c_dev.uuid),))] == float(1 * GIB)
+
+
+def test_a_driver_without_memory_v2_is_read_with_v1_after_one_call(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_NO_MEMORY_V2", "1")
+    c_snaps = sample_rounds(lib, 3)
+    # v2 answered FUNCTION_NOT_FOUND once, for the library; v1 from then on, every GPU.
+    assert (memory_calls(lib, 2), memory_calls(lib, 1)) == (1, 3 * GPUS)
+    c_devices = c_snaps[-1].devices
+    assert all(d.up for d in c_devices)
+    assert [(d.memory_used_bytes, d.memory_total_bytes) for d in c_devices] == [
+        (1 * GIB + RESERVED, 80 * GIB)] * GPUS
+
+    # The Python double without the _v2 symbol serves the same.
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    fake.memory_v2 = False
+    with restored_pynvml():
+        py_snap = sample_rounds(fake, 3)[-1]
+    assert fake.missing_lookups["nvmlDeviceGetMemoryInfo_v2"] == 1
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 3 * GPUS
+    for c_dev, py_dev in zip(c_devices, py_snap.devices, strict=True):
+        assert (c_dev.memory_used_bytes, c_dev.memory_total_bytes) == (
+            py_dev.memory_used_bytes, py_dev.memory_total_bytes)
+        assert served(c_snaps[-1], c_dev.index)[
+            ("gpu_memory_used_bytes", (("uuid", c_dev.uuid),))] == float(1 * GIB + RESERVED)
+
+    # Raw: FUNCTION_NOT_FOUND, what pynvml raises for a library without the symbol.
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def test_uninitialised_library_answers_uninitialized(lib: ctypes.CDLL) -> None:

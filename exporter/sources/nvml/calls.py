@@ -182,8 +182,91 @@ def utilization(handle: object) -> tuple[int, int]:
     return int(rates.gpu), int(rates.memory)
 
 
+# nvmlDeviceGetMemoryInfo_v2, else v1: which one a device answers, learnt once.
+
+# v2 errors that only mean "ask v1 instead": a driver older than R510 lacks the symbol
+# (FUNCTION_NOT_FOUND), or knows another version of the struct (ARGUMENT_VERSION_MISMATCH),
+# both for all its devices; a device that does not answer v2 says NOT_SUPPORTED.
+_MEMORY_V2_ABSENT: tuple[type[BaseException], ...] = (
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_ArgumentVersionMismatch,
+)
+_MEMORY_V2_UNSUPPORTED: tuple[type[BaseException], ...] = (pynvml.NVMLError_NotSupported,)
+
+
+_memory_versions_unset = object()
+
+
+class _MemoryVersions:
+    """What :func:`memory` has learnt about ``nvmlDeviceGetMemoryInfo_v2`` in the library
+    pynvml uses now (``pynvml.nvmlLib``): the struct version to ask for (``None`` where the
+    pynvml binding has no ``nvmlMemory_v2``, or the library lacks v2: then every device is
+    read with v1), and the devices (handle keys) that answer v2 NOT_SUPPORTED. Forgotten when
+    another library is installed, so that a new driver is asked again; kept across
+    nvmlShutdown/nvmlInit of the same library (its symbols, and the handles, stay the same)."""
+
+    def __init__(self) -> None:
+        self.library: object = _memory_versions_unset  # nothing learnt yet
+        self.version: int | None = None
+        self.v1_devices: set[int] = set()
+
+    def v2_version(self, handle: object) -> int | None:
+        """The ``nvmlMemory_v2`` version to ask ``handle`` for, or ``None``: ask v1."""
+        library = pynvml.nvmlLib
+        if library is not self.library:
+            self.library = library
+            version = getattr(pynvml, "nvmlMemory_v2", None)
+            self.version = None if version is None else int(version)
+            self.v1_devices = set()
+            if version is None:
+                log.info(
+                    "this pynvml has no nvmlMemory_v2: reading memory with "
+                    "nvmlDeviceGetMemoryInfo (v1), whose used counts the driver's reserved memory"
+                )
+        if self.version is None or handle_key(handle) in self.v1_devices:
+            return None
+        return self.version
+
+    def without_v2(self, handle: object, error: BaseException) -> None:
+        """Remember that v2 failed with ``error`` (one of the fallback errors), for good."""
+        if isinstance(error, _MEMORY_V2_ABSENT):
+            self.version = None
+            where = "this NVML library"
+        else:
+            self.v1_devices.add(handle_key(handle))
+            where = "one device"
+        log.info(
+            "nvmlDeviceGetMemoryInfo_v2 unavailable on %s (%s): reading its memory with "
+            "nvmlDeviceGetMemoryInfo (v1), whose used counts the driver's reserved memory",
+            where, describe(error),
+        )
+
+
+_memory_versions = _MemoryVersions()
+
+
 def memory(handle: object) -> tuple[int, int]:
-    """nvmlDeviceGetMemoryInfo: (used, total) in bytes."""
+    """nvmlDeviceGetMemoryInfo_v2 (``nvmlMemory_v2_t``): (used, total) in bytes; falls back
+    to nvmlDeviceGetMemoryInfo (v1) where v2 is not there.
+
+    v2's ``used`` is what nvidia-smi shows as memory.used (it calls v2 since R510): memory
+    allocated by processes and contexts, without ``reserved``, what the driver sets aside for
+    itself at load (615 MiB on an H200 with driver 580.159), which nothing a user runs can
+    use or free. v1's ``used`` is ``total - free``, reserved memory included: an idle H200
+    showed 615 MiB used where nvidia-smi said 0. ``total`` is the same in both.
+
+    A library without v2 (FUNCTION_NOT_FOUND: drivers before R510; ARGUMENT_VERSION_MISMATCH;
+    a pynvml without ``nvmlMemory_v2``) is read with v1 from then on; so is a device that
+    answers v2 NOT_SUPPORTED: v2 is asked once, not every round. A device that answers v1
+    NOT_SUPPORTED too has no memory readings (``None`` through :func:`read`)."""
+    version = _memory_versions.v2_version(handle)
+    if version is not None:
+        try:
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except (*_MEMORY_V2_ABSENT, *_MEMORY_V2_UNSUPPORTED) as exc:
+            _memory_versions.without_v2(handle, exc)
+        else:
+            return int(info.used), int(info.total)
     info = pynvml.nvmlDeviceGetMemoryInfo(handle)
     return int(info.used), int(info.total)
 

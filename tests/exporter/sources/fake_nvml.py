@@ -17,6 +17,14 @@ code (an int), and pynvml turns it into its real error classes. A name listed in
 ``NVMLError_FunctionNotFound``, or as ``NVMLLibraryMismatchError`` for the unversioned process
 calls whose ``_v3`` symbol is missing.
 
+Memory as the driver answers it: ``memory_used`` is what processes and contexts use and
+``memory_reserved`` what the driver keeps for itself (615 MiB by default on a GPU, as on an
+idle H200; 0 on a MIG slice). ``nvmlDeviceGetMemoryInfo_v2`` (version ``nvmlMemory_v2``, else
+ARGUMENT_VERSION_MISMATCH) answers them apart, its ``used`` being nvidia-smi's memory.used;
+v1 ``nvmlDeviceGetMemoryInfo`` answers ``used = total - free``, reserved included.
+``FakeNvml(memory_v2=False)`` (or ``fake.memory_v2 = False`` before pynvml first looks the
+symbol up) plays a driver before R510, without the ``_v2`` symbol.
+
 State is plain mutable data (:class:`FakeGpu`, :class:`FakeMigSlice`, :class:`FakeProcess`) that
 a test may change between sampling rounds. Units are NVML's own: percent, bytes, °C, milliwatts,
 millijoules, MHz, microseconds, nanoseconds (throttle time), MiB/s. A measurement set to
@@ -156,7 +164,10 @@ class _FakeDevice:
     uuid: str = ""
     name: str = ""
     memory_total: int = 80 * GIB
+    # What processes and contexts use: v2's used, nvidia-smi's memory.used.
     memory_used: int = 1 * GIB
+    # What the driver sets aside for itself (v2's reserved); v1's used counts it too.
+    memory_reserved: int = 0
     util_gpu: int | None = None  # percent; None answers NOT_SUPPORTED
     util_memory: int | None = None  # percent
     processes: list[FakeProcess] = field(default_factory=list)
@@ -215,6 +226,9 @@ class FakeGpu(_FakeDevice):
     architecture: int | None = pynvml.NVML_DEVICE_ARCH_AMPERE
     util_gpu: int | None = 50  # percent
     util_memory: int | None = 20  # percent
+    # The driver's own memory, as an idle H200 with driver 580.159 showed (615 MiB): not
+    # zero, so that a reading of v1's used (used + reserved) shows against v2's.
+    memory_reserved: int = 615 * MIB
     temperature_c: int | None = 45
     power_mw: int | None = 250_000
     power_limit_mw: int | None = 400_000
@@ -416,11 +430,29 @@ def nvmlDeviceGetArchitecture(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int 
     return None
 
 
+def _memory_free(dev: _FakeDevice) -> int:
+    return max(0, dev.memory_total - dev.memory_reserved - dev.memory_used)
+
+
 @_device_entry
 def nvmlDeviceGetMemoryInfo(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    # nvmlMemory_t (v1): used is total - free, so it counts the driver's reserved memory.
+    free = _memory_free(dev)
     out._obj.total = dev.memory_total
+    out._obj.free = free
+    out._obj.used = dev.memory_total - free
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetMemoryInfo_v2(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    # nvmlMemory_v2_t: used without reserved, as nvidia-smi's memory.used (R510 and newer).
+    if out._obj.version != pynvml.nvmlMemory_v2:
+        raise _Return(ARGUMENT_VERSION_MISMATCH)
+    out._obj.total = dev.memory_total
+    out._obj.reserved = dev.memory_reserved
     out._obj.used = dev.memory_used
-    out._obj.free = max(0, dev.memory_total - dev.memory_used)
+    out._obj.free = _memory_free(dev)
     return None
 
 
@@ -920,10 +952,12 @@ class FakeNvml:
         driver_version: str = "550.54.15",
         missing_functions: set[str] | None = None,
         max_event_wait_s: float = 0.02,
+        memory_v2: bool = True,
     ) -> None:
         self.driver_version = driver_version
         self.gpus: list[FakeGpu] = []
         self.missing_functions: set[str] = set(missing_functions or ())
+        self.memory_v2 = memory_v2
         self.errors: dict[str, int] = {}
         self.driver_loaded = True
         self.init_count = 0
@@ -948,7 +982,9 @@ class FakeNvml:
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not found normally, i.e. the C entry points.
         entry = _ENTRY_POINTS.get(name)
-        if entry is None or name in self.missing_functions:
+        if entry is None or name in self.missing_functions or (
+            name == "nvmlDeviceGetMemoryInfo_v2" and not self.memory_v2
+        ):
             if name.startswith("nvml"):
                 self.missing_lookups[name] += 1
             raise AttributeError(name)

@@ -192,7 +192,8 @@ def test_nvml_is_initialised_once_and_static_facts_read_once(
     assert fake.calls["nvmlDeviceGetUUID"] == 2
     assert fake.calls["nvmlDeviceGetName"] == 2
     assert fake.calls["nvmlDeviceGetPciInfo_v3"] == 2
-    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 6
+    assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 6  # v2 only: the driver has it
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 0
     assert fake.calls["nvmlShutdown"] == 0
     source.close()
     assert fake.calls["nvmlShutdown"] == 1
@@ -403,9 +404,9 @@ def test_uninitialized_mid_run_also_reinitialises(
 ) -> None:
     source = make_source()
     assert source.sample().source_up
-    fake.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_UNINITIALIZED
+    fake.errors["nvmlDeviceGetMemoryInfo_v2"] = pynvml.NVML_ERROR_UNINITIALIZED
     assert not source.sample().source_up
-    del fake.errors["nvmlDeviceGetMemoryInfo"]
+    del fake.errors["nvmlDeviceGetMemoryInfo_v2"]
     mono.advance(1.0)
     assert source.sample().source_up
 
