@@ -917,20 +917,27 @@ class EmbeddedData:
         sum).
 
         Labels: ``node`` and the query's ``by`` labels the series has (an empty one left
-        out, as Prometheus leaves it out). ValueError for a metric this store does not keep
-        (not in :data:`RING_METRICS` nor ``extra_metrics``: it would read as healthy)."""
-        unknown = sorted({q.metric for q in queries} - self.ring_metrics)
+        out, as Prometheus leaves it out). A query with ``on`` keeps a step of a series only
+        where a query of its ``on`` kept that step for a series of the same ``node`` and
+        ``uuid`` (one without ``uuid`` matching one without it, as ``and on (node, uuid)``
+        does); a series left without steps is left out. ValueError for a metric this store
+        does not keep (not in :data:`RING_METRICS` nor ``extra_metrics``: it would read as
+        healthy)."""
+        metrics = {m for q in queries for m in q.metrics}
+        unknown = sorted(metrics - self.ring_metrics)
         if unknown:
             raise ValueError(f"not kept by the embedded store: {', '.join(unknown)} (pass "
                              f"them in extra_metrics)")
         window = self.window(window_seconds)
         evals = window.times()
         gauge, counter = ranges(window.step, 2 * self.interval)
-        sel = self._select_many({q.metric for q in queries}, window, counter)
-        out: dict[StepQuery, list[tuple[dict[str, str], Series]]] = {}
-        for q in queries:
-            if q in out:
-                continue
+        sel = self._select_many(metrics, window, counter)
+        done: dict[StepQuery, list[tuple[dict[str, str], Series]]] = {}
+
+        def kept(q: StepQuery) -> list[tuple[dict[str, str], Series]]:
+            """``q``'s kept steps, without its ``on`` (each query computed once)."""
+            if q in done:
+                return done[q]
             combine: Callable[[float, float], float] = (
                 min if q.reduce == "min" else max if q.reduce == "max" else operator.add)
             groups: dict[Labels, dict[float, float]] = {}
@@ -946,9 +953,29 @@ class EmbeddedData:
                     points[t] = combine(points[t], v) if t in points else v
             rows = []
             for key, points in sorted(groups.items()):
-                kept = [(t, points[t]) for t in sorted(points) if q.passes(points[t])]
-                if kept:
-                    rows.append((dict(key), Series(tuple(t for t, _ in kept),
-                                                   tuple(v for _, v in kept))))
+                steps = [(t, points[t]) for t in sorted(points) if q.passes(points[t])]
+                if steps:
+                    rows.append((dict(key), Series(tuple(t for t, _ in steps),
+                                                   tuple(v for _, v in steps))))
+            done[q] = rows
+            return rows
+
+        out: dict[StepQuery, list[tuple[dict[str, str], Series]]] = {}
+        for q in queries:
+            if q in out:
+                continue
+            if not q.on:
+                out[q] = kept(q)
+                continue
+            flagged = {(lab["node"], lab.get("uuid", ""), t)
+                       for other in q.on for lab, s in kept(other) for t in s.times}
+            rows = []
+            for lab, s in kept(q.bare):
+                device = (lab["node"], lab.get("uuid", ""))
+                on = [(t, v) for t, v in zip(s.times, s.values, strict=True)
+                      if (*device, t) in flagged]
+                if on:
+                    rows.append((lab, Series(tuple(t for t, _ in on),
+                                             tuple(v for _, v in on))))
             out[q] = rows
         return out

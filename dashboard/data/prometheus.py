@@ -1951,8 +1951,10 @@ class PrometheusData:
                     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
         """Each query's kept steps over the fleet page's window (:meth:`window`): one range
         query each (:func:`.steps.promql`, ranges from :attr:`lookback`), sent together
-        through the page's pool. Each series' labels are ``node`` and the query's ``by``
-        (those the series has); its times are steps of the window. DataError if any fails."""
+        through the page's pool; a query with ``on`` is one query as well (``... and on
+        (node, uuid) (...)``: its ``on`` restricts it in the store). Each series' labels are
+        ``node`` and the query's ``by`` (those the series has); its times are steps of the
+        window. DataError if any fails."""
         window = self.window(window_seconds)
         futures: dict[StepQuery, Future[list[tuple[dict[str, str], Series]]]] = {}
         for q in queries:

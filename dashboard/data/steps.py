@@ -30,13 +30,26 @@ store's shortest range, 60 s by default; the embedded store uses two scrape inte
 - ``by``: the labels kept besides ``node``; series that differ only in others (``instance``,
   ``job``, or ``xid`` when it is not in ``by``) are aggregated: the lowest for ``min``, the
   highest for ``max``, the sum for ``increase`` (every kind of event counted).
+- ``on``: other step queries (each with ``uuid`` in its ``by``, none with an ``on`` of its
+  own) that restrict this one (``uuid`` in its ``by`` too) to the devices they flag, step by
+  step: a series of this query keeps a kept step ``t`` only where some query of ``on`` kept
+  ``t`` for a series with the same ``node`` and ``uuid`` (whatever their other labels; a
+  series without ``uuid`` matches one without it, as in PromQL). ``max`` of
+  ``container_gpu_allocated`` by ``namespace, pod, container, uuid`` on the GPU-health
+  queries answers which containers held each broken GPU while it was broken, and nothing
+  for a healthy fleet: bounded by the findings, not by the fleet. The step is the unit: a
+  container whose last sample on a GPU falls in the step where the GPU's fault first shows
+  is returned at that step, even when the sample came before the fault's (neither store
+  orders samples within a step); one that left the GPU a step before is not. The values
+  are this query's; in PromQL ``(<this query>) and on (node, uuid) (<on[0]> or <on[1]>
+  ...)``.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpuscope.dashboard.data.promql import duration, selector
@@ -70,6 +83,9 @@ class StepQuery:
     keep: Keep
     threshold: float
     by: tuple[str, ...] = ("gpu", "uuid")   # labels kept besides ``node``; validated label names
+    #: Keep a step only where one of these flagged the same (node, uuid) at it (module
+    #: docstring); each a StepQuery without ``on``, with ``uuid`` in its ``by`` (as this one).
+    on: tuple[StepQuery, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not _METRIC.match(self.metric):
@@ -90,11 +106,33 @@ class StepQuery:
                 raise ValueError("'node' is always kept: leave it out of by")
         if len(set(self.by)) != len(self.by):
             raise ValueError(f"a label twice in by: {self.by!r}")
+        if not isinstance(self.on, tuple):
+            raise ValueError(f"on must be a tuple of step queries, got {str(self.on)[:80]!r}")
+        for other in self.on:
+            if not isinstance(other, StepQuery):
+                raise ValueError(f"on: not a StepQuery: {str(other)[:80]!r}")
+            if other.on:
+                raise ValueError(f"on: {other.metric} has an on of its own (one level only)")
+            if "uuid" not in other.by:
+                raise ValueError(f"on: {other.metric} must keep uuid in its by, got "
+                                 f"{other.by!r}")
+        if self.on and "uuid" not in self.by:
+            raise ValueError(f"a query with on must keep uuid: by {self.by!r}")
 
     @property
     def labels(self) -> tuple[str, ...]:
         """The labels of each answer's series: ``node`` and :attr:`by`."""
         return ("node", *self.by)
+
+    @property
+    def metrics(self) -> frozenset[str]:
+        """Every metric the query reads: its own and its :attr:`on` queries'."""
+        return frozenset({self.metric, *(q.metric for q in self.on)})
+
+    @property
+    def bare(self) -> StepQuery:
+        """This query without :attr:`on`."""
+        return replace(self, on=()) if self.on else self
 
     def passes(self, value: float) -> bool:
         """Whether a step's value is kept."""
@@ -118,9 +156,17 @@ def ranges(step_seconds: float, lookback: float) -> tuple[float, float]:
 def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK) -> str:
     """The PromQL of ``q`` for a range query at ``step_seconds``, e.g.
     ``min by (node, gpu, uuid) (min_over_time(gpu_up[59999ms])) < 1`` and
-    ``sum by (node, gpu, uuid, xid) (increase(gpu_xid_errors_total[119999ms])) > 0``."""
+    ``sum by (node, gpu, uuid, xid) (increase(gpu_xid_errors_total[119999ms])) > 0``; with
+    :attr:`~StepQuery.on`, ``(<that>) and on (node, uuid) (<on[0]'s> or <on[1]'s> ...)``,
+    each query of ``on`` as this function writes it at the same step and lookback (``or``
+    keeps every series of queries whose label sets differ, and at worst drops one whose
+    labels equal an earlier one's, whose (node, uuid) is then there already)."""
     if not step_seconds > 0 or lookback < 0:
         raise ValueError("step must be positive and lookback not negative")
+    if q.on:
+        flagged = " or ".join(promql(other, step_seconds, lookback) for other in q.on)
+        return (f"({promql(q.bare, step_seconds, lookback)}) and on (node, uuid) "
+                f"({flagged})")
     gauge, counter = ranges(step_seconds, lookback)
     sel = selector(q.metric)
     if q.reduce == "increase":

@@ -4,7 +4,11 @@ the embedded store (``ingest()`` on a fake clock), a real Prometheus (TSDB block
 promtool) and a real VictoriaMetrics (its import API), through ``tests.stores``; the three
 flag the same devices at the same steps, and a healthy device answers with nothing. Then the
 PromQL text, the validation of every field that reaches it, and the embedded store's
-bounds."""
+bounds.
+
+A query restricted by ``on`` to the devices other queries flag (which containers held a
+broken GPU while it was broken) is checked on the same three stores: the same containers
+at the same steps, none of a healthy GPU, none that left the GPU before it broke."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -49,6 +53,24 @@ XID_AT = (2707.0, 937.0)
 REMAP_FROM, REMAP_TO = 2407.0, 1207.0  # node-b GPU 1: a row remap pending, then done
 RESET_AT = 3007.0                  # node-a GPU 0: its exporter restarts (xid 13's 5 -> 0)
 FIRST_XID = 607.0                  # node-b GPU 1: xid 48's series appears, at 1
+
+# Which container holds which GPU (``container_gpu_allocated``, as the exporter labels it:
+# namespace, pod, container, uuid): (pod, uuid, first, last), in seconds before the end
+# (sample times, both included; None: from the history's start).
+ALLOCATED = (
+    ("train-0", "GPU-a1", 1687.0, 0.0),    # both hold node-a GPU 1 through its loss
+    ("train-1", "GPU-a1", 1687.0, 0.0),
+    ("gone", "GPU-a1", None, 1567.0),      # left it in the step before the loss's step
+    ("leaving", "GPU-a1", 2002.0, 1522.0),  # left 15 s before the loss, in the loss's step
+    ("healthy", "GPU-a0", None, 0.0),      # a healthy GPU throughout
+    ("victim", "GPU-b0", None, 0.0),       # node-b GPU 0: its XIDs
+)
+ALLOC = StepQuery("container_gpu_allocated", "max", ">", 0.0,
+                  by=("namespace", "pod", "container", "uuid"))
+#: The containers on a lost GPU or one with an XID, at the steps it was so: ``on`` of two
+#: queries with different label sets (XID's has ``xid``).
+HELD = StepQuery("container_gpu_allocated", "max", ">", 0.0,
+                 by=("namespace", "pod", "container", "uuid"), on=(LOST, XID))
 
 GPUS = (("node-a", "0", "GPU-a0"), ("node-a", "1", "GPU-a1"),
         ("node-b", "0", "GPU-b0"), ("node-b", "1", "GPU-b1"))
@@ -89,6 +111,12 @@ def plant(end: float) -> list[tuple[str, dict[str, str], list[Point]]]:
     out.append(("gpu_xid_errors_total", {"node": "node-b", "gpu": "1", "uuid": "GPU-b1",
                                          "xid": "48"},
                 [(t, 1.0) for t in times if ago(t) <= FIRST_XID]))
+    nodes = {uuid: node for node, _, uuid in GPUS}
+    for pod, uuid, first, last in ALLOCATED:
+        lab = {"node": nodes[uuid], "namespace": "ml", "pod": pod, "container": "main",
+               "uuid": uuid}
+        out.append(("container_gpu_allocated", lab, [
+            (t, 1.0) for t in times if (first is None or ago(t) <= first) and ago(t) >= last]))
     return out
 
 
@@ -170,20 +198,20 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
 Answers = dict[StepQuery, list[tuple[dict[str, str], Series]]]
 
 
-def answers(stores: Stores) -> dict[str, Answers]:
+def answers(stores: Stores, queries: tuple[StepQuery, ...] = QUERIES) -> dict[str, Answers]:
     end = stores.planted.end
     out = {}
     embedded = stores.planted.embedded()
     try:
         assert embedded.window(WINDOW).step == STEP and embedded.window(WINDOW).end == end
-        out["embedded"] = embedded.step_series(QUERIES, WINDOW)
+        out["embedded"] = embedded.step_series(queries, WINDOW)
     finally:
         embedded.close()
     for store in (stores.prometheus, stores.victoriametrics):
         prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
         try:
             assert prom.window(WINDOW).step == STEP and prom.window(WINDOW).end == end
-            out[store.kind] = prom.step_series(QUERIES, WINDOW)
+            out[store.kind] = prom.step_series(queries, WINDOW)
         finally:
             prom.close()
     return out
@@ -273,9 +301,80 @@ def test_three_stores_flag_the_same_steps(stores: Stores) -> None:
     assert {v for t, v in zip(xid.times, xid.values, strict=True) if t in rises} == {1.0, 2.0}
 
 
+def test_the_containers_on_the_flagged_devices(stores: Stores) -> None:
+    """``on``: the containers that held a GPU at the steps LOST or XID flagged it, on every
+    store. Per step: a container is returned at a step where it held the GPU (a sample in
+    the step) and the GPU was flagged (likewise), whatever their order within the step."""
+    end = stores.planted.end
+    seen = answers(stores, (HELD, ALLOC, LOST, XID))
+
+    def pod(name: str, uuid: str) -> tuple[tuple[str, str], ...]:
+        node = {uuid: node for node, _, uuid in GPUS}[uuid]
+        return tuple(sorted({"node": node, "namespace": "ml", "pod": name, "container": "main",
+                             "uuid": uuid}.items()))
+
+    lost_steps = tuple(end - STEP * k for k in range(int(DOWN_FROM // STEP), -1, -1))
+    for kind, answer in seen.items():
+        held, alloc = keyed(answer[HELD]), keyed(answer[ALLOC])
+        # Unrestricted, every container answers (the healthy GPU's and the one gone too)...
+        assert set(alloc) == {pod(p, u) for p, u, _, _ in ALLOCATED}, kind
+        # ... restricted, those on a flagged GPU at the flagged steps: exactly the steps of
+        # this store's own LOST and XID answers, with ALLOC's values (``and`` keeps them).
+        flagged = {(lab["node"], lab["uuid"], t) for q in (LOST, XID)
+                   for lab, s in answer[q] for t in s.times}
+        want = {}
+        for k, s in alloc.items():
+            lab = dict(k)
+            on = [(t, v) for t, v in zip(s.times, s.values, strict=True)
+                  if (lab["node"], lab["uuid"], t) in flagged]
+            if on:
+                want[k] = (tuple(t for t, _ in on), tuple(v for _, v in on))
+        assert {k: (s.times, s.values) for k, s in held.items()} == want, kind
+        # Who: the two on the lost GPU through its loss; the one that left it in the loss's
+        # step at that one step (its last sample, 15 s before gpu_up's first 0, and that 0
+        # fall in the same step: the step is the unit); the one on node-b GPU 0 at its XID
+        # steps. Not the healthy GPU's, nor the one that left a step before the loss.
+        assert set(held) == {pod("train-0", "GPU-a1"), pod("train-1", "GPU-a1"),
+                             pod("leaving", "GPU-a1"), pod("victim", "GPU-b0")}, kind
+        for name in ("train-0", "train-1"):
+            assert held[pod(name, "GPU-a1")].times == lost_steps, kind
+        assert held[pod("leaving", "GPU-a1")].times == (lost_steps[0],), kind
+        assert held[pod("leaving", "GPU-a1")].values == (1.0,), kind
+        assert alloc[pod("gone", "GPU-a1")].times[-1] == lost_steps[0] - STEP, kind
+        [(_, xid)] = [(lab, s) for lab, s in answer[XID] if lab["uuid"] == "GPU-b0"]
+        assert held[pod("victim", "GPU-b0")].times == xid.times, kind
+    # Across stores: the same containers; on the lost GPU (a gauge) the same steps; on
+    # node-b GPU 0 an XID's steps, which may differ by a step (``steps``' docstring).
+    base = keyed(seen["embedded"][HELD])
+    for kind in ("prometheus", "victoriametrics"):
+        theirs = keyed(seen[kind][HELD])
+        assert set(theirs) == set(base), kind
+        for k, s in base.items():
+            if dict(k)["uuid"] == "GPU-a1":
+                assert (theirs[k].times, theirs[k].values) == (s.times, s.values), kind
+            else:
+                assert abs(theirs[k].times[0] - s.times[0]) <= STEP, kind
+                assert abs(theirs[k].times[-1] - s.times[-1]) <= STEP, kind
+    # On a healthy fleet's devices (the restriction by LOST alone: node-b has none) nothing.
+    # ``on`` of queries with the same labels: where both flag a device, ``or`` keeps the
+    # first's series only, and the device is there all the same (``down`` flags the lost GPU
+    # at every step LOST does but the loss's first, where its max is still 1).
+    only_lost = StepQuery(ALLOC.metric, "max", ">", 0.0, by=ALLOC.by, on=(LOST,))
+    down = StepQuery("gpu_up", "max", "<", 1.0)
+    both = StepQuery(ALLOC.metric, "max", ">", 0.0, by=ALLOC.by, on=(down, LOST))
+    for kind, answer in answers(stores, (only_lost, both, down)).items():
+        assert {dict(k)["node"] for k in keyed(answer[only_lost])} == {"node-a"}, kind
+        assert {dict(k)["pod"] for k in keyed(answer[only_lost])} == {
+            "train-0", "train-1", "leaving"}, kind
+        [(_, d)] = answer[down]
+        assert d.times == lost_steps[1:], kind
+        assert ({k: (s.times, s.values) for k, s in keyed(answer[both]).items()}
+                == {k: (s.times, s.values) for k, s in keyed(answer[only_lost]).items()}), kind
+
+
 def test_an_empty_answer_and_a_failing_store() -> None:
     store = EmbeddedData([], interval=INTERVAL, clock=lambda: 1e9, extra_metrics=EXTRA)
-    assert store.step_series(QUERIES, WINDOW) == {q: [] for q in QUERIES}
+    assert store.step_series((*QUERIES, HELD), WINDOW) == {q: [] for q in (*QUERIES, HELD)}
     store.close()
     prom = PrometheusData(f"http://127.0.0.1:{free_port()}", timeout=2)
     with pytest.raises(DataError, match="unreachable"):
@@ -307,6 +406,52 @@ def test_promql_text() -> None:
         promql(LOST, 0.0)
 
 
+def test_promql_text_on() -> None:
+    """``on``: this query's text ``and on (node, uuid)`` the ``or`` of its ``on``'s texts, each
+    at the same step and lookback."""
+    assert promql(HELD, 60.0) == (
+        "(max by (node, namespace, pod, container, uuid) "
+        "(max_over_time(container_gpu_allocated[59999ms])) > 0.0) and on (node, uuid) "
+        "(min by (node, gpu, uuid) (min_over_time(gpu_up[59999ms])) < 1.0 or "
+        "sum by (node, gpu, uuid, xid) (increase(gpu_xid_errors_total[119999ms])) > 0.0)")
+    one = StepQuery(ALLOC.metric, "max", ">", 0.0, by=ALLOC.by, on=(REMAP,))
+    assert promql(one, 300.0, lookback=30.0) == (
+        f"({promql(ALLOC, 300.0, lookback=30.0)}) and on (node, uuid) "
+        f"({promql(REMAP, 300.0, lookback=30.0)})")
+    assert promql(HELD.bare, 60.0) == promql(ALLOC, 60.0)
+    # Frozen and hashable, ``on`` part of its identity.
+    assert HELD.bare == ALLOC and HELD != ALLOC and hash(HELD) != hash(ALLOC)
+    same = StepQuery("container_gpu_allocated", "max", ">", 0.0,
+                     by=("namespace", "pod", "container", "uuid"), on=(LOST, XID))
+    assert same == HELD and hash(same) == hash(HELD) and len({HELD, same, ALLOC}) == 2
+    # The order of ``on`` is part of its identity, not of its meaning.
+    assert StepQuery(ALLOC.metric, "max", ">", 0.0, by=ALLOC.by, on=(XID, LOST)) != HELD
+    with pytest.raises(FrozenInstanceError):
+        HELD.on = ()  # type: ignore[misc]
+    assert HELD.metrics == {"container_gpu_allocated", "gpu_up", "gpu_xid_errors_total"}
+    assert LOST.metrics == {"gpu_up"} and LOST.bare is LOST
+
+
+@pytest.mark.parametrize("bad", [
+    dict(on=[LOST]),                       # a list: not hashable
+    dict(on=LOST),
+    dict(on=("gpu_up",)),
+    dict(on=(("gpu_up", "min", "<", 1.0),)),
+    dict(on=(HELD,)),                      # one level only
+    dict(on=(StepQuery("gpu_up", "min", "<", 1.0, by=("gpu",)),)),  # no uuid to match
+    dict(on=(StepQuery("gpu_up", "min", "<", 1.0, by=()),)),
+    dict(on=(LOST,), by=("gpu",)),         # this query without uuid
+    dict(on=(LOST,), by=()),
+])
+def test_on_is_validated(bad: dict[str, Any]) -> None:
+    fields: dict[str, Any] = dict(metric="container_gpu_allocated", reduce="max", keep=">",
+                                  threshold=0.0, by=ALLOC.by)
+    with pytest.raises(ValueError, match=r"on|uuid"):
+        StepQuery(**{**fields, **bad})
+    StepQuery(**{**fields, "on": ()})  # empty: no restriction
+    StepQuery(**{**fields, "by": ("uuid",), "on": (LOST, XID, XID_ANY, REMAP)})
+
+
 @pytest.mark.parametrize("bad", [
     dict(metric="gpu up"), dict(metric='gpu_up{node="x"}'), dict(metric="1gpu"),
     dict(metric=""), dict(metric='gpu_up"}) or vector(1'), dict(metric="gpu-up"),
@@ -334,6 +479,12 @@ def test_only_the_querys_fields_reach_the_store() -> None:
     for q in QUERIES:
         for step in (1.0, 15.0, 60.0, 86.4, 3600.0):
             assert shape.match(promql(q, step)), promql(q, step)
+    # With ``on``: that shape, ``and on (node, uuid)``, and that shape or'ed.
+    plain = shape.pattern.strip("^$")
+    on = re.compile(rf"^\({plain}\) and on \(node, uuid\) \({plain}( or {plain})*\)$")
+    for step in (1.0, 15.0, 60.0, 86.4, 3600.0):
+        assert on.match(promql(HELD, step)), promql(HELD, step)
+        assert not shape.match(promql(HELD, step))
     prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 1_800_000_000.0)
     sent: list[str] = []
 
@@ -343,11 +494,12 @@ def test_only_the_querys_fields_reach_the_store() -> None:
 
     prom.range = fake_range  # type: ignore[method-assign]
     try:
-        got = prom.step_series([LOST, XID, LOST], WINDOW)
+        got = prom.step_series([LOST, XID, LOST, HELD], WINDOW)
     finally:
         prom.close()
-    assert sent == [promql(LOST, STEP), promql(XID, STEP)]  # each query once
-    assert list(got) == [LOST, XID]
+    # Each query once; one with ``on`` is one query too.
+    assert sent == [promql(LOST, STEP), promql(XID, STEP), promql(HELD, STEP)]
+    assert list(got) == [LOST, XID, HELD]
 
 
 # -- the embedded store ----------------------------------------------------------------------
@@ -363,6 +515,9 @@ def test_embedded_keeps_the_extra_metrics_within_its_bounds() -> None:
     assert not plain._rings  # not asked for: not kept
     with pytest.raises(ValueError, match="gpu_up"):  # a query it cannot answer is an error
         plain.step_series([LOST], 60.0)
+    with pytest.raises(ValueError, match="gpu_up"):  # ... also through ``on``
+        plain.step_series([StepQuery(ALLOC.metric, "max", ">", 0.0, by=ALLOC.by,
+                                     on=(LOST,))], 60.0)
     plain.close()
     few = EmbeddedData([], interval=INTERVAL, clock=lambda: 1000.0, max_series=2,
                        extra_metrics=EXTRA)
