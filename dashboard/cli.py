@@ -344,7 +344,7 @@ def run(cfg: Config, stop: threading.Event,
         # The store keeps what the registry's verdicts read besides the fleet page's series.
         embedded = EmbeddedData(targets, interval=cfg.scrape_interval, label=label,
                                 notes=notes,
-                                extra_metrics={q.metric for q in registry.step_queries()})
+                                extra_metrics=registry.step_metrics())
         if cfg.demo:
             fleet.backfill(embedded, step=cfg.scrape_interval)
         embedded.start()

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -37,11 +37,13 @@ def _ok(url: str) -> bool:
 class ExporterProcess:
     """``gpuscope-exporter`` as a real subprocess on a free loopback port."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None,
+                 launcher: Sequence[str] = ("-m", "gpuscope.exporter")) -> None:
+        """``args`` after ``--listen``; ``launcher``: what runs the exporter (e.g.
+        ``-m bench.nvml_c_exporter --gpus 4 --``: over the C double of libnvidia-ml)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "gpuscope.exporter",
-               "--listen", f"127.0.0.1:{self.port}", *args]
+        cmd = [sys.executable, *launcher, "--listen", f"127.0.0.1:{self.port}", *args]
         self.proc = subprocess.Popen(
             cmd,
             cwd=REPO,

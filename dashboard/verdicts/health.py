@@ -63,6 +63,11 @@ XID = StepQuery("gpu_xid_errors_total", "max", ">", 0.0, by=("gpu", "uuid", "xid
 ECC = StepQuery("gpu_ecc_uncorrected_errors_total", "max", ">", 0.0)
 REMAP_PENDING = StepQuery("gpu_row_remap_pending", "max", ">", 0.0)
 REMAP_FAILED = StepQuery("gpu_row_remap_failed", "max", ">", 0.0)
+#: The containers that held each flagged GPU while it was flagged: the fleet page's own data
+#: names only the holders its other findings needed (the Prometheus path).
+HOLDERS = StepQuery("container_gpu_allocated", "max", ">", 0.0,
+                    by=("namespace", "pod", "container", "uuid"),
+                    on=(LOST, XID, ECC, REMAP_PENDING, REMAP_FAILED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +144,8 @@ class Health(StepVerdict):
     """The GPU-health verdict (module docstring)."""
 
     name: ClassVar[str] = "gpu-health"
-    queries: ClassVar[tuple[StepQuery, ...]] = (LOST, XID, ECC, REMAP_PENDING, REMAP_FAILED)
+    queries: ClassVar[tuple[StepQuery, ...]] = (LOST, XID, ECC, REMAP_PENDING, REMAP_FAILED,
+                                                HOLDERS)
     section: ClassVar[Section] = Section(
         id="section-gpu-health", title="GPU health",
         intro="GPUs lost or fallen off the bus, critical XID errors, uncorrectable ECC "
@@ -181,10 +187,14 @@ class Health(StepVerdict):
         for lab, s in answers.get(REMAP_FAILED, ()):
             if len(s):
                 add(lab, _problem("row remap failed (replace the GPU)", s, latest, step))
+        holders: dict[GpuRef, set[str]] = {}
+        for lab, s in answers.get(HOLDERS, ()):
+            if len(s) and lab.get("namespace"):
+                holders.setdefault(_ref(lab), set()).add(f"{lab['namespace']}/{lab.get('pod', '')}")
         out = []
         for ref, problems in found.items():
             info = ctx.gpus.get(ref)
-            pods = ctx.pods.get(ref, ())
+            pods = tuple(sorted(holders.get(ref, set()) | set(ctx.pods.get(ref, ()))))
             if ctx.namespace is not None and not any(
                     p.partition("/")[0] == ctx.namespace for p in pods):
                 continue

@@ -49,3 +49,8 @@ def step_queries() -> tuple[StepQuery, ...]:
         for q in verdict.queries:
             seen.setdefault(q, None)
     return tuple(seen)
+
+
+def step_metrics() -> frozenset[str]:
+    """Every metric the step queries read (an embedded store must keep them)."""
+    return frozenset(m for q in step_queries() for m in q.metrics)

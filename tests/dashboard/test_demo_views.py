@@ -33,7 +33,7 @@ def demo() -> Iterator[tuple[DemoFleet, EmbeddedData]]:
     fleet = DemoFleet()
     targets = fleet.start()
     store = EmbeddedData(targets, interval=5.0,
-                         extra_metrics={q.metric for q in registry.step_queries()})
+                         extra_metrics=registry.step_metrics())
     fleet.backfill(store)
     store.scrape_once()
     yield fleet, store

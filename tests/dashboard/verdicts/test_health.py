@@ -13,6 +13,7 @@ from gpuscope.dashboard.data import StepQuery
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 from gpuscope.dashboard.verdicts.health import (
     ECC,
+    HOLDERS,
     LOST,
     REMAP_FAILED,
     REMAP_PENDING,
@@ -145,3 +146,21 @@ def test_the_note_counts_gpus_nodes_and_their_price() -> None:
     assert VERDICT.note(found, ctx()) == (
         "3 GPUs with problems on 2 nodes, $56.05/h of nodes that cannot run their jobs in "
         "full.")
+
+
+def test_the_pods_on_a_broken_gpu_come_from_its_holders_too() -> None:
+    # The fleet page's data named no pod on GPU a1 (the Prometheus path asks only for the
+    # holders its other findings need); the verdict's own query found the two that held it.
+    found = judge({
+        LOST: [(lab(A1), series({t: 0.0 for t in T[50:]}))],
+        HOLDERS: [(lab(A1, namespace="ml", pod="train-3", container="c"),
+                   series({t: 1.0 for t in T[50:]})),
+                  (lab(A1, namespace="ml", pod="train-2", container="c"),
+                   series({T[50]: 1.0}))],
+    })
+    assert found[A1].pods == ("ml/train-2", "ml/train-3")
+    # ... and a pod the page knew of is kept beside them.
+    found = judge({LOST: [(lab(A0), series({T[-1]: 0.0}))],
+                   HOLDERS: [(lab(A0, namespace="ml", pod="eval-1", container="c"),
+                              series({T[-1]: 1.0}))]})
+    assert found[A0].pods == ("ml/eval-1", "ml/train-0")

@@ -7,23 +7,18 @@ node."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import requests
 
 from gpuscope.dashboard.data import EmbeddedData, PrometheusData, Target
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.verdicts.health import VERDICT, GpuHealth
 from gpuscope.dashboard.views import FleetView, build_fleet_view
-from tests.conftest import REPO, wait_for
-from tests.ports import free_port
+from tests.conftest import ExporterProcess, wait_for
 from tests.stores import Store, start_prometheus, start_victoriametrics
 
 WINDOW = 900.0
@@ -37,41 +32,14 @@ EXPECTED = {("gpu-sick", "1"): "lost", ("gpu-sick", "2"): "XID 79",
             ("gpu-sick", "3"): "row remap pending"}
 
 
-class CExporter:
-    """``gpuscope-exporter --source nvml`` over the C double, as a subprocess."""
-
-    def __init__(self, node: str, instance_type: str, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.nvml_c_exporter", "--gpus", "4",
-             "--processes-per-gpu", "2", "--", "--listen", f"127.0.0.1:{self.port}",
-             "--interval", "0.5", "--node-name", node, "--instance-type", instance_type],
-            cwd=REPO, env={**clean, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
-
-    def wait_ready(self) -> None:
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                out = self.proc.stdout.read() if self.proc.stdout else ""
-                raise AssertionError(f"exporter exited {self.proc.returncode}: {out}")
-            try:
-                return requests.get(self.url + "/readyz", timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_for(ready, 120, f"{self.url}/readyz")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout:
-            self.proc.stdout.close()
+def c_exporter(node: str, instance_type: str, env: dict[str, str]) -> ExporterProcess:
+    """``gpuscope-exporter --source nvml`` over the C double (4 GPUs, 2 processes each), its
+    faults planted by ``env``."""
+    return ExporterProcess(
+        ["--interval", "0.5", "--node-name", node, "--instance-type", instance_type],
+        env=env,
+        launcher=("-m", "bench.nvml_c_exporter", "--gpus", "4", "--processes-per-gpu", "2",
+                  "--"))
 
 
 @dataclass
@@ -83,11 +51,11 @@ class Stores:
 
 @pytest.fixture(scope="module")
 def stores(prometheus_bin: str) -> Iterator[Stores]:
-    exporters = [CExporter(SICK, "p4d.24xlarge", FAULTS), CExporter(OK, "g5.12xlarge", {})]
+    exporters = [c_exporter(SICK, "p4d.24xlarge", FAULTS), c_exporter(OK, "g5.12xlarge", {})]
     embedded: EmbeddedData | None = None
     try:
         for e in exporters:
-            e.wait_ready()
+            e.wait_ready(120)
         scrape = "\n".join(
             f"  - job_name: {node}\n    scrape_interval: 1s\n"
             f"    static_configs: [{{targets: ['127.0.0.1:{e.port}'], labels: {{node: {node}}}}}]"
@@ -96,7 +64,7 @@ def stores(prometheus_bin: str) -> Iterator[Stores]:
             [Target(f"{e.url}/metrics", node) for node, e in zip((SICK, OK), exporters,
                                                                 strict=True)],
             interval=1.0, max_points=900,
-            extra_metrics={q.metric for q in registry.step_queries()})
+            extra_metrics=registry.step_metrics())
         embedded.start()
         # VictoriaMetrics answers queries up to now - 30 s by default (its latency offset,
         # for late samples); this store's data is seconds old, so the offset is 1 s here.
