@@ -71,7 +71,8 @@ def build_source(cfg: Config) -> tuple[Source, AttributionInputs]:
         kubelet_socket=cfg.kubelet_socket, proc_root=cfg.proc_root,
         metadata_watcher=watcher, resource_names=cfg.gpu_resources, node_name=cfg.node_name,
     )
-    return NvmlSource(), inputs
+    # The proc root also names the MPS server (nvidia-cuda-mps-server) among GPU processes.
+    return NvmlSource(proc_root=cfg.proc_root), inputs
 
 
 def build_cloudwatch(cfg: Config, attributor: Attributor) -> CloudWatchSink | None:

@@ -215,6 +215,35 @@ _SPECS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetComputeRunningProcesses_v3 / nvmlDeviceGetGraphicsRunningProcesses_v3",
     ),
     MetricSpec(
+        "gpu_sharing_info", "gauge",
+        "How the device's compute is shared between containers (sharing): mig (a GPU in MIG "
+        "mode, and its slices), mps (an MPS server or MPS clients run on it), time-sliced "
+        "(the kubelet hands out time-slicing replicas GPU-<uuid>::<n>), else exclusive. "
+        "Always 1.", "1", ("gpu", "uuid", "sharing"),
+        "nvmlDeviceGetMigMode; the MPS server and clients among the device's processes "
+        "(nvmlDeviceGetMPSComputeRunningProcesses_v3, /proc/<pid>/comm); kubelet "
+        "PodResources v1 List() device IDs",
+    ),
+    MetricSpec(
+        "gpu_mps_server_memory_used_bytes", "gauge",
+        "Device memory held by the MPS server (nvidia-cuda-mps-server): MPS infrastructure, "
+        "in no container's memory and not a host process's. Absent where no MPS server "
+        "runs.", "bytes", DEVICE_LABELS,
+        "nvmlDeviceGetComputeRunningProcesses_v3 of the server's PID (by /proc/<pid>/comm "
+        "and cmdline, else: a compute process absent from "
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3 beside MPS clients)",
+    ),
+    MetricSpec(
+        "gpu_mps_client_utilization_reported", "gauge",
+        "On a device running MPS: 1 when NVML gives per-process utilization samples for the "
+        "MPS clients (their containers get their own utilization), 0 when it gives the MPS "
+        "server's samples only, which carry every client's work (the clients' containers get "
+        "memory and no utilization: unknown). Absent until a sample showed which, and where "
+        "no MPS runs.", "1", DEVICE_LABELS,
+        "nvmlDeviceGetProcessUtilization: which PIDs have samples, the MPS clients' "
+        "(nvmlDeviceGetMPSComputeRunningProcesses_v3) or only others",
+    ),
+    MetricSpec(
         "container_gpu_allocated", "gauge",
         "1 when the kubelet allocated this device (GPU, MIG slice, or time-slicing replicas "
         "of a GPU) to the container.", "1", CONTAINER_LABELS,
@@ -223,7 +252,9 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "container_gpu_utilization_ratio", "gauge",
         "Sum of the container's processes' SM utilization on the device over the sampling "
-        "interval (0..1); 0 for an allocated device the container does not use.", "ratio",
+        "interval (0..1); 0 for an allocated device the container does not use; absent "
+        "where a process's share is unknown (an MPS client, when NVML gives the MPS server's "
+        "samples only).", "ratio",
         CONTAINER_LABELS,
         "nvmlDeviceGetProcessUtilization per PID, PID to container via /proc/<pid>/cgroup",
     ),
@@ -231,7 +262,8 @@ _SPECS: tuple[MetricSpec, ...] = (
         "container_gpu_memory_used_bytes", "gauge",
         "Device memory used by the container's processes on the device.", "bytes",
         CONTAINER_LABELS,
-        "nvmlDeviceGetComputeRunningProcesses_v3 / GraphicsRunningProcesses_v3 per PID",
+        "nvmlDeviceGetComputeRunningProcesses_v3 / GraphicsRunningProcesses_v3 / "
+        "MPSComputeRunningProcesses_v3 per PID (a process in several lists counted once)",
     ),
     MetricSpec(
         "gpu_pod_info", "gauge",

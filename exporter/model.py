@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 ProcessKind = Literal["compute", "graphics"]
+#: A process's part in CUDA MPS (Multi-Process Service): ``"client"``, an application whose
+#: work runs through the MPS server (NVML lists it with
+#: ``nvmlDeviceGetMPSComputeRunningProcesses_v3``), or ``"server"``, the
+#: ``nvidia-cuda-mps-server`` that owns the GPU context the clients share: infrastructure,
+#: never a workload or a host process using the GPU.
+MpsRole = Literal["client", "server"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,13 +30,20 @@ class ProcessSample:
     ``pid`` is the *host* PID as NVML reports it. ``sm_utilization_ratio`` is the mean SM
     utilization (0..1) of this process over the samples NVML recorded since the previous
     round; ``0.0`` when the device reports per-process utilization but had no sample for this
-    process, ``None`` when the device cannot report it at all (MIG slices, old GPUs).
+    process, ``None`` when the device cannot report it at all (MIG slices, old GPUs), or
+    when the process is an MPS client on a GPU whose driver reports the MPS server's samples
+    only (the clients' work is in the server's samples: each client's share is unknown).
+
+    ``mps`` is the process's part in CUDA MPS (:data:`MpsRole`), ``None`` outside MPS. An
+    MPS client is listed by NVML both as a compute process and as an MPS process, with the
+    same memory: it is one process, its memory counted once.
     """
 
     pid: int
     kinds: tuple[ProcessKind, ...]
     memory_used_bytes: int | None
     sm_utilization_ratio: float | None = None
+    mps: MpsRole | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +120,13 @@ class DeviceSample:
 
     ``row_remapping`` is board-level too (the parent GPU only, never a MIG slice), ``None``
     where the GPU has no row remapper (before Ampere, ECC off).
+
+    ``mps_client_utilization_reported`` says, for a device running CUDA MPS (a process with
+    an ``mps`` role), which of the two behaviours of per-process utilization the source saw:
+    True when NVML gave samples for MPS clients (they carry their own utilization), False
+    when it gave samples only for other processes, the MPS server's PID carrying every
+    client's work (the clients' utilization is then ``None``: unknown, never 0); ``None``
+    when not known yet (no sample since MPS appeared) or not an MPS device.
     """
 
     index: str
@@ -144,10 +164,16 @@ class DeviceSample:
     throttle_seconds: tuple[ThrottleTime, ...] = ()
     xid_errors: tuple[XidCount, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
+    mps_client_utilization_reported: bool | None = None
 
     @property
     def is_mig(self) -> bool:
         return self.parent_uuid is not None
+
+    @property
+    def runs_mps(self) -> bool:
+        """Whether an MPS server or MPS clients run on this device."""
+        return any(p.mps is not None for p in self.processes)
 
 
 #: The work-signal fields of :class:`DeviceSample` with one value each (``throttle_seconds``,

@@ -30,6 +30,14 @@ The rules, and why:
   (yet) know: it is counted in ``unnamed_processes`` rather than guessed at, and an
   allocated container on that device with no named process gets no usage values (unknown)
   rather than 0 (which would read as allocated-but-idle).
+- Under CUDA MPS each client is a process of its own container (its cgroup), with its own
+  memory. The MPS server (``nvidia-cuda-mps-server``, in the control daemon's pod or on the
+  host) is infrastructure: it is in no container's row, not the host row either. Where the
+  driver reports the server's utilization samples only, the clients' utilization is unknown:
+  a container with a process that lacks a utilization value gets none (never 0).
+- Each device's sharing mode (``gpu_sharing_info``): ``mig`` for a GPU in MIG mode and its
+  slices, ``mps`` where an MPS server or clients run, ``time-sliced`` where the kubelet hands
+  out replicas (``GPU-<uuid>::<n>``), else ``exclusive``.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gpuscope.exporter.cardinality import CONTAINER_FAMILY, DroppedSeries, cap_containers
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
@@ -91,6 +99,21 @@ class PodIdentity:
     workload: str
 
 
+Sharing = Literal["exclusive", "time-sliced", "mps", "mig"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSharing:
+    """How one device's compute is shared between containers (``gpu_sharing_info``):
+    ``mig`` (a GPU in MIG mode, and its slices), ``mps`` (an MPS server or MPS clients run
+    on it), ``time-sliced`` (the kubelet hands out time-slicing replicas of it), else
+    ``exclusive``. ``gpu`` is the device's ``gpu`` label."""
+
+    gpu: str
+    uuid: str
+    sharing: Sharing
+
+
 @dataclass(frozen=True, slots=True)
 class Attribution:
     """The result of one join. ``node`` is None when nothing is known about the node."""
@@ -102,6 +125,7 @@ class Attribution:
     unresolved_allocations: int = 0
     unnamed_processes: int = 0
     parts: tuple[PartResult, ...] = field(default=())
+    sharing: tuple[DeviceSharing, ...] = ()
 
 
 def _supports_process_utilization(dev: DeviceSample) -> bool:
@@ -120,11 +144,16 @@ class _Row:
     utilization: float | None = None
     memory: int | None = None
     pids: list[int] = field(default_factory=list)
+    # Processes with no utilization value (an MPS client whose share the driver does not
+    # report, or a round whose utilization read failed).
+    unknown: int = 0
 
     def add(self, pid: int, utilization: float | None, memory: int | None) -> None:
         self.pids.append(pid)
         if utilization is not None:
             self.utilization = (self.utilization or 0.0) + utilization
+        else:
+            self.unknown += 1
         if memory is not None:
             self.memory = (self.memory or 0) + memory
 
@@ -143,11 +172,14 @@ def attribute(
 
     rows: dict[tuple[ContainerKey, str], _Row] = {}
     unresolved = 0
+    replicated: set[str] = set()  # devices the kubelet hands out as time-slicing replicas
     for alloc in allocations:
         uuid = resolve(alloc.device, snapshot.devices)
         if uuid is None:
             unresolved += 1
             continue
+        if alloc.device.replica is not None:
+            replicated.add(uuid)
         key = ContainerKey(alloc.namespace, alloc.pod, alloc.container)
         rows.setdefault((key, uuid), _Row()).allocated = True
 
@@ -164,6 +196,8 @@ def attribute(
         if not dev.up:
             continue
         for proc in dev.processes:
+            if proc.mps == "server":
+                continue  # MPS infrastructure: neither a workload nor a host process
             ref = containers_of.get(proc.pid)
             key = HOST
             if ref is not None:
@@ -202,8 +236,10 @@ def attribute(
         if not row.pids and uuid in devices_with_unnamed and key != HOST:
             usages.append(ContainerUsage(key, uuid, row.allocated, None, None))
             continue
-        util = row.utilization
-        if util is None and _supports_process_utilization(device):
+        # A sum with an unknown term (an MPS client the driver gives no samples for) is
+        # unknown; no process at all on a device that reports them is allocated-but-idle.
+        util = None if row.unknown else row.utilization
+        if util is None and not row.pids and _supports_process_utilization(device):
             util = 0.0
         mem = row.memory if row.memory is not None or row.pids else 0
         usages.append(ContainerUsage(
@@ -234,7 +270,29 @@ def attribute(
         node=node,
         unresolved_allocations=unresolved,
         unnamed_processes=unnamed,
+        sharing=_sharing(snapshot.devices, replicated),
     )
+
+
+def _sharing(devices: Sequence[DeviceSample], replicated: set[str]) -> tuple[DeviceSharing, ...]:
+    """Each device's sharing mode (see :class:`DeviceSharing`); a device that is down or
+    was never identified has none (a lost GPU keeps only ``gpu_info`` and ``gpu_up``)."""
+    mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
+    result = []
+    for dev in devices:
+        if not dev.up or not dev.uuid:
+            continue
+        sharing: Sharing
+        if dev.uuid in mig_parents or (dev.is_mig and dev.uuid not in replicated):
+            sharing = "mig"
+        elif dev.runs_mps:
+            sharing = "mps"
+        elif dev.uuid in replicated:
+            sharing = "time-sliced"
+        else:
+            sharing = "exclusive"
+        result.append(DeviceSharing(dev.index, dev.uuid, sharing))
+    return tuple(result)
 
 
 def _merge_node(node: NodeInfo | None, fallback: NodeInfo | None) -> NodeInfo | None:
@@ -291,7 +349,7 @@ class Attributor:
     def __call__(self, snapshot: Snapshot) -> None:
         started = self._monotonic()
         try:
-            pids = {p.pid for d in snapshot.devices for p in d.processes}
+            pids = {p.pid for d in snapshot.devices for p in d.processes if p.mps != "server"}
             result = attribute(
                 snapshot,
                 self._inputs.allocations(),
@@ -313,7 +371,7 @@ class Attributor:
             self._latest = Attribution(
                 timestamp=result.timestamp, containers=result.containers, pods=result.pods,
                 node=result.node, unresolved_allocations=result.unresolved_allocations,
-                unnamed_processes=result.unnamed_processes, parts=parts,
+                unnamed_processes=result.unnamed_processes, parts=parts, sharing=result.sharing,
             )
 
     def parts(self) -> Sequence[PartResult]:

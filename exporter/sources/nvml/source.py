@@ -37,6 +37,7 @@ import pynvml
 
 from gpuscope.exporter.model import (
     DeviceSample,
+    MpsRole,
     PartResult,
     ProcessKind,
     ProcessSample,
@@ -60,6 +61,12 @@ from gpuscope.exporter.sources.nvml.calls import (
     watts,
 )
 from gpuscope.exporter.sources.nvml.gpm import GpmSampler, GpmTotals
+from gpuscope.exporter.sources.nvml.mps import (
+    MpsBehaviour,
+    ProcessNames,
+    mps_compute_processes,
+    mps_compute_processes_v2,
+)
 from gpuscope.exporter.sources.nvml.throttle import ThrottlePlan, ThrottleTotals
 from gpuscope.exporter.sources.nvml.xid import XidCounts, XidWatcher
 
@@ -116,6 +123,7 @@ class _Device:
     identified: bool = False
     up: bool = True
     process_utilization_supported: bool = True
+    mps_supported: bool = True  # nvmlDeviceGetMPSComputeRunningProcesses answers
     util_cursor_us: int = 0
     gpm_supported: bool = False
     throttle: ThrottlePlan = field(default_factory=ThrottlePlan)
@@ -164,6 +172,9 @@ class NvmlSource:
     ``gpm_interval_seconds`` at most (0: every round), less often when a GPM round takes more
     than ``gpm_cpu_budget`` (a fraction of one core) of the time between two (GPM reads
     counters over PCIe: about 1.4 ms per GPU or GPU instance on an H100).
+    ``proc_root`` (the host's ``/proc``, ``--proc-root``) is where the MPS server is
+    recognised by its name (:mod:`.mps`); ``None`` reads nothing there, and the server is
+    recognised by its place in NVML's process lists alone.
 
     The constructor never raises for a missing library or driver: it tries to initialise, and
     ``sample()`` keeps trying (with backoff) until NVML answers.
@@ -189,6 +200,7 @@ class NvmlSource:
         gpm: bool = True,
         gpm_interval_seconds: float = DEFAULT_GPM_INTERVAL_SECONDS,
         gpm_cpu_budget: float = DEFAULT_GPM_CPU_BUDGET,
+        proc_root: str | None = None,
     ) -> None:
         self._library_loader = library_loader
         self._library: object | None = None
@@ -219,6 +231,13 @@ class NvmlSource:
         self._counters: dict[str, _Counters] = {}
         # The process-list calls to use; switched to _v2 for good when the driver lacks _v3.
         self._process_calls: dict[ProcessKind, Callable[[object], calls.Processes]] = {}
+        # The MPS list call, likewise (_v3, else _v2); MPS per device below.
+        self._mps_call: Callable[[object], calls.Processes] = mps_compute_processes
+        self._names = ProcessNames(proc_root)
+        # Per device UUID, kept across re-inits: which utilization behaviour MPS has there.
+        self._mps_behaviour: dict[str, MpsBehaviour] = {}
+        # Devices whose MPS list failed once (logged once each).
+        self._mps_failures: set[str] = set()
         self._session: _Session | None = None
         self._closed = False
         self._lock = threading.Lock()
@@ -257,6 +276,7 @@ class NvmlSource:
                 "compute": calls.compute_processes,
                 "graphics": calls.graphics_processes,
             }
+            self._mps_call = mps_compute_processes
             count = read(calls.device_count) or 0
             devices = [_Device(index=str(i), nvml_index=i) for i in range(count)]
             for dev in devices:
@@ -464,20 +484,22 @@ class NvmlSource:
                     # A MIG-enabled GPU lists its slices' processes: they are reported once,
                     # on the slices, where attribution (MIG UUIDs) needs them.
                     try:
-                        processes, listed = self._processes(dev)
+                        processes, listed, mps_reported = self._processes(dev)
                         processes_ok = processes_ok and listed
                     except NvmlFault as fault:
                         if fault.fault is Fault.DRIVER:
                             raise
                         self._mark(dev, up=False, why=fault.error)
                         sample = self._down_sample(dev, xids)
-                        processes = ()
+                        processes, mps_reported = (), None
                     if processes:
-                        sample = replace(sample, processes=processes)
+                        sample = replace(sample, processes=processes,
+                                         mps_client_utilization_reported=mps_reported)
                 process_seconds += self._monotonic() - measured
                 device_seconds += measured - started
                 devices_ok = devices_ok and sample.up
                 devices.append(sample)
+        self._names.retain(p.pid for d in devices for p in d.processes)
         if self._gpm_due:
             # The next GPM round: after the interval, later when GPM took more than its
             # budget (it reads counters over PCIe: ~1.4 ms per GPU or GPU instance).
@@ -677,11 +699,15 @@ class NvmlSource:
 
     # --- processes
 
-    def _processes(self, dev: _Device) -> tuple[tuple[ProcessSample, ...], bool]:
-        """Compute and graphics processes of one device, merged by PID, with their mean SM
-        utilization since the previous round, and whether every query succeeded. A lost
-        device or a dead driver raises NvmlFault; other errors give ``((), False)`` (listing
-        failed) or utilization ``None`` for this round (per-process utilization failed)."""
+    def _processes(
+        self, dev: _Device
+    ) -> tuple[tuple[ProcessSample, ...], bool, bool | None]:
+        """Compute, graphics and MPS processes of one device, merged by PID, with their mean
+        SM utilization since the previous round; whether every query succeeded; and, under
+        MPS, whether NVML reports the MPS clients' utilization (``None``: not known, or no
+        MPS). A lost device or a dead driver raises NvmlFault; other errors give
+        ``((), False, None)`` (listing failed) or utilization ``None`` for this round
+        (per-process utilization failed). A failing MPS list leaves MPS out this round."""
         try:
             compute = self._list_processes(dev, "compute")
             graphics = self._list_processes(dev, "graphics")
@@ -689,11 +715,12 @@ class NvmlSource:
             if fault.fault is not Fault.FAILED:
                 raise
             log.warning("listing processes on %s failed: %s", dev.uuid, fault.error)
-            return (), False
-        if not compute and not graphics:
+            return (), False, None
+        clients, ok = self._list_mps(dev)
+        if not compute and not graphics and not clients:
             # No need to read utilization: samples exist only for running processes, so a
             # process that starts later finds only its own samples past the cursor.
-            return (), True
+            return (), ok, None
         listings: tuple[tuple[ProcessKind, list[tuple[int, int | None]]], ...] = (
             ("compute", compute),
             ("graphics", graphics),
@@ -715,7 +742,7 @@ class NvmlSource:
                     memory_by_pid[pid] = used if known is None else max(known, used or 0)
                 if kind not in kinds:
                     kinds.append(kind)
-        ok = True
+        roles = self._mps_roles(kinds_by_pid, memory_by_pid, clients)
         try:
             utilization = self._utilization_by_pid(dev)
         except NvmlFault as fault:
@@ -724,16 +751,98 @@ class NvmlSource:
             # The cursor stays where it was: these samples are read next round instead.
             log.warning("process utilization on %s failed: %s", dev.uuid, fault.error)
             utilization, ok = None, False
+        reported: bool | None = None
+        if roles:
+            behaviour = self._mps_behaviour.get(dev.uuid)
+            if behaviour is None:
+                behaviour = self._mps_behaviour[dev.uuid] = MpsBehaviour()
+            client_pids = [pid for pid, role in roles.items() if role == "client"]
+            reported = behaviour.reported if utilization is None else behaviour.learn(
+                client_pids, utilization)
+
+        def sm(pid: int) -> float | None:
+            if utilization is None:
+                return None
+            if roles.get(pid) == "client" and not reported:
+                # The driver reports the MPS server's samples only (or has not shown yet
+                # which way it reports): this client's share of them is unknown, not 0.
+                return None
+            return utilization.get(pid, 0.0)
+
         samples = tuple(
             ProcessSample(
                 pid=pid,
                 kinds=tuple(kinds),
                 memory_used_bytes=memory_by_pid[pid],
-                sm_utilization_ratio=None if utilization is None else utilization.get(pid, 0.0),
+                sm_utilization_ratio=sm(pid),
+                mps=roles.get(pid),
             )
             for pid, kinds in sorted(kinds_by_pid.items())
         )
-        return samples, ok
+        return samples, ok, reported
+
+    def _list_mps(self, dev: _Device) -> tuple[calls.Processes, bool]:
+        """The device's MPS clients (nvmlDeviceGetMPSComputeRunningProcesses) and whether the
+        query succeeded. A device that answers NOT_SUPPORTED (before Volta) is not asked
+        again; a failure leaves MPS out this round (logged once per device)."""
+        if not dev.mps_supported:
+            return [], True
+        try:
+            try:
+                listed = read(self._mps_call, dev.handle)
+            except pynvml.NVMLLibraryMismatchError:
+                log.info("driver lacks the _v3 MPS process call; using _v2")
+                self._mps_call = mps_compute_processes_v2
+                listed = read(self._mps_call, dev.handle)
+        except NvmlFault as fault:
+            if fault.fault is not Fault.FAILED:
+                raise
+            if dev.uuid not in self._mps_failures:
+                self._mps_failures.add(dev.uuid)
+                log.warning("listing MPS processes on %s failed: %s", dev.uuid, fault.error)
+            return [], False
+        if listed is None:
+            dev.mps_supported = False
+            return [], True
+        return listed, True
+
+    def _mps_roles(
+        self,
+        kinds_by_pid: dict[int, list[ProcessKind]],
+        memory_by_pid: dict[int, int | None],
+        clients: calls.Processes,
+    ) -> dict[int, MpsRole]:
+        """Merge the MPS list into the compute and graphics ones (a client is one process:
+        its memory, the same in both lists, counted once) and name each process's MPS role:
+        ``client`` for the listed ones, ``server`` for ``nvidia-cuda-mps-server`` (by name,
+        else by being the compute process beside the clients that the MPS list leaves
+        out)."""
+        roles: dict[int, MpsRole] = {}
+        client_memory: dict[int, int | None] = {}
+        for pid, used in clients:
+            if pid in client_memory:  # one entry per compute instance: memory adds up
+                known = client_memory[pid]
+                client_memory[pid] = None if known is None or used is None else known + used
+            else:
+                client_memory[pid] = used
+        for pid, used in client_memory.items():
+            roles[pid] = "client"
+            kinds = kinds_by_pid.setdefault(pid, [])
+            if not kinds:
+                kinds.append("compute")  # listed as an MPS process only
+            known = memory_by_pid.get(pid)
+            memory_by_pid[pid] = used if known is None else max(known, used or 0)
+        if not client_memory and not self._names.enabled:
+            return roles  # no client, no names: nothing says MPS runs here
+        for pid, kinds in kinds_by_pid.items():
+            if pid in roles or "compute" not in kinds:
+                continue
+            server = self._names.is_mps_server(pid)
+            if server is None:  # the name cannot be read: its place in the lists tells
+                server = bool(client_memory)
+            if server:
+                roles[pid] = "server"
+        return roles
 
     def _list_processes(self, dev: _Device, kind: ProcessKind) -> calls.Processes:
         call = self._process_calls[kind]

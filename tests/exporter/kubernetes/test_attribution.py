@@ -12,6 +12,7 @@ from gpuscope.exporter.kubernetes.attribution import (
     Attribution,
     Attributor,
     ContainerKey,
+    DeviceSharing,
     attribute,
 )
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
@@ -183,6 +184,104 @@ def test_node_info_falls_back_to_the_flag() -> None:
     labelled = NodeInfo("g5.xlarge", "us-east-1a", "spot")
     got = attribute(s, [], {}, metadata(node=labelled), node_fallback=fallback).node
     assert got == labelled
+
+
+# --- CUDA MPS: clients in their own containers, the server as infrastructure
+
+SERVER, HEAVY, LIGHT = 787, 752, 754
+
+
+def mps_gpu(reported: bool | None, *, heavy: float | None, light: float | None,
+            server: float | None = 0.95) -> DeviceSample:
+    """GPU 0 as the H200 showed it under MPS (the server's memory, the clients' bytes)."""
+    procs = (
+        ProcessSample(HEAVY, ("compute",), 5_209_325_568, heavy, mps="client"),
+        ProcessSample(LIGHT, ("compute",), 1_786_773_504, light, mps="client"),
+        ProcessSample(SERVER, ("compute",), 69_206_016, server, mps="server"),
+    )
+    return DeviceSample(index="0", uuid=G0, model="NVIDIA H200", utilization_ratio=0.99,
+                        processes=procs, mps_client_utilization_reported=reported)
+
+
+MPS_REFS = {
+    HEAVY: ContainerRef("u-heavy", cid(1), "containerd"),
+    LIGHT: ContainerRef("u-light", cid(2), "containerd"),
+    # The server runs in the device plugin's MPS control daemon pod.
+    SERVER: ContainerRef("u-mps", cid(3), "containerd"),
+}
+MPS_META = metadata(
+    pod_info("u-heavy", "ml", "heavy", {cid(1): "main"}),
+    pod_info("u-light", "ml", "light", {cid(2): "main"}),
+    pod_info("u-mps", "nvidia", "nvidia-device-plugin-mps-control-daemon-x",
+             {cid(3): "mps-control-daemon-ctr"}, "DaemonSet/nvidia-device-plugin"),
+)
+MPS_ALLOCATIONS = [
+    alloc("ml", "heavy", "main", f"{G0}::0", "nvidia.com/gpu.shared"),
+    alloc("ml", "light", "main", f"{G0}::1", "nvidia.com/gpu.shared"),
+    alloc("ml", "idle", "main", f"{G0}::2", "nvidia.com/gpu.shared"),
+]
+HEAVY_KEY = ContainerKey("ml", "heavy", "main")
+LIGHT_KEY = ContainerKey("ml", "light", "main")
+IDLE_KEY = ContainerKey("ml", "idle", "main")
+
+
+def test_mps_clients_get_their_memory_and_no_utilization_when_only_the_server_has_samples(
+) -> None:
+    result = attribute(snap(mps_gpu(False, heavy=None, light=None)), MPS_ALLOCATIONS,
+                       MPS_REFS, MPS_META)
+    assert by_key(result) == {
+        (HEAVY_KEY, G0): (True, None, 5_209_325_568),
+        (LIGHT_KEY, G0): (True, None, 1_786_773_504),
+        # No process at all: idle for certain (allocated-but-idle), MPS or not.
+        (IDLE_KEY, G0): (True, 0.0, 0),
+    }
+    # The server is in no row: not the control daemon's pod, not a host process.
+    assert (HOST, G0) not in by_key(result)
+    assert [p.pod for p in result.pods] == ["heavy", "idle", "light"]
+    assert result.unnamed_processes == 0
+    assert result.sharing == (DeviceSharing("0", G0, "mps"),)
+
+
+def test_mps_clients_get_their_own_utilization_when_nvml_reports_it() -> None:
+    result = attribute(snap(mps_gpu(True, heavy=0.7, light=0.25, server=0.0)),
+                       MPS_ALLOCATIONS, MPS_REFS, MPS_META)
+    got = by_key(result)
+    assert got[(HEAVY_KEY, G0)] == (True, 0.7, 5_209_325_568)
+    assert got[(LIGHT_KEY, G0)] == (True, 0.25, 1_786_773_504)
+    assert got[(IDLE_KEY, G0)] == (True, 0.0, 0)
+    assert (HOST, G0) not in got
+
+
+def test_a_host_mps_server_is_not_a_host_process() -> None:
+    # The control daemon started on the host (nvidia-cuda-mps-control -d), clients on the
+    # host too: the clients are host processes, the server is not one.
+    result = attribute(snap(mps_gpu(False, heavy=None, light=None)), [],
+                       {HEAVY: None, LIGHT: None, SERVER: None}, metadata())
+    assert by_key(result) == {(HOST, G0): (False, None, 5_209_325_568 + 1_786_773_504)}
+
+
+def test_sharing_mode_of_each_device() -> None:
+    s = snap(
+        gpu("0", G0),  # exclusive
+        gpu("1", G1),  # time-sliced replicas
+        DeviceSample(index="2", uuid=G2, model="NVIDIA H200", processes=(
+            ProcessSample(SERVER, ("compute",), 69_206_016, 0.0, mps="server"),)),
+        gpu("3", "GPU-33333333-3333-3333-3333-333333333333", util=None),  # MIG parent
+        gpu("3/1", MIG_A, util=None, parent="GPU-33333333-3333-3333-3333-333333333333"),
+        gpu("3/2", MIG_B, util=None, parent="GPU-33333333-3333-3333-3333-333333333333"),
+        gpu("4", "GPU-44444444-4444-4444-4444-444444444444", up=False),  # lost: none
+    )
+    allocations = [alloc("a", "p", "c", f"{G1}::0"), alloc("a", "q", "c", f"{G1}::1"),
+                   alloc("a", "r", "c", G0), alloc("a", "s", "c", f"{MIG_B}::1"),
+                   alloc("a", "t", "c", f"{G2}::0")]
+    assert attribute(s, allocations, {}, metadata()).sharing == (
+        DeviceSharing("0", G0, "exclusive"),
+        DeviceSharing("1", G1, "time-sliced"),
+        DeviceSharing("2", G2, "mps"),  # an MPS server runs: MPS, whatever the replicas
+        DeviceSharing("3", "GPU-33333333-3333-3333-3333-333333333333", "mig"),
+        DeviceSharing("3/1", MIG_A, "mig"),
+        DeviceSharing("3/2", MIG_B, "time-sliced"),  # a slice handed out as replicas
+    )
 
 
 class BrokenInputs:

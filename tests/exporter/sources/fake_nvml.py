@@ -47,6 +47,16 @@ values 74-81 or with ``nvmlDeviceGetViolationStatus``) and the clocks-event-reas
 sample buffers are real allocations, checked like the driver does: a metrics request needs two
 filled buffers of one target, the older first, and a freed buffer is invalid.
 
+CUDA MPS, as an H200 with driver 580.159.04 showed it: a process with ``mps="server"`` is the
+``nvidia-cuda-mps-server`` (a compute process like any other to NVML), ``mps="client"`` an MPS
+client, listed by ``nvmlDeviceGetMPSComputeRunningProcesses_v3`` (and ``_v2``) and, with the
+same memory, by the compute list too (``device.mps_clients_in_compute_list = False`` lists
+them in the MPS list only). Per-process utilization has two behaviours:
+``device.mps_client_utilization = False`` (the default, as measured) makes
+:meth:`FakeNvml.record_process_samples` record a sample for the server only, its smUtil the
+clients' added up (at most 100), and none for the clients; ``True`` records each client's own.
+``device.mps_supported = False`` answers the MPS list NOT_SUPPORTED (before Volta).
+
 Entry points are cheap (a dict lookup per handle, no copies of the process lists), so the fake
 also serves the benchmark (8 GPUs x 64 processes).
 """
@@ -133,7 +143,9 @@ class _Return(Exception):
 class FakeProcess:
     """One process on a device. ``used_memory`` in bytes (``None``: NVML cannot tell);
     ``kinds`` picks the lists it appears in (compute and/or graphics); ``sm_util`` and
-    ``mem_util`` (percent) are what :meth:`FakeNvml.record_process_samples` records for it."""
+    ``mem_util`` (percent) are what :meth:`FakeNvml.record_process_samples` records for it.
+    ``mps``: ``"server"`` (the MPS server), ``"client"`` (an MPS client: in the MPS list
+    too) or ``None``."""
 
     pid: int
     used_memory: int | None = 512 * MIB
@@ -141,6 +153,7 @@ class FakeProcess:
     sm_util: int = 0
     mem_util: int = 0
     compute_instance_id: int = 0
+    mps: str | None = None
 
 
 @dataclass(eq=False)
@@ -182,6 +195,12 @@ class _FakeDevice:
     # GPM means (metric id -> % or MiB/s) for the interval ending at the next sample.
     gpm: dict[int, float] = field(default_factory=dict)
     gpm_unsupported: set[int] = field(default_factory=set)
+    # MPS: the MPS list answers (else NOT_SUPPORTED, before Volta); clients are in the
+    # compute list too; the driver records samples per client (True) or for the server only,
+    # carrying the clients' work (False: as an H200 with driver 580.159.04 does).
+    mps_supported: bool = True
+    mps_clients_in_compute_list: bool = True
+    mps_client_utilization: bool = False
     address: int = 0  # the opaque handle's value, assigned by FakeNvml
     _token: Any = field(default=None, repr=False)
 
@@ -618,7 +637,12 @@ def _running(dev: _FakeDevice, kind: str) -> Iterator[tuple[FakeProcess, int]]:
         return
     gi = dev.gpu_instance_id if isinstance(dev, FakeMigSlice) else _NO_INSTANCE
     for proc in dev.processes:
-        if kind in proc.kinds:
+        if kind == "mps":
+            if proc.mps == "client":
+                yield proc, gi
+        elif kind in proc.kinds and (
+            proc.mps != "client" or kind != "compute" or dev.mps_clients_in_compute_list
+        ):
             yield proc, gi
 
 
@@ -664,6 +688,24 @@ def nvmlDeviceGetGraphicsRunningProcesses_v2(
     lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
 ) -> int | None:
     return _processes(dev, "graphics", count, infos)
+
+
+@_device_entry
+def nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
+) -> int | None:
+    if not dev.mps_supported:
+        raise _Return(NOT_SUPPORTED)
+    return _processes(dev, "mps", count, infos)
+
+
+@_device_entry
+def nvmlDeviceGetMPSComputeRunningProcesses_v2(
+    lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
+) -> int | None:
+    if not dev.mps_supported:
+        raise _Return(NOT_SUPPORTED)
+    return _processes(dev, "mps", count, infos)
 
 
 @_device_entry
@@ -1060,11 +1102,23 @@ class FakeNvml:
 
     def record_process_samples(self, timestamp_us: int) -> None:
         """One driver sampling tick: a sample for every process on every device that keeps
-        per-process utilization, with the process's current ``sm_util``/``mem_util``."""
+        per-process utilization, with the process's current ``sm_util``/``mem_util``. Under
+        MPS with ``mps_client_utilization`` off, the clients get none and the server one
+        with their work added up (at most 100 %), as the H200 answered."""
         for dev in self._by_address.values():
-            if dev.process_utilization_supported:
-                for proc in dev.processes:
-                    dev.add_util_sample(proc.pid, timestamp_us, proc.sm_util, proc.mem_util)
+            if not dev.process_utilization_supported:
+                continue
+            server = next((p for p in dev.processes if p.mps == "server"), None)
+            pooled = server is not None and not dev.mps_client_utilization
+            for proc in dev.processes:
+                if pooled and proc.mps == "client":
+                    continue
+                sm, mem = proc.sm_util, proc.mem_util
+                if pooled and proc is server:
+                    clients = [p for p in dev.processes if p.mps == "client"]
+                    sm = min(100, sm + sum(p.sm_util for p in clients))
+                    mem = min(100, mem + sum(p.mem_util for p in clients))
+                dev.add_util_sample(proc.pid, timestamp_us, sm, mem)
 
     # --- internals used by the entry points
 

@@ -1,4 +1,5 @@
 """Per-container and per-pod series (``container_gpu_*``, ``gpu_pod_info``, ``gpu_node_info``)
+and each device's sharing mode (``gpu_sharing_info``: it needs the kubelet's allocations)
 rendered from the latest :class:`~gpuscope.exporter.kubernetes.attribution.Attribution`.
 
 ``gpu_node_info`` also carries the node name the exporter knows for itself (``node_name``),
@@ -50,10 +51,14 @@ class ContainerCollector(Collector):
         pods = new_family("gpu_pod_info")
         for pod in result.pods:
             pods.add_metric([pod.namespace, pod.pod, pod.uid, pod.workload], 1.0)
+        sharing = new_family("gpu_sharing_info")
+        for dev in result.sharing:
+            sharing.add_metric([dev.gpu, dev.uuid, dev.sharing], 1.0)
         yield allocated
         yield util
         yield memory
         yield pods
+        yield sharing
         unresolved = new_family("gpu_exporter_attribution_unresolved_devices")
         unresolved.add_metric([], float(result.unresolved_allocations))
         unnamed = new_family("gpu_exporter_attribution_unnamed_processes")

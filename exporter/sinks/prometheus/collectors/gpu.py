@@ -41,8 +41,9 @@ _DEVICE_VALUES: tuple[tuple[str, str], ...] = (
 
 class GpuCollector(Collector):
     """Renders ``gpu_info``, ``gpu_up``, the device values, row remapping, throttle and XID
-    counters and (opt-in) per-process series from ``latest()``; before the first sample it
-    yields nothing.
+    counters, MPS (the server's memory, whether clients' utilization is reported) and
+    (opt-in) per-process series from ``latest()``; before the first sample it yields
+    nothing.
 
     ``process_cap`` (``--max-process-series``) picks which processes get series when a
     round has more than the cap; without one every process does."""
@@ -67,6 +68,8 @@ class GpuCollector(Collector):
         remap_failed = new_family("gpu_row_remap_failed")
         throttle = new_family("gpu_throttle_seconds_total")
         xid = new_family("gpu_xid_errors_total")
+        mps_server = new_family("gpu_mps_server_memory_used_bytes")
+        mps_reported = new_family("gpu_mps_client_utilization_reported")
         proc_util = new_family("gpu_process_utilization_ratio")
         proc_mem = new_family("gpu_process_memory_used_bytes")
         driver = snap.driver_version or ""
@@ -95,6 +98,8 @@ class GpuCollector(Collector):
                 throttle.add_metric([*ids, t.reason], t.seconds)
             for x in dev.xid_errors:
                 xid.add_metric([*ids, str(x.xid)], float(x.count))
+            if dev.runs_mps:
+                _add_mps(dev, ids, mps_server, mps_reported)
             if self._process_metrics:
                 _add_processes(dev, ids, proc_util, proc_mem, kept)
         yield info
@@ -105,9 +110,24 @@ class GpuCollector(Collector):
         yield remap_failed
         yield throttle
         yield xid
+        # Only on MPS nodes: no HELP/TYPE lines for families that are always empty elsewhere.
+        if mps_server.samples:
+            yield mps_server
+        if mps_reported.samples:
+            yield mps_reported
         if self._process_metrics:
             yield proc_util
             yield proc_mem
+
+
+def _add_mps(dev: DeviceSample, ids: list[str], server: Family, reported: Family) -> None:
+    servers = [p for p in dev.processes if p.mps == "server"]
+    if servers:
+        memory = [p.memory_used_bytes for p in servers if p.memory_used_bytes is not None]
+        if memory:
+            server.add_metric(ids, float(sum(memory)))
+    if dev.mps_client_utilization_reported is not None:
+        reported.add_metric(ids, 1.0 if dev.mps_client_utilization_reported else 0.0)
 
 
 def _add_processes(
