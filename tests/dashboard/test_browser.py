@@ -104,6 +104,19 @@ def test_idle_nodes_table_lists_the_planted_idle_nodes_with_prices(
     assert slices == {("ip-10-0-6-20.ec2.internal", "6/2"), ("ip-10-0-6-20.ec2.internal", "7/2")}
 
 
+def test_gpu_health_table_lists_the_planted_broken_gpu(
+    page: Page, demo_dashboard: DashboardProcess
+) -> None:
+    # The registry's own verdict, on the page like the others: p5-mixed's GPU 4 (an
+    # uncorrectable ECC error, XID 63, a row remap pending), its pod, its node's $/hour.
+    open_page(page, demo_dashboard.url)
+    (row,) = rows(page, "gpu-health-table", "gpu-health-note")
+    assert row[:2] == ["ip-10-0-6-20.ec2.internal", "4"]
+    assert "XID 63" in row[2] and "row remap pending" in row[2] and "ECC" in row[2]
+    assert row[4] == "yes" and "cfd-solver" in row[5] and row[6] == fmt.money(55.04)
+    assert "1 GPU with problems on 1 node" in page.inner_text("#gpu-health-note")
+
+
 def test_starved_pods_table_lists_the_planted_containers(
     page: Page, demo_dashboard: DashboardProcess
 ) -> None:
