@@ -34,6 +34,11 @@
  * GPU has a row remapper with no row remapped, no remap pending and none failed, unless
  * FAKE_NVML_REMAPPED_ROWS says otherwise for it.
  *
+ * CUDA MPS (FAKE_NVML_MPS): planted servers and clients replace a GPU's synthesized processes,
+ * each running from nvmlInit until its optional exit time; both per-process utilization
+ * behaviours (FAKE_NVML_MPS_CLIENT_UTILIZATION), as the Python double's FakeProcess.mps and
+ * mps_client_utilization play them. Every other GPU answers the MPS list empty.
+ *
  * GPU health faults, planned in time since the nvmlInit that built the node (CLOCK_MONOTONIC),
  * as the Python double plays them (FakeGpu.lost, FakeNvml.inject_xid):
  *  - a lost GPU answers GPU_IS_LOST to every call on its handle (name, UUID and PCI info
@@ -72,6 +77,25 @@
  *                                  "GPU:XID@SECONDS" (e.g. "0:79@2;1:48@4.5"), at most
  *                                  MAX_XID_EVENTS. A malformed entry is reported on stderr
  *                                  and left out.
+ *   FAKE_NVML_MPS                  CUDA MPS processes, entries separated by ';':
+ *                                  "GPU:server:PID:MIB" (the nvidia-cuda-mps-server, MIB of
+ *                                  device memory) and "GPU:client:PID:MIB:SM" (an MPS
+ *                                  client, SM its utilization in percent), each optionally
+ *                                  followed by "@SECONDS": the process exits SECONDS after
+ *                                  nvmlInit. E.g. the H200's "0:server:787:66;
+ *                                  0:client:752:4968:70;0:client:754:1704:25". A GPU with
+ *                                  an entry runs these processes instead of the synthesized
+ *                                  ones: its compute list names the server and the clients,
+ *                                  nvmlDeviceGetMPSComputeRunningProcesses_v3/_v2 the
+ *                                  clients (same bytes); at most MAX_MPS_PROCESSES. A
+ *                                  malformed entry is reported on stderr and left out.
+ *   FAKE_NVML_MPS_CLIENT_UTILIZATION
+ *                                  0 (default, as the H200 with driver 580.159.04 answers):
+ *                                  on an MPS GPU per-process utilization has samples for
+ *                                  the server's PID only, smUtil the running clients' added
+ *                                  up (at most 100); 1: one sample per running client (its
+ *                                  SM) and per server (0), as a driver reporting clients
+ *                                  would.
  *
  * Return codes follow the Python double where the two could differ (nvmlShutdown when not
  * initialised answers SUCCESS; a size query of the process utilization answers
@@ -253,6 +277,7 @@ struct fake_device {
     int remap_supported; /* nvmlDeviceGetRemappedRows answers (else NOT_SUPPORTED) */
     unsigned int remap_correctable, remap_uncorrectable, remap_pending, remap_failed;
     unsigned long long lost_at_ns; /* lost from this time since init on; NEVER: not lost */
+    unsigned int mps;              /* MPS processes planted on it (FAKE_NVML_MPS) */
 };
 typedef struct fake_device *nvmlDevice_t;
 
@@ -328,6 +353,21 @@ struct fake_xid_event {
 };
 static struct fake_xid_event g_xid_events[MAX_XID_EVENTS];
 static unsigned int g_xid_event_count;
+
+/* An MPS process (FAKE_NVML_MPS), running from init until stop_ns (NEVER: for good). */
+#define MAX_MPS_PROCESSES 32
+#define MAX_MPS_MIB (MEMORY_TOTAL_GIB * 1024U)
+struct fake_mps_process {
+    unsigned int gpu;
+    unsigned int pid;
+    int server;               /* 1: nvidia-cuda-mps-server, 0: a client */
+    unsigned long long bytes;
+    unsigned int sm;          /* a client's SM utilization, percent */
+    unsigned long long stop_ns;
+};
+static struct fake_mps_process g_mps[MAX_MPS_PROCESSES];
+static unsigned int g_mps_count;
+static unsigned int g_mps_client_utilization; /* 1: samples per client; 0: the server's */
 
 static unsigned int env_uint(const char *name, unsigned int fallback, unsigned int max) {
     const char *text = getenv(name);
@@ -449,6 +489,44 @@ static int add_xid(const char *entry) {
     return 1;
 }
 
+/* One FAKE_NVML_MPS entry: "GPU:server:PID:MIB" or "GPU:client:PID:MIB:SM", optionally
+   "@SECONDS"; 0 when it is malformed, names a PID already planted on that GPU, or there are
+   already MAX_MPS_PROCESSES. */
+static int add_mps(const char *entry) {
+    struct fake_mps_process m = {0, 0, 0, 0, 0, NEVER};
+    unsigned int mib = 0;
+    const char *p = entry;
+    if (!parse_uint(&p, MAX_GPUS, &m.gpu) || *p++ != ':')
+        return 0;
+    if (strncmp(p, "server:", 7) == 0) {
+        m.server = 1;
+        p += 7;
+    } else if (strncmp(p, "client:", 7) == 0) {
+        p += 7;
+    } else {
+        return 0;
+    }
+    if (!parse_uint(&p, 1ULL << 32, &m.pid) || m.pid == 0 || *p++ != ':' ||
+        !parse_uint(&p, MAX_MPS_MIB + 1ULL, &mib))
+        return 0;
+    if (!m.server && (*p++ != ':' || !parse_uint(&p, 101, &m.sm)))
+        return 0;
+    if (*p == '@') {
+        p++;
+        if (!parse_seconds(&p, &m.stop_ns))
+            return 0;
+    }
+    if (*p != '\0' || g_mps_count >= MAX_MPS_PROCESSES)
+        return 0;
+    for (unsigned int i = 0; i < g_mps_count; i++)
+        if (g_mps[i].gpu == m.gpu && g_mps[i].pid == m.pid)
+            return 0;
+    m.bytes = (unsigned long long)mib * MIB;
+    g_mps[g_mps_count++] = m;
+    g_devices[m.gpu].mps++;
+    return 1;
+}
+
 /* Apply `set` to every entry of the environment variable `name` (entries separated by ';',
    empty ones skipped); a malformed entry is reported on stderr (`form` says what it should
    be) and left out. */
@@ -500,6 +578,7 @@ static void build_node(void) {
         d->remap_correctable = d->remap_uncorrectable = 0;
         d->remap_pending = d->remap_failed = 0;
         d->lost_at_ns = NEVER;
+        d->mps = 0;
     }
     for (unsigned int i = 0; i < MAX_EVENT_SETS; i++)
         g_event_sets[i].registered = 0; /* the handles of a previous session are gone */
@@ -514,6 +593,13 @@ static void build_node(void) {
                      "GPU:XID@SECONDS (GPU below " STR(MAX_GPUS) ", SECONDS a decimal number of "
                      "seconds since nvmlInit, at most " STR(MAX_FAULT_SECONDS) "; at most "
                      STR(MAX_XID_EVENTS) " entries)");
+    g_mps_count = 0;
+    g_mps_client_utilization = env_uint("FAKE_NVML_MPS_CLIENT_UTILIZATION", 0, 1);
+    entries_from_env("FAKE_NVML_MPS", add_mps,
+                     "GPU:server:PID:MIB or GPU:client:PID:MIB:SM, optionally @SECONDS (GPU "
+                     "below " STR(MAX_GPUS) ", PID above 0, MIB at most the GPU's memory, SM a "
+                     "percentage; a PID once per GPU; at most " STR(MAX_MPS_PROCESSES)
+                     " entries)");
     clock_gettime(CLOCK_MONOTONIC, &g_init_time);
 }
 
@@ -890,10 +976,44 @@ static nvmlReturn_t running_processes(struct fake_device *dev, unsigned int n,
     return NVML_SUCCESS;
 }
 
+/* Whether an MPS process runs now (it has not reached its exit time). */
+static int mps_running(const struct fake_mps_process *m) {
+    return m->stop_ns == NEVER || since_init_ns() < m->stop_ns;
+}
+
+/* The running MPS processes of a GPU, servers too unless `clients_only`: the list answer of
+   running_processes, from the same snapshot of the clock for the size and the entries. */
+static nvmlReturn_t mps_processes(struct fake_device *dev, int clients_only,
+                                  unsigned int *count, nvmlProcessInfo_t *infos) {
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    const struct fake_mps_process *running[MAX_MPS_PROCESSES];
+    unsigned int n = 0;
+    for (unsigned int i = 0; i < g_mps_count; i++) {
+        const struct fake_mps_process *m = &g_mps[i];
+        if (m->gpu == dev->index && !(clients_only && m->server) && mps_running(m))
+            running[n++] = m;
+    }
+    if (infos == NULL || *count < n) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        infos[i].pid = running[i]->pid;
+        infos[i].usedGpuMemory = running[i]->bytes;
+        infos[i].gpuInstanceId = NO_INSTANCE;
+        infos[i].computeInstanceId = NO_INSTANCE;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                              unsigned int *count,
                                                              nvmlProcessInfo_t *infos) {
     DEVICE_ENTRY(device, dev);
+    if (dev->mps)
+        return mps_processes(dev, 0, count, infos);
     return running_processes(dev, g_processes_per_gpu, count, infos);
 }
 
@@ -901,7 +1021,24 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
                                                              unsigned int *count,
                                                              nvmlProcessInfo_t *infos) {
     DEVICE_ENTRY(device, dev);
+    if (dev->mps)
+        return mps_processes(dev, 0, count, infos);
     return running_processes(dev, g_processes_per_gpu, count, infos);
+}
+
+/* The MPS clients (Volta and newer); empty on a GPU without MPS, as the driver answers. */
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                unsigned int *count,
+                                                                nvmlProcessInfo_t *infos) {
+    DEVICE_ENTRY(device, dev);
+    return mps_processes(dev, 1, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                                unsigned int *count,
+                                                                nvmlProcessInfo_t *infos) {
+    DEVICE_ENTRY(device, dev);
+    return mps_processes(dev, 1, count, infos);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
@@ -918,6 +1055,34 @@ EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device
     return running_processes(dev, 0, count, infos);
 }
 
+/* One whole second's samples of an MPS GPU, as (pid, smUtil) into `out` (room for
+   MAX_MPS_PROCESSES); the count. The processes running now: the server's PID alone with the
+   clients' SM added up (at most 100), or with FAKE_NVML_MPS_CLIENT_UTILIZATION=1 each
+   client's own and the server's 0. */
+static unsigned int mps_tick(const struct fake_device *dev, unsigned int out[][2]) {
+    unsigned int n = 0, total = 0, server = 0;
+    for (unsigned int i = 0; i < g_mps_count; i++) {
+        const struct fake_mps_process *m = &g_mps[i];
+        if (m->gpu != dev->index || !mps_running(m))
+            continue;
+        if (m->server)
+            server = m->pid;
+        else
+            total += m->sm;
+        if (g_mps_client_utilization) {
+            out[n][0] = m->pid;
+            out[n][1] = m->server ? 0 : m->sm;
+            n++;
+        }
+    }
+    if (!g_mps_client_utilization && server != 0) {
+        out[0][0] = server;
+        out[0][1] = total > 100 ? 100 : total;
+        n = 1;
+    }
+    return n;
+}
+
 /* Samples with timeStamp > lastSeenTimeStamp (us), oldest first; NOT_FOUND when there are
    none; samples NULL is the size query (INSUFFICIENT_SIZE with *count set); a buffer too
    small gets the oldest samples that fit. */
@@ -928,7 +1093,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     DEVICE_ENTRY(device, dev);
     if (count == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long ppg = g_processes_per_gpu;
+    unsigned int tick[MAX_MPS_PROCESSES][2];
+    unsigned long long ppg = dev->mps ? mps_tick(dev, tick) : g_processes_per_gpu;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     unsigned long long newest = (unsigned long long)now.tv_sec; /* whole seconds: sample k */
@@ -951,10 +1117,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
         unsigned long long k = first + j / ppg;
         unsigned int i = (unsigned int)(j % ppg);
         nvmlProcessUtilizationSample_t *s = &samples[j];
-        s->pid = first_pid + i;
+        s->pid = dev->mps ? tick[i][0] : first_pid + i;
         s->timeStamp = k * 1000000ULL;
-        s->smUtil = 1U + (unsigned int)((i + k) % 3);
-        s->memUtil = i % 2;
+        s->smUtil = dev->mps ? tick[i][1] : 1U + (unsigned int)((i + k) % 3);
+        s->memUtil = dev->mps ? 0 : i % 2;
         s->encUtil = 0;
         s->decUtil = 0;
     }

@@ -33,6 +33,7 @@ SAMPLE = pynvml.c_nvmlProcessUtilizationSample_t
 FAULT_VARIABLES = (
     "FAKE_NVML_REMAPPED_ROWS", "FAKE_NVML_LOST", "FAKE_NVML_XIDS",
     "FAKE_NVML_MEMORY_RESERVED_MIB", "FAKE_NVML_NO_MEMORY_V2",
+    "FAKE_NVML_MPS", "FAKE_NVML_MPS_CLIENT_UTILIZATION",
 )
 
 
@@ -716,6 +717,166 @@ def test_malformed_lost_and_xid_entries_are_reported_and_left_out(
     assert reported("FAKE_NVML_LOST") == ["1@", "x@1", "0@-1", "64@1", "0@1e3", "0@0.5s", "0@ 1"]
     assert reported("FAKE_NVML_XIDS") == [
         "0:79", "0:79@", "0@1", "0:-79@1", "64:79@1", "0:4294967296@1", "0:79@1000001",
+    ]
+
+
+# --- CUDA MPS: FAKE_NVML_MPS and FAKE_NVML_MPS_CLIENT_UTILIZATION
+
+# The H200's node (driver 580.159.04): the server and two PyTorch clients on GPU 0, their
+# bytes as NVML gave them (whole MiB: 66, 4968, 1704).
+SERVER, HEAVY, LIGHT = 787, 752, 754
+MPS_BYTES = {SERVER: 69_206_016, HEAVY: 5_209_325_568, LIGHT: 1_786_773_504}
+MPS_NODE = "0:server:787:66;0:client:752:4968:70;0:client:754:1704:25"
+
+
+def mps_proc_root(root: Path) -> Path:
+    """/proc with the server's and the clients' names (what tells the server apart)."""
+    for pid, comm, argv0 in ((SERVER, "nvidia-cuda-mps", "nvidia-cuda-mps-server"),
+                             (HEAVY, "python3", "python3"), (LIGHT, "python3", "python3")):
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "comm").write_text(comm + "\n")
+        (root / str(pid) / "cmdline").write_bytes(argv0.encode() + b"\0")
+    return root
+
+
+def python_mps_node(per_client: bool) -> object:
+    """The same node on the Python double: build_node's GPUs, GPU 0 running MPS."""
+    fake = build_node(GPUS, PROCESSES_PER_GPU)
+    gpu = fake.gpus[0]
+    gpu.processes = []
+    gpu.mps_client_utilization = per_client
+    gpu.add_process(SERVER, used_memory=MPS_BYTES[SERVER], mps="server")
+    gpu.add_process(HEAVY, used_memory=MPS_BYTES[HEAVY], mps="client", sm_util=70)
+    gpu.add_process(LIGHT, used_memory=MPS_BYTES[LIGHT], mps="client", sm_util=25)
+    fake.record_process_samples(int(time.time() * 1_000_000))
+    return fake
+
+
+def mps_rounds(loader_result: object, proc_root: Path | None, rounds: int = 1) -> Snapshot:
+    source = NvmlSource(library_loader=lambda: loader_result, xid_events=False,
+                        proc_root=None if proc_root is None else str(proc_root))
+    try:
+        snap = source.sample()
+        for _ in range(rounds - 1):
+            time.sleep(0.3)
+            snap = source.sample()
+    finally:
+        source.close()
+    return snap
+
+
+@pytest.mark.parametrize("per_client", [False, True], ids=["server-samples", "client-samples"])
+def test_an_mps_node_as_on_the_python_double(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, per_client: bool
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_MPS", MPS_NODE)
+    monkeypatch.setenv("FAKE_NVML_MPS_CLIENT_UTILIZATION", str(int(per_client)))
+    root = mps_proc_root(tmp_path / "proc")
+    c_snap = mps_rounds(lib, root)
+    with restored_pynvml():
+        py_snap = mps_rounds(python_mps_node(per_client), root)
+    c_dev, py_dev = c_snap.devices[0], py_snap.devices[0]
+    # Every reading equal, the MPS processes' utilization too (constant in both doubles);
+    # busy time varies with time in the C double.
+    assert dataclasses.replace(c_dev, busy_seconds=None) == dataclasses.replace(
+        py_dev, busy_seconds=None)
+    # GPU 1: no MPS, its own synthesized processes.
+    assert without_time_varying(c_snap.devices[1]) == without_time_varying(py_snap.devices[1])
+    assert not c_snap.devices[1].runs_mps
+    assert {p.pid: (p.kinds, p.mps, p.memory_used_bytes) for p in c_dev.processes} == {
+        pid: (("compute",), "server" if pid == SERVER else "client", MPS_BYTES[pid])
+        for pid in (SERVER, HEAVY, LIGHT)
+    }
+    utilization = {p.pid: p.sm_utilization_ratio for p in c_dev.processes}
+    if per_client:
+        assert utilization == {SERVER: 0.0, HEAVY: 0.7, LIGHT: 0.25}
+        assert c_dev.mps_client_utilization_reported is True
+    else:  # as the H200 answered: the server's PID carries the clients' 70 + 25 %
+        assert utilization == {SERVER: 0.95, HEAVY: None, LIGHT: None}
+        assert c_dev.mps_client_utilization_reported is False
+    got = served(c_snap, "0")
+    uuid = (("uuid", c_dev.uuid),)
+    assert got[("gpu_mps_server_memory_used_bytes", uuid)] == float(MPS_BYTES[SERVER])
+    assert got[("gpu_mps_client_utilization_reported", uuid)] == float(per_client)
+
+
+def test_the_mps_lists_through_pynvml(lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NVML_MPS", MPS_NODE)
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        h0, h1 = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(GPUS))
+        compute = {p.pid: p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h0)}
+        mps = {p.pid: p.usedGpuMemory
+               for p in pynvml.nvmlDeviceGetMPSComputeRunningProcesses(h0)}
+        assert compute == MPS_BYTES  # the server and the clients
+        assert mps == {HEAVY: MPS_BYTES[HEAVY], LIGHT: MPS_BYTES[LIGHT]}  # the clients only
+        assert pynvml.nvmlDeviceGetMPSComputeRunningProcesses(h1) == []
+        assert len(pynvml.nvmlDeviceGetComputeRunningProcesses(h1)) == PROCESSES_PER_GPU
+        # Per-process utilization: the server's PID only, one sample per whole second.
+        samples = pynvml.nvmlDeviceGetProcessUtilization(h0, 0)
+        assert {(s.pid, s.smUtil) for s in samples} == {(SERVER, 95)}
+        assert len(samples) == HISTORY_SECONDS
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_an_mps_client_exiting(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The light client exits 1 s after nvmlInit.
+    monkeypatch.setenv("FAKE_NVML_MPS", MPS_NODE.replace(":25", ":25@1"))
+    root = mps_proc_root(tmp_path / "proc")
+    source = NvmlSource(library_loader=lambda: lib, xid_events=False, proc_root=str(root))
+    try:
+        before = source.sample().devices[0]
+        time.sleep(1.1)
+        after = source.sample().devices[0]
+    finally:
+        source.close()
+    assert [p.pid for p in before.processes] == [HEAVY, LIGHT, SERVER]
+    assert {p.pid: (p.mps, p.memory_used_bytes) for p in after.processes} == {
+        HEAVY: ("client", MPS_BYTES[HEAVY]), SERVER: ("server", MPS_BYTES[SERVER]),
+    }
+    # The server's samples from then on carry the heavy client's work alone.
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    monkeypatch.setenv("FAKE_NVML_MPS", MPS_NODE.replace(":25", ":25@0"))
+    pynvml.nvmlInit()
+    try:
+        h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+        assert {(s.pid, s.smUtil) for s in pynvml.nvmlDeviceGetProcessUtilization(h0, 0)} == {
+            (SERVER, 70)}
+        assert [p.pid for p in pynvml.nvmlDeviceGetMPSComputeRunningProcesses(h0)] == [HEAVY]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_malformed_mps_entries_are_reported_and_left_out(
+    lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(
+        "FAKE_NVML_MPS",
+        "0:server:787;0:client:752:4968;0:client:752:10:101;0:daemon:5:1;64:server:5:1;"
+        "0:server:0:1;0:server:9:81921;0:client:7:1:5@;0:client:7:1:5@x;"
+        "1:server:5:66;1:client:6:100:30;1:client:6:100:30",
+    )
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    try:
+        h0, h1 = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(GPUS))
+        assert pynvml.nvmlDeviceGetMPSComputeRunningProcesses(h0) == []  # nothing planted
+        assert len(pynvml.nvmlDeviceGetComputeRunningProcesses(h0)) == PROCESSES_PER_GPU
+        assert {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h1)} == {5, 6}
+    finally:
+        pynvml.nvmlShutdown()
+    errors = capfd.readouterr().err.splitlines()
+    assert [line.split("'")[1] for line in errors if "FAKE_NVML_MPS entry" in line] == [
+        "0:server:787", "0:client:752:4968", "0:client:752:10:101", "0:daemon:5:1",
+        "64:server:5:1", "0:server:0:1", "0:server:9:81921", "0:client:7:1:5@",
+        "0:client:7:1:5@x", "1:client:6:100:30",
     ]
 
 
