@@ -218,7 +218,8 @@ _SPECS: tuple[MetricSpec, ...] = (
         "gpu_sharing_info", "gauge",
         "How the device's compute is shared between containers (sharing): mig (a GPU in MIG "
         "mode, and its slices), mps (an MPS server or MPS clients run on it), time-sliced "
-        "(the kubelet hands out time-slicing replicas GPU-<uuid>::<n>), else exclusive. "
+        "(the kubelet hands out time-slicing replicas GPU-<uuid>::<n>, or the device to "
+        "several containers), else exclusive. "
         "Always 1.", "1", ("gpu", "uuid", "sharing"),
         "nvmlDeviceGetMigMode; the MPS server and clients among the device's processes "
         "(nvmlDeviceGetMPSComputeRunningProcesses_v3, /proc/<pid>/comm); kubelet "

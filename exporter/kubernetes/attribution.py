@@ -37,7 +37,8 @@ The rules, and why:
   a container with a process that lacks a utilization value gets none (never 0).
 - Each device's sharing mode (``gpu_sharing_info``): ``mig`` for a GPU in MIG mode and its
   slices, ``mps`` where an MPS server or clients run, ``time-sliced`` where the kubelet hands
-  out replicas (``GPU-<uuid>::<n>``), else ``exclusive``.
+  out replicas (``GPU-<uuid>::<n>``) or one device to several containers (a shared DRA
+  claim), else ``exclusive``.
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ Sharing = Literal["exclusive", "time-sliced", "mps", "mig"]
 class DeviceSharing:
     """How one device's compute is shared between containers (``gpu_sharing_info``):
     ``mig`` (a GPU in MIG mode, and its slices), ``mps`` (an MPS server or MPS clients run
-    on it), ``time-sliced`` (the kubelet hands out time-slicing replicas of it), else
-    ``exclusive``. ``gpu`` is the device's ``gpu`` label."""
+    on it), ``time-sliced`` (the kubelet hands out time-slicing replicas of it, or the
+    device to several containers), else ``exclusive``. ``gpu`` is the device's ``gpu``
+    label."""
 
     gpu: str
     uuid: str
@@ -172,15 +174,18 @@ def attribute(
 
     rows: dict[tuple[ContainerKey, str], _Row] = {}
     unresolved = 0
-    replicated: set[str] = set()  # devices the kubelet hands out as time-slicing replicas
+    # Devices the kubelet hands out shared: as replicas (GPU-<uuid>::<n>), or to several
+    # containers at once (a DRA claim shared between them).
+    replicated: set[str] = set()
+    holder: dict[str, ContainerKey] = {}
     for alloc in allocations:
         uuid = resolve(alloc.device, snapshot.devices)
         if uuid is None:
             unresolved += 1
             continue
-        if alloc.device.replica is not None:
-            replicated.add(uuid)
         key = ContainerKey(alloc.namespace, alloc.pod, alloc.container)
+        if alloc.device.replica is not None or holder.setdefault(uuid, key) != key:
+            replicated.add(uuid)
         rows.setdefault((key, uuid), _Row()).allocated = True
 
     unnamed = 0

@@ -282,6 +282,12 @@ def test_sharing_mode_of_each_device() -> None:
         DeviceSharing("3/1", MIG_A, "mig"),
         DeviceSharing("3/2", MIG_B, "time-sliced"),  # a slice handed out as replicas
     )
+    # One device held by two containers (a DRA claim shared between them): time-sliced; by
+    # one container twice (replicas, or GPU and claim): still itself alone.
+    shared = [alloc("a", "p", "c", G0), alloc("a", "q", "c", G0), alloc("a", "r", "c", G1),
+              alloc("a", "r", "c", G1, "gpu.nvidia.com")]
+    assert attribute(snap(gpu("0", G0), gpu("1", G1)), shared, {}, metadata()).sharing == (
+        DeviceSharing("0", G0, "time-sliced"), DeviceSharing("1", G1, "exclusive"))
 
 
 class BrokenInputs:
