@@ -44,11 +44,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 from gpuscope.exporter.model import (
     THROTTLE_REASONS,
     DeviceSample,
+    MpsRole,
     PartResult,
     ProcessKind,
     ProcessSample,
@@ -107,11 +109,13 @@ class _Proc:
     """A process with everything sample() needs precomputed."""
 
     __slots__ = (
-        "activity", "always", "fn", "kinds", "lifetime", "maximum", "memory", "pattern", "pid",
+        "activity", "always", "fn", "kinds", "lifetime", "maximum", "memory", "mps", "pattern",
+        "pid",
     )
 
     def __init__(self, spec: ProcessSpec) -> None:
         self.pid: int = spec.pid
+        self.mps: MpsRole | None = spec.mps
         self.kinds: tuple[ProcessKind, ...] = spec.kinds
         self.memory: int = spec.memory_bytes
         self.pattern: UtilizationPattern = spec.utilization
@@ -617,6 +621,7 @@ class SimulatedSource:
         mem_util: float | None
         busy: float | None = None
         processes: tuple[ProcessSample, ...] = ()
+        mps_reported: bool | None = None
         slice_samples: list[DeviceSample] = []
         if gpu.slices:
             util = mem_util = None  # NVML: NOT_SUPPORTED on a MIG parent
@@ -631,7 +636,7 @@ class SimulatedSource:
             procs, total, mem_used = _sample_procs(
                 gpu.procs, t, "process_utilization" in uns, "process_memory" in uns
             )
-            processes = procs
+            processes, mps_reported = _mps_view(procs, spec.mps_client_utilization)
             mem_used += spec.memory_reserved_bytes
             util = _clamp(spec.base_utilization + total)
             load = util if gpu.load is gpu.util else gpu.load.value(t)
@@ -689,6 +694,7 @@ class SimulatedSource:
             throttle_seconds=throttle,
             xid_errors=xid,
             processes=processes,
+            mps_client_utilization_reported=mps_reported,
         ))
         out.extend(slice_samples)
 
@@ -756,6 +762,28 @@ def _sample_procs(
         total += v
         memory += p.memory
         samples.append(ProcessSample(
-            p.pid, p.kinds, None if no_memory else p.memory, None if no_util else v
+            p.pid, p.kinds, None if no_memory else p.memory, None if no_util else v, p.mps
         ))
     return tuple(samples), total, memory
+
+
+def _mps_view(
+    samples: tuple[ProcessSample, ...], clients_reported: bool
+) -> tuple[tuple[ProcessSample, ...], bool | None]:
+    """What NVML reports of a GPU's running processes under CUDA MPS, and whether clients'
+    utilization is reported (``None``: no MPS process runs, or no utilization at all). With
+    ``clients_reported`` off (as an H200 with driver 580.159.04 answers) the clients have no
+    utilization and the server's carries theirs (at most 1)."""
+    if not any(s.mps is not None for s in samples):
+        return samples, None
+    if any(s.sm_utilization_ratio is None for s in samples):
+        return samples, None  # process_utilization not supported: nothing to tell
+    if clients_reported:
+        return samples, True
+    clients = sum(s.sm_utilization_ratio or 0.0 for s in samples if s.mps == "client")
+    return tuple(
+        replace(s, sm_utilization_ratio=None) if s.mps == "client"
+        else replace(s, sm_utilization_ratio=min(1.0, (s.sm_utilization_ratio or 0.0) + clients))
+        if s.mps == "server" else s
+        for s in samples
+    ), False

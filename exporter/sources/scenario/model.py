@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpuscope.exporter.model import MEASUREMENTS, ProcessKind
+from gpuscope.exporter.model import MEASUREMENTS, MpsRole, ProcessKind
 from gpuscope.exporter.sources.scenario.patterns import UtilizationPattern
 
 CapacityType = Literal["on-demand", "spot"]
@@ -172,7 +172,10 @@ class GpuSpec:
     utilization 0 (idle) and 1 (busy). ``gpm``: the GPU (and its MIG slices) reports GPM
     activity. ``throttle``: (reason, seconds of throttling per second as a pattern of
     scenario time) for the reasons that are not 0. ``remapped_rows``: the GPU's row remapper
-    (``None``: it has none, as before Ampere; ``row_remap`` faults change what it reports)."""
+    (``None``: it has none, as before Ampere; ``row_remap`` faults change what it reports).
+    ``mps_client_utilization``: under CUDA MPS, whether per-process utilization is reported
+    for each MPS client (True) or only for the MPS server, carrying every client's work
+    (False: what an H200 with driver 580.159.04 does)."""
 
     index: int
     uuid: str
@@ -198,6 +201,7 @@ class GpuSpec:
     mig: tuple[MigSliceSpec, ...] = ()
     gpm: bool = False
     throttle: tuple[tuple[str, UtilizationPattern], ...] = ()
+    mps_client_utilization: bool = False
     remapped_rows: RemappedRows | None = None
 
     @property
@@ -216,7 +220,8 @@ class GpuSpec:
 @dataclass(frozen=True, slots=True)
 class ProcessSpec:
     """A process on a GPU or MIG slice: host ``pid``, device memory (bytes, constant while it
-    runs), a utilization pattern, a lifetime, and optionally the container it runs in."""
+    runs), a utilization pattern, a lifetime, optionally the container it runs in, and its
+    part in CUDA MPS (``mps``: the ``server`` or a ``client``; GPUs only, not MIG slices)."""
 
     pid: int
     device: DeviceRef
@@ -226,6 +231,7 @@ class ProcessSpec:
     lifetime: Lifetime
     pod: ContainerRef | None = None
     activity: ActivitySpec = field(default_factory=lambda: ActivitySpec())
+    mps: MpsRole | None = None
 
 
 @dataclass(frozen=True, slots=True)

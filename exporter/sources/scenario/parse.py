@@ -12,7 +12,7 @@ import uuid as uuid_module
 from collections.abc import Callable, Mapping
 from typing import NoReturn, TypeVar
 
-from gpuscope.exporter.model import THROTTLE_REASONS, ProcessKind
+from gpuscope.exporter.model import THROTTLE_REASONS, MpsRole, ProcessKind
 from gpuscope.exporter.sources.scenario.model import (
     DEVICE_FIELDS,
     SCENARIO_VERSION,
@@ -92,6 +92,7 @@ _MAX_GPUS = 1024
 _CAPACITY_TYPES: tuple[CapacityType, ...] = ("on-demand", "spot")
 _QOS: tuple[QosClass, ...] = ("guaranteed", "burstable", "besteffort")
 _KINDS: tuple[ProcessKind, ...] = ("compute", "graphics")
+_MPS_ROLES: tuple[MpsRole, ...] = ("server", "client")
 
 # Model name fragment -> the architecture name NVML/nvidia-smi report (exporter/sources/nvml/ uses
 # the same spelling), so simulated data carries the CloudWatch ``arch`` a real node would.
@@ -429,7 +430,7 @@ class _Parser:
         "count", "model", "architecture", "uuid", "pci_bus_id", "memory_total",
         "memory_reserved", "power_limit", "power_idle", "temperature", "sm_clock",
         "memory_clock", "fan_speed", "memory_utilization_factor", "base_utilization", "ecc",
-        "remapped_rows", "unsupported", "mig", "gpm", "throttle",
+        "remapped_rows", "unsupported", "mig", "gpm", "throttle", "mps_client_utilization",
     )
 
     def gpus(self, value: object) -> tuple[GpuSpec, ...]:
@@ -526,6 +527,8 @@ class _Parser:
         throttle = self.throttle(m.get("throttle", {}), f"{path}.throttle", index)
         remapped = self.remapped_rows(m.get("remapped_rows"), f"{path}.remapped_rows",
                                       architecture, unsupported)
+        mps_clients = self.boolean(m.get("mps_client_utilization", False),
+                                   f"{path}.mps_client_utilization")
         return GpuSpec(
             index=index,
             uuid=gpu_uuid,
@@ -554,6 +557,7 @@ class _Parser:
             gpm=gpm,
             throttle=throttle,
             remapped_rows=remapped,
+            mps_client_utilization=mps_clients,
         )
 
     def remapped_rows(
@@ -798,6 +802,7 @@ class _Parser:
         }
         result: list[ProcessSpec] = []
         on_device: set[tuple[int, str]] = set()
+        mps_roles: dict[tuple[int, str], int] = {}  # (GPU, "server") -> its pid
         pid_pod: dict[int, ContainerRef | None] = {}
         memory: dict[str, int] = {}
         for i, entry in enumerate(self.seq(value, "processes")):
@@ -805,8 +810,7 @@ class _Parser:
             m = self.mapping(
                 entry, path,
                 ("pid", "gpu", "kind", "memory", "utilization", "start", "stop", "every",
-                 "activity",
-                 "pod"),
+                 "activity", "pod", "mps"),
                 ("pid", "gpu"),
             )
             pid = self.integer(m["pid"], f"{path}.pid", 1)
@@ -853,7 +857,20 @@ class _Parser:
                 self.activity(m["activity"], f"{path}.activity") if m.get("activity") is not None
                 else _DEFAULT_ACTIVITY
             )
-            result.append(ProcessSpec(pid, ref, kinds, mem, pattern, lifetime, pod, activity))
+            mps: MpsRole | None = None
+            if m.get("mps") is not None:
+                mps = self.choice(m["mps"], f"{path}.mps", _MPS_ROLES)
+                if ref.gpu_instance_id is not None:
+                    self.fail(f"{path}.mps", "MPS runs on a whole GPU, not on a MIG slice")
+                if "compute" not in kinds:
+                    self.fail(f"{path}.mps", "an MPS process is a compute process")
+                if mps == "server" and (ref.gpu, "server") in mps_roles:
+                    self.fail(f"{path}.mps", f"GPU {ref.gpu} already has an MPS server "
+                                             f"(pid {mps_roles[(ref.gpu, 'server')]})")
+                if mps == "server":
+                    mps_roles[(ref.gpu, "server")] = pid
+            result.append(ProcessSpec(pid, ref, kinds, mem, pattern, lifetime, pod, activity,
+                                      mps))
         return tuple(result)
 
     def kinds(self, value: object, path: str) -> tuple[ProcessKind, ...]:

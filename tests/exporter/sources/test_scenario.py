@@ -529,6 +529,17 @@ def test_scenario_from_dict_accepts_plain_python() -> None:
         ("gpus: [{}]\nfaults: [{type: nvml_down, gpu: 0}]", "faults[0].gpu: unknown key"),
         ("gpus: [{}]\nfaults: [{type: not_supported, gpu: 0, fields: [fan]}]",
          "faults[0].fields[0]: unknown field 'fan'"),
+        ("gpus: [{}]\nprocesses: [{pid: 1, gpu: 0, mps: daemon}]",
+         "processes[0].mps: expected one of server, client, got 'daemon'"),
+        ("gpus: [{}]\nprocesses: [{pid: 1, gpu: 0, mps: server}, {pid: 2, gpu: 0, mps: server}]",
+         "processes[1].mps: GPU 0 already has an MPS server (pid 1)"),
+        ("gpus: [{}]\nprocesses: [{pid: 1, gpu: 0, kind: graphics, mps: client}]",
+         "processes[0].mps: an MPS process is a compute process"),
+        ("gpus: [{mig: [{profile: 1g.10gb, gpu_instance_id: 1}]}]\n"
+         "processes: [{pid: 1, gpu: '0/1', mps: client}]",
+         "processes[0].mps: MPS runs on a whole GPU, not on a MIG slice"),
+        ("gpus: [{mps_client_utilization: sometimes}]",
+         "gpus[0].mps_client_utilization: expected true or false"),
     ],
 )
 def test_errors_name_the_key_path(text: str, expected: str) -> None:
