@@ -212,7 +212,8 @@ _SPECS: tuple[MetricSpec, ...] = (
         "gpu_process_memory_used_bytes", "gauge",
         "Device memory used by one process. Opt-in (--process-metrics).", "bytes",
         ("gpu", "uuid", "pid"),
-        "nvmlDeviceGetComputeRunningProcesses_v3 / nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v3 / nvmlDeviceGetGraphicsRunningProcesses_v3 / "
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3 (a PID in several lists counted once)",
     ),
     MetricSpec(
         "gpu_sharing_info", "gauge",
