@@ -100,6 +100,8 @@ class ProcessNames:
 
     def retain(self, pids: Iterable[int]) -> None:
         """Forget every PID not in ``pids`` (those no device lists any more)."""
+        if not self._known:
+            return
         keep = set(pids)
         for pid in self._known.keys() - keep:
             del self._known[pid]
