@@ -344,7 +344,7 @@ class _Gpu:
     """A GPU with its processes, slices and faults, precomputed for sample()."""
 
     __slots__ = (
-        "eccs", "faults", "gpm", "index", "load", "lost", "power_span", "procs", "remap",
+        "eccs", "faults", "gpm", "index", "load", "lost", "mps", "power_span", "procs", "remap",
         "remaps", "slices", "spec", "temp_span", "throttle", "unsupported", "util", "xids",
     )
 
@@ -362,6 +362,7 @@ class _Gpu:
         self.spec = spec
         self.index = str(spec.index)
         self.procs = procs
+        self.mps = any(p.mps is not None for p in procs)  # CUDA MPS runs on it
         self.slices = slices
         self.lost = lost
         self.xids = xids
@@ -636,7 +637,9 @@ class SimulatedSource:
             procs, total, mem_used = _sample_procs(
                 gpu.procs, t, "process_utilization" in uns, "process_memory" in uns
             )
-            processes, mps_reported = _mps_view(procs, spec.mps_client_utilization)
+            processes = procs
+            if gpu.mps:
+                processes, mps_reported = _mps_view(procs, spec.mps_client_utilization)
             mem_used += spec.memory_reserved_bytes
             util = _clamp(spec.base_utilization + total)
             load = util if gpu.load is gpu.util else gpu.load.value(t)

@@ -760,6 +760,15 @@ class NvmlSource:
             reported = behaviour.reported if utilization is None else behaviour.learn(
                 client_pids, utilization)
 
+        if not roles:  # no MPS here (the common case, kept to one pass)
+            return tuple(
+                ProcessSample(
+                    pid, tuple(kinds), memory_by_pid[pid],
+                    None if utilization is None else utilization.get(pid, 0.0),
+                )
+                for pid, kinds in sorted(kinds_by_pid.items())
+            ), ok, None
+
         def sm(pid: int) -> float | None:
             if utilization is None:
                 return None
