@@ -31,6 +31,7 @@ from gpuscope.dashboard.verdicts.idle import (
     idle_nodes,
     idle_slices,
 )
+from gpuscope.dashboard.verdicts.mps import active_thread_shares
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
 from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
 from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
@@ -618,7 +619,7 @@ def _build_fleet_view(
     shares_ = timeslice_shares(
         data.containers, data.gpu_step_mean, window, hs,
         busy=th.busy_utilization, share_factor=th.share_factor,
-        duration=th.starvation_duration,
+        duration=th.starvation_duration, fair_shares=active_thread_shares(steps),
     )
     share_rows = tuple(
         ShareRow(

@@ -14,6 +14,7 @@ from gpuscope.dashboard.verdicts import (
     allocated,
     health,
     idle,
+    mps,
     spinning,
     starvation,
     stragglers,
@@ -31,6 +32,7 @@ PAGE: tuple[Section | StepVerdict, ...] = (
     throttle.SECTION,
     health.VERDICT,
     starvation.SECTION,
+    mps.VERDICT,
     stragglers.SECTION,
 )
 

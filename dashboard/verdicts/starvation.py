@@ -35,7 +35,9 @@ INPUT_MIN_SAMPLES = 10
 class ShareVerdict:
     """One container on a time-sliced device, at the latest step.
 
-    ``share``: its part of the containers' summed utilization; ``fair_share``: 1/n;
+    ``share``: its part of the containers' summed utilization; ``fair_share``: 1/n, or on a
+    GPU shared by CUDA MPS the client's active-thread share (1/replicas: NVIDIA's device
+    plugin gives each of N replicas 100/N % of the threads);
     ``starved_seconds``: the trailing run of the starvation condition (0 if not starving
     now); ``starved``: that run is at least ``required_seconds`` long.
     """
@@ -61,11 +63,16 @@ def timeslice_shares(
     busy: float = BUSY_THRESHOLD,
     share_factor: float = SHARE_FACTOR,
     duration: float = STARVATION_DURATION,
+    fair_shares: Mapping[GpuRef, float] | None = None,
 ) -> list[ShareVerdict]:
     """A verdict for every container currently on a device shared by >= 2 containers.
 
-    Host processes (empty namespace) are not containers and are left out.
+    Host processes (empty namespace) are not containers and are left out. ``fair_shares``:
+    per device shared by CUDA MPS, each client's active-thread share (1/replicas); it is
+    judged against that instead of 1/n: under MPS the clients run at once, each on at most
+    its share of the SMs, rather than taking turns.
     """
+    fair_shares = fair_shares or {}
     required = required_seconds(duration, window, history_start)
     # The containers by device first, and the steps of those on a shared device only (a
     # large fleet has 10^5 containers, few of them sharing).
@@ -98,9 +105,10 @@ def timeslice_shares(
             flags = []
             for t in own_times:
                 n, total, dev = sharers[t], totals[t], gpu_at.get(t)
+                fair = fair_shares.get(gpu, 1.0 / n) if n else 0.0
                 flags.append(
                     n >= 2 and dev is not None and dev >= busy and total > 0
-                    and values[t] / total < share_factor / n
+                    and values[t] / total < share_factor * fair
                 )
             run = trailing_run(own_times, flags, window.step, history_start)
             n, total = sharers[latest], totals[latest]
@@ -108,7 +116,7 @@ def timeslice_shares(
                 ref=ref,
                 utilization=values[latest],
                 share=values[latest] / total if total > 0 else None,
-                fair_share=1.0 / n,
+                fair_share=fair_shares.get(gpu, 1.0 / n),
                 sharers=n,
                 gpu_utilization=gpu_at.get(latest),
                 starved=holds(run, required),
