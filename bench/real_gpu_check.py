@@ -1162,7 +1162,8 @@ def check_mps(args: argparse.Namespace, shared: Shared) -> int:
                         metrics = get(f"http://127.0.0.1:{port}/metrics")[1]
                         result["exporter_process_series"] = [
                             ln for ln in metrics.splitlines()
-                            if ln.startswith(("gpu_process_", "container_gpu_", "gpu_info"))]
+                            if ln.startswith(("gpu_process_", "container_gpu_", "gpu_info",
+                                              "gpu_mps_", "gpu_sharing_"))]
             result["snapshots"].append(mps_snapshot(nv, handles, cursors))
             servers = [int(w) for w in str(result.get("server_list", {}).get("stdout", ""))
                        .split() if w.isdigit()]
