@@ -126,10 +126,69 @@ def _key(element: str, prop: str) -> str:
     return f"{element}.{prop}"
 
 
+def _limits(value: Any) -> dict[str, int]:
+    """The tables' row limits from the page's store (any JSON: a table id and a positive
+    whole number, else left out)."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int)
+            and not isinstance(v, bool) and v > 0}
+
+
+def table_more(service: DashboardService, table_id: str, clicks: Any, window: Any,
+               namespace: Any, limits: Any) -> tuple[Any, ...]:
+    """"Show all rows" of one table: its rows (up to :data:`sections.MAX_ROWS`) and note from
+    the view the page shows, and the page's limits with this table's raised (so a refresh
+    keeps them). Returns (data, note, limits), ``no_update`` where nothing changes."""
+    view = service.latest(_window(window), _text(namespace))
+    if not clicks or view is None:
+        return no_update, no_update, no_update
+    rows, note, _ = sections.table_rows(view, table_id, _state(window, namespace),
+                                        sections.MAX_ROWS)
+    return rows, note, {**_limits(limits), table_id: sections.MAX_ROWS}
+
+
+def table_csv(service: DashboardService, table_id: str, clicks: Any, window: Any,
+              namespace: Any) -> Any:
+    """"Download CSV" of one table: every row of the view the page shows."""
+    view = service.latest(_window(window), _text(namespace))
+    if not clicks or view is None:
+        return no_update
+    return {"content": sections.csv_text(view, table_id), "filename": f"{table_id}.csv",
+            "type": "text/csv"}
+
+
+def _register_table_actions(app: Dash, service: DashboardService, table_id: str,
+                            note_id: str) -> None:
+    @app.callback(
+        Output(table_id, "data", allow_duplicate=True),
+        Output(note_id, "children", allow_duplicate=True),
+        Output(ids.TABLE_LIMITS, "data", allow_duplicate=True),
+        Input(sections.more_id(table_id), "n_clicks"),
+        State(ids.WINDOW_SELECT, "value"),
+        State(ids.NAMESPACE_FILTER, "value"),
+        State(ids.TABLE_LIMITS, "data"),
+        prevent_initial_call=True,
+    )
+    def more(clicks: Any, window: Any, namespace: Any, limits: Any) -> tuple[Any, ...]:
+        return table_more(service, table_id, clicks, window, namespace, limits)
+
+    @app.callback(
+        Output(f"{sections.csv_id(table_id)}-file", "data"),
+        Input(sections.csv_id(table_id), "n_clicks"),
+        State(ids.WINDOW_SELECT, "value"),
+        State(ids.NAMESPACE_FILTER, "value"),
+        prevent_initial_call=True,
+    )
+    def download(clicks: Any, window: Any, namespace: Any) -> Any:
+        return table_csv(service, table_id, clicks, window, namespace)
+
+
 def fleet_values(service: DashboardService, window: Any, namespace: Any,
-                 keys: list[str]) -> dict[str, Any]:
+                 keys: list[str], limits: Any = None) -> dict[str, Any]:
     """The fleet callback's values for ``keys`` (``element.prop``): everything when a view
-    came, else only the banner (the page keeps what it shows)."""
+    came, else only the banner (the page keeps what it shows). ``limits``: the tables whose
+    rows were all asked for (the page's store)."""
     answer = service.fleet(_window(window), _text(namespace))
     banner = answer.banner or ""
     banner_class = "banner" if banner else "banner hidden"
@@ -154,7 +213,8 @@ def fleet_values(service: DashboardService, window: Any, namespace: Any,
         _key(ids.LAST_UPDATED, "children"): (f"updated {fmt.clock(answer.fetched_at)}"
                                              if answer.fetched_at else ""),
     })
-    out.update({_key(i, p): v for (i, p), v in sections.fill(view, state).items()})
+    out.update({_key(i, p): v
+                for (i, p), v in sections.fill(view, state, _limits(limits)).items()})
     return out
 
 
@@ -170,10 +230,16 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         output=fleet_outputs,
         inputs=[Input(ids.REFRESH, "n_intervals"), Input(ids.WINDOW_SELECT, "value"),
                 Input(ids.NAMESPACE_FILTER, "value")],
+        state=[State(ids.TABLE_LIMITS, "data")],
     )
-    def update_fleet(_n: int | None, window: str | None, namespace: str | None
-                     ) -> dict[str, Any]:
-        return fleet_values(service, window, namespace, list(fleet_outputs))
+    def update_fleet(_n: int | None, window: str | None, namespace: str | None,
+                     limits: Any = None) -> dict[str, Any]:
+        return fleet_values(service, window, namespace, list(fleet_outputs), limits)
+
+    # Each verdict table's "Show all rows" and "Download CSV", on the view the page shows
+    # (never a new computation).
+    for table in sections.tables():
+        _register_table_actions(app, service, table.id, table.note_id)
 
     @app.callback(
         Output(ids.NODE_SELECT, "options"),

@@ -371,18 +371,7 @@ def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> 
     ]
 
 
-#: The most rows a table is sent (it pages them 15 at a time): a 5,000-node fleet can have
-#: thousands of allocated-idle containers, and the page stays light in the browser.
-MAX_TABLE_ROWS = 500
-
-
-def cap_note(n: int, limit: int = MAX_TABLE_ROWS) -> str:
-    """What a table left out (nothing when it holds every row)."""
-    return (f" The table holds the first {limit:,} of {n:,} (in its order); narrow them "
-            f"with the namespace filter." if n > limit else "")
-
-
 def count_note(n: int, singular: str, plural: str, none: str) -> str:
     if n == 0:
         return none
-    return f"{n} {singular if n == 1 else plural}.{cap_note(n)}"
+    return f"{n} {singular if n == 1 else plural}."

@@ -28,6 +28,7 @@ POD_SELECT = "pod-select"
 WORKLOAD_SELECT = "workload-select"
 SCROLLED = "scrolled"  # a store the scroll-to-section clientside callback writes
 CHOICES = "choices"    # a store: the fleet view's nodes, pods and workloads
+TABLE_LIMITS = "table-limits"  # a store: the tables whose rows were all asked for
 
 # Status.
 BANNER = "data-banner"

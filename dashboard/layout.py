@@ -8,7 +8,7 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
 
-from gpuscope.dashboard import components, ids
+from gpuscope.dashboard import components, ids, sections
 from gpuscope.dashboard.figures import empty_figure
 from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS
 from gpuscope.dashboard.verdicts import registry
@@ -40,6 +40,13 @@ def _table(table_id: str, columns: Sequence[Column], note_id: str) -> html.Div:
             style_as_list_view=True,
         ),
         html.P("", id=note_id, className="note"),
+        html.Div([
+            html.Button("Show all rows", id=sections.more_id(table_id), n_clicks=0,
+                        className="table-action"),
+            html.Button("Download CSV", id=sections.csv_id(table_id), n_clicks=0,
+                        className="table-action"),
+            dcc.Download(id=f"{sections.csv_id(table_id)}-file"),
+        ], className="table-actions"),
     ], className="table-wrap")
 
 
@@ -104,6 +111,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.SCROLLED),
         dcc.Store(id=ids.CHOICES),
+        dcc.Store(id=ids.TABLE_LIMITS, data={}),
         header,
         html.Div("", id=ids.BANNER, className="banner hidden", role="alert"),
         dcc.Interval(id=ids.REFRESH, interval=int(refresh_seconds * 1000), n_intervals=0),

@@ -11,72 +11,78 @@ position.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import csv
+import io
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuscope.dashboard import components, fmt, ids
-from gpuscope.dashboard.components import MAX_TABLE_ROWS as MAX_ROWS
 from gpuscope.dashboard.verdicts import registry
-from gpuscope.dashboard.verdicts.page import PageContext, Row, State, StepVerdict
+from gpuscope.dashboard.verdicts.page import PageContext, Row, State, StepVerdict, Table
 from gpuscope.dashboard.views import FleetView
 
-#: A table's rows (at most :data:`MAX_ROWS`) and the note under it.
-Filler = Callable[[FleetView, State], tuple[list[Row], str]]
+#: A table's rows (at most ``limit``), the note under it, and how many rows there are.
+Filler = Callable[[FleetView, State, int], tuple[list[Row], str, int]]
 
 
-def _idle(v: FleetView, s: State) -> tuple[list[Row], str]:
-    return (components.idle_data(v.idle_rows[:MAX_ROWS], s),
-            components.count_note(len(v.idle_rows), "idle node", "idle nodes",
-                                  "No idle nodes."))
+def _idle(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+    n = len(v.idle_rows)
+    return (components.idle_data(v.idle_rows[:limit], s),
+            components.count_note(n, "idle node", "idle nodes", "No idle nodes."), n)
 
 
-def _slices(v: FleetView, s: State) -> tuple[list[Row], str]:
-    return (components.slice_data(v.slice_rows[:MAX_ROWS], s),
-            components.count_note(len(v.slice_rows), "idle MIG slice on a busy node",
+def _slices(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+    n = len(v.slice_rows)
+    return (components.slice_data(v.slice_rows[:limit], s),
+            components.count_note(n, "idle MIG slice on a busy node",
                                   "idle MIG slices on busy nodes",
-                                  "No idle MIG slice on a busy node."))
+                                  "No idle MIG slice on a busy node."), n)
 
 
-def _allocated(v: FleetView, s: State) -> tuple[list[Row], str]:
+def _allocated(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     rows = v.allocated_idle_rows
-    return (components.allocated_data(rows[:MAX_ROWS], s),
+    return (components.allocated_data(rows[:limit], s),
             components.count_note(len(rows), "allocated-idle container",
                                   "allocated-idle containers",
                                   "No container holds a GPU it does not use.")
             + (f" Together {fmt.money(v.kpis.allocated_idle_per_hour, per_hour=True)}."
-               if rows else ""))
+               if rows else ""), len(rows))
 
 
-def _spinning(v: FleetView, s: State) -> tuple[list[Row], str]:
-    return (components.spinning_data(v.spinning_rows[:MAX_ROWS], s),
-            components.count_note(len(v.spinning_rows), "spinning GPU", "spinning GPUs",
-                                  "No spinning GPUs."))
+def _spinning(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+    n = len(v.spinning_rows)
+    return (components.spinning_data(v.spinning_rows[:limit], s),
+            components.count_note(n, "spinning GPU", "spinning GPUs", "No spinning GPUs."), n)
 
 
-def _throttled(v: FleetView, s: State) -> tuple[list[Row], str]:
-    return (components.throttled_data(v.throttled_rows[:MAX_ROWS], s),
-            components.count_note(len(v.throttled_rows), "throttled GPU (by reason)",
-                                  "throttled GPUs (by reason)", "No throttled GPUs."))
+def _throttled(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+    n = len(v.throttled_rows)
+    return (components.throttled_data(v.throttled_rows[:limit], s),
+            components.count_note(n, "throttled GPU (by reason)",
+                                  "throttled GPUs (by reason)", "No throttled GPUs."), n)
 
 
-def _starved(v: FleetView, s: State) -> tuple[list[Row], str]:
-    return (components.starved_data(v.starved_rows[:MAX_ROWS], s),
-            components.count_note(len(v.starved_rows), "starved container",
-                                  "starved containers", "No starved containers."))
+def _starved(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+    n = len(v.starved_rows)
+    return (components.starved_data(v.starved_rows[:limit], s),
+            components.count_note(n, "starved container", "starved containers",
+                                  "No starved containers."), n)
 
 
-def _shares(v: FleetView, s: State) -> tuple[list[Row], str]:
-    return (components.share_data(v.share_rows[:MAX_ROWS], s),
-            components.count_note(len(v.share_rows), "container on a time-sliced GPU",
+def _shares(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+    n = len(v.share_rows)
+    return (components.share_data(v.share_rows[:limit], s),
+            components.count_note(n, "container on a time-sliced GPU",
                                   "containers on time-sliced GPUs",
-                                  "No GPU is shared by several containers (time-slicing)."))
+                                  "No GPU is shared by several containers (time-slicing)."), n)
 
 
-def _stragglers(v: FleetView, s: State) -> tuple[list[Row], str]:
-    return (components.straggler_data(v.straggler_rows[:MAX_ROWS], s),
-            components.count_note(len(v.straggler_rows), "straggler", "stragglers",
-                                  "No stragglers.")
-            + f" {v.workloads_checked} workload(s) with two or more GPUs compared.")
+def _stragglers(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+    n = len(v.straggler_rows)
+    return (components.straggler_data(v.straggler_rows[:limit], s),
+            components.count_note(n, "straggler", "stragglers", "No stragglers.")
+            + f" {v.workloads_checked} workload(s) with two or more GPUs compared.", n)
 
 
 #: The tables of the verdicts judged in views, by table id.
@@ -123,22 +129,76 @@ def missing() -> list[str]:
     return out
 
 
-def fill(view: FleetView, state: State) -> dict[tuple[str, str], Any]:
-    """The values of :func:`outputs` for ``view``."""
-    own = _step_verdicts()
+#: The rows a table is sent at first, in its order (the costliest first where it has a
+#: $/hour): the page stays light in the browser whatever the fleet's state; the rest are a
+#: click away ("Show all rows", "Download CSV").
+TOP_ROWS = 50
+#: The most rows "Show all rows" sends (the CSV has every row).
+MAX_ROWS = 5000
+
+
+def table_rows(view: FleetView, table_id: str, state: State, limit: int
+               ) -> tuple[list[Row], str, int]:
+    """One table's rows (at most ``limit``), its note (how many there are, and how many are
+    shown) and its number of rows."""
+    verdict = _step_verdicts().get(table_id)
+    if verdict is not None:
+        ctx = view.context or PageContext(view.window, view.history_start)
+        found = view.findings.get(verdict.name, ())
+        rows, note, n = verdict.rows(found[:limit], ctx, state), verdict.note(found, ctx), \
+            len(found)
+    else:
+        rows, note, n = FILLERS[table_id](view, state, limit)
+    if n > len(rows):
+        note += (f" The table shows the first {len(rows):,} of {n:,} (in its order): "
+                 f"show all rows or download them as CSV below it.")
+    return rows, note, n
+
+
+def tables() -> list[Table]:
+    """Every verdict table, in page order."""
+    return [t for section in registry.SECTIONS for t in section.tables]
+
+
+def more_id(table_id: str) -> str:
+    """The id of a table's "Show all rows" button."""
+    return f"{table_id}-more"
+
+
+def csv_id(table_id: str) -> str:
+    """The id of a table's "Download CSV" button (its download: ``-file``)."""
+    return f"{table_id}-csv"
+
+
+def fill(view: FleetView, state: State, limits: Mapping[str, int] | None = None
+         ) -> dict[tuple[str, str], Any]:
+    """The values of :func:`outputs` for ``view``; each table's first :data:`TOP_ROWS`
+    rows, or as many as ``limits`` says for it ("show all rows")."""
+    limits = limits or {}
     out: dict[tuple[str, str], Any] = {}
     for section in registry.SECTIONS:
         if section.header_id:
             out[(section.header_id, "children")] = HEADERS[section.header_id](view)
         for table in section.tables:
-            verdict = own.get(table.id)
-            if verdict is not None:
-                ctx = view.context or PageContext(view.window, view.history_start)
-                found = view.findings.get(verdict.name, ())
-                rows = verdict.rows(found[:MAX_ROWS], ctx, state)
-                note = verdict.note(found, ctx) + components.cap_note(len(found))
-            else:
-                rows, note = FILLERS[table.id](view, state)
+            rows, note, _ = table_rows(view, table.id, state,
+                                       min(MAX_ROWS, limits.get(table.id, TOP_ROWS)))
             out[(table.id, "data")] = rows
             out[(table.note_id, "children")] = note
     return out
+
+
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+
+
+def csv_text(view: FleetView, table_id: str) -> str:
+    """Every row of one table as CSV, with a header of its column names; links as their
+    text."""
+    columns = next(t.columns for s in registry.SECTIONS for t in s.tables if t.id == table_id)
+    rows = table_rows(view, table_id, {}, 1 << 30)[0]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow([c.name for c in columns])
+    for row in rows:
+        writer.writerow([_LINK.sub(r"\1", v) if isinstance(v, str) else
+                         ("" if v is None else v) for v in (row.get(c.id) for c in columns)])
+    return buffer.getvalue()

@@ -177,6 +177,19 @@ class DashboardService:
     def fleet(self, window: str | None, namespace_text: str | None) -> Answer:
         return self._shared(window, namespace_text, claim=True).result()
 
+    def latest(self, window: str | None, namespace_text: str | None) -> FleetView | None:
+        """The last view computed for this window and namespace (what the page shows), or
+        None: never a new computation (a table's "show all" and its CSV read it)."""
+        namespace = None
+        if namespace_text and namespace_text.strip():
+            try:
+                namespace = validate_namespace(namespace_text)
+            except InvalidFilter:
+                namespace = None
+        with self._lock:
+            found = self._last.get((window or DEFAULT_WINDOW, namespace))
+        return found[0] if found is not None else None
+
     def _shared(
         self, window: str | None, namespace_text: str | None, *,
         prefetch: bool = False, claim: bool = False, reuse_for: float = 0.0,

@@ -117,6 +117,21 @@ def test_gpu_health_table_lists_the_planted_broken_gpu(
     assert "1 GPU with problems on 1 node" in page.inner_text("#gpu-health-note")
 
 
+def test_a_table_downloads_as_csv(page: Page, demo_dashboard: DashboardProcess) -> None:
+    # Every row of the view the page shows, names as text (no markdown links), in Chromium's
+    # own download.
+    open_page(page, demo_dashboard.url)
+    shown = {r[0] for r in rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)}
+    with page.expect_download() as download:
+        page.click(f"#{ids.IDLE_NODES_TABLE}-csv")
+    assert download.value.suggested_filename == f"{ids.IDLE_NODES_TABLE}.csv"
+    path = download.value.path()
+    lines = path.read_text().splitlines() if path else []
+    assert lines[0].startswith("Node,Instance type,GPUs,")
+    assert {line.split(",")[0] for line in lines[1:]} == shown
+    assert "](" not in "".join(lines)
+
+
 def test_starved_pods_table_lists_the_planted_containers(
     page: Page, demo_dashboard: DashboardProcess
 ) -> None:

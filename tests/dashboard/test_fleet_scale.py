@@ -1,6 +1,7 @@
 """A large fleet stays readable and light: the heatmap draws at most MAX_HEATMAP_NODES nodes,
 idle and spinning ones first, and sums every node up by instance type; tables are sent at
-most MAX_TABLE_ROWS rows with a note saying how many there are; the pod picker offers a
+their first TOP_ROWS rows with a note saying how many there are (all of them a click away,
+and as CSV); the pod picker offers a
 bounded list, the pods in a table first. On hand-built data for 1,000 nodes."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuscope.dashboard import components
+from gpuscope.dashboard import components, ids, sections
 from gpuscope.dashboard.callbacks import MAX_POD_CHOICES, _pod_choices
 from gpuscope.dashboard.data.prometheus import detail_nodes
 from gpuscope.dashboard.figures import heatmap_figure, heatmap_summary
@@ -127,8 +128,18 @@ def test_nodes_sent_as_numbers_give_the_same_page(view) -> None:  # type: ignore
 
 def test_tables_and_pickers_are_bounded(view) -> None:  # type: ignore[no-untyped-def]
     assert components.count_note(12, "row", "rows", "none") == "12 rows."
-    note = components.count_note(1800, "container", "containers", "none")
-    assert note.startswith("1800 containers.") and "first 500 of 1,800" in note
+    # A table is sent its first TOP_ROWS rows, its note saying how many there are; "show
+    # all rows" sends them all, and the CSV holds every one.
+    rows, note, n = sections.table_rows(view, ids.IDLE_NODES_TABLE, {}, sections.TOP_ROWS)
+    assert n == len(IDLE) == 143 and len(rows) == sections.TOP_ROWS == 50
+    assert note.startswith("143 idle nodes.") and "first 50 of 143" in note
+    filled = sections.fill(view, {})
+    assert len(filled[(ids.IDLE_NODES_TABLE, "data")]) == 50
+    assert len(sections.fill(view, {}, {ids.IDLE_NODES_TABLE: 1000})[
+        (ids.IDLE_NODES_TABLE, "data")]) == 143
+    lines = sections.csv_text(view, ids.IDLE_NODES_TABLE).splitlines()
+    assert len(lines) == 1 + 143 and lines[0].startswith("Node,Instance type,GPUs,")
+    assert lines[1].startswith("node-0") and "](" not in lines[1]  # links as their text
     assert len(view.pods) == 8 * NODES > MAX_POD_CHOICES
     choices = _pod_choices(view)
     assert len(choices) == MAX_POD_CHOICES and set(choices) <= set(view.pods)

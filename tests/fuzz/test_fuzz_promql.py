@@ -49,7 +49,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpuscope.dashboard import callbacks, ids
+from gpuscope.dashboard import callbacks, ids, sections
 from gpuscope.dashboard.data import (
     InvalidFilter,
     PrometheusData,
@@ -360,7 +360,11 @@ class FakeApp:
                       if type(d).__name__ == "Input"]
             states = [(d.component_id, d.component_property) for d in deps
                       if type(d).__name__ == "State"]
-            self.callbacks[func.__name__] = Registered(func, inputs, states)
+            # A callback registered once per table (the tables' actions) is kept once each.
+            name = func.__name__
+            while name in self.callbacks:
+                name += "'"
+            self.callbacks[name] = Registered(func, inputs, states)
             return func
 
         return register
@@ -377,7 +381,11 @@ INPUTS = {
     (ids.NODE_SELECT, "value"), (ids.POD_SELECT, "value"), (ids.WORKLOAD_SELECT, "value"),
     (ids.URL, "search"), (ids.CHOICES, "data"),
     (ids.NODE_SELECT, "search_value"), (ids.POD_SELECT, "search_value"),
-    (ids.WORKLOAD_SELECT, "search_value"),
+    (ids.WORKLOAD_SELECT, "search_value"), (ids.TABLE_LIMITS, "data"),
+    # Each verdict table's "Show all rows" and "Download CSV": they read the view the page
+    # shows, never a query (test_table_actions_send_no_query).
+    *((sections.more_id(t.id), "n_clicks") for t in sections.tables()),
+    *((sections.csv_id(t.id), "n_clicks") for t in sections.tables()),
 }
 
 
@@ -652,3 +660,29 @@ def test_number_of_queries_is_bounded() -> None:
         assert 6 < len(page.backend.queries) <= 15 + len(registry.step_queries())
     finally:
         close(page)
+
+
+def test_table_actions_send_no_query() -> None:
+    """"Show all rows" and "Download CSV", with any JSON from the page: the view the page
+    shows, or nothing; never a query, never an error."""
+    page = make_page([])
+    try:
+        fleet = registered_with(page.service)["update_fleet"].func(1, "1h", None)
+        assert "Internal error" not in str(fleet[f"{ids.BANNER}.children"])
+        sent = len(page.backend.queries)
+        for table in sections.tables():
+            for window, namespace, limits in (("1h", None, {}), ("7d", "ml", None),
+                                              (3, ["x"], {"a": "b", table.id: -1})):
+                more = callbacks.table_more(page.service, table.id, 1, window, namespace,
+                                            limits)
+                csv = callbacks.table_csv(page.service, table.id, 1, window, namespace)
+                if window == "7d":  # no view shown for that window: nothing to send
+                    assert more == (callbacks.no_update,) * 3 and csv is callbacks.no_update
+                else:  # the view shown (the default one for values that are no window)
+                    assert isinstance(more[0], list) and more[2] == {
+                        table.id: sections.MAX_ROWS}
+                    assert csv["filename"] == f"{table.id}.csv"
+        assert page.backend.queries[sent:] == []
+    finally:
+        close(page)
+
