@@ -950,6 +950,16 @@ class _Answers:
         return dict(self._done)
 
 
+#: The most nodes the page reads from the raw series (without the recording rules) in
+#: about a second: docs/benchmarks.md (500 nodes: 0.7 s; 5,000: several seconds). Beyond
+#: it the page says how to load the rules.
+RAW_NODES = 1000
+RAW_NOTE = ("This fleet has {nodes:,} nodes: without the gpuscope-dashboard recording rules the "
+            "page reads every device's raw series, which grows slow beyond {most:,} nodes. Load "
+            "the rules into your Prometheus or vmalert (docs/dashboard.md, \"Recording "
+            "rules\").")
+
+
 def rules_yaml(thresholds: Thresholds | None = None) -> str:
     """The ``gpuscope-dashboard`` group as it stands in alerts/gpuscope-rules.yaml (each
     expression folded to 88 columns): ``python -c "from gpuscope.dashboard.data.prometheus
@@ -1942,7 +1952,9 @@ class PrometheusData:
             held_signal=usage_signal,
             queries=len(queries) + len(more) + checks,
             silent=frozenset(silent),
-            notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else ()),
+            notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else
+                   (RAW_NOTE.format(nodes=len(nodes), most=RAW_NODES),)
+                   if len(nodes) > RAW_NODES else ()),
             node_summaries=summaries,
             workloads_checked=groups_checked,
         )

@@ -301,3 +301,21 @@ def _diff(got: dict[str, Any], want: dict[str, Any]) -> str:
             else:
                 lines.append(f"{key}: got {got.get(key)} wanted {want[key]}")
     return "\n".join(lines)
+
+
+def test_beyond_the_raw_size_the_page_says_how_to_load_the_rules(
+        stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the recording rules the page reads every device's raw series: beyond
+    # RAW_NODES nodes it says so, with what to do. The 200-node fleet is over a bound of 150
+    # and within one of 200.
+    from gpuscope.dashboard.data import prometheus
+
+    prom = PrometheusData(stores.prometheus.url, clock=lambda: stores.end, timeout=120)
+    try:
+        monkeypatch.setattr(prometheus, "RAW_NODES", 150)
+        (note,) = [n for n in prom.fleet(WINDOW).notes if "recording rules" in n]
+        assert note.startswith(f"This fleet has {NODES:,} nodes") and "beyond 150 nodes" in note
+        monkeypatch.setattr(prometheus, "RAW_NODES", NODES)
+        assert not [n for n in prom.fleet(WINDOW).notes if "recording rules" in n]
+    finally:
+        prom.close()
