@@ -58,12 +58,14 @@ _SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "gpu_memory_used_bytes", "gauge",
-        "Device memory in use.", "bytes", DEVICE_LABELS, "nvmlDeviceGetMemoryInfo().used",
+        "Device memory in use.", "bytes", DEVICE_LABELS,
+        "nvmlDeviceGetMemoryInfo_v2().used (v1 nvmlDeviceGetMemoryInfo().used where the "
+        "driver or pynvml lacks v2, or the device answers it NOT_SUPPORTED)",
     ),
     MetricSpec(
         "gpu_memory_total_bytes", "gauge",
         "Device memory installed (or assigned to the MIG slice).", "bytes", DEVICE_LABELS,
-        "nvmlDeviceGetMemoryInfo().total",
+        "nvmlDeviceGetMemoryInfo_v2().total (v1's where v2 is not answered; the same number)",
     ),
     MetricSpec(
         "gpu_temperature_celsius", "gauge",
@@ -224,7 +226,18 @@ _SPECS: tuple[MetricSpec, ...] = (
         "Always 1.", "1", ("gpu", "uuid", "sharing"),
         "nvmlDeviceGetMigMode; the MPS server and clients among the device's processes "
         "(nvmlDeviceGetMPSComputeRunningProcesses_v3, /proc/<pid>/comm); kubelet "
-        "PodResources v1 List() device IDs",
+        "PodResources v1 List() and GetAllocatableResources() device IDs",
+    ),
+    MetricSpec(
+        "gpu_sharing_replicas", "gauge",
+        "For a device the kubelet hands out as replicas <id>::<n> (time-sliced or MPS: "
+        "NVIDIA's device plugin with sharing.timeSlicing or sharing.mps), how many replicas "
+        "it advertises; under MPS each client's default active-thread percentage is 100 / "
+        "this. Where the kubelet does not answer GetAllocatableResources() or does not list "
+        "the device there, the highest replica number allocated + 1: a lower bound. Absent "
+        "for a device not handed out as replicas.", "replicas", DEVICE_LABELS,
+        "kubelet PodResources v1 GetAllocatableResources(): the device's <id>::<n> IDs "
+        "counted; else List(): the highest <n> allocated + 1",
     ),
     MetricSpec(
         "gpu_mps_server_memory_used_bytes", "gauge",
@@ -312,8 +325,9 @@ _SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "gpu_exporter_collector_errors_total", "counter",
-        "Failures of the collector since the exporter started (kubelet List() calls, API-server "
-        "requests, unreadable /proc files).", "errors", ("collector",), "exporter",
+        "Failures of the collector since the exporter started (kubelet List() and "
+        "GetAllocatableResources() calls, API-server requests, unreadable /proc files).",
+        "errors", ("collector",), "exporter",
     ),
     MetricSpec(
         "gpu_exporter_sampling_interval_seconds", "gauge",

@@ -37,8 +37,13 @@ The rules, and why:
   a container with a process that lacks a utilization value gets none (never 0).
 - Each device's sharing mode (``gpu_sharing_info``): ``mig`` for a GPU in MIG mode and its
   slices, ``mps`` where an MPS server or clients run, ``time-sliced`` where the kubelet hands
-  out replicas (``GPU-<uuid>::<n>``) or one device to several containers (a shared DRA
-  claim), else ``exclusive``.
+  out replicas (``GPU-<uuid>::<n>``, allocated or advertised) or one device to several
+  containers (a shared DRA claim), else ``exclusive``.
+- Each device handed out as replicas, how many (``gpu_sharing_replicas``): the replica IDs
+  the kubelet advertises for it (``GetAllocatableResources()``), else, where the kubelet does
+  not answer that or does not list the device, the highest replica number allocated
+  (``List()``) + 1, a lower bound. Under MPS each client's default active-thread percentage
+  is 100 / that number (NVIDIA's device plugin).
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ from gpuscope.exporter.cardinality import CONTAINER_FAMILY, DroppedSeries, cap_c
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
 from gpuscope.exporter.kubernetes.dra import DeviceIndex, allocations_from_claims
 from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, NodeInfo
-from gpuscope.exporter.kubernetes.podresources.client import Allocation
-from gpuscope.exporter.kubernetes.podresources.devices import resolve
+from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
+from gpuscope.exporter.kubernetes.podresources.devices import DeviceRef, resolve
 from gpuscope.exporter.model import DeviceSample, PartResult, Snapshot
 
 log = logging.getLogger(__name__)
@@ -109,11 +114,17 @@ class DeviceSharing:
     ``mig`` (a GPU in MIG mode, and its slices), ``mps`` (an MPS server or MPS clients run
     on it), ``time-sliced`` (the kubelet hands out time-slicing replicas of it, or the
     device to several containers), else ``exclusive``. ``gpu`` is the device's ``gpu``
-    label."""
+    label.
+
+    ``replicas`` (``gpu_sharing_replicas``): for a device the kubelet hands out as replicas
+    ``<id>::<n>`` (time-sliced or MPS), how many: the replica IDs of it that the kubelet
+    advertises (``GetAllocatableResources()``), else the highest replica number allocated
+    (``List()``) + 1, a lower bound; ``None`` for a device not handed out as replicas."""
 
     gpu: str
     uuid: str
     sharing: Sharing
+    replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +178,12 @@ def attribute(
     metadata: MetadataSnapshot,
     *,
     node_fallback: NodeInfo | None = None,
+    allocatable: Sequence[AllocatableDevice] | None = None,
 ) -> Attribution:
-    """Join one snapshot with the latest allocations, cgroup facts and names. Pure."""
+    """Join one snapshot with the latest allocations, cgroup facts and names. Pure.
+
+    ``allocatable``: the GPU devices the kubelet advertises (``GetAllocatableResources()``),
+    ``None`` where unknown; they give the replicas per device."""
     devices = {d.uuid: d for d in snapshot.devices if d.uuid}
     pod_uids = {(p.namespace, p.name): p.uid for p in metadata.pods.values()}
 
@@ -178,15 +193,26 @@ def attribute(
     # containers at once (a DRA claim shared between them).
     replicated: set[str] = set()
     holder: dict[str, ContainerKey] = {}
+    # Per device handed out as replicas: the highest replica number allocated + 1.
+    replicas_seen: dict[str, int] = {}
     for alloc in allocations:
         uuid = resolve(alloc.device, snapshot.devices)
         if uuid is None:
             unresolved += 1
             continue
         key = ContainerKey(alloc.namespace, alloc.pod, alloc.container)
-        if alloc.device.replica is not None or holder.setdefault(uuid, key) != key:
+        replica = alloc.device.replica
+        if replica is not None:
+            replicated.add(uuid)
+            if replica >= replicas_seen.get(uuid, 0):
+                replicas_seen[uuid] = replica + 1
+        elif holder.setdefault(uuid, key) != key:
             replicated.add(uuid)
         rows.setdefault((key, uuid), _Row()).allocated = True
+    replicas = _advertised_replicas(allocatable or (), snapshot.devices)
+    replicated.update(replicas)
+    for uuid, seen in replicas_seen.items():
+        replicas.setdefault(uuid, seen)
 
     unnamed = 0
     # Devices running a pod process we cannot name: an allocated container there with no
@@ -275,13 +301,38 @@ def attribute(
         node=node,
         unresolved_allocations=unresolved,
         unnamed_processes=unnamed,
-        sharing=_sharing(snapshot.devices, replicated),
+        sharing=_sharing(snapshot.devices, replicated, replicas),
     )
 
 
-def _sharing(devices: Sequence[DeviceSample], replicated: set[str]) -> tuple[DeviceSharing, ...]:
-    """Each device's sharing mode (see :class:`DeviceSharing`); a device that is down or
-    was never identified has none (a lost GPU keeps only ``gpu_info`` and ``gpu_up``)."""
+def _advertised_replicas(
+    allocatable: Iterable[AllocatableDevice], devices: Sequence[DeviceSample]
+) -> dict[str, int]:
+    """How many replica IDs (``<id>::<n>``) of each device the kubelet advertises, by the
+    device's NVML UUID; devices advertised whole, or not on this node, are left out."""
+    ids: dict[str, set[tuple[str, str]]] = {}
+    # One resolve() per device named, not per replica (a GPU is advertised 10 times over).
+    resolved: dict[tuple[str | None, str | None, int | None, int | None], str | None] = {}
+    for item in allocatable:
+        ref: DeviceRef = item.device
+        if ref.replica is None or ref.error is not None:
+            continue
+        named = (ref.uuid, ref.parent_uuid, ref.gpu_index, ref.gpu_instance_id)
+        if named in resolved:
+            uuid = resolved[named]
+        else:
+            uuid = resolved[named] = resolve(ref, devices)
+        if uuid is not None:
+            ids.setdefault(uuid, set()).add((item.resource_name, ref.raw))
+    return {uuid: len(raw) for uuid, raw in ids.items()}
+
+
+def _sharing(
+    devices: Sequence[DeviceSample], replicated: set[str], replicas: Mapping[str, int]
+) -> tuple[DeviceSharing, ...]:
+    """Each device's sharing mode and replicas (see :class:`DeviceSharing`); a device that is
+    down or was never identified has none (a lost GPU keeps only ``gpu_info`` and
+    ``gpu_up``)."""
     mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
     result = []
     for dev in devices:
@@ -296,7 +347,7 @@ def _sharing(devices: Sequence[DeviceSample], replicated: set[str]) -> tuple[Dev
             sharing = "time-sliced"
         else:
             sharing = "exclusive"
-        result.append(DeviceSharing(dev.index, dev.uuid, sharing))
+        result.append(DeviceSharing(dev.index, dev.uuid, sharing, replicas.get(dev.uuid)))
     return tuple(result)
 
 
@@ -313,9 +364,12 @@ def _merge_node(node: NodeInfo | None, fallback: NodeInfo | None) -> NodeInfo | 
 
 
 class AttributionInputs(Protocol):
-    """Where the three facts come from: the live node, or a simulated scenario."""
+    """Where the three facts come from: the live node, or a simulated scenario.
+    ``allocatable()``: the GPU devices the kubelet advertises, ``None`` where unknown."""
 
     def allocations(self) -> Sequence[Allocation]: ...
+
+    def allocatable(self) -> Sequence[AllocatableDevice] | None: ...
 
     def containers_of(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]: ...
 
@@ -361,6 +415,7 @@ class Attributor:
                 self._inputs.containers_of(pids),
                 self._inputs.metadata(),
                 node_fallback=self._node_fallback,
+                allocatable=self._inputs.allocatable(),
             )
             if self._max_containers is not None:
                 result, left_out = cap_containers(result, self._max_containers)
@@ -391,8 +446,8 @@ class LiveInputs:
     """The three facts on a real node, each refreshed by its own background worker.
 
     - allocations: :class:`~gpuscope.exporter.kubernetes.podresources.client.PodResourcesWatcher`
-      (``List()``
-      every ``kubelet_interval`` seconds, one short connection per call);
+      (``List()``, then ``GetAllocatableResources()``, every ``kubelet_interval`` seconds, one
+      short connection per call);
     - PID → container: :class:`~gpuscope.exporter.kubernetes.cgroups.PidResolver` on ``proc_root``
       (cached per
       PID and process start time, which is re-checked every round: ~2-5 µs per PID, on the
@@ -447,6 +502,9 @@ class LiveInputs:
             self._dra_index = DeviceIndex.from_slices(slices, node_name=self._node_name)
         return (*assigned.allocations, *allocations_from_claims(
             assigned.claim_devices, self._dra_index, node_name=self._node_name))
+
+    def allocatable(self) -> Sequence[AllocatableDevice] | None:
+        return self._kubelet.latest_assignments().allocatable
 
     def containers_of(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:
         return self._resolver.resolve(pids)

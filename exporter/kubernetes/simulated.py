@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
 from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, NodeInfo, PodInfo
-from gpuscope.exporter.kubernetes.podresources.client import Allocation
+from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import parse_device_id
 from gpuscope.exporter.model import PartResult
 from gpuscope.exporter.sources.scenario import DeviceRef, Scenario
@@ -68,6 +68,12 @@ class ScenarioInputs:
 
     def allocations(self) -> Sequence[Allocation]:
         return self._allocations
+
+    def allocatable(self) -> Sequence[AllocatableDevice] | None:
+        # A scenario names the replicas it allocates, not how many the plugin makes: the
+        # replicas per GPU come from the allocations (a lower bound), as on a kubelet that
+        # does not serve GetAllocatableResources().
+        return None
 
     def containers_of(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:
         return {pid: self._pid_refs.get(pid) for pid in pids}

@@ -39,13 +39,16 @@ from gpuscope.exporter.sources.nvml import NvmlSource
 from tests.exporter.kubernetes.podresources.test_client import (
     FakeKubelet,
     KubeletServer,
+    allocatable,
     container,
     devices,
     pod,
+    replicas,
     response,
 )
 from tests.exporter.kubernetes.test_cgroups import systemd_pod, write_proc
 from tests.exporter.sources.fake_nvml import restored_pynvml
+from tests.kubelet_api import podresources_v1_pb2 as pb2
 
 GPU0 = "GPU-00000000-0000-0000-0000-0000a1000000"  # the C double's GPU 0: MPS
 GPU1 = "GPU-00000000-0000-0000-0000-0000a1000001"  # GPU 1: one exclusive pod
@@ -105,7 +108,12 @@ def write_process(root: Path, pid: int, who: tuple[str, str, str, str, str], com
 
 
 class MpsNode:
-    def __init__(self, tmp: Path, sock_dir: Path, library: ctypes.CDLL) -> None:
+    """``held``: how many of GPU 0's MPS replicas pods hold (heavy, light, idle: the first
+    ``held``); ``allocatable``: the kubelet's GetAllocatableResources() answer (``None``:
+    UNIMPLEMENTED, a kubelet before 1.21)."""
+
+    def __init__(self, tmp: Path, sock_dir: Path, library: ctypes.CDLL, *, held: int = 3,
+                 allocatable: pb2.AllocatableResourcesResponse | None = None) -> None:
         self.library = library
         self.proc_root = tmp / "proc"
         write_process(self.proc_root, SERVER, DAEMON_POD, "nvidia-cuda-mps",
@@ -113,14 +121,14 @@ class MpsNode:
         write_process(self.proc_root, HEAVY, HEAVY_POD, "python3", "/usr/bin/python3")
         write_process(self.proc_root, LIGHT, LIGHT_POD, "python3", "/usr/bin/python3")
         self.kubelet = KubeletServer(str(sock_dir / "kubelet.sock"))
-        # As the device plugin with sharing.mps (replicas 3, renamed gpu.shared) answers.
+        # As the device plugin with sharing.mps (renamed gpu.shared) answers.
+        clients = [pod("ml", name, container("main", devices(SHARED, f"{GPU0}::{n}")))
+                   for n, name in enumerate(("heavy", "light", "idle")[:held])]
         self.kubelet.start(FakeKubelet(response(
-            pod("ml", "heavy", container("main", devices(SHARED, f"{GPU0}::0"))),
-            pod("ml", "light", container("main", devices(SHARED, f"{GPU0}::1"))),
-            pod("ml", "idle", container("main", devices(SHARED, f"{GPU0}::2"))),
+            *clients,
             pod("ml", "solo", container("main", devices("nvidia.com/gpu", GPU1))),
             pod("nvidia", DAEMON_POD[1], container(DAEMON_POD[2])),
-        )))
+        ), allocatable=allocatable))
         cfg = parse_config([
             "--kubelet-socket", self.kubelet.path, "--proc-root", str(self.proc_root),
             "--node-name", "gpu-node-1", "--process-metrics",
@@ -138,9 +146,9 @@ class MpsNode:
         self.sampler = Sampler(self.source, cfg.interval, listeners=(self.attributor,))
         self.registry = build_registry(cfg, self.sampler, self.attributor)
         deadline = time.monotonic() + 10
-        while len(self.inputs.allocations()) < 4 and time.monotonic() < deadline:
+        while len(self.inputs.allocations()) < held + 1 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert len(self.inputs.allocations()) == 4
+        assert len(self.inputs.allocations()) == held + 1
 
     def round(self) -> Series:
         self.sampler.run_once()
@@ -175,8 +183,10 @@ def make_node(tmp_path: Path, library: ctypes.CDLL, node_env: pytest.MonkeyPatch
     made: list[MpsNode] = []
 
     class Made(MpsNode):
-        def __init__(self) -> None:  # type: ignore[override]
-            super().__init__(tmp_path, sock_dir, library)
+        def __init__(  # type: ignore[override]
+            self, held: int = 3, allocatable: pb2.AllocatableResourcesResponse | None = None
+        ) -> None:
+            super().__init__(tmp_path, sock_dir, library, held=held, allocatable=allocatable)
             made.append(self)
 
     yield Made  # type: ignore[misc]
@@ -231,9 +241,12 @@ def test_two_client_pods_on_one_gpu_through_mps(
         SERVER] == sum(BYTES.values())
     assert sum(v for (m, _), v in got.items() if m == "gpu_process_memory_used_bytes") == sum(
         BYTES.values())
-    # Sharing stated per GPU.
+    # Sharing stated per GPU; the replicas of GPU 0 from List() alone (this kubelet does not
+    # serve GetAllocatableResources()): ::0..::2 held, 3 at least.
     assert {(dict(ls)["gpu"], dict(ls)["sharing"]) for (m, ls) in got
             if m == "gpu_sharing_info"} == {("0", "mps"), ("1", "exclusive")}
+    assert {dict(ls)["gpu"]: v for (m, ls), v in got.items()
+            if m == "gpu_sharing_replicas"} == {"0": 3.0}
 
     utilization = containers(got, "container_gpu_utilization_ratio")
     assert one(got, "gpu_mps_client_utilization_reported", uuid=GPU0) == float(per_client)
@@ -276,3 +289,25 @@ def test_a_client_pod_exiting(make_node: type[MpsNode], node_env: pytest.MonkeyP
     got = node.round()
     assert one(got, "gpu_process_utilization_ratio", pid=str(SERVER)) == 0.7
     assert one(got, "gpu_sharing_info", gpu="0", sharing="mps") == 1.0
+
+
+@pytest.mark.parametrize("served", [True, False], ids=["allocatable", "unimplemented"])
+def test_replicas_of_the_mps_gpu(
+    make_node: type[MpsNode], node_env: pytest.MonkeyPatch, served: bool
+) -> None:
+    # The device plugin with sharing.mps, replicas: 10: GPU 0 advertised as GPU0::0..9 under
+    # nvidia.com/gpu.shared (each client's default active-thread percentage 100 / 10), two of
+    # them held (heavy, light); GPU 1 whole. A kubelet that serves GetAllocatableResources()
+    # says 10; one that does not (UNIMPLEMENTED) leaves List()'s highest replica + 1 = 2, a
+    # lower bound. GPU 1, exclusive, has none.
+    node_env.setenv("FAKE_NVML_MPS", MPS_NODE)
+    node_env.setenv("FAKE_NVML_MPS_CLIENT_UTILIZATION", "0")
+    advertised = allocatable(replicas(SHARED, GPU0, 10), devices("nvidia.com/gpu", GPU1))
+    node = make_node(held=2, allocatable=advertised if served else None)
+    got = node.round()
+    assert {(dict(ls)["gpu"], dict(ls)["uuid"]): v for (m, ls), v in got.items()
+            if m == "gpu_sharing_replicas"} == {("0", GPU0): 10.0 if served else 2.0}
+    assert one(got, "gpu_sharing_info", gpu="0", sharing="mps") == 1.0
+    assert one(got, "gpu_sharing_info", gpu="1", sharing="exclusive") == 1.0
+    assert one(got, "gpu_exporter_collector_success", collector="kubelet") == 1.0
+    assert one(got, "gpu_exporter_collector_errors_total", collector="kubelet") == 0.0

@@ -8,8 +8,9 @@ grpc-go too, not only grpcio. ``grpcgo_server/main.go`` is a small PodResources 
 is cached under ``build/grpcgo-kubelet/<hash of the sources and tools>/``; Go's build cache
 sits next to it, so a rebuild after an edit takes seconds.
 
-:class:`GoKubelet` runs it on a unix socket; what ``List()`` answers (and whether it waits,
-fails or exits) is a JSON control file the server reads at every call: :meth:`GoKubelet.serve`.
+:class:`GoKubelet` runs it on a unix socket; what ``List()`` and ``GetAllocatableResources()``
+answer (and whether they wait, fail or exit) is a JSON control file the server reads at every
+call: :meth:`GoKubelet.serve`.
 
 No toolchain is a failure, not a skip: ``scripts/setup --test`` installs it (Debian packages
 :data:`APT_PACKAGES`).
@@ -127,10 +128,11 @@ def _run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> No
 class GoKubelet:
     """The grpc-go server on ``socket_path``; :meth:`start`/:meth:`stop` can be repeated.
 
-    :meth:`serve` says what ``List()`` answers from now on (no restart needed). :meth:`kill`
-    ends the process with SIGKILL, leaving its socket file behind as a crashed kubelet does.
-    :attr:`calls` holds one dict per ``List()`` the server answered, :attr:`started` one per
-    ``List()`` that arrived (see main.go).
+    :meth:`serve` says what ``List()`` and ``GetAllocatableResources()`` answer from now on
+    (no restart needed). :meth:`kill` ends the process with SIGKILL, leaving its socket file
+    behind as a crashed kubelet does. :attr:`calls` holds one dict per ``List()`` the server
+    answered, :attr:`started` one per ``List()`` that arrived, :attr:`allocatable_calls` one
+    per ``GetAllocatableResources()`` answered, with its gRPC status ``code`` (see main.go).
     """
 
     def __init__(self, binary: Path, socket_path: str, workdir: Path) -> None:
@@ -139,6 +141,7 @@ class GoKubelet:
         self.control = workdir / "grpcgo-control.json"
         self.calls: list[dict[str, Any]] = []
         self.started: list[dict[str, Any]] = []
+        self.allocatable_calls: list[dict[str, Any]] = []
         self.stderr: list[str] = []
         self._process: subprocess.Popen[str] | None = None
         self._readers: list[threading.Thread] = []
@@ -153,10 +156,16 @@ class GoKubelet:
         error_code: int = 0,
         error_message: str = "",
         exit_after_calls: int = 0,
+        allocatable: pb2.AllocatableResourcesResponse | None = None,
+        allocatable_delay_ms: int = 0,
+        allocatable_error_code: int = 0,
+        allocatable_error_message: str = "",
     ) -> None:
         """Answer ``List()`` with ``answer`` (padded with non-GPU pods to ``pad_to_bytes``),
         after ``delay_ms``; or fail with gRPC status ``error_code``; exit after
-        ``exit_after_calls`` calls (0: never)."""
+        ``exit_after_calls`` calls (0: never). Answer ``GetAllocatableResources()`` with
+        ``allocatable`` (``None``: ``UNIMPLEMENTED``, as a kubelet before 1.21), after
+        ``allocatable_delay_ms``, or fail with ``allocatable_error_code``."""
         control = {
             "answer": json_format.MessageToDict(answer),
             "pad_to_bytes": pad_to_bytes,
@@ -164,6 +173,11 @@ class GoKubelet:
             "error_code": error_code,
             "error_message": error_message,
             "exit_after_calls": exit_after_calls,
+            "allocatable": (None if allocatable is None
+                            else json_format.MessageToDict(allocatable)),
+            "allocatable_delay_ms": allocatable_delay_ms,
+            "allocatable_error_code": allocatable_error_code,
+            "allocatable_error_message": allocatable_error_message,
         }
         temporary = self.control.with_suffix(".tmp")
         temporary.write_text(json.dumps(control))
@@ -194,6 +208,8 @@ class GoKubelet:
                     ready.set()
                 elif "started" in record:
                     self.started.append(record)
+                elif record.get("method") == "GetAllocatableResources":
+                    self.allocatable_calls.append(record)
                 else:
                     self.calls.append(record)
 

@@ -1,4 +1,7 @@
-"""One ``v1.PodResourcesLister/List`` call to the kubelet: gRPC's unary call over ``h2``.
+"""One call to the kubelet's ``v1.PodResourcesLister``: gRPC's unary call over ``h2``.
+
+:class:`ListCall` is ``List()``; :class:`AllocatableCall` is ``GetAllocatableResources()``
+(Kubernetes 1.21+, on by default from 1.23); both are a :class:`UnaryCall`.
 
 The HTTP/2 connection (framing, HPACK, flow control, settings) is ``h2``'s; the messages are
 the protobuf runtime's, from the stubs generated from ``api.proto`` (``api_pb2``; see
@@ -19,9 +22,9 @@ Failures are :class:`CallError` with a gRPC status code name, as grpc-go and grp
 no connection, a peer that does not speak HTTP/2 or a connection lost midway are
 ``UNAVAILABLE``; the deadline passing is ``DEADLINE_EXCEEDED``; an answer over the receive
 limit is ``RESOURCE_EXHAUSTED`` (refused from its length prefix, before it is read); an answer
-that is not one ``ListPodResourcesResponse`` is ``INTERNAL``; a status sent by the server is
-passed through; :meth:`ListCall.cancel` (from another thread) makes the call fail at once with
-``CANCELLED``.
+that is not one message of the method's answer type is ``INTERNAL``; a status sent by the server is
+passed through (an older kubelet answers ``GetAllocatableResources()`` with ``UNIMPLEMENTED``);
+:meth:`UnaryCall.cancel` (from another thread) makes the call fail at once with ``CANCELLED``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
-from typing import cast
+from typing import Generic, TypeVar, cast
 from urllib.parse import unquote
 
 import h2.config
@@ -44,9 +47,14 @@ from google.protobuf.message import DecodeError
 
 from gpuscope.exporter.kubernetes.podresources import api_pb2
 
-__all__ = ["CallError", "ListCall", "check_limits"]
+__all__ = ["AllocatableCall", "CallError", "ListCall", "UnaryCall", "check_limits"]
 
 PATH = "/v1.PodResourcesLister/List"
+ALLOCATABLE_PATH = "/v1.PodResourcesLister/GetAllocatableResources"
+
+#: The answer types of the methods called.
+Response = TypeVar("Response", api_pb2.ListPodResourcesResponse,
+                   api_pb2.AllocatableResourcesResponse)
 
 #: gRPC's status codes by number (grpc/include/grpcpp/impl/codegen/status_code_enum.h).
 STATUS_NAMES = (
@@ -94,8 +102,9 @@ def grpc_timeout(seconds: float) -> str:
     return f"{ms}m" if ms < 10**8 else f"{-(-ms // 1000)}S"
 
 
-class ListCall:
-    """One ``List()`` call; :meth:`run` makes it (blocking), :meth:`cancel` aborts it from
+class UnaryCall(Generic[Response]):
+    """One unary call of ``path`` with the serialised ``request``, answered by one
+    ``response`` message; :meth:`run` makes it (blocking), :meth:`cancel` aborts it from
     another thread. One-shot: create one per call.
 
     ``socket_path``: the kubelet's unix socket. ``timeout``: the call's deadline, seconds,
@@ -103,11 +112,15 @@ class ListCall:
     the largest answer message accepted.
     """
 
-    def __init__(self, socket_path: str, timeout: float, max_receive_bytes: int) -> None:
+    def __init__(self, socket_path: str, timeout: float, max_receive_bytes: int, *,
+                 path: str, request: bytes, response: type[Response]) -> None:
         check_limits(timeout, max_receive_bytes)
         self.socket_path = socket_path
         self.timeout = timeout
         self.max_receive_bytes = max_receive_bytes
+        self.path = path
+        self._request = request
+        self._response: type[Response] = response
         self._lock = threading.Lock()
         self._cancelled = False
         self._sock: socket.socket | None = None
@@ -123,7 +136,7 @@ class ListCall:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
-    def run(self) -> api_pb2.ListPodResourcesResponse:
+    def run(self) -> Response:
         """Make the call and return the answer; raises :class:`CallError`."""
         deadline = time.monotonic() + self.timeout
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -143,7 +156,7 @@ class ListCall:
                 self._sock = None
             sock.close()
 
-    def _call(self, sock: socket.socket, deadline: float) -> api_pb2.ListPodResourcesResponse:
+    def _call(self, sock: socket.socket, deadline: float) -> Response:
         def remaining() -> float:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -167,12 +180,12 @@ class ListCall:
         conn.increment_flow_control_window(WINDOW - 65535)
         stream = conn.get_next_available_stream_id()
         conn.send_headers(stream, [
-            (":method", "POST"), (":scheme", "http"), (":path", PATH),
+            (":method", "POST"), (":scheme", "http"), (":path", self.path),
             (":authority", "localhost"), ("te", "trailers"),
             ("content-type", "application/grpc+proto"), ("user-agent", "gpuscope"),
             ("grpc-timeout", grpc_timeout(remaining())),
         ])
-        request = api_pb2.ListPodResourcesRequest().SerializeToString()
+        request = self._request
         conn.send_data(stream, b"\0" + len(request).to_bytes(4, "big") + request,
                        end_stream=True)
         answer = _Answer(self.max_receive_bytes)
@@ -201,7 +214,28 @@ class ListCall:
         with contextlib.suppress(OSError, h2.exceptions.H2Error):  # a polite end
             conn.close_connection()
             sock.sendall(conn.data_to_send())
-        return answer.message()
+        return answer.message(self._response)
+
+
+class ListCall(UnaryCall[api_pb2.ListPodResourcesResponse]):
+    """One ``List()`` call: every pod the kubelet runs and the resources assigned to them."""
+
+    def __init__(self, socket_path: str, timeout: float, max_receive_bytes: int) -> None:
+        super().__init__(
+            socket_path, timeout, max_receive_bytes, path=PATH,
+            request=api_pb2.ListPodResourcesRequest().SerializeToString(),
+            response=api_pb2.ListPodResourcesResponse)
+
+
+class AllocatableCall(UnaryCall[api_pb2.AllocatableResourcesResponse]):
+    """One ``GetAllocatableResources()`` call: every device, CPU and memory block the kubelet
+    can assign, allocated or not (the device plugins' healthy devices)."""
+
+    def __init__(self, socket_path: str, timeout: float, max_receive_bytes: int) -> None:
+        super().__init__(
+            socket_path, timeout, max_receive_bytes, path=ALLOCATABLE_PATH,
+            request=api_pb2.AllocatableResourcesRequest().SerializeToString(),
+            response=api_pb2.AllocatableResourcesResponse)
 
 
 class _Answer:
@@ -261,8 +295,9 @@ class _Answer:
                 raise CallError("INTERNAL", "bad answer: more than one message for a "
                                             "unary call")
 
-    def message(self) -> api_pb2.ListPodResourcesResponse:
-        """The answer, once the stream has ended; raises :class:`CallError`."""
+    def message(self, response: type[Response]) -> Response:
+        """The answer, decoded as ``response``, once the stream has ended; raises
+        :class:`CallError`."""
         if self.grpc_status is None:
             code = HTTP_STATUS.get(self.http_status or 0, "UNKNOWN")
             if self.http_status == 200:
@@ -276,10 +311,12 @@ class _Answer:
         if data[0] != 0:
             raise CallError("INTERNAL", "bad answer: compressed, and no compression was "
                                         "offered")
+        message = response()
         try:
-            return api_pb2.ListPodResourcesResponse.FromString(data[5:])
+            message.ParseFromString(data[5:])
         except DecodeError as error:
             raise CallError("INTERNAL", f"bad answer: {error}") from None
+        return message
 
 
 def _code_name(code: object) -> str:

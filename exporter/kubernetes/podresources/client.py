@@ -8,24 +8,35 @@ the GPU resources (:data:`DEFAULT_RESOURCES` plus user-configured names) as froz
 :class:`Allocation` values (``devices.py`` takes the IDs apart), and every DRA device as a
 :class:`ClaimDevice` (read and returned; not yet attributed).
 
+``GetAllocatableResources()`` (the same service; Kubernetes 1.21+ behind the feature gate
+``KubeletPodResourcesGetAllocatable``, on by default from 1.23) names every device the device
+plugins advertise, allocated or not (their healthy devices): the GPU resources' IDs are kept as
+:class:`AllocatableDevice` values. They say how many replicas ``GPU-<uuid>::<n>`` the plugin
+makes of a time-sliced or MPS GPU (``gpu_sharing_replicas``). A kubelet that does not serve it
+(``UNIMPLEMENTED``; ``UNKNOWN`` "... GetAllocatableResources disabled" with the gate off)
+raises :class:`AllocatableUnsupported`.
+
 Two classes:
 
 :class:`PodResourcesClient`
-    One ``List()`` call per :meth:`~PodResourcesClient.list_allocations`, over ``h2`` with the
-    protobuf runtime (``call.py``), on a new connection each time, in the calling thread, with a
-    deadline, and a receive limit far above gRPC's 4 MiB default (big nodes answer with more:
-    dcgm-exporter issue 509). A connection per call every few seconds on a local socket costs
-    about a millisecond and carries no state that can go stale across a kubelet restart.
+    One ``List()`` call per :meth:`~PodResourcesClient.list_allocations` (one
+    ``GetAllocatableResources()`` per :meth:`~PodResourcesClient.list_allocatable`), over
+    ``h2`` with the protobuf runtime (``call.py``), on a new connection each time, in the
+    calling thread, with a deadline, and a receive limit far above gRPC's 4 MiB default (big
+    nodes answer with more: dcgm-exporter issue 509). A connection per call every few seconds
+    on a local socket costs about a millisecond and carries no state that can go stale across
+    a kubelet restart.
     Raises :class:`PodResourcesError` on failure.
 :class:`PodResourcesWatcher`
-    Calls the client every ``interval`` seconds in its own daemon thread and keeps the last
-    good answer. :meth:`PodResourcesWatcher.latest` never blocks and never talks to the
-    kubelet, so a scrape cannot wait on a slow or absent kubelet; failures only count.
+    Calls the client every ``interval`` seconds in its own daemon thread (``List()``, then
+    ``GetAllocatableResources()``) and keeps the last good answers.
+    :meth:`PodResourcesWatcher.latest` never blocks and never talks to the kubelet, so a
+    scrape cannot wait on a slow or absent kubelet; failures only count.
 
 h2 and protobuf are imported by the first call, not by this module: the types here (and
 so the attribution code and the simulated source, which import them) load neither. The
 ``.proto`` is ``api.proto``, a copy of the kubelet's; the messages generated from it are committed
-(``generate.sh``). The tests serve ``List()`` from grpc-go (what kubelets run) and grpcio.
+(``generate.sh``). The tests serve both calls from grpc-go (what kubelets run) and grpcio.
 """
 
 from __future__ import annotations
@@ -36,18 +47,22 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gpuscope.exporter.kubernetes.podresources.devices import DeviceRef, parse_device_id
 
 if TYPE_CHECKING:
     from gpuscope.exporter.kubernetes.podresources import api_pb2
-    from gpuscope.exporter.kubernetes.podresources.call import ListCall
+    from gpuscope.exporter.kubernetes.podresources.call import Response, UnaryCall
 
 __all__ = [
+    "DEFAULT_ALLOCATABLE_RETRY",
     "DEFAULT_KUBELET_SOCKET",
     "DEFAULT_MAX_RECEIVE_BYTES",
     "DEFAULT_RESOURCES",
+    "AllocatableDevice",
+    "AllocatableLister",
+    "AllocatableUnsupported",
     "Allocation",
     "AllocationLister",
     "Assignments",
@@ -73,9 +88,20 @@ DEFAULT_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared",
 #: The largest ``List()`` answer accepted, bytes: 16 times gRPC's default of 4 MiB.
 DEFAULT_MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 
+#: Seconds before a kubelet that did not serve ``GetAllocatableResources()`` is asked again
+#: (it may have been upgraded, or its feature gate turned on, in the meantime).
+DEFAULT_ALLOCATABLE_RETRY = 600.0
+
 
 class PodResourcesError(Exception):
-    """A ``List()`` call failed; the message is one line fit for a log or a status page."""
+    """A call failed; the message is one line fit for a log or a status page."""
+
+
+class AllocatableUnsupported(PodResourcesError):
+    """The kubelet does not serve ``GetAllocatableResources()``: before Kubernetes 1.21
+    (``UNIMPLEMENTED``), or 1.21-1.22 with the feature gate
+    ``KubeletPodResourcesGetAllocatable`` off (``UNKNOWN``: "Pod Resources API
+    GetAllocatableResources disabled")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +144,25 @@ class ClaimDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class AllocatableDevice:
+    """One GPU device ID a device plugin advertises, allocated or not, as the kubelet's
+    ``GetAllocatableResources()`` names it (the plugin's healthy devices): ``GPU-<uuid>``,
+    or ``GPU-<uuid>::<n>``, replica ``n`` of a time-sliced or MPS GPU (``device.replica``)."""
+
+    resource_name: str
+    device: DeviceRef
+
+
+@dataclass(frozen=True, slots=True)
 class Assignments:
-    """Everything one ``List()`` answer assigns to containers, in the kubelet's order."""
+    """Everything one ``List()`` answer assigns to containers, in the kubelet's order, and
+    (from the watcher) the GPU devices the kubelet can assign: ``allocatable`` is the last
+    good ``GetAllocatableResources()`` answer, ``None`` while none is known (not asked yet,
+    not served by this kubelet, or failing since the start)."""
 
     allocations: tuple[Allocation, ...] = ()
     claim_devices: tuple[ClaimDevice, ...] = ()
+    allocatable: tuple[AllocatableDevice, ...] | None = None
 
 
 def matches_resource(resource_name: str, patterns: Sequence[str]) -> bool:
@@ -151,8 +191,17 @@ class ResourceLister(AllocationLister, Protocol):
     def list_resources(self) -> Assignments: ...
 
 
+@runtime_checkable
+class AllocatableLister(AllocationLister, Protocol):
+    """A lister that also asks ``GetAllocatableResources()``; the watcher then keeps its
+    answer too (``Assignments.allocatable``)."""
+
+    def list_allocatable(self) -> tuple[AllocatableDevice, ...]: ...
+
+
 class PodResourcesClient:
-    """Calls the kubelet's ``List()`` on its unix socket, one short connection per call.
+    """Calls the kubelet's ``List()`` and ``GetAllocatableResources()`` on its unix socket,
+    one short connection per call.
 
     ``socket_path``: the kubelet's pod-resources socket. ``timeout``: the deadline of each
     call, seconds. ``max_receive_bytes``: the largest answer accepted (gRPC's default of
@@ -182,7 +231,7 @@ class PodResourcesClient:
         self.resource_names: tuple[str, ...] = tuple(resource_names)
         self._lock = threading.Lock()  # guards _call, _closed, _connections
         self._one_call = threading.Lock()  # held for a whole call: one at a time
-        self._call: ListCall | None = None
+        self._call: UnaryCall[Any] | None = None
         self._connections = 0
         self._closed = False
 
@@ -207,6 +256,16 @@ class PodResourcesClient:
         with self._one_call:
             return _assignments(self._list(), self.resource_names)
 
+    def list_allocatable(self) -> tuple[AllocatableDevice, ...]:
+        """Call ``GetAllocatableResources()`` once and return the GPU resources' devices, in
+        the kubelet's order.
+
+        Raises :class:`AllocatableUnsupported` when the kubelet does not serve the call, and
+        :class:`PodResourcesError` on any other failure, as :meth:`list_allocations` does.
+        """
+        with self._one_call:
+            return _allocatable(self._allocatable(), self.resource_names)
+
     def close(self) -> None:
         """Cancel a call in flight; later calls raise."""
         with self._lock:
@@ -216,15 +275,40 @@ class PodResourcesClient:
             call.cancel()
 
     def _list(self) -> api_pb2.ListPodResourcesResponse:
+        def make() -> UnaryCall[api_pb2.ListPodResourcesResponse]:
+            # Imported here, not at the top: h2 and protobuf load with the first call.
+            from gpuscope.exporter.kubernetes.podresources.call import ListCall
+
+            return ListCall(self.socket_path, self.timeout, self.max_receive_bytes)
+
+        return self._run(make, "List()")
+
+    def _allocatable(self) -> api_pb2.AllocatableResourcesResponse:
+        def make() -> UnaryCall[api_pb2.AllocatableResourcesResponse]:
+            from gpuscope.exporter.kubernetes.podresources.call import AllocatableCall
+
+            return AllocatableCall(self.socket_path, self.timeout, self.max_receive_bytes)
+
+        try:
+            return self._run(make, "GetAllocatableResources()")
+        except PodResourcesError as error:
+            # The call's CallError: its gRPC status code and details.
+            code = getattr(error.__cause__, "code", None)
+            details = getattr(error.__cause__, "details", "")
+            if code == "UNIMPLEMENTED" or (
+                    code == "UNKNOWN" and "GetAllocatableResources disabled" in details):
+                raise AllocatableUnsupported(str(error)) from error.__cause__
+            raise
+
+    def _run(self, make: Callable[[], UnaryCall[Response]], method: str) -> Response:
         if not os.path.exists(self.socket_path):
             # Checked before dialling: a clearer reason than "connection refused".
             if self._closed:
                 raise PodResourcesError("client closed")
             raise PodResourcesError(f"kubelet socket {self.socket_path} absent")
-        # Imported here, not at the top: h2 and protobuf load with the first call.
-        from gpuscope.exporter.kubernetes.podresources.call import CallError, ListCall
+        call = make()
+        from gpuscope.exporter.kubernetes.podresources.call import CallError
 
-        call = ListCall(self.socket_path, self.timeout, self.max_receive_bytes)
         with self._lock:
             if self._closed:
                 raise PodResourcesError("client closed")
@@ -235,7 +319,7 @@ class PodResourcesClient:
         except CallError as error:
             if error.code == "CANCELLED" and self._closed:
                 raise PodResourcesError("client closed") from error
-            raise PodResourcesError(f"List() failed: {error}") from error
+            raise PodResourcesError(f"{method} failed: {error}") from error
         finally:
             with self._lock:
                 self._call = None
@@ -279,16 +363,29 @@ def _assignments(
     return Assignments(tuple(allocations), tuple(claim_devices))
 
 
+def _allocatable(
+    answer: api_pb2.AllocatableResourcesResponse, patterns: Sequence[str]
+) -> tuple[AllocatableDevice, ...]:
+    return tuple(
+        AllocatableDevice(devices.resource_name, parse_device_id(raw))
+        for devices in answer.devices
+        if matches_resource(devices.resource_name, patterns)
+        for raw in devices.device_ids
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WatcherStatus:
     """How the background refresh is doing, for self-metrics and ``/readyz``-style checks.
 
-    ``success``: whether the last refresh succeeded (``None`` before the first one);
+    ``success``: whether the last refresh succeeded (``None`` before the first one): its
+    ``List()`` and, where asked, its ``GetAllocatableResources()`` (a kubelet that does not
+    serve that call is no failure);
     ``duration_seconds``: how long the last refresh took, success or not (seconds, from the
     watcher's monotonic clock); ``refreshes_total`` / ``errors_total``: counts since start;
     ``last_error``: the last failure's one-line reason (kept after a recovery);
-    ``last_success_age_seconds``: seconds since the last good answer (``None``: never);
-    ``in_flight``: a ``List()`` call is running now.
+    ``last_success_age_seconds``: seconds since the last refresh that succeeded (``None``:
+    never); ``in_flight``: a refresh's call is running now.
     """
 
     success: bool | None
@@ -318,13 +415,23 @@ class PodResourcesWatcher:
     :class:`PodResourcesClient` in production); the watcher owns it and closes it in
     :meth:`stop`. A client that also has ``list_resources()`` (:class:`ResourceLister`, as
     :class:`PodResourcesClient` has) is called through it, and the DRA claim devices are kept
-    too (:meth:`latest_assignments`). ``interval``: seconds between the end of one refresh
+    too (:meth:`latest_assignments`). A client that also has ``list_allocatable()``
+    (:class:`AllocatableLister`, as :class:`PodResourcesClient` has) is asked it after each
+    good ``List()``, in the same refresh, and its answer is kept as
+    ``Assignments.allocatable``. ``interval``: seconds between the end of one refresh
     and the start of the next (a fixed delay, so a slow kubelet is never called back to
     back). ``clock``: a monotonic clock in seconds, for durations and ages.
+    ``allocatable_retry``: seconds before a kubelet that did not serve
+    ``GetAllocatableResources()`` is asked it again (sooner after a failed ``List()``: the
+    kubelet was away, and may be back as another version).
 
     A failed refresh (socket absent, kubelet down or hanging past the client's deadline)
     counts an error and keeps the previous allocations: the kubelet being briefly away does
-    not mean every GPU was freed. Nothing raised by the client escapes the thread.
+    not mean every GPU was freed. A failed ``List()`` skips ``GetAllocatableResources()``
+    (one deadline per refresh, not two, on a hanging kubelet). A ``GetAllocatableResources()``
+    that fails after a good ``List()`` counts an error too and keeps the previous allocatable
+    devices, the new allocations being used. Nothing raised by the client escapes the
+    thread.
     """
 
     def __init__(
@@ -333,13 +440,21 @@ class PodResourcesWatcher:
         interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         thread_name: str = "gpuscope-podresources",
+        allocatable_retry: float = DEFAULT_ALLOCATABLE_RETRY,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval}")
+        if allocatable_retry <= 0:
+            raise ValueError(f"allocatable_retry must be > 0 seconds, got {allocatable_retry}")
         self._client = client
         self._interval = interval
         self._clock = clock
         self._thread_name = thread_name
+        self._allocatable_retry = allocatable_retry
+        # GetAllocatableResources() not served: ask again from this clock reading (None: at
+        # the next refresh); whether that was logged already.
+        self._allocatable_retry_at: float | None = None
+        self._allocatable_unsupported = False
         self._assignments = Assignments()
         self._progress = _Progress()
         self._in_flight = False
@@ -353,7 +468,8 @@ class PodResourcesWatcher:
 
     def latest_assignments(self) -> Assignments:
         """The last good answer, allocations and DRA claim devices of the same ``List()``
-        (empty before the first success). Never blocks."""
+        (empty before the first success), and the last good ``GetAllocatableResources()``
+        answer (``None`` while none is known). Never blocks."""
         return self._assignments
 
     def status(self) -> WatcherStatus:
@@ -373,23 +489,63 @@ class PodResourcesWatcher:
         )
 
     def refresh_once(self) -> bool:
-        """Call ``List()`` now, in the calling thread; True on success. Never raises."""
+        """Call ``List()`` now, then ``GetAllocatableResources()`` where the client can and
+        it is due, in the calling thread; True on success. Never raises."""
         with self._refresh_lock:
             self._in_flight = True
             started = self._clock()
+            client = self._client
             try:
-                client = self._client
                 if isinstance(client, ResourceLister):
                     assignments = client.list_resources()
                 else:
                     assignments = Assignments(client.list_allocations())
             except Exception as error:  # any failure is a counted error, never a crash
-                self._record_failure(started, error)
+                self._in_flight = False
+                self._allocatable_retry_at = None  # the kubelet may come back another version
+                self._record_failure(started, error, "allocations")
                 return False
+            failure: Exception | None = None
+            try:
+                allocatable = self._assignments.allocatable
+                if isinstance(client, AllocatableLister) and self._allocatable_due(started):
+                    allocatable = self._ask_allocatable(client)
+            except Exception as error:  # counted, the last good answer kept
+                failure = error
             finally:
                 self._in_flight = False
+            assignments = Assignments(assignments.allocations, assignments.claim_devices,
+                                      allocatable)
+            if failure is not None:
+                self._record_failure(started, failure, "allocatable devices", assignments)
+                return False
             self._record_success(started, assignments)
             return True
+
+    def _allocatable_due(self, now: float) -> bool:
+        return self._allocatable_retry_at is None or now >= self._allocatable_retry_at
+
+    def _ask_allocatable(
+        self, client: AllocatableLister
+    ) -> tuple[AllocatableDevice, ...] | None:
+        """``GetAllocatableResources()``'s GPU devices; ``None`` where the kubelet does not
+        serve the call (then asked again after ``allocatable_retry``). Raises on a failure."""
+        try:
+            allocatable = client.list_allocatable()
+        except AllocatableUnsupported as error:
+            self._allocatable_retry_at = self._clock() + self._allocatable_retry
+            if not self._allocatable_unsupported:
+                self._allocatable_unsupported = True
+                log.info("kubelet pod-resources: %s; replicas per GPU from List() alone (a "
+                         "lower bound); asked again every %g s", error, self._allocatable_retry)
+            else:
+                log.debug("kubelet pod-resources: %s", error)
+            return None
+        self._allocatable_retry_at = None
+        if self._allocatable_unsupported:
+            self._allocatable_unsupported = False
+            log.info("kubelet pod-resources: GetAllocatableResources() answers now")
+        return allocatable
 
     def start(self) -> None:
         """Start the daemon thread; its first refresh runs at once. Idempotent."""
@@ -428,16 +584,21 @@ class PodResourcesWatcher:
             last_success_at=now,
         )
 
-    def _record_failure(self, started: float, error: Exception) -> None:
+    def _record_failure(self, started: float, error: Exception, kept: str,
+                        assignments: Assignments | None = None) -> None:
+        """A failed refresh: ``kept`` names what the last good answer still gives;
+        ``assignments``, where given, are the refresh's own (its ``List()`` answered)."""
         now = self._clock()
         previous = self._progress
         reason = str(error) if isinstance(error, PodResourcesError) else repr(error)
         # Log the change from working to failing once; repeats only at debug level, so an
         # absent socket on a non-Kubernetes host does not flood the log every interval.
         if previous.success is not False:
-            log.warning("kubelet pod-resources: %s; keeping the last known allocations", reason)
+            log.warning("kubelet pod-resources: %s; keeping the last known %s", reason, kept)
         else:
             log.debug("kubelet pod-resources: %s", reason)
+        if assignments is not None:
+            self._assignments = assignments
         self._progress = _Progress(
             success=False,
             duration_seconds=max(0.0, now - started),

@@ -16,7 +16,7 @@ from gpuscope.exporter.kubernetes.attribution import (
     attribute,
 )
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
-from gpuscope.exporter.kubernetes.podresources.client import Allocation
+from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import parse_device_id
 from gpuscope.exporter.model import DeviceSample, ProcessSample, Snapshot
 
@@ -239,7 +239,8 @@ def test_mps_clients_get_their_memory_and_no_utilization_when_only_the_server_ha
     assert (HOST, G0) not in by_key(result)
     assert [p.pod for p in result.pods] == ["heavy", "idle", "light"]
     assert result.unnamed_processes == 0
-    assert result.sharing == (DeviceSharing("0", G0, "mps"),)
+    # Replicas ::0..::2 allocated, none advertised known: 3, a lower bound.
+    assert result.sharing == (DeviceSharing("0", G0, "mps", 3),)
 
 
 def test_mps_clients_get_their_own_utilization_when_nvml_reports_it() -> None:
@@ -276,11 +277,11 @@ def test_sharing_mode_of_each_device() -> None:
                    alloc("a", "t", "c", f"{G2}::0")]
     assert attribute(s, allocations, {}, metadata()).sharing == (
         DeviceSharing("0", G0, "exclusive"),
-        DeviceSharing("1", G1, "time-sliced"),
-        DeviceSharing("2", G2, "mps"),  # an MPS server runs: MPS, whatever the replicas
+        DeviceSharing("1", G1, "time-sliced", 2),
+        DeviceSharing("2", G2, "mps", 1),  # an MPS server runs: MPS, whatever the replicas
         DeviceSharing("3", "GPU-33333333-3333-3333-3333-333333333333", "mig"),
         DeviceSharing("3/1", MIG_A, "mig"),
-        DeviceSharing("3/2", MIG_B, "time-sliced"),  # a slice handed out as replicas
+        DeviceSharing("3/2", MIG_B, "time-sliced", 2),  # a slice handed out as replicas
     )
     # One device held by two containers (a DRA claim shared between them): time-sliced; by
     # one container twice (replicas, or GPU and claim): still itself alone.
@@ -290,9 +291,100 @@ def test_sharing_mode_of_each_device() -> None:
         DeviceSharing("0", G0, "time-sliced"), DeviceSharing("1", G1, "exclusive"))
 
 
+# --- Replicas per device (gpu_sharing_replicas)
+
+
+def advertised(resource: str, *ids: str) -> list[AllocatableDevice]:
+    """What GetAllocatableResources() gives for ``resource``: these device IDs."""
+    return [AllocatableDevice(resource, parse_device_id(raw)) for raw in ids]
+
+
+def replica_ids(uuid: str, count: int) -> list[str]:
+    return [f"{uuid}::{n}" for n in range(count)]
+
+
+G3 = "GPU-33333333-3333-3333-3333-333333333333"
+
+
+def test_replicas_are_what_the_kubelet_advertises() -> None:
+    # GPU 0 advertised as ten MPS replicas (renamed resource), two of them held; GPU 1 as four
+    # time-slicing replicas, none held; GPU 2 whole (exclusive); MIG slice B as two
+    # replicas (a slice time-sliced); a GPU of another node's ID and a non-GPU resource do not
+    # count.
+    s = snap(
+        mps_gpu(False, heavy=None, light=None), gpu("1", G1), gpu("2", G2),
+        gpu("3", G3, util=None), gpu("3/2", MIG_B, util=None, parent=G3),
+    )
+    allocatable = [
+        *advertised("nvidia.com/gpu.shared", *replica_ids(G0, 10)),
+        *advertised("nvidia.com/gpu", *replica_ids(G1, 4), G2),
+        *advertised("nvidia.com/mig-3g.40gb.shared", *replica_ids(MIG_B, 2)),
+        *advertised("nvidia.com/gpu", *replica_ids("GPU-99999999-9999-9999-9999-999999999999",
+                                                   3)),
+    ]
+    allocations = MPS_ALLOCATIONS[:2]  # ::0 and ::1 held
+    result = attribute(s, allocations, MPS_REFS, MPS_META, allocatable=allocatable)
+    assert result.sharing == (
+        DeviceSharing("0", G0, "mps", 10),
+        # Advertised as replicas, none held yet: handed out shared all the same.
+        DeviceSharing("1", G1, "time-sliced", 4),
+        DeviceSharing("2", G2, "exclusive"),
+        DeviceSharing("3", G3, "mig"),
+        DeviceSharing("3/2", MIG_B, "time-sliced", 2),
+    )
+    # The same answer repeated (a device listed twice) counts each replica once.
+    again = attribute(s, allocations, MPS_REFS, MPS_META, allocatable=allocatable * 2)
+    assert again.sharing == result.sharing
+
+
+def test_replicas_from_the_allocations_where_the_kubelet_advertises_none() -> None:
+    # GetAllocatableResources() unknown (None: not served, never answered): the highest
+    # replica held + 1, a lower bound: ::7 held -> 8, though the plugin may make more.
+    s = snap(gpu("0", G0), gpu("1", G1), gpu("2", G2))
+    allocations = [alloc("a", "p", "c", f"{G0}::7", "nvidia.com/gpu.shared"),
+                   alloc("a", "q", "c", f"{G0}::2", "nvidia.com/gpu.shared"),
+                   alloc("a", "r", "c", G1)]
+    want = (DeviceSharing("0", G0, "time-sliced", 8), DeviceSharing("1", G1, "exclusive"),
+            DeviceSharing("2", G2, "exclusive"))
+    assert attribute(s, allocations, {}, metadata()).sharing == want
+    assert attribute(s, allocations, {}, metadata(), allocatable=None).sharing == want
+    # Answered, but without that GPU's replicas (the plugin reports it unhealthy: the kubelet
+    # leaves unhealthy devices out): the allocations again, for that GPU alone.
+    answered = advertised("nvidia.com/gpu", G1, *replica_ids(G2, 5))
+    assert attribute(s, allocations, {}, metadata(), allocatable=answered).sharing == (
+        DeviceSharing("0", G0, "time-sliced", 8), DeviceSharing("1", G1, "exclusive"),
+        DeviceSharing("2", G2, "time-sliced", 5))
+
+
+def test_no_replicas_for_exclusive_shared_claims_and_lost_devices() -> None:
+    # Whole GPUs advertised and held, a DRA claim shared by two containers (time-sliced, but
+    # no replicas), a lost GPU advertised as replicas: no replica count for any.
+    s = snap(gpu("0", G0), gpu("1", G1), gpu("2", G2, up=False))
+    allocations = [alloc("a", "p", "c", G0), alloc("a", "q", "c", G1, "gpu.nvidia.com"),
+                   alloc("a", "r", "c", G1, "gpu.nvidia.com"), alloc("a", "s", "c", f"{G2}::0")]
+    allocatable = advertised("nvidia.com/gpu", G0, *replica_ids(G2, 4))
+    assert attribute(s, allocations, {}, metadata(), allocatable=allocatable).sharing == (
+        DeviceSharing("0", G0, "exclusive"), DeviceSharing("1", G1, "time-sliced"))
+    assert attribute(s, allocations, {}, metadata(), allocatable=[]).sharing == (
+        DeviceSharing("0", G0, "exclusive"), DeviceSharing("1", G1, "time-sliced"))
+
+
+def test_replicas_of_gke_time_sharing_ids() -> None:
+    # GKE's own plugin: nvidia<N>/vgpu<K>, resolved by the GPU's index.
+    s = snap(gpu("0", G0), gpu("1", G1))
+    allocatable = advertised("nvidia.com/gpu", *(f"nvidia0/vgpu{k}" for k in range(6)),
+                             "nvidia1")
+    allocations = [alloc("a", "p", "c", "nvidia0/vgpu3")]
+    assert attribute(s, allocations, {}, metadata(), allocatable=allocatable).sharing == (
+        DeviceSharing("0", G0, "time-sliced", 6), DeviceSharing("1", G1, "exclusive"))
+
+
 class BrokenInputs:
     def allocations(self) -> list[Allocation]:
         raise RuntimeError("kubelet adapter bug")
+
+    def allocatable(self) -> None:
+        return None
 
     def containers_of(self, pids: object) -> dict[int, ContainerRef | None]:
         return {}

@@ -2,9 +2,9 @@
 // the exporter's client tests (tests/kubelet_api/grpcgo.py builds and drives it).
 //
 // It serves v1.PodResourcesLister on a unix socket, as the kubelet does: the socket file is
-// removed first if left over, and created with the listener. What List() answers is read from
-// a JSON control file at every call, so a test changes the answer, a delay or an error without
-// restarting the server:
+// removed first if left over, and created with the listener. What List() and
+// GetAllocatableResources() answer is read from a JSON control file at every call, so a test
+// changes the answer, a delay or an error without restarting the server:
 //
 //	{
 //	  "answer": {...},          // a v1.ListPodResourcesResponse in protobuf's JSON mapping
@@ -14,13 +14,22 @@
 //	                            // context does: DEADLINE_EXCEEDED or CANCELLED)
 //	  "error_code": 0,          // answer with this gRPC status code instead (e.g. 14)
 //	  "error_message": "",
-//	  "exit_after_calls": 0     // exit(3) right after answering this many calls: a crash
+//	  "exit_after_calls": 0,    // exit(3) right after answering this many calls, List() and
+//	                            // GetAllocatableResources() together: a crash
+//	  "allocatable": {...},     // GetAllocatableResources()' v1.AllocatableResourcesResponse;
+//	                            // absent or null: UNIMPLEMENTED, as a kubelet before 1.21
+//	  "allocatable_delay_ms": 0,  // as delay_ms, error_code and error_message, for
+//	  "allocatable_error_code": 0,  // GetAllocatableResources()
+//	  "allocatable_error_message": ""
 //	}
 //
-// Each call is reported on stdout as it arrives ({"started": n, "deadline_ms": ms left, or -1
-// with no deadline}) and once answered ({"call": n, "method": ..., "deadline_ms": ...,
-// "answer_bytes": n, "cancelled": whether the client gave up first}), one JSON line each; the
-// first line is {"ready": "<socket path>"} once the socket accepts connections. SIGTERM and SIGINT stop
+// Each List() is reported on stdout as it arrives ({"started": n, "deadline_ms": ms left, or
+// -1 with no deadline}) and once answered ({"call": n, "method": "List", "deadline_ms": ...,
+// "answer_bytes": n, "cancelled": whether the client gave up first}), and each
+// GetAllocatableResources() once answered ({"call": n, "method": "GetAllocatableResources",
+// "deadline_ms": ..., "code": its gRPC status code, "cancelled": ...}; its own count), one
+// JSON line each; the first line is {"ready": "<socket path>"} once the socket accepts
+// connections. SIGTERM and SIGINT stop
 // the server gracefully; SIGKILL leaves the socket file behind, as a crashed kubelet does.
 package main
 
@@ -54,6 +63,11 @@ type control struct {
 	ErrorCode      uint32          `json:"error_code"`
 	ErrorMessage   string          `json:"error_message"`
 	ExitAfterCalls int             `json:"exit_after_calls"`
+
+	Allocatable             json.RawMessage `json:"allocatable"`
+	AllocatableDelayMs      int             `json:"allocatable_delay_ms"`
+	AllocatableErrorCode    uint32          `json:"allocatable_error_code"`
+	AllocatableErrorMessage string          `json:"allocatable_error_message"`
 }
 
 // codec marshals messages with google.golang.org/protobuf, as current grpc-go does. Debian 12's
@@ -75,8 +89,10 @@ type server struct {
 	podresourcesapi.UnimplementedPodResourcesListerServer
 	controlPath string
 
-	mu     sync.Mutex
-	calls  int
+	mu               sync.Mutex
+	calls            int
+	allocatableCalls int
+	answered         int // calls of either method answered, for exit_after_calls
 	cached [sha256.Size]byte // the control file the cached answer was built from
 	answer *podresourcesapi.ListPodResourcesResponse
 	size   int
@@ -172,14 +188,7 @@ func (s *server) List(
 		"call": call, "method": "List", "deadline_ms": left, "answer_bytes": size,
 		"cancelled": ctx.Err() != nil,
 	})
-	if c.ExitAfterCalls > 0 && call >= c.ExitAfterCalls {
-		defer func() {
-			go func() {
-				time.Sleep(20 * time.Millisecond) // let the answer leave first
-				os.Exit(3)
-			}()
-		}()
-	}
+	s.exitAfter(c)
 	if err := ctx.Err(); err != nil {
 		// Not the answer: sent at the deadline, it raced the client's own deadline, and a
 		// client held up for a moment under load took it as on time (a flaky test).
@@ -187,6 +196,74 @@ func (s *server) List(
 	}
 	if c.ErrorCode != 0 {
 		return nil, status.Error(codes.Code(c.ErrorCode), c.ErrorMessage)
+	}
+	return answer, nil
+}
+
+// GetAllocatableResources answers from the control file's "allocatable"; without one, as the
+// generated UnimplementedPodResourcesListerServer does (UNIMPLEMENTED), what a kubelet that
+// does not serve the method answers.
+func (s *server) GetAllocatableResources(
+	ctx context.Context, request *podresourcesapi.AllocatableResourcesRequest,
+) (*podresourcesapi.AllocatableResourcesResponse, error) {
+	left := deadlineMs(ctx)
+	s.mu.Lock()
+	s.allocatableCalls++
+	call := s.allocatableCalls
+	s.mu.Unlock()
+	var c control
+	answer, err := s.allocatable(ctx, request, &c)
+	report(map[string]interface{}{
+		"call": call, "method": "GetAllocatableResources", "deadline_ms": left,
+		"code": uint32(status.Code(err)), "cancelled": ctx.Err() != nil,
+	})
+	s.exitAfter(&c)
+	return answer, err
+}
+
+// exitAfter ends the process (exit 3) shortly after this answer leaves, once the calls
+// answered, of either method, reach the control file's exit_after_calls.
+func (s *server) exitAfter(c *control) {
+	s.mu.Lock()
+	s.answered++
+	answered := s.answered
+	s.mu.Unlock()
+	if c.ExitAfterCalls > 0 && answered >= c.ExitAfterCalls {
+		go func() {
+			time.Sleep(20 * time.Millisecond) // let the answer leave first
+			os.Exit(3)
+		}()
+	}
+}
+
+func (s *server) allocatable(
+	ctx context.Context, request *podresourcesapi.AllocatableResourcesRequest, c *control,
+) (*podresourcesapi.AllocatableResourcesResponse, error) {
+	raw, err := os.ReadFile(s.controlPath)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return nil, status.Error(codes.Internal, "control file: "+err.Error())
+	}
+	if c.AllocatableDelayMs > 0 {
+		select {
+		case <-time.After(time.Duration(c.AllocatableDelayMs) * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	if c.AllocatableErrorCode != 0 {
+		return nil, status.Error(codes.Code(c.AllocatableErrorCode), c.AllocatableErrorMessage)
+	}
+	if len(c.Allocatable) == 0 || string(c.Allocatable) == "null" {
+		return s.UnimplementedPodResourcesListerServer.GetAllocatableResources(ctx, request)
+	}
+	answer := &podresourcesapi.AllocatableResourcesResponse{}
+	if err := protojson.Unmarshal(c.Allocatable, answer); err != nil {
+		return nil, status.Error(codes.Internal, "control file allocatable: "+err.Error())
 	}
 	return answer, nil
 }

@@ -1,6 +1,7 @@
 """Per-container and per-pod series (``container_gpu_*``, ``gpu_pod_info``, ``gpu_node_info``)
-and each device's sharing mode (``gpu_sharing_info``: it needs the kubelet's allocations)
-rendered from the latest :class:`~gpuscope.exporter.kubernetes.attribution.Attribution`.
+and each device's sharing mode and replicas (``gpu_sharing_info``, ``gpu_sharing_replicas``:
+they need the kubelet's allocations) rendered from the latest
+:class:`~gpuscope.exporter.kubernetes.attribution.Attribution`.
 
 ``gpu_node_info`` also carries the node name the exporter knows for itself (``node_name``),
 so a scraper without Kubernetes service discovery (the dashboard's embedded mode) can tell
@@ -52,13 +53,17 @@ class ContainerCollector(Collector):
         for pod in result.pods:
             pods.add_metric([pod.namespace, pod.pod, pod.uid, pod.workload], 1.0)
         sharing = new_family("gpu_sharing_info")
+        replicas = new_family("gpu_sharing_replicas")
         for dev in result.sharing:
             sharing.add_metric([dev.gpu, dev.uuid, dev.sharing], 1.0)
+            if dev.replicas is not None:
+                replicas.add_metric([dev.gpu, dev.uuid], float(dev.replicas))
         yield allocated
         yield util
         yield memory
         yield pods
         yield sharing
+        yield replicas
         unresolved = new_family("gpu_exporter_attribution_unresolved_devices")
         unresolved.add_metric([], float(result.unresolved_allocations))
         unnamed = new_family("gpu_exporter_attribution_unnamed_processes")

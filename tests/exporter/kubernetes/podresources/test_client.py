@@ -28,6 +28,7 @@ import pytest
 from gpuscope.exporter.kubernetes.podresources.client import (
     DEFAULT_MAX_RECEIVE_BYTES,
     DEFAULT_RESOURCES,
+    AllocatableUnsupported,
     Allocation,
     Assignments,
     ClaimDevice,
@@ -83,6 +84,17 @@ def response(*pods: pb2.PodResources) -> pb2.ListPodResourcesResponse:
     return pb2.ListPodResourcesResponse(pod_resources=pods)
 
 
+def allocatable(*devs: pb2.ContainerDevices) -> pb2.AllocatableResourcesResponse:
+    """A ``GetAllocatableResources()`` answer: the devices the plugins advertise."""
+    return pb2.AllocatableResourcesResponse(devices=devs)
+
+
+def replicas(resource: str, uuid: str, count: int) -> pb2.ContainerDevices:
+    """``count`` replicas ``<uuid>::0..count-1`` of one GPU, as NVIDIA's device plugin
+    advertises a GPU with ``sharing.timeSlicing`` or ``sharing.mps``."""
+    return devices(resource, *(f"{uuid}::{n}" for n in range(count)))
+
+
 def gpu_pod(namespace: str, name: str, device_id: str) -> pb2.PodResources:
     """A pod with one container ("c") holding one nvidia.com/gpu device ID."""
     return pod(namespace, name, container("c", devices("nvidia.com/gpu", device_id)))
@@ -98,15 +110,29 @@ def summary(allocations: tuple[Allocation, ...]) -> list[tuple[str, str, str, st
 
 class FakeKubelet(pb2_grpc.PodResourcesListerServicer):
     """Serves a scripted answer; can hang (bounded) to play a stuck kubelet, or fail with a
-    gRPC status (``error``)."""
+    gRPC status (``error``).
 
-    def __init__(self, answer: pb2.ListPodResourcesResponse | None = None) -> None:
+    ``GetAllocatableResources()`` answers ``allocatable``; ``None`` (the default) answers
+    ``UNIMPLEMENTED``, as a kubelet before 1.21 does. ``allocatable_error`` fails it with a
+    gRPC status instead; ``allocatable_hang`` holds it (bounded, until ``release``).
+    ``calls`` counts ``List()`` calls, ``allocatable_calls`` the others."""
+
+    def __init__(
+        self,
+        answer: pb2.ListPodResourcesResponse | None = None,
+        allocatable: pb2.AllocatableResourcesResponse | None = None,
+    ) -> None:
         self.answer = answer if answer is not None else response()
+        self.allocatable = allocatable
         self.calls = 0
+        self.allocatable_calls = 0
         self.hang = threading.Event()
+        self.allocatable_hang = threading.Event()
         self.release = threading.Event()
         self.error: tuple[grpc.StatusCode, str] | None = None
+        self.allocatable_error: tuple[grpc.StatusCode, str] | None = None
         self.deadlines: list[float | None] = []  # seconds left when each call arrived
+        self.allocatable_deadlines: list[float | None] = []
 
     def List(  # the generated servicer's method name
         self, request: pb2.ListPodResourcesRequest, context: grpc.ServicerContext
@@ -118,6 +144,19 @@ class FakeKubelet(pb2_grpc.PodResourcesListerServicer):
         if self.error is not None:
             context.abort(*self.error)
         return self.answer
+
+    def GetAllocatableResources(  # the generated servicer's method name
+        self, request: pb2.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pb2.AllocatableResourcesResponse:
+        self.allocatable_calls += 1
+        self.allocatable_deadlines.append(context.time_remaining())
+        if self.allocatable_hang.is_set():
+            self.release.wait(timeout=5.0)
+        if self.allocatable_error is not None:
+            context.abort(*self.allocatable_error)
+        if self.allocatable is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        return self.allocatable
 
 
 class KubeletServer:
@@ -348,6 +387,175 @@ def test_matches_resource_patterns() -> None:
     assert not matches_resource("amd.com/gpu", DEFAULT_RESOURCES)
     assert not matches_resource("cpu", DEFAULT_RESOURCES)
     assert matches_resource("amd.com/gpu", ("amd.com/*",))
+
+
+# ---------------------------------------------------------------------------------------------
+# GetAllocatableResources(): the devices the kubelet can allocate (replicas per GPU)
+
+
+def test_allocatable_gpu_devices(kubelet: KubeletServer, make_client: MakeClient) -> None:
+    # A GPU advertised as ten MPS replicas under the renamed resource, one whole, a MIG slice;
+    # CPUs, memory and other vendors' devices are not ours.
+    servicer = kubelet.start(FakeKubelet(
+        response(*(gpu_pod("ml", f"client-{n}", f"{GPU0}::{n}") for n in range(2))),
+        allocatable=pb2.AllocatableResourcesResponse(
+            devices=[replicas("nvidia.com/gpu.shared", GPU0, 10),
+                     devices("nvidia.com/gpu", GPU1, numa=1),
+                     devices("nvidia.com/mig-1g.10gb", MIG_A),
+                     devices("example.com/sriov-nic", "0000:3b:00.2")],
+            cpu_ids=[0, 1, 2, 3],
+            memory=[pb2.ContainerMemory(memory_type="memory", size=1 << 34)]),
+    ))
+    client = make_client(timeout=3.0)
+    found = client.list_allocatable()
+    assert [(d.resource_name, d.device.raw) for d in found] == [
+        *(("nvidia.com/gpu.shared", f"{GPU0}::{n}") for n in range(10)),
+        ("nvidia.com/gpu", GPU1), ("nvidia.com/mig-1g.10gb", MIG_A)]
+    assert [d.device.replica for d in found[:10]] == list(range(10))
+    assert {d.device.uuid for d in found[:10]} == {GPU0}
+    # One call, one connection, with the same deadline as List()'s.
+    (left,) = servicer.allocatable_deadlines
+    assert left is not None and 2.0 < left <= 3.0
+    assert (servicer.calls, servicer.allocatable_calls, client.connections_made) == (0, 1, 1)
+
+
+@pytest.mark.parametrize(("code", "message", "unsupported"), [
+    # A kubelet before 1.21: the method is unknown to its service.
+    (grpc.StatusCode.UNIMPLEMENTED, "unknown method GetAllocatableResources", True),
+    # 1.21-1.22 with the feature gate KubeletPodResourcesGetAllocatable off: the kubelet's
+    # handler returns a plain Go error, which grpc-go sends as UNKNOWN.
+    (grpc.StatusCode.UNKNOWN, "Pod Resources API GetAllocatableResources disabled", True),
+    (grpc.StatusCode.UNKNOWN, "something else", False),
+    (grpc.StatusCode.UNAVAILABLE, "kubelet shutting down", False),
+])
+def test_allocatable_not_served_or_failing(
+    kubelet: KubeletServer, make_client: MakeClient, code: grpc.StatusCode, message: str,
+    unsupported: bool,
+) -> None:
+    servicer = kubelet.start(FakeKubelet(allocatable=allocatable()))
+    servicer.allocatable_error = (code, message)
+    with pytest.raises(PodResourcesError) as raised:
+        make_client().list_allocatable()
+    assert isinstance(raised.value, AllocatableUnsupported) is unsupported
+    assert str(raised.value) == (
+        f"GetAllocatableResources() failed: {code.name}: {message}")
+
+
+def test_allocatable_unimplemented_by_default(
+    kubelet: KubeletServer, make_client: MakeClient
+) -> None:
+    kubelet.start(FakeKubelet())  # the double's default: a kubelet before 1.21
+    with pytest.raises(AllocatableUnsupported, match="UNIMPLEMENTED"):
+        make_client().list_allocatable()
+
+
+def test_watcher_keeps_the_allocatable_devices(
+    kubelet: KubeletServer, make_client: MakeClient
+) -> None:
+    answer = response(gpu_pod("ml", "a", f"{GPU0}::0"), gpu_pod("ml", "b", f"{GPU0}::1"))
+    servicer = kubelet.start(FakeKubelet(
+        answer, allocatable=allocatable(replicas("nvidia.com/gpu.shared", GPU0, 10))))
+    watcher = PodResourcesWatcher(make_client(timeout=0.5), interval=60.0)
+    assert watcher.refresh_once()
+    latest = watcher.latest_assignments()
+    assert [a.pod for a in latest.allocations] == ["a", "b"]
+    assert latest.allocatable is not None and len(latest.allocatable) == 10
+    # Both calls in every refresh: the same cadence.
+    assert watcher.refresh_once()
+    assert (servicer.calls, servicer.allocatable_calls) == (2, 2)
+
+    # GetAllocatableResources() hanging past the deadline: a counted error; the refresh's
+    # allocations are used, the allocatable devices are the last good ones.
+    servicer.answer = response(gpu_pod("ml", "c", f"{GPU0}::2"))
+    servicer.allocatable_hang.set()
+    assert watcher.refresh_once() is False
+    status = watcher.status()
+    assert (status.success, status.errors_total) == (False, 1)
+    assert status.last_error is not None and status.last_error.startswith(
+        "GetAllocatableResources() failed: DEADLINE_EXCEEDED")
+    latest = watcher.latest_assignments()
+    assert [a.pod for a in latest.allocations] == ["c"]
+    assert latest.allocatable is not None and len(latest.allocatable) == 10
+
+    servicer.allocatable_hang.clear()
+    servicer.release.set()
+    servicer.allocatable = allocatable(replicas("nvidia.com/gpu.shared", GPU0, 4))
+    assert watcher.refresh_once() is True
+    latest_allocatable = watcher.latest_assignments().allocatable
+    assert latest_allocatable is not None and len(latest_allocatable) == 4
+    assert watcher.status().errors_total == 1
+
+
+def test_watcher_falls_back_when_allocatable_is_unimplemented(
+    kubelet: KubeletServer, make_client: MakeClient
+) -> None:
+    now = [1000.0]
+    servicer = kubelet.start(FakeKubelet(response(gpu_pod("ml", "a", f"{GPU0}::3"))))
+    watcher = PodResourcesWatcher(make_client(), interval=10.0, clock=lambda: now[0],
+                                  allocatable_retry=600.0)
+    # Not served: no error, allocatable unknown (the replicas then come from List()).
+    assert watcher.refresh_once() is True
+    assert watcher.status().errors_total == 0
+    assert watcher.latest_assignments().allocatable is None
+    assert [a.pod for a in watcher.latest()] == ["a"]
+    assert (servicer.calls, servicer.allocatable_calls) == (1, 1)
+    # Not asked again every refresh; asked again once the retry time has passed.
+    for _ in range(3):
+        now[0] += 10.0
+        assert watcher.refresh_once() is True
+    assert (servicer.calls, servicer.allocatable_calls) == (4, 1)
+    servicer.allocatable = allocatable(replicas("nvidia.com/gpu", GPU0, 8))  # upgraded
+    now[0] += 600.0
+    assert watcher.refresh_once() is True
+    assert servicer.allocatable_calls == 2
+    found = watcher.latest_assignments().allocatable
+    assert found is not None and len(found) == 8
+
+
+def test_watcher_asks_allocatable_again_after_the_kubelet_was_away(
+    kubelet: KubeletServer, make_client: MakeClient
+) -> None:
+    now = [1000.0]
+    kubelet.start(FakeKubelet(response(gpu_pod("ml", "a", f"{GPU0}::3"))))
+    watcher = PodResourcesWatcher(make_client(timeout=1.0), interval=10.0,
+                                  clock=lambda: now[0])
+    assert watcher.refresh_once() is True
+    assert watcher.latest_assignments().allocatable is None
+    kubelet.stop()
+    assert watcher.refresh_once() is False
+    # Back, upgraded: asked at once, not after the retry time.
+    servicer = kubelet.start(FakeKubelet(
+        response(gpu_pod("ml", "a", f"{GPU0}::3")),
+        allocatable=allocatable(replicas("nvidia.com/gpu", GPU0, 8))))
+    assert wait_until(watcher.refresh_once, timeout=5.0)
+    assert servicer.allocatable_calls == 1
+    found = watcher.latest_assignments().allocatable
+    assert found is not None and len(found) == 8
+
+
+def test_a_failed_list_skips_allocatable(kubelet: KubeletServer, make_client: MakeClient) -> None:
+    # One deadline per refresh on a failing kubelet, not two; the last answers kept.
+    servicer = kubelet.start(FakeKubelet(
+        response(gpu_pod("ml", "a", f"{GPU0}::1")),
+        allocatable=allocatable(replicas("nvidia.com/gpu", GPU0, 3))))
+    watcher = PodResourcesWatcher(make_client(), interval=60.0)
+    assert watcher.refresh_once() is True
+    servicer.error = (grpc.StatusCode.UNAVAILABLE, "kubelet shutting down")
+    assert watcher.refresh_once() is False
+    assert (servicer.calls, servicer.allocatable_calls) == (2, 1)
+    latest = watcher.latest_assignments()
+    assert [a.pod for a in latest.allocations] == ["a"]
+    assert latest.allocatable is not None and len(latest.allocatable) == 3
+
+
+def test_watcher_without_an_allocatable_lister_and_bad_retry() -> None:
+    # A lister without list_allocatable() (test doubles, older adapters): never asked.
+    lister = ScriptedLister([0.0], [(0.0, ())])
+    watcher = PodResourcesWatcher(lister, interval=10.0)
+    assert watcher.refresh_once() is True
+    assert watcher.latest_assignments() == Assignments()
+    with pytest.raises(ValueError):
+        PodResourcesWatcher(lister, interval=10.0, allocatable_retry=0)
 
 
 # ---------------------------------------------------------------------------------------------

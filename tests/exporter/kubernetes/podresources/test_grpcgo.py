@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.exporter.kubernetes.attribution import attribute
+from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot
 from gpuscope.exporter.kubernetes.podresources.client import (
+    AllocatableUnsupported,
     Assignments,
     ClaimDevice,
     PodResourcesClient,
@@ -25,12 +28,14 @@ from gpuscope.exporter.kubernetes.podresources.client import (
     PodResourcesWatcher,
 )
 from gpuscope.exporter.kubernetes.podresources.devices import NodeDevice, resolve
+from gpuscope.exporter.model import DeviceSample, ProcessSample, Snapshot
 from tests.exporter.kubernetes.podresources.test_client import (
     GPU0,
     GPU1,
     GPU2,
     MIG_A,
     MIG_B,
+    allocatable,
     claim,
     claim_device,
     container,
@@ -38,6 +43,7 @@ from tests.exporter.kubernetes.podresources.test_client import (
     gpu_pod,
     open_fds,
     pod,
+    replicas,
     response,
     summary,
     wait_until,
@@ -143,6 +149,99 @@ def test_device_plugin_time_sliced_mig_and_dra(
     assert 1000 < call["deadline_ms"] <= 2000  # our 2 s deadline reached the kubelet
 
 
+def test_allocatable_replicas_through_grpc_go(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    # NVIDIA's device plugin with sharing.mps (replicas 10, renamed resource): GPU0 advertised
+    # as GPU0::0..9 under nvidia.com/gpu.shared, two of them allocated; GPU1 whole.
+    go_kubelet.serve(
+        response(*(pod("ml", f"client-{n}", container("main", devices(
+            "nvidia.com/gpu.shared", f"{GPU0}::{n}"))) for n in range(2)),
+            gpu_pod("ml", "solo", GPU1)),
+        allocatable=allocatable(replicas("nvidia.com/gpu.shared", GPU0, 10),
+                                devices("nvidia.com/gpu", GPU1),
+                                devices("example.com/sriov-nic", "0000:3b:00.2")))
+    go_kubelet.start()
+    client = make_client()
+    found = client.list_allocatable()
+    assert [d.device.raw for d in found] == [*(f"{GPU0}::{n}" for n in range(10)), GPU1]
+    # The server reports a call as it answers; its line may come a moment after the answer.
+    assert wait_until(lambda: len(go_kubelet.allocatable_calls) == 1)
+    (call,) = go_kubelet.allocatable_calls
+    assert call["code"] == 0
+    assert 1000 < call["deadline_ms"] <= 2000  # the same 2 s deadline as List()'s
+
+    # The watcher asks both at every refresh; the join counts GPU0's ten replicas.
+    watcher = PodResourcesWatcher(client, interval=60.0)
+    assert watcher.refresh_once() and watcher.refresh_once()
+    assert go_kubelet.wait_calls(2)
+    assert wait_until(lambda: len(go_kubelet.allocatable_calls) == 3)
+    assert sharing_of(watcher.latest_assignments()) == {
+        "0": ("mps", 10), "1": ("exclusive", None)}
+
+
+@pytest.mark.parametrize(("code", "message"), [
+    (0, ""),  # nothing to answer with: the generated UnimplementedPodResourcesListerServer's
+    (2, "Pod Resources API GetAllocatableResources disabled"),  # 1.21-1.22, gate off
+])
+def test_allocatable_not_served_falls_back_to_list(
+    go_kubelet: GoKubelet, make_client: MakeClient, code: int, message: str
+) -> None:
+    go_kubelet.serve(
+        response(*(pod("ml", f"client-{n}", container("main", devices(
+            "nvidia.com/gpu.shared", f"{GPU0}::{n}"))) for n in range(2))),
+        allocatable_error_code=code, allocatable_error_message=message)
+    go_kubelet.start()
+    client = make_client()
+    with pytest.raises(AllocatableUnsupported):
+        client.list_allocatable()
+    watcher = PodResourcesWatcher(client, interval=60.0)
+    assert watcher.refresh_once() is True  # not served is no failure
+    assert watcher.status().errors_total == 0
+    assert watcher.latest_assignments().allocatable is None
+    # The highest replica allocated (::1) + 1: a lower bound.
+    assert sharing_of(watcher.latest_assignments()) == {"0": ("mps", 2), "1": ("exclusive", None)}
+    assert wait_until(lambda: len(go_kubelet.allocatable_calls) == 2)
+    assert [c["code"] for c in go_kubelet.allocatable_calls] == [code or 12, code or 12]
+
+
+def test_allocatable_slower_than_the_deadline(
+    go_kubelet: GoKubelet, make_client: MakeClient
+) -> None:
+    go_kubelet.serve(response(gpu_pod("a", "p", f"{GPU0}::0")),
+                     allocatable=allocatable(replicas("nvidia.com/gpu", GPU0, 4)))
+    go_kubelet.start()
+    watcher = PodResourcesWatcher(make_client(timeout=0.5), interval=60.0)
+    assert watcher.refresh_once() is True
+    go_kubelet.serve(response(gpu_pod("a", "q", f"{GPU0}::1")),
+                     allocatable=allocatable(replicas("nvidia.com/gpu", GPU0, 8)),
+                     allocatable_delay_ms=30_000)
+    started = time.monotonic()
+    assert watcher.refresh_once() is False
+    assert 0.45 <= time.monotonic() - started < 10.0
+    status = watcher.status()
+    assert status.errors_total == 1
+    assert (status.last_error or "").startswith(
+        "GetAllocatableResources() failed: DEADLINE_EXCEEDED")
+    latest = watcher.latest_assignments()
+    assert [a.pod for a in latest.allocations] == ["q"]  # List() answered: used
+    assert latest.allocatable is not None and len(latest.allocatable) == 4  # the last good
+    assert wait_until(lambda: len(go_kubelet.allocatable_calls) == 2)
+    assert go_kubelet.allocatable_calls[1]["cancelled"] is True
+
+
+def sharing_of(assignments: Assignments) -> dict[str, tuple[str, int | None]]:
+    """The join's sharing mode and replicas per GPU, on a node with GPU0 (running MPS
+    clients) and GPU1."""
+    node = (DeviceSample(index="0", uuid=GPU0, model="NVIDIA H200", processes=(
+                ProcessSample(752, ("compute",), 1 << 30, None, mps="client"),)),
+            DeviceSample(index="1", uuid=GPU1, model="NVIDIA H200"))
+    result = attribute(Snapshot(timestamp=1.0, source_up=True, devices=node),
+                       assignments.allocations, {}, MetadataSnapshot(),
+                       allocatable=assignments.allocatable)
+    return {d.gpu: (d.sharing, d.replicas) for d in result.sharing}
+
+
 def test_answer_of_20_mib(go_kubelet: GoKubelet, make_client: MakeClient) -> None:
     # A node full of pods: 20 MiB of non-GPU filler after the GPU pods. gRPC's default 4 MiB
     # limit would refuse it (dcgm-exporter issue 509); ours is 64 MiB.
@@ -231,8 +330,9 @@ def test_kubelet_crashing_right_after_answering(
     go_kubelet: GoKubelet, make_client: MakeClient
 ) -> None:
     # The kubelet answers, then dies (exit 3); a restart later serves again. The watcher keeps
-    # the last answer in between and counts the failures.
-    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)), exit_after_calls=1)
+    # the last answer in between and counts the failures. Two calls: the refresh's List() and
+    # GetAllocatableResources() (UNIMPLEMENTED here).
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)), exit_after_calls=2)
     go_kubelet.start()
     watcher = PodResourcesWatcher(make_client(timeout=1.0), interval=60.0)
     assert watcher.refresh_once() is True
