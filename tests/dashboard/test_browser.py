@@ -20,6 +20,7 @@ from gpuscope.dashboard.data import DataError, PrometheusData, StepQuery
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series
 from gpuscope.dashboard.service import DashboardService
+from gpuscope.dashboard.verdicts import registry
 from tests.dashboard.conftest import DashboardProcess, one_idle_gpu_fleet
 
 INJECTION = '"}) or vector(1) or up{x="'
@@ -302,8 +303,8 @@ def test_promql_injection_through_the_namespace_filter_is_harmless(
     url = serve(DashboardService(prom, bundled_prices()), 30.0)
     open_page(page, url)
     # rules looked for, first round, when data begins (none at the window's first step): an
-    # empty fleet needs no second
-    assert len(queries) == 13, [q[:60] for q in queries]
+    # empty fleet needs no second; and the registry's step queries
+    assert len(queries) == 13 + len(registry.step_queries()), [q[:60] for q in queries]
     page.fill(f"#{ids.NAMESPACE_FILTER}", INJECTION)
     page.press(f"#{ids.NAMESPACE_FILTER}", "Enter")
     banner = page.locator(f"#{ids.BANNER}")

@@ -130,9 +130,12 @@ def test_demo_dashboard_serves_with_no_disk_space(dashboard: Dashboard) -> None:
             if i["id"] == "window-select" and window is not None:
                 value = window
             inputs.append({**i, "value": value})
+        # Its states (the tables' row limits) as the page holds them.
+        states = [{**st, "value": (find(layout, st["id"]) or {}).get(st["property"])}
+                  for st in main.get("state", [])]
         answer = requests.post(dashboard.url + "/_dash-update-component", json={
             "output": main["output"], "outputs": outputs, "inputs": inputs,
-            "changedPropIds": [], "state": [],
+            "changedPropIds": [], "state": states,
         }, timeout=60)
         assert answer.status_code == 200, answer.text[:500]
         response = answer.json()["response"]
