@@ -36,7 +36,7 @@ from gpuscope.dashboard.data.source import (
     validate_pod,
     validate_workload,
 )
-from gpuscope.dashboard.data.steps import StepQuery
+from gpuscope.dashboard.data.steps import STEP_LABEL, StepQuery, combined
 from gpuscope.dashboard.data.steps import promql as step_promql
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
@@ -1961,12 +1961,45 @@ class PrometheusData:
 
     def step_series(self, queries: Sequence[StepQuery], window_seconds: float
                     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
-        """Each query's kept steps over the fleet page's window (:meth:`window`): one range
-        query each (:func:`.steps.promql`, ranges from :attr:`lookback`), sent together
-        through the page's pool; a query with ``on`` is one query as well (``... and on
-        (node, uuid) (...)``: its ``on`` restricts it in the store). Each series' labels are
+        """Each query's kept steps over the fleet page's window (:meth:`window`), all asked in
+        one range query through the page's pool: :func:`.steps.combined` of each query's text
+        (:func:`.steps.promql`, ranges from :attr:`lookback`; a query with ``on`` whole,
+        ``(...) and on (node, uuid) (...)``: its ``on`` restricts it in the store), each tagged
+        with its position in :data:`.steps.STEP_LABEL`; the answer is split back by that label,
+        which is then removed. Over :data:`MAX_QUERY_BYTES`, the list is sent in parts as the
+        node lists are (halves, down to one query each), side by side. Each series' labels are
         ``node`` and the query's ``by`` (those the series has); its times are steps of the
-        window. DataError if any fails."""
+        window; a query's series are in the order of their label sets, as both stores sort a
+        query's answer: the same answers as one query each (:meth:`_step_series_each`).
+        DataError if any part fails (the whole answer)."""
+        window = self.window(window_seconds)
+        unique = list(dict.fromkeys(queries))
+        texts = {str(i): step_promql(q, window.step, self.lookback)
+                 for i, q in enumerate(unique)}
+        futures = []
+        for text in _split(list(texts), lambda part: combined({int(i): texts[i] for i in part})):
+            try:
+                futures.append(self._page_pool.submit(self.range, text, window))
+            except RuntimeError:  # closed: a page still computing when the dashboard stops
+                raise DataError(f"{self.description}: closed") from None
+        rows: dict[str, list[tuple[dict[str, str], Series]]] = {i: [] for i in texts}
+        for fut in futures:
+            for lab, series in fut.result():
+                mine = rows.get(lab.pop(STEP_LABEL, ""))
+                if mine is None:  # not a label of ours: not an answer to these queries
+                    raise DataError(f"{self.description}: a step query's series without its "
+                                    f"{STEP_LABEL} label")
+                mine.append((lab, series))
+        # ``or`` answers the queries' series interleaved, sorted with the position label
+        # among the others; each query's in the order its own answer has (Prometheus'
+        # ``labels.Compare``, VictoriaMetrics' ``metricNameLess``: the sorted pairs).
+        return {q: sorted(rows[i], key=lambda row: sorted(row[0].items()))
+                for i, q in zip(texts, unique, strict=True)}
+
+    def _step_series_each(self, queries: Sequence[StepQuery], window_seconds: float
+                          ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        """:meth:`step_series` with one range query per query, as it was sent before the
+        queries were combined (tests compare the two)."""
         window = self.window(window_seconds)
         futures: dict[StepQuery, Future[list[tuple[dict[str, str], Series]]]] = {}
         for q in queries:

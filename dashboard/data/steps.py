@@ -43,12 +43,18 @@ store's shortest range, 60 s by default; the embedded store uses two scrape inte
   orders samples within a step); one that left the GPU a step before is not. The values
   are this query's; in PromQL ``(<this query>) and on (node, uuid) (<on[0]> or <on[1]>
   ...)``.
+
+The Prometheus store sends a list of step queries as one range query (:func:`combined`):
+each query's text (with its ``on``, whole) tagged with its position in a label of its own,
+:data:`STEP_LABEL`, and the texts joined with ``or``; it splits the answer back by that
+label. No query's ``by`` may name that label.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -67,6 +73,13 @@ EDGE = 0.001
 
 _METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+#: The label :func:`combined` tags each query's series with (its position in the list), and
+#: which no query's ``by`` may name: every series a step query answers has ``node`` and its
+#: ``by`` alone (an aggregation), so that label cannot clash with one of the data's. Not a
+#: name starting with ``__``: those are reserved for the store's own use (a store may drop
+#: them from an answer), and ``by`` refuses them already.
+STEP_LABEL = "gpuscope_step_query"
 
 #: The aggregation across series that differ only in labels left out of ``by``.
 _AGGREGATE = {"min": "min", "max": "max", "increase": "sum"}
@@ -104,6 +117,9 @@ class StepQuery:
                 raise ValueError(f"bad label name {str(label)[:80]!r}")
             if label == "node":
                 raise ValueError("'node' is always kept: leave it out of by")
+            if label == STEP_LABEL:
+                raise ValueError(f"{STEP_LABEL!r} tells the queries sent together apart: "
+                                 "leave it out of by")
         if len(set(self.by)) != len(self.by):
             raise ValueError(f"a label twice in by: {self.by!r}")
         if not isinstance(self.on, tuple):
@@ -175,3 +191,17 @@ def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK) -> str
         inner = f"{q.reduce}_over_time({sel}[{duration(gauge - EDGE)}])"
     return (f"{_AGGREGATE[q.reduce]} by ({', '.join(q.labels)}) ({inner})"
             f" {q.keep} {float(q.threshold)!r}")
+
+
+def combined(texts: Mapping[int, str]) -> str:
+    """One query for several step queries' texts (:func:`promql`), by position:
+    ``label_replace(<text>, "gpuscope_step_query", "<i>", "", "") or ...``, each series
+    tagged with its query's position ``i`` (:data:`STEP_LABEL`; the empty source label
+    always matches the empty regex). ``or`` drops a right-hand series whose label set
+    equals a left-hand one's at a step: the position label keeps every query's series
+    apart. A text with ``on`` (``(...) and on (node, uuid) (...)``) is an argument of
+    ``label_replace`` whole."""
+    if not texts:
+        raise ValueError("no query to combine")
+    return " or ".join(f'label_replace({text}, "{STEP_LABEL}", "{i}", "", "")'
+                       for i, text in texts.items())

@@ -8,7 +8,12 @@ bounds.
 
 A query restricted by ``on`` to the devices other queries flag (which containers held a
 broken GPU while it was broken) is checked on the same three stores: the same containers
-at the same steps, none of a healthy GPU, none that left the GPU before it broke."""
+at the same steps, none of a healthy GPU, none that left the GPU before it broke.
+
+The Prometheus store sends a list of step queries as one range query, each query tagged with
+its position (``label_replace``) and the texts joined with ``or``: on both real stores its
+answers are the very answers of one query each (the private per-query path), and it sends
+one query for any number of step queries within a query's size (several over it)."""
 
 from __future__ import annotations
 
@@ -24,11 +29,13 @@ from typing import Any
 import pytest
 
 from gpuscope.dashboard.data import DataError, EmbeddedData, PrometheusData, StepQuery
-from gpuscope.dashboard.data.prometheus import EDGE
+from gpuscope.dashboard.data.prometheus import EDGE, MAX_QUERY_BYTES
 from gpuscope.dashboard.data.steps import EDGE as STEPS_EDGE
-from gpuscope.dashboard.data.steps import promql
+from gpuscope.dashboard.data.steps import STEP_LABEL, combined, promql
 from gpuscope.dashboard.series import Series
+from gpuscope.dashboard.verdicts import registry
 from tests.conftest import free_port
+from tests.dashboard.test_backends import spy
 from tests.stores import Store, fleet_in_both
 
 INTERVAL = 15.0   # every store holds the same samples, 15 s apart
@@ -198,7 +205,16 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
 Answers = dict[StepQuery, list[tuple[dict[str, str], Series]]]
 
 
+def exact(answer: Answers) -> str:
+    """An answer, byte for byte: each query's series in order, each one's labels in order,
+    its times and values (``repr``: ``-0.0`` and ``0.0`` differ)."""
+    return repr([(q, [(list(lab.items()), s.times, s.values) for lab, s in rows])
+                 for q, rows in answer.items()])
+
+
 def answers(stores: Stores, queries: tuple[StepQuery, ...] = QUERIES) -> dict[str, Answers]:
+    """Each store's answer to ``queries``; on Prometheus and VictoriaMetrics sent as one
+    range query (:meth:`PrometheusData.step_series`), the very answer of one query each."""
     end = stores.planted.end
     out = {}
     embedded = stores.planted.embedded()
@@ -211,7 +227,10 @@ def answers(stores: Stores, queries: tuple[StepQuery, ...] = QUERIES) -> dict[st
         prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
         try:
             assert prom.window(WINDOW).step == STEP and prom.window(WINDOW).end == end
+            sent = spy(prom, "range")
             out[store.kind] = prom.step_series(queries, WINDOW)
+            assert len(sent) == 1 and STEP_LABEL in sent[0], sent
+            assert exact(out[store.kind]) == exact(prom._step_series_each(queries, WINDOW))
         finally:
             prom.close()
     return out
@@ -372,6 +391,87 @@ def test_the_containers_on_the_flagged_devices(stores: Stores) -> None:
                 == {k: (s.times, s.values) for k, s in keyed(answer[only_lost]).items()}), kind
 
 
+def distinct(n: int) -> tuple[StepQuery, ...]:
+    """``n`` different step queries of every shape (with ``on`` too): the registry's, this
+    module's, and more of them at other thresholds."""
+    out = dict.fromkeys((*registry.step_queries(), *QUERIES, ALLOC, HELD))
+    k = 0
+    while len(out) < n:
+        k += 1
+        for q in (LOST, XID, REMAP, HELD):
+            out.setdefault(StepQuery(q.metric, q.reduce, q.keep, q.threshold + k * 0.25,
+                                     by=q.by, on=q.on))
+    return tuple(out)[:n]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, len(registry.step_queries()), 40])
+def test_one_range_query_for_any_number_of_step_queries(stores: Stores, n: int) -> None:
+    """However many step queries (within a query's size), one range query: one HTTP
+    request. Its answers are those of one query each, byte for byte."""
+    queries = distinct(n)
+    assert len(set(queries)) == n
+    end = stores.planted.end
+    for store in (stores.prometheus, stores.victoriametrics):
+        prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+        try:
+            ranged, requests = spy(prom, "range"), spy(prom, "_api")
+            got = prom.step_series(queries + queries[:3], WINDOW)  # a query twice: once
+            assert len(ranged) == len(requests) == min(n, 1), (store.kind, ranged)
+            assert prom.queries_total == min(n, 1)
+            assert list(got) == list(queries)
+            assert exact(got) == exact(prom._step_series_each(queries, WINDOW)), store.kind
+            if n:
+                assert len(ranged[0].encode()) <= MAX_QUERY_BYTES
+                assert ranged[0].count(f'"{STEP_LABEL}"') == n
+                assert sum(map(len, got.values())) > 0  # some answer: not all empty
+            assert all(STEP_LABEL not in lab for rows in got.values() for lab, _ in rows)
+        finally:
+            prom.close()
+
+
+def test_more_than_a_query_holds_is_sent_in_parts(stores: Stores) -> None:
+    """Step queries whose combined text is over :data:`MAX_QUERY_BYTES` go out in parts
+    (halves, as the node lists), each within it, every query in exactly one; the answers
+    the same, byte for byte."""
+    queries = distinct(120)
+    whole = combined({i: promql(q, STEP) for i, q in enumerate(queries)})
+    assert len(whole.encode()) > MAX_QUERY_BYTES
+    end = stores.planted.end
+    for store in (stores.prometheus, stores.victoriametrics):
+        prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+        try:
+            ranged = spy(prom, "range")
+            got = prom.step_series(queries, WINDOW)
+            assert 2 <= len(ranged) <= 2 * len(whole.encode()) // MAX_QUERY_BYTES + 1, len(ranged)
+            assert all(len(q.encode()) <= MAX_QUERY_BYTES for q in ranged)
+            tags = [int(t) for q in ranged for t in re.findall(rf'"{STEP_LABEL}", "(\d+)"', q)]
+            assert tags == list(range(len(queries)))
+            assert exact(got) == exact(prom._step_series_each(queries, WINDOW)), store.kind
+        finally:
+            prom.close()
+
+
+def test_one_failing_part_fails_them_all() -> None:
+    """An error of the store (or an answer not tagged as sent) is a DataError for every
+    query, as when one of several queries failed; a part of several as well."""
+    for bad in ("error", "untagged", "unknown"):
+        prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 1_800_000_000.0)
+
+        def fake_range(text: str, window: Any, bad: str = bad) -> list[tuple[dict[str, str],
+                                                                              Series]]:
+            if bad == "error" and '"0", "", ""' not in text:  # the first part answers
+                raise DataError("Prometheus: bad_data: query timed out")
+            tag = {"untagged": {}, "unknown": {STEP_LABEL: "999"}}.get(bad, {STEP_LABEL: "0"})
+            return [({"node": "n", "uuid": "U", **tag}, Series((window.end,), (1.0,)))]
+
+        prom.range = fake_range  # type: ignore[method-assign]
+        try:
+            with pytest.raises(DataError, match="timed out" if bad == "error" else STEP_LABEL):
+                prom.step_series(distinct(120 if bad == "error" else 3), WINDOW)
+        finally:
+            prom.close()
+
+
 def test_an_empty_answer_and_a_failing_store() -> None:
     store = EmbeddedData([], interval=INTERVAL, clock=lambda: 1e9, extra_metrics=EXTRA)
     assert store.step_series((*QUERIES, HELD), WINDOW) == {q: [] for q in (*QUERIES, HELD)}
@@ -461,7 +561,7 @@ def test_on_is_validated(bad: dict[str, Any]) -> None:
     dict(threshold="1 or vector(1)"),
     dict(by=("gpu", "a-b")), dict(by=("gpu) or vector(1",)), dict(by=("__name__",)),
     dict(by=("node",)), dict(by=("gpu", "gpu")), dict(by="gpu"), dict(by=["gpu"]),
-    dict(by=("",)), dict(by=("1gpu",)),
+    dict(by=("",)), dict(by=("1gpu",)), dict(by=(STEP_LABEL,)), dict(by=("gpu", STEP_LABEL)),
 ])
 def test_every_field_is_validated(bad: dict[str, Any]) -> None:
     fields: dict[str, Any] = dict(metric="gpu_up", reduce="min", keep="<", threshold=1.0)
@@ -485,21 +585,35 @@ def test_only_the_querys_fields_reach_the_store() -> None:
     for step in (1.0, 15.0, 60.0, 86.4, 3600.0):
         assert on.match(promql(HELD, step)), promql(HELD, step)
         assert not shape.match(promql(HELD, step))
+    # Sent together: each of those tagged with its position, or'ed.
+    tagged = rf'label_replace\(({plain}|{on.pattern.strip("^$")}), "{STEP_LABEL}", "\d+", "", ""\)'
+    together = re.compile(rf"^{tagged}( or {tagged})*$")
     prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 1_800_000_000.0)
     sent: list[str] = []
 
     def fake_range(text: str, window: Any) -> list[tuple[dict[str, str], Series]]:
         sent.append(text)
-        return [({"node": "n", "gpu": "0", "uuid": "U"}, Series((window.end,), (0.0,)))]
+        return [({"node": "n", "gpu": "0", "uuid": "U", STEP_LABEL: str(i)},
+                 Series((window.end,), (float(i),))) for i in (2, 0, 1)]
 
     prom.range = fake_range  # type: ignore[method-assign]
     try:
         got = prom.step_series([LOST, XID, LOST, HELD], WINDOW)
     finally:
         prom.close()
-    # Each query once; one with ``on`` is one query too.
-    assert sent == [promql(LOST, STEP), promql(XID, STEP), promql(HELD, STEP)]
+    # Each query once, all in one; one with ``on`` whole.
+    assert sent == [combined({0: promql(LOST, STEP), 1: promql(XID, STEP),
+                              2: promql(HELD, STEP)})]
+    assert together.match(sent[0]), sent[0]
+    assert sent[0] == (
+        f'label_replace({promql(LOST, STEP)}, "gpuscope_step_query", "0", "", "") or '
+        f'label_replace({promql(XID, STEP)}, "gpuscope_step_query", "1", "", "") or '
+        f'label_replace({promql(HELD, STEP)}, "gpuscope_step_query", "2", "", "")')
+    # Split back by the position, the label removed.
     assert list(got) == [LOST, XID, HELD]
+    for i, q in enumerate((LOST, XID, HELD)):
+        [(lab, s)] = got[q]
+        assert lab == {"node": "n", "gpu": "0", "uuid": "U"} and s.values == (float(i),)
 
 
 # -- the embedded store ----------------------------------------------------------------------
