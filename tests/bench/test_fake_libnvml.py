@@ -13,7 +13,7 @@ import contextlib
 import ctypes
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pynvml
@@ -25,6 +25,7 @@ from gpuscope.exporter.model import DeviceSample, RowRemapping, Snapshot, XidCou
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sources.nvml import NvmlSource
 from gpuscope.exporter.sources.nvml.calls import handle_key
+from tests.exporter.snapshots import sample_until
 from tests.exporter.sources.fake_nvml import FakeRemappedRows, restored_pynvml
 
 GPUS = 2
@@ -515,16 +516,6 @@ def running_source(loader_result: object) -> Iterator[NvmlSource]:
     assert pynvml._nvmlLib_refcount == refcount
 
 
-def sample_until(
-    source: NvmlSource, done: Callable[[Snapshot], bool], timeout: float = 5.0
-) -> Snapshot:
-    """Sample until ``done`` (faults come with time, XIDs on the event thread)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        snap = source.sample()
-        if done(snap) or time.monotonic() > deadline:
-            return snap
-        time.sleep(0.02)
 
 
 def fallen_off(snap: Snapshot) -> bool:

@@ -1,6 +1,11 @@
-"""Hand-built snapshots for collector and exposition tests (no source involved)."""
+"""Hand-built snapshots for collector and exposition tests (no source involved), and
+:func:`sample_until` for the tests that sample a source until something arrives."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
 
 from gpuscope.exporter.model import (
     DeviceSample,
@@ -12,6 +17,22 @@ from gpuscope.exporter.model import (
 )
 
 GIB = 1024**3
+
+
+class _Sampling(Protocol):
+    def sample(self) -> Snapshot: ...
+
+
+def sample_until(source: _Sampling, done: Callable[[Snapshot], bool], timeout: float = 10.0,
+                 every: float = 0.005) -> Snapshot:
+    """Sample ``source`` until ``done`` or ``timeout`` seconds (XID events arrive on the
+    event thread, planted faults with time); the last snapshot either way."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = source.sample()
+        if done(snap) or time.monotonic() > deadline:
+            return snap
+        time.sleep(every)
 
 
 def fixed_snapshot() -> Snapshot:

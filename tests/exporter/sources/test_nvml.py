@@ -27,6 +27,7 @@ from gpuscope.exporter.model import (
     XidCount,
 )
 from gpuscope.exporter.sources.nvml import NvmlSource
+from tests.exporter.snapshots import sample_until
 from tests.exporter.sources.fake_nvml import (
     GIB,
     MIB,
@@ -395,7 +396,7 @@ def test_driver_unloaded_mid_run_reinitialises(
 
     # The new XID thread counts events again.
     fake.inject_xid(0, 31)
-    snap = wait_for(source, lambda s: bool(s.devices[0].xid_errors))
+    snap = sample_until(source, lambda s: bool(s.devices[0].xid_errors))
     assert snap.devices[0].xid_errors == (XidCount(31, 1),)
 
 
@@ -625,15 +626,6 @@ def test_lost_mig_parent_takes_its_slices_down(
 # --- XID events
 
 
-def wait_for(
-    source: NvmlSource, done: Callable[[Snapshot], bool], timeout: float = 10.0
-) -> Snapshot:
-    deadline = time.monotonic() + timeout
-    while True:
-        snap = source.sample()
-        if done(snap) or time.monotonic() > deadline:
-            return snap
-        time.sleep(0.005)
 
 
 def test_xid_events_counted_per_device_and_code(
@@ -646,7 +638,7 @@ def test_xid_events_counted_per_device_and_code(
     fake.inject_xid(1, 43, gpu_instance_id=13)  # hits one MIG instance
     fake.inject_xid(1, 79)  # the whole GPU
 
-    snap = wait_for(source, lambda s: fake.pending_events() == 0 and sum(
+    snap = sample_until(source, lambda s: fake.pending_events() == 0 and sum(
         c.count for d in s.devices for c in d.xid_errors
     ) == 5)
 
@@ -658,7 +650,7 @@ def test_xid_events_counted_per_device_and_code(
     # Counters: they keep counting, and stay on a device that went down.
     fake.inject_xid(0, 13)
     fake.gpus[0].lost = True
-    snap = wait_for(source, lambda s: s.devices[0].xid_errors[0].count == 3)
+    snap = sample_until(source, lambda s: s.devices[0].xid_errors[0].count == 3)
     assert not snap.devices[0].up
     assert snap.devices[0].xid_errors == (XidCount(13, 3), XidCount(48, 1))
 
@@ -669,7 +661,7 @@ def test_gpu_that_cannot_register_events_is_skipped(
     fake.gpus[0].events_supported = False
     source = make_source()
     fake.inject_xid(1, 62)
-    snap = wait_for(source, lambda s: bool(s.devices[1].xid_errors))
+    snap = sample_until(source, lambda s: bool(s.devices[1].xid_errors))
     assert snap.devices[1].xid_errors == (XidCount(62, 1),)
     assert snap.devices[0].up and snap.devices[0].xid_errors == ()
     assert parts(snap)["xid"]

@@ -4,14 +4,11 @@ serves: a lost GPU, critical XIDs, uncorrectable ECC errors and the row remapper
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pynvml
 
 from gpuscope.exporter.model import RowRemapping, Snapshot, XidCount
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
-from gpuscope.exporter.sources.nvml import NvmlSource
+from tests.exporter.snapshots import sample_until
 from tests.exporter.sources.fake_nvml import (
     UNKNOWN,
     FakeNvml,
@@ -43,16 +40,6 @@ def remap_series(snap: Snapshot, uuid: str) -> Series:
     return {k: v for k, v in series(snap, uuid).items() if k[0] in REMAP_SERIES}
 
 
-def wait_for(
-    source: NvmlSource, done: Callable[[Snapshot], bool], timeout: float = 10.0
-) -> Snapshot:
-    """Sample until ``done`` (XID events arrive on the event thread)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        snap = source.sample()
-        if done(snap) or time.monotonic() > deadline:
-            return snap
-        time.sleep(0.005)
 
 
 def test_a_healthy_gpu_has_its_row_remapper_at_zero(
@@ -155,7 +142,7 @@ def test_a_gpu_fallen_off_the_bus_keeps_only_its_identity_and_xids(
 
     fake.inject_xid(gpu, 79)
     gpu.lost = True  # GPU_IS_LOST from every call from now on
-    snap = wait_for(source, lambda s: bool(by_uuid(s, gpu.uuid).xid_errors))
+    snap = sample_until(source, lambda s: bool(by_uuid(s, gpu.uuid).xid_errors))
 
     dev = by_uuid(snap, gpu.uuid)
     assert not dev.up
@@ -183,7 +170,7 @@ def test_every_critical_xid_is_counted_under_its_own_code(
     for xid in CRITICAL_XIDS:
         fake.inject_xid(gpu, xid)
     fake.inject_xid(gpu, 79)
-    snap = wait_for(source, lambda s: sum(
+    snap = sample_until(source, lambda s: sum(
         c.count for c in by_uuid(s, gpu.uuid).xid_errors
     ) == len(CRITICAL_XIDS) + 1)
     dev = by_uuid(snap, gpu.uuid)
