@@ -456,6 +456,7 @@ def _build_fleet_view(
     context = PageContext(
         window=window, history_start=hs, gpus=data.gpus,
         node_price={n: p.per_hour for n, p in node_price.items()},
+        gpu_price={n: gpu_price(n) for n in node_price},
         price_basis={n: p.basis for n, p in node_price.items()},
         pods={ref: tuple(sorted({f"{c.namespace}/{c.pod}" for c in cs}))
               for ref, cs in users.items()},

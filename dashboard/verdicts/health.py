@@ -37,6 +37,7 @@ from gpuscope.dashboard.verdicts.page import (
     StepAnswers,
     StepVerdict,
     Table,
+    device_ref,
 )
 
 #: XIDs that mean the GPU needs a reset, a drain or a replacement (NVIDIA's XID catalog),
@@ -102,10 +103,6 @@ class GpuHealth:
         return any(p.now for p in self.problems)
 
 
-def _ref(lab: Mapping[str, str]) -> GpuRef:
-    return GpuRef(lab.get("node", ""), lab.get("uuid", ""))
-
-
 def _problem(what: str, series: Series, latest: float, step: float) -> Problem:
     """A state (lost, remap pending or failed) over its flagged steps."""
     return Problem(what, series.times[0], series.times[-1], 0.0,
@@ -164,7 +161,7 @@ class Health(StepVerdict):
         index: dict[GpuRef, str] = {}
 
         def add(lab: Mapping[str, str], problem: Problem) -> None:
-            ref = _ref(lab)
+            ref = device_ref(lab)
             found.setdefault(ref, []).append(problem)
             index.setdefault(ref, lab.get("gpu", ""))
 
@@ -190,7 +187,8 @@ class Health(StepVerdict):
         holders: dict[GpuRef, set[str]] = {}
         for lab, s in answers.get(HOLDERS, ()):
             if len(s) and lab.get("namespace"):
-                holders.setdefault(_ref(lab), set()).add(f"{lab['namespace']}/{lab.get('pod', '')}")
+                pod = f"{lab['namespace']}/{lab.get('pod', '')}"
+                holders.setdefault(device_ref(lab), set()).add(pod)
         out = []
         for ref, problems in found.items():
             info = ctx.gpus.get(ref)

@@ -34,6 +34,7 @@ from gpuscope.dashboard.verdicts.page import (
     StepAnswers,
     StepVerdict,
     Table,
+    device_ref,
 )
 
 #: The devices running an MPS server, at each step.
@@ -94,31 +95,25 @@ class MpsUnjudged(StepVerdict):
         now: dict[GpuRef, tuple[str, float]] = {}
         for lab, s in answers.get(UNREPORTED, ()):
             if len(s) and s.times[-1] >= latest:
-                ref = GpuRef(lab.get("node", ""), lab.get("uuid", ""))
+                ref = device_ref(lab)
                 now[ref] = (lab.get("gpu", ""), s.times[0])
         clients: dict[GpuRef, list[MpsClient]] = {}
         for lab, s in answers.get(CLIENTS, ()):
-            ref = GpuRef(lab.get("node", ""), lab.get("uuid", ""))
+            ref = device_ref(lab)
             if ref in now and len(s) and s.times[-1] >= latest and lab.get("namespace"):
                 clients.setdefault(ref, []).append(MpsClient(
                     f"{lab['namespace']}/{lab.get('pod', '')}", lab.get("container", ""),
                     s.values[-1]))
-        whole: dict[str, int] = {}
-        for device in ctx.gpus.values():
-            if device.is_physical:
-                whole[device.node] = whole.get(device.node, 0) + 1
         out = []
         for ref, (index, since) in now.items():
             if ctx.namespace is not None and not any(
                     c.pod.partition("/")[0] == ctx.namespace for c in clients.get(ref, ())):
                 continue
             info = ctx.gpus.get(ref)
-            price = ctx.node_price.get(ref.node)
-            n = whole.get(ref.node, 0)
             out.append(UnjudgedGpu(
                 ref=ref, gpu=info.gpu if info is not None else index, since=since,
                 clients=tuple(sorted(clients.get(ref, ()), key=lambda c: (c.pod, c.container))),
-                price_per_hour=price / n if price is not None and n else None))
+                price_per_hour=ctx.gpu_price.get(ref.node)))
         out.sort(key=lambda u: (-(u.price_per_hour or 0.0), u.ref.node, index_key(u.gpu)))
         return tuple(out)
 
@@ -153,5 +148,5 @@ def active_thread_shares(answers: StepAnswers) -> dict[GpuRef, float]:
     out: dict[GpuRef, float] = {}
     for lab, s in answers.get(REPLICAS, ()):
         if len(s) and s.values[-1] >= 1:
-            out[GpuRef(lab.get("node", ""), lab.get("uuid", ""))] = 1.0 / s.values[-1]
+            out[device_ref(lab)] = 1.0 / s.values[-1]
     return out

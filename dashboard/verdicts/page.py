@@ -68,7 +68,9 @@ class Section:
 class PageContext:
     """What a :class:`StepVerdict` may read besides its own series, filled by the view once
     per page: the window and where history begins; every device (``gpu_info``); each
-    node's $/hour (None: unknown price) and how it is priced (``on-demand``, ``spot``);
+    node's $/hour (None: unknown price), a whole GPU's share of it (``gpu_price``: the node's
+    $/hour over its whole GPUs, counted where the page counts them, nodes summarised by the
+    recording rules included) and how it is priced (``on-demand``, ``spot``);
     the pods on each device (``namespace/pod``, holding it or running on it); the namespace
     filter (None: all)."""
 
@@ -76,9 +78,15 @@ class PageContext:
     history_start: float
     gpus: Mapping[GpuRef, GpuInfo] = field(default_factory=dict)
     node_price: Mapping[str, float | None] = field(default_factory=dict)
+    gpu_price: Mapping[str, float | None] = field(default_factory=dict)
     price_basis: Mapping[str, str] = field(default_factory=dict)
     pods: Mapping[GpuRef, tuple[str, ...]] = field(default_factory=dict)
     namespace: str | None = None
+
+
+def device_ref(labels: Mapping[str, str]) -> GpuRef:
+    """The device a step query's series is about (its ``node`` and ``uuid`` labels)."""
+    return GpuRef(labels.get("node", ""), labels.get("uuid", ""))
 
 
 #: A store's answer to a verdict's queries: per query, each series' labels (``node`` and the

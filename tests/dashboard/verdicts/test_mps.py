@@ -55,7 +55,8 @@ def series(points: Mapping[float, float]) -> Series:
 
 def ctx(namespace: str | None = None) -> PageContext:
     return PageContext(WINDOW, WINDOW.start, gpus={G: GpuInfo("node-a", "0", G.uuid)},
-                       node_price={"node-a": 1.006}, namespace=namespace)
+                       node_price={"node-a": 1.006}, gpu_price={"node-a": 1.006},
+                       namespace=namespace)
 
 
 def test_an_mps_gpu_without_per_client_utilization_is_listed_with_its_clients() -> None:
@@ -75,6 +76,15 @@ def test_an_mps_gpu_without_per_client_utilization_is_listed_with_its_clients() 
     assert VERDICT.judge({UNREPORTED: []}, ctx()) == ()
     # Only in the namespace of one of its clients.
     assert VERDICT.judge({UNREPORTED: [(lab(G), series({T[-1]: 0.0}))]}, ctx("web")) == ()
+
+
+def test_the_gpus_price_is_the_pages_even_where_its_devices_were_not_sent() -> None:
+    # A node the recording rules summarised comes without its devices: the GPU's share of
+    # the node's price is the page's own (PageContext.gpu_price), not counted again here.
+    summarised = PageContext(WINDOW, WINDOW.start, gpus={}, node_price={"node-a": 55.04},
+                             gpu_price={"node-a": 55.04 / 8})
+    (u,) = VERDICT.judge({UNREPORTED: [(lab(G), series({T[-1]: 0.0}))]}, summarised)
+    assert u.price_per_hour == pytest.approx(6.88) and u.gpu == "0"
 
 
 def test_no_longer_unreported_at_the_latest_step_is_not_listed() -> None:
@@ -136,6 +146,7 @@ def test_the_page_says_which_mps_gpus_it_cannot_judge(views: dict[str, FleetView
     assert u.ref.node == "mps-unreported" and u.gpu == "0"
     assert [c.pod for c in u.clients] == ["ml/infer-a", "ml/infer-b"]
     assert [round(c.memory_bytes / 2**30) for c in u.clients] == [8, 2]
+    assert u.price_per_hour == pytest.approx(1.006)  # a g5.xlarge's one GPU
 
 
 def test_clients_without_utilization_are_not_judged(views: dict[str, FleetView]) -> None:
