@@ -104,6 +104,17 @@ class _Shared:
         return now - self.finished
 
 
+def _key(window: str | None, namespace_text: str | None) -> tuple[Key, list[str]]:
+    """A view's key (window, namespace: None for all or for a filter that is not a valid
+    namespace), and the line the page shows about such a filter."""
+    if not namespace_text or not namespace_text.strip():
+        return (window or DEFAULT_WINDOW, None), []
+    try:
+        return (window or DEFAULT_WINDOW, validate_namespace(namespace_text)), []
+    except InvalidFilter as exc:
+        return (window or DEFAULT_WINDOW, None), [f"Namespace filter ignored: {exc}."]
+
+
 class DashboardService:
     """Computes fleet views, one computation per (window, namespace) at a time: requests
     that arrive while one is running (several browsers, or the page load's prefetch and
@@ -180,14 +191,9 @@ class DashboardService:
     def latest(self, window: str | None, namespace_text: str | None) -> FleetView | None:
         """The last view computed for this window and namespace (what the page shows), or
         None: never a new computation (a table's "show all" and its CSV read it)."""
-        namespace = None
-        if namespace_text and namespace_text.strip():
-            try:
-                namespace = validate_namespace(namespace_text)
-            except InvalidFilter:
-                namespace = None
+        key, _ = _key(window, namespace_text)
         with self._lock:
-            found = self._last.get((window or DEFAULT_WINDOW, namespace))
+            found = self._last.get(key)
         return found[0] if found is not None else None
 
     def _shared(
@@ -197,14 +203,7 @@ class DashboardService:
         """The computation of this view to wait for: one running, one finished recently
         enough (``share_for``, or ``reuse_for`` where longer), the one kept for a page's first
         callback (which the fleet callback, ``claim``, takes), or a new one."""
-        problems = []
-        namespace = None
-        if namespace_text and namespace_text.strip():
-            try:
-                namespace = validate_namespace(namespace_text)
-            except InvalidFilter as exc:
-                problems.append(f"Namespace filter ignored: {exc}.")
-        key = (window or DEFAULT_WINDOW, namespace)
+        key, problems = _key(window, namespace_text)
         now = self._monotonic()
         with self._lock:
             found = self._inflight.get(key)
