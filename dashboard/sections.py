@@ -12,6 +12,7 @@ position.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 from collections.abc import Callable, Mapping
@@ -101,6 +102,7 @@ FILLERS: dict[str, Filler] = {
 HEADERS: dict[str, Callable[[FleetView], Any]] = {ids.WASTE_TOTAL: components.waste_total}
 
 
+@functools.cache
 def _step_verdicts() -> dict[str, StepVerdict]:
     """The registry's own verdicts, by their table's id."""
     return {t.id: v for v in registry.STEP_VERDICTS for t in v.section.tables}

@@ -647,8 +647,11 @@ def _running(dev: _FakeDevice, kind: str) -> Iterator[tuple[FakeProcess, int]]:
 
 
 def _processes(dev: _FakeDevice, kind: str, count: Any, infos: Any) -> int | None:
-    """nvmlDeviceGet{Compute,Graphics}RunningProcesses{,_v2,_v3}: the size query (infos is
-    NULL) answers INSUFFICIENT_SIZE with the count, or SUCCESS when there are none."""
+    """nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses{,_v2,_v3}: the size query
+    (infos is NULL) answers INSUFFICIENT_SIZE with the count, or SUCCESS when there are none;
+    the MPS list is NOT_SUPPORTED on a device without MPS."""
+    if kind == "mps" and not dev.mps_supported:
+        raise _Return(NOT_SUPPORTED)
     running = list(_running(dev, kind))
     if infos is None or count._obj.value < len(running):
         count._obj.value = len(running)
@@ -694,8 +697,6 @@ def nvmlDeviceGetGraphicsRunningProcesses_v2(
 def nvmlDeviceGetMPSComputeRunningProcesses_v3(
     lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
 ) -> int | None:
-    if not dev.mps_supported:
-        raise _Return(NOT_SUPPORTED)
     return _processes(dev, "mps", count, infos)
 
 
@@ -703,8 +704,6 @@ def nvmlDeviceGetMPSComputeRunningProcesses_v3(
 def nvmlDeviceGetMPSComputeRunningProcesses_v2(
     lib: FakeNvml, dev: _FakeDevice, count: Any, infos: Any
 ) -> int | None:
-    if not dev.mps_supported:
-        raise _Return(NOT_SUPPORTED)
     return _processes(dev, "mps", count, infos)
 
 
