@@ -18,9 +18,8 @@ headline, and the planted verdicts. Where the numbers differ, and why:
   the GPU's % busy, the heatmap's cells) differ a little, not the flags;
 - nothing else: the history begins at the window's start on all three (the data began five
   minutes before it), so a finding held through the window is held 60 minutes of 60 on each,
-  and the $ wasted in the window agree to the cent (``test_the_history_begins_alike``; the
-  stores' began a step late until ``PrometheusData`` looked for data a rate range before the
-  window's first step).
+  and the $ wasted in the window agree to the cent (``test_the_history_begins_alike``:
+  ``PrometheusData`` looks for data a rate range before the window's first step).
 
 With the stores' grid, their ranges and their history start, every number of the page
 agrees with Prometheus' (``test_on_the_stores_grid_every_number_agrees``)."""
@@ -166,9 +165,8 @@ def test_on_the_stores_grid_every_number_agrees(loaded: Loaded) -> None:
 
 
 # The data began five minutes before the window: on every store the history begins at the
-# window's start, and a node idle through the window is idle for its 3,600 s. (The stores'
-# began a step late, at 3,540 s and 1/60 less $ wasted, while PrometheusData took a device
-# that reported at the window's first step to have begun there.)
+# window's start, and a node idle through the window is idle for its 3,600 s (a history begun
+# a step late would show 3,540 s and 1/60 less $ wasted).
 def test_the_history_begins_alike(loaded: Loaded) -> None:
     ours = loaded.ours
     assert ours.history_seconds == WINDOW
