@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 
 if TYPE_CHECKING:
+    # For the types only: dashboard.data's package still imports two verdict modules (its
+    # embedded and Prometheus stores: issue 29's open layering), so importing it here at run
+    # time would close a cycle while those load.
     from gpuscope.dashboard.data import StepQuery
 
 #: How a column's values are shown: ``text``; ``link`` (markdown links); ``money`` ($, 2
