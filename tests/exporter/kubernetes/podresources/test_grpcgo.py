@@ -396,12 +396,25 @@ def test_watcher_thread_over_a_slow_kubelet_and_stop(
     watcher = PodResourcesWatcher(make_client(timeout=30.0), interval=0.05)
     watcher.start()
     assert wait_until(lambda: watcher.status().success is True)
-    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)), delay_ms=20_000)
+    # Counted before the answer is held back: the watcher asks every 0.05 s, so a List()
+    # can arrive between the two (counted after, a held call already in flight was missed
+    # and the wait below waited for a next one that the 20 s hold kept from coming).
     seen = len(go_kubelet.started)
-    # A call arrived that the kubelet has not answered (any undelayed one is answered within
-    # milliseconds): the watcher is waiting on it.
-    assert wait_until(lambda: len(go_kubelet.started) > seen)
-    time.sleep(0.1)
+    go_kubelet.serve(response(gpu_pod("a", "p", GPU0)), delay_ms=20_000)
+
+    def unanswered() -> set[object]:
+        answered = {c.get("call") for c in go_kubelet.calls}
+        return {s["started"] for s in go_kubelet.started[seen:]} - answered
+
+    # A call arrived that the kubelet has not answered, and is still unanswered half a
+    # second on (any undelayed one is answered within milliseconds): the watcher is waiting
+    # on it.
+    def held() -> bool:
+        waiting = unanswered()
+        time.sleep(0.5)
+        return bool(waiting & unanswered())
+
+    assert wait_until(held, timeout=20.0)
     assert watcher.status().in_flight and len(go_kubelet.started) > len(go_kubelet.calls)
     started = time.perf_counter()
     assert [a.pod for a in watcher.latest()] == ["p"]
