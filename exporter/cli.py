@@ -124,7 +124,8 @@ def build_registry(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(sampler.latest, process_metrics=cfg.process_metrics,
                                    process_cap=process_cap))
-    registry.register(ContainerCollector(attributor.latest, node_name=cfg.node_name))
+    registry.register(ContainerCollector(attributor.latest, node_name=cfg.node_name,
+                                         cluster=cfg.cluster_name))
     registry.register(ExporterCollector(
         sampler, extra_parts=(attributor.parts,),
         dropped_series=dropped.totals if dropped is not None else None,

@@ -219,7 +219,8 @@ _FLAGS: tuple[Flag, ...] = (
           "device dimension sets: agent (host,index,name,arch), extended (plus InstanceId, "
           "InstanceType, ClusterName), or both"),
     Flag("--cluster-name", dimension_value, None,
-          "cluster name (ClusterName dimension; pod and node rollups need it)"),
+          "cluster name: CloudWatch's ClusterName dimension (pod and node rollups need it) "
+          "and the cluster label of gpu_node_info"),
     Flag("--instance-id", instance_id, None,
           "EC2 instance ID for the InstanceId dimension, or imds to ask instance metadata"),
     Flag("--tls-cert-file", text, None,

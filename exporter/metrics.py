@@ -8,7 +8,7 @@ base units, ratios not percents, no ``node``/``hostname`` label (the scrape conf
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,7 +23,11 @@ CONTAINER_LABELS = ("namespace", "pod", "container", "uuid")
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     """One metric: its exposition name (counters include ``_total``), type, help text,
-    unit (for the docs), label names in exposition order, and where the value comes from."""
+    unit (for the docs), label names in exposition order, and where the value comes from.
+
+    ``optional_labels``: ``(label, condition)`` pairs for labels a series carries only under
+    a condition (a flag), after ``labels`` in exposition order; ``condition`` is how
+    ``docs/metrics.md`` names it (`` `cluster` only with --cluster-name``)."""
 
     name: str
     type: MetricType
@@ -31,6 +35,7 @@ class MetricSpec:
     unit: str
     labels: tuple[str, ...]
     source: str
+    optional_labels: tuple[tuple[str, str], ...] = ()
 
 
 _SPECS: tuple[MetricSpec, ...] = (
@@ -290,10 +295,13 @@ _SPECS: tuple[MetricSpec, ...] = (
         "gpu_node_info", "gauge",
         "This node's instance type, zone and capacity type (on-demand or spot), and the "
         "node's name as the exporter knows it (node_name; not node, which the scrape adds). "
+        "With --cluster-name also its cluster (cluster); the only series that carries it. "
         "Always 1.",
         "1", ("instance_type", "zone", "capacity_type", "node_name"),
         "API server: this node's labels; --instance-type as a fallback; node_name: "
-        "--node-name, else $NODE_NAME, else the simulated scenario's node, else the hostname",
+        "--node-name, else $NODE_NAME, else the simulated scenario's node, else the hostname; "
+        "cluster: --cluster-name",
+        optional_labels=(("cluster", "--cluster-name"),),
     ),
     MetricSpec(
         "gpu_exporter_attribution_unresolved_devices", "gauge",
@@ -394,9 +402,21 @@ def family_name(spec: MetricSpec) -> str:
 Family = GaugeMetricFamily | CounterMetricFamily
 
 
-def new_family(name: str) -> Family:
-    """A fresh, empty metric family for the table entry ``name`` (one per ``collect()``)."""
+def label_names(spec: MetricSpec, optional: Collection[str] = ()) -> tuple[str, ...]:
+    """The labels of ``spec``'s series in exposition order: its ``labels``, then those of its
+    ``optional_labels`` named in ``optional`` (any other name is a programming error)."""
+    known = [label for label, _ in spec.optional_labels]
+    unknown = set(optional) - set(known)
+    if unknown:
+        raise ValueError(f"{spec.name} has no optional label {sorted(unknown)[0]!r}")
+    return spec.labels + tuple(label for label in known if label in optional)
+
+
+def new_family(name: str, optional: Collection[str] = ()) -> Family:
+    """A fresh, empty metric family for the table entry ``name`` (one per ``collect()``),
+    with the optional labels named in ``optional`` after the fixed ones."""
     spec = METRICS[name]
+    labels = label_names(spec, optional)
     if spec.type == "counter":
-        return CounterMetricFamily(family_name(spec), spec.help, labels=spec.labels)
-    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+        return CounterMetricFamily(family_name(spec), spec.help, labels=labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=labels)

@@ -6,7 +6,12 @@ they need the kubelet's allocations) rendered from the latest
 ``gpu_node_info`` also carries the node name the exporter knows for itself (``node_name``),
 so a scraper without Kubernetes service discovery (the dashboard's embedded mode) can tell
 nodes apart. It is not called ``node``: Prometheus' scrape config adds ``node``, and an
-exporter label of that name would collide with it (and be renamed ``exported_node``)."""
+exporter label of that name would collide with it (and be renamed ``exported_node``).
+
+With ``--cluster-name``, ``gpu_node_info`` (and no other series) also carries ``cluster``:
+the store's external label names the cluster of every series; this one lets a store without
+it (one Prometheus per cluster, the dashboard's embedded mode) still say which cluster a node
+is in (``docs/metrics.md``, "The cluster label")."""
 
 from __future__ import annotations
 
@@ -22,12 +27,16 @@ from gpuscope.exporter.metrics import new_family
 class ContainerCollector(Collector):
     """Fresh families per scrape: a pod that went away takes its series with it."""
 
-    def __init__(self, latest: Callable[[], Attribution | None], node_name: str = "") -> None:
+    def __init__(self, latest: Callable[[], Attribution | None], node_name: str = "",
+                 cluster: str | None = None) -> None:
         """``node_name``: this exporter's node (``--node-name``, ``$NODE_NAME``, the simulated
         scenario's node, else the hostname); ``""`` leaves the ``node_name`` label out of
-        ``gpu_node_info`` and renders it only when the node's labels are known."""
+        ``gpu_node_info`` and renders it only when the node's labels are known.
+        ``cluster``: ``--cluster-name``; when set, ``gpu_node_info`` gains a ``cluster`` label
+        with it, else the series has no such label."""
         self._latest = latest
         self._node_name = node_name
+        self._cluster = cluster or None
 
     def collect(self) -> Iterator[Metric]:
         result = self._latest()
@@ -79,6 +88,10 @@ class ContainerCollector(Collector):
                   else ("", "", ""))
         if not self._node_name and not any(labels):
             return None
-        family = new_family("gpu_node_info")
-        family.add_metric([*labels, self._node_name], 1.0)
+        if self._cluster is None:
+            family = new_family("gpu_node_info")
+            family.add_metric([*labels, self._node_name], 1.0)
+        else:
+            family = new_family("gpu_node_info", optional=("cluster",))
+            family.add_metric([*labels, self._node_name, self._cluster], 1.0)
         return family

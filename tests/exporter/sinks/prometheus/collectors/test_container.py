@@ -15,10 +15,10 @@ from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCol
 
 
 def render(
-    result: Attribution | None, node_name: str = ""
+    result: Attribution | None, node_name: str = "", cluster: str | None = None
 ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ContainerCollector(lambda: result, node_name=node_name))
+    registry.register(ContainerCollector(lambda: result, node_name=node_name, cluster=cluster))
     text = generate_latest(registry).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}
@@ -79,3 +79,25 @@ def test_node_name_is_stated_without_api_server_and_before_first_join() -> None:
         {"node_name": "n1", "instance_type": "g5.xlarge", "zone": "z1", "capacity_type": "spot"}]
     # Without a name and without labels there is nothing to say.
     assert node_rows(render(no_metadata)) == []
+
+
+def test_cluster_name_labels_gpu_node_info_and_nothing_else() -> None:
+    key = ContainerKey("ml", "train-0", "pytorch")
+    result = Attribution(
+        timestamp=1.0, containers=(ContainerUsage(key, "GPU-a", True, 0.5, 1024),),
+        pods=(PodIdentity("ml", "train-0", "uid-1", "Job/train"),),
+        node=NodeInfo("p5.48xlarge", "us-east-1a", "spot"))
+    with_cluster = render(result, "ip-10-0-1-23.ec2.internal", cluster="prod-east")
+    assert node_rows(with_cluster) == [
+        {"node_name": "ip-10-0-1-23.ec2.internal", "instance_type": "p5.48xlarge",
+         "zone": "us-east-1a", "capacity_type": "spot", "cluster": "prod-east"}]
+    assert [name for name, labels in with_cluster if "cluster" in dict(labels)] == [
+        "gpu_node_info"]
+    # Before the first join too: the node says which cluster it is in.
+    assert node_rows(render(None, "n1", cluster="prod-east"))[0]["cluster"] == "prod-east"
+    # Without --cluster-name (None, or empty) the series is unchanged: no cluster label.
+    for cluster in (None, ""):
+        without = render(result, "ip-10-0-1-23.ec2.internal", cluster=cluster)
+        assert not [name for name, labels in without if "cluster" in dict(labels)]
+        assert {k: v for k, v in without.items() if k[0] != "gpu_node_info"} == {
+            k: v for k, v in with_cluster.items() if k[0] != "gpu_node_info"}
