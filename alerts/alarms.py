@@ -2,8 +2,8 @@
 
 The CloudWatch twin of the Prometheus rules, on the metrics gpuscope's CloudWatch sink
 publishes in the ``CWAgent`` namespace (the CloudWatch agent's ``nvidia_smi_*`` names and
-dimensions, plus ``ClusterName``; Container Insights' ``node_gpu_utilization``). Per GPU node of
-one cluster:
+dimensions, plus ``ClusterName``; Container Insights' ``node_gpu_utilization``). Every alarm's
+metrics carry the cluster's ``ClusterName``. Per GPU node of one cluster:
 
 - ``GpuNodeUnderutilized``: the node's busiest GPU stays below the idle threshold (5 %) for an
   hour: ``node_gpu_utilization`` with the Maximum statistic (the sink publishes one value per
@@ -153,7 +153,13 @@ def _dims(metric: dict[str, Any]) -> Dimensions:
 
 def discover(cw: CloudWatch, opts: Options) -> dict[str, NodeMetrics]:
     """Nodes of the cluster with recent GPU metrics, by node name (``NodeName``, or the
-    per-GPU metrics' ``host``: the sink sets both to the Kubernetes node name)."""
+    per-GPU metrics' ``host``: the sink sets both to the Kubernetes node name).
+
+    Every series found carries the cluster's ``ClusterName`` (the filter), so every alarm
+    built on them does too. A node rollup is taken under gpuscope's node set only
+    (``ClusterName``, ``NodeName``, ``InstanceType``): the sink also publishes it per cluster
+    (no ``NodeName``: not a node's) and, with an instance ID, under Container Insights' set
+    (``ClusterName``, ``NodeName``, ``InstanceId``), the same values again."""
     nodes: dict[str, NodeMetrics] = {}
     cluster_filter = [{"Name": "ClusterName", "Value": opts.cluster}]
     for metric_name, attr, node_dim in (
@@ -168,9 +174,12 @@ def discover(cw: CloudWatch, opts: Options) -> dict[str, NodeMetrics]:
                              MetricName=metric_name, Dimensions=cluster_filter,
                              RecentlyActive="PT3H"):
             dims = _dims(metric)
-            node = dict(dims).get(node_dim)
+            named = dict(dims)
+            node = named.get(node_dim)
             if not node or (opts.nodes and node not in opts.nodes):
                 continue
+            if node_dim == "NodeName" and "InstanceId" in named:
+                continue  # Container Insights' node set: a copy of gpuscope's
             entry = nodes.setdefault(node, NodeMetrics(node))
             series: list[Dimensions] = getattr(entry, attr)
             if dims not in series:

@@ -39,12 +39,14 @@ def client(url: str) -> Any:
 
 def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True,
             mig_slices: tuple[str, ...] = (), instance_type: str = "g5.12xlarge",
-            gpm: bool = False) -> None:
+            gpm: bool = False, instance_id: str | None = None) -> None:
     """One sampling minute of a node, as the sink publishes it with ``--cluster-name`` and
     its default device dimensions ("both": the agent's set and the extended one).
     ``mig_slices`` ("<gpu>/<instance>") are slices without utilization (no GPM): they publish
     memory only, and their parent GPU no utilization. ``gpm``: the GPUs publish SM and
-    tensor activity (Hopper and newer), and the node their rollups."""
+    tensor activity (Hopper and newer), and the node their rollups. A node rollup goes out
+    under the node's set, the cluster's, and with ``instance_id`` (``--instance-id``)
+    Container Insights' node set too; the extended device set then has ``InstanceId``."""
     parents = {s.split("/")[0] for s in mig_slices}
     data: list[dict[str, Any]] = []
 
@@ -53,6 +55,8 @@ def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True
                {"Name": "name", "Value": "NVIDIA A100-SXM4-80GB"},
                {"Name": "arch", "Value": "Ampere"}]
         if extended:
+            if instance_id:
+                out.append({"Name": "InstanceId", "Value": instance_id})
             out += [{"Name": "InstanceType", "Value": instance_type},
                     {"Name": "ClusterName", "Value": cluster}]
         return out
@@ -74,15 +78,20 @@ def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True
                 for name in ("nvidia_gpm_sm_active", "nvidia_gpm_tensor_active"):
                     data.append({"MetricName": name, "Dimensions": d,
                                  "Values": [0.5], "Counts": [60]})
-    node_dims = [{"Name": "ClusterName", "Value": cluster}, {"Name": "NodeName", "Value": node},
-                 {"Name": "InstanceType", "Value": instance_type}]
-    if rollup:
+    node_sets = [[{"Name": "ClusterName", "Value": cluster}, {"Name": "NodeName", "Value": node},
+                  {"Name": "InstanceType", "Value": instance_type}]]
+    if instance_id:
+        node_sets.append([{"Name": "ClusterName", "Value": cluster},
+                          {"Name": "NodeName", "Value": node},
+                          {"Name": "InstanceId", "Value": instance_id}])
+    node_sets.append([{"Name": "ClusterName", "Value": cluster}])
+    for node_dims in node_sets if rollup else []:
         data.append({"MetricName": "node_gpu_utilization", "Dimensions": node_dims,
                      "Values": [0.0, 1.0], "Counts": [50 * gpus, 10 * gpus]})
-    if rollup and gpm:
-        for name in ("node_gpu_sm_active", "node_gpu_tensor_active"):
-            data.append({"MetricName": name, "Dimensions": node_dims, "Values": [0.5],
-                         "Counts": [60 * gpus], "Unit": "Percent"})
+        if gpm:
+            for name in ("node_gpu_sm_active", "node_gpu_tensor_active"):
+                data.append({"MetricName": name, "Dimensions": node_dims, "Values": [0.5],
+                             "Counts": [60 * gpus], "Unit": "Percent"})
     # Small batches: botocore gzips PutMetricData bodies of 10 KB and more, and moto's server
     # (5.2) answers those with a 500.
     cw = client(url)
@@ -284,6 +293,41 @@ def test_gpm_node_gets_a_spinning_alarm(moto: str) -> None:
     planned = ok(alarms_cli(moto, "plan", "--cluster", "prod", "--spin-minutes", "60"))
     assert any(line.startswith(f"~ update  {spinning}: ") and "EvaluationPeriods 6 -> 12"
                in line for line in planned)
+
+
+def test_every_alarm_carries_the_cluster_and_one_series_per_node(moto: str) -> None:
+    # With --instance-id the sink publishes each node rollup three times (the node's set,
+    # Container Insights' set with InstanceId, the cluster's); another cluster has a node
+    # of the same name. Each alarm reads the node's own set, of this cluster only.
+    publish(moto, "prod", NODE_A, 8, gpm=True, instance_type="p5.48xlarge",
+            instance_id="i-0aaaaaaaaaaaaaaaa")
+    publish(moto, "prod", NODE_B, 1, rollup=False, instance_id="i-0bbbbbbbbbbbbbbbb")
+    publish(moto, "staging", NODE_A, 8, gpm=True, instance_type="p5.48xlarge",
+            instance_id="i-0cccccccccccccccc")
+    ok(alarms_cli(moto, "apply", "--cluster", "prod"))
+    created = alarms(moto)
+    assert set(created) == {f"gpuscope/prod/{NODE_A}/GpuNodeUnderutilized",
+                            f"gpuscope/prod/{NODE_A}/GpuTemperatureHigh",
+                            f"gpuscope/prod/{NODE_A}/GpuSpinning",
+                            f"gpuscope/prod/{NODE_B}/GpuNodeUnderutilized",
+                            f"gpuscope/prod/{NODE_B}/GpuTemperatureHigh"}
+    node_set = {"ClusterName": "prod", "NodeName": NODE_A, "InstanceType": "p5.48xlarge"}
+    for name, alarm in created.items():
+        metrics = ([(alarm["MetricName"], alarm["Dimensions"])] if alarm.get("MetricName")
+                   else [(q["MetricStat"]["Metric"]["MetricName"],
+                          q["MetricStat"]["Metric"]["Dimensions"])
+                         for q in alarm["Metrics"] if "MetricStat" in q])
+        assert metrics, name
+        for metric, dims in metrics:
+            named = {d["Name"]: d["Value"] for d in dims}
+            assert named["ClusterName"] == "prod", (name, metric)
+            if metric.startswith("node_gpu_"):
+                assert named == node_set, (name, metric)
+            else:
+                assert named["host"] == name.split("/")[2], (name, metric)
+    # The single-metric idle alarm on the node rollup, not metric math over three copies.
+    idle = created[f"gpuscope/prod/{NODE_A}/GpuNodeUnderutilized"]
+    assert idle["MetricName"] == "node_gpu_utilization" and idle["Statistic"] == "Maximum"
 
 
 def test_unknown_node_is_one_line_and_exit_2(fleet: str) -> None:

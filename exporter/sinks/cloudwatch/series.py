@@ -6,7 +6,12 @@ the same names, the same value scale (percent 0..100, MiB, degrees C, W, MHz), n
 ``Unit`` (the agent sets none, so an alarm or dashboard built on its data matches ours), and
 the dimensions ``host``, ``index``, ``name``, ``arch``. Pod and node rollups copy Container
 Insights' names and dimensions (``pod_gpu_utilization`` in ``Percent``,
-``pod_gpu_memory_used`` in ``Bytes``, ``node_gpu_utilization`` in ``Percent``).
+``pod_gpu_memory_used`` in ``Bytes``, ``node_gpu_utilization`` in ``Percent``), each under
+several dimension sets, all with ``ClusterName`` (:func:`pod_dimension_sets`,
+:meth:`Observer.node_dimension_sets`): per pod, per namespace and per cluster; per node, per
+instance (with ``InstanceId``) and per cluster. The per-namespace and per-cluster series are
+the same name and dimensions on every node of the cluster, so CloudWatch merges every node's
+datums into one metric.
 
 It adds the devices' work signals from GPM (Hopper and newer) under the agent's dimensions,
 ``nvidia_gpm_sm_active`` and ``nvidia_gpm_tensor_active`` (percent, no Unit), and their node
@@ -237,9 +242,10 @@ class Observer:
                     out.append(((name, dims), value))
         cluster = self.identity.cluster_name
         if cluster:
-            out.extend(self._node_rollup(snapshot, cluster, instance_type))
-            rollup_dims = self._node_dims(cluster, instance_type)
-            out.extend(((rollup, rollup_dims), value) for rollup, value in activity)
+            node_sets = self.node_dimension_sets(cluster, instance_type)
+            out.extend(self._node_rollup(snapshot, node_sets))
+            out.extend(((rollup, dims), value) for rollup, value in activity
+                       for dims in node_sets)
             if attribution is not None:
                 out.extend(self._pod_rollups(attribution, cluster))
         return out
@@ -262,22 +268,31 @@ class Observer:
                 out.append(percent(min(1.0, (now - before) / elapsed)))
         return out
 
-    def _node_dims(self, cluster: str, instance_type: str | None) -> Dims:
-        dims: list[tuple[str, str]] = [("ClusterName", cluster), ("NodeName", self.identity.host)]
+    def node_dimension_sets(self, cluster: str, instance_type: str | None
+                            ) -> tuple[Dims, ...]:
+        """The dimension sets every node rollup is published under: gpuscope's node set
+        (``ClusterName``, ``NodeName``, ``InstanceType`` while known), Container Insights'
+        node set (``ClusterName``, ``NodeName``, ``InstanceId``) when the instance ID is
+        known, and the cluster (``ClusterName``)."""
+        node: list[tuple[str, str]] = [("ClusterName", cluster), ("NodeName", self.identity.host)]
         if instance_type:
-            dims.append(("InstanceType", instance_type))
-        return tuple(dims)
+            node.append(("InstanceType", instance_type))
+        sets: list[Dims] = [tuple(node)]
+        if self.identity.instance_id:
+            sets.append((("ClusterName", cluster), ("NodeName", self.identity.host),
+                         ("InstanceId", self.identity.instance_id)))
+        sets.append((("ClusterName", cluster),))
+        return tuple(sets)
 
-    def _node_rollup(self, snapshot: Snapshot, cluster: str, instance_type: str | None
-                     ) -> Iterator[Observation]:
-        key: SeriesKey = (NODE_UTILIZATION, self._node_dims(cluster, instance_type))
+    def _node_rollup(self, snapshot: Snapshot, sets: tuple[Dims, ...]) -> Iterator[Observation]:
         # One observation per device that reports utilization (a GPU, or a MIG slice with
         # GPM; a MIG parent reports none): Average is the node's mean, Maximum its busiest.
         for device in snapshot.devices:
             if device.up:
                 value = percent(device.utilization_ratio)
                 if value is not None:
-                    yield key, value
+                    for dims in sets:
+                        yield (NODE_UTILIZATION, dims), value
 
     def _pod_rollups(self, attribution: Attribution, cluster: str) -> Iterator[Observation]:
         # A pod's value on each device it holds or runs on: the sum over its containers
@@ -293,13 +308,23 @@ class Observer:
                 util[k] = util.get(k, 0.0) + usage.utilization_ratio
             if usage.memory_used_bytes is not None:
                 memory[k] = memory.get(k, 0.0) + float(usage.memory_used_bytes)
+        # The same observation under the pod's, its namespace's and its cluster's dimension
+        # sets: the namespace and cluster series hold one value per (pod, device), so their
+        # Average is the mean per pod and GPU, their Maximum the busiest pod's GPU.
         for (namespace, pod, _uuid), ratio in util.items():
             value = percent(min(ratio, 1.0))
             if value is not None:
-                yield (POD_UTILIZATION, _pod_dims(cluster, namespace, pod)), value
+                for dims in pod_dimension_sets(cluster, namespace, pod):
+                    yield (POD_UTILIZATION, dims), value
         for (namespace, pod, _uuid), n_bytes in memory.items():
-            yield (POD_MEMORY_USED, _pod_dims(cluster, namespace, pod)), n_bytes
+            for dims in pod_dimension_sets(cluster, namespace, pod):
+                yield (POD_MEMORY_USED, dims), n_bytes
 
 
-def _pod_dims(cluster: str, namespace: str, pod: str) -> Dims:
-    return (("ClusterName", cluster), ("Namespace", namespace), ("PodName", pod))
+def pod_dimension_sets(cluster: str, namespace: str, pod: str) -> tuple[Dims, Dims, Dims]:
+    """The dimension sets of a pod's rollups, as Container Insights publishes its
+    ``pod_gpu_*``: the pod (``ClusterName``, ``Namespace``, ``PodName``), its namespace
+    (``ClusterName``, ``Namespace``) and its cluster (``ClusterName``)."""
+    return ((("ClusterName", cluster), ("Namespace", namespace), ("PodName", pod)),
+            (("ClusterName", cluster), ("Namespace", namespace)),
+            (("ClusterName", cluster),))

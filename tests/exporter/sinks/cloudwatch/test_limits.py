@@ -112,9 +112,10 @@ def test_the_wire_bodies_respect_every_limit(proxy: WireProxy) -> None:
 
     puts = proxy.put_requests()
     assert all(p.status == 200 for p in puts)
-    # 2,298 datums, about 3.6 MB of JSON: four requests, cut by size (botocore >= 1.3x
-    # speaks JSON to CloudWatch; the query protocol's longer encoding would take 17).
-    assert len(puts) == {"json": 4, "query": 17}[puts[0].protocol]
+    # 2,978 datums, about 5.1 MB of JSON: six requests, cut by size (botocore >= 1.3x
+    # speaks JSON to CloudWatch; the query protocol's longer encoding would take 29). The
+    # namespace and cluster rollups of the 224 pods' random values are 4 x 125 to 232 datums.
+    assert len(puts) == {"json": 6, "query": 29}[puts[0].protocol]
     records = sink.recent_requests()
     assert len(records) == len(puts) and all(r.ok for r in records)
     per_series: Counter[tuple[str, frozenset[tuple[str, str]]]] = Counter()
@@ -128,6 +129,12 @@ def test_the_wire_bodies_respect_every_limit(proxy: WireProxy) -> None:
             assert len(set(d["Values"])) == len(d["Values"])
             key = (d["MetricName"], frozenset((x["Name"], x["Value"]) for x in d["Dimensions"]))
             per_series[key] += int(sum(d["Counts"]))
-    # Every round of every series arrived (a pod observation per round per slice).
-    assert set(per_series.values()) == {ROUNDS, ROUNDS * GPUS * SLICES}
+    # Every round of every series arrived: a pod observation per round per slice; the node
+    # rollups one per round per slice; the namespace's and the cluster's pod rollups one per
+    # round per pod.
+    assert set(per_series.values()) == {ROUNDS, ROUNDS * GPUS * SLICES,
+                                        ROUNDS * GPUS * SLICES * PODS_PER_SLICE}
+    assert per_series[("pod_gpu_utilization",
+                       frozenset({("ClusterName", IDENTITY.cluster_name or "")}))] == (
+        ROUNDS * GPUS * SLICES * PODS_PER_SLICE)
     assert sink.stats().datums_sent == sum(len(p.datums) for p in puts)

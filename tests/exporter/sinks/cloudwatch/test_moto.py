@@ -125,8 +125,9 @@ class Run:
         self.sink.tick()
 
 
-def start_run(scenario: Scenario, proxy: WireProxy, identity: Identity) -> Run:
-    t0 = minute_start()
+def start_run(scenario: Scenario, proxy: WireProxy, identity: Identity,
+              t0: float | None = None) -> Run:
+    t0 = minute_start() if t0 is None else t0
     clock = FakeClock(t0)
     source = SimulatedSource(scenario, clock=clock.time, start=t0)
     attributor = Attributor(ScenarioInputs(scenario))
@@ -150,13 +151,24 @@ def expected_samples(rounds: list[tuple[Snapshot, Attribution | None]], identity
         if value is not None:
             out.setdefault((name, frozenset(dims.items())), []).append(value)
 
+    cluster = identity.cluster_name or ""
+    # A node rollup's sets: gpuscope's node set, Container Insights' (with the instance ID,
+    # when known), the cluster.
+    node_sets = [{"ClusterName": cluster, "NodeName": identity.host,
+                  "InstanceType": instance_type}]
+    if identity.instance_id:
+        node_sets.append({"ClusterName": cluster, "NodeName": identity.host,
+                          "InstanceId": identity.instance_id})
+    node_sets.append({"ClusterName": cluster})
+
     last: dict[str, tuple[float, DeviceSample]] = {}  # each device's previous round
     for snap, attribution in rounds:
         for d in snap.devices:
             agent = {"host": identity.host, "index": d.index, "name": d.model,
                      "arch": d.architecture or ""}
-            extended = {**agent, "InstanceId": INSTANCE_ID, "InstanceType": instance_type,
-                        "ClusterName": CLUSTER}
+            extended = {**agent, "InstanceType": instance_type, "ClusterName": cluster}
+            if identity.instance_id:
+                extended["InstanceId"] = identity.instance_id
             used, total = d.memory_used_bytes, d.memory_total_bytes
             values = {
                 "nvidia_smi_utilization_gpu":
@@ -180,9 +192,8 @@ def expected_samples(rounds: list[tuple[Snapshot, Attribution | None]], identity
                 add(name, agent, value)
                 add(name, extended, value)
             if d.utilization_ratio is not None:
-                add("node_gpu_utilization", {"ClusterName": CLUSTER, "NodeName": identity.host,
-                                             "InstanceType": instance_type},
-                    d.utilization_ratio * 100)
+                for dims in node_sets:
+                    add("node_gpu_utilization", dims, d.utilization_ratio * 100)
             # GPM activities: a counter's increase since the device's previous round over the
             # time between them, in percent (none on its first round).
             previous = last.get(d.uuid)
@@ -198,8 +209,8 @@ def expected_samples(rounds: list[tuple[Snapshot, Attribution | None]], identity
                               / (snap.timestamp - previous[0]), 3)
                 add(name, agent, value)
                 add(name, extended, value)
-                add(rollup, {"ClusterName": CLUSTER, "NodeName": identity.host,
-                             "InstanceType": instance_type}, value)
+                for dims in node_sets:
+                    add(rollup, dims, value)
         assert attribution is not None and attribution.timestamp == snap.timestamp
         pods: dict[tuple[str, str, str], list[float | None]] = {}
         for u in attribution.containers:
@@ -211,9 +222,11 @@ def expected_samples(rounds: list[tuple[Snapshot, Attribution | None]], identity
             if u.memory_used_bytes is not None:
                 util_mem[1] = (util_mem[1] or 0.0) + u.memory_used_bytes
         for (ns, pod, _), (util, mem) in pods.items():
-            dims = {"ClusterName": CLUSTER, "Namespace": ns, "PodName": pod}
-            add("pod_gpu_utilization", dims, None if util is None else util * 100)
-            add("pod_gpu_memory_used", dims, mem)
+            # The pod, its namespace, its cluster: the same value under each.
+            for dims in ({"ClusterName": cluster, "Namespace": ns, "PodName": pod},
+                         {"ClusterName": cluster, "Namespace": ns}, {"ClusterName": cluster}):
+                add("pod_gpu_utilization", dims, None if util is None else util * 100)
+                add("pod_gpu_memory_used", dims, mem)
     return out
 
 
@@ -292,11 +305,19 @@ def test_default_scenario_publishes_every_agent_metric_and_dimension_set(
         if name.startswith("nvidia_smi_"):
             assert key_sets[name] == {agent, extended}, name
     assert "nvidia_smi_fan_speed" not in key_sets  # H100 SXM: no fan, no made-up 0
-    assert key_sets["pod_gpu_utilization"] == {frozenset({"ClusterName", "Namespace",
-                                                          "PodName"})}
+    # Container Insights' pod_gpu_* sets without Service, FullPodName and GpuDevice; its
+    # node_gpu_* sets without GpuDevice, plus gpuscope's own node set (docs/cloudwatch.md).
+    assert key_sets["pod_gpu_utilization"] == {
+        frozenset({"ClusterName", "Namespace", "PodName"}),
+        frozenset({"ClusterName", "Namespace"}), frozenset({"ClusterName"})}
     assert key_sets["pod_gpu_memory_used"] == key_sets["pod_gpu_utilization"]
-    assert key_sets["node_gpu_utilization"] == {frozenset({"ClusterName", "NodeName",
-                                                           "InstanceType"})}
+    node_sets = {frozenset({"ClusterName", "NodeName", "InstanceType"}),
+                 frozenset({"ClusterName", "NodeName", "InstanceId"}), frozenset({"ClusterName"})}
+    for rollup in ("node_gpu_utilization", "node_gpu_sm_active", "node_gpu_tensor_active"):
+        assert key_sets[rollup] == node_sets, rollup
+    # Every rollup carries ClusterName.
+    assert all("ClusterName" in keys for name in ("pod_gpu_utilization", "pod_gpu_memory_used",
+                                                 "node_gpu_utilization") for keys in key_sets[name])
     indexes = {dict(d)["index"] for n, d in found if n == "nvidia_smi_memory_used"}
     assert indexes == {"0", "1", "2", "3", "4", "5", "6", "7", "7/1", "7/5", "7/13", "7/14"}
     # Aggregates of a few series (test_one_interval_… checks every series exactly).
@@ -306,8 +327,9 @@ def test_default_scenario_publishes_every_agent_metric_and_dimension_set(
                          ("PodName", "rerank-api-6b8c7d9f5-m3n8z")})
     node = frozenset({("ClusterName", CLUSTER), ("NodeName", NODE),
                       ("InstanceType", "p5.48xlarge")})
+    serving = frozenset({("ClusterName", CLUSTER), ("Namespace", "serving")})
     keys = [("nvidia_smi_utilization_gpu", bursty), ("pod_gpu_utilization", starved),
-            ("node_gpu_utilization", node)]
+            ("node_gpu_utilization", node), ("pod_gpu_utilization", serving)]
     got = read_aggregates(moto.client(), "CWAgent", [(n, listed[(n, d)]) for n, d in keys],
                           t0, t0 + 60)
     want = expected_aggregates({k: expected[k] for k in keys})
@@ -373,8 +395,8 @@ def test_one_request_per_interval_for_8_gpus_and_32_pods(
     for p in puts:
         assert len(p.datums) <= MAX_DATUMS_PER_REQUEST
         assert len(p.body) <= MAX_REQUEST_BYTES
-    pods = {next(x["Value"] for x in d["Dimensions"] if x["Name"] == "PodName")
-            for p in puts for d in p.datums if d["MetricName"].startswith("pod_")}
+    pods = {x["Value"] for p in puts for d in p.datums if d["MetricName"].startswith("pod_")
+            for x in d["Dimensions"] if x["Name"] == "PodName"}
     assert len(pods) == 32
     with capsys.disabled():
         print(f"\n[cloudwatch] 8 GPUs x 32 pods, 60 samples per 60 s interval: "
@@ -404,3 +426,82 @@ def test_a_series_split_over_150_values_is_merged_back(moto: MotoServer, proxy: 
     got = read_aggregates(moto.client(), "CWAgent", [(key[0], dims)], t0, t0 + 60)
     assert got[key] == [{"Minimum": 0.125, "Maximum": 155 * 0.125,
                          "Sum": math.fsum(percents), "SampleCount": 155.0}]
+
+
+ROLLUPS = ("pod_gpu_utilization", "pod_gpu_memory_used", "node_gpu_utilization")
+SAME_NAME = "ip-10-0-1-23.ec2.internal"  # eksctl's default VPC in two clusters: one name
+IDLE_SCENARIO = f"""
+version: 1
+node: {{name: {SAME_NAME}, instance_type: p4d.24xlarge, zone: us-west-2a, seed: 5}}
+gpus:
+  - count: 2
+    model: NVIDIA A100-SXM4-80GB
+pods:
+  - namespace: ml
+    name: idle-0
+    containers: [{{name: main, gpus: [0]}}]
+"""
+
+
+def test_two_clusters_with_one_node_name_stay_apart_and_cluster_series_merge_nodes(
+    moto: MotoServer, proxy: WireProxy
+) -> None:
+    # prod-east: two busy nodes, one named like prod-west's idle node. Every node's sink
+    # publishes on its own; CloudWatch merges the datums of the per-namespace and per-cluster
+    # series of one cluster's nodes, and keeps the two clusters' same-named nodes apart.
+    t0 = minute_start()
+    east = "prod-east"
+    busy = SCENARIO.replace("name: gpu-node-a", f"name: {SAME_NAME}")
+    nodes = [
+        (busy, Identity(host=SAME_NAME, cluster_name=east, instance_id=INSTANCE_ID)),
+        (SCENARIO, Identity(host="gpu-node-a", cluster_name=east)),
+        (IDLE_SCENARIO, Identity(host=SAME_NAME, cluster_name="prod-west",
+                                 instance_id="i-0fedcba9876543210")),
+    ]
+    runs = [start_run(scenario_from_yaml(text), proxy, ident, t0) for text, ident in nodes]
+    for run in runs:
+        run.play(60, every=5)
+        run.close_interval()
+    assert len(proxy.put_requests()) == 3  # one request per node
+
+    expected: dict[Key, list[float]] = {}
+    for run, (_, ident) in zip(runs, nodes, strict=True):
+        for key, values in expected_samples(run.rounds, ident, "p4d.24xlarge").items():
+            if key[0] in ROLLUPS:
+                expected.setdefault(key, []).extend(values)
+    client = moto.client()
+    listed = list_all_metrics(client, "CWAgent", ROLLUPS)
+    assert set(listed) == set(expected)
+    got = read_aggregates(client, "CWAgent", [(n, listed[(n, d)]) for n, d in expected],
+                          t0, t0 + 60)
+    assert {k: v[0] for k, v in got.items()} == expected_aggregates(expected)
+
+    def node(cluster: str, **more: str) -> Key:
+        return ("node_gpu_utilization",
+                frozenset({("ClusterName", cluster), ("NodeName", SAME_NAME), *more.items()}))
+
+    # The same node name in two clusters: two nodes, the idle one idle.
+    busy_node = got[node(east, InstanceType="p4d.24xlarge")][0]
+    idle_node = got[node("prod-west", InstanceType="p4d.24xlarge")][0]
+    assert busy_node["Maximum"] == 100.0 and idle_node["Maximum"] == 0.0
+    # Container Insights' node set only where the instance ID is known.
+    assert node(east, InstanceId=INSTANCE_ID) in got
+    assert not any(dict(d).get("NodeName") == "gpu-node-a" and "InstanceId" in dict(d)
+                   for _, d in listed)
+    # A cluster's series holds every device of its nodes, and only those.
+    cluster_east = got[("node_gpu_utilization", frozenset({("ClusterName", east)}))][0]
+    per_node = [got[node(east, InstanceType="p4d.24xlarge")][0],
+                got[("node_gpu_utilization", frozenset({
+                    ("ClusterName", east), ("NodeName", "gpu-node-a"),
+                    ("InstanceType", "p4d.24xlarge")}))][0]]
+    assert cluster_east["SampleCount"] == sum(n["SampleCount"] for n in per_node)
+    assert cluster_east["Sum"] == sum(n["Sum"] for n in per_node)
+    west = got[("node_gpu_utilization", frozenset({("ClusterName", "prod-west")}))][0]
+    assert west == idle_node
+    # A namespace's series: its pods on both nodes of the cluster.
+    ml_east = got[("pod_gpu_utilization",
+                   frozenset({("ClusterName", east), ("Namespace", "ml")}))][0]
+    assert ml_east["SampleCount"] == 2 * 12 and ml_east["Maximum"] == 100.0
+    ml_west = got[("pod_gpu_utilization",
+                   frozenset({("ClusterName", "prod-west"), ("Namespace", "ml")}))][0]
+    assert ml_west["Maximum"] == 0.0

@@ -14,6 +14,7 @@ from gpuscope.exporter.sinks.cloudwatch.series import (
     megahertz,
     mib,
     percent,
+    pod_dimension_sets,
 )
 from tests.exporter.sinks.cloudwatch.helpers import GIB, MIB, attribution, gpu, snapshot, usage
 
@@ -107,7 +108,7 @@ def test_instance_type_from_node_labels_wins_over_flag() -> None:
     obs = as_dict(observer.observe(snapshot(5.0, [gpu(0, 0.5)]), attr))
     node_keys = [dims for name, dims in obs if name == NODE_UTILIZATION]
     assert node_keys == [(("ClusterName", "c"), ("NodeName", "h"),
-                          ("InstanceType", "g5.12xlarge"))]
+                          ("InstanceType", "g5.12xlarge")), (("ClusterName", "c"),)]
 
 
 def test_mig_slices_keep_their_own_index_and_name() -> None:
@@ -129,9 +130,10 @@ def test_mig_slices_keep_their_own_index_and_name() -> None:
                            "nvidia_smi_memory_used", "nvidia_smi_memory_free"}
     slice_dims = next(dict(d) for n, d in obs if dict(d).get("index") == "7/1")
     assert slice_dims["name"] == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
-    # The node rollup counts the slice (it reports utilization), not the parent.
+    # The node rollup counts the slice (it reports utilization), not the parent: once under
+    # the node's set, once under the cluster's.
     assert [v for (n, _), v in ((k, v) for k, vs in obs.items() for v in vs)
-            if n == NODE_UTILIZATION] == [25.0]
+            if n == NODE_UTILIZATION] == [25.0, 25.0]
 
 
 def test_pod_rollups_sum_containers_per_device() -> None:
@@ -155,6 +157,41 @@ def test_pod_rollups_sum_containers_per_device() -> None:
     assert not any(dict(d).get("PodName") == "unknown" for _, d in obs)
     assert sorted(obs[(NODE_UTILIZATION, (("ClusterName", "c"), ("NodeName", "h")))]) == [
         20.0, 90.0]
+    # The namespace's and the cluster's series: one value per (pod, device), the same values.
+    ml = (("ClusterName", "c"), ("Namespace", "ml"))
+    web = (("ClusterName", "c"), ("Namespace", "web"))
+    cluster = (("ClusterName", "c"),)
+    assert sorted(obs[(POD_UTILIZATION, ml)]) == [12.5, 75.0]
+    assert obs[(POD_UTILIZATION, web)] == [0.0]
+    assert sorted(obs[(POD_UTILIZATION, cluster)]) == [0.0, 12.5, 75.0]
+    assert sorted(obs[(POD_MEMORY_USED, cluster)]) == [0.0, 1.0 * GIB, 12.0 * GIB]
+    assert sorted(obs[(NODE_UTILIZATION, cluster)]) == [20.0, 90.0]
+
+
+def test_every_rollup_dimension_set_carries_the_cluster() -> None:
+    # Container Insights' pod_gpu_* sets [ClusterName], [ClusterName, Namespace],
+    # [ClusterName, Namespace, PodName]; its node_gpu_* sets [ClusterName] and
+    # [ClusterName, NodeName, InstanceId] (only with the instance ID), beside gpuscope's
+    # [ClusterName, NodeName, InstanceType].
+    assert pod_dimension_sets("c", "ml", "train") == (
+        (("ClusterName", "c"), ("Namespace", "ml"), ("PodName", "train")),
+        (("ClusterName", "c"), ("Namespace", "ml")),
+        (("ClusterName", "c"),))
+    with_id = Observer(Identity(host="h", cluster_name="c", instance_id="i-0123456789abcdef0"))
+    assert with_id.node_dimension_sets("c", "p5.48xlarge") == (
+        (("ClusterName", "c"), ("NodeName", "h"), ("InstanceType", "p5.48xlarge")),
+        (("ClusterName", "c"), ("NodeName", "h"), ("InstanceId", "i-0123456789abcdef0")),
+        (("ClusterName", "c"),))
+    without = Observer(Identity(host="h", cluster_name="c"))
+    assert without.node_dimension_sets("c", None) == (
+        (("ClusterName", "c"), ("NodeName", "h")), (("ClusterName", "c"),))
+    a = gpu(0, 0.5, sm_active_seconds=1.0, tensor_active_seconds=0.0)
+    attr = attribution(1.0, [usage("ml", "p", a.uuid, 0.5, GIB)])
+    with_id.observe(snapshot(0.0, [a]), None)
+    obs = with_id.observe(snapshot(1.0, [a]), attr)
+    rollups = [dims for (name, dims), _ in obs if not name.startswith("nvidia_")]
+    assert len(rollups) == 3 * 3 + 2 * 3  # three node rollups, two pod rollups; 3 sets each
+    assert all(dict(dims)["ClusterName"] == "c" for dims in rollups)
 
 
 def test_stale_attribution_and_no_cluster_name_give_no_rollups() -> None:
@@ -195,6 +232,7 @@ def test_gpm_activity_is_the_counters_mean_between_rounds() -> None:
     assert second[(TENSOR_ACTIVE, dims)] == [0.0]
     assert second[(NODE_SM_ACTIVE, node)] == [10.0]
     assert second[(NODE_TENSOR_ACTIVE, node)] == [0.0]
+    assert second[(NODE_SM_ACTIVE, (("ClusterName", "c"),))] == [10.0]
     # A device without GPM publishes none.
     third = as_dict(observer.observe(snapshot(120.0, [gpu(1, 0.5)]), None))
     assert not any(name in (SM_ACTIVE, TENSOR_ACTIVE) for name, _ in third)
