@@ -26,7 +26,6 @@ from gpuscope.dashboard.views import (
     StarvedRow,
     StragglerEvidence,
     StragglerRow,
-    ThrottledRow,
 )
 
 # -- KPIs ------------------------------------------------------------------------------------
@@ -238,19 +237,6 @@ def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> li
             + ("" if r.price_basis == "on-demand" else f"; priced {r.price_basis}"),
         })
     return out
-
-
-
-
-def throttled_data(rows: Sequence[ThrottledRow], state: State | None = None) -> list[Row]:
-    state = state or {}
-    return [
-        {
-            "node": node_link(r.node, state), "gpu": r.gpu, "pods": _pods(r.pods, state),
-            "reason": r.reason, "ratio": r.ratio, "for": _for(r.seconds, r.required_seconds),
-        }
-        for r in rows
-    ]
 
 
 

@@ -57,13 +57,6 @@ def _spinning(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
             components.count_note(n, "spinning GPU", "spinning GPUs", "No spinning GPUs."), n)
 
 
-def _throttled(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
-    n = len(v.throttled_rows)
-    return (components.throttled_data(v.throttled_rows[:limit], s),
-            components.count_note(n, "throttled GPU (by reason)",
-                                  "throttled GPUs (by reason)", "No throttled GPUs."), n)
-
-
 def _starved(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     n = len(v.starved_rows)
     return (components.starved_data(v.starved_rows[:limit], s),
@@ -92,7 +85,6 @@ FILLERS: dict[str, Filler] = {
     ids.IDLE_SLICES_TABLE: _slices,
     ids.ALLOCATED_IDLE_TABLE: _allocated,
     ids.SPINNING_GPUS_TABLE: _spinning,
-    ids.THROTTLED_GPUS_TABLE: _throttled,
     ids.STARVED_PODS_TABLE: _starved,
     ids.TIMESLICE_TABLE: _shares,
     ids.STRAGGLERS_TABLE: _stragglers,

@@ -224,10 +224,12 @@ class WorkSignals:
     - ``power_limit``: each device's latest ``gpu_power_limit_watts``;
     - ``gpm``: the devices that have GPM series in the window (the others are judged by the
       fallbacks: power for spinning and slow ranks, processes for MIG slices);
-    - ``throttle``: per device and reason, ``rate(gpu_throttle_seconds_total)``.
+    - ``throttle``: per device and reason, ``rate(gpu_throttle_seconds_total)``, for the
+      node view only (the fleet page's throttled verdict asks its own step queries:
+      :mod:`~gpuscope.dashboard.verdicts.throttle`).
 
     The Prometheus mode sends a value only at the steps where some verdict can use it (a
-    spinning step, a busy step of a workload with a slow-rank candidate, a throttled step);
+    spinning step, a busy step of a workload with a slow-rank candidate);
     every rule treats a missing value as "condition not met", so leaving out steps that
     cannot meet a condition changes no verdict.
     """

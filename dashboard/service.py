@@ -255,11 +255,14 @@ class DashboardService:
             # One pause of the garbage collector for both (each holds it off on its own):
             # the collection that follows a pause walks every object made in it, once.
             with gc_paused():
-                # The registry's step queries go out beside the fleet's (a failure there
-                # costs their sections, not the page).
+                # The registry's step queries go out beside the fleet's, over the same
+                # window (a failure there costs their sections, not the page).
+                seconds = window_seconds(window)
+                shown = self.source.window(seconds)
                 steps = self._steps_pool.submit(self.source.step_series,
-                                                registry.step_queries(), window_seconds(window))
-                data = self.source.fleet(window_seconds(window), namespace)
+                                                registry.step_queries(self.thresholds),
+                                                seconds, shown)
+                data = self.source.fleet(seconds, namespace, shown)
                 view = build_fleet_view(data, self.prices, self.thresholds, namespace,
                                         self._step_answers(steps, problems))
                 # Freed while the collector is still off: the collection that follows

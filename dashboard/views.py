@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuscope.dashboard.data.source import DataSource
 from gpuscope.dashboard.prices import NodePrice, PriceTable
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
@@ -36,7 +37,7 @@ from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
 from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
 from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
 from gpuscope.dashboard.verdicts.stragglers import Group, Straggler, stragglers
-from gpuscope.dashboard.verdicts.throttle import throttled_gpus
+from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
 from gpuscope.dashboard.verdicts.waste import waste
 
 
@@ -221,18 +222,6 @@ class SpinningRow:
 
 
 @dataclass(frozen=True, slots=True)
-class ThrottledRow:
-    node: str
-    gpu: str
-    pods: tuple[str, ...]
-    reason: str
-    ratio: float
-    since: float
-    seconds: float
-    required_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
 class AllocatedIdleRow:
     """A container that holds a GPU, a MIG slice or a time-slice of a GPU and does not use
     it; ``price_per_hour`` is its share of its node's price."""
@@ -309,7 +298,6 @@ class FleetView:
     notes: tuple[str, ...] = field(default=())
     thresholds: Thresholds = field(default_factory=Thresholds)
     spinning_rows: tuple[SpinningRow, ...] = ()
-    throttled_rows: tuple[ThrottledRow, ...] = ()
     allocated_idle_rows: tuple[AllocatedIdleRow, ...] = ()
     slice_rows: tuple[SliceRow, ...] = ()
     workloads: tuple[str, ...] = ()        # "namespace/Kind/name"
@@ -386,6 +374,20 @@ def build_fleet_view(
         return _build_fleet_view(data, prices, thresholds, namespace, steps or {})
 
 
+def page_view(source: DataSource, window_seconds: float, prices: PriceTable,
+              thresholds: Thresholds | None = None, namespace: str | None = None
+              ) -> FleetView:
+    """The fleet page of ``source`` over the last ``window_seconds``, as the page computes
+    it: its :meth:`~DataSource.fleet` and its answers to the registry's step queries at
+    ``thresholds`` (the service sends the two side by side; this asks one after the
+    other)."""
+    th = thresholds or Thresholds()
+    window = source.window(window_seconds)
+    steps = source.step_series(registry.step_queries(th), window_seconds, window)
+    return build_fleet_view(source.fleet(window_seconds, namespace, window), prices, th,
+                            namespace, steps)
+
+
 def _build_fleet_view(
     data: FleetData,
     prices: PriceTable,
@@ -460,7 +462,7 @@ def _build_fleet_view(
         price_basis={n: p.basis for n, p in node_price.items()},
         pods={ref: tuple(sorted({f"{c.namespace}/{c.pod}" for c in cs}))
               for ref, cs in users.items()},
-        namespace=namespace,
+        namespace=namespace, thresholds=th,
     )
     findings = {v.name: v.judge(steps, context) for v in registry.STEP_VERDICTS}
 
@@ -495,19 +497,6 @@ def _build_fleet_view(
         )
         for ref, v in sorted(spinning.items())
         if namespace is None or any(c.namespace == namespace for c in users.get(ref, ()))
-    )
-
-    throttled = throttled_gpus(signals.throttle, window, hs, reasons=th.throttle_reasons,
-                               ratio=th.throttle_ratio, duration=th.throttle_duration)
-    throttled_rows = tuple(
-        ThrottledRow(
-            node=t.ref.node, gpu=_gpu_index(data, t.ref),
-            pods=tuple(sorted({f"{c.namespace}/{c.pod}" for c in users.get(t.ref, ())})),
-            reason=t.reason, ratio=t.ratio, since=t.since, seconds=t.seconds,
-            required_seconds=t.required_seconds,
-        )
-        for t in throttled
-        if namespace is None or any(c.namespace == namespace for c in users.get(t.ref, ()))
     )
 
     def holding(c: ContainerRef) -> tuple[str, float | None]:
@@ -568,7 +557,7 @@ def _build_fleet_view(
         wasted_allocated=report.wasted_allocated,
         unpriced_idle_nodes=report.unpriced_nodes,
         spinning=counts["spinning"],
-        throttled=len({(t.node, t.gpu) for t in throttled_rows}),
+        throttled=len({t.ref for t in findings[THROTTLE.name]}),
         allocated_idle=len(allocated_rows),
         allocated_idle_per_hour=sum(r.price_per_hour or 0.0 for r in allocated_rows),
         idle_slices=len(slices_idle),
@@ -766,7 +755,6 @@ def _build_fleet_view(
         notes=data.notes,
         thresholds=th,
         spinning_rows=spinning_rows,
-        throttled_rows=throttled_rows,
         allocated_idle_rows=tuple(allocated_rows),
         slice_rows=slice_rows,
         workloads=tuple(workloads),

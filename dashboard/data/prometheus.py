@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
 
@@ -61,8 +61,21 @@ from gpuscope.dashboard.series import (
     pick_devices,
     summary_mean,
 )
-from gpuscope.dashboard.verdicts import Thresholds
-from gpuscope.dashboard.verdicts.stragglers import GroupKey, group_of
+
+if TYPE_CHECKING:
+    from gpuscope.dashboard.verdicts import Thresholds
+    from gpuscope.dashboard.verdicts.stragglers import GroupKey
+
+# The Prometheus planner below still judges in PromQL with the verdicts' thresholds and
+# groups (issue 29's open layering: the data layer is to import nothing above it). Until it
+# is gone, the verdict layer is imported where it is used, not when this module loads: the
+# verdict modules import this package's step queries, and a module-level import here would
+# close an import cycle.
+
+
+def _thresholds() -> Thresholds:
+    from gpuscope.dashboard.verdicts import Thresholds
+    return Thresholds()
 
 # -- Prometheus ------------------------------------------------------------------------------
 
@@ -558,7 +571,7 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
     expressions of :class:`_Steps` and :class:`Verdicts` over one minute (two for rates),
     the sparse verdicts computed from the dense signals recorded before them. The rule file
     holds the same text (a test keeps the two equal)."""
-    th = thresholds or Thresholds()
+    th = thresholds or _thresholds()
     v = Verdicts(th)
     raw = _Steps(RULE_R, RULE_RR)
     rec = _Steps(RULE_R, RULE_RR, rules=True)
@@ -655,7 +668,6 @@ class FollowUp:
     idle_nodes: Collection[str] = ()
     shared: Collection[str] = ()
     spinning: Collection[str] = ()
-    throttled: Collection[str] = ()
     held: Collection[str] = ()
     candidates: Collection[str] = ()   # stalled or slow-rank candidates' workloads' nodes
     slow: Collection[str] = ()         # slow-rank candidates' workloads' nodes
@@ -678,7 +690,6 @@ class _FullRuns:
     spin: dict[GpuRef, dict[str, float]] = field(default_factory=dict)  # signal -> mean
     held_steps: dict[GpuRef, float] = field(default_factory=dict)       # steps held
     held_idle: dict[ContainerRef, tuple[str, float]] = field(default_factory=dict)
-    throttle: dict[tuple[GpuRef, str], float] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, rows: Iterable[tuple[dict[str, str], float]], window: Window,
@@ -696,15 +707,12 @@ class _FullRuns:
                 out.held_steps[ref] = v
             elif stat == "held_idle":
                 out.held_idle[_cref(lab)] = (lab.get("signal", "utilization"), v)
-            elif stat == "throttle":
-                out.throttle[(ref, lab.get("reason", ""))] = v
         # A spinning device is summarised only with its utilization (its rule's first term).
         out.spin = {ref: m for ref, m in out.spin.items() if "utilization" in m}
         return out
 
     def fallback(self, idle: Collection[GpuRef], spinning: Collection[GpuRef],
-                 held: Collection[ContainerRef],
-                 throttled: Collection[tuple[GpuRef, str]]) -> FollowUp:
+                 held: Collection[ContainerRef]) -> FollowUp:
         """The nodes whose step histories are still needed: of the findings now (the first
         round's) not held over the whole history, and of the idle or spinning devices held
         by a container in only some of its steps (the waste split counts them)."""
@@ -717,7 +725,6 @@ class _FullRuns:
             idle={g.node for g in idle_rest},
             idle_nodes={g.node for g in idle_rest | spin_rest | partly_held},
             spinning={g.node for g in spin_rest},
-            throttled={g.node for g, reason in throttled if (g, reason) not in self.throttle},
             held={c.node for c in held if c not in self.held_idle},
         )
 
@@ -749,8 +756,6 @@ class _FullRuns:
             "held_idle": [({"node": c.node, "namespace": c.namespace, "pod": c.pod,
                             "container": c.container, "uuid": c.uuid, "signal": sig},
                            const(v)) for c, (sig, v) in self.held_idle.items()],
-            "throttled": [(dev(ref, reason=reason), const(v))
-                          for (ref, reason), v in self.throttle.items()],
         }
 
 
@@ -860,6 +865,12 @@ class _StragglerRuns:
         return containers, signals
 
 
+def _group_of(ref: ContainerRef, pods: Mapping[PodKey, PodInfo], gpus: Mapping[GpuRef, GpuInfo],
+              node_models: Mapping[str, str] | None) -> GroupKey | None:
+    from gpuscope.dashboard.verdicts.stragglers import group_of
+    return group_of(ref, pods, gpus, node_models)
+
+
 def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
             gpus: Mapping[GpuRef, GpuInfo], node_models: Mapping[str, str] | None = None,
             ) -> dict[GroupKey, dict[GpuRef, list[ContainerRef]]]:
@@ -870,7 +881,7 @@ def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],
     # 10^5 containers on a large fleet: each dict and list made only when missing
     # (``setdefault`` would make one for every container).
     for c in members:
-        key = group_of(c, pods, gpus, node_models)
+        key = _group_of(c, pods, gpus, node_models)
         if key is None:
             continue
         gpu = c.gpu
@@ -1003,7 +1014,7 @@ class PrometheusData:
         self.min_step = min_step
         self.max_points = max_points
         self.lookback = lookback
-        self.thresholds = thresholds or Thresholds()
+        self.thresholds = thresholds or _thresholds()
         self.idle_threshold = self.thresholds.idle_utilization
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql")
@@ -1132,7 +1143,6 @@ class PrometheusData:
             now = [
                 _stat(recorded("idle", f"{GBY}, signal"), "idle"),
                 _stat(recorded("spin", GBY), "spin"),
-                _stat(recorded("throttle", f"{GBY}, reason"), "throttle"),
                 _stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
                 _stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
             ]
@@ -1143,8 +1153,8 @@ class PrometheusData:
                 # records none; then the candidates' steps are asked for, as without the
                 # summaries): the group medians, recorded wherever a workload has two
                 # devices of a model.
-                now[4] = " or ".join([
-                    now[4], _stat(recorded("stalled", MEMBER), "stalled"),
+                now[3] = " or ".join([
+                    now[3], _stat(recorded("stalled", MEMBER), "stalled"),
                     _stat(recorded("slow", f"{MEMBER}, signal"), "slow"),
                     _stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
                          "straggler_rules")])
@@ -1152,7 +1162,6 @@ class PrometheusData:
             now = [
                 _stat(" or ".join(v.idle_parts(st)), "idle"),
                 _stat(v.spinning(st), "spin"),
-                _stat(v.throttle(st), "throttle"),
                 " or ".join(_stat(p, "held_idle") for p in v.held_parts(st)),
                 *(_stat(p, "candidate") for p in v.candidate_parts(st)),
             ]
@@ -1310,7 +1319,7 @@ class PrometheusData:
                 f"[{whole}:{duration(window.step)}])")
 
     RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
-                               "throttled", "held_idle", "workload_signals"})
+                               "held_idle", "workload_signals"})
     INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "ns_nodes", "pods",
                                  "now", "stats", "evidence", "runs", "node_summary",
                                  "sharers", "input_range", "groups"})
@@ -1327,7 +1336,7 @@ class PrometheusData:
         raw-sample statistics (stddev, count, memory; the mean is the first round's; asked by
         pod, ``pod=~``, for the candidates alone) and the stragglers' evidence over
         ``ask.evidence_seconds``.
-        With ``rules``, the idle, held-idle and throttled steps are the recorded sparse
+        With ``rules``, the idle and held-idle steps are the recorded sparse
         series themselves, asked without a list (they hold only what meets the rule), or
         (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
         r, rr = self._r(window)
@@ -1355,9 +1364,7 @@ class PrometheusData:
 
             for role, key, nodes, by, fn in (
                     ("idle_steps", "idle", ask.idle, f"{GBY}, signal", "max_over_time"),
-                    ("held_idle", "held_idle", ask.held, f"{CBY}, signal", "avg_over_time"),
-                    ("throttled", "throttle", ask.throttled, f"{GBY}, reason",
-                     "avg_over_time")):
+                    ("held_idle", "held_idle", ask.held, f"{CBY}, signal", "avg_over_time")):
                 if not nodes:
                     continue
                 if by_node:
@@ -1366,7 +1373,6 @@ class PrometheusData:
                     out[role] = sparse(_Steps(r, rr, rules), key, by, fn)
         else:
             each("idle_steps", ask.idle, lambda st: " or ".join(v.idle_parts(st)))
-            each("throttled", ask.throttled, v.throttle)
             each("held_idle", ask.held, lambda st: " or ".join(v.held_parts(st)))
         each("allocated", ask.idle_nodes, lambda st: (
             f"max by (node, uuid) (max_over_time("
@@ -1454,7 +1460,7 @@ class PrometheusData:
 
     def run_queries(self, window: Window, history_start: float,
                     devices: Collection[str] = (), spinning: Collection[str] = (),
-                    held: bool = True, throttled: bool = True, stragglers: bool = False,
+                    held: bool = True, stragglers: bool = False,
                     namespace: str | None = None) -> dict[str, str]:
         """With the recording rules: each finding whose sparse series has a sample at every
         step of the history (``(history_start, end]``, one-minute steps: one sample a
@@ -1522,10 +1528,6 @@ class PrometheusData:
             mean = f"max by ({CBY}, signal) (avg_over_time({RULES['held_idle']}[{h}]))"
             parts.append(stat(f"{mean} and on ({CBY}, signal)"
                               f" {full('held_idle', f'{CBY}, signal')}", "held_idle"))
-        if throttled:
-            mean = f"max by ({GBY}, reason) (avg_over_time({RULES['throttle']}[{h}]))"
-            parts.append(stat(f"{mean} and on ({GBY}, reason)"
-                              f" {full('throttle', f'{GBY}, reason')}", "throttle"))
         out["runs"] = " or ".join(parts)
         if stragglers:
             # A straggler held at every step, with its mean, and its group's median's mean
@@ -1620,7 +1622,8 @@ class PrometheusData:
             pending.setdefault(name.partition("#")[0], []).append(fut)
         return _Answers(pending)
 
-    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
         """The fleet page's data: the rounds of queries of :meth:`fleet_queries`,
         :meth:`second_round` and :meth:`run_queries` (``docs/dashboard.md``), with the
         cyclic garbage collector held off (:func:`gc_paused`). With the recording rules,
@@ -1629,12 +1632,11 @@ class PrometheusData:
         of the nodes that need them, :func:`detail_nodes`), or every device and container at
         once where the findings at the end name most of the fleet."""
         with gc_paused():
-            return self._fleet(window_seconds, namespace)
+            return self._fleet(window or self.window(window_seconds), namespace)
 
-    def _fleet(self, window_seconds: float, namespace: str | None) -> FleetData:
+    def _fleet(self, window: Window, namespace: str | None) -> FleetData:
         if namespace is not None:
             namespace = validate_namespace(namespace)
-        window = self.window(window_seconds)
         rules, checks = self._check_rules(window)
         queries = self.fleet_queries(window, namespace, rules)
         first_res = self._submit(queries, window)  # each read as it is needed
@@ -1664,8 +1666,6 @@ class PrometheusData:
         idle_now: set[GpuRef] = set()
         spin_now: set[GpuRef] = set()
         silent: set[GpuRef] = set()
-        throttled_now: set[str] = set()
-        throttled_refs: set[tuple[GpuRef, str]] = set()
         held_nodes: set[str] = set()
         held_refs: set[ContainerRef] = set()
         judged: set[tuple[str, str]] = set()
@@ -1681,9 +1681,6 @@ class PrometheusData:
                 spin_now.add(ref)
             elif stat == "silent":
                 silent.add(ref)
-            elif stat == "throttle":
-                throttled_now.add(ref.node)
-                throttled_refs.add((ref, lab.get("reason", "")))
             elif stat == "held_idle":
                 held_nodes.add(ref.node)
                 held_refs.add(_cref(lab))
@@ -1710,7 +1707,7 @@ class PrometheusData:
         # The nodes a finding at the end names (their devices are read with the rules).
         named = {g.node for g in idle_now | spin_now | silent | {
                      g for devices in flagged.values() for g in devices}}
-        named |= set(throttled_now) | held_nodes
+        named |= held_nodes
         lean = self.lean(window, namespace, rules)
         # Where those are most of the fleet already, every device (and container) is asked
         # for at once, before the summaries below (the heaviest answers, which the second
@@ -1737,7 +1734,7 @@ class PrometheusData:
         run_q = self.run_queries(
             window, hs, devices={g.node for g in idle_now | spin_now},
             spinning={g.node for g in spin_now}, held=bool(held_refs),
-            throttled=bool(throttled_refs), stragglers=bool(flagged),
+            stragglers=bool(flagged),
             namespace=namespace) if summarize else {}
         answers = self._submit(run_q, window)  # the second round joins these
 
@@ -1788,7 +1785,6 @@ class PrometheusData:
             # (``idle_nodes``: below, from the inventory, where the summaries are not used.)
             shared={g.node for g, n in sharers.items() if n >= 2},
             spinning={g.node for g in spin_now},
-            throttled=throttled_now,
             held=held_nodes,
             candidates={n for k in judged for n in workload_nodes.get(k, ())},
             slow={n for k in slow for n in workload_nodes.get(k, ())},
@@ -1818,7 +1814,7 @@ class PrometheusData:
                 "evidence_seconds": (min(th.straggler_duration, window.seconds,
                                          max(history, 0.0)) if flagged else 0.0)}
             more = self.second_round(window, replace(
-                ask, idle=(), spinning=(), throttled=(), held=(), **strag_ask),
+                ask, idle=(), spinning=(), held=(), **strag_ask),
                 namespace, rules)
             answers.add(self._submit(more, window))
         # The inventory (sent after who uses what): with the summaries, read while the
@@ -1864,7 +1860,7 @@ class PrometheusData:
             # expanded (and the third round sent) while the store computes the rest.
             rows = answers["runs"]
             runs = _FullRuns.parse(rows, window, steps)
-            again = runs.fallback(idle_now, spin_now, held_refs, throttled_refs)
+            again = runs.fallback(idle_now, spin_now, held_refs)
             strag = _StragglerRuns.parse(rows, runs.grid)
             whole, rest = strag.split(flagged, groups, spin_now | {
                 g for g, n in sharers.items() if n >= 2})
@@ -1911,9 +1907,6 @@ class PrometheusData:
             ref = _gref(lab)
             busy_max[ref] = s
             idle_signal[ref] = lab.get("signal", "utilization")
-        throttle: dict[GpuRef, dict[str, Series]] = {}
-        for lab, s in later.get("throttled", []):
-            throttle.setdefault(_gref(lab), {})[lab.get("reason", "")] = s
         usage, usage_signal = _merge_signals(
             (_cref(lab), lab.get("signal", "utilization"), s)
             for lab, s in later.get("held_idle", []) if lab.get("namespace"))
@@ -1929,7 +1922,7 @@ class PrometheusData:
             utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
             tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
             power=by_signal.get("power", {}), power_limit=limits,
-            gpm=frozenset(by_signal.get("sm", {})), throttle=throttle,
+            gpm=frozenset(by_signal.get("sm", {})),
         )
         shared = {g for g, n in sharers.items() if n >= 2}
         return FleetData(
@@ -1959,7 +1952,8 @@ class PrometheusData:
             workloads_checked=groups_checked,
         )
 
-    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
+                    window: Window | None = None
                     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
         """Each query's kept steps over the fleet page's window (:meth:`window`), all asked in
         one range query through the page's pool: :func:`.steps.combined` of each query's text
@@ -1971,10 +1965,15 @@ class PrometheusData:
         ``node`` and the query's ``by`` (those the series has); its times are steps of the
         window; a query's series are in the order of their label sets, as both stores sort a
         query's answer: the same answers as one query each (:meth:`_step_series_each`).
-        DataError if any part fails (the whole answer)."""
-        window = self.window(window_seconds)
+        DataError if any part fails (the whole answer). Where the recording rules are
+        loaded for the window (:meth:`rules_loaded`), a query with a
+        :attr:`~.steps.StepQuery.recorded` form is sent in that form."""
+        window = window or self.window(window_seconds)
         unique = list(dict.fromkeys(queries))
-        texts = {str(i): step_promql(q, window.step, self.lookback)
+        recorded = (any(q.as_recorded is not q for q in unique)
+                    and self.rules_loaded(window))
+        texts = {str(i): step_promql(q.as_recorded if recorded else q, window.step,
+                                     self.lookback)
                  for i, q in enumerate(unique)}
         futures = []
         for text in _split(list(texts), lambda part: combined({int(i): texts[i] for i in part})):

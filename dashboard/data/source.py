@@ -95,7 +95,16 @@ class DataSource(Protocol):
     @property
     def description(self) -> str: ...
 
-    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData: ...
+    def window(self, window_seconds: float) -> Window:
+        """The window of the last ``window_seconds`` now: its end and step, as this store
+        makes them (a page's fleet data and step queries share one)."""
+        ...
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
+        """The fleet page's data over ``window`` (None: :meth:`window` of
+        ``window_seconds`` now)."""
+        ...
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail: ...
 
@@ -107,10 +116,12 @@ class DataSource(Protocol):
     ) -> WorkloadDetail: ...
 
     def step_series(
-        self, queries: Sequence[StepQuery], window_seconds: float
+        self, queries: Sequence[StepQuery], window_seconds: float,
+        window: Window | None = None,
     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
-        """Per query (each once), the series with a kept step in the window that
-        :meth:`fleet` shows for ``window_seconds`` (the same steps): each series' labels are
+        """Per query (each once), the series with a kept step in ``window`` (None: the
+        window that :meth:`fleet` shows for ``window_seconds`` now; the same steps): each
+        series' labels are
         ``node`` and the query's ``by`` labels it has, its points the kept steps only (a
         healthy fleet: every list empty). :mod:`.steps` says what a step is in each store.
         DataError when the store fails."""

@@ -29,7 +29,18 @@ store's shortest range, 60 s by default; the embedded store uses two scrape inte
   whose range holds that sample) where Prometheus and the embedded store do not.
 - ``by``: the labels kept besides ``node``; series that differ only in others (``instance``,
   ``job``, or ``xid`` when it is not in ``by``) are aggregated: the lowest for ``min``, the
-  highest for ``max``, the sum for ``increase`` (every kind of event counted).
+  highest for ``max``, the sum for ``increase`` (every kind of event counted), the highest
+  for ``rate``.
+- ``rate``: the counter's mean rate per second over the same range as ``increase`` (the
+  increase over the time between the range's first and last samples; Prometheus
+  extrapolates, VictoriaMetrics and the embedded store do not: at a steady rate the three
+  agree, at the edges of a burst they differ by a few percent).
+- ``match``: only the series whose label is one of the given values (``reason=~"power|
+  thermal"``).
+- ``recorded``: the same question of the recording rules (a sparse series recorded per
+  minute); the Prometheus store sends it instead when its rules are loaded for the window
+  (``PrometheusData.rules_loaded``). At a one-minute step the two answer the same steps;
+  over longer steps the recorded one keeps a step where some minute of it passed.
 - ``on``: other step queries (each with ``uuid`` in its ``by``, none with an ``on`` of its
   own) that restrict this one (``uuid`` in its ``by`` too) to the devices they flag, step by
   step: a series of this query keeps a kept step ``t`` only where some query of ``on`` kept
@@ -58,12 +69,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gpuscope.dashboard.data.promql import duration, selector
+from gpuscope.dashboard.data.promql import any_of, duration, selector
 
-Reduce = Literal["min", "max", "increase"]
+Reduce = Literal["min", "max", "increase", "rate"]
 Keep = Literal["<", ">", ">=", "<="]
 
-REDUCE: frozenset[str] = frozenset({"min", "max", "increase"})
+REDUCE: frozenset[str] = frozenset({"min", "max", "increase", "rate"})
 KEEP: frozenset[str] = frozenset({"<", ">", ">=", "<="})
 #: The Prometheus store's default ``lookback`` (:class:`~.prometheus.PrometheusData`).
 LOOKBACK = 60.0
@@ -73,6 +84,8 @@ EDGE = 0.001
 
 _METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+#: A value :attr:`StepQuery.match` may name: literal in a regex without escaping.
+_VALUE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 #: The label :func:`combined` tags each query's series with (its position in the list), and
 #: which no query's ``by`` may name: every series a step query answers has ``node`` and its
@@ -82,7 +95,7 @@ _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 STEP_LABEL = "gpuscope_step_query"
 
 #: The aggregation across series that differ only in labels left out of ``by``.
-_AGGREGATE = {"min": "min", "max": "max", "increase": "sum"}
+_AGGREGATE = {"min": "min", "max": "max", "increase": "sum", "rate": "max"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +112,13 @@ class StepQuery:
     #: Keep a step only where one of these flagged the same (node, uuid) at it (module
     #: docstring); each a StepQuery without ``on``, with ``uuid`` in its ``by`` (as this one).
     on: tuple[StepQuery, ...] = ()
+    #: Only the series whose label has one of these values, as ``(label, (value, ...))``
+    #: pairs (PromQL ``label=~"v1|v2"``, each value matched literally).
+    match: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The same question asked of the ``gpuscope-dashboard`` recording rules: a store whose
+    #: rules are loaded for the window may answer it instead (same ``by``; the answer is
+    #: keyed by this query). The embedded store has no rules and answers this query itself.
+    recorded: StepQuery | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not _METRIC.match(self.metric):
@@ -134,6 +154,21 @@ class StepQuery:
                                  f"{other.by!r}")
         if self.on and "uuid" not in self.by:
             raise ValueError(f"a query with on must keep uuid: by {self.by!r}")
+        if not isinstance(self.match, tuple):
+            raise ValueError(f"match must be a tuple of (label, values), got {self.match!r}")
+        for pair in self.match:
+            if (not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str)
+                    or not _LABEL.match(pair[0]) or pair[0].startswith("__")
+                    or not isinstance(pair[1], tuple) or not pair[1]
+                    or not all(isinstance(v, str) and _VALUE.match(v) for v in pair[1])):
+                raise ValueError(f"bad match {str(pair)[:80]!r}: (label name, (value, ...)), "
+                                 f"values of letters, digits, '_', '-' and '.'")
+        if self.recorded is not None:
+            r = self.recorded
+            if not isinstance(r, StepQuery) or r.recorded is not None or r.on:
+                raise ValueError("recorded: a StepQuery without recorded or on of its own")
+            if r.by != self.by:
+                raise ValueError(f"recorded: by {r.by!r} differs from {self.by!r}")
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -149,6 +184,20 @@ class StepQuery:
     def bare(self) -> StepQuery:
         """This query without :attr:`on`."""
         return replace(self, on=()) if self.on else self
+
+    def wants(self, labels: Mapping[str, str]) -> bool:
+        """Whether a series with ``labels`` is one :attr:`match` asks for."""
+        return all(labels.get(label, "") in values for label, values in self.match)
+
+    @property
+    def as_recorded(self) -> StepQuery:
+        """The query a store with the recording rules sends: :attr:`recorded` for this one
+        and for each query of its :attr:`on` that has one."""
+        if self.recorded is not None:
+            return self.recorded
+        if any(o.recorded is not None for o in self.on):
+            return replace(self, on=tuple(o.recorded or o for o in self.on))
+        return self
 
     def passes(self, value: float) -> bool:
         """Whether a step's value is kept."""
@@ -184,9 +233,9 @@ def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK) -> str
         return (f"({promql(q.bare, step_seconds, lookback)}) and on (node, uuid) "
                 f"({flagged})")
     gauge, counter = ranges(step_seconds, lookback)
-    sel = selector(q.metric)
-    if q.reduce == "increase":
-        inner = f"increase({sel}[{duration(counter - EDGE)}])"
+    sel = selector(q.metric, {label: f'=~"{any_of(values)}"' for label, values in q.match})
+    if q.reduce in ("increase", "rate"):
+        inner = f"{q.reduce}({sel}[{duration(counter - EDGE)}])"
     else:
         inner = f"{q.reduce}_over_time({sel}[{duration(gauge - EDGE)}])"
     return (f"{_AGGREGATE[q.reduce]} by ({', '.join(q.labels)}) ({inner})"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gpuscope.dashboard import fmt
-from gpuscope.dashboard.data import StepQuery
+from gpuscope.dashboard.data.steps import StepQuery
 from gpuscope.dashboard.links import node_link, pod_link
 from gpuscope.dashboard.series import GpuRef, Series, index_key
 from gpuscope.dashboard.verdicts.page import (

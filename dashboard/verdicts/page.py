@@ -21,8 +21,10 @@ from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 if TYPE_CHECKING:
     # For the types only: dashboard.data's package still imports two verdict modules (its
     # embedded and Prometheus stores: issue 29's open layering), so importing it here at run
-    # time would close a cycle while those load.
-    from gpuscope.dashboard.data import StepQuery
+    # time would close a cycle while those load; the package's __init__ (Thresholds)
+    # imports the verdict modules, which import this one.
+    from gpuscope.dashboard.data.steps import StepQuery
+    from gpuscope.dashboard.verdicts import Thresholds
 
 #: How a column's values are shown: ``text``; ``link`` (markdown links); ``money`` ($, 2
 #: decimals, "unknown" when None); ``percent`` (a ratio 0-1 as %, "n/a" when None);
@@ -75,7 +77,7 @@ class PageContext:
     $/hour over its whole GPUs, counted where the page counts them, nodes summarised by the
     recording rules included) and how it is priced (``on-demand``, ``spot``);
     the pods on each device (``namespace/pod``, holding it or running on it); the namespace
-    filter (None: all)."""
+    filter (None: all); the page's thresholds (None: the defaults)."""
 
     window: Window
     history_start: float
@@ -85,6 +87,7 @@ class PageContext:
     price_basis: Mapping[str, str] = field(default_factory=dict)
     pods: Mapping[GpuRef, tuple[str, ...]] = field(default_factory=dict)
     namespace: str | None = None
+    thresholds: Thresholds | None = None
 
 
 def device_ref(labels: Mapping[str, str]) -> GpuRef:
@@ -105,7 +108,13 @@ class StepVerdict(ABC):
 
     name: ClassVar[str]
     section: ClassVar[Section]
+    #: The queries at the default thresholds.
     queries: ClassVar[tuple[StepQuery, ...]]
+
+    def step_queries(self, th: Thresholds | None = None) -> tuple[StepQuery, ...]:
+        """The queries at the thresholds ``th`` (None: the defaults); :meth:`judge` reads
+        the answers to these, at ``ctx.thresholds``."""
+        return self.queries
 
     @abstractmethod
     def judge(self, answers: StepAnswers, ctx: PageContext) -> tuple[Any, ...]:

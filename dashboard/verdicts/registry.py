@@ -9,7 +9,9 @@ stores are asked for every :class:`~.page.StepVerdict`'s queries in one round.
 
 from __future__ import annotations
 
-from gpuscope.dashboard.data import StepQuery
+from typing import TYPE_CHECKING
+
+from gpuscope.dashboard.data.steps import StepQuery
 from gpuscope.dashboard.verdicts import (
     allocated,
     health,
@@ -22,6 +24,9 @@ from gpuscope.dashboard.verdicts import (
 )
 from gpuscope.dashboard.verdicts.page import Section, StepVerdict
 
+if TYPE_CHECKING:
+    from gpuscope.dashboard.verdicts import Thresholds
+
 #: Every verdict, in page order (the fleet section comes first, the workload view and the
 #: drill-downs after these): the section of a verdict judged in the views, or a verdict the
 #: registry judges itself.
@@ -29,7 +34,7 @@ PAGE: tuple[Section | StepVerdict, ...] = (
     idle.SECTION,
     allocated.SECTION,
     spinning.SECTION,
-    throttle.SECTION,
+    throttle.VERDICT,
     health.VERDICT,
     starvation.SECTION,
     mps.VERDICT,
@@ -44,11 +49,12 @@ SECTIONS: tuple[Section, ...] = tuple(
 STEP_VERDICTS: tuple[StepVerdict, ...] = tuple(e for e in PAGE if isinstance(e, StepVerdict))
 
 
-def step_queries() -> tuple[StepQuery, ...]:
-    """Every query of :data:`STEP_VERDICTS`, once each, in registry order."""
+def step_queries(th: Thresholds | None = None) -> tuple[StepQuery, ...]:
+    """Every query of :data:`STEP_VERDICTS` at the thresholds ``th`` (None: the defaults),
+    once each, in registry order."""
     seen: dict[StepQuery, None] = {}
     for verdict in STEP_VERDICTS:
-        for q in verdict.queries:
+        for q in verdict.step_queries(th):
             seen.setdefault(q, None)
     return tuple(seen)
 

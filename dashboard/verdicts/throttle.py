@@ -5,17 +5,39 @@ of throttling per second) is >= ``ratio`` (0.2) at every step for >= ``duration`
 shortened to the window and the history collected). Only the reasons that point at the
 machine count (``power``, ``thermal``, ``reliability``, ``board_limit``): ``low_utilization``
 (idle clocks), ``sync_boost``, ``app_clocks`` and ``base_clocks`` are settings, not faults.
+
+The registry judges it (:class:`Throttle`): the store answers :func:`queries`, the steps at
+or above the ratio for the reasons that count (with the recording rules, from the recorded
+``uuid:gpu_throttle_any_ratio:rate2m``), and the containers that held each such GPU at
+those steps; a fleet without throttling answers nothing. One row per (GPU, reason), the
+costliest node first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar
 
-from gpuscope.dashboard import ids
-from gpuscope.dashboard.series import GpuRef, Series, Window
+from gpuscope.dashboard import fmt, ids
+from gpuscope.dashboard.data.steps import StepQuery
+from gpuscope.dashboard.links import node_link, pod_link
+from gpuscope.dashboard.series import GpuRef, Series, Window, index_key
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table
+from gpuscope.dashboard.verdicts.page import (
+    Column,
+    PageContext,
+    Row,
+    Section,
+    State,
+    StepAnswers,
+    StepVerdict,
+    Table,
+    device_ref,
+)
+
+if TYPE_CHECKING:  # the package's __init__ imports this module's defaults
+    from gpuscope.dashboard.verdicts import Thresholds
 
 THROTTLE_REASONS: tuple[str, ...] = ("power", "thermal", "reliability", "board_limit")
 THROTTLE_RATIO = 0.2
@@ -24,7 +46,10 @@ THROTTLE_DURATION = 10 * 60.0
 
 @dataclass(frozen=True, slots=True)
 class Throttled:
-    """``ratio``: mean throttle seconds per second over the run."""
+    """One GPU throttled for one reason: ``ratio``, the mean throttle seconds per second
+    over the run; ``since`` (seconds since the epoch) and ``seconds``, the run; what the
+    verdict required; the GPU's index, the pods that held it while throttled, and its
+    node's $/hour (None: unknown price), set by :class:`Throttle`."""
 
     ref: GpuRef
     reason: str
@@ -32,6 +57,13 @@ class Throttled:
     since: float
     seconds: float
     required_seconds: float
+    gpu: str = ""
+    pods: tuple[str, ...] = ()
+    price_per_hour: float | None = None
+
+    @property
+    def node(self) -> str:
+        return self.ref.node
 
 
 def throttled_gpus(
@@ -61,7 +93,33 @@ def throttled_gpus(
     return out
 
 
-# -- on the page -----------------------------------------------------------------------------
+# -- judged by the registry -----------------------------------------------------------------
+
+#: The recorded form's metric: per device and reason, throttle seconds per second where above
+#: 0, every minute (alerts/gpuscope-rules.yaml, ``gpuscope-dashboard``).
+RECORDED_THROTTLING = "uuid:gpu_throttle_any_ratio:rate2m"
+_BY = ("gpu", "uuid", "reason")
+
+
+def queries(reasons: tuple[str, ...] = THROTTLE_REASONS, ratio: float = THROTTLE_RATIO
+            ) -> tuple[StepQuery, StepQuery]:
+    """The verdict's step queries: the throttled steps (``rate`` of the counter, or the
+    recorded rate, >= ``ratio`` for ``reasons``), and the containers that held a GPU at its
+    throttled steps."""
+    match = (("reason", tuple(reasons)),)
+    rate = StepQuery("gpu_throttle_seconds_total", "rate", ">=", ratio, by=_BY, match=match,
+                     recorded=StepQuery(RECORDED_THROTTLING, "max", ">=", ratio, by=_BY,
+                                        match=match))
+    holders = StepQuery("container_gpu_allocated", "max", ">", 0.0,
+                        by=("namespace", "pod", "container", "uuid"), on=(rate,))
+    return rate, holders
+
+
+def _queries(th: Thresholds | None) -> tuple[StepQuery, StepQuery]:
+    if th is None:
+        return queries()
+    return queries(tuple(th.throttle_reasons), th.throttle_ratio)
+
 
 THROTTLED_COLUMNS = (
     Column("node", "Node", "link"),
@@ -70,10 +128,74 @@ THROTTLED_COLUMNS = (
     Column("reason", "Reason"),
     Column("ratio", "Throttled", "percent"),
     Column("for", "For"),
+    Column("price", "Node $/hour", "money"),
 )
-SECTION = Section(
-    id=ids.SECTION_THROTTLED, title="Throttled GPUs",
-    intro="GPUs whose clocks have been held down by power, heat, reliability or a board limit "
-          "for a good part of the time: they run slower than their peers.",
-    tables=(Table(ids.THROTTLED_GPUS_TABLE, ids.THROTTLED_NOTE, THROTTLED_COLUMNS),),
-)
+
+
+class Throttle(StepVerdict):
+    """The throttled-GPUs verdict (module docstring)."""
+
+    name: ClassVar[str] = "throttled"
+    queries: ClassVar[tuple[StepQuery, ...]] = queries()
+    section: ClassVar[Section] = Section(
+        id=ids.SECTION_THROTTLED, title="Throttled GPUs",
+        intro="GPUs whose clocks have been held down by power, heat, reliability or a board "
+              "limit for a good part of the time: they run slower than their peers.",
+        tables=(Table(ids.THROTTLED_GPUS_TABLE, ids.THROTTLED_NOTE, THROTTLED_COLUMNS),),
+    )
+
+    def step_queries(self, th: Thresholds | None = None) -> tuple[StepQuery, ...]:
+        return _queries(th)
+
+    def judge(self, answers: StepAnswers, ctx: PageContext) -> tuple[Throttled, ...]:
+        th = ctx.thresholds
+        rate, holders = _queries(th)
+        window = ctx.window
+        series: dict[GpuRef, dict[str, Series]] = {}
+        index: dict[GpuRef, str] = {}
+        for lab, s in answers.get(rate, ()):
+            ref = device_ref(lab)
+            series.setdefault(ref, {})[lab.get("reason", "")] = s
+            index.setdefault(ref, lab.get("gpu", ""))
+        held: dict[GpuRef, set[str]] = {}
+        for lab, s in answers.get(holders, ()):
+            if len(s) and lab.get("namespace"):
+                pod = f"{lab['namespace']}/{lab.get('pod', '')}"
+                held.setdefault(device_ref(lab), set()).add(pod)
+        found = throttled_gpus(
+            series, window, ctx.history_start,
+            reasons=THROTTLE_REASONS if th is None else tuple(th.throttle_reasons),
+            ratio=THROTTLE_RATIO if th is None else th.throttle_ratio,
+            duration=THROTTLE_DURATION if th is None else th.throttle_duration)
+        out = []
+        for t in found:
+            pods = tuple(sorted(held.get(t.ref, set()) | set(ctx.pods.get(t.ref, ()))))
+            if ctx.namespace is not None and not any(
+                    p.partition("/")[0] == ctx.namespace for p in pods):
+                continue
+            info = ctx.gpus.get(t.ref)
+            out.append(replace(t, gpu=info.gpu if info is not None else index[t.ref],
+                               pods=pods, price_per_hour=ctx.node_price.get(t.ref.node)))
+        out.sort(key=lambda t: (-(t.price_per_hour or 0.0), t.ref.node, index_key(t.gpu),
+                                t.ref.uuid, -t.ratio, t.reason))
+        return tuple(out)
+
+    def rows(self, findings: Sequence[Throttled], ctx: PageContext, state: State
+             ) -> list[Row]:
+        return [{
+            "node": node_link(t.ref.node, state), "gpu": t.gpu,
+            "pods": ", ".join(pod_link(*p.partition("/")[::2], state) for p in t.pods)
+            or "(no pod)",
+            "reason": t.reason, "ratio": t.ratio,
+            "for": f"{fmt.duration(t.seconds)} (needs {fmt.duration(t.required_seconds)})",
+            "price": t.price_per_hour,
+        } for t in findings]
+
+    def note(self, findings: Sequence[Throttled], ctx: PageContext) -> str:
+        n = len(findings)
+        if not n:
+            return "No throttled GPUs."
+        return f"{n} throttled GPU{'s' if n != 1 else ''} (by reason)."
+
+
+VERDICT = Throttle()

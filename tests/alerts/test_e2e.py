@@ -317,7 +317,7 @@ def test_dashboard_verdicts_agree_with_the_alerts(stack: Stack) -> None:
     from gpuscope.dashboard.data import PrometheusData
     from gpuscope.dashboard.prices import bundled_prices
     from gpuscope.dashboard.verdicts import Thresholds
-    from gpuscope.dashboard.views import build_fleet_view
+    from gpuscope.dashboard.views import page_view
 
     wait_for(lambda: stack.firing_alerts() == EXPECTED_FIRING, 60,
              "the expected alerts to fire")
@@ -328,7 +328,7 @@ def test_dashboard_verdicts_agree_with_the_alerts(stack: Stack) -> None:
     # One-second steps looking back 4 s (no gaps when a scrape is late on a busy machine).
     source = PrometheusData(stack.prometheus, min_step=1.0, lookback=4.0, max_points=120)
     try:
-        view = build_fleet_view(source.fleet(60.0), bundled_prices(), thresholds)
+        view = page_view(source, 60.0, bundled_prices(), thresholds)
     finally:
         source.close()
 
@@ -340,7 +340,7 @@ def test_dashboard_verdicts_agree_with_the_alerts(stack: Stack) -> None:
         ("idle-node",), ("wsig-hung",), ("wsig-mig-nogpm",)}
     assert {(r.node, r.gpu) for r in view.spinning_rows} == firing(
         "GpuSpinning", "node", "gpu") == {("wsig-hung", "0"), ("wsig-hung", "1")}
-    assert {(r.node, r.gpu, r.reason) for r in view.throttled_rows} == firing(
+    assert {(r.node, r.gpu, r.reason) for r in view.findings["throttled"]} == firing(
         "GpuThrottled", "node", "gpu", "reason") == {("wsig-ddp", "0", "thermal")}
     assert {(r.node, r.namespace, r.pod) for r in view.allocated_idle_rows} == firing(
         "GpuAllocatedButIdle", "node", "namespace", "pod") == {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpuscope.dashboard.data import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.views import FleetView
+from gpuscope.dashboard.views import page_view as page_of
 from tests.stores import Store
 
 
@@ -13,6 +14,6 @@ def page_view(store: Store, end: float) -> FleetView:
     builds it (the bundled prices)."""
     source = PrometheusData(store.url, clock=lambda: end, timeout=60)
     try:
-        return build_fleet_view(source.fleet(3600), bundled_prices())
+        return page_of(source, 3600, bundled_prices())
     finally:
         source.close()

@@ -198,7 +198,7 @@ def test_the_dashboard_finds_the_expected_verdicts(
         (n, v.instance_type, v.gpus, v.allocated_idle, v.spinning)
         for n, v in exp.idle_nodes.items()}
     assert {(r.node, r.gpu) for r in view.spinning_rows} == set(exp.spinning)
-    assert {(r.node, r.gpu, r.reason) for r in view.throttled_rows} == set(exp.throttled)
+    assert {(r.node, r.gpu, r.reason) for r in view.findings["throttled"]} == set(exp.throttled)
     assert {(r.kind, r.namespace, r.pod, r.container, r.gpu) for r in view.starved_rows} == {
         (kind_, ns, pod, container, gpu) for kind_, ns, pod, container, _, gpu in exp.starved}
     assert {(r.workload, r.pods, r.node, r.gpu, r.kind, r.signal)

@@ -66,7 +66,8 @@ def test_the_page_reads_the_same_from_the_head_as_from_blocks(
     exp = fleet.expected(tiny.plan)
     assert (b.kpis.idle_nodes, b.kpis.idle, b.kpis.spinning, b.kpis.throttled) == (
         len(exp.idle_nodes), exp.idle_gpus, len(exp.spinning), len(exp.throttled))
-    for part in ("kpis", "heatmap", "idle_rows", "spinning_rows", "throttled_rows",
+    assert _rounded(b.findings) == _rounded(a.findings)
+    for part in ("kpis", "heatmap", "idle_rows", "spinning_rows",
                  "starved_rows", "straggler_rows", "allocated_idle_rows", "slice_rows",
                  "share_rows"):
         assert _rounded(getattr(b, part)) == _rounded(getattr(a, part)), part

@@ -14,7 +14,7 @@ import pytest
 from bench import fleet, rules
 from gpuscope.dashboard.data import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import build_fleet_view
+from gpuscope.dashboard.views import page_view
 from tests.stores import StoreError, backfill_rules, start_prometheus, start_victoriametrics
 
 
@@ -39,7 +39,7 @@ def test_the_page_reads_the_recorded_rules_and_finds_the_planted_verdicts(
     with start as s:
         source = PrometheusData(s.url, clock=lambda: meta["end"], timeout=60)
         try:
-            view = build_fleet_view(source.fleet(3600), bundled_prices())
+            view = page_view(source, 3600, bundled_prices())
         finally:
             source.close()
     assert view.notes and "recording rules" in view.notes[0]

@@ -24,7 +24,8 @@ from gpuscope.dashboard.data import PrometheusData
 from gpuscope.dashboard.data.prometheus import RULES
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
 from tests.stores import (
     Store,
     backfill_rules,
@@ -65,8 +66,7 @@ def view_of(url: str, end: float, namespace: str | None = None, rules: bool | No
     prom = PrometheusData(url, clock=lambda: end, timeout=120)
     if rules is False:
         prom._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
-    return build_fleet_view(prom.fleet(WINDOW, namespace), bundled_prices(), None,
-                            namespace), prom
+    return page_view(prom, WINDOW, bundled_prices(), namespace=namespace), prom
 
 
 def spy(prom: PrometheusData, method: str) -> list[str]:
@@ -97,6 +97,7 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     asked = spy(prom, "instant")
     try:
         data = prom.fleet(WINDOW)
+        steps = prom.step_series(registry.step_queries(), WINDOW, data.window)
     finally:
         prom.close()
     assert prom.rules_loaded(data.window)
@@ -107,7 +108,7 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
         assert reads and all("node=~" in q or "pod=~" in q for q in reads), (metric, reads)
     with_rows = {g.node for g in data.gpus}
     assert len(data.node_summaries) == NODES and 20 <= len(with_rows) < NODES, len(with_rows)
-    view = build_fleet_view(data, bundled_prices())
+    view = build_fleet_view(data, bundled_prices(), steps=steps)
     assert set(view.heatmap.nodes) <= with_rows and view.heatmap.total_nodes == NODES
     monkeypatch.undo()
     return view
@@ -123,7 +124,7 @@ def verdicts(view: FleetView) -> dict[str, Any]:
                               r.spinning_gpus, round(r.price_per_hour or 0.0, 6))
                              for r in view.idle_rows),
         "spinning": sorted((r.node, r.gpu) for r in view.spinning_rows),
-        "throttled": sorted((r.node, r.gpu, r.reason) for r in view.throttled_rows),
+        "throttled": sorted((r.node, r.gpu, r.reason) for r in view.findings["throttled"]),
         "starved": sorted((r.kind, r.namespace, r.pod, r.container, r.node, r.gpu)
                           for r in view.starved_rows),
         "stragglers": sorted((r.workload, r.pods[0], r.node, r.gpu, r.kind, r.signal)
@@ -193,7 +194,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     with start_prometheus(blocks, copy=False) as store:
         prom = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
         ranges = spy(prom, "range")
-        ruled = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
+        ruled = page_view(prom, WINDOW, bundled_prices())
         assert prom.rules_loaded(ruled.window) is True
         assert ruled.notes and "recording rules" in ruled.notes[0]
         # The stragglers came from their summaries: no step of their nodes' containers or
@@ -210,10 +211,10 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         # findings' step histories give; so does asking the steps of what is not summarised
         # (here: nothing is, every finding goes to the third round).
         prom.summaries = False
-        stepwise = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
+        stepwise = page_view(prom, WINDOW, bundled_prices())
         prom.summaries = True
         prom.run_queries = lambda *a, **k: {}  # type: ignore[method-assign]
-        fallback = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
+        fallback = page_view(prom, WINDOW, bundled_prices())
         prom.close()
         lean = lean_view(store.url, stores.end, monkeypatch)
         # Where the findings at the end name most of the fleet, every device and container
@@ -221,9 +222,10 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         prom = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
         prom.detail_share = 0.0
         every_data = prom.fleet(WINDOW)
+        every_steps = prom.step_series(registry.step_queries(), WINDOW, every_data.window)
         prom.close()
         assert not every_data.node_summaries and every_data.workloads_checked is None
-        every = build_fleet_view(every_data, bundled_prices())
+        every = build_fleet_view(every_data, bundled_prices(), steps=every_steps)
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
         # sparse series it reads): the page goes to the raw series.
         delete = urllib.request.Request(
@@ -236,10 +238,13 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         older.close()
     for other in (stepwise, fallback):
         assert other.kpis == ruled.kpis
-        for rows in ("idle_rows", "spinning_rows", "throttled_rows", "allocated_idle_rows",
+        for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows",
                      "slice_rows", "straggler_rows", "starved_rows", "share_rows"):
             assert _close([astuple(r) for r in getattr(other, rows)],
                           [astuple(r) for r in getattr(ruled, rows)]), rows
+        for name, found in ruled.findings.items():
+            assert _close([astuple(f) for f in other.findings[name]],
+                          [astuple(f) for f in found]), name
     assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert nodes and not stepped

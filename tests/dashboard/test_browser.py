@@ -18,7 +18,7 @@ from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.app import DashboardServer, create_app
 from gpuscope.dashboard.data import DataError, PrometheusData, StepQuery
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series
+from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series, Window
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts import registry
 from tests.dashboard.conftest import DashboardProcess, one_idle_gpu_fleet
@@ -327,12 +327,17 @@ class _Switchable:
         self.fail = False
         self.data = one_idle_gpu_fleet()
 
-    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
+    def window(self, window_seconds: float) -> Window:
+        return self.data.window
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
         if self.fail:
             raise DataError("Prometheus http://prom:9090 unreachable: timed out")
         return self.data
 
-    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
+                    window: Window | None = None
                     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
         if self.fail:
             raise DataError("Prometheus http://prom:9090 unreachable: timed out")

@@ -91,14 +91,14 @@ def test_regex_matchers_escape_regex_then_string() -> None:
         "shared", "containers", "stats"}
     # Each singled-out set is asked about, and only it.
     every = FollowUp(idle=["a"], idle_nodes=["n"], shared=["b"], input=["c"], spinning=["d"],
-                     throttled=["e"], held=["f"], candidates=["g"], slow=["h"],
+                     held=["f"], candidates=["g"], slow=["h"],
                      evidence_seconds=600)
     assert set(prom.second_round(w, every)) == {
-        "idle_steps", "allocated", "shared", "containers", "stats", "spinning", "throttled",
+        "idle_steps", "allocated", "shared", "containers", "stats", "spinning",
         "held_idle", "workload_signals", "evidence"}
     # With the recording rules, the sparse histories need no node list at all.
     ruled = prom.second_round(w, every, rules=True)
-    for role in ("idle_steps", "held_idle", "throttled"):
+    for role in ("idle_steps", "held_idle"):
         assert "node=~" not in ruled[role], role
     prom.close()
 
@@ -135,7 +135,7 @@ def test_long_node_lists_are_split_into_queries_of_bounded_size() -> None:
     w = make_window(3600, 10_000.0, min_step=15, max_points=60)
     nodes = [f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal" for i in range(5000)]
     ask = FollowUp(idle=nodes, idle_nodes=nodes, shared=nodes, spinning=nodes,
-                   throttled=nodes, held=nodes, candidates=nodes, slow=nodes, input=nodes,
+                   held=nodes, candidates=nodes, slow=nodes, input=nodes,
                    evidence_seconds=600)
     for rules in (False, True):
         queries = prom.second_round(w, ask, rules=rules)
@@ -152,7 +152,7 @@ def test_long_node_lists_are_split_into_queries_of_bounded_size() -> None:
             lists = [set(re.findall(label + r'=~"((?:[^"\\]|\\.)*)"', q)) for q in parts]
             assert all(len(one) <= 1 for one in lists), role
             named = [n for one in lists for body in one for n in body.split("|")]
-            if role in ("idle_steps", "held_idle", "throttled") and rules:
+            if role in ("idle_steps", "held_idle") and rules:
                 assert named == [] and len(parts) == 1, role
             else:
                 assert sorted(named) == escaped, role
@@ -210,7 +210,7 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     data = prom.fleet(3600, namespace="ml")
     # The recording rules looked for (none), the first round, when the data begins (none
     # at the window's first step), nothing for a second round.
-    assert data.queries == len(queries) == 13
+    assert data.queries == len(queries) == 12
     assert any('namespace="ml"' in q for q in queries)
     prom.close()
 

@@ -12,10 +12,10 @@ import pytest
 from gpuscope.dashboard.data import DataError, EmbeddedData, Sample, StepQuery
 from gpuscope.dashboard.demo import DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series
+from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series, Window
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts import registry
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.views import FleetView, page_view
 
 IDLE_NODES = {  # type, GPUs, allocated-idle GPUs, spinning GPUs
     "ip-10-0-1-12.ec2.internal": ("p5.48xlarge", 8, 8, 8),   # hung in a collective
@@ -44,8 +44,7 @@ def demo() -> Iterator[tuple[DemoFleet, EmbeddedData]]:
 @pytest.fixture(scope="module")
 def view(demo: tuple[DemoFleet, EmbeddedData]) -> FleetView:
     store = demo[1]
-    return build_fleet_view(store.fleet(3600), bundled_prices(),
-                            steps=store.step_series(registry.step_queries(), 3600))
+    return page_view(store, 3600, bundled_prices())
 
 
 def test_the_broken_gpu_is_the_planted_one(view: FleetView) -> None:
@@ -138,10 +137,10 @@ def test_spinning_gpus_are_the_hung_node_and_no_near_miss(view: FleetView) -> No
 
 
 def test_throttled_gpu_is_the_slow_rank(view: FleetView) -> None:
-    assert [(r.node, r.gpu, r.reason, r.pods) for r in view.throttled_rows] == [
+    assert [(r.node, r.gpu, r.reason, r.pods) for r in view.findings["throttled"]] == [
         ("ip-10-0-1-13.ec2.internal", "3", "thermal", ("ml-train/mixtral-pretrain-worker-3",)),
     ]
-    assert view.throttled_rows[0].ratio == pytest.approx(0.5, abs=0.02)
+    assert view.findings["throttled"][0].ratio == pytest.approx(0.5, abs=0.02)
 
 
 def test_allocated_idle_containers_on_every_node(view: FleetView) -> None:
@@ -208,12 +207,17 @@ class Flaky:
         self.data = data
         self.fail = False
 
-    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
+    def window(self, window_seconds: float) -> Window:
+        return self.data.window
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
         if self.fail:
             raise DataError("Prometheus http://prom:9090 unreachable: timed out")
         return self.data
 
-    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
+                    window: Window | None = None
                     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
         if self.fail:
             raise DataError("Prometheus http://prom:9090 unreachable: timed out")

@@ -36,7 +36,8 @@ import pytest
 from bench import fleet as F
 from gpuscope.dashboard.data import EmbeddedData, PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
 from tests.dashboard.test_backends import NODES, STEP, WINDOW, _close, _diff, expected, verdicts
 from tests.stores import fleet_in_both
 
@@ -61,13 +62,15 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     # One scrape a step (interval = the step), the page's window in WINDOW / STEP steps as
     # PrometheusData makes it (max_points 60: one-minute steps).
     embedded = EmbeddedData([], interval=STEP, max_points=int(WINDOW // STEP),
-                            max_series=1 << 20, clock=lambda: end)
+                            max_series=1 << 20, clock=lambda: end,
+                            extra_metrics=registry.step_metrics())
     # The same samples read as Prometheus reads them: its window ends on the last whole
     # step, and an interval of half its lookback makes the embedded store's gauge range
     # (two intervals) and rate range (three) hold the samples that Prometheus' (one
     # lookback, two lookbacks, each 1 ms short) hold on this grid: one, and two.
     aligned = EmbeddedData([], interval=LOOKBACK / 2, max_points=int(WINDOW // STEP),
-                           max_series=1 << 20, clock=lambda: (end // STEP) * STEP)
+                           max_series=1 << 20, clock=lambda: (end // STEP) * STEP,
+                           extra_metrics=registry.step_metrics())
     last = -1.0
     for t, node, samples in F.scrapes(fleet):
         assert t >= last  # in time order
@@ -76,14 +79,14 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
         aligned.ingest(node, samples, t)
     assert last == end
     assert embedded.dropped_series == aligned.dropped_series == 0
-    ours = build_fleet_view(embedded.fleet(WINDOW), bundled_prices())
+    ours = page_view(embedded, WINDOW, bundled_prices())
     embedded.close()
     theirs = {}
     with fleet_in_both(fleet, tmp_path_factory.mktemp("embedded")) as stores:
         for store in stores:
             prom = PrometheusData(store.url, clock=lambda: end, timeout=120)
             try:
-                theirs[store.kind] = build_fleet_view(prom.fleet(WINDOW), bundled_prices())
+                theirs[store.kind] = page_view(prom, WINDOW, bundled_prices())
             finally:
                 prom.close()
     yield Loaded(end, F.expected(fleet.plan), ours, theirs, aligned)
@@ -124,13 +127,16 @@ def test_embedded_and_stores_give_the_same_verdicts(loaded: Loaded) -> None:
         assert ours.heatmap.total_nodes == theirs.heatmap.total_nodes == NODES
 
 
-ROWS = ("idle_rows", "spinning_rows", "throttled_rows", "allocated_idle_rows", "slice_rows",
+ROWS = ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows",
         "straggler_rows", "starved_rows", "share_rows")
 
 
 def numbers(view: FleetView) -> dict[str, Any]:
     """Every row of the page's tables and its headline, as values."""
     rows: dict[str, Any] = {name: [astuple(r) for r in getattr(view, name)] for name in ROWS}
+    # The registry's own verdicts' findings (throttled GPUs, GPU health, MPS).
+    rows.update({f"findings:{name}": [astuple(f) for f in found]
+                 for name, found in view.findings.items()})
     # A spinning row judged by GPM shows SM, tensor and DRAM activity, not the power the
     # embedded store reads for every device (Prometheus asks it only of GPUs without GPM).
     rows["spinning_rows"] = [astuple(replace(r, power_ratio=None) if r.signal == "gpm" else r)
@@ -154,7 +160,8 @@ def test_on_the_stores_grid_every_number_agrees(loaded: Loaded) -> None:
     theirs = loaded.theirs["prometheus"]
     data = loaded.aligned.fleet(WINDOW)
     assert data.window == theirs.window
-    ours = build_fleet_view(replace(data, history_start=theirs.history_start), bundled_prices())
+    ours = build_fleet_view(replace(data, history_start=theirs.history_start), bundled_prices(),
+                            steps=loaded.aligned.step_series(registry.step_queries(), WINDOW))
     a, b = numbers(ours), numbers(theirs)
     for part in b:
         assert _close(a[part], b[part]), part

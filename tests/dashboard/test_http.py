@@ -47,7 +47,7 @@ from gpuscope.dashboard.data.http import (
     amp_region,
 )
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import build_fleet_view
+from gpuscope.dashboard.views import page_view
 from tests.conftest import REPO, free_port, wait_for
 from tests.pki import TestCA
 
@@ -654,7 +654,7 @@ def mtls_prometheus(prometheus_bin: str, promtool: str, pki: Pki,
 
 
 def idle_nodes(prom: PrometheusData, end: float) -> list[tuple[str, float]]:
-    view = build_fleet_view(prom.fleet(3600), bundled_prices())
+    view = page_view(prom, 3600, bundled_prices())
     prom.close()
     assert view.kpis.gpus == 4
     return [(r.node, r.price_per_hour) for r in view.idle_rows]

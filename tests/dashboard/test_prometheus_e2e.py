@@ -11,7 +11,7 @@ import requests
 
 from gpuscope.dashboard.data import InvalidFilter, PrometheusData, selector
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
 from tests.conftest import ExporterProcess, free_port, wait_for
 
 IDLE = """
@@ -123,7 +123,7 @@ def view_of(base: str) -> tuple[FleetView, PrometheusData]:
     # begins (it is younger than the window), and a second round by node: idle steps,
     # allocation, time-slicing (device and containers), statistics, the idle container,
     # the straggler's evidence.
-    assert data.queries == 19
+    assert data.queries == 18
     return build_fleet_view(data, bundled_prices()), prom
 
 
@@ -213,7 +213,6 @@ def test_injection_is_escaped_against_a_real_prometheus(fleet: str) -> None:
     with pytest.raises(InvalidFilter):
         prom.fleet(900, namespace=INJECTION)
     assert prom.queries_total == 0
-    narrowed = build_fleet_view(prom.fleet(900, namespace="serve"), bundled_prices(), None,
-                                "serve")
+    narrowed = page_view(prom, 900, bundled_prices(), namespace="serve")
     assert [r.pod for r in narrowed.starved_rows] == ["rerank"]
     prom.close()

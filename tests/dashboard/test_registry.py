@@ -52,3 +52,12 @@ def test_a_verdicts_columns_are_unique_and_kinds_known() -> None:
             assert len(cols) == len(set(cols)), table.id
             assert {c.kind for c in table.columns} <= {"text", "link", "money", "percent",
                                                        "count", "ratio"}
+
+
+def test_the_embedded_stores_straggler_default_is_the_verdicts() -> None:
+    """The embedded store keeps its own copy of the stragglers' default duration (it may
+    not import the verdict layer when it loads): the two stay equal."""
+    from gpuscope.dashboard.data import embedded
+    from gpuscope.dashboard.verdicts import stragglers
+
+    assert embedded.STRAGGLER_DURATION == stragglers.STRAGGLER_DURATION

@@ -19,6 +19,7 @@ from gpuscope.dashboard.series import (
     NodeDetail,
     PodDetail,
     Series,
+    Window,
     WorkloadDetail,
 )
 from gpuscope.dashboard.service import PREFETCH_KEPT_S, WORKLOAD_REUSES_S, DashboardService
@@ -47,13 +48,18 @@ class Counting:
         self.gate.set()
         self.data = one_idle_gpu_fleet()
 
-    def fleet(self, window_seconds: float, namespace: str | None = None) -> FleetData:
+    def window(self, window_seconds: float) -> Window:
+        return self.data.window
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
         self.calls += 1
         assert self.gate.wait(30)
         self.clock.now += self.takes
         return self.data
 
-    def step_series(self, queries: Sequence[StepQuery], window_seconds: float
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
+                    window: Window | None = None
                     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
         """A healthy fleet: the registry's step queries find nothing."""
         return {q: [] for q in queries}

@@ -48,7 +48,10 @@ LOST = StepQuery("gpu_up", "min", "<", 1.0)
 XID = StepQuery("gpu_xid_errors_total", "increase", ">", 0.0, by=("gpu", "uuid", "xid"))
 XID_ANY = StepQuery("gpu_xid_errors_total", "increase", ">", 0.0)  # summed over the codes
 REMAP = StepQuery("gpu_row_remap_pending", "max", ">", 0.0)
-QUERIES = (LOST, XID, XID_ANY, REMAP)
+#: Throttle seconds per second, for two of the reasons only (``match``).
+THROTTLE = StepQuery("gpu_throttle_seconds_total", "rate", ">=", 0.2,
+                     by=("gpu", "uuid", "reason"), match=(("reason", ("power", "thermal")),))
+QUERIES = (LOST, XID, XID_ANY, REMAP, THROTTLE)
 EXTRA = ("gpu_up", "gpu_xid_errors_total", "gpu_row_remap_pending")
 
 # When each planted fault shows, in seconds before the data's end (sample times).
@@ -60,6 +63,9 @@ XID_AT = (2707.0, 937.0)
 REMAP_FROM, REMAP_TO = 2407.0, 1207.0  # node-b GPU 1: a row remap pending, then done
 RESET_AT = 3007.0                  # node-a GPU 0: its exporter restarts (xid 13's 5 -> 0)
 FIRST_XID = 607.0                  # node-b GPU 1: xid 48's series appears, at 1
+# node-a GPU 0: thermal throttling at 0.5 s/s between these (its counter grows 7.5 a
+# sample); idle clocks (low_utilization) at 1 s/s and power at 0.1 s/s throughout.
+THROTTLE_FROM, THROTTLE_TO = 2107.0, 907.0
 
 # Which container holds which GPU (``container_gpu_allocated``, as the exporter labels it:
 # namespace, pod, container, uuid): (pod, uuid, first, last), in seconds before the end
@@ -118,6 +124,13 @@ def plant(end: float) -> list[tuple[str, dict[str, str], list[Point]]]:
     out.append(("gpu_xid_errors_total", {"node": "node-b", "gpu": "1", "uuid": "GPU-b1",
                                          "xid": "48"},
                 [(t, 1.0) for t in times if ago(t) <= FIRST_XID]))
+    a0 = {"node": "node-a", "gpu": "0", "uuid": "GPU-a0"}
+    out.append(("gpu_throttle_seconds_total", {**a0, "reason": "thermal"}, [
+        (t, 0.5 * max(0.0, THROTTLE_FROM - max(ago(t), THROTTLE_TO))) for t in times]))
+    out.append(("gpu_throttle_seconds_total", {**a0, "reason": "low_utilization"},
+                [(t, 1.0 * (t - times[0])) for t in times]))
+    out.append(("gpu_throttle_seconds_total", {**a0, "reason": "power"},
+                [(t, 0.1 * (t - times[0])) for t in times]))
     nodes = {uuid: node for node, _, uuid in GPUS}
     for pod, uuid, first, last in ALLOCATED:
         lab = {"node": nodes[uuid], "namespace": "ml", "pod": pod, "container": "main",
@@ -262,6 +275,9 @@ def test_three_stores_flag_the_same_steps(stores: Stores) -> None:
                                                         step_of(XID_AT[1]))},
         XID_ANY: {key("node-b", "0", "GPU-b0"): (step_of(XID_AT[0]), step_of(XID_AT[1]))},
         REMAP: {key("node-b", "1", "GPU-b1"): (step_of(REMAP_FROM), step_of(REMAP_TO))},
+        # Thermal only: idle clocks are not asked for, power is below the ratio.
+        THROTTLE: {key("node-a", "0", "GPU-a0", reason="thermal"): (step_of(THROTTLE_FROM),
+                                                                    step_of(THROTTLE_TO))},
     }
     grid = {end - STEP * k for k in range(int(WINDOW // STEP) + 1)}
     first_xid = {key("node-b", "1", "GPU-b1", xid="48"), key("node-b", "1", "GPU-b1")}
@@ -301,9 +317,16 @@ def test_three_stores_flag_the_same_steps(stores: Stores) -> None:
                 a, b = ours[k], theirs[k]
                 assert abs(a.times[0] - b.times[0]) <= STEP, (kind, q, a.times, b.times)
                 assert abs(a.times[-1] - b.times[-1]) <= STEP, (kind, q, a.times, b.times)
-                if q.reduce != "increase":
+                if q.reduce not in ("increase", "rate"):
                     assert a.times == b.times, (kind, q)
                     assert a.values == b.values, (kind, q)
+    # A rate: the steps wholly inside the throttling read its rate on every store.
+    for kind, answer in seen.items():
+        thermal = keyed(answer[THROTTLE])[key("node-a", "0", "GPU-a0", reason="thermal")]
+        inside = [v for t, v in zip(thermal.times, thermal.values, strict=True)
+                  if THROTTLE_TO + 2 * STEP < end - t < THROTTLE_FROM - 3 * STEP]
+        assert len(inside) >= 15 and all(v == pytest.approx(0.5, rel=0.02) for v in inside), (
+            kind, inside)
     # The gauges' flagged steps are exactly the planted ones on the embedded store.
     lost = keyed(base[LOST])[key("node-a", "1", "GPU-a1")]
     assert lost.times[0] == end - step_of(DOWN_FROM) and lost.times[-1] == end
@@ -414,10 +437,14 @@ def test_one_range_query_for_any_number_of_step_queries(stores: Stores, n: int) 
     for store in (stores.prometheus, stores.victoriametrics):
         prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
         try:
+            # Whether the recording rules are loaded (for the queries with a recorded form)
+            # is asked once per window length and kept: asked here first.
+            assert prom.rules_loaded(prom.window(WINDOW)) is False
+            before = prom.queries_total
             ranged, requests = spy(prom, "range"), spy(prom, "_api")
             got = prom.step_series(queries + queries[:3], WINDOW)  # a query twice: once
             assert len(ranged) == len(requests) == min(n, 1), (store.kind, ranged)
-            assert prom.queries_total == min(n, 1)
+            assert prom.queries_total - before == min(n, 1)
             assert list(got) == list(queries)
             assert exact(got) == exact(prom._step_series_each(queries, WINDOW)), store.kind
             if n:
@@ -465,6 +492,7 @@ def test_one_failing_part_fails_them_all() -> None:
             return [({"node": "n", "uuid": "U", **tag}, Series((window.end,), (1.0,)))]
 
         prom.range = fake_range  # type: ignore[method-assign]
+        prom._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
         try:
             with pytest.raises(DataError, match="timed out" if bad == "error" else STEP_LABEL):
                 prom.step_series(distinct(120 if bad == "error" else 3), WINDOW)
@@ -574,7 +602,8 @@ def test_only_the_querys_fields_reach_the_store() -> None:
     (no parameter takes a name from the page), and has one shape; the store sends just it."""
     shape = re.compile(
         r"^(min|max|sum) by \(node(, [A-Za-z_][A-Za-z0-9_]*)*\) "
-        r"\((min_over_time|max_over_time|increase)\([A-Za-z_:][A-Za-z0-9_:]*\[\d+m?s\]\)\) "
+        r"\((min_over_time|max_over_time|increase|rate)\([A-Za-z_:][A-Za-z0-9_:]*"
+        r'(\{[a-z_]+=~"[A-Za-z0-9_|.\\-]+"(, [a-z_]+=~"[A-Za-z0-9_|.\\-]+")*\})?\[\d+m?s\]\)\) '
         r"(<|>|<=|>=) -?\d+\.\d+(e[+-]\d+)?$")
     for q in QUERIES:
         for step in (1.0, 15.0, 60.0, 86.4, 3600.0):

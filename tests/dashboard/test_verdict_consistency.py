@@ -15,7 +15,8 @@ import pytest
 
 from gpuscope.dashboard.data import EmbeddedData, Sample
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.views import FleetView, page_view
 
 INTERVAL = 15.0
 T0 = 1_800_000_000.0
@@ -64,10 +65,11 @@ def _spinning_node(store: EmbeddedData, node: str, gpus: int, instance_type: str
 
 def _view(scrapes: int, build: list[tuple[str, int, str, int, bool]]) -> FleetView:
     end = T0 + (scrapes - 1) * INTERVAL
-    store = EmbeddedData([], interval=INTERVAL, clock=lambda: end + 1.0)
+    store = EmbeddedData([], interval=INTERVAL, clock=lambda: end + 1.0,
+                         extra_metrics=registry.step_metrics())
     for node, gpus, instance_type, gpm_from, gpm in build:
         _spinning_node(store, node, gpus, instance_type, scrapes, gpm_from, gpm)
-    return build_fleet_view(store.fleet(3600.0), bundled_prices())
+    return page_view(store, 3600.0, bundled_prices())
 
 
 @pytest.mark.parametrize("gpm_from", [0, 1, 2])
@@ -97,9 +99,10 @@ def test_a_node_with_one_working_gpu_is_not_idle() -> None:
     # The near miss: 7 of 8 GPUs spin, the eighth works (tensor activity 0.6). The node is
     # not idle and costs nothing idle; the seven are listed as spinning.
     end = T0 + 14 * INTERVAL
-    store = EmbeddedData([], interval=INTERVAL, clock=lambda: end + 1.0)
+    store = EmbeddedData([], interval=INTERVAL, clock=lambda: end + 1.0,
+                         extra_metrics=registry.step_metrics())
     _spinning_node(store, "p5", 8, "p5.48xlarge", 15, 1, True, working=frozenset({7}))
-    view = build_fleet_view(store.fleet(3600.0), bundled_prices())
+    view = page_view(store, 3600.0, bundled_prices())
     assert {r.gpu for r in view.spinning_rows} == {str(g) for g in range(7)}
     assert view.idle_rows == ()
     assert view.kpis.burning_per_hour == 0.0

@@ -23,8 +23,8 @@ import requests
 
 from gpuscope.dashboard.data import EmbeddedData, PrometheusData, Target
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.verdicts import Thresholds
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.verdicts import Thresholds, registry
+from gpuscope.dashboard.views import FleetView, page_view
 from tests.conftest import ExporterProcess, free_port, wait_for
 
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("wsig-*.yaml"))
@@ -82,7 +82,8 @@ def fleet(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         )
         embedded = EmbeddedData(
             [Target(f"http://127.0.0.1:{exp.port}/metrics", node)
-             for node, exp in exporters.items()], interval=1.0)
+             for node, exp in exporters.items()], interval=1.0,
+            extra_metrics=registry.step_metrics())
         embedded.start()
         base = f"http://127.0.0.1:{port}"
 
@@ -110,7 +111,7 @@ def prometheus_view(base: str) -> tuple[FleetView, PrometheusData]:
     # gap (a gap breaks every "for at least" run, and the history is only seconds long), and
     # the rates' history (it begins 4 s after the data) is most of it.
     prom = PrometheusData(base, min_step=1, lookback=4, max_points=900)
-    return build_fleet_view(prom.fleet(WINDOW), bundled_prices()), prom
+    return page_view(prom, WINDOW, bundled_prices()), prom
 
 
 def verdicts(view: FleetView) -> dict[str, set[tuple[str, ...]]]:
@@ -118,7 +119,7 @@ def verdicts(view: FleetView) -> dict[str, set[tuple[str, ...]]]:
         "idle nodes": {(r.node,) for r in view.idle_rows},
         "idle slices": {(r.node, r.gpu) for r in view.slice_rows},
         "spinning": {(r.node, r.gpu, r.signal) for r in view.spinning_rows},
-        "throttled": {(r.node, r.gpu, r.reason) for r in view.throttled_rows},
+        "throttled": {(r.node, r.gpu, r.reason) for r in view.findings["throttled"]},
         "allocated-idle": {(r.node, r.gpu, r.pod, r.signal) for r in view.allocated_idle_rows},
         "stragglers": {(r.node, r.gpu, r.kind, r.signal) for r in view.straggler_rows},
     }
@@ -145,9 +146,10 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         # A bounded number of queries: 11 (devices, nodes, means, containers, pods, six
         # rules at the end), one for when the data begins (younger than the window), and a
         # second round, by node, for the history of what holds now (idle devices and their
-        # nodes' allocation, spinning and throttled GPUs, idle containers, the slow-rank
-        # candidate's workload: its containers, its signals and its evidence).
-        assert view.queries == 20
+        # nodes' allocation, spinning GPUs, idle containers, the slow-rank candidate's
+        # workload: its containers, its signals and its evidence). The registry's verdicts
+        # (throttled GPUs, GPU health, MPS) are one more range query, not counted here.
+        assert view.queries == 18
 
         r = "7999ms"  # the rates' range: two lookbacks, less a millisecond
         util = f"rate(gpu_busy_seconds_total[{r}])"
@@ -178,7 +180,7 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         throttled = promql(base, f'rate(gpu_throttle_seconds_total{{reason=~"power|thermal|'
                                  f'reliability|board_limit"}}[{r}]) >= 0.2', at)
         assert gpus_of(throttled, "reason") == EXPECTED["throttled"]
-        [row] = view.throttled_rows
+        [row] = view.findings["throttled"]
         assert row.ratio == pytest.approx(float(throttled[0]["value"][1]), abs=0.02)
 
         # The slow rank: its power against the median of the job's four GPUs, and its cause.
@@ -233,7 +235,7 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
 def test_both_data_modes_give_the_same_verdicts(fleet: Fleet) -> None:
     view, prom = prometheus_view(fleet.prometheus)
     prom.close()
-    embedded = build_fleet_view(fleet.embedded.fleet(WINDOW), bundled_prices(), Thresholds())
+    embedded = page_view(fleet.embedded, WINDOW, bundled_prices(), Thresholds())
     assert verdicts(embedded) == verdicts(view) == EXPECTED
     assert embedded.kpis.spinning == view.kpis.spinning == 2
     assert embedded.kpis.idle_slices == view.kpis.idle_slices == 1

@@ -17,7 +17,7 @@ from gpuscope.dashboard.data import EmbeddedData, PrometheusData, Target
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.verdicts.health import VERDICT, GpuHealth
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.views import FleetView, page_view
 from tests.conftest import ExporterProcess, wait_for
 from tests.stores import Store, start_prometheus, start_victoriametrics
 
@@ -88,8 +88,7 @@ def stores(prometheus_bin: str) -> Iterator[Stores]:
 
 
 def view_of(source: PrometheusData | EmbeddedData) -> FleetView:
-    return build_fleet_view(source.fleet(WINDOW), bundled_prices(),
-                            steps=source.step_series(registry.step_queries(), WINDOW))
+    return page_view(source, WINDOW, bundled_prices())
 
 
 def found(view: FleetView) -> dict[tuple[str, str], GpuHealth]:
