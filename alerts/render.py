@@ -2,7 +2,12 @@
 
 The rule file is the one source. ``python -m gpuscope.alerts.render`` writes
 ``alerts/generated/prometheusrule.yaml`` from it (checked in, never edited by hand);
-``--check`` fails when the checked-in file is out of date. The same module gives tests a copy
+``--check`` fails when the checked-in file is out of date. ``--cluster-label NAME`` renders the
+rules with the cluster label called ``NAME`` instead of ``cluster`` (kubernetes-mixin's
+``clusterLabel``), ``--replica-labels A,B`` with those HA replica labels collapsed instead of
+``prometheus_replica,__replica__,replica`` (:func:`relabel_rules`); ``--format rules`` writes a
+plain Prometheus rule file (Thanos Ruler, Mimir's or Cortex's ruler, vmalert) instead of the
+``PrometheusRule``. The same module gives tests a copy
 of the rules with every ``for:`` capped (:func:`cap_for`) and every range selector shortened
 (:func:`cap_ranges`: a 5-minute rate of a series seconds old reads low), so a test never keeps
 a second, hand-edited rule set.
@@ -50,6 +55,11 @@ _RECORD_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _K8S_LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
+
+#: The label that names a node's cluster in the rule file, and the HA replica labels its
+#: ``max without (...)`` lists collapse, as written there (the generator renames them).
+DEFAULT_CLUSTER_LABEL = "cluster"
+DEFAULT_REPLICA_LABELS: tuple[str, ...] = ("prometheus_replica", "__replica__", "replica")
 
 _GROUP_KEYS = {"name", "interval", "rules", "limit", "partial_response_strategy",
                "query_offset"}
@@ -262,6 +272,102 @@ def cap_ranges(rules: Mapping[str, Any], limit: str) -> dict[str, Any]:
     return out
 
 
+# PromQL tokens, as far as renaming a label needs them: string literals and comments are
+# copied untouched; an identifier is a label or metric name, a keyword or a function.
+_PROMQL_TOKEN = re.compile(
+    r"""(?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)"""
+    r"""|(?P<comment>\#[^\n]*)"""
+    r"""|(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)"""
+    r"""|(?P<number>[0-9.][0-9A-Za-z_.]*)"""
+    r"""|(?P<other>.)""",
+    re.DOTALL,
+)
+_WITHOUT = re.compile(r"\bwithout(\s*)\(([^()]*)\)")
+
+
+def _identifiers(expr: str) -> set[str]:
+    return {m.group() for m in _PROMQL_TOKEN.finditer(expr) if m.lastgroup == "ident"}
+
+
+def _rename_label(expr: str, old: str, new: str) -> str:
+    """``expr`` with every identifier ``old`` (a label in ``by``/``on``/``without`` lists and
+    matchers) written ``new``, and every string that is exactly ``old`` (a label name given
+    to ``label_replace()``); other strings and comments untouched."""
+
+    def token(m: re.Match[str]) -> str:
+        text = m.group()
+        if m.lastgroup == "ident" and text == old:
+            return new
+        if m.lastgroup == "string" and text[1:-1] == old:
+            return text[0] + new + text[-1]
+        return text
+
+    return "".join(token(m) for m in _PROMQL_TOKEN.finditer(expr))
+
+
+def _rename_replicas(expr: str, old: Sequence[str], new: Sequence[str]) -> str:
+    """``expr`` with every ``without (...)`` list that is exactly ``old`` made ``new``."""
+
+    def swap(m: re.Match[str]) -> str:
+        labels = [x.strip() for x in m.group(2).split(",") if x.strip()]
+        if labels != list(old):
+            return m.group(0)
+        return f"without{m.group(1)}({', '.join(new)})"
+
+    return _WITHOUT.sub(swap, expr)
+
+
+def _label_list(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def relabel_rules(
+    rules: Mapping[str, Any],
+    cluster_label: str = DEFAULT_CLUSTER_LABEL,
+    replica_labels: Sequence[str] = DEFAULT_REPLICA_LABELS,
+) -> dict[str, Any]:
+    """A copy of ``rules`` with the cluster label called ``cluster_label`` and the HA replica
+    labels ``replica_labels`` (empty: none, for a store that deduplicates): in every
+    expression, and in annotations' ``$labels.cluster`` and ``cluster=`` matchers of their
+    queries. ``RenderError`` for a name that is not a label name, that the rules already use
+    for something else, or that is both the cluster label and a replica label."""
+    replicas = tuple(replica_labels)
+    for name in (cluster_label, *replicas):
+        if not isinstance(name, str) or not _LABEL_NAME.match(name):
+            raise RenderError(f"not a label name: {name!r}")
+    if cluster_label.startswith("__"):
+        raise RenderError(f"--cluster-label: {cluster_label!r} is reserved (starts with __)")
+    if len(set(replicas)) != len(replicas):
+        raise RenderError(f"--replica-labels: a label appears twice: {', '.join(replicas)}")
+    if cluster_label in replicas:
+        raise RenderError(f"{cluster_label!r} cannot be both the cluster label and a replica "
+                          "label")
+    used: set[str] = set()
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            used |= _identifiers(str(rule["expr"]))
+    used -= {DEFAULT_CLUSTER_LABEL, *DEFAULT_REPLICA_LABELS}
+    for flag, names in (("--cluster-label", (cluster_label,)), ("--replica-labels", replicas)):
+        taken = [n for n in names if n in used]
+        if taken:
+            raise RenderError(f"{flag}: {taken[0]!r} is already a label, metric or keyword of "
+                              "the rules")
+    out = copy.deepcopy(dict(rules))
+    if cluster_label == DEFAULT_CLUSTER_LABEL and replicas == DEFAULT_REPLICA_LABELS:
+        return out
+    own_label = re.compile(r"\$labels\." + DEFAULT_CLUSTER_LABEL + r"\b")
+    own_matcher = re.compile(r"\b" + DEFAULT_CLUSTER_LABEL + r"(?=\s*(?:=|!=|=~|!~))")
+    for group in out["groups"]:
+        for rule in group["rules"]:
+            expr = _rename_replicas(str(rule["expr"]), DEFAULT_REPLICA_LABELS, replicas)
+            rule["expr"] = _rename_label(expr, DEFAULT_CLUSTER_LABEL, cluster_label)
+            annotations = rule.get("annotations", {})
+            for key, text in annotations.items():
+                text = own_label.sub("$labels." + cluster_label, text)
+                annotations[key] = own_matcher.sub(cluster_label, text)
+    return out
+
+
 class _Dumper(yaml.SafeDumper):
     """Block style for multi-line strings (PromQL), lists indented under their key, no
     anchors: the output reads like the hand-written source."""
@@ -293,9 +399,24 @@ Generated from alerts/gpuscope-rules.yaml by `python -m gpuscope.alerts.render`:
 Change the rule file and run the command again (a test fails while this file is out of date)."""
 
 
-def render_generated(rules_file: Path = RULES_FILE, runbook_base: str | None = None) -> str:
-    """The text of ``alerts/generated/prometheusrule.yaml``."""
-    obj = prometheus_rule(load_rules(rules_file), runbook_base=runbook_base)
+RULES_HEADER = """\
+Generated from alerts/gpuscope-rules.yaml by `python -m gpuscope.alerts.render --format rules`."""
+
+
+def render_generated(
+    rules_file: Path = RULES_FILE,
+    runbook_base: str | None = None,
+    *,
+    cluster_label: str = DEFAULT_CLUSTER_LABEL,
+    replica_labels: Sequence[str] = DEFAULT_REPLICA_LABELS,
+    fmt: str = "prometheusrule",
+) -> str:
+    """The text of ``alerts/generated/prometheusrule.yaml`` (with the defaults), or of the
+    rules as a plain rule file (``fmt="rules"``), the cluster and replica labels renamed."""
+    rules = relabel_rules(load_rules(rules_file), cluster_label, replica_labels)
+    obj = prometheus_rule(rules, runbook_base=runbook_base)
+    if fmt == "rules":
+        return dump_yaml({"groups": obj["spec"]["groups"]}, RULES_HEADER)
     return dump_yaml(obj, GENERATED_HEADER)
 
 
@@ -312,6 +433,15 @@ def _parser() -> _Parser:
                    help="where to write the PrometheusRule ('-' for stdout)")
     p.add_argument("--runbook-base", default=None,
                    help="URL put in front of relative runbook_url annotations")
+    p.add_argument("--cluster-label", default=DEFAULT_CLUSTER_LABEL, metavar="NAME",
+                   help="the label that names a node's cluster in your store (default: "
+                        "%(default)s)")
+    p.add_argument("--replica-labels", type=_label_list, metavar="A,B,...",
+                   default=DEFAULT_REPLICA_LABELS,
+                   help="HA replica labels whose copies of a series count once (default: "
+                        f"{','.join(DEFAULT_REPLICA_LABELS)}; empty: none)")
+    p.add_argument("--format", choices=("prometheusrule", "rules"), default="prometheusrule",
+                   help="a PrometheusRule (default) or a plain Prometheus rule file")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if the output file is not up to date")
     return p
@@ -320,7 +450,9 @@ def _parser() -> _Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        text = render_generated(args.rules, args.runbook_base)
+        text = render_generated(args.rules, args.runbook_base,
+                                cluster_label=args.cluster_label,
+                                replica_labels=args.replica_labels, fmt=args.format)
     except RenderError as exc:
         print(f"gpuscope-render: error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,11 @@ of the rule file holds one recording rule per instance type of ``dashboard/price
 type, provider, region and price date as labels), and the node and per-GPU prices joined
 from them. It is generated, like the dashboards, by ``python -m gpuscope.alerts.grafana``;
 an instance type with no price has no price series, so it is left out of dollar sums
-(never counted as $0).
+(never counted as $0). A node is (cluster, node), as in the alerting rules; ``max by``
+counts a node once however many HA replicas' copies of ``gpu_node_info`` a store holds. In a
+Prometheus' own rules only ``gpu_node_info`` may carry a cluster (the exporter's
+``--cluster-name``; the other series get theirs as an external label, outside): where the
+node's other series have none, the node's price is keyed without it too.
 """
 
 from __future__ import annotations
@@ -103,7 +107,14 @@ def price_group(prices: PriceTable) -> dict[str, Any]:
     rules.append({
         "record": NODE_PRICE,
         "expr": (
-            "max by (node, instance_type, capacity_type) (gpu_node_info)\n"
+            "max by (cluster, node, instance_type, capacity_type) (\n"
+            "  gpu_node_info and on (cluster, node) gpu_exporter_nvml_up\n"
+            "  or\n"
+            "  label_replace(\n"
+            "    gpu_node_info unless on (cluster, node) gpu_exporter_nvml_up,\n"
+            "    \"cluster\", \"\", \"cluster\", \".*\"\n"
+            "  )\n"
+            ")\n"
             "* on (instance_type) group_left (provider, region, price_date)\n"
             f"max by (instance_type, provider, region, price_date) ({INSTANCE_PRICE})\n"
         ),
@@ -111,8 +122,8 @@ def price_group(prices: PriceTable) -> dict[str, Any]:
     rules.append({
         "record": DEVICE_PRICE,
         "expr": (
-            f"max by (node) ({NODE_PRICE})\n"
-            "/ on (node)\n"
+            f"max by (cluster, node) ({NODE_PRICE})\n"
+            "/ on (cluster, node)\n"
             "(node:gpu_devices:count > 0)\n"
         ),
     })
