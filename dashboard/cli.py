@@ -42,7 +42,8 @@ from gpuscope.dashboard.data.http import (
     reject_credentials_in_url,
 )
 from gpuscope.dashboard.prices import PriceError, PriceTable, load_prices
-from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.verdicts import Thresholds, registry
+from gpuscope.dashboard.verdicts.page import Threshold, ThresholdKind
 from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
@@ -85,6 +86,9 @@ class Config:
     prometheus_sigv4_region: str | None = None
     #: From GPUSCOPE_PROMETHEUS_BASIC_AUTH_PASSWORD; kept out of repr() (logs, tracebacks).
     prometheus_basic_auth_password: str | None = field(default=None, repr=False)
+    #: The verdicts' thresholds (the flags made from the registry's).
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    print_rules: bool = False
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -128,6 +132,73 @@ def parse_region(value: str) -> str:
     return region
 
 
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: str) -> float:
+    """Seconds from ``600``, ``90s``, ``30m``, ``1.5h``, ``1d``; positive."""
+    m = _DURATION.match(value.strip())
+    seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"] if m else 0.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"expected a duration such as 600, 90s, 30m or 1h, got {value!r}")
+    return seconds
+
+
+def parse_ratio(value: str) -> float:
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = float("nan")
+    if not 0 <= ratio <= 1:  # also rejects nan
+        raise ValueError(f"expected a ratio from 0 to 1, got {value!r}")
+    return ratio
+
+
+def parse_factor(value: str) -> float:
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = float("nan")
+    if not 0 < factor < float("inf"):
+        raise ValueError(f"expected a positive number, got {value!r}")
+    return factor
+
+
+def parse_count(value: str) -> int:
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 9:
+        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+    return int(text)
+
+
+def parse_names(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names or not all(re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n) for n in names):
+        raise ValueError(f"expected comma-separated names such as power,thermal, got {value!r}")
+    return names
+
+
+_PARSE: dict[ThresholdKind, Callable[[str], Any]] = {
+    "ratio": parse_ratio, "factor": parse_factor, "seconds": parse_duration,
+    "count": parse_count, "names": parse_names,
+}
+
+
+def _default_text(spec: Threshold) -> str:
+    value = getattr(Thresholds(), spec.field)
+    if spec.kind == "names":
+        return ",".join(value)
+    if spec.kind == "seconds":
+        return f"{value / 60:g}m" if value % 60 == 0 else f"{value:g}s"
+    return f"{value:g}"
+
+
+#: The verdicts' thresholds, one flag each, from the registry (``--idle-utilization``...).
+THRESHOLD_FLAGS: tuple[Flag, ...] = tuple(
+    Flag(spec.flag, _PARSE[spec.kind], _default_text(spec), spec.help)
+    for spec in registry.THRESHOLDS)
+
 _FLAGS: tuple[Flag, ...] = (
     Flag("--prometheus", parse_url, None, "Prometheus-compatible HTTP API to query"),
     Flag("--targets", parse_targets, None,
@@ -168,6 +239,10 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--prometheus-sigv4-region", parse_region, None,
           "AWS region to sign for (default: from the aps-workspaces.REGION URL, else "
           "AWS_REGION / AWS_DEFAULT_REGION / the AWS profile)"),
+    Flag("--print-rules", boolean, "false",
+          "print the gpuscope-dashboard recording rules for these thresholds (a rule group "
+          "for Prometheus or vmalert) and exit", boolean=True),
+    *THRESHOLD_FLAGS,
 )
 
 #: Not a flag: a password on the command line is visible to every user of the host.
@@ -187,7 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_config(argv: Sequence[str] | None = None,
                  environ: Mapping[str, str] | None = None) -> Config:
     values, explicit = read_flags(build_parser(), _FLAGS, argv, environ)
-
+    thresholds = Thresholds(**{spec.field: values.pop(spec.field)
+                               for spec in registry.THRESHOLDS})
+    if not thresholds.input_low < thresholds.input_high:
+        raise ConfigError(f"--input-low ({thresholds.input_low:g}) must be below --input-high "
+                          f"({thresholds.input_high:g})")
+    if values["print_rules"]:
+        return Config(prometheus=None, targets=None, demo=False, listen_host="127.0.0.1",
+                      listen_port=0, prices=None, refresh=30.0, scrape_interval=15.0,
+                      log_level=values["log_level"], basic_auth_file=None,
+                      thresholds=thresholds, print_rules=True)
     modes = [name for name, on in (("--prometheus", values["prometheus"] is not None),
                                    ("--targets", values["targets"] is not None),
                                    ("--demo", values["demo"])) if on]
@@ -203,7 +287,7 @@ def parse_config(argv: Sequence[str] | None = None,
         if "scrape_interval" not in explicit:
             values["scrape_interval"] = 5.0
     host, port = values.pop("listen")
-    return Config(listen_host=host, listen_port=port, **values)
+    return Config(listen_host=host, listen_port=port, thresholds=thresholds, **values)
 
 
 def _check_prometheus_access(values: dict[str, Any], env: Mapping[str, str]) -> str | None:
@@ -309,6 +393,11 @@ def prometheus_client(cfg: Config) -> PromApi:
 
 def run(cfg: Config, stop: threading.Event,
         ready: Callable[[int], None] | None = None) -> int:
+    if cfg.print_rules:
+        from gpuscope.dashboard.data.prometheus import rules_yaml
+
+        print("groups:\n" + rules_yaml(cfg.thresholds), end="")
+        return 0
     from gpuscope.dashboard.app import DashboardServer, create_app
     from gpuscope.dashboard.service import DashboardService
 
@@ -328,7 +417,8 @@ def run(cfg: Config, stop: threading.Event,
     cleanup: list[Callable[[], None]] = []
     source: DataSource
     if cfg.prometheus is not None:
-        source = PrometheusData(cfg.prometheus, client=prometheus_client(cfg))
+        source = PrometheusData(cfg.prometheus, client=prometheus_client(cfg),
+                                thresholds=cfg.thresholds)
     else:
         targets = cfg.targets or ()
         if cfg.demo:
@@ -351,7 +441,7 @@ def run(cfg: Config, stop: threading.Event,
         source = embedded
     cleanup.insert(0, source.close)
 
-    service = DashboardService(source, prices)
+    service = DashboardService(source, prices, thresholds=cfg.thresholds)
     service.keep_warm(cfg.refresh)
     cleanup.insert(0, service.close)
     app = create_app(service, refresh_seconds=cfg.refresh)

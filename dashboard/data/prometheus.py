@@ -237,7 +237,6 @@ RULES = {
     "cutil": "container:gpu_utilization_ratio:avg1m",
     "idle": "uuid:gpu_idle_activity:ratio1m",
     "spin": "uuid:gpu_spinning_utilization:ratio1m",
-    "throttle": "uuid:gpu_throttle_ratio:rate2m",
     "throttling": "uuid:gpu_throttle_any_ratio:rate2m",
     "silent": "uuid:gpu_silent:info1m",
     "held_idle": "container:gpu_held_idle_usage:ratio1m",
@@ -266,8 +265,10 @@ RULES = {
 #: The rules' version, recorded as ``gpuscope:dashboard_rules:version``: raised whenever a
 #: release adds a recorded series the page reads, so that a rule file older than the page
 #: (which lacks it: sparse series cannot tell "nothing met the rule" from "not recorded")
-#: leaves the page to the raw series instead of to a silent gap.
-RULES_VERSION = 3
+#: leaves the page to the raw series instead of to a silent gap. The series carries the
+#: thresholds the rules were made for (label ``thresholds``: ``Thresholds.key``): the page
+#: reads only rules made for its own.
+RULES_VERSION = 4
 RULE_INTERVAL = 60.0
 #: A step's window: its ``step`` seconds less a millisecond. Prometheus 2 takes the samples
 #: of ``[t - d, t]`` (both ends), VictoriaMetrics those of ``(t - d, t]``: a sample exactly
@@ -437,18 +438,6 @@ class Verdicts:
         return (f"max by ({GBY}, reason) (rate({st.sel('gpu_throttle_seconds_total')}"
                 f"[{over or st.rr}])) > 0")
 
-    def throttle(self, st: _Steps) -> str:
-        """The devices throttled by a reason that counts at ``throttle_ratio`` or more (value:
-        the throttle seconds per second). With ``st.rules``, from the recorded throttling
-        (:meth:`throttling`: the same rates, recorded where above 0) instead of the
-        counters of those reasons on every device."""
-        match = {"reason": f'=~"{any_of(self.th.throttle_reasons)}"'}
-        if st.rules:
-            rate = f"last_over_time({st.sel(RULES['throttling'], match)}[{st.r}])"
-        else:
-            rate = f"rate({st.sel('gpu_throttle_seconds_total', match)}[{st.rr}])"
-        return f"max by ({GBY}, reason) ({rate}) >= {self.th.throttle_ratio!r}"
-
     def held_parts(self, st: _Steps) -> list[str]:
         """Per container, what it uses of what it holds where that is below the idle
         threshold: the device's SM activity where it has GPM and one holder, else the
@@ -587,7 +576,6 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
         (RULES["idle"], " or ".join(v.idle_parts(rec))),
         (RULES["spin"], v.spinning(rec)),
         (RULES["throttling"], v.throttling(raw)),
-        (RULES["throttle"], v.throttle(rec)),
         (RULES["silent"], v.silent(raw)),
         (RULES["held_idle"], " or ".join(v.held_parts(rec))),
         (RULES["candidates"], v.candidates(rec)),
@@ -605,7 +593,8 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
         (RULES["input_range"], f"{_cmean()} > {max(0.0, th.input_low - INPUT_MARGIN)!r}"
                                f" <= {th.input_high + INPUT_MARGIN!r}"),
         (RULES["sharers"], f"count by (node, uuid) ({_cmean()}) >= 2"),
-        (RULES["version"], f"vector({RULES_VERSION})"),
+        (RULES["version"],
+         f'label_replace(vector({RULES_VERSION}), "thresholds", "{th.key}", "", "")'),
     ]
 
 
@@ -967,7 +956,8 @@ class _Answers:
 RAW_NODES = 1000
 RAW_NOTE = ("This fleet has {nodes:,} nodes: without the gpuscope-dashboard recording rules the "
             "page reads every device's raw series, which grows slow beyond {most:,} nodes. Load "
-            "the rules into your Prometheus or vmalert (docs/dashboard.md, \"Recording "
+            "the rules made for this page's thresholds into your Prometheus or vmalert "
+            "(gpuscope-dashboard --print-rules prints them; docs/dashboard.md, \"Recording "
             "rules\").")
 
 
@@ -1596,9 +1586,10 @@ class PrometheusData:
         names = [RULES["util_max"], RULES["util"], RULES["version"]]
         ends = (window.start + window.step, window.end)
         # One sample when every series is there at both ends (``and`` of the counts).
+        version = selector(RULES["version"], thresholds=self.thresholds.key)
         query = " and ".join(
-            f"count(last_over_time({name}[{probe}] @ {t:.3f})"
-            f"{f' >= {RULES_VERSION}' if name == RULES['version'] else ''})"
+            f"count(last_over_time({version if name == RULES['version'] else name}[{probe}]"
+            f" @ {t:.3f}){f' >= {RULES_VERSION}' if name == RULES['version'] else ''})"
             for name in names for t in ends)
         loaded = len(self.instant(query, window.end)) == 1
         with self._lock:

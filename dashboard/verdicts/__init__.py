@@ -1,11 +1,14 @@
-"""Pure analysis functions on time series (no I/O): idle GPUs, MIG slices and nodes, waste in
-dollars, time-slicing and input starvation, stragglers (stalled and slow), spinning and
-throttled GPUs, allocated-idle containers. Thresholds are DESIGN.md's, as defaults that every
-function takes as keyword arguments and :class:`Thresholds` carries as one."""
+"""The verdicts, one module each (:mod:`.registry` lists them): idle GPUs, MIG slices and
+nodes, waste in dollars, time-slicing and input starvation, stragglers (stalled and slow),
+spinning and throttled GPUs, allocated-idle containers, GPU health, MPS. Thresholds are
+DESIGN.md's, as defaults that every function takes as keyword arguments and
+:class:`Thresholds` carries as one; each verdict module declares its own as data
+(``THRESHOLDS``), which the dashboard's flags are made from."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import astuple, dataclass
 
 from gpuscope.dashboard.verdicts.allocated import (
     ALLOCATED_IDLE_DURATION,
@@ -69,6 +72,15 @@ class Thresholds:
     throttle_reasons: tuple[str, ...] = THROTTLE_REASONS
     allocated_idle_utilization: float = ALLOCATED_IDLE_THRESHOLD
     allocated_idle_duration: float = ALLOCATED_IDLE_DURATION
+
+    @property
+    def key(self) -> str:
+        """A short digest of every value: the recording rules made for these thresholds
+        carry it (``gpuscope:dashboard_rules:version{thresholds}``), and the page reads them
+        only where it is its own."""
+        values = tuple(float(v) if isinstance(v, int | float) else tuple(v)
+                       for v in astuple(self))
+        return hashlib.sha256(repr(values).encode()).hexdigest()[:12]
 
     @property
     def spin_rule(self) -> SpinRule:

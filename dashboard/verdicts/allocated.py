@@ -24,10 +24,17 @@ from dataclasses import dataclass
 from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, Window
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table
+from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
 
 ALLOCATED_IDLE_THRESHOLD = 0.05
 ALLOCATED_IDLE_DURATION = 30 * 60.0
+
+THRESHOLDS = (
+    Threshold("allocated_idle_utilization", "ratio",
+              "a container holding a GPU, slice or time-slice is allocated-idle using less "
+              "than this share of it"),
+    Threshold("allocated_idle_duration", "seconds", "... for at least this long"),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,17 @@ from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
-from gpuscope.dashboard.verdicts.page import Column, Section, Table
+from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
 
 IDLE_THRESHOLD = 0.05
 IDLE_DURATION = 30 * 60.0
+
+THRESHOLDS = (
+    Threshold("idle_utilization", "ratio",
+              "a GPU (or MIG slice) is idle below this utilization (SM activity on a "
+              "slice with GPM)"),
+    Threshold("idle_duration", "seconds", "... for at least this long"),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,27 @@ Row = dict[str, str | float | int | None]
 #: What a row's links keep of the page's state (window, namespace).
 State = Mapping[str, str | None]
 
+#: What a threshold measures, and so how its flag is read: ``ratio`` (0-1), ``factor`` (a
+#: positive multiplier), ``seconds`` (a duration: ``600``, ``90s``, ``30m``, ``1h``),
+#: ``count`` (a whole number >= 1), ``names`` (comma-separated names).
+ThresholdKind = Literal["ratio", "factor", "seconds", "count", "names"]
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """One of a verdict's thresholds, as data: the field of
+    :class:`~gpuscope.dashboard.verdicts.Thresholds` it sets (whose default is the
+    verdict's), what it measures, and the help text of its flag (``--`` and the field,
+    ``_`` as ``-``: ``--idle-utilization``)."""
+
+    field: str
+    kind: ThresholdKind
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
 
 @dataclass(frozen=True, slots=True)
 class Column:

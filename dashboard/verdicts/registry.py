@@ -22,7 +22,7 @@ from gpuscope.dashboard.verdicts import (
     stragglers,
     throttle,
 )
-from gpuscope.dashboard.verdicts.page import Section, StepVerdict
+from gpuscope.dashboard.verdicts.page import Section, StepVerdict, Threshold
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -47,6 +47,15 @@ SECTIONS: tuple[Section, ...] = tuple(
 
 #: The verdicts the registry judges itself, on the series they ask for.
 STEP_VERDICTS: tuple[StepVerdict, ...] = tuple(e for e in PAGE if isinstance(e, StepVerdict))
+
+
+#: Every verdict's thresholds, in page order: the dashboard's flags
+#: (:mod:`gpuscope.dashboard.cli`) and the fields of
+#: :class:`~gpuscope.dashboard.verdicts.Thresholds` (a test keeps the two the same).
+THRESHOLDS: tuple[Threshold, ...] = (
+    *idle.THRESHOLDS, *allocated.THRESHOLDS, *spinning.THRESHOLDS, *throttle.THRESHOLDS,
+    *starvation.THRESHOLDS, *stragglers.THRESHOLDS,
+)
 
 
 def step_queries(th: Thresholds | None = None) -> tuple[StepQuery, ...]:

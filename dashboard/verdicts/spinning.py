@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import GpuRef, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table
+from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
 
 SPIN_BUSY = 0.5
 SPIN_SM = 0.3
@@ -30,6 +30,16 @@ SPIN_TENSOR = 0.02
 SPIN_DRAM = 0.02
 SPIN_POWER = 0.25
 SPIN_DURATION = 30 * 60.0
+
+THRESHOLDS = (
+    Threshold("spin_busy", "ratio", "a GPU can spin at this utilization or more"),
+    Threshold("spin_sm", "ratio", "... with GPM: spins below this SM activity"),
+    Threshold("spin_tensor", "ratio", "... and below this tensor activity"),
+    Threshold("spin_dram", "ratio", "... and below this DRAM activity"),
+    Threshold("spin_power", "ratio",
+              "... without GPM: spins below this share of its power limit"),
+    Threshold("spin_duration", "seconds", "... for at least this long"),
+)
 
 
 @dataclass(frozen=True, slots=True)

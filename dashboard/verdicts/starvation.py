@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gpuscope.dashboard import ids
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, UtilStats, Window
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table
+from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
 
 BUSY_THRESHOLD = 0.9
 SHARE_FACTOR = 0.5
@@ -29,6 +29,20 @@ INPUT_LOW = 0.05
 INPUT_HIGH = 0.5
 INPUT_MIN_CV = 0.5
 INPUT_MIN_SAMPLES = 10
+
+THRESHOLDS = (
+    Threshold("busy_utilization", "ratio",
+              "time-slice starvation: on a shared GPU at least this busy, ..."),
+    Threshold("share_factor", "factor",
+              "... a container gets less than this times its fair share (1/n), ..."),
+    Threshold("starvation_duration", "seconds", "... for at least this long"),
+    Threshold("input_low", "ratio",
+              "input-starved: a container's mean utilization above this, ..."),
+    Threshold("input_high", "ratio", "... and below this, ..."),
+    Threshold("input_min_cv", "factor",
+              "... varying by at least this coefficient of variation (stddev / mean), ..."),
+    Threshold("input_min_samples", "count", "... over at least this many samples"),
+)
 
 
 @dataclass(frozen=True, slots=True)

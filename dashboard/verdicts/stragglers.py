@@ -33,12 +33,24 @@ from gpuscope.dashboard.series import (
     WorkSignals,
 )
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table
+from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
 
 STRAGGLER_FACTOR = 0.5
 STRAGGLER_DURATION = 10 * 60.0
 SLOW_FACTOR = 1.3
 SLOW_BUSY = 0.8
+
+THRESHOLDS = (
+    Threshold("straggler_factor", "factor",
+              "stalled: a workload's GPU below this times its group's median utilization, "
+              "..."),
+    Threshold("straggler_duration", "seconds",
+              "... for at least this long (the slow ranks too)"),
+    Threshold("slow_factor", "factor",
+              "slow: a GPU at this times its group's median work (SM activity, else power) "
+              "or more, ..."),
+    Threshold("slow_busy", "ratio", "... while every GPU of the group is at least this busy"),
+)
 
 GroupKey = tuple[str, str, str]  # namespace, workload, GPU model
 

@@ -33,6 +33,7 @@ from gpuscope.dashboard.verdicts.page import (
     StepAnswers,
     StepVerdict,
     Table,
+    Threshold,
     device_ref,
 )
 
@@ -42,6 +43,14 @@ if TYPE_CHECKING:  # the package's __init__ imports this module's defaults
 THROTTLE_REASONS: tuple[str, ...] = ("power", "thermal", "reliability", "board_limit")
 THROTTLE_RATIO = 0.2
 THROTTLE_DURATION = 10 * 60.0
+
+THRESHOLDS = (
+    Threshold("throttle_ratio", "ratio",
+              "a GPU is throttled for a reason held down this share of the time or more"),
+    Threshold("throttle_duration", "seconds", "... for at least this long"),
+    Threshold("throttle_reasons", "names",
+              "the throttle reasons that count (gpu_throttle_seconds_total's reason label)"),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from gpuscope.dashboard.data import PrometheusData
 from gpuscope.dashboard.data.prometheus import RULES
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
 from tests.stores import (
     Store,
@@ -196,6 +196,11 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         ranges = spy(prom, "range")
         ruled = page_view(prom, WINDOW, bundled_prices())
         assert prom.rules_loaded(ruled.window) is True
+        # Rules made for other thresholds are not this page's: it reads the raw series.
+        other = PrometheusData(store.url, clock=lambda: stores.end, timeout=120,
+                               thresholds=Thresholds(idle_utilization=0.1))
+        assert other.rules_loaded(ruled.window) is False
+        other.close()
         assert ruled.notes and "recording rules" in ruled.notes[0]
         # The stragglers came from their summaries: no step of their nodes' containers or
         # work signals was asked for.

@@ -57,12 +57,58 @@ def test_environment_variables_and_flag_precedence() -> None:
     (["--demo"], {"GPUSCOPE_LISTEN": "nope"}, "GPUSCOPE_LISTEN: expected HOST:PORT"),
     ([], {"GPUSCOPE_DEMO": "maybe"}, "GPUSCOPE_DEMO: expected true or false"),
     (["--demo", "--bogus"], {}, "unrecognized arguments: --bogus"),
+    (["--demo", "--idle-utilization", "5%"], {}, "--idle-utilization: expected a ratio"),
+    (["--demo", "--idle-utilization", "1.5"], {}, "--idle-utilization: expected a ratio"),
+    (["--demo", "--spin-duration", "soon"], {}, "--spin-duration: expected a duration"),
+    (["--demo", "--spin-duration", "0m"], {}, "--spin-duration: expected a duration"),
+    (["--demo", "--share-factor", "-1"], {}, "--share-factor: expected a positive number"),
+    (["--demo", "--input-min-samples", "2.5"], {}, "--input-min-samples: expected a whole"),
+    (["--demo", "--throttle-reasons", "power;thermal"], {}, "--throttle-reasons: expected"),
+    (["--demo", "--input-low", "0.6"], {}, "--input-low (0.6) must be below --input-high"),
+    (["--demo"], {"GPUSCOPE_IDLE_DURATION": "1 hour"}, "GPUSCOPE_IDLE_DURATION: expected"),
 ])
 def test_bad_input_is_one_clear_line(argv: list[str], env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(argv, environ=env)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_the_verdicts_thresholds_are_flags() -> None:
+    """One flag per threshold the verdict modules declare (the registry's), with their
+    defaults; durations in seconds or with a unit; the environment as for every flag."""
+    from gpuscope.dashboard.verdicts import Thresholds
+
+    assert parse_config(["--demo"], environ={}).thresholds == Thresholds()
+    cfg = parse_config(["--demo", "--idle-utilization", "0.1", "--spin-duration", "45m",
+                        "--throttle-reasons", "power,thermal", "--input-min-samples", "20",
+                        "--slow-factor", "1.5"],
+                       environ={"GPUSCOPE_ALLOCATED_IDLE_DURATION": "1h",
+                                "GPUSCOPE_IDLE_UTILIZATION": "0.2"})
+    assert cfg.thresholds == Thresholds(
+        idle_utilization=0.1, spin_duration=2700.0, throttle_reasons=("power", "thermal"),
+        input_min_samples=20, slow_factor=1.5, allocated_idle_duration=3600.0)
+
+
+def test_print_rules_prints_the_rules_for_the_thresholds_and_promtool_takes_them(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``--print-rules`` needs no data source: the gpuscope-dashboard group for the flags'
+    thresholds, its version series labelled with them (the page reads only rules made for
+    its own), a rule file promtool accepts."""
+    from gpuscope.dashboard.verdicts import Thresholds
+    from tests.stores import binary
+
+    assert main(["--print-rules", "--idle-utilization", "0.1"]) == 0
+    text = capsys.readouterr().out
+    key = Thresholds(idle_utilization=0.1).key
+    assert text.startswith("groups:\n  - name: gpuscope-dashboard\n")
+    assert f'"thresholds", "{key}"' in text and Thresholds().key not in text
+    assert "< 0.1" in text and "< 0.05" not in text.split("held_idle")[0]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(text)
+    check = subprocess.run([binary("promtool"), "check", "rules", str(rules)],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_main_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -61,3 +61,31 @@ def test_the_embedded_stores_straggler_default_is_the_verdicts() -> None:
     from gpuscope.dashboard.verdicts import stragglers
 
     assert embedded.STRAGGLER_DURATION == stragglers.STRAGGLER_DURATION
+
+
+def test_the_registrys_thresholds_are_every_field_of_thresholds() -> None:
+    """Each verdict module declares its thresholds; together they are the fields of
+    Thresholds, each once, so that every threshold has its flag and no flag is orphaned."""
+    from dataclasses import fields
+
+    from gpuscope.dashboard.verdicts import Thresholds
+
+    declared = [t.field for t in registry.THRESHOLDS]
+    assert len(declared) == len(set(declared))
+    assert set(declared) == {f.name for f in fields(Thresholds)}
+    assert all(t.flag == "--" + t.field.replace("_", "-") and t.help for t in registry.THRESHOLDS)
+
+
+def test_the_thresholds_key_tells_thresholds_apart() -> None:
+    from dataclasses import replace
+
+    from gpuscope.dashboard.verdicts import Thresholds
+
+    base = Thresholds()
+    assert base.key == Thresholds().key and len(base.key) == 12
+    # The same values however they were given (a whole number of seconds, a float).
+    assert replace(base, idle_duration=1800).key == base.key
+    keys = {base.key, replace(base, idle_utilization=0.1).key,
+            replace(base, throttle_reasons=("power",)).key,
+            replace(base, input_min_samples=11).key}
+    assert len(keys) == 4

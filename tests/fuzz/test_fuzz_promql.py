@@ -65,7 +65,7 @@ from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.data.steps import STEP_LABEL
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.service import WINDOWS, DashboardService
-from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.throttle import THROTTLE_REASONS
 from tests.fuzz._profile import fuzz
 
@@ -217,7 +217,9 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
 
 #: Equality matchers the code itself writes: each node's first GPU (``gpu="0"``: whether
 #: data begins at the window's start).
-CONSTANT_EQUALS = {"0"}
+#: "0", and the key of the page's thresholds (the default ones here), which the recording
+#: rules' version series is matched with.
+CONSTANT_EQUALS = {"0", Thresholds().key}
 
 
 def constant_regex(lit: Literal) -> bool:
