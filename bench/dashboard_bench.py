@@ -53,8 +53,9 @@ sys.path.insert(0, str(REPO))
 
 from bench import fleet  # noqa: E402
 from gpuscope.dashboard import components  # noqa: E402
-from gpuscope.dashboard.data import DataError, PrometheusData  # noqa: E402
+from gpuscope.dashboard.data import DataError  # noqa: E402
 from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
+from gpuscope.dashboard.plan import PrometheusData  # noqa: E402
 from gpuscope.dashboard.prices import load_prices  # noqa: E402
 from gpuscope.dashboard.series import gc_paused  # noqa: E402
 from gpuscope.dashboard.views import FleetView, build_fleet_view  # noqa: E402

@@ -45,9 +45,10 @@ if str(REPO) not in sys.path:
 
 from bench import fleet  # noqa: E402
 from bench.dashboard_bench import head_prometheus  # noqa: E402
-from gpuscope.dashboard.data import DataError, PrometheusData  # noqa: E402
+from gpuscope.dashboard.data import DataError  # noqa: E402
 from gpuscope.dashboard.data.http import PromApi  # noqa: E402
 from gpuscope.dashboard.data.source import InvalidFilter, validate_namespace  # noqa: E402
+from gpuscope.dashboard.plan import PrometheusData  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import fleet  # noqa: E402
-from gpuscope.dashboard.data.prometheus import RULES, recording_rules  # noqa: E402
+from gpuscope.dashboard.plan.rules import RULES, recording_rules  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,

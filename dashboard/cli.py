@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscope.dashboard.data import DataSource, EmbeddedData, PrometheusData, Target, parse_targets
+from gpuscope.dashboard.data import DataSource, EmbeddedData, Target, parse_targets
 from gpuscope.dashboard.data.http import (
     Auth,
     BasicAuth,
@@ -41,6 +41,7 @@ from gpuscope.dashboard.data.http import (
     amp_region,
     reject_credentials_in_url,
 )
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import PriceError, PriceTable, load_prices
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.page import Threshold, ThresholdKind
@@ -394,7 +395,7 @@ def prometheus_client(cfg: Config) -> PromApi:
 def run(cfg: Config, stop: threading.Event,
         ready: Callable[[int], None] | None = None) -> int:
     if cfg.print_rules:
-        from gpuscope.dashboard.data.prometheus import rules_yaml
+        from gpuscope.dashboard.plan import rules_yaml
 
         print("groups:\n" + rules_yaml(cfg.thresholds), end="")
         return 0

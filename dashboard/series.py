@@ -277,6 +277,20 @@ def summary_mean(summary: NodeSummary) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldSteps:
+    """What the allocated-idle verdict measures a holder's use by, per step, where the store
+    sends the series rather than the use itself (the embedded store): ``held``, > 0 where the
+    container held its device (``container_gpu_allocated``'s highest sample in the step);
+    ``utilization``, the container's highest utilization sample in the step; ``memory``, its
+    processes' memory on the device (bytes, the highest sample). The device's SM activity
+    and whether it has GPM are the work signals' (:class:`WorkSignals`)."""
+
+    held: Mapping[ContainerRef, Series] = field(default_factory=dict)
+    utilization: Mapping[ContainerRef, Series] = field(default_factory=dict)
+    memory: Mapping[ContainerRef, Series] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class FleetData:
     """Everything the fleet page needs, for one window.
 
@@ -306,7 +320,9 @@ class FleetData:
       ``held_signal`` (``sm``: its device's SM activity, when the device has GPM and it is
       the device's only holder; ``utilization``: its own utilization, the highest sample in
       the step; ``process``: 1 if it had a process on a MIG slice without GPM, else 0).
-      The Prometheus mode sends only the steps below the idle threshold.
+      The Prometheus mode sends only the steps below the idle threshold; the embedded
+      store sends ``held_steps`` instead (:class:`HeldSteps`), from which the verdict
+      measures it.
     - ``history_start``: where collected data begins (>= window start); every "for >= D"
       verdict holds over ``min(D, window, end - history_start)``.
     - ``queries``: how many backend queries this took (Prometheus mode).
@@ -344,6 +360,7 @@ class FleetData:
     evidence: Mapping[GpuRef, Evidence] = field(default_factory=dict)
     held_usage: Mapping[ContainerRef, Series] = field(default_factory=dict)
     held_signal: Mapping[ContainerRef, str] = field(default_factory=dict)
+    held_steps: HeldSteps | None = None
     queries: int = 0
     notes: tuple[str, ...] = ()
     silent: frozenset[GpuRef] | None = None

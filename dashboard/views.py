@@ -24,7 +24,7 @@ from gpuscope.dashboard.series import (
     summary_mean,
 )
 from gpuscope.dashboard.verdicts import Thresholds, registry
-from gpuscope.dashboard.verdicts.allocated import allocated_idle
+from gpuscope.dashboard.verdicts.allocated import allocated_idle, held_usage
 from gpuscope.dashboard.verdicts.idle import (
     fleet_of,
     gpu_states,
@@ -447,9 +447,18 @@ def _build_fleet_view(
 
     shares = inventory.shares
 
+    # How much of what it holds each holder used per step: the store's measure (the
+    # Prometheus plan's), or measured here from the series the store sent (embedded).
+    usage, usage_signal = data.held_usage, data.held_signal
+    if data.held_steps is not None:
+        usage, usage_signal = held_usage(
+            data.held_steps.held, data.held_steps.utilization, data.held_steps.memory,
+            signals.sm, signals.gpm,
+            {ref for ref, info in data.gpus.items() if not info.is_physical})
+
     # Who uses each device (containers with a utilization series, or holding it).
     users: dict[GpuRef, set[ContainerRef]] = {}
-    for c in [*data.containers, *data.held_usage]:
+    for c in [*data.containers, *usage]:
         if c.namespace:
             users.setdefault(c.gpu, set()).add(c)
     workload_of = {(p.node, p.namespace, p.pod): p.workload for p in data.pods.values()}
@@ -519,7 +528,7 @@ def _build_fleet_view(
         return f"GPU {index}", per_gpu
 
     allocated_rows = []
-    for a in allocated_idle(data.held_usage, data.held_signal, window, hs,
+    for a in allocated_idle(usage, usage_signal, window, hs,
                             threshold=th.allocated_idle_utilization,
                             duration=th.allocated_idle_duration):
         if not wanted(a.ref.namespace):

@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.dashboard.data.prometheus import RULE_INTERVAL, recording_rules
+from gpuscope.dashboard.plan.rules import RULE_INTERVAL, recording_rules
 from tests.ports import free_port
 
 PROMETHEUS = "prometheus"

@@ -5,7 +5,8 @@ protocol and all returning the same :class:`~gpuscope.dashboard.series.FleetData
 ``NodeDetail`` / ``PodDetail``:
 
 - :mod:`.prometheus` (``--prometheus URL``): any Prometheus-compatible HTTP API, every
-  aggregation server-side;
+  aggregation server-side (the fleet page's plan of queries on it is
+  :mod:`gpuscope.dashboard.plan`, above the verdicts);
 - :mod:`.embedded` (``--targets URL,...``): scrapes exporters directly into a bounded window;
 - the demo (``--demo``, :mod:`gpuscope.dashboard.demo`) runs simulated exporters in-process
   and an embedded data source on them.
@@ -17,7 +18,7 @@ answers (``step_series``).
 """
 
 from gpuscope.dashboard.data.embedded import EmbeddedData, Sample
-from gpuscope.dashboard.data.prometheus import PrometheusData
+from gpuscope.dashboard.data.prometheus import PrometheusStore
 from gpuscope.dashboard.data.promql import escape_label_value, selector
 from gpuscope.dashboard.data.source import (
     INFO_LOOKBACK,
@@ -39,7 +40,7 @@ __all__ = [
     "DataSource",
     "EmbeddedData",
     "InvalidFilter",
-    "PrometheusData",
+    "PrometheusStore",
     "Sample",
     "StepQuery",
     "Target",

@@ -43,6 +43,7 @@ from gpuscope.dashboard.series import (
     FleetData,
     GpuInfo,
     GpuRef,
+    HeldSteps,
     NodeDetail,
     NodeInfo,
     PodDetail,
@@ -701,11 +702,6 @@ class EmbeddedData:
             lo = bisect.bisect_right(times, window.start)
             if lo < len(times):
                 memory[user] = max(values[lo:])
-        # The allocated-idle verdict's own reduction, still done here (issue 29's open
-        # layering); imported where used: the verdict modules import this package.
-        from gpuscope.dashboard.verdicts.allocated import held_usage
-        usage, usage_signal = held_usage(held, container_max, memory_steps, signals.sm,
-                                         signals.gpm, slices)
         if namespace is not None:
             touched = {ref.gpu for ref in containers if ref.namespace == namespace}
             containers = {ref: s for ref, s in containers.items() if ref.gpu in touched}
@@ -739,8 +735,7 @@ class EmbeddedData:
             idle_signal=idle_signal,
             signals=signals,
             evidence=_evidence(sel, window, min(self.straggler_duration, window.seconds)),
-            held_usage=usage,
-            held_signal=usage_signal,
+            held_steps=HeldSteps(held, container_max, memory_steps),
             queries=0,
             notes=(*self.notes, *self.target_notes(window.end)),
         )

@@ -19,10 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 
 if TYPE_CHECKING:
-    # For the types only: dashboard.data's package still imports two verdict modules (its
-    # embedded and Prometheus stores: issue 29's open layering), so importing it here at run
-    # time would close a cycle while those load; the package's __init__ (Thresholds)
-    # imports the verdict modules, which import this one.
+    # For the types only: the package's __init__ (Thresholds) imports the verdict modules,
+    # which import this one.
     from gpuscope.dashboard.data.steps import StepQuery
     from gpuscope.dashboard.verdicts import Thresholds
 

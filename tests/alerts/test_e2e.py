@@ -314,7 +314,7 @@ def test_dashboard_verdicts_agree_with_the_alerts(stack: Stack) -> None:
     thresholds and the same (shortened) durations: idle nodes and GpuNodeUnderutilized,
     spinning GPUs and GpuSpinning, throttled GPUs and GpuThrottled, allocated-idle
     containers and GpuAllocatedButIdle."""
-    from gpuscope.dashboard.data import PrometheusData
+    from gpuscope.dashboard.plan import PrometheusData
     from gpuscope.dashboard.prices import bundled_prices
     from gpuscope.dashboard.verdicts import Thresholds
     from gpuscope.dashboard.views import page_view

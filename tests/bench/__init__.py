@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuscope.dashboard.data import PrometheusData
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import FleetView
 from gpuscope.dashboard.views import page_view as page_of

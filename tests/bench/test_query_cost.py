@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import fleet, query_cost
-from gpuscope.dashboard.data import PrometheusData
+from gpuscope.dashboard.plan import PrometheusData
 from tests.stores import Store, start_prometheus
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import fleet, rules
-from gpuscope.dashboard.data import PrometheusData
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import page_view
 from tests.stores import StoreError, backfill_rules, start_prometheus, start_victoriametrics

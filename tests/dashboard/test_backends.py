@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from bench import fleet as F
-from gpuscope.dashboard.data import PrometheusData
-from gpuscope.dashboard.data.prometheus import RULES
 from gpuscope.dashboard.data.promql import any_of
+from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.plan.rules import RULES
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
@@ -87,7 +87,7 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     drawing 20 nodes and the devices always asked in node lists, so that at 200 nodes the
     page reads the devices of the nodes with findings and of the 20 least busy alone. Its
     numbers and flags must be those of every device read."""
-    import gpuscope.dashboard.data.prometheus as P
+    import gpuscope.dashboard.plan.runs as P
     import gpuscope.dashboard.views as V
 
     monkeypatch.setattr(P, "MAX_HEATMAP_NODES", 20)
@@ -318,7 +318,7 @@ def test_beyond_the_raw_size_the_page_says_how_to_load_the_rules(
     # Without the recording rules the page reads every device's raw series: beyond
     # RAW_NODES nodes it says so, with what to do. The 200-node fleet is over a bound of 150
     # and within one of 200.
-    from gpuscope.dashboard.data import prometheus
+    from gpuscope.dashboard.plan import fleet as prometheus
 
     prom = PrometheusData(stores.prometheus.url, clock=lambda: stores.end, timeout=120)
     try:

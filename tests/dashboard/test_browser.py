@@ -16,7 +16,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.app import DashboardServer, create_app
-from gpuscope.dashboard.data import DataError, PrometheusData, StepQuery
+from gpuscope.dashboard.data import DataError, StepQuery
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series, Window
 from gpuscope.dashboard.service import DashboardService

@@ -12,7 +12,6 @@ from gpuscope.dashboard.data import (
     DataError,
     EmbeddedData,
     InvalidFilter,
-    PrometheusData,
     Target,
     escape_label_value,
     make_window,
@@ -21,15 +20,10 @@ from gpuscope.dashboard.data import (
     validate_namespace,
     validate_node,
 )
-from gpuscope.dashboard.data.prometheus import (
-    MAX_QUERY_BYTES,
-    FollowUp,
-    _groups,
-    _StragglerRuns,
-    _summaries,
-    index_queries,
-)
+from gpuscope.dashboard.data.prometheus import MAX_QUERY_BYTES, index_queries
 from gpuscope.dashboard.data.promql import any_of, labelled
+from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.plan.runs import FollowUp, _groups, _StragglerRuns, _summaries
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,

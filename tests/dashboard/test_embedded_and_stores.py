@@ -34,7 +34,8 @@ from typing import Any
 import pytest
 
 from bench import fleet as F
-from gpuscope.dashboard.data import EmbeddedData, PrometheusData
+from gpuscope.dashboard.data import EmbeddedData
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view

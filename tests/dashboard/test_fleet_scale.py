@@ -12,8 +12,8 @@ import pytest
 
 from gpuscope.dashboard import components, ids, sections
 from gpuscope.dashboard.callbacks import MAX_POD_CHOICES, _pod_choices
-from gpuscope.dashboard.data.prometheus import detail_nodes
 from gpuscope.dashboard.figures import heatmap_figure, heatmap_summary
+from gpuscope.dashboard.plan.runs import detail_nodes
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,

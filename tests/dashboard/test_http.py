@@ -35,7 +35,7 @@ import botocore.credentials
 import botocore.session
 import pytest
 
-from gpuscope.dashboard.data import DataError, PrometheusData
+from gpuscope.dashboard.data import DataError
 from gpuscope.dashboard.data.http import (
     BasicAuth,
     BearerAuth,
@@ -46,6 +46,7 @@ from gpuscope.dashboard.data.http import (
     TlsConfig,
     amp_region,
 )
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import page_view
 from tests.conftest import REPO, free_port, wait_for
@@ -557,7 +558,7 @@ def test_botocore_is_imported_only_for_sigv4(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from gpuscope.dashboard.data.http import PromApi, BearerAuth, TlsConfig\n"
-        "from gpuscope.dashboard.data import PrometheusData\n"
+        "from gpuscope.dashboard.plan import PrometheusData\n"
         f"PrometheusData('https://p', client=PromApi('https://p', auth=BearerAuth({str(token)!r}),"
         " tls=TlsConfig()))\n"
         "assert 'botocore' not in sys.modules, 'botocore imported'\n"

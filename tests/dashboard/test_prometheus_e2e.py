@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from gpuscope.dashboard.data import InvalidFilter, PrometheusData, selector
+from gpuscope.dashboard.data import InvalidFilter, selector
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
 from tests.conftest import ExporterProcess, free_port, wait_for

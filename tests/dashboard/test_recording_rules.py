@@ -10,7 +10,7 @@ import re
 import yaml
 
 from gpuscope.alerts.render import RULES_FILE
-from gpuscope.dashboard.data.prometheus import RULES, recording_rules, rules_yaml
+from gpuscope.dashboard.plan.rules import RULES, recording_rules, rules_yaml
 
 
 def _normal(expr: str) -> str:

@@ -28,10 +28,11 @@ from typing import Any
 
 import pytest
 
-from gpuscope.dashboard.data import DataError, EmbeddedData, PrometheusData, StepQuery
+from gpuscope.dashboard.data import DataError, EmbeddedData, StepQuery
 from gpuscope.dashboard.data.prometheus import EDGE, MAX_QUERY_BYTES
 from gpuscope.dashboard.data.steps import EDGE as STEPS_EDGE
 from gpuscope.dashboard.data.steps import STEP_LABEL, combined, promql
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.series import Series
 from gpuscope.dashboard.verdicts import registry
 from tests.conftest import free_port

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import requests
 
-from gpuscope.dashboard.data import EmbeddedData, PrometheusData, Target
+from gpuscope.dashboard.data import EmbeddedData, Target
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.views import FleetView, page_view

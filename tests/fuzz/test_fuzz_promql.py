@@ -52,7 +52,6 @@ from hypothesis import strategies as st
 from gpuscope.dashboard import callbacks, ids, sections
 from gpuscope.dashboard.data import (
     InvalidFilter,
-    PrometheusData,
     make_window,
     selector,
     validate_namespace,
@@ -60,9 +59,10 @@ from gpuscope.dashboard.data import (
     validate_pod,
     validate_workload,
 )
-from gpuscope.dashboard.data.prometheus import FollowUp
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.dashboard.data.steps import STEP_LABEL
+from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.plan.runs import FollowUp
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.service import WINDOWS, DashboardService
 from gpuscope.dashboard.verdicts import Thresholds, registry

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpuscope.dashboard.data import EmbeddedData, PrometheusData, Target
+from gpuscope.dashboard.data import EmbeddedData, Target
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.verdicts.health import VERDICT, GpuHealth

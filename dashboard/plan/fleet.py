@@ -1,0 +1,385 @@
+"""The fleet page's data from a Prometheus-compatible store: :class:`PrometheusData` runs
+the plan's rounds of queries (:mod:`.queries`) and reads their answers into
+:class:`~gpuscope.dashboard.series.FleetData` for the verdicts judged in the views. Issue 29
+moves the verdicts onto their own step queries one by one; this is what is left of the
+planner."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import replace
+from typing import Any
+
+from gpuscope.dashboard.data.prometheus import _cref, _gref
+from gpuscope.dashboard.data.source import (
+    validate_namespace,
+)
+from gpuscope.dashboard.plan.queries import PlanQueries
+from gpuscope.dashboard.plan.rules import RAW_NODES, RAW_NOTE
+from gpuscope.dashboard.plan.runs import (
+    _NO_POINTS,
+    FollowUp,
+    _Answers,
+    _evidence,
+    _FullRuns,
+    _group_key,
+    _groups,
+    _merge_signals,
+    _StragglerRuns,
+    _summaries,
+    detail_nodes,
+)
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    FleetData,
+    GpuInfo,
+    GpuRef,
+    NodeInfo,
+    NodeSummary,
+    PodInfo,
+    PodKey,
+    Series,
+    UtilStats,
+    Window,
+    WorkSignals,
+    gc_paused,
+)
+from gpuscope.dashboard.verdicts.stragglers import GroupKey
+
+
+class PrometheusData(PlanQueries):
+    """The fleet page's data source on a Prometheus-compatible store (``--prometheus``):
+    the store's queries and drill-downs (:class:`~gpuscope.dashboard.data.prometheus.
+    PrometheusStore`), the fleet page from the plan (:meth:`fleet`), and the registry's
+    step queries in their recorded form where the rules are loaded."""
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
+        """The fleet page's data: the rounds of queries of :meth:`fleet_queries`,
+        :meth:`second_round` and :meth:`run_queries` (``docs/dashboard.md``), with the
+        cyclic garbage collector held off (:func:`gc_paused`). With the recording rules,
+        between the first two: :meth:`summary_queries` (each node's numbers, and over the
+        default hour who uses what) and :meth:`detail_queries` (the devices and containers
+        of the nodes that need them, :func:`detail_nodes`), or every device and container at
+        once where the findings at the end name most of the fleet."""
+        with gc_paused():
+            return self._fleet(window or self.window(window_seconds), namespace)
+
+    def _fleet(self, window: Window, namespace: str | None) -> FleetData:
+        if namespace is not None:
+            namespace = validate_namespace(namespace)
+        rules, checks = self._check_rules(window)
+        queries = self.fleet_queries(window, namespace, rules)
+        first_res = self._submit(queries, window)  # each read as it is needed
+        if namespace is not None:
+            # Who uses what, on the nodes where the namespace ran (a small answer, among the
+            # first four in flight), while the store computes the rest of the round.
+            more_first = self.members_queries(
+                window, namespace, {lab.get("node", "") for lab, _ in first_res["ns_nodes"]})
+            queries.update(more_first)
+            first_res.add(self._submit(more_first, window))
+        th = self.thresholds
+
+        nodes = {
+            lab.get("node", ""): NodeInfo(
+                lab.get("node", ""), lab.get("instance_type", ""), lab.get("zone", ""),
+                lab.get("capacity_type", ""),
+            )
+            for lab, _ in first_res["nodes"] if "stat" not in lab
+        }
+        first: float | None = None
+        if any(lab.get("stat") == "at_start" and v > 0 for lab, v in first_res["nodes"]):
+            first = self._full_history_at(window)
+        if first is None:  # no device reported at the window's first step
+            checks += 1
+            first = next((v for _, v in self.instant(self.first_query(window), window.end)
+                          if math.isfinite(v)), None)
+        idle_now: set[GpuRef] = set()
+        spin_now: set[GpuRef] = set()
+        silent: set[GpuRef] = set()
+        held_nodes: set[str] = set()
+        held_refs: set[ContainerRef] = set()
+        judged: set[tuple[str, str]] = set()
+        slow: set[tuple[str, str]] = set()
+        # The devices the stragglers' rules flag at the end (one-minute steps), by group.
+        flagged: dict[GroupKey, dict[GpuRef, str]] = {}
+        straggler_rules = False
+        for lab, _ in first_res["now"]:
+            stat, ref = lab.get("stat", ""), _gref(lab)
+            if stat == "idle":
+                idle_now.add(ref)
+            elif stat == "spin":
+                spin_now.add(ref)
+            elif stat == "silent":
+                silent.add(ref)
+            elif stat == "held_idle":
+                held_nodes.add(ref.node)
+                held_refs.add(_cref(lab))
+            elif stat == "candidate":
+                key2 = (lab.get("namespace", ""), lab.get("workload", ""))
+                judged.add(key2)
+                if lab.get("kind") == "slow":
+                    slow.add(key2)
+            elif stat in ("stalled", "slow"):
+                flagged.setdefault(_group_key(lab), {})[ref] = stat
+            elif stat == "straggler_rules":
+                straggler_rules = True
+
+        hs = self._history_start(window, first)
+        steps = round((window.end - hs) / window.step)
+        # With the rules on a one-minute step, each finding whose condition held at every
+        # step of the history comes back as one summary (:meth:`run_queries`) instead of its
+        # steps; the others' steps are asked for afterwards (a third round, usually empty).
+        summarize = rules and self.summaries and steps >= 1 and self._minutes(window)
+        # With the rules: each node's numbers, and the devices of the nodes that need them
+        # (read before the second round's groups need the models).
+        summaries: dict[str, NodeSummary] = {}
+        inventory = first_res
+        # The nodes a finding at the end names (their devices are read with the rules).
+        named = {g.node for g in idle_now | spin_now | silent | {
+                     g for devices in flagged.values() for g in devices}}
+        named |= held_nodes
+        lean = self.lean(window, namespace, rules)
+        # Where those are most of the fleet already, every device (and container) is asked
+        # for at once, before the summaries below (the heaviest answers, which the second
+        # round waits for): node lists would name most nodes, and waiting for the nodes'
+        # numbers to say so cost a round (57 % set, 5,000 nodes: 8.3 s a page against 6.6).
+        asked_all = rules and len(named) > self.detail_share * max(1, len(nodes))
+
+        def read_devices(on: Collection[str] | None, members: bool) -> _Answers:
+            """:meth:`detail_queries` of ``on``, sent (and counted)."""
+            detail = self.detail_queries(window, on, members)
+            queries.update(detail)
+            return self._submit(detail, window)
+
+        if asked_all:
+            inventory = read_devices(None, lean)
+        elif rules:
+            # Else the nodes' numbers, and who uses what from the rules, to say which nodes'
+            # devices and containers to read.
+            numbers = self.summary_queries(window, namespace)
+            queries.update(numbers)
+            first_res.add(self._submit(numbers, window))
+        # The summaries need only what holds at the end and when data begins: sent now,
+        # while the store still computes who is where (the heaviest answers of the round).
+        run_q = self.run_queries(
+            window, hs, devices={g.node for g in idle_now | spin_now},
+            spinning={g.node for g in spin_now}, held=bool(held_refs),
+            stragglers=bool(flagged),
+            namespace=namespace) if summarize else {}
+        answers = self._submit(run_q, window)  # the second round joins these
+
+        pods = {}
+        for lab, _ in first_res["pods"]:
+            key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
+            pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+        groups_checked: int | None = None
+        if rules and not asked_all:
+            summaries = _summaries(first_res["node_summary"])
+            if lean:
+                groups_checked = int(next((v for _, v in first_res["groups"]), 0))
+        if lean and not asked_all:
+            # Who uses what is read on the nodes that need it, known before it is: where the
+            # rules saw a device shared or a container near the input-starved range, and
+            # where the straggler candidates' workloads have pods.
+            named |= {lab.get("node", "") for lab, _ in first_res["sharers"]}
+            named |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
+            workloads = judged | {key[:2] for key in flagged}
+            named |= {p.node for p in pods.values() if (p.namespace, p.workload) in workloads}
+            inventory = read_devices(detail_nodes(named, summaries, self.detail_share), True)
+        member_rows = (inventory if lean else first_res)["members"]
+
+        # Every container in the window (with the rules over their window: on the nodes
+        # that need it); a history only where a verdict can use one.
+        # Each container's raw mean over the window (the input statistics' mean).
+        member_mean = {_cref(lab): v for lab, v in member_rows if lab.get("namespace")}
+        members = list(member_mean)
+        # Input starvation's candidates: the raw mean in the rule's range (of the namespace
+        # filtered to: the other containers on its devices are there for time-slicing).
+        input_pods = {
+            lab.get("pod", "") for lab, mean in member_rows
+            if lab.get("namespace") and th.input_low <= mean <= th.input_high
+            and (namespace is None or lab.get("namespace") == namespace)}
+
+        sharers: dict[GpuRef, int] = {}
+        for c in members:
+            gpu = c.gpu
+            sharers[gpu] = sharers.get(gpu, 0) + 1
+        workload_nodes: dict[tuple[str, str], set[str]] = {}
+        for c in members:
+            pod = pods.get(c.pod_key)
+            if pod is not None and pod.workload:
+                workload_nodes.setdefault((c.namespace, pod.workload), set()).add(c.node)
+        history = window.end - hs
+        ask = FollowUp(
+            idle={g.node for g in idle_now},
+            # (``idle_nodes``: below, from the inventory, where the summaries are not used.)
+            shared={g.node for g, n in sharers.items() if n >= 2},
+            spinning={g.node for g in spin_now},
+            held=held_nodes,
+            candidates={n for k in judged for n in workload_nodes.get(k, ())},
+            slow={n for k in slow for n in workload_nodes.get(k, ())},
+            input=input_pods,
+            evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
+                              if judged else 0.0),
+        )
+        if rules and not lean and not asked_all:
+            # Who uses what came first: the devices of the nodes that need them, asked now.
+            named |= set(ask.shared) | set(ask.candidates)
+            named |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
+            named |= {n for key in flagged for n in workload_nodes.get(key[:2], ())}
+            inventory = read_devices(detail_nodes(named, summaries, self.detail_share), False)
+        node_models = {n: s.model for n, s in summaries.items()}
+        # The stragglers summarised whole: their groups' step histories, which replace any
+        # others asked about their devices (a node's every device comes back).
+        strag_containers: dict[ContainerRef, Series] = {}
+        strag_signals: dict[str, dict[GpuRef, Series]] = {}
+        strag_devices: set[GpuRef] = set()
+        if summarize:
+            # The stragglers' rules at the end say which workloads can hold one: their
+            # evidence now, and their steps only where the summaries do not describe them.
+            flagged_workloads = {key[:2] for key in flagged}
+            strag_ask: dict[str, Any] = {} if not straggler_rules else {
+                "candidates": (), "slow": (),
+                "evidence": {n for k in flagged_workloads for n in workload_nodes.get(k, ())},
+                "evidence_seconds": (min(th.straggler_duration, window.seconds,
+                                         max(history, 0.0)) if flagged else 0.0)}
+            more = self.second_round(window, replace(
+                ask, idle=(), spinning=(), held=(), **strag_ask),
+                namespace, rules)
+            answers.add(self._submit(more, window))
+        # The inventory (sent after who uses what): with the summaries, read while the
+        # store computes the second round.
+        gpus = {}
+        for lab, _ in inventory["gpus"]:
+            info = GpuInfo(
+                node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
+                model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
+                mig_profile=lab.get("mig_profile", ""),
+            )
+            gpus[info.ref] = info
+        if not summarize:
+            # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
+            # spinning): the waste split asks when their devices were held.
+            slices_of: dict[GpuRef, list[GpuRef]] = {}
+            for info in gpus.values():
+                if not info.is_physical:
+                    slices_of.setdefault(GpuRef(info.node, info.parent_uuid), []).append(
+                        info.ref)
+            node_idle: dict[str, bool] = {}
+            for info in gpus.values():
+                if info.is_physical:
+                    parts = slices_of.get(info.ref) or [info.ref]
+                    node_idle[info.node] = node_idle.get(info.node, True) and all(
+                        p in idle_now or p in spin_now for p in parts)
+            # The waste split (idle nodes) and an idle MIG slice's "allocated" (busy nodes)
+            # need when each idle device was held: every node with an idle or spinning one.
+            more = self.second_round(window, replace(
+                ask, idle_nodes={n for n, idle in node_idle.items() if idle}
+                | {g.node for g in idle_now} | {g.node for g in spin_now}),
+                namespace, rules)
+            answers.add(self._submit(more, window))
+        more.update(run_q)
+        # What needs no answer of this round, while the store computes them.
+        containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
+        groups = _groups(members, pods, gpus, node_models) if summarize else {}
+        synthesized: dict[str, list[tuple[dict[str, str], Series]]] = {}
+        extra: dict[str, str] = {}
+        extra_res: _Answers | None = None
+        if summarize:
+            # The summaries, sent first, are in before the rest of the round: read and
+            # expanded (and the third round sent) while the store computes the rest.
+            rows = answers["runs"]
+            runs = _FullRuns.parse(rows, window, steps)
+            again = runs.fallback(idle_now, spin_now, held_refs)
+            strag = _StragglerRuns.parse(rows, runs.grid)
+            whole, rest = strag.split(flagged, groups, spin_now | {
+                g for g, n in sharers.items() if n >= 2})
+            rest_workloads = {key[:2] for key in rest}
+            again = replace(
+                again,
+                candidates={n for k in rest_workloads for n in workload_nodes.get(k, ())},
+                slow={n for key in rest if "slow" in flagged[key].values()
+                      for n in workload_nodes.get(key[:2], ())})
+            strag_containers, strag_signals = strag.synthesize(whole, groups, th.slow_busy)
+            strag_devices = {g for key in whole for g in groups[key]}
+            extra = self.second_round(window, again, namespace, rules, by_node=True)
+            extra_res = self._submit(extra, window) if extra else None
+            # The summaries first: a step history asked again overrides them.
+            synthesized = runs.results()
+        # Each device's window mean (sent last in the first round), while the rest runs.
+        gpu_mean = {_gref(lab): v for lab, v in inventory["gpu_stats"]}
+        later = answers.all()
+        later.pop("runs", None)
+        if extra_res is not None:
+            for role, rows in extra_res.all().items():
+                synthesized.setdefault(role, []).extend(rows)
+        for role, rows in synthesized.items():
+            later.setdefault(role, []).extend(rows)
+        more.update(extra)
+
+        containers.update({_cref(lab): s for lab, s in later.get("containers", [])
+                           if lab.get("namespace")})
+        containers.update(strag_containers)
+        stats_parts: dict[ContainerRef, dict[str, float]] = {}
+        for lab, v in later.get("stats", []):
+            stats_parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
+        # The raw mean is the first round's (``members``: the same expression).
+        stats = {
+            ref: UtilStats(
+                mean=member_mean[ref], stddev=p.get("stddev", 0.0),
+                samples=int(p.get("count", 0)), memory_bytes=p.get("memory", 0.0),
+            )
+            for ref, p in stats_parts.items() if ref in member_mean
+        }
+        busy_max: dict[GpuRef, Series] = {}
+        idle_signal: dict[GpuRef, str] = {}
+        for lab, s in later.get("idle_steps", []):
+            ref = _gref(lab)
+            busy_max[ref] = s
+            idle_signal[ref] = lab.get("signal", "utilization")
+        usage, usage_signal = _merge_signals(
+            (_cref(lab), lab.get("signal", "utilization"), s)
+            for lab, s in later.get("held_idle", []) if lab.get("namespace"))
+        by_signal: dict[str, dict[GpuRef, Series]] = {}
+        for lab, s in [*later.get("spinning", []), *later.get("workload_signals", [])]:
+            if _gref(lab) not in strag_devices:
+                by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
+        for name, mine in strag_signals.items():
+            by_signal.setdefault(name, {}).update(mine)
+        limits = {ref: s.values[-1] for ref, s in by_signal.pop("limit", {}).items()
+                  if s.values}
+        signals = WorkSignals(
+            utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
+            tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
+            power=by_signal.get("power", {}), power_limit=limits,
+            gpm=frozenset(by_signal.get("sm", {})),
+        )
+        shared = {g for g, n in sharers.items() if n >= 2}
+        return FleetData(
+            window=window,
+            history_start=hs,
+            gpus=gpus,
+            nodes=nodes,
+            gpu_busy_max=busy_max,
+            gpu_mean=gpu_mean,
+            gpu_step_mean={_gref(lab): s for lab, s in later.get("shared", [])
+                           if _gref(lab) in shared},
+            allocated={_gref(lab): s for lab, s in later.get("allocated", [])},
+            containers=containers,
+            container_stats=stats,
+            pods=pods,
+            idle_signal=idle_signal,
+            signals=signals,
+            evidence=_evidence(later.get("evidence", [])),
+            held_usage=usage,
+            held_signal=usage_signal,
+            queries=len(queries) + len(more) + checks,
+            silent=frozenset(silent),
+            notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else
+                   (RAW_NOTE.format(nodes=len(nodes), most=RAW_NODES),)
+                   if len(nodes) > RAW_NODES else ()),
+            node_summaries=summaries,
+            workloads_checked=groups_checked,
+        )

@@ -1,0 +1,598 @@
+"""The fleet page's plan of Prometheus queries, part three: each round's queries
+(:meth:`PlanQueries.fleet_queries`, :meth:`~PlanQueries.second_round`,
+:meth:`~PlanQueries.run_queries`, ...), and whether the recording rules serve a window
+(:meth:`~PlanQueries.rules_loaded`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
+from functools import partial
+from typing import Any
+
+from gpuscope.dashboard.data.prometheus import (
+    EDGE,
+    PrometheusStore,
+    _split,
+    _util_step,
+)
+from gpuscope.dashboard.data.promql import (
+    any_of,
+    duration,
+    escape_label_value,
+    labelled,
+    selector,
+)
+from gpuscope.dashboard.data.source import (
+    DataError,
+)
+from gpuscope.dashboard.plan.rules import (
+    CBY,
+    GBY,
+    GROUP,
+    LEAN_WINDOW,
+    MEMBER,
+    NOT_EMPTY,
+    RULE_INTERVAL,
+    RULES,
+    RULES_VERSION,
+    Verdicts,
+    _stat,
+    _Steps,
+)
+from gpuscope.dashboard.plan.runs import FollowUp, _Answers
+from gpuscope.dashboard.series import (
+    Window,
+)
+from gpuscope.dashboard.verdicts import Thresholds
+
+
+class PlanQueries(PrometheusStore):
+    """The store, with the fleet page's thresholds (None: the defaults) and its queries."""
+
+    def __init__(self, url: str, *, thresholds: Thresholds | None = None,
+                 **store: Any) -> None:
+        super().__init__(url, **store)
+        self.thresholds = thresholds or Thresholds()
+        # Whether the recording rules serve a window (by its length): (when checked, loaded).
+        self._rules_seen: dict[int, tuple[float, bool]] = {}
+
+    @staticmethod
+    def _minutes(window: Window) -> bool:
+        """Whether ``window``'s steps are the recording rules' minutes."""
+        return round(window.step * 1000) == round(RULE_INTERVAL * 1000)
+
+    def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
+               ) -> _Steps:
+        return _Steps(*self._r(window), rules=rules, match=match)
+
+    def fleet_queries(self, window: Window, namespace: str | None,
+                      rules: bool = False) -> dict[str, str]:
+        """The fleet page's first round of PromQL, by role: instant queries at the window's
+        end. Every verdict needs its condition at the latest step (a trailing run), so the
+        server applies each rule to that step over the whole fleet (one step) and sends back
+        only what meets it (``now``: idle, spinning, throttled devices, allocated-idle
+        containers, straggler candidates' workloads and, on one-minute steps with the
+        rules, the stragglers' devices, devices with nothing to judge them by), beside who
+        is where (devices, nodes, pods, containers in the window, each container with its
+        raw mean: the input-starved candidates) and each device's window mean.
+        :meth:`second_round` then asks the history of what was singled out, by node. No
+        query here names a device or a node. With ``rules``, ``now`` reads what the
+        ``gpuscope-dashboard`` recording rules recorded in the last step."""
+        r, rr = self._r(window)
+        w = duration(window.seconds)
+        s = duration(window.step)
+        # The window's steps, its start included, over a range half a step longer:
+        # Prometheus 2 takes a subquery's or a range's start, VictoriaMetrics does not.
+        whole = duration(window.seconds + window.step / 2)
+        st = _Steps(r, rr, rules)
+        v = Verdicts(self.thresholds)
+
+        # Who uses what and which devices there are, of every node: the queries
+        # :meth:`detail_queries` asks of some nodes with the rules.
+        every = self.detail_queries(window, None, members=True)
+        pods = "gpu_pod_info"
+        members = every["members"]
+        if namespace is not None:
+            # Who uses what: the namespace's devices and every container on them (asked by
+            # :meth:`members_queries` on the nodes this finds: not every container's series).
+            mine = selector("container_gpu_utilization_ratio", namespace=namespace)
+            members = f"count by (node) (last_over_time({mine}[{w}]))"
+            pods = selector("gpu_pod_info", namespace=namespace)
+        def recorded(key: str, by: str) -> str:
+            return f"max by ({by}) (last_over_time({RULES[key]}[{r}]))"
+
+        if rules:
+            now = [
+                _stat(recorded("idle", f"{GBY}, signal"), "idle"),
+                _stat(recorded("spin", GBY), "spin"),
+                _stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
+                _stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
+            ]
+            if self._minutes(window):
+                # On one-minute steps, the stragglers' own rules at the end: which groups
+                # can hold one, and which of their devices.
+                # Whether those rules are loaded at all (a rule file older than the page's
+                # records none; then the candidates' steps are asked for, as without the
+                # summaries): the group medians, recorded wherever a workload has two
+                # devices of a model.
+                now[3] = " or ".join([
+                    now[3], _stat(recorded("stalled", MEMBER), "stalled"),
+                    _stat(recorded("slow", f"{MEMBER}, signal"), "slow"),
+                    _stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
+                         "straggler_rules")])
+        else:
+            now = [
+                _stat(" or ".join(v.idle_parts(st)), "idle"),
+                _stat(v.spinning(st), "spin"),
+                " or ".join(_stat(p, "held_idle") for p in v.held_parts(st)),
+                *(_stat(p, "candidate") for p in v.candidate_parts(st)),
+            ]
+        out = {
+            "nodes": " or ".join([
+                "max by (node, instance_type, zone, capacity_type) (gpu_node_info)",
+                # When data begins: the first step at which any device reported. Where one
+                # did a rate range before the window's first step (as it usually has: the
+                # store is older than the window), the window's start, read at that time
+                # alone (the rates of the window's first steps then cover their whole range);
+                # else :meth:`first_query` (a query more, on a young store).
+                # Asked of each node's GPU 0 only (a node's first device: a fifth to an
+                # eighth of the series, 0.2 s of the store's time less at 5,000 nodes);
+                # where none of them reported then, :meth:`first_query` asks of every device.
+                _stat(f"count({selector('gpu_utilization_ratio', gpu='0')}"
+                     f" @ {self._full_history_at(window):.3f})", "at_start"),
+            ]),
+            # Who uses which device in the window (a history only where asked for later).
+            # Each one's raw mean over the window: the input-starved candidates are those
+            # in the suspicious range (the rule's own test of the same mean: nothing is
+            # lost); one pass over the containers' samples for both.
+            # (With a namespace, the nodes where it ran: ``ns_nodes``.)
+            "members" if namespace is None else "ns_nodes": members,
+            "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
+            # Which devices there are (after who uses what, which the second round needs:
+            # with the summaries it is sent before this is read).
+            "gpus": every["gpus"],
+        }
+        if self.lean(window, namespace, rules):
+            del out["members"]  # (:meth:`summary_queries`, then :meth:`detail_queries`)
+        if rules:
+            del out["gpus"]
+        now[2] = " or ".join([
+            now[2],
+            # The devices with nothing to judge them by (no utilization, no GPM): with the
+            # rules, recorded (every device's raw series read each minute by the rule, not
+            # by the page: 0.35 s of the store's time at 5,000 nodes).
+            _stat(recorded("silent", GBY) if rules else v.silent(st), "silent"),
+        ])
+        # One query per rule (``now``, ``now#1``...): they run side by side, and none comes
+        # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
+        # What holds at the end first (small answers the run summaries wait for), then who
+        # is where.
+        out = {"nodes": out.pop("nodes"),
+               **{"now" if i == 0 else f"now#{i}": q for i, q in enumerate(now)}, **out}
+        # Each device's mean, labelled with node and uuid alone (33 k rows at 5,000 nodes:
+        # with its index and a ``stat`` label, a fifth more to send and read). Sent last and
+        # read last: only the heatmap and the KPIs need it, not the second round, which
+        # starts while the store still computes it. (With the rules: the nodes' numbers
+        # instead, and the devices' means of the nodes :meth:`detail_queries` names.)
+        if not rules:
+            # The window mean of each step's utilization (the busy counter's rate, else the
+            # gauge's mean): steps before a device appeared, or at which its counter is
+            # younger than the rate's range, do not count.
+            out["gpu_stats"] = (f"max by (node, uuid) (avg_over_time(({_util_step(rr)})"
+                                f"[{whole}:{s}]))")
+        return out
+
+    def summary_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
+        """With the recording rules, where what holds at the end names less than
+        :attr:`detail_share` of the nodes: each node's numbers (``node_summary``, the rows
+        of :class:`NodeSummary`), and, over the default window (:meth:`lean`), who uses
+        what: the devices two containers or more used, the containers near the
+        input-starved range, and how many straggler groups there are (a group's median is
+        recorded each minute it has two devices or more). :meth:`detail_queries` then
+        asks the devices and containers of the nodes these name."""
+        r, _ = self._r(window)
+        w = duration(window.seconds)
+        whole = duration(window.seconds + window.step / 2)
+
+        out = {"node_summary": " or ".join([
+            _stat(f"max by (node) (last_over_time({RULES['node_gpus']}[{r}]))", "gpus"),
+            _stat(f"max by (node, model) (last_over_time({RULES['node_models']}[{r}]))",
+                 "model"),
+            # The mean over the window's GPU-minutes.
+            _stat(f"sum by (node) (sum_over_time({RULES['node_util_sum']}[{whole}]))"
+                 f" / sum by (node) (sum_over_time({RULES['node_util_count']}[{whole}]))",
+                 "mean"),
+            _stat(f"max by (node) (max_over_time({RULES['node_util_count']}[{whole}]))",
+                 "known"),
+        ])}
+        if self.lean(window, namespace, True):
+            out["sharers"] = f"max by (node, uuid) (last_over_time({RULES['sharers']}[{r}]))"
+            out["input_range"] = (f"max by ({CBY}) (last_over_time({RULES['input_range']}"
+                                  f"[{r}]))")
+            out["groups"] = (f"count(count by ({GROUP}) (last_over_time("
+                             f"{RULES['stalled_median']}[{w}])))")
+        return out
+
+    def lean(self, window: Window, namespace: str | None, rules: bool) -> bool:
+        """Whether the fleet page reads who uses what from the rules (the whole fleet over
+        :data:`LEAN_WINDOW`: the window the rules describe containers over): then it reads
+        the containers' series of the nodes that need them only. A namespace's page reads
+        the namespace's nodes' (:meth:`members_queries`)."""
+        return rules and namespace is None and round(window.seconds) == round(LEAN_WINDOW)
+
+    def detail_queries(self, window: Window, nodes: Collection[str] | None,
+                       members: bool = False) -> dict[str, str]:
+        """With the recording rules, the devices of ``nodes`` (every node where None):
+        each one's index, model and parent (``gpus``), and its window mean (``gpu_stats``),
+        and (``members``) each container's raw mean on them (``members``, as
+        :meth:`fleet_queries` asks it of the whole fleet), in ``node=~`` lists (split as
+        :func:`_split` does: ``gpus#1``...)."""
+        whole = duration(window.seconds + window.step / 2)
+        w = duration(window.seconds)
+
+        def build(names: Sequence[str] | None) -> dict[str, str]:
+            on = {} if names is None else {"node": f'=~"{any_of(names)}"'}
+            info = selector("gpu_info", on)
+            util = selector(RULES["util"], on)
+            cutil = selector("container_gpu_utilization_ratio", {**on, "namespace": NOT_EMPTY})
+            return {"gpus": f"max by (node, gpu, uuid, model, parent_uuid, mig_profile) ({info})",
+                    "gpu_stats": f"max by (node, uuid) (avg_over_time({util}[{whole}]))",
+                    "members": f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"}
+
+        roles = ("members", "gpus", "gpu_stats") if members else ("gpus", "gpu_stats")
+        if nodes is None:
+            every = build(None)
+            return {role: every[role] for role in roles}
+        names = sorted(set(nodes))
+        out: dict[str, str] = {}
+        for role in roles:
+            def of(part: Sequence[str], role: str = role) -> str:
+                return build(part)[role]
+
+            for n, q in enumerate(_split(names, of)):
+                out[role if n == 0 else f"{role}#{n}"] = q
+        return out
+
+    def members_queries(self, window: Window, namespace: str, nodes: Collection[str]
+                        ) -> dict[str, str]:
+        """Who uses what where the page is filtered to ``namespace``: each container's raw
+        mean over the window (as ``members`` of :meth:`fleet_queries`) on the devices the
+        namespace used, every container on them (time-slicing shares need the other
+        sharers too), asked on ``nodes`` (where it ran: the first round's ``ns_nodes``) in
+        ``node=~`` lists: the fleet's other 29,000 containers' series are not read (0.46 s
+        of the store's time at 5,000 nodes)."""
+        w = duration(window.seconds)
+
+        def build(names: Sequence[str]) -> str:
+            on = {"node": f'=~"{any_of(names)}"'}
+            cutil = selector("container_gpu_utilization_ratio", {**on, "namespace": NOT_EMPTY})
+            mine = selector("container_gpu_utilization_ratio", on, namespace=namespace)
+            return (f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"
+                    f" and on (node, uuid) max by (node, uuid) (last_over_time({mine}[{w}]))")
+
+        return {"members" if i == 0 else f"members#{i}": q
+                for i, q in enumerate(_split(sorted(set(nodes)), build))}
+
+    @staticmethod
+    def first_query(window: Window) -> str:
+        """When data begins in ``window``: the first step at which any device reported."""
+        whole = duration(window.seconds + window.step / 2)
+        return (f"min_over_time(timestamp(count(gpu_utilization_ratio))"
+                f"[{whole}:{duration(window.step)}])")
+
+    RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
+                               "held_idle", "workload_signals"})
+    INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "ns_nodes", "pods",
+                                 "now", "stats", "evidence", "runs", "node_summary",
+                                 "sharers", "input_range", "groups"})
+
+    def second_round(self, window: Window, ask: FollowUp, namespace: str | None = None,
+                     rules: bool = False, by_node: bool = False) -> dict[str, str]:
+        """The history of what the first round singled out, asked by node (``node=~``
+        lists; a query is at most :data:`MAX_QUERY_BYTES`, a longer list is split over
+        queries named ``role#1``, ``role#2``...): per step, the idle steps of the devices
+        there, allocation on the nodes idle now (the waste split), utilization of the
+        devices and containers of nodes with time-sliced devices or straggler candidates,
+        the work signals of spinning GPUs and of slow-rank candidates' workloads,
+        throttling, the held devices' use; and, at the end, the input-starved candidates'
+        raw-sample statistics (stddev, count, memory; the mean is the first round's; asked by
+        pod, ``pod=~``, for the candidates alone) and the stragglers' evidence over
+        ``ask.evidence_seconds``.
+        With ``rules``, the idle and held-idle steps are the recorded sparse
+        series themselves, asked without a list (they hold only what meets the rule), or
+        (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
+        r, rr = self._r(window)
+        w = duration(window.seconds)
+        v = Verdicts(self.thresholds)
+        out: dict[str, str] = {}
+
+        def each(role: str, nodes: Collection[str], build: Callable[[_Steps], str],
+                 label: str = "node") -> None:
+            for i, q in enumerate(_split(sorted(set(nodes)), lambda names: build(
+                    _Steps(r, rr, rules, {label: f'=~"{any_of(names)}"'})))):
+                out[role if i == 0 else f"{role}#{i}"] = q
+
+        def signal(expr: str, name: str) -> str:
+            return labelled(expr, "signal", name)
+
+        if rules:
+            # Every minute of the step met the rule (a step of several minutes).
+            minutes = max(1, round(window.step / RULE_INTERVAL))
+
+            def sparse(st: _Steps, key: str, by: str, fn: str) -> str:
+                rec = st.sel(RULES[key])
+                return (f"max by ({by}) ({fn}({rec}[{r}])) and on ({by})"
+                        f" (count_over_time({rec}[{r}]) >= {minutes})")
+
+            for role, key, nodes, by, fn in (
+                    ("idle_steps", "idle", ask.idle, f"{GBY}, signal", "max_over_time"),
+                    ("held_idle", "held_idle", ask.held, f"{CBY}, signal", "avg_over_time")):
+                if not nodes:
+                    continue
+                if by_node:
+                    each(role, nodes, partial(sparse, key=key, by=by, fn=fn))
+                else:
+                    out[role] = sparse(_Steps(r, rr, rules), key, by, fn)
+        else:
+            each("idle_steps", ask.idle, lambda st: " or ".join(v.idle_parts(st)))
+            each("held_idle", ask.held, lambda st: " or ".join(v.held_parts(st)))
+        each("allocated", ask.idle_nodes, lambda st: (
+            f"max by (node, uuid) (max_over_time("
+            f"{st.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}[{r}]))"))
+        each("shared", ask.shared, lambda st: (
+            f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"))
+
+        def containers(st: _Steps) -> str:
+            if namespace is None:
+                return st.cutil()
+            mine = selector("container_gpu_utilization_ratio", st.match, namespace=namespace)
+            return (f"{st.cutil()} and on (node, uuid)"
+                    f" max by (node, uuid) (max_over_time({mine}[{r}]))")
+
+        each("containers", set(ask.shared) | set(ask.candidates), containers)
+        at = f"{window.end:.3f}"
+
+        def spinning(st: _Steps) -> str:
+            # With the rules, only the devices spinning at the end (of the nodes listed,
+            # read once: ``@``); without, every device of those nodes (the rule written out
+            # in each signal's filter would make the query too long for VictoriaMetrics).
+            # Power and its limit only where there is no GPM (the rule's fallback).
+            now = (f" and on (node, uuid) last_over_time({st.sel(RULES['spin'])}[{r}] @ {at})"
+                   if rules else "")
+            gpm = st.sel("gpu_sm_active_seconds_total")
+            return " or ".join(
+                f"{signal(expr, name)}{now}" for name, expr in (
+                    ("utilization", st.util()), ("sm", st.active("sm")),
+                    ("tensor", st.active("tensor")), ("dram", st.active("dram")),
+                    ("power", f"{st.power()} unless on (node, uuid) {gpm}"),
+                    ("limit", f"{st.limit()} unless on (node, uuid) {gpm}")))
+
+        def workload_signals(st: _Steps) -> str:
+            gpm = st.sel("gpu_sm_active_seconds_total")
+            return " or ".join(signal(expr, name) for name, expr in (
+                ("utilization", st.util()), ("sm", st.active("sm")),
+                ("power", f"{st.power()} unless on (node, uuid) {gpm}"),
+                ("limit", f"{st.limit()} unless on (node, uuid) {gpm}")))
+
+        each("spinning", ask.spinning, spinning)
+        each("workload_signals", ask.slow, workload_signals)
+
+        def stats(st: _Steps) -> str:
+            ns = {"namespace": NOT_EMPTY} if namespace is None else {}
+            eq = {} if namespace is None else {"namespace": namespace}
+            util = selector("container_gpu_utilization_ratio", {**st.match, **ns}, **eq)
+            mem = selector("container_gpu_memory_used_bytes", {**st.match, **ns}, **eq)
+            return " or ".join(
+                # (the mean: the first round's ``members``)
+                labelled(expr, "stat", name) for name, expr in (
+                    ("stddev", f"avg by ({CBY}) (stddev_over_time({util}[{w}]))"),
+                    ("count", f"max by ({CBY}) (count_over_time({util}[{w}]))"),
+                    ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))")))
+
+        # By pod name, not node: the candidates' own series only (1,400 of the 29,000
+        # containers at 5,000 nodes, on 1,100 nodes holding 12,000 others; the few other
+        # containers of their pods, not candidates, are left out by the analysis' own test
+        # of the mean): 0.21-0.26 s of the store's time instead of 0.52-0.61 s.
+        each("stats", ask.input, stats, "pod")
+        if ask.evidence_seconds > 0:
+            d = duration(ask.evidence_seconds)
+            evidence = ask.candidates if ask.evidence is None else ask.evidence
+            # Throttling over the last ``d``: the counters' rate, or with the rules the mean
+            # of the recorded minutes where it was above 0 (absent minutes count 0; each
+            # minute's value is the rate over two): 11 reasons' counters per device are 90 %
+            # of the evidence's cost in the store (0.8 s at 5,000 nodes), the sparse series
+            # almost nothing.
+            minutes = max(1, round(ask.evidence_seconds / RULE_INTERVAL))
+            dm = duration(minutes * RULE_INTERVAL - EDGE)
+
+            def throttling(st: _Steps) -> str:
+                if st.rules:
+                    return (f"max by ({GBY}, reason) (sum_over_time("
+                            f"{st.sel(RULES['throttling'])}[{dm}])) / {minutes}")
+                return v.throttling(st, d)
+
+            each("evidence", evidence, lambda st: " or ".join([
+                f'label_replace({throttling(st)}, "stat", "throttle", "", "")',
+                f'label_replace(max by ({GBY}) (avg_over_time('
+                f'{st.sel("gpu_sm_clock_hertz")}[{d}])), "stat", "sm_clock", "", "")',
+                f'label_replace(max by ({GBY}) (avg_over_time('
+                f'{st.sel("gpu_temperature_celsius")}[{d}])), "stat", "temperature", "", "")',
+            ]))
+        return out
+
+    def run_queries(self, window: Window, history_start: float,
+                    devices: Collection[str] = (), spinning: Collection[str] = (),
+                    held: bool = True, stragglers: bool = False,
+                    namespace: str | None = None) -> dict[str, str]:
+        """With the recording rules: each finding whose sparse series has a sample at every
+        step of the history (``(history_start, end]``, one-minute steps: one sample a
+        step), summarised in one number, instead of its steps (a whole fleet's idle and
+        spinning devices would be hundreds of thousands of points): idle devices (their
+        signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
+        other signals' means, power and its limit where they have no GPM), how many of
+        those steps a container held each idle or spinning device on ``devices`` nodes
+        (all of them, or the steps are asked for: a scrape every minute gives one sample a
+        step, so ``n`` samples are the ``n`` steps; a faster scrape gives more, and the
+        steps are asked for), allocated-idle containers and
+        throttled devices (their means), and (``stragglers``; of ``namespace`` where given)
+        the stalled and slow devices with their means, and their groups' medians' means
+        over the same steps. Raw range functions over the recorded series (no subquery);
+        the dense series only on the nodes listed (split as :func:`_split`)."""
+        h = duration(window.end - history_start - EDGE)
+        n = round((window.end - history_start) / window.step)
+        r, _ = self._r(window)
+        out: dict[str, str] = {}
+
+        def stat(expr: str, name: str, signal: str = "") -> str:
+            if signal:  # a spinning run's mean, by signal
+                expr = labelled(expr, "signal", signal)
+            return labelled(expr, "stat", name)
+
+        def full(key: str, by: str, match: Mapping[str, str] | None = None) -> str:
+            rec = selector(RULES[key], match)
+            return f"(max by ({by}) (count_over_time({rec}[{h}])) == {n})"
+
+        def each(nodes: Collection[str], build: Callable[[Mapping[str, str]], str]) -> None:
+            for q in _split(sorted(set(nodes)),
+                            lambda names: build({"node": f'=~"{any_of(names)}"'})):
+                out[f"runs#{len(out)}"] = q
+
+        def spin(match: Mapping[str, str]) -> str:
+            def sel(key: str) -> str:
+                return selector(RULES[key], match)
+
+            mine = full("spin", GBY, match)
+            no_gpm = f"unless on (node, uuid) count_over_time({sel('sm')}[{h}])"
+            limit = selector("gpu_power_limit_watts", match)
+            return " or ".join([
+                *(stat(f"max by ({GBY}) (avg_over_time({sel(key)}[{h}]))"
+                       f" and on (node, uuid) {mine}", "spin", key)
+                  for key in ("sm", "tensor", "dram")),
+                stat(f"max by ({GBY}) (avg_over_time({sel('power')}[{h}]))"
+                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "power"),
+                stat(f"max by ({GBY}) (max_over_time({limit}[{r}]))"
+                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "limit"),
+            ])
+
+        def alloc(match: Mapping[str, str]) -> str:
+            held = selector("container_gpu_allocated", {**match, "namespace": NOT_EMPTY})
+            return stat(
+                f"max by (node, uuid) (count_over_time({held}[{h}])) and on (node, uuid)"
+                f" (last_over_time({selector(RULES['idle'], match)}[{r}])"
+                f" or last_over_time({selector(RULES['spin'], match)}[{r}]))", "held")
+
+        # The sparse series alone: cheap over the whole fleet.
+        parts = [stat(full("idle", f"{GBY}, signal"), "idle"),
+                 # A spinning run's mean utilization is the recorded series' own value.
+                 stat(f"max by ({GBY}) (avg_over_time({RULES['spin']}[{h}]))"
+                      f" and on (node, uuid) {full('spin', GBY)}", "spin", "utilization")]
+        if held:
+            mean = f"max by ({CBY}, signal) (avg_over_time({RULES['held_idle']}[{h}]))"
+            parts.append(stat(f"{mean} and on ({CBY}, signal)"
+                              f" {full('held_idle', f'{CBY}, signal')}", "held_idle"))
+        out["runs"] = " or ".join(parts)
+        if stragglers:
+            # A straggler held at every step, with its mean, and its group's median's mean
+            # over the same steps (the median is there at each of them: the rule compares
+            # with it).
+            ns = ({} if namespace is None
+                  else {"namespace": f'="{escape_label_value(namespace)}"'})
+            found = []
+            for kind, median, by in (("stalled", "stalled_median", MEMBER),
+                                     ("slow", "work_median", f"{MEMBER}, signal")):
+                runs = full(kind, by, ns)
+                found += [
+                    stat(f"max by ({by}) (avg_over_time({selector(RULES[kind], ns)}[{h}]))"
+                         f" and on ({by}) {runs}", kind),
+                    stat(f"max by ({GROUP}, signal) (avg_over_time("
+                         f"{selector(RULES[median], ns)}[{h}]))"
+                         f" and on ({GROUP}) {full(median, GROUP, ns)}"
+                         f" and on ({GROUP}) {runs}", f"{kind}_median"),
+                ]
+            out[f"runs#{len(out)}"] = " or ".join(found)
+        each(spinning, spin)
+        each(devices, alloc)
+        return out
+
+    #: Whether the fleet page asks the recording rules for run summaries (:meth:`run_queries`)
+    #: where it can; False: every finding's steps (the same verdicts, slower; for tests).
+    summaries = True
+
+    #: With the rules, the fleet page reads the devices of the nodes that need them in node
+    #: lists while they are at most this share of the fleet, else every device
+    #: (:func:`detail_nodes`; 1.0 always lists them: for tests).
+    detail_share = 0.5
+
+    #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
+    RULES_CHECK_EVERY = 300.0
+
+    def rules_loaded(self, window: Window) -> bool:
+        """Whether the ``gpuscope-dashboard`` recording rules can serve ``window``: its step
+        is a whole number of the rules' interval (and the lookback no longer), and every
+        recorded series exists at the window's start and end (rules loaded after the
+        window began leave it to the raw series). One instant query (``count`` of each at
+        both ends, pinned with ``@``), which Prometheus and VictoriaMetrics answer alike
+        (VictoriaMetrics has no ``/api/v1/rules`` without vmalert); the finding is kept for
+        :attr:`RULES_CHECK_EVERY` seconds per window length."""
+        return self._check_rules(window)[0]
+
+    def _check_rules(self, window: Window) -> tuple[bool, int]:
+        """:meth:`rules_loaded`, and how many queries that took (0 or 1)."""
+        step_ms, every_ms = round(window.step * 1000), round(RULE_INTERVAL * 1000)
+        if step_ms % every_ms or max(window.step, self.lookback) != window.step:
+            return False, 0
+        key = round(window.seconds)
+        now = time.monotonic()
+        with self._lock:
+            found = self._rules_seen.get(key)
+        if found is not None and now - found[0] < self.RULES_CHECK_EVERY:
+            return found[1], 0
+        probe = duration(RULE_INTERVAL)
+        # The dense series (the sparse ones may rightly be empty: nothing spins), and the
+        # rules' version (a rule file older than the page lacks what it reads).
+        names = [RULES["util_max"], RULES["util"], RULES["version"]]
+        ends = (window.start + window.step, window.end)
+        # One sample when every series is there at both ends (``and`` of the counts).
+        version = selector(RULES["version"], thresholds=self.thresholds.key)
+        query = " and ".join(
+            f"count(last_over_time({version if name == RULES['version'] else name}[{probe}]"
+            f" @ {t:.3f}){f' >= {RULES_VERSION}' if name == RULES['version'] else ''})"
+            for name in names for t in ends)
+        loaded = len(self.instant(query, window.end)) == 1
+        with self._lock:
+            self._rules_seen[key] = (now, loaded)
+        return loaded, 1
+
+    def _submit(self, queries: Mapping[str, str], window: Window) -> _Answers:
+        """Every query sent (at most :attr:`MAX_IN_FLIGHT` in flight, in this order), the
+        answers to be read by role as they are needed (:class:`_Answers`)."""
+        def one(name: str, promql: str) -> Any:
+            if name.partition("#")[0] in self.RANGE_QUERIES:
+                return self.range(promql, window)
+            return self.instant(promql, window.end)
+
+        pending: dict[str, list[Future[Any]]] = {}
+        for name, promql in queries.items():
+            try:
+                fut = self._page_pool.submit(one, name, promql)
+            except RuntimeError:  # closed: a page still computing when the dashboard stops
+                raise DataError(f"{self.description}: closed") from None
+            pending.setdefault(name.partition("#")[0], []).append(fut)
+        return _Answers(pending)
+
+    def _full_history_at(self, window: Window) -> float:
+        """The earliest time data must reach back to for the verdicts' history to begin at
+        the window's start: one rate range before its first step's end (see
+        :meth:`_history_start`)."""
+        return window.start - max(window.step, 2 * self.lookback) + window.step
+
+    def _history_start(self, window: Window, first: float | None) -> float:
+        """Where the verdicts' history begins: a rate over the range r is the mean over r
+        only once a series is r old (before, Prometheus divides what little increase there
+        is by all of r), so the rate-based verdicts' history begins r after the data does."""
+        if first is None:
+            return window.end
+        rate_range = max(window.step, 2 * self.lookback)
+        return min(window.end, max(window.start, first - window.step + rate_range))
