@@ -10,7 +10,6 @@ unless the target was given a name; for an exporter that states none, the target
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 import math
 import operator
@@ -22,10 +21,21 @@ from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuscope.dashboard.data.reduce import (
+    bucket,
+    cref,
+    evidence,
+    gref,
+    increase_bucket,
+    mean_of,
+    merged,
+    rate_bucket,
+    util_stats,
+    work_signals,
+)
 from gpuscope.dashboard.data.source import (
     INFO_LOOKBACK,
     InvalidFilter,
@@ -39,7 +49,6 @@ from gpuscope.dashboard.data.steps import StepQuery, ranges
 from gpuscope.dashboard.data.targets import Target
 from gpuscope.dashboard.series import (
     ContainerRef,
-    Evidence,
     FleetData,
     GpuInfo,
     GpuRef,
@@ -50,11 +59,9 @@ from gpuscope.dashboard.series import (
     PodInfo,
     PodKey,
     Series,
-    UtilStats,
     Window,
     WorkloadDetail,
     WorkloadDevice,
-    WorkSignals,
     pick_devices,
 )
 
@@ -122,188 +129,10 @@ class _Ring:
         return list(self.times[lo:hi]), list(self.values[lo:hi])
 
 
-def _bucket(
-    times: Sequence[float], values: Sequence[float], evals: Sequence[float], rng: float,
-    how: Callable[[Sequence[float]], float],
-) -> Series:
-    """Per evaluation time ``e``, ``how`` of the values in ``(e - rng, e]`` (like
-    ``*_over_time(x[rng])`` in a range query); times without samples are left out."""
-    out_t: list[float] = []
-    out_v: list[float] = []
-    for e in evals:
-        lo = bisect.bisect_right(times, e - rng)
-        hi = bisect.bisect_right(times, e)
-        if hi > lo:
-            out_t.append(e)
-            out_v.append(how(values[lo:hi]))
-    return Series(tuple(out_t), tuple(out_v))
-
-
-def _increase(values: Sequence[float]) -> float:
-    """How much a counter grew over ``values`` (a drop is a reset: counting starts again
-    from 0, as Prometheus' ``rate()`` does)."""
-    total = 0.0
-    for a, b in itertools.pairwise(values):
-        total += b - a if b >= a else b
-    return total
-
-
-def _rate_bucket(
-    times: Sequence[float], values: Sequence[float], evals: Sequence[float], rng: float
-) -> Series:
-    """Per evaluation time ``e``, the counter's increase over its samples in
-    ``(e - rng, e]`` divided by the time between the first and the last of them (the mean
-    rate, like ``rate(x[rng])``); times with fewer than two samples are left out."""
-    out_t: list[float] = []
-    out_v: list[float] = []
-    for e in evals:
-        lo = bisect.bisect_right(times, e - rng)
-        hi = bisect.bisect_right(times, e)
-        if hi - lo >= 2 and times[hi - 1] > times[lo]:
-            out_t.append(e)
-            out_v.append(_increase(values[lo:hi]) / (times[hi - 1] - times[lo]))
-    return Series(tuple(out_t), tuple(out_v))
-
-
-def _increase_bucket(
-    times: Sequence[float], values: Sequence[float], evals: Sequence[float], rng: float
-) -> Series:
-    """Per evaluation time ``e``, the counter's increase over its samples in ``(e - rng, e]``
-    (:func:`_increase`: a drop is a reset), like ``increase(x[rng])`` without Prometheus'
-    extrapolation to the range's edges; times with fewer than two samples are left out, as
-    Prometheus leaves them."""
-    out_t: list[float] = []
-    out_v: list[float] = []
-    for e in evals:
-        lo = bisect.bisect_right(times, e - rng)
-        hi = bisect.bisect_right(times, e)
-        if hi - lo >= 2:
-            out_t.append(e)
-            out_v.append(_increase(values[lo:hi]))
-    return Series(tuple(out_t), tuple(out_v))
-
-
-def _either(first: Series, second: Series | None) -> Series:
-    """``first or second`` per time, as PromQL's ``or``: ``second`` where ``first`` has no
-    point."""
-    if second is None:
-        return first
-    points = {**second.at(), **first.at()}
-    times = sorted(points)
-    return Series(tuple(times), tuple(points[t] for t in times))
-
-
 def _parse(text: str) -> list[Sample]:
     """The samples of one scrape in the Prometheus text format."""
     return [(s.name, s.labels, s.value)
             for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def _gref(lab: Mapping[str, str]) -> GpuRef:
-    return GpuRef(lab["node"], lab.get("uuid", ""))
-
-
-def _cref(lab: Mapping[str, str]) -> ContainerRef:
-    return ContainerRef(lab["node"], lab.get("namespace", ""), lab.get("pod", ""),
-                        lab.get("container", ""), lab.get("uuid", ""))
-
-
-Selected = Mapping[str, list[tuple[dict[str, str], list[float], list[float]]]]
-
-
-def _merged(
-    parts: Iterable[tuple[GpuRef, list[float], list[float]]], evals: Sequence[float],
-    rng: float, how: Callable[[Sequence[float]], float],
-) -> dict[GpuRef, Series]:
-    """Several series per device bucketed as one (``how`` over all of their samples)."""
-    points: dict[GpuRef, tuple[list[float], list[float]]] = {}
-    for ref, times, values in parts:
-        merged = points.setdefault(ref, ([], []))
-        merged[0].extend(times)
-        merged[1].extend(values)
-    out = {}
-    for ref, (times, values) in points.items():
-        order = sorted(range(len(times)), key=times.__getitem__)
-        out[ref] = _bucket([times[i] for i in order], [values[i] for i in order], evals, rng,
-                           how)
-    return out
-
-
-def _work_signals(sel: Selected, window: Window, evals: Sequence[float], rng: float,
-                  rate_rng: float, throttle_rates: bool = True) -> WorkSignals:
-    """The work signals per step from the stored counters (see :class:`WorkSignals`); gauges
-    over ``rng``, counters' rates over ``rate_rng``; the throttle rates where
-    ``throttle_rates`` (the node view: the fleet page's throttled verdict asks its own step
-    queries)."""
-    def rates(name: str) -> dict[GpuRef, Series]:
-        return {_gref(lab): _rate_bucket(t, v, evals, rate_rng)
-                for lab, t, v in sel.get(name, [])}
-
-    def means(name: str) -> dict[GpuRef, Series]:
-        return {_gref(lab): _bucket(t, v, evals, rng, _mean) for lab, t, v in sel.get(name, [])}
-
-    busy, gauge = rates("gpu_busy_seconds_total"), means("gpu_utilization_ratio")
-    energy, watts = rates("gpu_energy_joules_total"), means("gpu_power_watts")
-    utilization = {ref: _either(busy.get(ref, Series((), ())), gauge.get(ref))
-                   for ref in set(busy) | set(gauge)}
-    power = {ref: _either(energy.get(ref, Series((), ())), watts.get(ref))
-             for ref in set(energy) | set(watts)}
-    sm = rates("gpu_sm_active_seconds_total")
-    throttle: dict[GpuRef, dict[str, Series]] = {}
-    for lab, t, v in sel.get("gpu_throttle_seconds_total", []) if throttle_rates else ():
-        throttle.setdefault(_gref(lab), {})[lab.get("reason", "")] = _rate_bucket(
-            t, v, evals, rate_rng)
-    limits = {_gref(lab): v[-1] for lab, t, v in sel.get("gpu_power_limit_watts", [])
-              if t[-1] > window.start}
-    return WorkSignals(
-        utilization={ref: s for ref, s in utilization.items() if s.times},
-        sm={ref: s for ref, s in sm.items() if s.times},
-        tensor={ref: s for ref, s in rates("gpu_tensor_active_seconds_total").items()
-                if s.times},
-        dram={ref: s for ref, s in rates("gpu_dram_active_seconds_total").items() if s.times},
-        power={ref: s for ref, s in power.items() if s.times},
-        power_limit=limits,
-        gpm=frozenset(ref for ref, s in sm.items() if s.times),
-        throttle=throttle,
-    )
-
-
-def _evidence(sel: Selected, window: Window, seconds: float) -> dict[GpuRef, Evidence]:
-    """Per device, over the last ``seconds`` of the window: throttle seconds per second by
-    reason (those above 0), mean SM clock and temperature."""
-    since = window.end - seconds
-    parts: dict[GpuRef, dict[str, Any]] = {}
-
-    def recent(t: list[float], v: list[float]) -> tuple[list[float], list[float]]:
-        lo = bisect.bisect_right(t, since)
-        return t[lo:], v[lo:]
-
-    for lab, t, v in sel.get("gpu_throttle_seconds_total", []):
-        t, v = recent(t, v)
-        if len(t) >= 2 and t[-1] > t[0]:
-            rate = _increase(v) / (t[-1] - t[0])
-            if rate > 0:
-                parts.setdefault(_gref(lab), {}).setdefault("throttle", {})[
-                    lab.get("reason", "")] = rate
-    for name, key in (("gpu_sm_clock_hertz", "sm_clock"),
-                      ("gpu_temperature_celsius", "temperature")):
-        for lab, t, v in sel.get(name, []):
-            t, v = recent(t, v)
-            if v:
-                parts.setdefault(_gref(lab), {})[key] = _mean(v)
-    return {ref: Evidence(p.get("throttle", {}), p.get("sm_clock"), p.get("temperature"))
-            for ref, p in parts.items()}
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _stats(values: Sequence[float], memory: float) -> UtilStats:
-    n = len(values)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / n
-    return UtilStats(mean, math.sqrt(var), n, memory)
 
 
 def stated_node(samples: Iterable[Sample]) -> str | None:
@@ -629,7 +458,7 @@ class EmbeddedData:
             for lab in self._infos("gpu_node_info", lookback)
         }
         slices = {ref for ref, info in gpus.items() if not info.is_physical}
-        signals = _work_signals(sel, window, evals, rng, self._rate_range(window),
+        signals = work_signals(sel, window, evals, rng, self._rate_range(window),
                                 throttle_rates=False)
 
         # Idle activity: utilization (whole GPUs, slices that report it), SM activity (MIG
@@ -639,9 +468,9 @@ class EmbeddedData:
         gpu_now: dict[GpuRef, float] = {}
         gauges: dict[GpuRef, tuple[list[float], list[float]]] = {}
         for lab, times, values in sel.get("gpu_utilization_ratio", []):
-            ref = _gref(lab)
+            ref = gref(lab)
             gauges[ref] = (times, values)
-            series = _bucket(times, values, evals, rng, max)
+            series = bucket(times, values, evals, rng, max)
             if series.times and series.times[-1] >= window.end - 1e-9:
                 gpu_now[ref] = series.values[-1]
             if ref in slices and ref in signals.gpm:
@@ -651,14 +480,14 @@ class EmbeddedData:
         for ref in slices & signals.gpm:
             busy_max[ref] = signals.sm[ref]
             idle_signal[ref] = "sm"
-        process_memory: dict[GpuRef, Series] = _merged(
-            ((_gref(lab), t, v) for lab, t, v in sel.get("container_gpu_memory_used_bytes", [])),
+        process_memory: dict[GpuRef, Series] = merged(
+            ((gref(lab), t, v) for lab, t, v in sel.get("container_gpu_memory_used_bytes", [])),
             evals, rng, max)
         for lab, times, values in sel.get("gpu_memory_used_bytes", []):
-            ref = _gref(lab)
+            ref = gref(lab)
             if ref not in slices or ref in signals.gpm or ref in gauges:
                 continue
-            present = _bucket(times, values, evals, rng, max)
+            present = bucket(times, values, evals, rng, max)
             used = process_memory[ref].at() if ref in process_memory else {}
             busy_max[ref] = Series(present.times, tuple(
                 1.0 if used.get(t, 0.0) > 0 else 0.0 for t in present.times))
@@ -667,38 +496,38 @@ class EmbeddedData:
         gpu_mean: dict[GpuRef, float] = {}
         for ref, series in signals.utilization.items():
             if series.values:
-                gpu_mean[ref] = _mean(series.values)
-        step_mean = {ref: _bucket(t, v, evals, rng, _mean) for ref, (t, v) in gauges.items()}
+                gpu_mean[ref] = mean_of(series.values)
+        step_mean = {ref: bucket(t, v, evals, rng, mean_of) for ref, (t, v) in gauges.items()}
 
         holders: dict[GpuRef, set[ContainerRef]] = {}
         held: dict[ContainerRef, Series] = {}
         alloc_points: list[tuple[GpuRef, list[float], list[float]]] = []
         for lab, times, values in sel.get("container_gpu_allocated", []):
-            holder = _cref(lab)
+            holder = cref(lab)
             if holder.namespace:
                 holders.setdefault(holder.gpu, set()).add(holder)
-                held[holder] = _bucket(times, values, evals, rng, max)
+                held[holder] = bucket(times, values, evals, rng, max)
             alloc_points.append((holder.gpu, times, values))
-        allocated = _merged(alloc_points, evals, rng, max)
+        allocated = merged(alloc_points, evals, rng, max)
         shared = {g for g, refs in holders.items() if len(refs) >= 2}
 
         containers: dict[ContainerRef, Series] = {}
         container_max: dict[ContainerRef, Series] = {}
         raw: dict[ContainerRef, list[float]] = {}
         for lab, times, values in sel.get("container_gpu_utilization_ratio", []):
-            user = _cref(lab)
+            user = cref(lab)
             if not user.namespace:
                 continue
-            containers[user] = _bucket(times, values, evals, rng, _mean)
-            container_max[user] = _bucket(times, values, evals, rng, max)
+            containers[user] = bucket(times, values, evals, rng, mean_of)
+            container_max[user] = bucket(times, values, evals, rng, max)
             lo = bisect.bisect_right(times, window.start)
             if lo < len(times):
                 raw[user] = values[lo:]
         memory: dict[ContainerRef, float] = {}
         memory_steps: dict[ContainerRef, Series] = {}
         for lab, times, values in sel.get("container_gpu_memory_used_bytes", []):
-            user = _cref(lab)
-            memory_steps[user] = _bucket(times, values, evals, rng, max)
+            user = cref(lab)
+            memory_steps[user] = bucket(times, values, evals, rng, max)
             lo = bisect.bisect_right(times, window.start)
             if lo < len(times):
                 memory[user] = max(values[lo:])
@@ -706,7 +535,7 @@ class EmbeddedData:
             touched = {ref.gpu for ref in containers if ref.namespace == namespace}
             containers = {ref: s for ref, s in containers.items() if ref.gpu in touched}
         stats = {
-            ref: _stats(values, memory.get(ref, 0.0)) for ref, values in raw.items()
+            ref: util_stats(values, memory.get(ref, 0.0)) for ref, values in raw.items()
             if namespace is None or ref.namespace == namespace
         }
         pods = {}
@@ -734,7 +563,7 @@ class EmbeddedData:
             pods=pods,
             idle_signal=idle_signal,
             signals=signals,
-            evidence=_evidence(sel, window, min(self.straggler_duration, window.seconds)),
+            evidence=evidence(sel, window, min(self.straggler_duration, window.seconds)),
             held_steps=HeldSteps(held, container_max, memory_steps),
             queries=0,
             notes=(*self.notes, *self.target_notes(window.end)),
@@ -750,7 +579,7 @@ class EmbeddedData:
         sel = self._select_many(NODE_METRICS, window, max(rng, self._rate_range(window)), node=node)
 
         def by_gpu(name: str) -> dict[str, Series]:
-            return {lab.get("gpu", ""): _bucket(t, v, evals, rng, _mean)
+            return {lab.get("gpu", ""): bucket(t, v, evals, rng, mean_of)
                     for lab, t, v in sel.get(name, [])}
 
         containers = {}
@@ -759,8 +588,8 @@ class EmbeddedData:
                 continue
             gpu = index.get(lab.get("uuid", ""), lab.get("uuid", "")[-8:])
             name = f"{lab['namespace']}/{lab.get('pod')}/{lab.get('container')} (GPU {gpu})"
-            containers[name] = _bucket(t, v, evals, rng, _mean)
-        signals = _work_signals(sel, window, evals, rng, self._rate_range(window))
+            containers[name] = bucket(t, v, evals, rng, mean_of)
+        signals = work_signals(sel, window, evals, rng, self._rate_range(window))
         gpu_of = {GpuRef(node, uuid): gpu for uuid, gpu in index.items()}
 
         def named(m: Mapping[GpuRef, Series]) -> dict[str, Series]:
@@ -794,7 +623,7 @@ class EmbeddedData:
         for lab, _, _ in self._select("container_gpu_utilization_ratio", window, rng,
                                       namespace=namespace):
             if (lab["node"], lab.get("pod", "")) in pods:
-                on.setdefault(_gref(lab), set()).add(lab.get("pod", ""))
+                on.setdefault(gref(lab), set()).add(lab.get("pod", ""))
         info = {(lab["node"], lab.get("uuid", "")): lab
                 for lab in self._infos("gpu_info", window.start)}
         devices = pick_devices(
@@ -804,9 +633,9 @@ class EmbeddedData:
              for ref in on], first)
         shown = {d.ref for d in devices}
         sel = self._select_many(WORKLOAD_METRICS, window, max(rng, self._rate_range(window)))
-        sel = {name: [(lab, t, v) for lab, t, v in rows if _gref(lab) in shown]
+        sel = {name: [(lab, t, v) for lab, t, v in rows if gref(lab) in shown]
                for name, rows in sel.items()}
-        signals = _work_signals(sel, window, evals, rng, self._rate_range(window))
+        signals = work_signals(sel, window, evals, rng, self._rate_range(window))
         return WorkloadDetail(namespace=namespace, workload=workload, window=window,
                               devices=devices, utilization=signals.utilization,
                               sm=signals.sm, power=signals.power, total_devices=len(on))
@@ -823,8 +652,8 @@ class EmbeddedData:
             out = {}
             for lab, t, v in self._select(name, window, rng, namespace=namespace, pod=pod):
                 gpu = index.get((lab["node"], lab.get("uuid", "")), "?")
-                out[f"{lab.get('container')} ({lab['node']} GPU {gpu})"] = _bucket(
-                    t, v, evals, rng, _mean)
+                out[f"{lab.get('container')} ({lab['node']} GPU {gpu})"] = bucket(
+                    t, v, evals, rng, mean_of)
             return out
 
         return PodDetail(namespace=namespace, pod=pod, window=window,
@@ -873,11 +702,11 @@ class EmbeddedData:
                     continue
                 key = tuple((k, lab[k]) for k in q.labels if lab.get(k))
                 if q.reduce == "increase":
-                    series = _increase_bucket(times, values, evals, counter)
+                    series = increase_bucket(times, values, evals, counter)
                 elif q.reduce == "rate":
-                    series = _rate_bucket(times, values, evals, counter)
+                    series = rate_bucket(times, values, evals, counter)
                 else:
-                    series = _bucket(times, values, evals, gauge, min if q.reduce == "min"
+                    series = bucket(times, values, evals, gauge, min if q.reduce == "min"
                                      else max)
                 points = groups.setdefault(key, {})
                 for t, v in zip(series.times, series.values, strict=True):

@@ -191,8 +191,11 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
                               f'[{r}]))', at)
         [slow] = view.straggler_rows
         assert power["0"] >= 1.3 * float(median[0]["value"][1])
-        assert slow.value == pytest.approx(power["0"], rel=0.02)
-        assert slow.median == pytest.approx(float(median[0]["value"][1]), rel=0.02)
+        # The row's numbers are means over the run, these the rate over the last 8 s: on a
+        # loaded machine the simulated exporters' rounds jitter, and the two differ by a few
+        # percent (2.6 % seen with the whole suite on 2 cores).
+        assert slow.value == pytest.approx(power["0"], rel=0.05)
+        assert slow.median == pytest.approx(float(median[0]["value"][1]), rel=0.05)
         # (The mean of the last steps' rates: the first, of a series seconds old, read low.)
         assert slow.evidence.throttle["thermal"].own == pytest.approx(0.5, abs=0.1)
         assert slow.evidence.throttle["thermal"].median == 0.0
