@@ -270,7 +270,7 @@ def starved_data(rows: Sequence[StarvedRow], state: State | None = None) -> list
             "gpu": r.gpu, "utilization": r.utilization,
             "for": (_for(r.seconds, r.required_seconds)
                     if r.seconds is not None and r.required_seconds is not None else "window"),
-            "why": r.detail,
+            "why": r.detail, "price": r.price_per_hour,
         }
         for r in rows
     ]
@@ -351,7 +351,7 @@ def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> 
             "ratio": r.ratio,
             "for": _for(r.seconds, r.required_seconds),
             "evidence": evidence_text(r.evidence),
-            "devices": r.devices,
+            "devices": r.devices, "price": r.price_per_hour,
         }
         for r in rows
     ]

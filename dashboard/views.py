@@ -113,7 +113,9 @@ class SliceRow:
 
 @dataclass(frozen=True, slots=True)
 class StarvedRow:
-    """``kind`` is ``time-slice`` or ``input-starved``."""
+    """``kind`` is ``time-slice`` or ``input-starved``; ``price_per_hour``: what the container
+    holds, in $/hour (its time-slice or MIG slice's share of its node's price; None: unknown
+    price)."""
 
     kind: str
     namespace: str
@@ -125,6 +127,7 @@ class StarvedRow:
     detail: str
     seconds: float | None = None
     required_seconds: float | None = None
+    price_per_hour: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +172,9 @@ class StragglerRow:
     """``kind``: ``stalled`` (waits while its peers work: utilization far below the median)
     or ``slow`` (works while its peers spin: SM activity, else power, far above it);
     ``value`` and ``median`` are of ``signal`` (``utilization``, ``sm`` ratio, ``power``
-    watts), means over the straggling run."""
+    watts), means over the straggling run; ``price_per_hour``: the $/hour of the group's
+    GPUs (``devices`` whole GPUs, each its share of its node's price), which the straggler
+    holds back (None: a price unknown)."""
 
     namespace: str
     workload: str
@@ -187,6 +192,7 @@ class StragglerRow:
     model: str = ""
     evidence: StragglerEvidence = field(default_factory=StragglerEvidence)
     uuid: str = ""
+    price_per_hour: float | None = None
 
     @property
     def utilization(self) -> float:
@@ -504,9 +510,18 @@ def _build_fleet_view(
             price_per_hour=gpu_price(ref.node),
             price_basis=node_price[ref.node].basis if ref.node in node_price else "on-demand",
         )
-        for ref, v in sorted(spinning.items())
+        for ref, v in sorted(spinning.items(), key=lambda item: (
+            -(gpu_price(item[0].node) or 0.0), item[0]))
         if namespace is None or any(c.namespace == namespace for c in users.get(ref, ()))
     )
+
+    def device_price(ref: GpuRef) -> float | None:
+        """A device's $/hour: a whole GPU's share of its node's price, a MIG slice's share
+        of its GPU's."""
+        info, per_gpu = data.gpus.get(ref), gpu_price(ref.node)
+        if per_gpu is not None and info is not None and not info.is_physical:
+            return per_gpu * shares.get(ref, 0.0)
+        return per_gpu
 
     def holding(c: ContainerRef) -> tuple[str, float | None]:
         """What the container holds, and its $/hour."""
@@ -612,7 +627,7 @@ def _build_fleet_view(
             required_seconds=s.slice.verdict.required_seconds,
             history_seconds=s.slice.verdict.history_seconds,
         )
-        for s in report.slices
+        for s in sorted(report.slices, key=lambda s: (-(s.price_per_hour or 0.0), s.slice.ref))
     )
 
     shares_ = timeslice_shares(
@@ -639,8 +654,10 @@ def _build_fleet_view(
                     f"{_pct(r.fair_share)} ({r.sharers} containers), GPU "
                     f"{_pct(r.gpu_utilization)} busy"),
             seconds=r.starving_seconds, required_seconds=r.required_seconds,
+            price_per_hour=holding(s.ref)[1],
         )
-        for r in share_rows if r.starved
+        for r, s in zip(share_rows, [s for s in shares_ if wanted(s.ref.namespace)],
+                        strict=True) if r.starved
     ]
     for s in input_starved(
         data.container_stats, low=th.input_low, high=th.input_high, min_cv=th.input_min_cv,
@@ -655,7 +672,10 @@ def _build_fleet_view(
             detail=(f"mean {_pct(s.mean)}, varies strongly (CV {s.cv:.2f} over {s.samples} "
                     f"samples) while holding {s.memory_bytes / 2**30:.1f} GiB: suspected "
                     f"waiting on input"),
+            price_per_hour=holding(s.ref)[1],
         ))
+    starved.sort(key=lambda r: (-(r.price_per_hour or 0.0), r.kind, r.namespace, r.pod,
+                                r.container))
 
     strag = stragglers(data.containers, data.pods, window, hs, gpus=data.gpus,
                        node_models={n: s.model for n, s in summaries.items()},
@@ -669,6 +689,14 @@ def _build_fleet_view(
         if key not in group_evidence:
             group_evidence[key] = _group_evidence(groups.get(key), data.evidence)
     evidence_seconds = min(th.straggler_duration, window.seconds)
+
+    def group_price(group: Group | None) -> float | None:
+        """The $/hour of a straggler group's GPUs (None: one's price unknown)."""
+        if group is None:
+            return None
+        prices = [device_price(ref) for ref in group.devices]
+        return None if any(p is None for p in prices) else math.fsum(
+            p for p in prices if p is not None)
     straggler_rows = tuple(
         StragglerRow(
             namespace=s.namespace, workload=s.workload, pods=s.pods, node=s.gpu.node,
@@ -678,8 +706,12 @@ def _build_fleet_view(
             evidence=_evidence(s, group_evidence[(s.namespace, s.workload, s.model)],
                                data.evidence, evidence_seconds),
             uuid=s.gpu.uuid,
+            price_per_hour=group_price(groups.get((s.namespace, s.workload, s.model))),
         )
-        for s in strag.stragglers if wanted(s.namespace)
+        for s in sorted(strag.stragglers, key=lambda s: (
+            -(group_price(groups.get((s.namespace, s.workload, s.model))) or 0.0),
+            s.namespace, s.workload, s.gpu))
+        if wanted(s.namespace)
     )
 
     # Heatmap: window-mean utilization, nodes x whole-GPU indices, for the nodes an SRE

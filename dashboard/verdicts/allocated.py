@@ -150,5 +150,6 @@ SECTION = Section(
     intro="Containers on any node that hold a GPU, a MIG slice or a time-slice of a GPU and "
           "have used almost none of it for the required time, with what they hold and what "
           "that costs: the list to act on.",
-    tables=(Table(ids.ALLOCATED_IDLE_TABLE, ids.ALLOCATED_IDLE_NOTE, ALLOCATED_COLUMNS),),
+    tables=(Table(ids.ALLOCATED_IDLE_TABLE, ids.ALLOCATED_IDLE_NOTE, ALLOCATED_COLUMNS,
+                  order="price"),),
 )

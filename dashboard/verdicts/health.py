@@ -152,7 +152,7 @@ class Health(StepVerdict):
             Column("node", "Node", "link"), Column("gpu", "GPU"), Column("what", "What"),
             Column("since", "Since (UTC)"), Column("now", "Now"),
             Column("pods", "Pods", "link"), Column("price", "Node $/hour", "money"),
-        )),),
+        ), order="price"),),
     )
 
     def judge(self, answers: StepAnswers, ctx: PageContext) -> tuple[GpuHealth, ...]:

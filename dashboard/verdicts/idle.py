@@ -354,8 +354,8 @@ SECTION = Section(
           "each of its slices is; cost at the node's price (spot where your price file has "
           "one), split into GPUs no container holds (unallocated) and GPUs held but unused "
           "(allocated-idle).",
-    tables=(Table(ids.IDLE_NODES_TABLE, ids.IDLE_NOTE, IDLE_COLUMNS),
+    tables=(Table(ids.IDLE_NODES_TABLE, ids.IDLE_NOTE, IDLE_COLUMNS, order="wasted"),
             Table(ids.IDLE_SLICES_TABLE, ids.IDLE_SLICES_NOTE, SLICE_COLUMNS,
-                  heading="Idle MIG slices on busy nodes")),
+                  heading="Idle MIG slices on busy nodes", order="price")),
     header_id=ids.WASTE_TOTAL,
 )

@@ -87,7 +87,7 @@ class MpsUnjudged(StepVerdict):
             Column("node", "Node", "link"), Column("gpu", "GPU"),
             Column("clients", "Clients", "link"), Column("memory", "Clients' memory"),
             Column("since", "Since (UTC)"), Column("price", "GPU $/hour", "money"),
-        )),),
+        ), order="price"),),
     )
 
     def judge(self, answers: StepAnswers, ctx: PageContext) -> tuple[UnjudgedGpu, ...]:

@@ -67,12 +67,15 @@ class Column:
 @dataclass(frozen=True, slots=True)
 class Table:
     """A table: its stable element id, the id of the note under it (how many rows, or that
-    there are none), its columns, and a heading when it is not the section's first."""
+    there are none), its columns, a heading when it is not the section's first, and
+    ``order``: the money column its rows come in, costliest first (the page sends the first
+    rows: those that cost the most; "" where the table has no price)."""
 
     id: str
     note_id: str
     columns: tuple[Column, ...]
     heading: str = ""
+    order: str = ""
 
 
 @dataclass(frozen=True, slots=True)

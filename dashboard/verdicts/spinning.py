@@ -287,5 +287,5 @@ SECTION = Section(
     intro="GPUs at high utilization doing no work: no tensor or memory activity and few SMs "
           "active (GPM), or power far below the limit (no GPM). A job hung in a collective or "
           "a busy-wait. They count as idle in the cost above.",
-    tables=(Table(ids.SPINNING_GPUS_TABLE, ids.SPINNING_NOTE, SPINNING_COLUMNS),),
+    tables=(Table(ids.SPINNING_GPUS_TABLE, ids.SPINNING_NOTE, SPINNING_COLUMNS, order="price"),),
 )

@@ -196,6 +196,7 @@ STARVED_COLUMNS = (
     Column("utilization", "Utilization", "percent"),
     Column("for", "For"),
     Column("why", "Why"),
+    Column("price", "$/hour held", "money"),
 )
 SHARE_COLUMNS = (
     Column("node", "Node", "link"),
@@ -212,7 +213,7 @@ SECTION = Section(
     intro="Containers starved by time-slicing (share of a busy shared GPU far below their "
           "fair share) and containers suspected to be waiting on input (memory held, low and "
           "strongly varying utilization).",
-    tables=(Table(ids.STARVED_PODS_TABLE, ids.STARVED_NOTE, STARVED_COLUMNS),
+    tables=(Table(ids.STARVED_PODS_TABLE, ids.STARVED_NOTE, STARVED_COLUMNS, order="price"),
             Table(ids.TIMESLICE_TABLE, ids.TIMESLICE_NOTE, SHARE_COLUMNS,
                   heading="Time-sliced GPUs: each container's share")),
 )

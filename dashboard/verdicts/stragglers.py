@@ -356,6 +356,7 @@ STRAGGLER_COLUMNS = (
     Column("for", "For"),
     Column("evidence", "Evidence"),
     Column("devices", "GPUs compared", "count"),
+    Column("price", "GPUs' $/hour", "money"),
 )
 SECTION = Section(
     id=ids.SECTION_STRAGGLERS, title="Stragglers",
@@ -363,5 +364,6 @@ SECTION = Section(
           "GPU that holds the others back: stalled (far below the median utilization) or "
           "slow (every GPU busy, this one doing far more work while its peers spin waiting "
           "for it), with the evidence of its cause.",
-    tables=(Table(ids.STRAGGLERS_TABLE, ids.STRAGGLERS_NOTE, STRAGGLER_COLUMNS),),
+    tables=(Table(ids.STRAGGLERS_TABLE, ids.STRAGGLERS_NOTE, STRAGGLER_COLUMNS,
+                  order="price"),),
 )

@@ -150,7 +150,8 @@ class Throttle(StepVerdict):
         id=ids.SECTION_THROTTLED, title="Throttled GPUs",
         intro="GPUs whose clocks have been held down by power, heat, reliability or a board "
               "limit for a good part of the time: they run slower than their peers.",
-        tables=(Table(ids.THROTTLED_GPUS_TABLE, ids.THROTTLED_NOTE, THROTTLED_COLUMNS),),
+        tables=(Table(ids.THROTTLED_GPUS_TABLE, ids.THROTTLED_NOTE, THROTTLED_COLUMNS,
+                      order="price"),),
     )
 
     def step_queries(self, th: Thresholds | None = None) -> tuple[StepQuery, ...]:

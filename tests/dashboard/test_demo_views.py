@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pytest
 
+from gpuscope.dashboard import ids, sections
 from gpuscope.dashboard.data import DataError, EmbeddedData, Sample, StepQuery
 from gpuscope.dashboard.demo import DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
@@ -97,14 +98,16 @@ def test_starved_containers_are_the_planted_ones(view: FleetView) -> None:
 
 
 def test_stragglers_are_the_planted_ranks(view: FleetView) -> None:
-    assert [(r.workload, r.pods, r.node, r.gpu, r.kind, r.signal)
+    # The costliest group first: the 16 GPUs of mixtral-pretrain, then llama-pretrain's 8
+    # (two p5.48xlarge at $55.04/hour, one).
+    assert [(r.workload, r.pods, r.node, r.gpu, r.kind, r.signal, r.price_per_hour)
             for r in view.straggler_rows] == [
-        ("PyTorchJob/llama-pretrain", ("llama-pretrain-worker-5",),
-         "ip-10-0-1-11.ec2.internal", "5", "stalled", "utilization"),
         ("PyTorchJob/mixtral-pretrain", ("mixtral-pretrain-worker-3",),
-         "ip-10-0-1-13.ec2.internal", "3", "slow", "sm"),
+         "ip-10-0-1-13.ec2.internal", "3", "slow", "sm", pytest.approx(2 * 55.04)),
+        ("PyTorchJob/llama-pretrain", ("llama-pretrain-worker-5",),
+         "ip-10-0-1-11.ec2.internal", "5", "stalled", "utilization", pytest.approx(55.04)),
     ]
-    stalled, slow = view.straggler_rows
+    slow, stalled = view.straggler_rows
     assert 0.3 <= stalled.utilization <= 0.4 and 0.88 <= stalled.median <= 0.96
     # The slow rank works (SM ~0.9) while its 15 peers wait for it (SM ~0.35), and it is
     # thermally throttled half the time, hot and clocked down.
@@ -325,3 +328,25 @@ def test_the_past_reaches_the_clock_however_long_filling_it_takes() -> None:
         assert {round(b - a, 6) for a, b in itertools.pairwise(times[:-1])} == {5.0}
         assert 0 < times[-1] - times[-2] <= 5.0
         assert times[-1] - times[0] > 600.0 - 10.0
+
+
+def test_every_priced_table_comes_costliest_first(view: FleetView) -> None:
+    """The page sends a table's first rows (sections.TOP_ROWS): those that cost the most.
+    On the demo fleet, every table with a price lists its rows by it, highest first (an
+    unknown price last); the tables that have rows here are checked with at least two."""
+    checked = []
+    for section in registry.SECTIONS:
+        for table in section.tables:
+            if not table.order:
+                continue
+            rows, _, n = sections.table_rows(view, table.id, {}, sections.MAX_ROWS)
+            values = [r.get(table.order) for r in rows]
+            known = [v for v in values if v is not None]
+            assert values == known + [None] * (len(values) - len(known)), table.id
+            assert known == sorted(known, key=lambda v: -float(v)), (table.id, known)
+            if n >= 2:
+                checked.append(table.id)
+    # The demo plants idle nodes, spinning and throttled GPUs, allocated-idle and starved
+    # containers and stragglers: their tables have rows to order.
+    assert {ids.IDLE_NODES_TABLE, ids.ALLOCATED_IDLE_TABLE, ids.SPINNING_GPUS_TABLE,
+            ids.STARVED_PODS_TABLE} <= set(checked), checked

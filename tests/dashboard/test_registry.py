@@ -89,3 +89,12 @@ def test_the_thresholds_key_tells_thresholds_apart() -> None:
             replace(base, throttle_reasons=("power",)).key,
             replace(base, input_min_samples=11).key}
     assert len(keys) == 4
+
+
+def test_a_priced_tables_order_is_a_money_column() -> None:
+    """A table that says which money column orders it names one of its money columns; every
+    table with a money column says so (its first rows, the ones sent, are the costliest)."""
+    for section in registry.SECTIONS:
+        for table in section.tables:
+            money = {c.id for c in table.columns if c.kind == "money"}
+            assert (table.order in money) if money else not table.order, table.id
