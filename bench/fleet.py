@@ -39,7 +39,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -380,8 +380,15 @@ class Shape:
 class Fleet:
     """The samples of :func:`plan`'s nodes over ``shape``, in two formats, streamed."""
 
-    def __init__(self, shape: Shape, nodes: Sequence[NodePlan] | None = None) -> None:
-        """``nodes``: :func:`plan`'s for ``shape.nodes`` unless given (e.g. :func:`layout`)."""
+    def __init__(self, shape: Shape, nodes: Sequence[NodePlan] | None = None, *,
+                 replicas: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``nodes``: :func:`plan`'s for ``shape.nodes`` unless given (e.g. :func:`layout`).
+        ``replicas``: an HA pair's copies, ``{label: (value, ...)}`` (e.g.
+        ``{"prometheus_replica": ("0", "1")}``): every series once per value, with the
+        label, as two Prometheus replicas scraping one cluster write it to one store."""
+        if replicas is not None and (len(replicas) != 1 or not next(iter(replicas.values()))):
+            raise ValueError("replicas: one label with one value or more")
+        self.replicas = dict(replicas or {})
         self.shape = shape
         self.plan = list(nodes) if nodes is not None else plan(shape.nodes)
         if len(self.plan) != shape.nodes:
@@ -413,7 +420,12 @@ class Fleet:
                 ks = [k for k, v in enumerate(window) if v == v]
                 if not ks:
                     continue
-                yield name, node_labels(labels, node), window, ks
+                lab = node_labels(labels, node)
+                if not self.replicas:
+                    yield name, lab, window, ks
+                for label, values_ in self.replicas.items():
+                    for value in values_:
+                        yield name, {**lab, label: value}, window, ks
 
     def openmetrics(self) -> Iterator[str]:
         """OpenMetrics text with timestamps (s), family by family, for ``promtool tsdb

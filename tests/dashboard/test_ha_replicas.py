@@ -1,0 +1,63 @@
+"""HA pairs (issue 30): two Prometheus replicas scraping one cluster write every series twice
+to one store, each copy with its replica label (``prometheus_replica``, as Cortex, Mimir and
+Amazon Managed Prometheus' deduplication expects), where the store does not deduplicate.
+The page must count every GPU and every dollar once: on the 200-node fleet, a real
+Prometheus and a real VictoriaMetrics holding the data twice show the very page (KPIs, $,
+every table's rows, the registry's findings) that they show holding it once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import bench.fleet as F
+from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.views import FleetView, page_view
+from tests.dashboard.test_backends import NODES, STEP, WINDOW, _close
+from tests.dashboard.test_embedded_and_stores import headline, numbers
+from tests.stores import fleet_in_both
+
+REPLICAS = {"prometheus_replica": ("0", "1")}
+
+
+def pages(fleet: F.Fleet, workdir: Any) -> dict[str, FleetView]:
+    end = fleet.shape.end
+    out = {}
+    with fleet_in_both(fleet, workdir) as stores:
+        for store in stores:
+            prom = PrometheusData(store.url, clock=lambda: end, timeout=120)
+            try:
+                out[store.kind] = page_view(prom, WINDOW, bundled_prices())
+            finally:
+                prom.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, FleetView],
+                                                                    dict[str, FleetView]]]:
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    shape = F.Shape(NODES, STEP, WINDOW, end)
+    once = pages(F.Fleet(shape), tmp_path_factory.mktemp("once"))
+    doubled = F.Fleet(shape, replicas=REPLICAS)
+    twice = pages(doubled, tmp_path_factory.mktemp("twice"))
+    assert doubled.series == 2 * sum(1 for _ in F.Fleet(shape).series_of())
+    yield once, twice
+
+
+@pytest.mark.parametrize("kind", ["prometheus", "victoriametrics"])
+def test_a_replicated_store_shows_the_page_of_one_copy(
+        both: tuple[dict[str, FleetView], dict[str, FleetView]], kind: str) -> None:
+    once, twice = both[0][kind], both[1][kind]
+    assert headline(twice) == headline(once), kind
+    a, b = numbers(twice), numbers(once)
+    assert a.keys() == b.keys()
+    for part in b:
+        assert _close(a[part], b[part]), (kind, part)
+    # Not a page with nothing on it: the fleet's idle nodes, their $ and the findings.
+    assert once.kpis.idle_nodes > 0 and once.kpis.burning_per_hour > 0
+    assert once.findings["throttled"]
