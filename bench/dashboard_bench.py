@@ -20,8 +20,10 @@
    Prometheus on a copy of the set's ``head/`` (``bench/head.py``), which it replays into
    its head as a restarted Prometheus does; with ``--store-gogc``, the store's Go garbage
    collector target.
-3. Measures, at the data's end time: the page's queries (``PrometheusData.fleet``), the
-   analysis and rendering (``build_fleet_view`` + figures + tables), the full page load in
+3. Measures, at the data's end time: the page's queries (``PrometheusData.fleet``, and the
+   registry's step queries sent beside it over the same window, as the service sends
+   them), the analysis and rendering (``build_fleet_view`` + figures + every section's
+   tables), the full page load in
    headless Chromium (navigation until the idle-node table and the heatmap are drawn), the
    queries one page load sends, and then the store's RSS (``VmRSS``, and its peak ``VmHWM``)
    and series count; and
@@ -44,6 +46,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,12 +55,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import fleet  # noqa: E402
-from gpuscope.dashboard import components  # noqa: E402
+from gpuscope.dashboard import sections  # noqa: E402
 from gpuscope.dashboard.data import DataError  # noqa: E402
 from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
 from gpuscope.dashboard.plan import PrometheusData  # noqa: E402
 from gpuscope.dashboard.prices import load_prices  # noqa: E402
 from gpuscope.dashboard.series import gc_paused  # noqa: E402
+from gpuscope.dashboard.verdicts import registry  # noqa: E402
 from gpuscope.dashboard.views import FleetView, build_fleet_view  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
@@ -176,6 +180,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         # The raw queries even where the recording rules are loaded (their fallback).
         source._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
     prices = load_prices()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steps")
     fetch, build, render = [], [], []
     # Per page, the store's CPU seconds, the garbage collections it completed and the bytes
     # it allocated (read between pages, outside the timings): a page that meets a collection
@@ -187,17 +192,19 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             # collector (what it then collects is in the rendering's time).
             with gc_paused():
                 t0 = time.perf_counter()
-                data = source.fleet(args.window, args.namespace)
+                shown = source.window(args.window)
+                steps = pool.submit(source.step_series, registry.step_queries(),
+                                    args.window, shown)
+                data = source.fleet(args.window, args.namespace, shown)
+                answers = steps.result()
                 t1 = time.perf_counter()
-                view = build_fleet_view(data, prices, None, args.namespace)
+                view = build_fleet_view(data, prices, None, args.namespace, answers)
                 queries = data.queries
                 del data  # freed before the collector is back on, as the service does
                 t2 = time.perf_counter()
             heatmap_figure(view.heatmap).to_json()
-            json.dumps([components.idle_data(view.idle_rows),
-                        components.starved_data(view.starved_rows),
-                        components.share_data(view.share_rows),
-                        components.straggler_data(view.straggler_rows)])
+            json.dumps({f"{k[0]}.{k[1]}": v for k, v in sections.fill(view, {}).items()},
+                       default=str)
             t3 = time.perf_counter()
             fetch.append(t1 - t0)
             build.append(t2 - t1)
@@ -208,6 +215,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         result["error"] = str(exc)
         print(f"{store.kind}: the fleet page failed: {exc}", flush=True)
     finally:
+        pool.shutdown()
         source.close()
     if "error" not in result:
         k = view.kpis
