@@ -1,8 +1,8 @@
 """The fleet page's data from a Prometheus-compatible store: :class:`PrometheusData` runs
 the plan's rounds of queries (:mod:`.queries`) and reads their answers into
-:class:`~gpuscope.dashboard.series.FleetData` for the verdicts judged in the views. Issue 29
-moves the verdicts onto their own step queries one by one; this is what is left of the
-planner."""
+:class:`~gpuscope.dashboard.series.FleetData` for the verdicts judged in the views (idle
+GPUs, nodes and slices, spinning, allocated-idle, starvation, stragglers); the registry's
+own verdicts are asked beside it, as step queries."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
+from gpuscope.dashboard.data.http import PromApi
 from gpuscope.dashboard.data.prometheus import (
     EDGE,
     PrometheusStore,
@@ -51,9 +52,21 @@ from gpuscope.dashboard.verdicts import Thresholds
 class PlanQueries(PrometheusStore):
     """The store, with the fleet page's thresholds (None: the defaults) and its queries."""
 
-    def __init__(self, url: str, *, thresholds: Thresholds | None = None,
-                 **store: Any) -> None:
-        super().__init__(url, **store)
+    def __init__(
+        self,
+        url: str,
+        *,
+        thresholds: Thresholds | None = None,
+        timeout: float = 10.0,
+        min_step: float = 15.0,
+        max_points: int = 60,
+        lookback: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        workers: int = 8,
+        client: PromApi | None = None,
+    ) -> None:
+        super().__init__(url, timeout=timeout, min_step=min_step, max_points=max_points,
+                         lookback=lookback, clock=clock, workers=workers, client=client)
         self.thresholds = thresholds or Thresholds()
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}

@@ -1,8 +1,9 @@
 """The fleet page's plan of Prometheus queries, part one: the verdicts' PromQL forms
 (:class:`Verdicts`), per step on the raw series or on the ``gpuscope-dashboard`` recording
 rules (:class:`_Steps`), and the rules themselves (:func:`recording_rules`,
-:func:`rules_yaml`). Issue 29 moves each verdict into its own module's step queries
-(``dashboard/verdicts/``); what is still here is what the older verdicts read."""
+:func:`rules_yaml`), for the verdicts judged in the views; a verdict the registry judges
+declares its own step queries and their recorded form in its module (``dashboard/verdicts/``),
+and its rule here only where it is recorded (``uuid:gpu_throttle_any_ratio:rate2m``)."""
 
 from __future__ import annotations
 
