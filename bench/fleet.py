@@ -201,6 +201,9 @@ class NodePlan:
     zone: str
     capacity_type: str
     instance_type: str
+    #: The cluster whose store label (``cluster``) the node's series carry, as a central
+    #: store holding several clusters labels them ("": none, one cluster).
+    cluster: str = ""
 
     @property
     def team(self) -> int:
@@ -351,6 +354,8 @@ def node_labels(labels: Labels, node: NodePlan) -> dict[str, str]:
         lab.update(instance_type=node.instance_type, zone=node.zone,
                    capacity_type=node.capacity_type, node_name=node.name)
     lab.update(node=node.name, job=JOB, instance=f"{node.name}:{PORT}")
+    if node.cluster:
+        lab["cluster"] = node.cluster
     return lab
 
 

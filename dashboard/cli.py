@@ -90,6 +90,7 @@ class Config:
     #: The verdicts' thresholds (the flags made from the registry's).
     thresholds: Thresholds = field(default_factory=Thresholds)
     print_rules: bool = False
+    cluster_label: str = "cluster"
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -123,6 +124,13 @@ def parse_server_name(value: str) -> str:
     name = value.strip()
     if not name or not re.fullmatch(r"[A-Za-z0-9.:_\[\]-]+", name):
         raise ValueError(f"expected a host name such as prometheus.example.com, got {value!r}")
+    return name
+
+
+def parse_label(value: str) -> str:
+    name = value.strip()
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name.startswith("__"):
+        raise ValueError(f"expected a label name such as cluster, got {value!r}")
     return name
 
 
@@ -240,6 +248,10 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--prometheus-sigv4-region", parse_region, None,
           "AWS region to sign for (default: from the aps-workspaces.REGION URL, else "
           "AWS_REGION / AWS_DEFAULT_REGION / the AWS profile)"),
+    Flag("--cluster-label", parse_label, "cluster",
+          "--prometheus: the label under which the store keeps each series' cluster (an "
+          "external label of Thanos, Mimir, Amazon Managed Prometheus, VictoriaMetrics); a "
+          "node is then its cluster's (cluster/node). Absent: one cluster"),
     Flag("--print-rules", boolean, "false",
           "print the gpuscope-dashboard recording rules for these thresholds (a rule group "
           "for Prometheus or vmalert) and exit", boolean=True),
@@ -272,7 +284,8 @@ def parse_config(argv: Sequence[str] | None = None,
         return Config(prometheus=None, targets=None, demo=False, listen_host="127.0.0.1",
                       listen_port=0, prices=None, refresh=30.0, scrape_interval=15.0,
                       log_level=values["log_level"], basic_auth_file=None,
-                      thresholds=thresholds, print_rules=True)
+                      thresholds=thresholds, print_rules=True,
+                      cluster_label=values["cluster_label"])
     modes = [name for name, on in (("--prometheus", values["prometheus"] is not None),
                                    ("--targets", values["targets"] is not None),
                                    ("--demo", values["demo"])) if on]
@@ -397,7 +410,7 @@ def run(cfg: Config, stop: threading.Event,
     if cfg.print_rules:
         from gpuscope.dashboard.plan import rules_yaml
 
-        print("groups:\n" + rules_yaml(cfg.thresholds), end="")
+        print("groups:\n" + rules_yaml(cfg.thresholds, cfg.cluster_label), end="")
         return 0
     from gpuscope.dashboard.app import DashboardServer, create_app
     from gpuscope.dashboard.service import DashboardService
@@ -419,7 +432,7 @@ def run(cfg: Config, stop: threading.Event,
     source: DataSource
     if cfg.prometheus is not None:
         source = PrometheusData(cfg.prometheus, client=prometheus_client(cfg),
-                                thresholds=cfg.thresholds)
+                                thresholds=cfg.thresholds, cluster_label=cfg.cluster_label)
     else:
         targets = cfg.targets or ()
         if cfg.demo:

@@ -21,9 +21,11 @@ import msgspec
 
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
 from gpuscope.dashboard.data.promql import (
-    any_of,
     duration,
-    escape_label_value,
+    node_equal,
+    node_key,
+    node_matchers,
+    scoped,
     selector,
 )
 from gpuscope.dashboard.data.source import (
@@ -56,6 +58,10 @@ Labels = tuple[tuple[str, str], ...]
 #: of ``[t - d, t]`` (both ends), VictoriaMetrics those of ``(t - d, t]``: a sample exactly
 #: on the step before would count twice on one store and once on the other.
 EDGE = 0.001
+#: The label under which a store holding several clusters keeps each series' cluster (an
+#: external label: Thanos, Mimir, Amazon Managed Prometheus, VictoriaMetrics), as
+#: kubernetes-mixin's ``clusterLabel``; ``--cluster-label`` names another.
+CLUSTER_LABEL = "cluster"
 
 class _RangeSeries(TypedDict):
     metric: dict[str, str]
@@ -178,13 +184,14 @@ def _split(names: Sequence[str], build: Callable[[Sequence[str]], str],
     return _split(names[:half], build, limit) + _split(names[half:], build, limit)
 
 
-def index_queries(nodes: Collection[str]) -> list[str]:
-    """Each device's index and model (``gpu_info``) on ``nodes``, in ``node=~`` lists:
-    Prometheus looks the nodes up in its index, where a join with ``gpu_info`` reads every
-    device's series of the fleet (33,400 at 5,000 nodes: most of a drill-down's time from
-    Prometheus' head, docs/benchmarks.md)."""
+def index_queries(nodes: Collection[str], cluster: str = CLUSTER_LABEL) -> list[str]:
+    """Each device's index and model (``gpu_info``) on ``nodes`` (node keys; ``cluster``:
+    the store's cluster label), in ``node=~`` lists: Prometheus looks the nodes up in its
+    index, where a join with ``gpu_info`` reads every device's series of the fleet (33,400
+    at 5,000 nodes: most of a drill-down's time from Prometheus' head,
+    docs/benchmarks.md)."""
     def build(names: Sequence[str]) -> str:
-        info = selector("gpu_info", {"node": f'=~"{any_of(names)}"'})
+        info = selector("gpu_info", node_matchers(names, cluster))
         return f"max by (node, uuid, gpu, model) ({info})"
 
     return _split(sorted(set(nodes)), build)
@@ -212,10 +219,15 @@ class PrometheusStore:
         clock: Callable[[], float] = time.time,
         workers: int = 8,
         client: PromApi | None = None,
+        cluster_label: str = CLUSTER_LABEL,
     ) -> None:
         # ``client`` carries auth and TLS (:mod:`.http`); without one, plain HTTP(S) with
         # ``timeout``. A URL with user:password@ is refused (it would show in description).
         reject_credentials_in_url(url)
+        # Every query groups and joins by it besides ``node`` (:func:`.promql.scoped`), and
+        # a series' node is then its node key: ``cluster/node`` where it has one.
+        scoped("", cluster_label)  # a label name, or ValueError
+        self.cluster_label = cluster_label
         self._client = client if client is not None else PromApi(url, timeout=timeout)
         self.url = url.rstrip("/")
         self.timeout = timeout
@@ -255,15 +267,25 @@ class PrometheusStore:
         # ``-search.latencyOffset`` (30 s) before its now back to now - 30 s unless told not
         # to (Prometheus evaluates at ``time``, and ignores the parameter): the window's end
         # must be the same instant on both.
-        data = self._api("/api/v1/query", {"query": promql, "time": f"{at:.3f}",
-                                           "nocache": "1"})
+        data = self._api("/api/v1/query", {"query": scoped(promql, self.cluster_label),
+                                           "time": f"{at:.3f}", "nocache": "1"})
         if data.get("resultType") != "vector":
             raise DataError(f"{self.description}: expected a vector, got {data.get('resultType')}")
-        return [(_labels(r["metric"]), float(r["value"][1])) for r in data["result"]]
+        return [(self._keyed(_labels(r["metric"])), float(r["value"][1]))
+                for r in data["result"]]
+
+    def _keyed(self, labels: dict[str, str]) -> dict[str, str]:
+        """A series' labels with its node as its node key (``cluster/node``, where it has a
+        cluster) and without the cluster label."""
+        cluster = labels.pop(self.cluster_label, "")
+        if cluster and "node" in labels:
+            labels["node"] = node_key(cluster, labels["node"])
+        return labels
 
     def range(self, promql: str, window: Window) -> list[tuple[dict[str, str], Series]]:
         data = self._api("/api/v1/query_range", {
-            "query": promql, "start": f"{window.start:.3f}", "end": f"{window.end:.3f}",
+            "query": scoped(promql, self.cluster_label), "start": f"{window.start:.3f}",
+            "end": f"{window.end:.3f}",
             "step": f"{window.step:.3f}",
         })
         out = []
@@ -273,7 +295,7 @@ class PrometheusStore:
             times, values = zip(*r["values"], strict=True) if r["values"] else ((), ())
             if values and not isinstance(values[0], float):  # json.loads: strings
                 times, values = tuple(map(float, times)), tuple(map(float, values))
-            out.append((_labels(r["metric"]), Series(times, values)))
+            out.append((self._keyed(_labels(r["metric"])), Series(times, values)))
         return out
 
     # -- queries ---------------------------------------------------------------------------
@@ -371,13 +393,13 @@ class PrometheusStore:
     def node_queries(self, node: str, window: Window) -> dict[str, str]:
         node = validate_node(node)
         r, rr = self._r(window)
-        util = selector("gpu_utilization_ratio", node=node)
-        mem = selector("gpu_memory_used_bytes", node=node)
-        cutil = selector("container_gpu_utilization_ratio", {"namespace": '!=""'}, node=node)
-        info = selector("gpu_info", node=node)
-        limit = selector("gpu_power_limit_watts", node=node)
-        throttle = selector("gpu_throttle_seconds_total", node=node)
-        match = {"node": f'="{escape_label_value(node)}"'}
+        match = node_equal(node, self.cluster_label)
+        util = selector("gpu_utilization_ratio", match)
+        mem = selector("gpu_memory_used_bytes", match)
+        cutil = selector("container_gpu_utilization_ratio", {**match, "namespace": '!=""'})
+        info = selector("gpu_info", match)
+        limit = selector("gpu_power_limit_watts", match)
+        throttle = selector("gpu_throttle_seconds_total", match)
         return {
             "utilization": f"max by (gpu) (avg_over_time({util}[{r}]))",
             "memory": f"max by (gpu) (avg_over_time({mem}[{r}]))",
@@ -439,7 +461,7 @@ class PrometheusStore:
         }
 
         def signals(names: Sequence[str]) -> str:
-            match = {"node": f'=~"{any_of(names)}"'}
+            match = node_matchers(names, self.cluster_label)
             return " or ".join([
                 f'label_replace({_util_step(rr, match)}, "signal", "utilization", "", "")',
                 f'label_replace({_rate("gpu_sm_active_seconds_total", rr, match)},'
@@ -459,7 +481,7 @@ class PrometheusStore:
         pods: dict[GpuRef, set[str]] = {}
         for lab, _ in members:
             pods.setdefault(_gref(lab), set()).add(lab.get("pod", ""))
-        asked = index_queries({ref.node for ref in pods})
+        asked = index_queries({ref.node for ref in pods}, self.cluster_label)
         index = self._index(asked, window.end)
         # A device without gpu_info at the end (gone, or its slice remade) is left out, as a
         # join with gpu_info would.
@@ -509,7 +531,8 @@ class PrometheusStore:
         queries = self.pod_queries(namespace, pod, window)
         futures = {k: self._pool.submit(self.range, q, window) for k, q in queries.items()}
         res = {k: f.result() for k, f in futures.items()}
-        asked = index_queries({lab.get("node", "") for rows in res.values() for lab, _ in rows})
+        asked = index_queries({lab.get("node", "") for rows in res.values() for lab, _ in rows},
+                              self.cluster_label)
         index = self._index(asked, window.end)
 
         def by_key(rows: list[tuple[dict[str, str], Series]]) -> dict[str, Series]:

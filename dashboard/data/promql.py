@@ -73,3 +73,66 @@ def labelled(expr: str, label: str, value: str) -> str:
     """``expr`` with ``label`` set to ``value`` on every series (``label_replace`` from no
     source label): how one query of several parts tells its rows apart. ``value`` escaped."""
     return f'label_replace({expr}, "{label}", "{escape_label_value(value)}", "", "")'
+
+
+# -- clusters ---------------------------------------------------------------------------------
+
+#: Between a node's cluster and its name in the dashboard's node key: ``prod-a/ip-10-0-1-23``.
+#: A node name is a DNS subdomain and never holds it; a node without a cluster label keeps
+#: its bare name (one cluster: nothing changes).
+CLUSTER_SEP = "/"
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_GROUPING = re.compile(r"\b(by|on)(\s*)\(([^()]*)\)")
+
+
+def node_key(cluster: str, node: str) -> str:
+    """The dashboard's key of ``node`` in ``cluster`` (``cluster/node``; the bare name when
+    ``cluster`` is empty)."""
+    return f"{cluster}{CLUSTER_SEP}{node}" if cluster else node
+
+
+def node_parts(key: str) -> tuple[str, str]:
+    """``(cluster, node)`` of a node key (``""`` for a bare name)."""
+    cluster, sep, node = key.rpartition(CLUSTER_SEP)
+    return (cluster, node) if sep else ("", key)
+
+
+def scoped(promql: str, cluster: str) -> str:
+    """``promql`` with the label ``cluster`` in every ``by (...)`` and ``on (...)`` list that
+    names ``node`` (``max by (cluster, node, gpu, uuid)``, ``and on (cluster, node, uuid)``):
+    each node is its cluster's, where a store holds several clusters under that label (an
+    absent label is an empty value: one cluster's data groups as before). String literals
+    are left as they are."""
+    if not _LABEL_NAME.match(cluster):
+        raise ValueError(f"bad label name {cluster!r}")
+
+    def add(m: re.Match[str]) -> str:
+        labels = [label.strip() for label in m.group(3).split(",")]
+        if "node" not in labels or cluster in labels:
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}({cluster}, {m.group(3).strip()})"
+
+    out, last = [], 0
+    for literal in _STRING.finditer(promql):
+        out += [_GROUPING.sub(add, promql[last:literal.start()]), literal.group(0)]
+        last = literal.end()
+    out.append(_GROUPING.sub(add, promql[last:]))
+    return "".join(out)
+
+
+def node_matchers(keys: Sequence[str], cluster: str) -> dict[str, str]:
+    """The matchers of the nodes ``keys`` (node keys, :func:`node_key`): ``node=~"a|b"`` and
+    ``cluster=~"c1|c2"`` (``""`` among them for a bare name: the series without the label;
+    one shape whatever the names). A node of one cluster may bring the same name of another
+    along; its answers are keyed apart."""
+    parts = [node_parts(k) for k in keys]
+    return {"node": f'=~"{any_of(sorted({n for _, n in parts}))}"',
+            cluster: f'=~"{any_of(sorted({c for c, _ in parts}))}"'}
+
+
+def node_equal(key: str, cluster: str) -> dict[str, str]:
+    """The matchers of one node (its key, :func:`node_key`): ``node="n"`` and its cluster
+    ``cluster="c"`` (``cluster=""`` for a bare name: the series without one)."""
+    c, node = node_parts(key)
+    return {"node": f'="{escape_label_value(node)}"', cluster: f'="{escape_label_value(c)}"'}

@@ -35,10 +35,13 @@ class InvalidFilter(ValueError):
 # -- names ---------------------------------------------------------------------------
 
 # Kubernetes names: a namespace is a DNS label; pods and nodes are DNS subdomains. Node names
-# from --targets hints may also be IP addresses (v4 or v6) or upper case host names.
+# from --targets hints may also be IP addresses (v4 or v6) or upper case host names. A node
+# of a store holding several clusters is keyed ``cluster/node`` (:mod:`.promql`), the
+# cluster a label value of letters, digits, ``.``, ``_`` and ``-``.
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POD = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_NODE = re.compile(r"^[A-Za-z0-9:]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$")
+_NODE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,62}/)?"
+                   r"[A-Za-z0-9:]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$")
 # A workload is ``<Kind>/<name>`` of a pod's top owner (kinds are CamelCase identifiers,
 # names DNS subdomains).
 _WORKLOAD = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpuscope.dashboard.data.prometheus import _cref, _gref
+from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.data.source import (
     validate_namespace,
 )
@@ -357,6 +358,14 @@ class PrometheusData(PlanQueries):
             gpm=frozenset(by_signal.get("sm", {})),
         )
         shared = {g for g, n in sharers.items() if n >= 2}
+        # A Prometheus of one cluster whose exporters state it (``--cluster-name``) sees the
+        # cluster on ``gpu_node_info`` alone: that node's info is keyed ``cluster/node``, its
+        # devices by the bare name. Such an info is its bare node's.
+        device_nodes = {g.node for g in gpus} | set(summaries)
+        for key in [k for k in nodes if k not in device_nodes]:
+            bare = node_parts(key)[1]
+            if bare != key and bare in device_nodes and bare not in nodes:
+                nodes[bare] = replace(nodes.pop(key), node=bare)
         return FleetData(
             window=window,
             history_start=hs,

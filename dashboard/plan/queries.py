@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuscope.dashboard.data.http import PromApi
 from gpuscope.dashboard.data.prometheus import (
+    CLUSTER_LABEL,
     EDGE,
     PrometheusStore,
     _split,
@@ -23,6 +24,7 @@ from gpuscope.dashboard.data.promql import (
     duration,
     escape_label_value,
     labelled,
+    node_matchers,
     selector,
 )
 from gpuscope.dashboard.data.source import (
@@ -64,9 +66,11 @@ class PlanQueries(PrometheusStore):
         clock: Callable[[], float] = time.time,
         workers: int = 8,
         client: PromApi | None = None,
+        cluster_label: str = CLUSTER_LABEL,
     ) -> None:
         super().__init__(url, timeout=timeout, min_step=min_step, max_points=max_points,
-                         lookback=lookback, clock=clock, workers=workers, client=client)
+                         lookback=lookback, clock=clock, workers=workers, client=client,
+                         cluster_label=cluster_label)
         self.thresholds = thresholds or Thresholds()
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}
@@ -246,7 +250,7 @@ class PlanQueries(PrometheusStore):
         w = duration(window.seconds)
 
         def build(names: Sequence[str] | None) -> dict[str, str]:
-            on = {} if names is None else {"node": f'=~"{any_of(names)}"'}
+            on = {} if names is None else node_matchers(names, self.cluster_label)
             info = selector("gpu_info", on)
             util = selector(RULES["util"], on)
             cutil = selector("container_gpu_utilization_ratio", {**on, "namespace": NOT_EMPTY})
@@ -279,7 +283,7 @@ class PlanQueries(PrometheusStore):
         w = duration(window.seconds)
 
         def build(names: Sequence[str]) -> str:
-            on = {"node": f'=~"{any_of(names)}"'}
+            on = node_matchers(names, self.cluster_label)
             cutil = selector("container_gpu_utilization_ratio", {**on, "namespace": NOT_EMPTY})
             mine = selector("container_gpu_utilization_ratio", on, namespace=namespace)
             return (f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"
@@ -324,7 +328,8 @@ class PlanQueries(PrometheusStore):
         def each(role: str, nodes: Collection[str], build: Callable[[_Steps], str],
                  label: str = "node") -> None:
             for i, q in enumerate(_split(sorted(set(nodes)), lambda names: build(
-                    _Steps(r, rr, rules, {label: f'=~"{any_of(names)}"'})))):
+                    _Steps(r, rr, rules, node_matchers(names, self.cluster_label)
+                           if label == "node" else {label: f'=~"{any_of(names)}"'})))):
                 out[role if i == 0 else f"{role}#{i}"] = q
 
         def signal(expr: str, name: str) -> str:
@@ -469,7 +474,7 @@ class PlanQueries(PrometheusStore):
 
         def each(nodes: Collection[str], build: Callable[[Mapping[str, str]], str]) -> None:
             for q in _split(sorted(set(nodes)),
-                            lambda names: build({"node": f'=~"{any_of(names)}"'})):
+                            lambda names: build(node_matchers(names, self.cluster_label))):
                 out[f"runs#{len(out)}"] = q
 
         def spin(match: Mapping[str, str]) -> str:
@@ -568,7 +573,8 @@ class PlanQueries(PrometheusStore):
         names = [RULES["util_max"], RULES["util"], RULES["version"]]
         ends = (window.start + window.step, window.end)
         # One sample when every series is there at both ends (``and`` of the counts).
-        version = selector(RULES["version"], thresholds=self.thresholds.key)
+        version = selector(RULES["version"], thresholds=self.thresholds.key,
+                           cluster_label=self.cluster_label)
         query = " and ".join(
             f"count(last_over_time({version if name == RULES['version'] else name}[{probe}]"
             f" @ {t:.3f}){f' >= {RULES_VERSION}' if name == RULES['version'] else ''})"

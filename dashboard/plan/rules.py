@@ -10,8 +10,14 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Mapping
 
-from gpuscope.dashboard.data.prometheus import EDGE, _power_step, _rate, _util_step
-from gpuscope.dashboard.data.promql import duration, labelled, selector
+from gpuscope.dashboard.data.prometheus import (
+    CLUSTER_LABEL,
+    EDGE,
+    _power_step,
+    _rate,
+    _util_step,
+)
+from gpuscope.dashboard.data.promql import duration, labelled, scoped, selector
 from gpuscope.dashboard.verdicts import Thresholds
 
 
@@ -347,16 +353,19 @@ class Verdicts:
                 f" ({self.th.slow_factor!r} * {median})")
 
 
-def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str]]:
+def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER_LABEL
+                    ) -> list[tuple[str, str]]:
     """The ``gpuscope-dashboard`` group, ``(record, expr)`` in evaluation order: the raw
     expressions of :class:`_Steps` and :class:`Verdicts` over one minute (two for rates),
-    the sparse verdicts computed from the dense signals recorded before them. The rule file
-    holds the same text (a test keeps the two equal)."""
+    the sparse verdicts computed from the dense signals recorded before them, every node
+    keyed by ``cluster`` too (:func:`~gpuscope.dashboard.data.promql.scoped`). The version
+    series says which thresholds and cluster label the rules were made for. The rule file
+    holds the same text for the defaults (a test keeps the two equal)."""
     th = thresholds or Thresholds()
     v = Verdicts(th)
     raw = _Steps(RULE_R, RULE_RR)
     rec = _Steps(RULE_R, RULE_RR, rules=True)
-    return [
+    rules = [
         (RULES["util_max"], raw.util_max()),
         (RULES["util"], raw.util()),
         (RULES["sm"], raw.active("sm")),
@@ -386,8 +395,12 @@ def recording_rules(thresholds: Thresholds | None = None) -> list[tuple[str, str
                                f" <= {th.input_high + INPUT_MARGIN!r}"),
         (RULES["sharers"], f"count by (node, uuid) ({_cmean()}) >= 2"),
         (RULES["version"],
-         f'label_replace(vector({RULES_VERSION}), "thresholds", "{th.key}", "", "")'),
+         f'label_replace(label_replace(vector({RULES_VERSION}), "thresholds", "{th.key}", "",'
+         f' ""), "cluster_label", "{cluster}", "", "")'),
     ]
+    # Every node its cluster's, where the store holds several (an absent label groups as
+    # before: one cluster's rules record what they did).
+    return [(record, scoped(expr, cluster)) for record, expr in rules]
 
 
 #: Every container's utilization of a device (the raw gauge).
@@ -420,12 +433,12 @@ RAW_NOTE = ("This fleet has {nodes:,} nodes: without the gpuscope-dashboard reco
             "rules\").")
 
 
-def rules_yaml(thresholds: Thresholds | None = None) -> str:
+def rules_yaml(thresholds: Thresholds | None = None, cluster: str = CLUSTER_LABEL) -> str:
     """The ``gpuscope-dashboard`` group as it stands in alerts/gpuscope-rules.yaml (each
-    expression folded to 88 columns): ``python -c "from gpuscope.dashboard.data.prometheus
-    import rules_yaml; print(rules_yaml())"`` prints it."""
+    expression folded to 88 columns): ``gpuscope-dashboard --print-rules`` prints it for
+    its thresholds and cluster label."""
     out = ["  - name: gpuscope-dashboard", "    interval: 1m", "    rules:"]
-    for record, expr in recording_rules(thresholds):
+    for record, expr in recording_rules(thresholds, cluster):
         out += [f"      - record: {record}", "        expr: >-",
                 textwrap.indent(textwrap.fill(expr, 88, break_long_words=False,
                                               break_on_hyphens=False), " " * 10)]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import fleet, query_cost
+from gpuscope.dashboard.data.promql import scoped
 from gpuscope.dashboard.plan import PrometheusData
 from tests.stores import Store, start_prometheus
 
@@ -35,7 +36,9 @@ def test_the_page_queries_are_kept_as_sent(data: Path, store: Store) -> None:
     # every one of its queries is among those kept, word for word.
     source = PrometheusData(store.url, clock=lambda: end)
     try:
-        first = source.fleet_queries(source.window(3600.0), None, rules=False)
+        # As the store sends them: each node its cluster's (scoped).
+        first = {k: scoped(q, source.cluster_label) for k, q in
+                 source.fleet_queries(source.window(3600.0), None, rules=False).items()}
     finally:
         source.close()
     assert set(first.values()) <= set(texts)

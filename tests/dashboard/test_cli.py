@@ -66,6 +66,8 @@ def test_environment_variables_and_flag_precedence() -> None:
     (["--demo", "--throttle-reasons", "power;thermal"], {}, "--throttle-reasons: expected"),
     (["--demo", "--input-low", "0.6"], {}, "--input-low (0.6) must be below --input-high"),
     (["--demo"], {"GPUSCOPE_IDLE_DURATION": "1 hour"}, "GPUSCOPE_IDLE_DURATION: expected"),
+    (["--demo", "--cluster-label", "__name__"], {}, "--cluster-label: expected a label name"),
+    (["--demo", "--cluster-label", "k8s-cluster"], {}, "--cluster-label: expected a label"),
 ])
 def test_bad_input_is_one_clear_line(argv: list[str], env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -104,6 +106,14 @@ def test_print_rules_prints_the_rules_for_the_thresholds_and_promtool_takes_them
     assert text.startswith("groups:\n  - name: gpuscope-dashboard\n")
     assert f'"thresholds", "{key}"' in text and Thresholds().key not in text
     assert "< 0.1" in text and "< 0.05" not in text.split("held_idle")[0]
+    # Each node its cluster's, under the label the page is told.
+    assert "max by (cluster, node, gpu, uuid)" in text
+    assert main(["--print-rules", "--cluster-label", "k8s_cluster"]) == 0
+    renamed = capsys.readouterr().out
+    assert "max by (k8s_cluster, node, gpu, uuid)" in renamed and "(cluster," not in renamed
+    assert '"cluster_label", "k8s_cluster"' in renamed
+    assert parse_config(["--prometheus", "http://p:9090", "--cluster-label", "k8s_cluster"],
+                        environ={}).cluster_label == "k8s_cluster"
     rules = tmp_path / "rules.yaml"
     rules.write_text(text)
     check = subprocess.run([binary("promtool"), "check", "rules", str(rules)],

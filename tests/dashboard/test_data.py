@@ -106,11 +106,15 @@ def test_the_drill_downs_read_gpu_info_on_their_nodes_only() -> None:
     assert len(queries) > 1
     assert max(len(q.encode()) for q in queries) <= MAX_QUERY_BYTES
     named = [n for q in queries for n in re.fullmatch(
-        r'max by \(node, uuid, gpu, model\) \(gpu_info\{node=~"(.*)"\}\)', q)[1].split("|")]
+        r'max by \(node, uuid, gpu, model\) \(gpu_info\{node=~"(.*)", cluster=~""\}\)',
+        q)[1].split("|")]
     assert named == sorted(any_of([n]) for n in nodes)
     assert index_queries([]) == []
     assert index_queries(['a|b"c']) == [
-        'max by (node, uuid, gpu, model) (gpu_info{node=~"a\\\\|b\\"c"})']
+        'max by (node, uuid, gpu, model) (gpu_info{node=~"a\\\\|b\\"c", cluster=~""})']
+    # A node key of a cluster: its name and its cluster, each escaped.
+    assert index_queries(['prod/n1', 'n2']) == [
+        'max by (node, uuid, gpu, model) (gpu_info{node=~"n1|n2", cluster=~"|prod"})']
     prom = PrometheusData("http://127.0.0.1:1")
     w = make_window(3600, 10_000.0, min_step=15, max_points=60)
     try:

@@ -41,7 +41,7 @@ import dataclasses
 import re
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +59,7 @@ from gpuscope.dashboard.data import (
     validate_pod,
     validate_workload,
 )
-from gpuscope.dashboard.data.promql import any_of
+from gpuscope.dashboard.data.promql import any_of, node_parts
 from gpuscope.dashboard.data.steps import STEP_LABEL
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.runs import FollowUp
@@ -217,9 +217,9 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
 
 #: Equality matchers the code itself writes: each node's first GPU (``gpu="0"``: whether
 #: data begins at the window's start).
-#: "0", and the key of the page's thresholds (the default ones here), which the recording
-#: rules' version series is matched with.
-CONSTANT_EQUALS = {"0", Thresholds().key}
+#: "0", and the key of the page's thresholds (the default ones here) and its cluster label,
+#: which the recording rules' version series is matched with.
+CONSTANT_EQUALS = {"0", Thresholds().key, "cluster"}
 
 
 def constant_regex(lit: Literal) -> bool:
@@ -285,7 +285,7 @@ def test_fleet_queries_have_fixed_shapes_whatever_the_values(
     finally:
         prom.close()
     assert set(first) == set(ref_first) and set(second) == set(ref_second)
-    backend = {v for values in asked.values() for v in values}
+    backend = with_parts(v for values in asked.values() for v in values)
     for role, q in [*first.items(), *second.items()]:
         skel, lits = tokenize(q)
         ref = (ref_first | ref_second)[role]
@@ -325,7 +325,9 @@ def test_drill_down_queries_validate_then_quote(namespace: str, pod: str, node: 
                 validate_node(node)
         else:
             _, lits = literals_of(nq)
-            assert {lit.value for lit in lits if lit.op == "="} == {validate_node(node)}
+            # The node key's parts: its name and its cluster ("" for a bare name).
+            assert {lit.value for lit in lits if lit.op == "="} == set(
+                node_parts(validate_node(node)))
         try:
             pq = prom.pod_queries(namespace, pod, WINDOW)
         except InvalidFilter:
@@ -557,6 +559,15 @@ def allowed_literal(lit: Literal, user: set[str], backend: set[str]) -> bool:
     return lit.value in CONSTANTS
 
 
+def with_parts(names: Iterable[str]) -> set[str]:
+    """``names`` and their parts as node keys (a key ``cluster/node`` is asked as
+    ``node=~"node"`` and ``cluster=~"cluster"``; a bare name's cluster is "")."""
+    out: set[str] = set()
+    for name in names:
+        out |= {name, *node_parts(name)}
+    return out
+
+
 def valid_user_values(*texts: Any) -> set[str]:
     out: set[str] = set()
     for text in texts:
@@ -568,7 +579,8 @@ def valid_user_values(*texts: Any) -> set[str]:
                             (validate_workload, pod)):
             with contextlib.suppress(InvalidFilter):
                 out.add(check(part))
-    return out
+    # A node key's parts are asked apart (``node="n"``, ``cluster="c"``).
+    return with_parts(out) if out else out
 
 
 SEARCHES = st.one_of(JSON, st.dictionaries(
@@ -596,7 +608,7 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
     page = make_page(labels)
     try:
         cbs = registered_with(page.service)
-        backend = page.backend.values()
+        backend = with_parts(page.backend.values())
         # A URL (a pasted link) sets the controls, as the user would.
         synced = callbacks.sync_state(ids.URL, search, window, namespace, node, pod, workload)
         window, namespace, node, pod, workload = (

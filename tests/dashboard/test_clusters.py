@@ -1,0 +1,99 @@
+"""Many clusters in one store (issue 30): the node is (cluster, node). A central Prometheus or
+VictoriaMetrics holds two clusters' series under the ``cluster`` label, each with a node
+named ``ip-10-0-1-23.ec2.internal`` (EKS names nodes after their private IP, and eksctl gives
+every cluster the same VPC range): idle in cluster ``a``, busy in cluster ``b``, even their
+GPUs' UUIDs and pods' names alike. The page shows two nodes, keyed ``a/ip-…`` and ``b/ip-…``:
+the idle one flagged under its cluster with its $, the busy one not, and each drill-down
+reads its own cluster's series. One cluster (no label) keeps its nodes' bare names
+(every other test)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+import bench.fleet as F
+from gpuscope.dashboard.data import EmbeddedData, parse_targets
+from gpuscope.dashboard.data.promql import node_key, node_matchers, node_parts, scoped
+from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.views import FleetView, page_view
+from tests.stores import fleet_in_both
+
+NAME = "ip-10-0-1-23.ec2.internal"
+IDLE, BUSY = node_key("a", NAME), node_key("b", NAME)
+WINDOW = 3600.0
+
+
+def two_clusters(end: float) -> F.Fleet:
+    """One node in each cluster, both named NAME: an idle g5.12xlarge (4 GPUs) in ``a``,
+    a g6.xlarge in ``b`` just busy enough not to be idle (the fleet's near miss: 6 %)."""
+    idle, = F.layout({"idle": 1})
+    busy, = F.layout({"near-miss": 1})
+    nodes = [replace(idle, name=NAME, cluster="a"), replace(busy, name=NAME, cluster="b")]
+    return F.Fleet(F.Shape(2, 60.0, WINDOW, end), nodes)
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[FleetView,
+                                                                               PrometheusData]]]:
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    out = {}
+    with fleet_in_both(two_clusters(end), tmp_path_factory.mktemp("clusters")) as stores:
+        sources = []
+        for store in stores:
+            prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+            sources.append(prom)
+            out[store.kind] = (page_view(prom, WINDOW, bundled_prices()), prom)
+        yield out
+        for prom in sources:
+            prom.close()
+
+
+@pytest.mark.parametrize("kind", ["prometheus", "victoriametrics"])
+def test_two_nodes_of_one_name_are_two_nodes(
+        pages: dict[str, tuple[FleetView, PrometheusData]], kind: str) -> None:
+    view, prom = pages[kind]
+    assert set(view.nodes) == {IDLE, BUSY}
+    assert view.kpis.gpus == 5 and view.kpis.idle == 4 and view.kpis.idle_nodes == 1
+    [row] = view.idle_rows
+    assert (row.node, row.instance_type, row.gpus) == (IDLE, "g5.12xlarge", 4)
+    # The idle node's own price, not the busy namesake's (g6.xlarge: $0.8048/hour).
+    assert row.price_per_hour == pytest.approx(bundled_prices().node_price(
+        "g5.12xlarge", "on-demand").per_hour)
+    assert view.kpis.burning_per_hour == pytest.approx(row.price_per_hour)
+    # Each drill-down reads its own cluster's series.
+    idle, busy = prom.node_detail(IDLE, WINDOW), prom.node_detail(BUSY, WINDOW)
+    assert sorted(idle.utilization) == ["0", "1", "2", "3"] and sorted(busy.utilization) == ["0"]
+    assert max(max(s.values) for s in idle.utilization.values()) < 0.05
+    assert min(busy.utilization["0"].values) > 0.05
+
+
+def test_node_keys_and_scoping() -> None:
+    assert node_parts(IDLE) == ("a", NAME) and node_parts(NAME) == ("", NAME)
+    assert node_key("", NAME) == NAME
+    assert scoped('max by (node, uuid) (x{pod="on (node)"}) and on (node, uuid) y', "k8s") == (
+        'max by (k8s, node, uuid) (x{pod="on (node)"}) and on (k8s, node, uuid) y')
+    assert scoped("count by (namespace) (x) and on () y", "cluster") == (
+        "count by (namespace) (x) and on () y")
+    assert node_matchers([IDLE, "other"], "cluster") == {
+        "node": f'=~"{NAME.replace(".", chr(92) * 2 + ".")}|other"', "cluster": '=~"|a"'}
+    assert node_matchers(["n1", "n2"], "cluster") == {"node": '=~"n1|n2"', "cluster": '=~""'}
+
+
+def test_embedded_targets_may_name_their_cluster() -> None:
+    """In embedded mode a target names its node ``cluster/node`` (``--targets
+    a/ip-…=URL``): two targets of one node name in two clusters are two nodes."""
+    targets = parse_targets(f"{IDLE}=http://10.0.0.5:9463/metrics,"
+                            f"{BUSY}=http://10.1.0.5:9463/metrics")
+    assert [t.node for t in targets] == [IDLE, BUSY]
+    store = EmbeddedData(targets, interval=15.0)
+    try:
+        assert [t.node for t in store.targets] == [IDLE, BUSY]
+    finally:
+        store.close()
+    with pytest.raises(ValueError, match="not a node name: 'a b/n'"):
+        parse_targets("a b/n=http://10.0.0.5:9463/metrics")
