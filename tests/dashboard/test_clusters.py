@@ -97,3 +97,29 @@ def test_embedded_targets_may_name_their_cluster() -> None:
         store.close()
     with pytest.raises(ValueError, match="not a node name: 'a b/n'"):
         parse_targets("a b/n=http://10.0.0.5:9463/metrics")
+
+
+class _StatedCluster(F.Fleet):
+    """One cluster's Prometheus whose exporters state it (``--cluster-name``): only
+    ``gpu_node_info`` carries ``cluster``, no store label does."""
+
+    def series_of(self, family: str | None = None):  # type: ignore[no-untyped-def]
+        for name, lab, values, ks in super().series_of(family):
+            yield name, ({**lab, "cluster": "a"} if name == "gpu_node_info" else lab), values, ks
+
+
+def test_a_cluster_stated_on_gpu_node_info_alone_keeps_the_nodes_price(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    idle, = F.layout({"idle": 1})
+    fleet = _StatedCluster(F.Shape(1, 60.0, WINDOW, end), [replace(idle, name=NAME)])
+    with fleet_in_both(fleet, tmp_path_factory.mktemp("stated")) as stores:
+        for store in stores:
+            prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+            try:
+                view = page_view(prom, WINDOW, bundled_prices())
+            finally:
+                prom.close()
+            [row] = view.idle_rows
+            assert (row.node, row.instance_type) == (NAME, "g5.12xlarge"), store.kind
+            assert row.price_per_hour is not None and view.kpis.unpriced_nodes == (), store.kind
