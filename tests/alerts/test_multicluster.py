@@ -402,7 +402,11 @@ def test_vmalert_on_a_central_victoriametrics(
         finally:
             proc.terminate()
             proc.wait(30)
-        assert "error" not in log.read_text().lower(), log.read_text()[-3000:]
+        # An evaluation in flight when vmalert is stopped logs "context canceled": not an
+        # error of the rules (seen once in a full run).
+        errors = [line for line in log.read_text().splitlines()
+                  if "error" in line.lower() and "context canceled" not in line]
+        assert not errors, errors[-20:]
     print(f"expected alerts firing after {waited:.1f}s")
     assert firing_of(alerts) == EXPECTED, alerts
     # One alert per (alert, cluster, node, device/container): no replica copies.
