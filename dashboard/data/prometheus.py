@@ -21,6 +21,7 @@ import msgspec
 
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
 from gpuscope.dashboard.data.promql import (
+    any_of,
     duration,
     node_equal,
     node_key,
@@ -334,45 +335,98 @@ class PrometheusStore:
     def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
                     window: Window | None = None
                     ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
-        """Each query's kept steps over the fleet page's window (:meth:`window`), all asked in
-        one range query through the page's pool: :func:`.steps.combined` of each query's text
-        (:func:`.steps.promql`, ranges from :attr:`lookback`; a query with ``on`` whole,
-        ``(...) and on (node, uuid) (...)``: its ``on`` restricts it in the store), each tagged
-        with its position in :data:`.steps.STEP_LABEL`; the answer is split back by that label,
-        which is then removed. Over :data:`MAX_QUERY_BYTES`, the list is sent in parts as the
-        node lists are (halves, down to one query each), side by side. Each series' labels are
-        ``node`` and the query's ``by`` (those the series has); its times are steps of the
-        window; a query's series are in the order of their label sets, as both stores sort a
-        query's answer: the same answers as one query each (:meth:`_step_series_each`).
-        DataError if any part fails (the whole answer). Where the recording rules are
-        loaded for the window (:meth:`rules_loaded`), a query with a
-        :attr:`~.steps.StepQuery.recorded` form is sent in that form."""
+        """Each query's kept steps over the fleet page's window (:meth:`window`), the same
+        answers as one query each (:meth:`_step_series_each`), in two range queries at most
+        through the page's pool:
+
+        1. every query without ``on``, and the queries of every ``on``, as one query
+           (:func:`.steps.combined`: each text tagged with its position in
+           :data:`.steps.STEP_LABEL`, joined with ``or``, split back by that label);
+        2. each query with ``on``, asked of the devices its ``on`` flagged only (their nodes
+           and UUIDs as matchers), its steps then kept where one of them was flagged, as
+           ``and on (node, uuid)`` keeps them. A healthy fleet asks nothing here; a store
+           computes ``and``'s left side whole before it filters (every holder of every GPU
+           at every step: 7 s of Prometheus' time per such query at 5,000 nodes).
+
+        Over :data:`MAX_QUERY_BYTES` a round is sent in parts (halves, as the node lists
+        are), side by side. Each series' labels are ``node`` and the query's ``by`` (those
+        the series has); its times are steps of the window; a query's series are in the
+        order of their label sets. DataError if any part fails (the whole answer). Where
+        the recording rules are loaded for the window (:meth:`rules_loaded`), a query with
+        a :attr:`~.steps.StepQuery.recorded` form is sent in that form."""
         window = window or self.window(window_seconds)
         unique = list(dict.fromkeys(queries))
         recorded = (any(q.as_recorded is not q for q in unique)
                     and self.rules_loaded(window))
-        texts = {str(i): step_promql(q.as_recorded if recorded else q, window.step,
-                                     self.lookback)
-                 for i, q in enumerate(unique)}
+
+        def sent(q: StepQuery) -> StepQuery:
+            return q.as_recorded if recorded else q
+
+        first = list(dict.fromkeys([*(q for q in unique if not q.on),
+                                    *(o for q in unique for o in q.on)]))
+        rows = self._ranged({str(i): step_promql(sent(q), window.step, self.lookback)
+                             for i, q in enumerate(first)}, window)
+        got = {q: rows[str(i)] for i, q in enumerate(first)}
+        # The second round: each query with ``on`` on the devices flagged, step by step.
+        flagged: dict[StepQuery, set[tuple[str, str, float]]] = {}
+        texts: dict[str, str] = {}
+        for k, q in enumerate(q for q in unique if q.on):
+            marks = {(lab["node"], lab.get("uuid", ""), t)
+                     for other in q.on for lab, s in got[other] for t in s.times}
+            flagged[q] = marks
+            devices = sorted({f"{node}\0{uuid}" for node, uuid, _ in marks})
+            if not devices:
+                continue
+
+            def build(part: Sequence[str], q: StepQuery = q) -> str:
+                pairs = [d.split("\0") for d in part]
+                among = {**node_matchers([n for n, _ in pairs], self.cluster_label),
+                         "uuid": f'=~"{any_of(sorted({u for _, u in pairs}))}"'}
+                return step_promql(sent(q).bare, window.step, self.lookback, among)
+
+            for p, text in enumerate(_split(devices, build)):
+                texts[f"{k}.{p}"] = text
+        later = self._ranged(texts, window) if texts else {}
+        for k, q in enumerate(q for q in unique if q.on):
+            kept = []
+            for key, part in later.items():
+                if key.split(".")[0] != str(k):
+                    continue
+                for lab, s in part:
+                    device = (lab["node"], lab.get("uuid", ""))
+                    on = [(t, v) for t, v in zip(s.times, s.values, strict=True)
+                          if (*device, t) in flagged[q]]
+                    if on:
+                        kept.append((lab, Series(tuple(t for t, _ in on),
+                                                 tuple(v for _, v in on))))
+            got[q] = kept
+        # Each query's series in the order its own answer has (Prometheus' ``labels.Compare``,
+        # VictoriaMetrics' ``metricNameLess``: the sorted pairs).
+        return {q: sorted(got[q], key=lambda row: sorted(row[0].items())) for q in unique}
+
+    def _ranged(self, texts: Mapping[str, str], window: Window
+                ) -> dict[str, list[tuple[dict[str, str], Series]]]:
+        """Several queries' answers by their ids, asked as one range query
+        (:func:`.steps.combined`; in parts over :data:`MAX_QUERY_BYTES`, side by side)."""
+        ids = list(texts)
+        order = {i: n for n, i in enumerate(ids)}
         futures = []
-        for text in _split(list(texts), lambda part: combined({int(i): texts[i] for i in part})):
+        for part in _split(ids, lambda part: combined({order[i]: texts[i] for i in part})):
             try:
-                futures.append(self._page_pool.submit(self.range, text, window))
+                futures.append(self._page_pool.submit(self.range, part, window))
             except RuntimeError:  # closed: a page still computing when the dashboard stops
                 raise DataError(f"{self.description}: closed") from None
-        rows: dict[str, list[tuple[dict[str, str], Series]]] = {i: [] for i in texts}
+        rows: dict[str, list[tuple[dict[str, str], Series]]] = {i: [] for i in ids}
         for fut in futures:
             for lab, series in fut.result():
-                mine = rows.get(lab.pop(STEP_LABEL, ""))
+                position = lab.pop(STEP_LABEL, "")
+                mine = (rows.get(ids[int(position)])
+                        if position.isdigit() and int(position) < len(ids) else None)
                 if mine is None:  # not a label of ours: not an answer to these queries
                     raise DataError(f"{self.description}: a step query's series without its "
                                     f"{STEP_LABEL} label")
                 mine.append((lab, series))
-        # ``or`` answers the queries' series interleaved, sorted with the position label
-        # among the others; each query's in the order its own answer has (Prometheus'
-        # ``labels.Compare``, VictoriaMetrics' ``metricNameLess``: the sorted pairs).
-        return {q: sorted(rows[i], key=lambda row: sorted(row[0].items()))
-                for i, q in zip(texts, unique, strict=True)}
+        return rows
 
     def _step_series_each(self, queries: Sequence[StepQuery], window_seconds: float
                           ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:

@@ -218,14 +218,17 @@ def ranges(step_seconds: float, lookback: float) -> tuple[float, float]:
     return gauge, gauge + lookback
 
 
-def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK) -> str:
+def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK,
+           among: Mapping[str, str] | None = None) -> str:
     """The PromQL of ``q`` for a range query at ``step_seconds``, e.g.
     ``min by (node, gpu, uuid) (min_over_time(gpu_up[59999ms])) < 1`` and
     ``sum by (node, gpu, uuid, xid) (increase(gpu_xid_errors_total[119999ms])) > 0``; with
     :attr:`~StepQuery.on`, ``(<that>) and on (node, uuid) (<on[0]'s> or <on[1]'s> ...)``,
     each query of ``on`` as this function writes it at the same step and lookback (``or``
     keeps every series of queries whose label sets differ, and at worst drops one whose
-    labels equal an earlier one's, whose (node, uuid) is then there already)."""
+    labels equal an earlier one's, whose (node, uuid) is then there already). ``among``:
+    matchers the store adds to the selector (raw PromQL matcher suffixes it built from the
+    devices an ``on`` flagged, e.g. ``{"uuid": '=~"GPU-1|GPU-2"'}``)."""
     if not step_seconds > 0 or lookback < 0:
         raise ValueError("step must be positive and lookback not negative")
     if q.on:
@@ -233,7 +236,8 @@ def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK) -> str
         return (f"({promql(q.bare, step_seconds, lookback)}) and on (node, uuid) "
                 f"({flagged})")
     gauge, counter = ranges(step_seconds, lookback)
-    sel = selector(q.metric, {label: f'=~"{any_of(values)}"' for label, values in q.match})
+    sel = selector(q.metric, {**{label: f'=~"{any_of(values)}"' for label, values in q.match},
+                              **(among or {})})
     if q.reduce in ("increase", "rate"):
         inner = f"{q.reduce}({sel}[{duration(counter - EDGE)}])"
     else:

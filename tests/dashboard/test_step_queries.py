@@ -228,7 +228,8 @@ def exact(answer: Answers) -> str:
 
 def answers(stores: Stores, queries: tuple[StepQuery, ...] = QUERIES) -> dict[str, Answers]:
     """Each store's answer to ``queries``; on Prometheus and VictoriaMetrics sent as one
-    range query (:meth:`PrometheusData.step_series`), the very answer of one query each."""
+    range query, and one more for the queries with ``on`` where their ``on`` flagged a
+    device (:meth:`PrometheusData.step_series`): the very answer of one query each."""
     end = stores.planted.end
     out = {}
     embedded = stores.planted.embedded()
@@ -243,7 +244,8 @@ def answers(stores: Stores, queries: tuple[StepQuery, ...] = QUERIES) -> dict[st
             assert prom.window(WINDOW).step == STEP and prom.window(WINDOW).end == end
             sent = spy(prom, "range")
             out[store.kind] = prom.step_series(queries, WINDOW)
-            assert len(sent) == 1 and STEP_LABEL in sent[0], sent
+            second = any(q.on for q in queries)  # the planted faults flag devices
+            assert len(sent) == 1 + second and all(STEP_LABEL in q for q in sent), sent
             assert exact(out[store.kind]) == exact(prom._step_series_each(queries, WINDOW))
         finally:
             prom.close()
@@ -431,7 +433,8 @@ def distinct(n: int) -> tuple[StepQuery, ...]:
 @pytest.mark.parametrize("n", [0, 1, 2, len(registry.step_queries()), 40])
 def test_one_range_query_for_any_number_of_step_queries(stores: Stores, n: int) -> None:
     """However many step queries (within a query's size), one range query: one HTTP
-    request. Its answers are those of one query each, byte for byte."""
+    request; and one more for the queries with ``on`` whose ``on`` flagged a device, asked
+    of those devices only. The answers are those of one query each, byte for byte."""
     queries = distinct(n)
     assert len(set(queries)) == n
     end = stores.planted.end
@@ -441,16 +444,21 @@ def test_one_range_query_for_any_number_of_step_queries(stores: Stores, n: int) 
             # Whether the recording rules are loaded (for the queries with a recorded form)
             # is asked once per window length and kept: asked here first.
             assert prom.rules_loaded(prom.window(WINDOW)) is False
+            ons = prom._step_series_each([o for q in queries for o in q.on], WINDOW)
+            flagging = [q for q in queries if q.on and any(ons[o] for o in q.on)]
+            rounds = min(n, 1) + bool(flagging)
             before = prom.queries_total
             ranged, requests = spy(prom, "range"), spy(prom, "_api")
             got = prom.step_series(queries + queries[:3], WINDOW)  # a query twice: once
-            assert len(ranged) == len(requests) == min(n, 1), (store.kind, ranged)
-            assert prom.queries_total - before == min(n, 1)
+            assert len(ranged) == len(requests) == rounds, (store.kind, ranged)
+            assert prom.queries_total - before == rounds
             assert list(got) == list(queries)
             assert exact(got) == exact(prom._step_series_each(queries, WINDOW)), store.kind
             if n:
-                assert len(ranged[0].encode()) <= MAX_QUERY_BYTES
-                assert ranged[0].count(f'"{STEP_LABEL}"') == n
+                assert all(len(q.encode()) <= MAX_QUERY_BYTES for q in ranged)
+                # The first round: every query without ``on`` and every ``on``'s queries.
+                first = {*(q for q in queries if not q.on), *(o for q in queries for o in q.on)}
+                assert ranged[0].count(f'"{STEP_LABEL}"') == len(first)
                 assert sum(map(len, got.values())) > 0  # some answer: not all empty
             assert all(STEP_LABEL not in lab for rows in got.values() for lab, _ in rows)
         finally:
@@ -472,8 +480,13 @@ def test_more_than_a_query_holds_is_sent_in_parts(stores: Stores) -> None:
             got = prom.step_series(queries, WINDOW)
             assert 2 <= len(ranged) <= 2 * len(whole.encode()) // MAX_QUERY_BYTES + 1, len(ranged)
             assert all(len(q.encode()) <= MAX_QUERY_BYTES for q in ranged)
-            tags = [int(t) for q in ranged for t in re.findall(rf'"{STEP_LABEL}", "(\d+)"', q)]
-            assert tags == list(range(len(queries)))
+            # The first round (no ``uuid=~`` of flagged devices): every query without ``on``
+            # and every ``on``'s queries, each in exactly one part.
+            first = list(dict.fromkeys([*(q for q in queries if not q.on),
+                                        *(o for q in queries for o in q.on)]))
+            tags = [int(t) for q in ranged if 'uuid=~"' not in q
+                    for t in re.findall(rf'"{STEP_LABEL}", "(\d+)"', q)]
+            assert tags == list(range(len(first)))
             assert exact(got) == exact(prom._step_series_each(queries, WINDOW)), store.kind
         finally:
             prom.close()
@@ -488,6 +501,8 @@ def test_one_failing_part_fails_them_all() -> None:
         def fake_range(text: str, window: Any, bad: str = bad) -> list[tuple[dict[str, str],
                                                                               Series]]:
             if bad == "error" and '"0", "", ""' not in text:  # the first part answers
+                raise DataError("Prometheus: bad_data: query timed out")
+            if bad == "error" and 'uuid=~"' in text:  # a second round's part fails too
                 raise DataError("Prometheus: bad_data: query timed out")
             tag = {"untagged": {}, "unknown": {STEP_LABEL: "999"}}.get(bad, {STEP_LABEL: "0"})
             return [({"node": "n", "uuid": "U", **tag}, Series((window.end,), (1.0,)))]
@@ -623,27 +638,30 @@ def test_only_the_querys_fields_reach_the_store() -> None:
 
     def fake_range(text: str, window: Any) -> list[tuple[dict[str, str], Series]]:
         sent.append(text)
-        return [({"node": "n", "gpu": "0", "uuid": "U", STEP_LABEL: str(i)},
-                 Series((window.end,), (float(i),))) for i in (2, 0, 1)]
+        return [({"node": "n", "gpu": "0", "uuid": "U", STEP_LABEL: i},
+                 Series((window.end,), (float(i) + len(sent),)))
+                for i in re.findall(rf'"{STEP_LABEL}", "(\d+)"', text)[::-1]]
 
     prom.range = fake_range  # type: ignore[method-assign]
     try:
         got = prom.step_series([LOST, XID, LOST, HELD], WINDOW)
     finally:
         prom.close()
-    # Each query once, all in one; one with ``on`` whole.
-    assert sent == [combined({0: promql(LOST, STEP), 1: promql(XID, STEP),
-                              2: promql(HELD, STEP)})]
+    # Each query once: the first round LOST and XID (HELD's ``on`` among them), the second
+    # HELD on the device they flagged, its node and UUID as matchers.
+    assert sent[0] == combined({0: promql(LOST, STEP), 1: promql(XID, STEP)})
     assert together.match(sent[0]), sent[0]
     assert sent[0] == (
         f'label_replace({promql(LOST, STEP)}, "gpuscope_step_query", "0", "", "") or '
-        f'label_replace({promql(XID, STEP)}, "gpuscope_step_query", "1", "", "") or '
-        f'label_replace({promql(HELD, STEP)}, "gpuscope_step_query", "2", "", "")')
-    # Split back by the position, the label removed.
+        f'label_replace({promql(XID, STEP)}, "gpuscope_step_query", "1", "", "")')
+    among = {"node": '=~"n"', "cluster": '=~""', "uuid": '=~"U"'}
+    assert sent[1:] == [combined({0: promql(HELD.bare, STEP, among=among)})]
+    assert tagged and shape.pattern  # (the shapes above; the second round's has matchers)
+    # Split back by the position, the label removed; HELD kept at the flagged step.
     assert list(got) == [LOST, XID, HELD]
-    for i, q in enumerate((LOST, XID, HELD)):
+    for q, value in ((LOST, 1.0), (XID, 2.0), (HELD, 2.0)):
         [(lab, s)] = got[q]
-        assert lab == {"node": "n", "gpu": "0", "uuid": "U"} and s.values == (float(i),)
+        assert lab == {"node": "n", "gpu": "0", "uuid": "U"} and s.values == (value,), q
 
 
 # -- the embedded store ----------------------------------------------------------------------
