@@ -55,10 +55,13 @@ store's shortest range, 60 s by default; the embedded store uses two scrape inte
   are this query's; in PromQL ``(<this query>) and on (node, uuid) (<on[0]> or <on[1]>
   ...)``.
 
-The Prometheus store sends a list of step queries as one range query (:func:`combined`):
-each query's text (with its ``on``, whole) tagged with its position in a label of its own,
+The Prometheus store sends a list of step queries as one range query per round
+(:func:`combined`): each query's text tagged with its position in a label of its own,
 :data:`STEP_LABEL`, and the texts joined with ``or``; it splits the answer back by that
-label. No query's ``by`` may name that label.
+label. No query's ``by`` may name that label. The queries with ``on`` go in a second round,
+asked of the devices their ``on`` flagged only (``promql(q, ..., among=...)``), their steps
+kept where a device was flagged (``PrometheusStore.step_series``); :func:`promql` of a query
+with ``on`` writes the same question in one text (``and on``).
 """
 
 from __future__ import annotations
