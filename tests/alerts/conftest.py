@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import queue
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,3 +46,37 @@ def moto(moto_server: MotoServer) -> str:
 
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+class Webhook:
+    """An HTTP server that records every Alertmanager notification by receiver (URL path)."""
+
+    def __init__(self) -> None:
+        self.received: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                received.put((self.path.strip("/"), json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def drain(self) -> list[tuple[str, Any]]:
+        """Every notification received so far (receiver, body), taken off the queue."""
+        out = []
+        while not self.received.empty():
+            out.append(self.received.get_nowait())
+        return out

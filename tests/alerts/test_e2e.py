@@ -15,13 +15,10 @@ webhook and its waits shortened. One stack serves the module's tests.
 
 from __future__ import annotations
 
-import json
 import queue
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,7 @@ import requests
 import yaml
 
 from gpuscope.alerts.render import cap_for, cap_ranges, dump_yaml, load_rules
-from tests.alerts.conftest import REPO
+from tests.alerts.conftest import REPO, Webhook
 from tests.conftest import ExporterProcess, free_port, wait_for
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -43,33 +40,6 @@ RANGE_CAP = "10s"
 
 def scenario(node: str) -> Path:
     return (WORK_SIGNAL_SCENARIOS if node.startswith("wsig-") else SCENARIOS) / f"{node}.yaml"
-
-
-class Webhook:
-    """An HTTP server that records every Alertmanager notification by receiver (URL path)."""
-
-    def __init__(self) -> None:
-        self.received: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received.put((self.path.strip("/"), json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def alertmanager_config(webhook_url: str) -> dict[str, Any]:

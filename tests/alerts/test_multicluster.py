@@ -25,11 +25,9 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +43,7 @@ from gpuscope.alerts.render import (
     load_rules,
     relabel_rules,
 )
-from tests.alerts.conftest import REPO
+from tests.alerts.conftest import REPO, Webhook
 from tests.stores import Store, binary, free_port, start_victoriametrics
 
 PROMTOOL_DIR = Path(__file__).parent / "promtool"
@@ -283,35 +281,6 @@ def two_cluster_series() -> list[tuple[dict[str, str], float]]:
     return out
 
 
-class Sink:
-    """An Alertmanager stand-in: records the alerts vmalert sends (``/api/v2/alerts``)."""
-
-    def __init__(self) -> None:
-        self.alerts: list[dict[str, Any]] = []
-        lock = threading.Lock()
-        received = self.alerts
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with lock:
-                    received.extend(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def import_series(vm: Store, series: list[tuple[dict[str, str], float]], start: float,
                   end: float) -> None:
     stamps = [int(t * 1000) for t in range(int(start), int(end), STEP_S)]
@@ -328,8 +297,9 @@ def get_json(url: str) -> Any:
 
 
 @pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
+def sink() -> Iterator[Webhook]:
+    """An Alertmanager stand-in: records the alerts vmalert sends (``/api/v2/alerts``)."""
+    s = Webhook()
     try:
         yield s
     finally:
@@ -352,7 +322,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("replicas", [(), ("0", "1")], ids=["one-copy", "two-replicas"])
 def test_vmalert_on_a_central_victoriametrics(
-        tmp_path: Path, sink: Sink, replicas: tuple[str, ...]) -> None:
+        tmp_path: Path, sink: Webhook, replicas: tuple[str, ...]) -> None:
     series = two_cluster_series()
     if replicas:
         series = [({**labels, "prometheus_replica": r}, v) for labels, v in series
@@ -424,7 +394,8 @@ def test_vmalert_on_a_central_victoriametrics(
     assert by_name["GpuExporterDown"]["annotations"]["summary"] == (
         "gpuscope exporter down in cluster c")
     # What an Alertmanager would get: the same alerts, with their cluster.
-    sent = {(a["labels"]["alertname"], a["labels"].get("cluster", "")) for a in sink.alerts}
+    sent = {(a["labels"]["alertname"], a["labels"].get("cluster", ""))
+            for _, body in sink.drain() for a in body}
     assert sent == {(name, cluster) for name, cluster, _ in EXPECTED}
     # The recorded node-level series: one per (cluster, node), the single copy's values.
     assert values(counts["node:gpu_idle_devices:count"]) == {("a", NODE): 2, ("b", NODE): 0}
