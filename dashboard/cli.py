@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuscope.alerts.render import RenderError
+from gpuscope.alerts.render import parse_duration as parse_prometheus_duration
 from gpuscope.dashboard.data import DataSource, EmbeddedData, Target, parse_targets
 from gpuscope.dashboard.data.http import (
     Auth,
@@ -141,37 +143,38 @@ def parse_region(value: str) -> str:
     return region
 
 
-_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
 def parse_duration(value: str) -> float:
-    """Seconds from ``600``, ``90s``, ``30m``, ``1.5h``, ``1d``; positive."""
-    m = _DURATION.match(value.strip())
-    seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"] if m else 0.0
+    """Seconds: a number of them (``600``) or a Prometheus duration (``90s``, ``30m``,
+    ``1h30m``: the rule file's syntax, :func:`gpuscope.alerts.render.parse_duration`);
+    positive."""
+    text = value.strip()
+    try:
+        seconds = float(text) if text.isascii() and text.replace(".", "", 1).isdigit() \
+            else parse_prometheus_duration(text)
+    except (ValueError, RenderError):
+        seconds = 0.0
     if not 0 < seconds < float("inf"):
         raise ValueError(f"expected a duration such as 600, 90s, 30m or 1h, got {value!r}")
     return seconds
 
 
-def parse_ratio(value: str) -> float:
+def _number(value: str, ok: Callable[[float], bool], expected: str) -> float:
+    """``value`` as a float that ``ok`` accepts (nan never is), else ValueError."""
     try:
-        ratio = float(value)
+        number = float(value)
     except ValueError:
-        ratio = float("nan")
-    if not 0 <= ratio <= 1:  # also rejects nan
-        raise ValueError(f"expected a ratio from 0 to 1, got {value!r}")
-    return ratio
+        number = float("nan")
+    if number != number or not ok(number):
+        raise ValueError(f"expected {expected}, got {value!r}")
+    return number
+
+
+def parse_ratio(value: str) -> float:
+    return _number(value, lambda x: 0 <= x <= 1, "a ratio from 0 to 1")
 
 
 def parse_factor(value: str) -> float:
-    try:
-        factor = float(value)
-    except ValueError:
-        factor = float("nan")
-    if not 0 < factor < float("inf"):
-        raise ValueError(f"expected a positive number, got {value!r}")
-    return factor
+    return _number(value, lambda x: 0 < x < float("inf"), "a positive number")
 
 
 def parse_count(value: str) -> int:
