@@ -23,11 +23,15 @@
 3. Measures, at the data's end time: the page's queries (``PrometheusData.fleet``, and the
    registry's step queries sent beside it over the same window, as the service sends
    them), the analysis and rendering (``build_fleet_view`` + figures + every section's
-   tables), the full page load in
-   headless Chromium (navigation until the idle-node table and the heatmap are drawn), the
+   tables), each section's share of the rendering (:func:`section_times`), the full page
+   load in headless Chromium (navigation until the idle-node table and the heatmap are drawn), the
    queries one page load sends, and then the store's RSS (``VmRSS``, and its peak ``VmHWM``)
    and series count; and
    compares the verdicts with the fleet's expected ones (``bench/fleet.py``'s ``expected``).
+
+A set built with ``bench/fleet.py --clusters N`` names its store label in ``meta.json``
+(``cluster_label``); the page is then given it (``PrometheusData(cluster_label=...)``, the
+CLI's ``--cluster-label``) and keys nodes ``cluster/node``, as the set's expected verdicts do.
 
 Needs Debian's ``prometheus`` (promtool), ``victoria-metrics`` and, for the browser part,
 ``chromium``.
@@ -150,6 +154,44 @@ def data_set(args: argparse.Namespace, stores: tuple[str, ...]) -> tuple[Path, d
     return folder, meta, not args.keep
 
 
+def page_source(url: str, meta: dict[str, Any], args: argparse.Namespace) -> PrometheusData:
+    """The page's data source at the set's end time, with the set's cluster label where it
+    has clusters (``bench/fleet.py --clusters``), the store's default otherwise."""
+    extra = {"cluster_label": meta["cluster_label"]} if meta.get("cluster_label") else {}
+    end = meta["end"]
+    return PrometheusData(url, clock=lambda: end, timeout=args.timeout, **extra)
+
+
+def section_times(view: FleetView) -> dict[str, float]:
+    """The rendering's parts for ``view``, each timed alone, in seconds: the heatmap's
+    figure (``heatmap``) and, per section of the page by its id (``registry.SECTIONS``, so a
+    new section is timed as soon as it is registered), what :func:`sections.fill` does for
+    it (its header, each table's first rows and note) with the JSON encoding of those
+    values. Raises ``RuntimeError`` if ``sections.fill`` writes outputs this does not
+    (``sections.outputs``): the parts would no longer add up to the page's rendering."""
+    began = time.perf_counter()
+    heatmap_figure(view.heatmap).to_json()
+    out = {"heatmap": time.perf_counter() - began}
+    covered: set[tuple[str, str]] = set()
+    for section in registry.SECTIONS:
+        began = time.perf_counter()
+        values: dict[tuple[str, str], Any] = {}
+        if section.header_id:
+            values[(section.header_id, "children")] = sections.HEADERS[section.header_id](view)
+        for table in section.tables:
+            rows, note, _ = sections.table_rows(view, table.id, {},
+                                                min(sections.MAX_ROWS, sections.TOP_ROWS))
+            values[(table.id, "data")] = rows
+            values[(table.note_id, "children")] = note
+        json.dumps({f"{k[0]}.{k[1]}": v for k, v in values.items()}, default=str)
+        out[section.id] = time.perf_counter() - began
+        covered |= values.keys()
+    if covered != set(sections.outputs()):
+        raise RuntimeError("sections.fill writes other outputs than section_times times: "
+                           f"{sorted(set(sections.outputs()) ^ covered)}")
+    return out
+
+
 def verdicts(view: FleetView, expected: dict[str, Any]) -> dict[str, Any]:
     """The page's counts beside the fleet's expected ones."""
     k = view.kpis
@@ -175,13 +217,14 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     # read beside it).
     result: dict[str, Any] = {"store_start_s": round(store.started_s, 2),
                               "load_1m_before": os.getloadavg()[0]}
-    source = PrometheusData(store.url, clock=lambda: end, timeout=args.timeout)
+    source = page_source(store.url, meta, args)
     if args.raw:
         # The raw queries even where the recording rules are loaded (their fallback).
         source._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
     prices = load_prices()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steps")
     fetch, build, render = [], [], []
+    parts: list[dict[str, float]] = []  # section_times of each run's view
     # Per page, the store's CPU seconds, the garbage collections it completed and the bytes
     # it allocated (read between pages, outside the timings): a page that meets a collection
     # of a big heap is the slow one (docs/benchmarks.md, ninth and tenth passes).
@@ -206,6 +249,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             json.dumps({f"{k[0]}.{k[1]}": v for k, v in sections.fill(view, {}).items()},
                        default=str)
             t3 = time.perf_counter()
+            parts.append(section_times(view))  # again, part by part, outside the timings
             fetch.append(t1 - t0)
             build.append(t2 - t1)
             render.append(t3 - t2)
@@ -243,7 +287,13 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                 for a, b in itertools.pairwise(go[1:])],
             verdicts=check["got"],
             verdicts_differ=check["differ"],
+            # Each part of the rendering (the heatmap, every section by id), median of the
+            # runs after the first, timed apart from the pages.
+            render_parts_s={key: round(statistics.median(p[key] for p in parts[1:]), 4)
+                            for key in parts[0]},
         )
+        if meta.get("cluster_label"):
+            result["cluster_label"] = meta["cluster_label"]
         result["load_1m_after"] = os.getloadavg()[0]
         print(f"{store.kind} server side (median of {args.runs}, first {fetch[0]:.2f}s): "
               f"queries {result['fetch_s']:.2f}s, analysis {result['analysis_s']:.2f}s, "
@@ -256,14 +306,17 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             f"{'?' if a is None else a} MiB)" for t, c, n, a in zip(
                 result["page_s"], result["store_cpu_s"], result["store_collections"],
                 result["store_alloc_mib"], strict=True)), flush=True)
+        print(f"{store.kind} rendering by part (median of {args.runs}, timed apart): "
+              + ", ".join(f"{key.removeprefix('section-')} {t * 1000:.1f} ms"
+                          for key, t in result["render_parts_s"].items()), flush=True)
         if check["differ"]:
             print(f"{store.kind}: verdicts differ from the expected ones: "
                   + ", ".join(f"{key} {check['got'][key]} (expected {check['expected'][key]})"
                               for key in check["differ"]), flush=True)
         if args.drill_downs:
-            result.update(drill_downs(store, end, view, args))
+            result.update(drill_downs(store, meta, view, args))
         if not args.no_browser:
-            result.update(page_loads(store, end, args))
+            result.update(page_loads(store, meta, args))
     result.update(rss_kib=store.rss_kib(), peak_rss_kib=store.peak_rss_kib(),
                   series=store.series_count(end))
     print(f"{store.kind}: RSS {result['rss_kib'] / 1024:,.0f} MiB after the queries "
@@ -272,13 +325,13 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     return result
 
 
-def drill_downs(store: Store, end: float, view: FleetView, args: argparse.Namespace
-                ) -> dict[str, Any]:
+def drill_downs(store: Store, meta: dict[str, Any], view: FleetView,
+                args: argparse.Namespace) -> dict[str, Any]:
     """The node, pod and workload drill-downs' queries (``PrometheusData.node_detail``,
     ``pod_detail``, ``workload_detail``), medians of ``--runs`` after a warm-up: of the
     first idle node (else the first node), the middle pod of the picker and the workload
     the page opens with."""
-    source = PrometheusData(store.url, clock=lambda: end, timeout=args.timeout)
+    source = page_source(store.url, meta, args)
     node = view.idle_rows[0].node if view.idle_rows else view.nodes[0]
     namespace, pod = view.pods[len(view.pods) // 2].split("/", 1)
     asks: dict[str, Any] = {"node": lambda: source.node_detail(node, args.window),
@@ -303,7 +356,8 @@ def drill_downs(store: Store, end: float, view: FleetView, args: argparse.Namesp
     return out
 
 
-def page_loads(store: Store, end: float, args: argparse.Namespace) -> dict[str, Any]:
+def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
+               ) -> dict[str, Any]:
     from gpuscope.dashboard.app import DashboardServer, create_app
     from gpuscope.dashboard.service import DashboardService
 
@@ -312,8 +366,8 @@ def page_loads(store: Store, end: float, args: argparse.Namespace) -> dict[str, 
                          "(or pass --no-browser)")
     out: dict[str, Any] = {}
     for mode in ("on_demand", "kept_warm"):
-        page_source = PrometheusData(store.url, clock=lambda: end, timeout=args.timeout)
-        service = DashboardService(page_source, load_prices(), share_for=0)
+        source = page_source(store.url, meta, args)
+        service = DashboardService(source, load_prices(), share_for=0)
         if mode == "kept_warm":
             service.keep_warm(30.0)
             service.fleet(None, None)  # the first background result is in
@@ -321,13 +375,13 @@ def page_loads(store: Store, end: float, args: argparse.Namespace) -> dict[str, 
         server = DashboardServer(app, "127.0.0.1", 0)
         server.start()
         try:
-            before = page_source.queries_total
+            before = source.queries_total
             loads = browser_load(f"http://127.0.0.1:{server.port}/", args.runs + 1)
-            per_load = (page_source.queries_total - before) / len(loads)
+            per_load = (source.queries_total - before) / len(loads)
         finally:
             server.stop()
             service.close()
-            page_source.close()
+            source.close()
         out.update({f"page_load_{mode}_first_s": loads[0],
                     f"page_load_{mode}_s": statistics.median(loads[1:]),
                     f"queries_per_page_load_{mode}": per_load})
@@ -395,7 +449,8 @@ def main() -> int:
     if args.data:
         args.nodes, args.step, args.window = meta["nodes"], meta["step"], meta["window"]
     expected = json.loads((folder / "expected.json").read_text())
-    result: dict[str, Any] = {"nodes": meta["nodes"], "gpus": meta["gpus"],
+    result: dict[str, Any] = {"nodes": meta["nodes"], "clusters": meta.get("clusters", 1),
+                              "gpus": meta["gpus"],
                               "step_s": meta["step"], "window_s": meta["window"],
                               "series": meta["series"], "samples": meta["samples"],
                               "data": str(folder)}

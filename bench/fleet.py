@@ -16,6 +16,11 @@ of :data:`TEAMS` teams (``ml-train-3``), a zone (:data:`ZONES`, in turn) and eve
 :data:`SPOT_EVERY`-th copy runs on spot capacity; its samples start at one of :data:`PHASES`
 offsets in scenario time, so nodes of one template do not read alike.
 
+With ``--clusters N`` the nodes are spread over N clusters (``eks-00``, ``eks-01``, ...:
+:func:`spread`), their series labelled ``cluster`` as a central store holding several clusters
+keeps them, and node names repeat from one cluster to the next (``gpu-node-00000`` in every
+cluster), so the dashboard must key a node by its cluster and name (``eks-03/gpu-node-00042``).
+
 :func:`expected` states what the dashboard must show for such a fleet, from the templates'
 planted findings (written down here from the scenario files, as
 ``tests/dashboard/test_demo_views.py`` checks them on the demo) and the price table: the idle
@@ -49,6 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from gpuscope.dashboard.data.promql import node_key  # noqa: E402
 from gpuscope.dashboard.prices import PriceTable, bundled_prices  # noqa: E402
 from gpuscope.exporter.kubernetes.apiserver import NodeInfo  # noqa: E402
 from gpuscope.exporter.kubernetes.attribution import attribute  # noqa: E402
@@ -80,6 +86,7 @@ PHASES = 8               # distinct starting offsets (in steps) per template
 TEAMS = 10               # namespaces are "<template namespace>-<copy % TEAMS>"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
 SPOT_EVERY = 5           # every 5th copy of a template is a spot node
+CLUSTER_LABEL = "cluster"  # the store label of a node's cluster (the dashboard's default)
 JOB = "gpuscope"
 PORT = 9463
 
@@ -256,6 +263,37 @@ def layout(units: dict[str, int], mix: Sequence[Template] = TEMPLATES) -> list[N
     return out
 
 
+def cluster_name(k: int) -> str:
+    return f"eks-{k:02d}"
+
+
+def spread(nodes: Sequence[NodePlan], clusters: int) -> list[NodePlan]:
+    """``nodes`` (:func:`plan`, :func:`layout`) over ``clusters`` clusters named by
+    :func:`cluster_name`: unit by unit in plan order, each to the cluster with the fewest
+    nodes so far (the first of them on a tie), so every cluster gets its share of every
+    template and a two-node job stays in one cluster. Names count from 0 within each cluster
+    (the same ``gpu-node-00000`` in every cluster, as EKS names nodes after their private
+    addresses, which clusters in default VPCs share); index, unit, pods, workloads and GPU
+    UUIDs stay the fleet's own."""
+    if not 1 <= clusters <= len(nodes):
+        raise ValueError(f"clusters must be between 1 and the number of nodes, not {clusters}")
+    sizes = [0] * clusters
+    k = 0
+    out: list[NodePlan] = []
+    for node in nodes:
+        if node.position == 0:
+            k = min(range(clusters), key=lambda i: sizes[i])
+        out.append(replace(node, name=node_name(sizes[k]), cluster=cluster_name(k)))
+        sizes[k] += 1
+    return out
+
+
+def plan_key(node: NodePlan) -> str:
+    """A node's key on the fleet page: ``cluster/node`` where it has a cluster (the
+    dashboard's :func:`~gpuscope.dashboard.data.promql.node_key`), else its name."""
+    return node_key(node.cluster, node.name)
+
+
 @cache
 def _scenario_node(file: str) -> tuple[str, str]:
     node = load_scenario(DEMO / f"{file}.yaml").node
@@ -355,7 +393,7 @@ def node_labels(labels: Labels, node: NodePlan) -> dict[str, str]:
                    capacity_type=node.capacity_type, node_name=node.name)
     lab.update(node=node.name, job=JOB, instance=f"{node.name}:{PORT}")
     if node.cluster:
-        lab["cluster"] = node.cluster
+        lab[CLUSTER_LABEL] = node.cluster
     return lab
 
 
@@ -473,14 +511,15 @@ def scrapes(fleet: Fleet) -> Iterator[tuple[float, str, list[tuple[str, dict[str
     :meth:`Fleet.vm_json_lines` give the stores."""
     scraper = ("node", "job", "instance")
     stamps = fleet.shape.stamps()
-    per_node: dict[str, list[tuple[str, dict[str, str], list[float]]]] = {}
+    per_node: dict[tuple[str, str], list[tuple[str, dict[str, str], list[float]]]] = {}
     for name, lab, values, _ in fleet.series_of():
         bare = {k: v for k, v in lab.items() if k not in scraper}
-        per_node.setdefault(lab["node"], []).append((name, bare, values))
+        per_node.setdefault((lab.get(CLUSTER_LABEL, ""), lab["node"]), []).append(
+            (name, bare, values))
     for k, t in enumerate(stamps):
         for node in fleet.plan:
-            samples = [(name, lab, values[k]) for name, lab, values in per_node.get(node.name, ())
-                       if values[k] == values[k]]
+            samples = [(name, lab, values[k]) for name, lab, values
+                       in per_node.get((node.cluster, node.name), ()) if values[k] == values[k]]
             if samples:
                 yield t, node.name, samples
 
@@ -501,7 +540,9 @@ class IdleNode:
 @dataclass
 class Expected:
     """The verdicts of a fleet from its plan and the templates' plants. Pods, namespaces and
-    workloads are renamed as in the data; ``gpu`` as the dashboard names devices."""
+    workloads are renamed as in the data; ``gpu`` as the dashboard names devices; ``node``
+    as the dashboard keys nodes (:func:`plan_key`: ``cluster/node`` where the fleet has
+    clusters)."""
 
     nodes: int
     gpus: int                                   # physical GPUs
@@ -537,6 +578,7 @@ def expected(nodes: Sequence[NodePlan], prices: PriceTable | None = None) -> Exp
                    idle_per_hour=0.0, unpriced_idle_nodes=[], workloads_checked=0,
                    by_template={})
     for node in nodes:
+        key = plan_key(node)
         t = template(node.template)
         plant = t.plants[node.position]
         file = t.files[node.position]
@@ -547,27 +589,27 @@ def expected(nodes: Sequence[NodePlan], prices: PriceTable | None = None) -> Exp
         price = prices.node_price(node.instance_type, node.capacity_type).per_hour
         if plant.idle_node is not None:
             n, allocated, spinning = plant.idle_node
-            out.idle_nodes[node.name] = IdleNode(node.instance_type, node.zone,
+            out.idle_nodes[key] = IdleNode(node.instance_type, node.zone,
                                                  node.capacity_type, n, allocated, spinning,
                                                  price)
             out.idle_gpus += n - spinning
             if price is None:
-                out.unpriced_idle_nodes.append(node.name)
+                out.unpriced_idle_nodes.append(key)
             else:
                 out.idle_per_hour += price
-        out.spinning += [(node.name, g) for g in plant.spinning]
-        out.throttled += [(node.name, g, reason) for g, reason in plant.throttled]
+        out.spinning += [(key, g) for g in plant.spinning]
+        out.throttled += [(key, g, reason) for g, reason in plant.throttled]
         out.starved += [(kind, rename_namespace(ns, node), rename_pod(pod, node),
-                         container, node.name, g)
+                         container, key, g)
                         for kind, ns, pod, container, g in plant.starved]
-        out.stragglers += [(rename_workload(wl, node), rename_pod(pod, node), node.name,
+        out.stragglers += [(rename_workload(wl, node), rename_pod(pod, node), key,
                             g, kind, signal)
                            for wl, pod, g, kind, signal in plant.stragglers]
-        out.allocated_idle += [(node.name, rename_namespace(ns, node),
+        out.allocated_idle += [(key, rename_namespace(ns, node),
                                 rename_pod(pod, node), g, signal)
                                for ns, pod, g, signal in plant.allocated_idle]
         for g, profile, allocated in plant.idle_slices:
-            out.idle_slices.append((node.name, g, profile, allocated))
+            out.idle_slices.append((key, g, profile, allocated))
             if price is not None:
                 out.idle_per_hour += price / physical * _slice_fraction(profile)
     return out
@@ -653,8 +695,10 @@ def dir_bytes(path: Path) -> int:
 
 def build(out: Path, nodes: int, *, step: float = 15.0, window: float = 3600.0,
           end: float | None = None, stores: Iterable[str] = ("prometheus", "victoriametrics"),
-          flagged: float | None = None, log: Any = print) -> dict[str, Any]:
-    """Builds a data set in ``out`` (replacing one there): see the module's docstring.
+          flagged: float | None = None, clusters: int | None = None,
+          log: Any = print) -> dict[str, Any]:
+    """Builds a data set in ``out`` (replacing one there): see the module's docstring;
+    ``clusters``: the nodes spread over that many clusters (:func:`spread`).
     Returns (and writes to ``meta.json``) what it built and how long each part took."""
     from tests.stores import start_victoriametrics
 
@@ -668,11 +712,17 @@ def build(out: Path, nodes: int, *, step: float = 15.0, window: float = 3600.0,
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
-    fleet = Fleet(shape, None if flagged is None else plan(nodes, flagged_mix(flagged)))
+    nodes_plan = plan(nodes, TEMPLATES if flagged is None else flagged_mix(flagged))
+    if clusters is not None:
+        nodes_plan = spread(nodes_plan, clusters)
+    fleet = Fleet(shape, nodes_plan)
     exp = expected(fleet.plan)
     meta: dict[str, Any] = {"nodes": nodes, "gpus": exp.gpus, "step": step, "window": window,
                             "end": end, "start": shape.start, "times": shape.times,
                             "by_template": exp.by_template, "flagged": flagged}
+    if clusters is not None:
+        # The store label dashboard_bench.py gives the page (``cluster_label``).
+        meta.update(clusters=clusters, cluster_label=CLUSTER_LABEL)
     began = time.perf_counter()
     if "prometheus" in stores:
         figures = build_blocks(fleet, out / "tsdb")
@@ -735,6 +785,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--flagged", type=float, metavar="SHARE",
                     help="the share of nodes playing a template that plants a finding, the "
                     "templates' proportions otherwise kept (default: the demo's mix, 0.62)")
+    ap.add_argument("--clusters", type=int, metavar="N",
+                    help="the nodes spread over N clusters (eks-00, eks-01, ...), their series "
+                    "labelled cluster, node names repeating from one cluster to the next "
+                    "(default: one cluster, no label)")
     ap.add_argument("--out", type=Path, required=True, help="the data set's folder")
     args = ap.parse_args(argv)
     if args.nodes < 1 or args.step <= 0 or args.window < args.step:
@@ -744,14 +798,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.flagged is not None and not 0.0 < args.flagged < 1.0:
         print("fleet: --flagged must be between 0 and 1", file=sys.stderr)
         return 2
+    if args.clusters is not None and not 1 <= args.clusters <= args.nodes:
+        print("fleet: --clusters must be between 1 and --nodes", file=sys.stderr)
+        return 2
     stores = ("prometheus", "victoriametrics") if args.store == "both" else (args.store,)
     try:
         meta = build(args.out, args.nodes, step=args.step, window=args.window, end=args.end,
-                     stores=stores, flagged=args.flagged)
+                     stores=stores, flagged=args.flagged, clusters=args.clusters)
     except Exception as exc:  # one line, no traceback (bad input, a store that failed)
         print(f"fleet: {exc}", file=sys.stderr)
         return 1
-    print(f"{args.out}: {meta['nodes']} nodes, {meta['gpus']} GPUs, {meta['series']:,} "
+    print(f"{args.out}: {meta['nodes']} nodes"
+          + (f" over {meta['clusters']} clusters" if "clusters" in meta else "")
+          + f", {meta['gpus']} GPUs, {meta['series']:,} "
           f"series, {meta['samples']:,} samples in {meta['build_s']:.1f}s")
     return 0
 

@@ -7,6 +7,7 @@ fleet with one unit of every template, in a real Prometheus and a real VictoriaM
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import time
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import fleet
+from bench import dashboard_bench, fleet
+from gpuscope.dashboard.verdicts import registry
 from tests.bench import page_view
 from tests.stores import Store, fleet_in_both, start_prometheus, start_victoriametrics
 
@@ -246,3 +248,86 @@ def test_block_ranges_counts_the_two_hour_ranges_a_window_reads(tmp_path: Path) 
         # The whole set (with its 5 minutes of look-back) starts before the boundary.
         assert fleet.block_ranges(out / "tsdb", meta["start"], meta["end"]) == 2
     assert fleet.block_ranges(tmp_path / "1" / "tsdb", boundary + 7200, boundary + 9000) == 0
+
+
+# -- a fleet over several clusters (--clusters) ----------------------------------------------
+
+def test_a_two_cluster_set_repeats_node_names_and_keys_its_verdicts_by_cluster(
+        tmp_path: Path) -> None:
+    """``--clusters 2``: every node name in both clusters (as EKS clusters in default VPCs
+    name nodes), the series labelled ``cluster``, and the expected verdicts keyed as the
+    dashboard keys nodes (``cluster/node``)."""
+    out = tmp_path / "set"
+    assert fleet.main(["--nodes", "4", "--clusters", "2", "--step", "60", "--window", "600",
+                       "--store", "victoriametrics", "--out", str(out)]) == 0
+    meta = fleet.load_meta(out)
+    assert (meta["clusters"], meta["cluster_label"]) == (2, "cluster")
+    with start_victoriametrics(out / "vm") as vm:
+        got = {(s["metric"]["cluster"], s["metric"]["node"])
+               for s in vm.query("count by (cluster, node) (gpu_node_info)", meta["end"])}
+        assert vm.series_count(meta["end"]) == meta["series"]
+    names = {"gpu-node-00000", "gpu-node-00001"}
+    assert got == {(c, n) for c in ("eks-00", "eks-01") for n in names}
+    exp = json.loads((out / "expected.json").read_text())
+    keys = (list(exp["idle_nodes"]) + [s[4] for s in exp["starved"]]
+            + [s[2] for s in exp["stragglers"]]
+            + [row[0] for k in ("spinning", "throttled", "allocated_idle", "idle_slices")
+               for row in exp[k]])
+    assert keys and {k.split("/", 1)[0] for k in keys} <= {"eks-00", "eks-01"}
+    assert {k.split("/", 1)[1] for k in keys} <= names
+    # Without the flag: no cluster label, and verdicts keyed by the bare (unique) names.
+    one = fleet.plan(4)
+    assert "cluster" not in fleet.node_labels((), one[0])
+    assert set(fleet.expected(one).idle_nodes) <= {n.name for n in one}
+
+
+def test_the_dashboard_keys_a_two_cluster_fleet_as_the_expected_verdicts_do(
+        tmp_path: Path) -> None:
+    """One unit of each template over two clusters, node names repeating: the page (the
+    store's default cluster label) finds the expected verdicts under the same node keys."""
+    nodes = fleet.spread(ONE_OF_EACH, 2)
+    assert {n.name for n in nodes if n.cluster == "eks-00"} == {
+        n.name for n in nodes if n.cluster == "eks-01"}
+    assert all(nodes[n.index - n.position].cluster == n.cluster for n in nodes)  # jobs whole
+    tiny = fleet.Fleet(fleet.Shape(len(nodes), 15.0, 3600.0, float(int(time.time()) - 120)),
+                       nodes)
+    exp = fleet.expected(tiny.plan)
+    with start_victoriametrics() as vm:
+        fleet.import_victoriametrics(tiny, vm)
+        view = page_view(vm, tiny.shape.end)
+    assert (view.kpis.idle_nodes, view.kpis.spinning, view.kpis.throttled) == (
+        len(exp.idle_nodes), len(exp.spinning), len(exp.throttled))
+    assert {r.node for r in view.idle_rows} == set(exp.idle_nodes)
+    assert all("/" in key for key in exp.idle_nodes)
+    assert {(r.node, r.gpu) for r in view.spinning_rows} == set(exp.spinning)
+    assert {(r.node, r.gpu, r.reason) for r in view.findings["throttled"]} == set(exp.throttled)
+    assert {(r.workload, r.node, r.gpu) for r in view.straggler_rows} == {
+        (wl, node, gpu) for wl, _, node, gpu, _, _ in exp.stragglers}
+    assert {(r.node, r.pod, r.gpu) for r in view.allocated_idle_rows} == {
+        (node, pod, gpu) for node, _, pod, gpu, _ in exp.allocated_idle}
+    assert {(r.node, r.gpu, r.profile) for r in view.slice_rows} == {
+        (node, gpu, profile) for node, gpu, profile, _ in exp.idle_slices}
+    # dashboard_bench.py: the rendering timed part by part, every registered section by id.
+    parts = dashboard_bench.section_times(view)
+    assert list(parts) == ["heatmap", *(s.id for s in registry.SECTIONS)]
+    assert all(t >= 0 for t in parts.values())
+
+
+def test_dashboard_bench_gives_the_page_a_sets_cluster_label() -> None:
+    args = argparse.Namespace(timeout=5.0)
+    labelled = dashboard_bench.page_source("http://127.0.0.1:9", {
+        "end": 1.0, "cluster_label": "k8s_cluster"}, args)
+    plain = dashboard_bench.page_source("http://127.0.0.1:9", {"end": 1.0}, args)
+    try:
+        assert (labelled.cluster_label, plain.cluster_label) == ("k8s_cluster", "cluster")
+    finally:
+        labelled.close()
+        plain.close()
+
+
+def test_the_cli_refuses_more_clusters_than_nodes_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert fleet.main(["--nodes", "2", "--clusters", "3", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "fleet: --clusters must be between 1 and --nodes\n"
+    with pytest.raises(ValueError, match="clusters"):
+        fleet.spread(ONE_OF_EACH, 0)
