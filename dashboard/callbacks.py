@@ -35,10 +35,11 @@ def _window(value: Any) -> str | None:
     return value if isinstance(value, str) and value in WINDOWS else None
 
 
-def _state(window: Any, namespace: Any) -> dict[str, str | None]:
+def _state(window: Any, namespace: Any, cluster: Any = None) -> dict[str, str | None]:
     """What a table row's link keeps of the current view."""
-    ns = _text(namespace)
-    return {"window": _window(window), "namespace": ns.strip() if ns else None}
+    ns, cl = _text(namespace), _text(cluster)
+    return {"window": _window(window), "namespace": ns.strip() if ns else None,
+            "cluster": cl.strip() if cl else None}
 
 
 _GRAPH_CONFIG = dcc.Graph.Config(displaylogo=False, responsive=True)
@@ -85,25 +86,27 @@ def choice_options(choices: Any, node: Any, pod: Any, workload: Any,
             _options(choices.get("workloads"), workload, typed[2]))
 
 
-def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, node: Any, pod: Any,
-               workload: Any) -> tuple[Any, ...]:
+def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, cluster: Any,
+               node: Any, pod: Any, workload: Any) -> tuple[Any, ...]:
     """The URL and the controls kept in step: on page load (no trigger) or a change of the
     URL (back, forward, a pasted link) the URL sets the controls; a control's change writes
-    the URL. Returns (search, window, namespace, node, pod, workload), ``no_update`` where
-    nothing changes. The values are validated where they are used, like a typed one."""
-    current = (_window(window) or DEFAULT_WINDOW, _text(namespace) or None, _text(node),
-               _text(pod), _text(workload))
+    the URL. Returns (search, window, namespace, cluster, node, pod, workload),
+    ``no_update`` where nothing changes. The values are validated where they are used, like
+    a typed one."""
+    current = (_window(window) or DEFAULT_WINDOW, _text(namespace) or None,
+               _text(cluster) or None, _text(node), _text(pod), _text(workload))
     if trigger in (None, ids.URL):
         wanted = links.parse_query(search)
         target = (_window(wanted.get("window")) or DEFAULT_WINDOW, wanted.get("namespace"),
-                  wanted.get("node"), wanted.get("pod"), wanted.get("workload"))
+                  wanted.get("cluster"), wanted.get("node"), wanted.get("pod"),
+                  wanted.get("workload"))
         return (no_update, *(t if t != c else no_update
                              for t, c in zip(target, current, strict=True)))
     state = dict(zip(links.URL_KEYS, current, strict=True))
     if state["window"] == DEFAULT_WINDOW:
         state["window"] = None
     query = links.query_string(state)
-    return (query if query != (search or "") else no_update, *([no_update] * 5))
+    return (query if query != (search or "") else no_update, *([no_update] * 6))
 
 
 #: The most pods the pod drill-down's dropdown offers (those in a table first): a large
@@ -136,22 +139,22 @@ def _limits(value: Any) -> dict[str, int]:
 
 
 def table_more(service: DashboardService, table_id: str, clicks: Any, window: Any,
-               namespace: Any, limits: Any) -> tuple[Any, ...]:
+               namespace: Any, limits: Any, cluster: Any = None) -> tuple[Any, ...]:
     """"Show all rows" of one table: its rows (up to :data:`sections.MAX_ROWS`) and note from
     the view the page shows, and the page's limits with this table's raised (so a refresh
     keeps them). Returns (data, note, limits), ``no_update`` where nothing changes."""
-    view = service.latest(_window(window), _text(namespace))
+    view = service.latest(_window(window), _text(namespace), _text(cluster))
     if not clicks or view is None:
         return no_update, no_update, no_update
-    rows, note, _ = sections.table_rows(view, table_id, _state(window, namespace),
+    rows, note, _ = sections.table_rows(view, table_id, _state(window, namespace, cluster),
                                         sections.MAX_ROWS)
     return rows, note, {**_limits(limits), table_id: sections.MAX_ROWS}
 
 
 def table_csv(service: DashboardService, table_id: str, clicks: Any, window: Any,
-              namespace: Any) -> Any:
+              namespace: Any, cluster: Any = None) -> Any:
     """"Download CSV" of one table: every row of the view the page shows."""
-    view = service.latest(_window(window), _text(namespace))
+    view = service.latest(_window(window), _text(namespace), _text(cluster))
     if not clicks or view is None:
         return no_update
     return {"content": sections.csv_text(view, table_id), "filename": f"{table_id}.csv",
@@ -168,28 +171,32 @@ def _register_table_actions(app: Dash, service: DashboardService, table_id: str,
         State(ids.WINDOW_SELECT, "value"),
         State(ids.NAMESPACE_FILTER, "value"),
         State(ids.TABLE_LIMITS, "data"),
+        State(ids.CLUSTER_SELECT, "value"),
         prevent_initial_call=True,
     )
-    def more(clicks: Any, window: Any, namespace: Any, limits: Any) -> tuple[Any, ...]:
-        return table_more(service, table_id, clicks, window, namespace, limits)
+    def more(clicks: Any, window: Any, namespace: Any, limits: Any,
+             cluster: Any) -> tuple[Any, ...]:
+        return table_more(service, table_id, clicks, window, namespace, limits, cluster)
 
     @app.callback(
         Output(f"{sections.csv_id(table_id)}-file", "data"),
         Input(sections.csv_id(table_id), "n_clicks"),
         State(ids.WINDOW_SELECT, "value"),
         State(ids.NAMESPACE_FILTER, "value"),
+        State(ids.CLUSTER_SELECT, "value"),
         prevent_initial_call=True,
     )
-    def download(clicks: Any, window: Any, namespace: Any) -> Any:
-        return table_csv(service, table_id, clicks, window, namespace)
+    def download(clicks: Any, window: Any, namespace: Any, cluster: Any) -> Any:
+        return table_csv(service, table_id, clicks, window, namespace, cluster)
 
 
 def fleet_values(service: DashboardService, window: Any, namespace: Any,
-                 keys: list[str], limits: Any = None) -> dict[str, Any]:
+                 keys: list[str], limits: Any = None, cluster: Any = None) -> dict[str, Any]:
     """The fleet callback's values for ``keys`` (``element.prop``): everything when a view
     came, else only the banner (the page keeps what it shows). ``limits``: the tables whose
-    rows were all asked for (the page's store)."""
-    answer = service.fleet(_window(window), _text(namespace))
+    rows were all asked for (the page's store); ``cluster``: the cluster picked (None:
+    all)."""
+    answer = service.fleet(_window(window), _text(namespace), _text(cluster))
     banner = answer.banner or ""
     banner_class = "banner" if banner else "banner hidden"
     view = answer.view
@@ -199,8 +206,9 @@ def fleet_values(service: DashboardService, window: Any, namespace: Any,
         out[_key(ids.BANNER, "className")] = "banner error" if banner else banner_class
         out[_key(ids.LAST_UPDATED, "children")] = ""
         return out
-    state = _state(window, namespace)
+    state = _state(window, namespace, cluster)
     out.update({
+        _key(ids.CLUSTER_SELECT, "options"): _options(list(view.clusters), view.cluster),
         _key(ids.FLEET_KPIS, "children"): components.kpi_cards(view),
         _key(ids.HISTORY_NOTE, "children"): components.history_note(view)
         + (" " + " ".join(view.notes) if view.notes else ""),
@@ -223,18 +231,19 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     # (:mod:`.sections`, from the registry). It returns a dict, never a tuple by position.
     fixed = [(ids.FLEET_KPIS, "children"), (ids.HISTORY_NOTE, "children"),
              (ids.FLEET_HEATMAP, "figure"), (ids.CHOICES, "data"), (ids.BANNER, "children"),
-             (ids.BANNER, "className"), (ids.LAST_UPDATED, "children")]
+             (ids.BANNER, "className"), (ids.LAST_UPDATED, "children"),
+             (ids.CLUSTER_SELECT, "options")]
     fleet_outputs = {_key(i, p): Output(i, p) for i, p in [*fixed, *sections.outputs()]}
 
     @app.callback(
         output=fleet_outputs,
         inputs=[Input(ids.REFRESH, "n_intervals"), Input(ids.WINDOW_SELECT, "value"),
-                Input(ids.NAMESPACE_FILTER, "value")],
+                Input(ids.NAMESPACE_FILTER, "value"), Input(ids.CLUSTER_SELECT, "value")],
         state=[State(ids.TABLE_LIMITS, "data")],
     )
     def update_fleet(_n: int | None, window: str | None, namespace: str | None,
-                     limits: Any = None) -> dict[str, Any]:
-        return fleet_values(service, window, namespace, list(fleet_outputs), limits)
+                     cluster: str | None = None, limits: Any = None) -> dict[str, Any]:
+        return fleet_values(service, window, namespace, list(fleet_outputs), limits, cluster)
 
     # Each verdict table's "Show all rows" and "Download CSV", on the view the page shows
     # (never a new computation).
@@ -262,19 +271,22 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Output(ids.URL, "search"),
         Output(ids.WINDOW_SELECT, "value"),
         Output(ids.NAMESPACE_FILTER, "value"),
+        Output(ids.CLUSTER_SELECT, "value"),
         Output(ids.NODE_SELECT, "value"),
         Output(ids.POD_SELECT, "value"),
         Output(ids.WORKLOAD_SELECT, "value"),
         Input(ids.URL, "search"),
         Input(ids.WINDOW_SELECT, "value"),
         Input(ids.NAMESPACE_FILTER, "value"),
+        Input(ids.CLUSTER_SELECT, "value"),
         Input(ids.NODE_SELECT, "value"),
         Input(ids.POD_SELECT, "value"),
         Input(ids.WORKLOAD_SELECT, "value"),
     )
-    def sync_url(search: Any, window: Any, namespace: Any, node: Any, pod: Any,
+    def sync_url(search: Any, window: Any, namespace: Any, cluster: Any, node: Any, pod: Any,
                  workload: Any) -> tuple[Any, ...]:
-        return sync_state(ctx.triggered_id, search, window, namespace, node, pod, workload)
+        return sync_state(ctx.triggered_id, search, window, namespace, cluster, node, pod,
+                          workload)
 
     # A link's "#section" target exists only once Dash has drawn the page: scroll to it then.
     app.clientside_callback(  # type: ignore[no-untyped-call]
@@ -368,10 +380,12 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.WINDOW_SELECT, "value"),
         Input(ids.NAMESPACE_FILTER, "value"),
         Input(ids.REFRESH, "n_intervals"),
+        Input(ids.CLUSTER_SELECT, "value"),
     )
-    def update_workload(workload: Any, window: Any, namespace: Any, _n: Any) -> tuple[Any, ...]:
+    def update_workload(workload: Any, window: Any, namespace: Any, _n: Any,
+                        cluster: Any = None) -> tuple[Any, ...]:
         detail, marks, problem = service.workload(_text(workload), _window(window),
-                                                  _text(namespace))
+                                                  _text(namespace), _text(cluster))
         if detail is None:
             return (empty_figure(problem or "No workload with GPUs in this window", 160),
                     problem or "")
@@ -381,5 +395,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
                       f"stragglers among them)")
         note = (f"{shown} of {detail.namespace}/{detail.workload}; "
                 + (f"straggler ({kinds}) marked ★ in red." if marks else "no straggler.")
-                + ("" if _text(workload) else " Showing the first straggler's workload."))
+                + ("" if _text(workload) else " Showing the first straggler's workload.")
+                + components.run_totals_note(service.run_totals(
+                    detail, _window(window), _text(namespace), _text(cluster))))
         return workload_figure(detail, set(marks), marks), note

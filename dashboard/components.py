@@ -14,8 +14,10 @@ from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
 
 from gpuscope.dashboard import fmt
+from gpuscope.dashboard.evidence import StragglerEvidence
 from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.verdicts import page
+from gpuscope.dashboard.verdicts.owners import RunTotals
 from gpuscope.dashboard.views import (
     AllocatedIdleRow,
     FleetView,
@@ -24,7 +26,6 @@ from gpuscope.dashboard.views import (
     SliceRow,
     SpinningRow,
     StarvedRow,
-    StragglerEvidence,
     StragglerRow,
 )
 
@@ -361,3 +362,16 @@ def count_note(n: int, singular: str, plural: str, none: str) -> str:
     if n == 0:
         return none
     return f"{n} {singular if n == 1 else plural}."
+
+
+def run_totals_note(t: RunTotals | None) -> str:
+    """The workload view's line of the run's own numbers (the showback's, for one run)."""
+    if t is None:
+        return ""
+    spent = ("unknown ($ of unknown price)" if t.spent == 0 and t.unpriced_gpu_hours > 0
+             else fmt.money(t.spent))
+    seen = (f"; seen {fmt.clock(t.first_seen)} to {fmt.clock(t.last_seen)}"
+            if t.first_seen is not None and t.last_seen is not None else "")
+    return (f" In this window: {t.gpu_hours:.2f} GPU-hours, {spent} spent, "
+            f"{fmt.money(t.idle)} idle ({fmt.money(t.spinning)} spinning), "
+            f"{t.stragglers} straggler{'s' if t.stragglers != 1 else ''}{seen}.")

@@ -17,11 +17,13 @@ SPINNING_GPUS_TABLE = "spinning-gpus-table"
 THROTTLED_GPUS_TABLE = "throttled-gpus-table"
 ALLOCATED_IDLE_TABLE = "allocated-idle-table"
 WORKLOAD_VIEW = "workload-view"
+COST_BY_OWNER = "cost-by-owner"  # the showback section (issue 30)
 
 # Controls, and the page URL that carries their state.
 URL = "page-url"
 WINDOW_SELECT = "window-select"
 NAMESPACE_FILTER = "namespace-filter"
+CLUSTER_SELECT = "cluster-select"
 REFRESH = "refresh-interval"
 NODE_SELECT = "node-select"
 POD_SELECT = "pod-select"
@@ -56,6 +58,12 @@ SECTION_THROTTLED = "section-throttled"
 SECTION_STARVATION = "section-starvation"
 SECTION_STRAGGLERS = "section-stragglers"
 SECTION_WORKLOAD = "section-workload"
+COST_BY_CLUSTER_TABLE = "cost-by-cluster-table"
+COST_BY_CLUSTER_NOTE = "cost-by-cluster-note"
+COST_BY_NAMESPACE_TABLE = "cost-by-namespace-table"
+COST_BY_NAMESPACE_NOTE = "cost-by-namespace-note"
+COST_BY_WORKLOAD_TABLE = "cost-by-workload-table"
+COST_BY_WORKLOAD_NOTE = "cost-by-workload-note"
 SECTION_NODE = "section-node"
 SECTION_POD = "section-pod"
 
@@ -80,5 +88,5 @@ POD_BANNER = "pod-banner"
 DESIGN_IDS = (
     FLEET_KPIS, FLEET_HEATMAP, IDLE_NODES_TABLE, WASTE_TOTAL, STARVED_PODS_TABLE,
     STRAGGLERS_TABLE, SPINNING_GPUS_TABLE, THROTTLED_GPUS_TABLE, ALLOCATED_IDLE_TABLE,
-    WORKLOAD_VIEW, "gpu-health-table",
+    WORKLOAD_VIEW, "gpu-health-table", COST_BY_OWNER,
 )

@@ -78,13 +78,14 @@ def _picked(state: Mapping[str, str], key: str) -> tuple[str | None, list[dict[s
 
 def layout(source: str = "", refresh_seconds: float = 30.0,
            state: Mapping[str, str] | None = None) -> html.Div:
-    """The page, its controls in ``state`` (the URL's query: window, namespace, node, pod,
-    workload; values are validated where they are used)."""
+    """The page, its controls in ``state`` (the URL's query: window, namespace, cluster,
+    node, pod, workload; values are validated where they are used)."""
     state = state or {}
     window = state.get("window")
     node, node_options = _picked(state, "node")
     pod, pod_options = _picked(state, "pod")
     workload, workload_options = _picked(state, "workload")
+    cluster, cluster_options = _picked(state, "cluster")
     header = html.Header([
         html.Div([
             html.H1("gpuscope"),
@@ -104,6 +105,9 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
                 className="namespace-filter", maxLength=300,
                 value=state.get("namespace") or None,
             ),
+            html.Label("Cluster", htmlFor=ids.CLUSTER_SELECT),
+            dcc.Dropdown(id=ids.CLUSTER_SELECT, options=cluster_options, value=cluster,
+                         placeholder="all", className="cluster-select"),
             html.Span("", id=ids.LAST_UPDATED, className="updated"),
         ], className="controls"),
     ])

@@ -1,7 +1,7 @@
-"""Links between the page's parts: the page URL carries its state (window, namespace, node,
-pod, workload), and a table row's link to a node, pod or workload keeps the window and
-namespace and scrolls to the section it opens. Pure (no Dash), so that a verdict's table
-rows (:mod:`gpuscope.dashboard.verdicts`) can link what they name."""
+"""Links between the page's parts: the page URL carries its state (window, namespace,
+cluster, node, pod, workload), and a table row's link to a node, pod or workload keeps the
+window, namespace and cluster and scrolls to the section it opens. Pure (no Dash), so that
+a verdict's table rows (:mod:`gpuscope.dashboard.verdicts`) can link what they name."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from gpuscope.dashboard import ids
 
 #: Query parameters of the page URL, in the order a link writes them.
-URL_KEYS = ("window", "namespace", "node", "pod", "workload")
+URL_KEYS = ("window", "namespace", "cluster", "node", "pod", "workload")
 #: The page section each kind of link opens.
 SECTIONS = {"node": ids.SECTION_NODE, "pod": ids.SECTION_POD, "workload": ids.SECTION_WORKLOAD}
 
@@ -33,10 +33,10 @@ def parse_query(search: str | None) -> dict[str, str]:
 
 def link(text: str, state: Mapping[str, str | None], **target: str) -> str:
     """A markdown link to ``target`` (``node=``, ``pod=`` or ``workload=``) keeping the
-    window and namespace of ``state``; the link scrolls to the section it opens."""
+    window, namespace and cluster of ``state``; the link scrolls to the section it opens."""
     kind = next(iter(target))
     href = query_string({"window": state.get("window"), "namespace": state.get("namespace"),
-                         **target}) + "#" + SECTIONS[kind]
+                         "cluster": state.get("cluster"), **target}) + "#" + SECTIONS[kind]
     label = text.replace("[", "(").replace("]", ")")
     return f"[{label}]({href.replace(')', '%29').replace(' ', '%20')})"
 

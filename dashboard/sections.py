@@ -14,12 +14,13 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuscope.dashboard import components, fmt, ids
-from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.verdicts import owners, registry
 from gpuscope.dashboard.verdicts.page import PageContext, Row, State, StepVerdict, Table
 from gpuscope.dashboard.views import FleetView
 
@@ -79,6 +80,20 @@ def _stragglers(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int
             + f" {v.workloads_checked} workload(s) with two or more GPUs compared.", n)
 
 
+def _owners(level: str) -> Filler:
+    """A showback table (:mod:`.verdicts.owners`) at ``level``: ``cluster``, ``namespace``
+    or ``workload``."""
+    def fill(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
+        rows = (v.owners if level == "workload" else
+                owners.rollup(v.owners, by_namespace=level == "namespace"))
+        total = math.fsum(r.spent for r in rows)
+        note = (f"{len(rows):,} {level}{'s' if len(rows) != 1 else ''}; together "
+                f"{fmt.money(total)} spent and {fmt.money(v.kpis.wasted)} idle in the "
+                f"window." if rows else "Nothing held or priced in this window.")
+        return owners.owner_rows(rows[:limit], v.kpis.wasted, s), note, len(rows)
+    return fill
+
+
 #: The tables of the verdicts judged in views, by table id.
 FILLERS: dict[str, Filler] = {
     ids.IDLE_NODES_TABLE: _idle,
@@ -88,6 +103,9 @@ FILLERS: dict[str, Filler] = {
     ids.STARVED_PODS_TABLE: _starved,
     ids.TIMESLICE_TABLE: _shares,
     ids.STRAGGLERS_TABLE: _stragglers,
+    ids.COST_BY_CLUSTER_TABLE: _owners("cluster"),
+    ids.COST_BY_NAMESPACE_TABLE: _owners("namespace"),
+    ids.COST_BY_WORKLOAD_TABLE: _owners("workload"),
 }
 
 #: Section headers, by element id.

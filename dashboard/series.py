@@ -290,6 +290,31 @@ class HeldSteps:
     memory: Mapping[ContainerRef, Series] = field(default_factory=dict)
 
 
+class HoldingKey(NamedTuple):
+    """Whose devices on one node: ``namespace`` and ``workload`` (``<Kind>/<name>`` of the
+    pods' top owner, "" for a pod without one); ``uuid``: a MIG slice's UUID, or "" for
+    the node's whole GPUs together (a slice is priced at its share of its GPU, which only
+    the page knows)."""
+
+    node: str
+    namespace: str
+    workload: str
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What an owner held of a node's devices over the window's steps (each step
+    ``(t - step, t]`` of the window, its first point not counted): ``held``, device-seconds
+    (a device held by ``n`` containers at a step counts ``1/n`` to each, the time-slice
+    each holds); ``used``, device-seconds of use in the steps it held them (the
+    containers' utilization, ``container_gpu_utilization_ratio``: a time-slice's holder
+    may use more than its ``1/n``)."""
+
+    held: float
+    used: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class FleetData:
     """Everything the fleet page needs, for one window.
@@ -337,6 +362,8 @@ class FleetData:
       candidate names, and of the :data:`MAX_HEATMAP_NODES` least busy nodes; every other
       node has nothing to flag, and its GPUs count as busy. A node's mean (the KPIs, the
       heatmap's order and groups) is its summary's wherever it has one.
+    - ``holdings``: who held what on every node over the window (:class:`Holding`), the
+      showback's allocation; every node's, the summarised ones too, whatever the namespace.
     - ``workloads_checked``: how many straggler groups (a workload's devices of one model)
       had two devices or more, where the data layer counts them (the Prometheus mode with
       the rules over their window: ``containers`` then holds the containers of the nodes
@@ -366,6 +393,7 @@ class FleetData:
     silent: frozenset[GpuRef] | None = None
     node_summaries: Mapping[str, NodeSummary] = field(default_factory=dict)
     workloads_checked: int | None = None
+    holdings: Mapping[HoldingKey, Holding] = field(default_factory=dict)
 
     @property
     def history_seconds(self) -> float:

@@ -22,8 +22,10 @@ from gpuscope.dashboard.data import (
     validate_workload,
 )
 from gpuscope.dashboard.prices import PriceTable
+from gpuscope.dashboard.scope import validate_cluster
 from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail, gc_paused
 from gpuscope.dashboard.verdicts import Thresholds, registry
+from gpuscope.dashboard.verdicts.owners import RunTotals, run_totals
 from gpuscope.dashboard.verdicts.page import StepAnswers
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 
@@ -69,7 +71,8 @@ def window_seconds(key: str | None) -> float:
     return WINDOWS.get(key or DEFAULT_WINDOW, WINDOWS[DEFAULT_WINDOW])
 
 
-Key = tuple[str, str | None]
+#: A view's key: window, namespace (None: all), cluster (None: all).
+Key = tuple[str, str | None, str | None]
 
 # Views kept per (window, namespace): every distinct namespace typed into the filter is a
 # key, so the caches are bounded (oldest out) to keep a long-running dashboard's memory flat.
@@ -104,19 +107,27 @@ class _Shared:
         return now - self.finished
 
 
-def _key(window: str | None, namespace_text: str | None) -> tuple[Key, list[str]]:
-    """A view's key (window, namespace: None for all or for a filter that is not a valid
-    namespace), and the line the page shows about such a filter."""
-    if not namespace_text or not namespace_text.strip():
-        return (window or DEFAULT_WINDOW, None), []
-    try:
-        return (window or DEFAULT_WINDOW, validate_namespace(namespace_text)), []
-    except InvalidFilter as exc:
-        return (window or DEFAULT_WINDOW, None), [f"Namespace filter ignored: {exc}."]
+def _key(window: str | None, namespace_text: str | None, cluster_text: str | None = None
+         ) -> tuple[Key, list[str]]:
+    """A view's key (window; namespace and cluster: None for all or for a filter that is
+    not a valid name), and the lines the page shows about such filters."""
+    problems: list[str] = []
+    namespace = cluster = None
+    if namespace_text and namespace_text.strip():
+        try:
+            namespace = validate_namespace(namespace_text)
+        except InvalidFilter as exc:
+            problems.append(f"Namespace filter ignored: {exc}.")
+    if cluster_text and cluster_text.strip():
+        try:
+            cluster = validate_cluster(cluster_text)
+        except ValueError as exc:
+            problems.append(f"Cluster filter ignored: {exc}.")
+    return (window or DEFAULT_WINDOW, namespace, cluster), problems
 
 
 class DashboardService:
-    """Computes fleet views, one computation per (window, namespace) at a time: requests
+    """Computes fleet views, one computation per (window, namespace, cluster) at a time: requests
     that arrive while one is running (several browsers, or the page load's prefetch and
     its first callback) share it, and a result finished less than ``share_for`` seconds ago
     is reused. A result computed for a page request is also kept for that page's first
@@ -160,16 +171,16 @@ class DashboardService:
         the background, so page loads and auto-refreshes of that view read a result at most
         ``every`` seconds old instead of waiting for the queries. One computation per
         interval serves every browser."""
-        self._warm_key = (window, None)
+        self._warm_key = (window, None, None)
         self._warm_every = every
 
         def loop() -> None:
             while not self._stop.is_set():
                 began = time.monotonic()
                 with self._lock:
-                    found = self._inflight.get((window, None))
+                    found = self._inflight.get((window, None, None))
                     if found is None or found.future.done():
-                        fut = self._submit((window, None)).future
+                        fut = self._submit((window, None, None)).future
                     else:
                         fut = found.future
                 try:
@@ -180,30 +191,34 @@ class DashboardService:
 
         threading.Thread(target=loop, name="fleet-view-warm", daemon=True).start()
 
-    def prefetch(self, window: str | None = None, namespace_text: str | None = None) -> None:
+    def prefetch(self, window: str | None = None, namespace_text: str | None = None,
+                 cluster_text: str | None = None) -> None:
         """Start computing a view the page is about to ask for (the page load calls this,
         so the queries run while the browser is still loading scripts)."""
-        self._shared(window, namespace_text, prefetch=True)
+        self._shared(window, namespace_text, cluster_text, prefetch=True)
 
-    def fleet(self, window: str | None, namespace_text: str | None) -> Answer:
-        return self._shared(window, namespace_text, claim=True).result()
+    def fleet(self, window: str | None, namespace_text: str | None,
+              cluster_text: str | None = None) -> Answer:
+        return self._shared(window, namespace_text, cluster_text, claim=True).result()
 
-    def latest(self, window: str | None, namespace_text: str | None) -> FleetView | None:
-        """The last view computed for this window and namespace (what the page shows), or
-        None: never a new computation (a table's "show all" and its CSV read it)."""
-        key, _ = _key(window, namespace_text)
+    def latest(self, window: str | None, namespace_text: str | None,
+               cluster_text: str | None = None) -> FleetView | None:
+        """The last view computed for this window, namespace and cluster (what the page
+        shows), or None: never a new computation (a table's "show all" and its CSV read
+        it)."""
+        key, _ = _key(window, namespace_text, cluster_text)
         with self._lock:
             found = self._last.get(key)
         return found[0] if found is not None else None
 
     def _shared(
-        self, window: str | None, namespace_text: str | None, *,
-        prefetch: bool = False, claim: bool = False, reuse_for: float = 0.0,
+        self, window: str | None, namespace_text: str | None, cluster_text: str | None = None,
+        *, prefetch: bool = False, claim: bool = False, reuse_for: float = 0.0,
     ) -> Future[Answer]:
         """The computation of this view to wait for: one running, one finished recently
         enough (``share_for``, or ``reuse_for`` where longer), the one kept for a page's first
         callback (which the fleet callback, ``claim``, takes), or a new one."""
-        key, problems = _key(window, namespace_text)
+        key, problems = _key(window, namespace_text, cluster_text)
         now = self._monotonic()
         with self._lock:
             found = self._inflight.get(key)
@@ -250,7 +265,7 @@ class DashboardService:
             del self._inflight[key]
 
     def _compute(self, key: Key, problems: list[str]) -> Answer:
-        window, namespace = key
+        window, namespace, cluster = key
         try:
             # One pause of the garbage collector for both (each holds it off on its own):
             # the collection that follows a pause walks every object made in it, once.
@@ -264,7 +279,7 @@ class DashboardService:
                                                 seconds, shown)
                 data = self.source.fleet(seconds, namespace, shown)
                 view = build_fleet_view(data, self.prices, self.thresholds, namespace,
-                                        self._step_answers(steps, problems))
+                                        self._step_answers(steps, problems), cluster)
                 # Freed while the collector is still off: the collection that follows
                 # then walks the view alone, not the page's 10^6 objects of data as well
                 # (0.1 s at 5,000 nodes, docs/benchmarks.md).
@@ -324,11 +339,13 @@ class DashboardService:
 
     def workload(
         self, workload: str | None, window: str | None, namespace_text: str | None = None,
+        cluster_text: str | None = None,
     ) -> tuple[WorkloadDetail | None, dict[GpuRef, str], str | None]:
         """The workload view: ``workload`` (``namespace/Kind/name``) or, when none is picked,
         the fleet view's default (the first straggler's workload); with the GPUs to mark as
         stragglers (and their kind), or a problem."""
-        answer = self._shared(window, namespace_text, reuse_for=WORKLOAD_REUSES_S).result()
+        answer = self._shared(window, namespace_text, cluster_text,
+                              reuse_for=WORKLOAD_REUSES_S).result()
         view = answer.view
         chosen = workload or (view.default_workload if view is not None else None)
         if not chosen:
@@ -348,6 +365,19 @@ class DashboardService:
         except Exception as exc:
             log.exception("workload view failed")
             return None, {}, f"Internal error: {type(exc).__name__}: {exc}"
+
+    def run_totals(self, detail: WorkloadDetail, window: str | None,
+                   namespace_text: str | None = None, cluster_text: str | None = None
+                   ) -> RunTotals | None:
+        """The workload's own numbers in the view the page shows (never a new
+        computation): its owners' GPU-hours and $, its stragglers, when it was seen."""
+        view = self.latest(window, namespace_text, cluster_text)
+        if view is None:
+            return None
+        stragglers = sum(1 for r in view.straggler_rows
+                         if (r.namespace, r.workload) == (detail.namespace, detail.workload))
+        return run_totals(view.owners, detail.namespace, detail.workload, stragglers,
+                          detail.utilization.values())
 
     def pod(self, pod: str | None, window: str | None) -> tuple[PodDetail | None, str | None]:
         if not pod:

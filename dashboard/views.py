@@ -5,17 +5,22 @@ prices the waste. Pure (no I/O), so every number on the page is testable without
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuscope.dashboard.data.source import DataSource
+from gpuscope.dashboard.evidence import (
+    StragglerEvidence,
+    _evidence,
+    _group_evidence,
+    _GroupEvidence,
+)
 from gpuscope.dashboard.prices import NodePrice, PriceTable
+from gpuscope.dashboard.scope import clusters, scoped_data, scoped_steps
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
     ContainerRef,
-    Evidence,
     FleetData,
     GpuRef,
     Window,
@@ -33,10 +38,11 @@ from gpuscope.dashboard.verdicts.idle import (
     idle_slices,
 )
 from gpuscope.dashboard.verdicts.mps import active_thread_shares
+from gpuscope.dashboard.verdicts.owners import OwnerCost, showback
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
 from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
 from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
-from gpuscope.dashboard.verdicts.stragglers import Group, Straggler, stragglers
+from gpuscope.dashboard.verdicts.stragglers import Group, stragglers
 from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
 from gpuscope.dashboard.verdicts.waste import waste
 
@@ -63,6 +69,9 @@ class Kpis:
     fleet_per_hour: float = 0.0            # every priced node, busy or not
     unpriced_nodes: tuple[str, ...] = ()   # nodes of unknown price (not in fleet_per_hour)
     spot_nodes: int = 0
+    #: $ the priced nodes cost over the history in the window (``fleet_per_hour`` x hours):
+    #: what the showback's $ spent add up to.
+    spent: float = 0.0
 
     @property
     def idle_share(self) -> float | None:
@@ -145,26 +154,6 @@ class ShareRow:
     starved: bool
     starving_seconds: float
     required_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Compared:
-    """One piece of a straggler's evidence: its own value against the workload's median
-    (None where unknown)."""
-
-    own: float | None
-    median: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class StragglerEvidence:
-    """``throttle``: seconds per second by reason (those where the straggler or its peers
-    throttle); ``seconds``: how far back it looks."""
-
-    throttle: Mapping[str, Compared] = field(default_factory=dict)
-    sm_clock_hertz: Compared = Compared(None, None)
-    temperature_celsius: Compared = Compared(None, None)
-    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +301,13 @@ class FleetView:
     #: with (:mod:`gpuscope.dashboard.verdicts.page`).
     findings: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     context: PageContext | None = None
+    #: Showback: each owner's cost and waste (:mod:`gpuscope.dashboard.verdicts.owners`),
+    #: workloads and each cluster's unallocated row (of the namespace filtered to alone).
+    owners: tuple[OwnerCost, ...] = ()
+    #: Every cluster in the store ("" left out: a store of one cluster has none), and the
+    #: one the page is scoped to (None: all).
+    clusters: tuple[str, ...] = ()
+    cluster: str | None = None
 
     @property
     def history_seconds(self) -> float:
@@ -323,66 +319,31 @@ def _gpu_index(data: FleetData, ref: GpuRef) -> str:
     return info.gpu if info is not None else ref.uuid[-8:]
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-@dataclass(frozen=True, slots=True)
-class _GroupEvidence:
-    """The medians of a workload group's evidence (the straggler included, as the medians of
-    the verdicts are)."""
-
-    throttle: Mapping[str, float]
-    sm_clock_hertz: float | None
-    temperature_celsius: float | None
-
-
-def _group_evidence(group: Group | None, evidence: Mapping[GpuRef, Evidence]) -> _GroupEvidence:
-    # The devices with evidence (the Prometheus mode asks about a sample of a large group).
-    everyone = [evidence[g] for g in (group.devices if group else ()) if g in evidence]
-    reasons = {r for e in everyone for r in e.throttle}
-    return _GroupEvidence(
-        throttle={r: _median([e.throttle.get(r, 0.0) for e in everyone]) or 0.0
-                  for r in reasons},
-        sm_clock_hertz=_median([e.sm_clock_hertz for e in everyone
-                                if e.sm_clock_hertz is not None]),
-        temperature_celsius=_median([e.temperature_celsius for e in everyone
-                                     if e.temperature_celsius is not None]),
-    )
-
-
-def _evidence(s: Straggler, group: _GroupEvidence, evidence: Mapping[GpuRef, Evidence],
-              seconds: float) -> StragglerEvidence:
-    own = evidence.get(s.gpu, Evidence())
-    reasons = set(own.throttle) | set(group.throttle)
-    return StragglerEvidence(
-        throttle={r: Compared(own.throttle.get(r, 0.0), group.throttle.get(r, 0.0))
-                  for r in sorted(reasons)},
-        sm_clock_hertz=Compared(own.sm_clock_hertz, group.sm_clock_hertz),
-        temperature_celsius=Compared(own.temperature_celsius, group.temperature_celsius),
-        seconds=seconds,
-    )
-
-
 def build_fleet_view(
     data: FleetData,
     prices: PriceTable,
     thresholds: Thresholds | None = None,
     namespace: str | None = None,
     steps: StepAnswers | None = None,
+    cluster: str | None = None,
 ) -> FleetView:
-    """What the fleet page shows of ``data`` (of ``namespace`` where given), priced by
-    ``prices``; ``steps``: the store's answers to the registry's step queries
+    """What the fleet page shows of ``data`` (of ``namespace`` where given; of ``cluster``'s
+    nodes where given, :mod:`.scope`), priced by ``prices``; ``steps``: the store's answers
+    to the registry's step queries
     (:func:`~gpuscope.dashboard.verdicts.registry.step_queries`; None or a query left out:
     nothing found by it). The cyclic garbage collector held off meanwhile
     (:func:`gc_paused`: the analysis of a large fleet makes 10^6 objects without cycles)."""
     with gc_paused():
-        return _build_fleet_view(data, prices, thresholds, namespace, steps or {})
+        every = clusters([*data.nodes, *data.node_summaries, *(g.node for g in data.gpus)])
+        if cluster is not None:
+            data, steps = scoped_data(data, cluster), scoped_steps(steps or {}, cluster)
+        view = _build_fleet_view(data, prices, thresholds, namespace, steps or {})
+        return replace(view, clusters=every, cluster=cluster)
 
 
 def page_view(source: DataSource, window_seconds: float, prices: PriceTable,
-              thresholds: Thresholds | None = None, namespace: str | None = None
-              ) -> FleetView:
+              thresholds: Thresholds | None = None, namespace: str | None = None,
+              cluster: str | None = None) -> FleetView:
     """The fleet page of ``source`` over the last ``window_seconds``, as the page computes
     it: its :meth:`~DataSource.fleet` and its answers to the registry's step queries at
     ``thresholds`` (the service sends the two side by side; this asks one after the
@@ -391,7 +352,7 @@ def page_view(source: DataSource, window_seconds: float, prices: PriceTable,
     window = source.window(window_seconds)
     steps = source.step_series(registry.step_queries(th), window_seconds, window)
     return build_fleet_view(source.fleet(window_seconds, namespace, window), prices, th,
-                            namespace, steps)
+                            namespace, steps, cluster)
 
 
 def _build_fleet_view(
@@ -561,6 +522,12 @@ def _build_fleet_view(
         ))
     allocated_rows.sort(key=lambda r: (-(r.price_per_hour or 0.0), r.namespace, r.pod))
 
+    owners = showback(data.holdings,
+                      {n: p.per_hour for n, p in node_price.items() if n in gpu_nodes},
+                      gpus_on, shares, data.history_seconds, report)
+    if namespace is not None:
+        owners = tuple(o for o in owners if o.namespace == namespace)
+
     # KPIs over whole GPUs (MIG slices are parts of one).
     whole = [info for infos in by_node.values() for info in infos]
     states = gpu_states(data.gpus, verdicts, spinning, data.reporting(), fleet=inventory)
@@ -588,6 +555,7 @@ def _build_fleet_view(
         wasted_spinning=report.wasted_spinning,
         # fsum: the same total whatever order the store listed the nodes in
         fleet_per_hour=math.fsum(priced),
+        spent=math.fsum(priced) * data.history_seconds / 3600.0,
         unpriced_nodes=tuple(sorted(n for n, p in node_price.items()
                                     if p.per_hour is None and n in gpu_nodes)),
         spot_nodes=sum(1 for n in gpu_nodes if (i := data.nodes.get(n)) is not None
@@ -802,6 +770,7 @@ def _build_fleet_view(
         default_workload=default_workload,
         findings=findings,
         context=context,
+        owners=owners,
     )
 
 

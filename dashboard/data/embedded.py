@@ -24,11 +24,13 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuscope.dashboard.data.promql import node_key
 from gpuscope.dashboard.data.reduce import (
     bucket,
     cref,
     evidence,
     gref,
+    holdings,
     increase_bucket,
     mean_of,
     merged,
@@ -93,6 +95,8 @@ INFO_METRICS = frozenset({"gpu_info", "gpu_node_info", "gpu_pod_info"})
 #: The label of ``gpu_node_info`` in which an exporter states its own node's name (it cannot
 #: use ``node``: Prometheus' scrape config adds that one). The store turns it into ``node``.
 NODE_NAME_LABEL = "node_name"
+#: ``gpu_node_info{cluster}``: the cluster an exporter states (its ``--cluster-name``).
+CLUSTER_NAME_LABEL = "cluster"
 
 Sample = tuple[str, Mapping[str, str], float]
 
@@ -136,11 +140,13 @@ def _parse(text: str) -> list[Sample]:
 
 
 def stated_node(samples: Iterable[Sample]) -> str | None:
-    """The node name an exporter states in ``gpu_node_info{node_name}``, or None (an older
-    exporter, or an empty label)."""
+    """The node an exporter states in ``gpu_node_info{node_name}``, or None (an older
+    exporter, or an empty label): its key ``cluster/node`` where the exporter states its
+    cluster too (``gpu_node_info{cluster}``, ``--cluster-name``), as a store holding several
+    clusters keys it (:func:`~.promql.node_key`)."""
     for name, labels, _ in samples:
         if name == "gpu_node_info" and labels.get(NODE_NAME_LABEL):
-            return labels[NODE_NAME_LABEL]
+            return node_key(labels.get(CLUSTER_NAME_LABEL, ""), labels[NODE_NAME_LABEL])
     return None
 
 
@@ -531,6 +537,12 @@ class EmbeddedData:
             lo = bisect.bisect_right(times, window.start)
             if lo < len(times):
                 memory[user] = max(values[lo:])
+        # Who held what: every container's, whatever the namespace (the showback's totals).
+        every_pod = {PodKey(lab["node"], lab.get("namespace", ""), lab.get("pod", "")):
+                     PodInfo(lab["node"], lab.get("namespace", ""), lab.get("pod", ""),
+                             lab.get("workload", ""))
+                     for lab in self._infos("gpu_pod_info", window.start)}
+        held_by = holdings(held, containers, every_pod, slices, window)
         if namespace is not None:
             touched = {ref.gpu for ref in containers if ref.namespace == namespace}
             containers = {ref: s for ref, s in containers.items() if ref.gpu in touched}
@@ -538,12 +550,8 @@ class EmbeddedData:
             ref: util_stats(values, memory.get(ref, 0.0)) for ref, values in raw.items()
             if namespace is None or ref.namespace == namespace
         }
-        pods = {}
-        for lab in self._infos("gpu_pod_info", window.start):
-            if namespace is not None and lab.get("namespace") != namespace:
-                continue
-            key = PodKey(lab["node"], lab.get("namespace", ""), lab.get("pod", ""))
-            pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+        pods = {key: info for key, info in every_pod.items()
+                if namespace is None or key.namespace == namespace}
 
         with self._lock:
             first = self._first
@@ -565,6 +573,7 @@ class EmbeddedData:
             signals=signals,
             evidence=evidence(sel, window, min(self.straggler_duration, window.seconds)),
             held_steps=HeldSteps(held, container_max, memory_steps),
+            holdings=held_by,
             queries=0,
             notes=(*self.notes, *self.target_notes(window.end)),
         )

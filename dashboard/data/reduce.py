@@ -9,13 +9,17 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from gpuscope.dashboard.series import (
     ContainerRef,
     Evidence,
     GpuRef,
+    Holding,
+    HoldingKey,
+    PodInfo,
+    PodKey,
     Series,
     UtilStats,
     Window,
@@ -201,3 +205,34 @@ def util_stats(values: Sequence[float], memory: float) -> UtilStats:
     var = sum((v - mean) ** 2 for v in values) / n
     return UtilStats(mean, math.sqrt(var), n, memory)
 
+
+
+def holdings(held: Mapping[ContainerRef, Series], used: Mapping[ContainerRef, Series],
+             pods: Mapping[PodKey, PodInfo], slices: Collection[GpuRef], window: Window
+             ) -> dict[HoldingKey, Holding]:
+    """Who held what over ``window`` (:class:`~gpuscope.dashboard.series.Holding`), as the
+    Prometheus plan's query computes it: per step after the window's start, each container
+    whose ``held`` value is above 0 holds ``1/n`` of its device (``n`` holders then) and used
+    its ``used`` value (its mean utilization in the step) of it; summed per node, namespace,
+    workload (its pod's, from ``pods``) and, for a MIG slice (``slices``), the slice."""
+    start = window.start + 1e-9
+    holders: dict[GpuRef, dict[float, int]] = {}
+    for ref, series in held.items():
+        at = holders.setdefault(ref.gpu, {})
+        for t, v in zip(series.times, series.values, strict=True):
+            if v > 0 and t > start:
+                at[t] = at.get(t, 0) + 1
+    out: dict[HoldingKey, list[float]] = {}
+    for ref, series in held.items():
+        counts = holders[ref.gpu]
+        own = used.get(ref)
+        use = own.at() if own is not None else {}
+        info = pods.get(ref.pod_key)
+        key = HoldingKey(ref.node, ref.namespace, info.workload if info is not None else "",
+                         ref.uuid if ref.gpu in slices else "")
+        sums = out.setdefault(key, [0.0, 0.0])
+        for t, v in zip(series.times, series.values, strict=True):
+            if v > 0 and t > start:
+                sums[0] += 1.0 / counts[t]
+                sums[1] += use.get(t, 0.0)
+    return {k: Holding(h * window.step, u * window.step) for k, (h, u) in out.items()}

@@ -36,6 +36,8 @@ from gpuscope.dashboard.series import (
     FleetData,
     GpuInfo,
     GpuRef,
+    Holding,
+    HoldingKey,
     NodeInfo,
     NodeSummary,
     PodInfo,
@@ -47,6 +49,18 @@ from gpuscope.dashboard.series import (
     gc_paused,
 )
 from gpuscope.dashboard.verdicts.stragglers import GroupKey
+
+
+def _holdings(rows: list[tuple[dict[str, str], float]]) -> dict[HoldingKey, Holding]:
+    """:meth:`PlanQueries.holdings_query`'s answer, by owner."""
+    sums: dict[HoldingKey, list[float]] = {}
+    for lab, value in rows:
+        if not math.isfinite(value):
+            continue
+        key = HoldingKey(lab.get("node", ""), lab.get("namespace", ""),
+                         lab.get("workload", ""), lab.get("uuid", ""))
+        sums.setdefault(key, [0.0, 0.0])[lab.get("stat") == "used"] += value
+    return {k: Holding(held, used) for k, (held, used) in sums.items()}
 
 
 class PrometheusData(PlanQueries):
@@ -391,4 +405,5 @@ class PrometheusData(PlanQueries):
                    if len(nodes) > RAW_NODES else ()),
             node_summaries=summaries,
             workloads_checked=groups_checked,
+            holdings=_holdings(first_res["holdings"]),
         )

@@ -167,6 +167,8 @@ class PlanQueries(PrometheusStore):
             # (With a namespace, the nodes where it ran: ``ns_nodes``.)
             "members" if namespace is None else "ns_nodes": members,
             "pods": f"max by (node, namespace, pod, workload) (last_over_time({pods}[{w}]))",
+            # Who held what over the window, every node's (the showback).
+            "holdings": self.holdings_query(window, rules),
             # Which devices there are (after who uses what, which the second round needs:
             # with the summaries it is sent before this is read).
             "gpus": every["gpus"],
@@ -200,6 +202,28 @@ class PlanQueries(PrometheusStore):
             out["gpu_stats"] = (f"max by (node, uuid) (avg_over_time(({_util_step(rr)})"
                                 f"[{whole}:{s}]))")
         return out
+
+    def holdings_query(self, window: Window, rules: bool) -> str:
+        """Who held what over ``window`` (:meth:`_Steps.holdings`), summed over its steps
+        after its start (a range half a step short of the window: both stores then take the
+        same steps) and in device-seconds, labelled ``stat="held"`` and ``stat="used"``:
+        from the recorded minutes with ``rules`` (each a minute), else a subquery over the
+        raw series at the window's step. ``max``: HA replicas' copies of a recorded series
+        count once."""
+        span = duration(window.seconds - window.step / 2)
+        by = "node, namespace, workload, uuid"
+        if rules:
+            def total(used: bool) -> str:
+                name = RULES["used" if used else "held"]
+                return (f"max by ({by}) (sum_over_time({name}[{span}]))"
+                        f" * {RULE_INTERVAL!r}")
+        else:
+            st = self._steps(window, False)
+
+            def total(used: bool) -> str:
+                return (f"max by ({by}) (sum_over_time(({st.holdings(used)})"
+                        f"[{span}:{duration(window.step)}])) * {window.step!r}")
+        return f"{_stat(total(False), 'held')} or {_stat(total(True), 'used')}"
 
     def summary_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
         """With the recording rules, where what holds at the end names less than

@@ -63,6 +63,11 @@ RULES = {
     "cmean": "container:gpu_utilization_ratio:avg1h",
     "input_range": "container:gpu_input_range:avg1h",
     "sharers": "uuid:gpu_sharers:count1h",
+    # Who held what (the showback): per node, namespace, workload (and MIG slice), the
+    # devices held (a time-slice's holder 1/n of its GPU) and the use of them, each minute.
+    "held_share": "container:gpu_held_share:max1m",
+    "held": "workload:gpu_held:sum1m",
+    "used": "workload:gpu_used:sum1m",
     "version": "gpuscope:dashboard_rules:version",
 }
 #: The rules' version, recorded as ``gpuscope:dashboard_rules:version``: raised whenever a
@@ -71,7 +76,7 @@ RULES = {
 #: leaves the page to the raw series instead of to a silent gap. The series carries the
 #: thresholds the rules were made for (label ``thresholds``: ``Thresholds.key``): the page
 #: reads only rules made for its own.
-RULES_VERSION = 4
+RULES_VERSION = 5
 RULE_INTERVAL = 60.0
 #: The window whose containers the rules describe (the page's default, an hour): over it the
 #: page reads who uses what on the nodes that need it only (:meth:`PrometheusData.lean`).
@@ -167,6 +172,39 @@ class _Steps:
         models = f"topk by (node, uuid) (1, max by (node, uuid, model) ({info}))"
         return (f"({mine} * on (node, uuid) group_left (model) {models}"
                 f" or {mine} unless on (node, uuid) {info})")
+
+    def held_share(self) -> str:
+        """Each container's share of the device it holds in the step
+        (``container_gpu_allocated``: each of ``n`` holders ``1/n``), labelled with its
+        pod's ``workload`` (from ``gpu_pod_info``; none for a pod without one). Recorded
+        (``container:gpu_held_share:max1m``): the showback's two rules read it."""
+        if self.rules:
+            return self._recorded("max_over_time", "held_share", f"{CBY}, workload")
+        held = (f"(max by ({CBY}) (max_over_time("
+                f"{self.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}"
+                f"[{self.r}])) > 0)")
+        share = f"({held} / on (node, uuid) group_left () count by (node, uuid) ({held}))"
+        pods = (f"topk by (node, namespace, pod) (1, max by (node, namespace, pod, workload)"
+                f" (max_over_time({self.sel('gpu_pod_info')}[{self.r}])))")
+        return (f"({share} * on (node, namespace, pod) group_left (workload) {pods}"
+                f" or {share} unless on (node, namespace, pod) {pods})")
+
+    def holdings(self, used: bool = False) -> str:
+        """Who holds what in the step (the showback, :class:`~gpuscope.dashboard.series.
+        Holding`): per node, namespace and workload, the devices its containers hold
+        (:meth:`held_share`), or with ``used`` their utilization of them while they hold
+        them; the whole GPUs together, each MIG slice on its own (label ``uuid``: the page
+        prices it at its share of its GPU)."""
+        mine = self.held_share()
+        if used:
+            cutil = self.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+            mine = (f"(max by ({CBY}) (avg_over_time({cutil}[{self.r}]))"
+                    f" * on ({CBY}) group_left (workload) ({mine} > bool 0))")
+        slices = (f"max by (node, uuid) (max_over_time("
+                  f"{self.sel('gpu_info', {'parent_uuid': NOT_EMPTY})}[{self.r}]))")
+        return (f"sum by (node, namespace, workload) ({mine} unless on (node, uuid) {slices})"
+                f" or sum by (node, namespace, workload, uuid) ({mine} and on (node, uuid)"
+                f" {slices})")
 
     def cutil(self) -> str:
         """Each container's mean utilization of each device it uses."""
@@ -385,6 +423,9 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         (RULES["group_work"], v.group_work(rec)),
         (RULES["work_median"], v.work_median(rec)),
         (RULES["slow"], v.slow(rec)),
+        (RULES["held_share"], raw.held_share()),
+        (RULES["held"], rec.holdings()),
+        (RULES["used"], rec.holdings(used=True)),
         (RULES["node_gpus"], f"count by (node) ({WHOLE_GPUS})"),
         (RULES["node_models"], "count by (node, model) (max by (node, uuid, model) (gpu_info))"),
         (RULES["node_util_sum"], f"sum by (node) ({_whole_util(rec)})"),

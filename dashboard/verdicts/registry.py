@@ -17,6 +17,7 @@ from gpuscope.dashboard.verdicts import (
     health,
     idle,
     mps,
+    owners,
     spinning,
     starvation,
     stragglers,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 #: registry judges itself.
 PAGE: tuple[Section | StepVerdict, ...] = (
     idle.SECTION,
+    owners.SECTION,
     allocated.SECTION,
     spinning.SECTION,
     throttle.VERDICT,

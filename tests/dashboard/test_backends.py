@@ -25,7 +25,9 @@ from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.rules import RULES
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import Thresholds, registry
+from gpuscope.dashboard.verdicts.owners import UNALLOCATED
 from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
+from tests.dashboard.test_showback import add_up
 from tests.stores import (
     Store,
     backfill_rules,
@@ -173,6 +175,12 @@ def test_prometheus_and_victoriametrics_give_the_planted_verdicts(stores: Stores
     assert [(g.name, g.nodes, g.idle, g.spinning) for g in p.heatmap.groups] == [
         (g.name, g.nodes, g.idle, g.spinning) for g in v.heatmap.groups]
     assert p.history_start == v.history_start
+    # Showback: every node's owners, their $ the page's totals to the cent; the same owners
+    # and GPU-hours on both stores.
+    for view in (p, v):
+        add_up(view)
+        assert {o.namespace for o in view.owners} > {UNALLOCATED}
+    assert same_owners(p, v)
     # A namespace filter narrows both the same way.
     namespace = next(r.namespace for r in p.allocated_idle_rows)
     narrowed = [verdicts(view_of(s.url, stores.end, namespace)[0])
@@ -241,6 +249,11 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         older = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
         assert older.rules_loaded(ruled.window) is False
         older.close()
+    # Showback from the recorded minutes: the raw series' owners and hours, and every
+    # form of the ruled page the same.
+    add_up(ruled)
+    assert same_owners(ruled, raw, rel=1e-3)
+    assert same_owners(lean, ruled) and same_owners(every, ruled)
     for other in (stepwise, fallback):
         assert other.kpis == ruled.kpis
         for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows",
@@ -283,11 +296,23 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
         prom.close()
         lean = lean_view(vm.url, stores.end, monkeypatch)
     assert ruled.notes and "recording rules" in ruled.notes[0]
+    add_up(ruled)
+    assert same_owners(ruled, raw, rel=1e-3) and same_owners(lean, ruled)
     assert verdicts(ruled) == expected(stores.expected), _diff(verdicts(ruled),
                                                                expected(stores.expected))
     assert verdicts(ruled) == verdicts(raw) == verdicts(lean)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
+
+
+def same_owners(a: FleetView, b: FleetView, rel: float = 1e-9) -> bool:
+    """The same owners with the same GPU-hours, use and dollars (to ``rel``)."""
+    def by_owner(v: FleetView) -> dict[tuple[str, str, str], tuple[float, ...]]:
+        return {(o.cluster, o.namespace, o.workload): astuple(o)[3:] for o in v.owners}
+    x, y = by_owner(a), by_owner(b)
+    return x.keys() == y.keys() and all(
+        math.isclose(p, q, rel_tol=rel, abs_tol=1e-6) for k in x
+        for p, q in zip(x[k], y[k], strict=True))
 
 
 def _close(a: Any, b: Any) -> bool:

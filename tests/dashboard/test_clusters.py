@@ -16,11 +16,14 @@ from dataclasses import replace
 import pytest
 
 import bench.fleet as F
+from gpuscope.dashboard import sections
 from gpuscope.dashboard.data import EmbeddedData, parse_targets
 from gpuscope.dashboard.data.promql import node_key, node_matchers, node_parts, scoped
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.verdicts.owners import rollup
 from gpuscope.dashboard.views import FleetView, page_view
+from tests.dashboard.test_showback import add_up
 from tests.stores import fleet_in_both
 
 NAME = "ip-10-0-1-23.ec2.internal"
@@ -70,6 +73,47 @@ def test_two_nodes_of_one_name_are_two_nodes(
     assert sorted(idle.utilization) == ["0", "1", "2", "3"] and sorted(busy.utilization) == ["0"]
     assert max(max(s.values) for s in idle.utilization.values()) < 0.05
     assert min(busy.utilization["0"].values) > 0.05
+
+
+@pytest.mark.parametrize("kind", ["prometheus", "victoriametrics"])
+def test_the_cluster_picker_scopes_every_section(
+        pages: dict[str, tuple[FleetView, PrometheusData]], kind: str) -> None:
+    view, prom = pages[kind]
+    prices = bundled_prices()
+    idle_price = prices.node_price("g5.12xlarge", "on-demand").per_hour
+    busy_price = prices.node_price("g6.xlarge", "on-demand").per_hour
+    assert view.clusters == ("a", "b") and view.cluster is None
+    # Showback, unscoped: the idle node nobody holds is cluster a's unallocated capacity;
+    # cluster b's is its one workload's, busy. Each cluster's $ add up to its nodes' cost.
+    by_cluster = {o.cluster: o for o in rollup(view.owners, by_namespace=False)}
+    assert by_cluster["a"].spent == pytest.approx(idle_price * view.history_seconds / 3600)
+    assert by_cluster["a"].idle == pytest.approx(view.kpis.wasted) and view.kpis.wasted > 0
+    assert by_cluster["b"].spent == pytest.approx(busy_price * view.history_seconds / 3600)
+    assert by_cluster["b"].idle == 0.0 and by_cluster["b"].gpu_hours > 0
+    add_up(view)
+    # Scoped to a cluster: its node alone in every section, its KPIs, its owners.
+    for cluster, node in (("a", IDLE), ("b", BUSY)):
+        scoped_view = page_view(prom, WINDOW, prices, cluster=cluster)
+        assert scoped_view.cluster == cluster and scoped_view.clusters == ("a", "b")
+        assert scoped_view.nodes == (node,) and scoped_view.heatmap.nodes == (node,)
+        assert {o.cluster for o in scoped_view.owners} == {cluster}
+        add_up(scoped_view)
+        for table in sections.tables():
+            rows, _, _ = sections.table_rows(scoped_view, table.id, {"cluster": cluster}, 500)
+            for row in rows:
+                text = " ".join(str(v) for v in row.values())
+                other = BUSY if cluster == "a" else IDLE
+                assert other not in text and f"cluster={'b' if cluster == 'a' else 'a'}" \
+                    not in text, (table.id, row)
+    a = page_view(prom, WINDOW, prices, cluster="a")
+    b = page_view(prom, WINDOW, prices, cluster="b")
+    assert (a.kpis.gpus, a.kpis.idle_nodes, len(a.idle_rows)) == (4, 1, 1)
+    assert (b.kpis.gpus, b.kpis.idle_nodes, len(b.idle_rows)) == (1, 0, 0)
+    assert a.kpis.wasted == pytest.approx(view.kpis.wasted) and b.kpis.wasted == 0.0
+    assert a.kpis.fleet_per_hour == pytest.approx(idle_price)
+    # A cluster the store does not hold: an empty page, not another cluster's.
+    none = page_view(prom, WINDOW, prices, cluster="c")
+    assert none.nodes == () and none.kpis.gpus == 0 and none.owners == ()
 
 
 def test_node_keys_and_scoping() -> None:

@@ -257,6 +257,23 @@ def test_backend_failure_keeps_the_last_data_with_a_banner(
     assert detail is None and problem == "Internal error: RuntimeError: bug"
 
 
+def test_a_cluster_filter_is_a_view_of_its_own_and_a_bad_one_is_ignored(
+    demo: tuple[DemoFleet, EmbeddedData],
+) -> None:
+    service = DashboardService(demo[1], bundled_prices())
+    bad = service.fleet("1h", None, '"} or vector(1)')
+    assert bad.view is not None and bad.view.cluster is None
+    assert bad.banner is not None and bad.banner.startswith(
+        "Cluster filter ignored: not a cluster name")
+    # The demo's nodes name no cluster: a cluster picked (a link from another dashboard)
+    # is an empty page, and kept apart from the whole fleet's.
+    other = service.fleet("1h", None, "prod-a")
+    assert other.view is not None and other.view.cluster == "prod-a"
+    assert other.view.nodes == () and other.view.kpis.gpus == 0
+    assert service.latest("1h", None) is not other.view
+    assert service.latest("1h", None, "prod-a") is other.view
+
+
 def test_invalid_namespace_filter_is_ignored_with_a_banner(
     demo: tuple[DemoFleet, EmbeddedData],
 ) -> None:
@@ -284,8 +301,8 @@ def test_view_caches_stay_bounded_whatever_namespaces_are_typed(
     assert len(service._last) <= MAX_CACHED_VIEWS
     assert len(service._inflight) <= MAX_CACHED_VIEWS
     # The newest views are the ones kept.
-    assert ("1h", f"team-{MAX_CACHED_VIEWS + 19}") in service._last
-    assert ("1h", "team-0") not in service._last
+    assert ("1h", f"team-{MAX_CACHED_VIEWS + 19}", None) in service._last
+    assert ("1h", "team-0", None) not in service._last
 
 
 class _SlowStore:

@@ -129,7 +129,7 @@ def test_embedded_and_stores_give_the_same_verdicts(loaded: Loaded) -> None:
 
 
 ROWS = ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows",
-        "straggler_rows", "starved_rows", "share_rows")
+        "straggler_rows", "starved_rows", "share_rows", "owners")
 
 
 def numbers(view: FleetView) -> dict[str, Any]:

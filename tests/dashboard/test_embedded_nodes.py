@@ -127,6 +127,35 @@ def test_stated_names_name_the_nodes_and_old_exporters_fall_back(
         store.close()
 
 
+def test_an_exporter_stating_its_cluster_is_keyed_by_it(serve: Serve) -> None:
+    """Two exporters in two clusters state one node name (EKS's private-IP names in default
+    VPCs) and their clusters (``--cluster-name``): two nodes, ``a/ip-…`` and ``b/ip-…``, no
+    clash; the cluster picker scopes the page to either."""
+    name = "ip-10-0-1-23.ec2.internal"
+
+    def stating(cluster: str, uuid: str, utilization: float) -> str:
+        return exposition(uuid, utilization, name).replace(
+            f'node_name="{name}"', f'node_name="{name}",cluster="{cluster}"')
+
+    a = serve(stating("a", "GPU-1", 0.0))
+    b = serve(stating("b", "GPU-1", 0.9))
+    store = EmbeddedData(parse_targets(f"{a},{b}"), interval=1)
+    try:
+        store.scrape_once()
+        data = store.fleet(900)
+        assert gpus_by_node(data) == {f"a/{name}": {"GPU-1"}, f"b/{name}": {"GPU-1"}}
+        assert set(data.nodes) == {f"a/{name}", f"b/{name}"}
+        assert not any(state.clash for state in store._state.values())
+        prices = bundled_prices()
+        every = build_fleet_view(data, prices)
+        assert every.clusters == ("a", "b") and every.kpis.gpus == 2
+        only_a = build_fleet_view(data, prices, cluster="a")
+        assert only_a.nodes == (f"a/{name}",) and only_a.kpis.gpus == 1
+        assert only_a.cluster == "a" and only_a.clusters == ("a", "b")
+    finally:
+        store.close()
+
+
 def test_a_name_given_for_the_target_wins(serve: Serve) -> None:
     url = serve(exposition("GPU-a", 0.9, "stated-name"))
     store = EmbeddedData(parse_targets(f"given-name={url}"), interval=1)

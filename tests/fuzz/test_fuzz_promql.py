@@ -207,7 +207,7 @@ def test_node_lists_escape_only_what_prometheus_reads_as_a_set_of_values() -> No
 CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "signal",
              "utilization", "sm", "tensor", "dram", "power", "process", "gpm", "limit",
              "throttle", "sm_clock", "temperature", "util_max", "util", "slice_memory",
-             "held", "cutil", "cmem", "at_start",
+             "held", "used", "cutil", "cmem", "at_start",
              # the verdicts' labels (which rule a device or container meets at the end)
              "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
              "input",
@@ -386,6 +386,7 @@ class FakeApp:
 INPUTS = {
     (ids.REFRESH, "n_intervals"), (ids.WINDOW_SELECT, "value"),
     (ids.NAMESPACE_FILTER, "value"), (ids.FLEET_HEATMAP, "clickData"),
+    (ids.CLUSTER_SELECT, "value"),  # fuzzed with the node's values
     (ids.NODE_SELECT, "value"), (ids.POD_SELECT, "value"), (ids.WORKLOAD_SELECT, "value"),
     (ids.URL, "search"), (ids.CHOICES, "data"),
     (ids.NODE_SELECT, "search_value"), (ids.POD_SELECT, "search_value"),
@@ -610,12 +611,14 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
         cbs = registered_with(page.service)
         backend = with_parts(page.backend.values())
         # A URL (a pasted link) sets the controls, as the user would.
-        synced = callbacks.sync_state(ids.URL, search, window, namespace, node, pod, workload)
-        window, namespace, node, pod, workload = (
+        # (The cluster picker fuzzed with the node's values: any JSON.)
+        synced = callbacks.sync_state(ids.URL, search, window, namespace, node, node, pod,
+                                      workload)
+        window, namespace, cluster, node, pod, workload = (
             old if new is callbacks.no_update else new
-            for old, new in zip((window, namespace, node, pod, workload), synced[1:],
+            for old, new in zip((window, namespace, node, node, pod, workload), synced[1:],
                                 strict=True))
-        fleet = cbs["update_fleet"].func(n, window, namespace)
+        fleet = cbs["update_fleet"].func(n, window, namespace, cluster)
         banner = fleet[f"{ids.BANNER}.children"]
         assert "Internal error" not in str(banner), banner
         picked = cbs["pick_node"].func(click, node)
@@ -641,7 +644,7 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
         assert page.backend.queries[sent:] == []
         # (The workload view also asks for the fleet view; its own queries' literals are
         # checked with the rest below.)
-        work_out = cbs["update_workload"].func(workload, window, namespace, n)
+        work_out = cbs["update_workload"].func(workload, window, namespace, n, cluster)
         assert "Internal error" not in str(work_out[-1]), work_out[-1]
         user = valid_user_values(namespace, node_value, pod, workload)
         # With no workload picked, the workload view opens the first straggler's or the

@@ -1,0 +1,264 @@
+"""Showback: what each owner's GPUs cost in the window, and how much of it was wasted.
+
+An owner is a workload (``<Kind>/<name>`` of its pods' top owner, or none for a bare pod) in
+a namespace in a cluster; the tables roll workloads up to namespaces and clusters. From the
+store's :class:`~gpuscope.dashboard.series.Holding` of every node (who held what, in
+device-seconds, a time-slice's holder ``1/n`` of its GPU) and the page's prices and idle
+verdicts:
+
+- **$ spent**: what the devices an owner held cost while it held them (a whole GPU at its
+  node's $/hour over its whole GPUs, a MIG slice at its share of its GPU). A node's cost in
+  the window is its $/hour over the history the page has (``history_seconds``); the part no
+  container held is its cluster's **(unallocated)** row, so the owners' $ spent add up to
+  the fleet's cost in the window (``Kpis.spent``) to the cent. Where the store counts more
+  held time than the node's history (steps at the window's edges), the holders' shares are
+  scaled down to the node's cost.
+- **$ idle**: the idle capacity's waste (:mod:`.waste`, the page's ``Wasted`` KPI), each
+  idle node's allocated-idle part shared among the node's holders by how much each held
+  there, its unallocated part the cluster's (unallocated) row; an idle MIG slice's waste
+  goes to its own holders likewise. The owners' $ idle add up to the KPI.
+- **$ spinning**: the part of $ idle in which the GPUs spun (busy by utilization, no work),
+  shared the same way.
+- **Mean use**: device-seconds used over device-seconds held (the containers'
+  utilization), at most 100 % (a time-slice's holder can use more than its slice).
+
+A node of unknown price adds GPU-hours and no dollars (never $0 as if free).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from gpuscope.dashboard import ids, links
+from gpuscope.dashboard.data.promql import node_parts
+from gpuscope.dashboard.series import GpuRef, Holding, HoldingKey, Series
+from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table
+from gpuscope.dashboard.verdicts.waste import WasteReport
+
+#: The namespace of capacity no container held (each cluster has one such row).
+UNALLOCATED = "(unallocated)"
+#: A MIG slice's share of its GPU where the page has no ``gpu_info`` of it (the smallest
+#: compute slice of a 7-slice GPU).
+UNKNOWN_SLICE_SHARE = 1 / 7
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerCost:
+    """One owner's totals over the window: ``namespace`` :data:`UNALLOCATED` for the
+    capacity no container held; ``workload`` "" for every workload of the namespace
+    (:func:`rollup`) or bare pods; ``cluster`` "" in a store of one cluster. Hours are
+    device-hours (whole-GPU equivalents); the dollars are of the priced nodes alone."""
+
+    cluster: str
+    namespace: str
+    workload: str
+    gpu_hours: float = 0.0
+    used_gpu_hours: float = 0.0
+    spent: float = 0.0
+    idle: float = 0.0
+    spinning: float = 0.0
+    unpriced_gpu_hours: float = 0.0  # of ``gpu_hours``, on nodes of unknown price
+
+    @property
+    def mean_use(self) -> float | None:
+        """Device-seconds used over held, at most 1 (a time-slice's holder that used more
+        than its slice used all of it); None: it held nothing."""
+        return min(1.0, self.used_gpu_hours / self.gpu_hours) if self.gpu_hours > 0 else None
+
+
+def showback(
+    holdings: Mapping[HoldingKey, Holding],
+    node_price: Mapping[str, float | None],
+    gpus_on: Callable[[str], int],
+    slice_share: Mapping[GpuRef, float],
+    history_seconds: float,
+    report: WasteReport,
+) -> tuple[OwnerCost, ...]:
+    """Every owner's :class:`OwnerCost` (workloads, and each cluster's unallocated row),
+    costliest waste first. ``node_price``: every node the page prices (None: unknown);
+    ``gpus_on``: whole GPUs per node; ``slice_share``: each MIG slice's share of its GPU;
+    ``history_seconds``: how much of the window each node is charged for; ``report``: the
+    page's idle waste."""
+    acc: dict[tuple[str, str, str], list[float]] = {}
+
+    def add(node: str, namespace: str, workload: str, *values: float) -> None:
+        """Adds (gpu-hours, used hours, spent, idle, spinning, unpriced hours) from the
+        start."""
+        sums = acc.setdefault((node_parts(node)[0], namespace, workload), [0.0] * 6)
+        for i, v in enumerate(values):
+            sums[i] += v
+
+    # Each node's holders, by device-seconds weighted to whole GPUs (a slice by its share).
+    on_node: dict[str, dict[tuple[str, str], float]] = {}
+    on_slice: dict[GpuRef, dict[tuple[str, str], float]] = {}
+    for key, h in holdings.items():
+        weight = 1.0 if not key.uuid else slice_share.get(
+            GpuRef(key.node, key.uuid), UNKNOWN_SLICE_SHARE)
+        owner = (key.namespace, key.workload)
+        held = on_node.setdefault(key.node, {})
+        held[owner] = held.get(owner, 0.0) + h.held * weight
+        hours = h.held * weight / 3600.0
+        add(key.node, *owner, hours, h.used * weight / 3600.0, 0.0, 0.0, 0.0,
+            hours if node_price.get(key.node) is None else 0.0)
+        if key.uuid:
+            mine = on_slice.setdefault(GpuRef(key.node, key.uuid), {})
+            mine[owner] = mine.get(owner, 0.0) + h.held
+
+    # $ spent: each priced node's cost in the window, to its holders and the rest unallocated.
+    for node, price in node_price.items():
+        n = gpus_on(node)
+        if price is None or n <= 0:
+            continue
+        cost = price * history_seconds / 3600.0
+        held = on_node.get(node, {})
+        per_second = price / n / 3600.0
+        total = math.fsum(held.values()) * per_second
+        scale = min(1.0, cost / total) if total > 0 else 0.0
+        for owner, seconds in held.items():
+            add(node, *owner, 0.0, 0.0, seconds * per_second * scale)
+        add(node, UNALLOCATED, "", 0.0, 0.0, cost - math.fsum(
+            s * per_second * scale for s in held.values()))
+
+    def share_out(node: str, amount: float, holders: Mapping[tuple[str, str], float],
+                  column: int) -> None:
+        """``amount`` to ``holders`` by how much each held; unallocated where none did."""
+        total = math.fsum(holders.values())
+        if total <= 0:
+            add(node, UNALLOCATED, "", *([0.0] * column), amount)
+            return
+        for owner, seconds in holders.items():
+            add(node, *owner, *([0.0] * column), amount * seconds / total)
+
+    for w in report.nodes:
+        node = w.idle.node
+        if w.wasted is None:
+            continue
+        holders = on_node.get(node, {})
+        add(node, UNALLOCATED, "", 0.0, 0.0, 0.0, w.wasted_unallocated or 0.0)
+        share_out(node, w.wasted_allocated or 0.0, holders, 3)
+        share_out(node, w.wasted_spinning or 0.0, holders, 4)
+    for s in report.slices:
+        if s.wasted is None:
+            continue
+        v = s.slice.verdict
+        allocated = s.wasted * v.allocated_seconds / v.idle_seconds if v.idle_seconds > 0 \
+            else 0.0
+        node = s.slice.ref.node
+        add(node, UNALLOCATED, "", 0.0, 0.0, 0.0, s.wasted - allocated)
+        share_out(node, allocated, on_slice.get(s.slice.ref, {}), 3)
+
+    rows = [OwnerCost(cluster, namespace, workload, *sums)
+            for (cluster, namespace, workload), sums in acc.items()]
+    return tuple(sorted(rows, key=_order))
+
+
+def _order(row: OwnerCost) -> tuple[float, float, str, str, str]:
+    return (-row.idle, -row.spent, row.cluster, row.namespace, row.workload)
+
+
+def rollup(rows: Iterable[OwnerCost], by_namespace: bool) -> tuple[OwnerCost, ...]:
+    """``rows`` summed per cluster and namespace (``by_namespace``) or per cluster, costliest
+    waste first."""
+    acc: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        key = (r.cluster, r.namespace if by_namespace else "")
+        sums = acc.setdefault(key, [0.0] * 6)
+        for i, v in enumerate((r.gpu_hours, r.used_gpu_hours, r.spent, r.idle, r.spinning,
+                               r.unpriced_gpu_hours)):
+            sums[i] += v
+    return tuple(sorted((OwnerCost(c, ns, "", *sums) for (c, ns), sums in acc.items()),
+                        key=_order))
+
+
+# -- on the page -----------------------------------------------------------------------------
+
+def _columns(*first: Column) -> tuple[Column, ...]:
+    return (*first,
+            Column("gpu_hours", "GPU-hours held", "ratio"),
+            Column("mean_use", "Mean use", "percent"),
+            Column("spent", "$ spent", "money"),
+            Column("idle", "$ idle", "money"),
+            Column("spinning", "$ spinning", "money"),
+            Column("waste_share", "Share of the waste", "percent"))
+
+
+CLUSTER_COLUMNS = _columns(Column("cluster", "Cluster"))
+NAMESPACE_COLUMNS = _columns(Column("cluster", "Cluster"), Column("namespace", "Namespace"))
+WORKLOAD_COLUMNS = _columns(Column("cluster", "Cluster"), Column("namespace", "Namespace"),
+                            Column("workload", "Workload", "link"))
+
+SECTION = Section(
+    id=ids.COST_BY_OWNER, title="Cost by owner",
+    intro="Who spends what: what the GPUs each workload held cost in the window ($ spent: a "
+          "whole GPU at its node's price over its GPUs, a MIG slice at its share, a "
+          "time-sliced GPU split among its holders), how much of that was idle capacity "
+          "($ idle, as in the idle cost above: an idle node's held GPUs to their holders) and "
+          "of it spinning, and each owner's share of the fleet's waste; by cluster, then "
+          "namespace, then workload. Capacity nobody held is each cluster's "
+          f"{UNALLOCATED} row, so the rows add up to the fleet's cost and idle cost.",
+    tables=(
+        Table(ids.COST_BY_CLUSTER_TABLE, ids.COST_BY_CLUSTER_NOTE, CLUSTER_COLUMNS,
+              heading="By cluster", order="idle"),
+        Table(ids.COST_BY_NAMESPACE_TABLE, ids.COST_BY_NAMESPACE_NOTE, NAMESPACE_COLUMNS,
+              heading="By namespace", order="idle"),
+        Table(ids.COST_BY_WORKLOAD_TABLE, ids.COST_BY_WORKLOAD_NOTE, WORKLOAD_COLUMNS,
+              heading="By workload", order="idle"),
+    ),
+)
+
+
+def owner_rows(rows: Iterable[OwnerCost], total_idle: float, state: State) -> list[Row]:
+    """Table rows of ``rows`` (each level's own columns are read from them): a workload
+    links to the workload view."""
+    out: list[Row] = []
+    for r in rows:
+        out.append({
+            "cluster": r.cluster or "(this store)",
+            "namespace": r.namespace,
+            "workload": (links.workload_link(r.namespace, r.workload, state) if r.workload
+                         else "(bare pods)" if r.namespace != UNALLOCATED else ""),
+            "gpu_hours": r.gpu_hours,
+            "mean_use": r.mean_use,
+            # Unknown, not $0, where everything it held was of unknown price.
+            "spent": None if r.spent == 0 and r.unpriced_gpu_hours >= r.gpu_hours > 0
+            else r.spent,
+            "idle": r.idle,
+            "spinning": r.spinning,
+            "waste_share": r.idle / total_idle if total_idle > 0 else None,
+        })
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunTotals:
+    """One workload's (one distributed run's) own numbers over the window, for the workload
+    view: its :class:`OwnerCost` summed over clusters (or the picked cluster's), the
+    stragglers found in it, and when its GPUs reported first and last in the window (epoch
+    seconds; None: no series)."""
+
+    gpu_hours: float
+    spent: float
+    idle: float
+    spinning: float
+    unpriced_gpu_hours: float
+    stragglers: int
+    first_seen: float | None
+    last_seen: float | None
+
+
+def run_totals(rows: Iterable[OwnerCost], namespace: str, workload: str, stragglers: int,
+               series: Iterable[Series]) -> RunTotals | None:
+    """:class:`RunTotals` of ``namespace/workload`` from the page's owners, its stragglers'
+    count and its devices' series (None: the page has no such owner)."""
+    mine = [r for r in rows if (r.namespace, r.workload) == (namespace, workload)]
+    if not mine:
+        return None
+    times = [t for s in series for t in (s.times[:1] + s.times[-1:])]
+    return RunTotals(
+        gpu_hours=math.fsum(r.gpu_hours for r in mine), spent=math.fsum(r.spent for r in mine),
+        idle=math.fsum(r.idle for r in mine), spinning=math.fsum(r.spinning for r in mine),
+        unpriced_gpu_hours=math.fsum(r.unpriced_gpu_hours for r in mine),
+        stragglers=stragglers, first_seen=min(times) if times else None,
+        last_seen=max(times) if times else None)
