@@ -305,7 +305,7 @@ def test_promql_injection_through_the_namespace_filter_is_harmless(
     open_page(page, url)
     # rules looked for, first round, when data begins (none at the window's first step): an
     # empty fleet needs no second; and the registry's step queries
-    assert len(queries) == 13 + min(len(registry.step_queries()), 1), [q[:60] for q in queries]
+    assert len(queries) == 14 + min(len(registry.step_queries()), 1), [q[:60] for q in queries]
     page.fill(f"#{ids.NAMESPACE_FILTER}", INJECTION)
     page.press(f"#{ids.NAMESPACE_FILTER}", "Enter")
     banner = page.locator(f"#{ids.BANNER}")

@@ -208,7 +208,7 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     data = prom.fleet(3600, namespace="ml")
     # The recording rules looked for (none), the first round, when the data begins (none
     # at the window's first step), nothing for a second round.
-    assert data.queries == len(queries) == 12
+    assert data.queries == len(queries) == 13
     assert any('namespace="ml"' in q for q in queries)
     prom.close()
 
