@@ -358,7 +358,8 @@ class DashboardService:
         try:
             validate_workload(name)
             detail = self.source.workload_detail(namespace, name, window_seconds(window),
-                                                 first=set(marks))
+                                                 first=set(marks),
+                                                 cluster=view.cluster if view else None)
             return detail, marks, None
         except (DataError, InvalidFilter) as exc:
             return None, {}, str(exc)

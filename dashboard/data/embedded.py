@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.dashboard.data.promql import node_key
+from gpuscope.dashboard.data.promql import node_key, node_parts
 from gpuscope.dashboard.data.reduce import (
     bucket,
     cref,
@@ -620,14 +620,16 @@ class EmbeddedData:
                           power_ratio=power_ratio, throttle=throttle)
 
     def workload_detail(self, namespace: str, workload: str, window_seconds: float,
-                        first: Collection[GpuRef] = ()) -> WorkloadDetail:
+                        first: Collection[GpuRef] = (), cluster: str | None = None
+                        ) -> WorkloadDetail:
         namespace, workload = validate_namespace(namespace), validate_workload(workload)
         window = self.window(window_seconds)
         rng = max(window.step, 2 * self.interval)
         evals = window.times()
         pods = {(lab["node"], lab.get("pod", ""))
                 for lab in self._infos("gpu_pod_info", window.start)
-                if lab.get("namespace") == namespace and lab.get("workload") == workload}
+                if lab.get("namespace") == namespace and lab.get("workload") == workload
+                and (cluster is None or node_parts(lab["node"])[0] == cluster)}
         on: dict[GpuRef, set[str]] = {}
         for lab, _, _ in self._select("container_gpu_utilization_ratio", window, rng,
                                       namespace=namespace):

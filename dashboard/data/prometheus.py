@@ -496,17 +496,21 @@ class PrometheusStore:
         )
 
     def workload_queries(self, namespace: str, workload: str, window: Window,
-                         nodes: Sequence[str] = ()) -> dict[str, str]:
-        """The devices of one workload (``members``: an instant query over the window; their
-        index and model are read by :func:`index_queries`, on their nodes), and the
-        utilization, SM activity and power per step of the devices on ``nodes``
-        (``workload``, ``workload#1``...: the node list split to keep each query short;
-        the caller keeps the workload's devices)."""
+                         nodes: Sequence[str] = (), cluster: str | None = None
+                         ) -> dict[str, str]:
+        """The devices of one workload (``members``: an instant query over the window, in
+        ``cluster`` where given; their index and model are read by :func:`index_queries`,
+        on their nodes), and the utilization, SM activity and power per step of the devices
+        on ``nodes`` (``workload``, ``workload#1``...: the node list split to keep each query
+        short; the caller keeps the workload's devices)."""
         namespace, workload = validate_namespace(namespace), validate_workload(workload)
         _, rr = self._r(window)
         w = duration(window.seconds)
-        cutil = selector("container_gpu_utilization_ratio", namespace=namespace)
-        pods = selector("gpu_pod_info", namespace=namespace, workload=workload)
+        # One cluster's run (the page scoped to it): a job of one name in two clusters is
+        # two runs.
+        mine = {} if cluster is None else {self.cluster_label: cluster}
+        cutil = selector("container_gpu_utilization_ratio", namespace=namespace, **mine)
+        pods = selector("gpu_pod_info", namespace=namespace, workload=workload, **mine)
         out = {
             "members": (
                 f"max by (node, uuid, pod) (last_over_time({cutil}[{w}])"
@@ -528,10 +532,12 @@ class PrometheusStore:
         return out
 
     def workload_detail(self, namespace: str, workload: str, window_seconds: float,
-                        first: Collection[GpuRef] = ()) -> WorkloadDetail:
+                        first: Collection[GpuRef] = (), cluster: str | None = None
+                        ) -> WorkloadDetail:
         window = self.window(window_seconds)
-        members = self.instant(self.workload_queries(namespace, workload, window)["members"],
-                               window.end)
+        members = self.instant(
+            self.workload_queries(namespace, workload, window, cluster=cluster)["members"],
+            window.end)
         pods: dict[GpuRef, set[str]] = {}
         for lab, _ in members:
             pods.setdefault(_gref(lab), set()).add(lab.get("pod", ""))

@@ -115,8 +115,12 @@ class DataSource(Protocol):
 
     def workload_detail(
         self, namespace: str, workload: str, window_seconds: float,
-        first: Collection[GpuRef] = (),
-    ) -> WorkloadDetail: ...
+        first: Collection[GpuRef] = (), cluster: str | None = None,
+    ) -> WorkloadDetail:
+        """One workload's devices side by side (``first``: kept when there are too many;
+        ``cluster``: that cluster's run only, the page scoped to it; None: every
+        cluster's)."""
+        ...
 
     def step_series(
         self, queries: Sequence[StepQuery], window_seconds: float,

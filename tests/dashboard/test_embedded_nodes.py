@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from gpuscope.dashboard.data import EmbeddedData, Target, parse_targets
+from gpuscope.dashboard.data.prometheus import PrometheusStore
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData
+from gpuscope.dashboard.series import FleetData, GpuRef
 from gpuscope.dashboard.views import build_fleet_view
 from tests.conftest import ExporterProcess
 
@@ -154,6 +155,43 @@ def test_an_exporter_stating_its_cluster_is_keyed_by_it(serve: Serve) -> None:
         assert only_a.cluster == "a" and only_a.clusters == ("a", "b")
     finally:
         store.close()
+
+
+def test_a_job_of_one_name_in_two_clusters_is_two_runs(serve: Serve) -> None:
+    """The workload view of a page scoped to a cluster shows that cluster's run alone; the
+    Prometheus store asks for it with the cluster's matcher."""
+    name = "ip-10-0-1-23.ec2.internal"
+
+    def node(cluster: str, uuid: str) -> str:
+        pod = 'namespace="ml",pod="train-0",container="main"'
+        return exposition(uuid, 0.9, name).replace(
+            f'node_name="{name}"', f'node_name="{name}",cluster="{cluster}"') + "\n".join([
+                f'gpu_pod_info{{namespace="ml",pod="train-0",uid="u-{cluster}",'
+                f'workload="PyTorchJob/llama"}} 1',
+                f'container_gpu_allocated{{{pod},uuid="{uuid}"}} 1',
+                f'container_gpu_utilization_ratio{{{pod},uuid="{uuid}"}} 0.9', ""])
+
+    store = EmbeddedData(parse_targets(f"{serve(node('a', 'GPU-a'))},{serve(node('b', 'GPU-b'))}"),
+                         interval=1)
+    try:
+        store.scrape_once()
+        time.sleep(1.1)
+        store.scrape_once()
+        both = store.workload_detail("ml", "PyTorchJob/llama", 900)
+        assert {d.ref.uuid for d in both.devices} == {"GPU-a", "GPU-b"}
+        only_a = store.workload_detail("ml", "PyTorchJob/llama", 900, cluster="a")
+        assert [d.ref for d in only_a.devices] == [GpuRef(f"a/{name}", "GPU-a")]
+    finally:
+        store.close()
+    prom = PrometheusStore("http://127.0.0.1:1", clock=lambda: 1e9)
+    try:
+        window = prom.window(3600)
+        members = prom.workload_queries("ml", "PyTorchJob/llama", window, cluster="a")["members"]
+        assert 'cluster="a"' in members and members.count('cluster="a"') == 2
+        assert "cluster" not in prom.workload_queries("ml", "PyTorchJob/llama",
+                                                      window)["members"]
+    finally:
+        prom.close()
 
 
 def test_a_name_given_for_the_target_wins(serve: Serve) -> None:

@@ -71,7 +71,8 @@ class Counting:
         raise NotImplementedError
 
     def workload_detail(self, namespace: str, workload: str, window_seconds: float,
-                        first: Collection[GpuRef] = ()) -> WorkloadDetail:
+                        first: Collection[GpuRef] = (), cluster: str | None = None
+                        ) -> WorkloadDetail:
         raise NotImplementedError
 
     def close(self) -> None:
