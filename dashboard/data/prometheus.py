@@ -509,8 +509,8 @@ class PrometheusStore:
         # One cluster's run (the page scoped to it): a job of one name in two clusters is
         # two runs.
         mine = {} if cluster is None else {self.cluster_label: cluster}
-        cutil = selector("container_gpu_utilization_ratio", namespace=namespace, **mine)
-        pods = selector("gpu_pod_info", namespace=namespace, workload=workload, **mine)
+        cutil = selector("container_gpu_utilization_ratio", None, namespace=namespace, **mine)
+        pods = selector("gpu_pod_info", None, namespace=namespace, workload=workload, **mine)
         out = {
             "members": (
                 f"max by (node, uuid, pod) (last_over_time({cutil}[{w}])"
