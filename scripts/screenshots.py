@@ -52,7 +52,7 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> Non
 
 def shoot(page: Page, element: str, path: Path) -> None:
     page.locator(f"#{element}").screenshot(path=str(path), animations="disabled")
-    print(f"wrote {path.relative_to(REPO)}")
+    print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
 
 
 def main() -> int:
@@ -92,6 +92,7 @@ def main() -> int:
             page.wait_for_timeout(1000)
             for section, name in (
                 ("section-fleet", "fleet"), ("section-idle", "idle"),
+                ("cost-by-owner", "cost-by-owner"),
                 ("section-allocated-idle", "allocated-idle"), ("section-spinning", "spinning"),
                 ("section-throttled", "throttled"), ("section-starvation", "starvation"),
                 ("section-stragglers", "stragglers"), ("section-workload", "workload"),
