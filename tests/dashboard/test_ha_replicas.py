@@ -3,7 +3,9 @@ to one store, each copy with its replica label (``prometheus_replica``, as Corte
 Amazon Managed Prometheus' deduplication expects), where the store does not deduplicate.
 The page must count every GPU and every dollar once: on the 200-node fleet, a real
 Prometheus and a real VictoriaMetrics holding the data twice show the very page (KPIs, $,
-every table's rows, the registry's findings) that they show holding it once."""
+every table's rows, the showback, the registry's findings) that they show holding it once;
+so does VictoriaMetrics with the recording rules evaluated by vmalert over both copies (a
+central ruler)."""
 
 from __future__ import annotations
 
@@ -19,21 +21,32 @@ from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import FleetView, page_view
 from tests.dashboard.test_backends import NODES, STEP, WINDOW, _close
 from tests.dashboard.test_embedded_and_stores import headline, numbers
-from tests.stores import fleet_in_both
+from tests.stores import fleet_in_both, replay_rules
 
 REPLICAS = {"prometheus_replica": ("0", "1")}
 
 
 def pages(fleet: F.Fleet, workdir: Any) -> dict[str, FleetView]:
+    """Each store's page of ``fleet``, and VictoriaMetrics' with the recording rules
+    evaluated over the data by vmalert (a central ruler over both replicas' copies)."""
     end = fleet.shape.end
     out = {}
+
+    def page(url: str, rules: bool) -> FleetView:
+        prom = PrometheusData(url, clock=lambda: end, timeout=120)
+        try:
+            view = page_view(prom, WINDOW, bundled_prices())
+            assert prom.rules_loaded(view.window) is rules
+            return view
+        finally:
+            prom.close()
+
     with fleet_in_both(fleet, workdir) as stores:
         for store in stores:
-            prom = PrometheusData(store.url, clock=lambda: end, timeout=120)
-            try:
-                out[store.kind] = page_view(prom, WINDOW, bundled_prices())
-            finally:
-                prom.close()
+            out[store.kind] = page(store.url, False)
+        vm = stores[1]
+        replay_rules(vm, fleet.shape.start, end, workdir)
+        out["victoriametrics with the rules"] = page(vm.url, True)
     return out
 
 
@@ -49,7 +62,8 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, F
     yield once, twice
 
 
-@pytest.mark.parametrize("kind", ["prometheus", "victoriametrics"])
+@pytest.mark.parametrize("kind", ["prometheus", "victoriametrics",
+                                  "victoriametrics with the rules"])
 def test_a_replicated_store_shows_the_page_of_one_copy(
         both: tuple[dict[str, FleetView], dict[str, FleetView]], kind: str) -> None:
     once, twice = both[0][kind], both[1][kind]
