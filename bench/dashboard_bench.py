@@ -23,11 +23,19 @@
 3. Measures, at the data's end time: the page's queries (``PrometheusData.fleet``, and the
    registry's step queries sent beside it over the same window, as the service sends
    them), the analysis and rendering (``build_fleet_view`` + figures + every section's
-   tables), each section's share of the rendering (:func:`section_times`), the full page
-   load in headless Chromium (navigation until the idle-node table and the heatmap are drawn), the
-   queries one page load sends, and then the store's RSS (``VmRSS``, and its peak ``VmHWM``)
-   and series count; and
-   compares the verdicts with the fleet's expected ones (``bench/fleet.py``'s ``expected``).
+   tables), each section's share of the rendering (:func:`section_times`), the showback's
+   own parts (the ``holdings`` query sent alone, :func:`holdings_cost`; ``showback()`` within
+   the analysis, :func:`timing`), the full page load in headless Chromium (navigation until
+   the idle-node table, the heatmap, the stragglers table and the cost-by-owner tables are
+   drawn), the queries one page load sends, and then the store's RSS (``VmRSS``, and its peak
+   ``VmHWM``) and series count; and
+   compares the verdicts with the fleet's expected ones (``bench/fleet.py``'s ``expected``),
+   and the showback's owners with the page's totals (:func:`showback_totals`: $ spent, $ idle
+   and $ spinning adding up to the KPIs to the cent).
+
+``--cluster NAME``: the page scoped to one cluster (``build_fleet_view(..., cluster=NAME)``, as
+the cluster picker asks it: the same queries, the analysis of that cluster's nodes alone),
+its verdicts compared with that cluster's share of the expected ones (:func:`cluster_expected`).
 
 A set built with ``bench/fleet.py --clusters N`` names its store label in ``meta.json``
 (``cluster_label``); the page is then given it (``PrometheusData(cluster_label=...)``, the
@@ -42,14 +50,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,13 +69,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import fleet  # noqa: E402
-from gpuscope.dashboard import sections  # noqa: E402
+from gpuscope.dashboard import ids, sections, views  # noqa: E402
 from gpuscope.dashboard.data import DataError  # noqa: E402
 from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
 from gpuscope.dashboard.plan import PrometheusData  # noqa: E402
 from gpuscope.dashboard.prices import load_prices  # noqa: E402
+from gpuscope.dashboard.scope import validate_cluster  # noqa: E402
 from gpuscope.dashboard.series import gc_paused  # noqa: E402
 from gpuscope.dashboard.verdicts import registry  # noqa: E402
+from gpuscope.dashboard.verdicts.owners import OwnerCost  # noqa: E402
 from gpuscope.dashboard.views import FleetView, build_fleet_view  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
@@ -77,6 +89,8 @@ from tests.stores import (  # noqa: E402
 
 SCRAPE = 15.0  # the default step (bench/load.py builds its fleet with it)
 CHROMIUM = "/usr/bin/chromium"
+#: The showback's tables (``cost-by-owner``), which the browser load waits for too.
+COST_TABLES = (ids.COST_BY_CLUSTER_TABLE, ids.COST_BY_NAMESPACE_TABLE, ids.COST_BY_WORKLOAD_TABLE)
 STORES = {"prometheus": ("prometheus",), "victoriametrics": ("victoriametrics",),
           "both": ("prometheus", "victoriametrics")}
 
@@ -119,6 +133,8 @@ def browser_load(url: str, runs: int) -> list[float]:
             page.wait_for_selector("#idle-nodes-table td.dash-cell", timeout=60_000)
             page.wait_for_selector("#fleet-heatmap .heatmaplayer", timeout=60_000)
             page.wait_for_selector("#stragglers-table td.dash-cell", timeout=60_000)
+            for table in COST_TABLES:  # the showback's tables
+                page.wait_for_selector(f"#{table} td.dash-cell", timeout=60_000)
             times.append(time.perf_counter() - began)
         ctx.close()
     return times
@@ -192,6 +208,90 @@ def section_times(view: FleetView) -> dict[str, float]:
     return out
 
 
+def cluster_expected(meta: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """The expected verdicts of ``cluster``'s nodes alone: the set's plan made again from
+    its ``meta.json`` (``bench/fleet.py``'s :func:`~bench.fleet.plan` and
+    :func:`~bench.fleet.spread`: the same command gives the same nodes) and judged by
+    :func:`~bench.fleet.expected`. ValueError: the set has no such cluster."""
+    mix = (fleet.TEMPLATES if meta.get("flagged") is None
+           else fleet.flagged_mix(meta["flagged"]))
+    nodes = fleet.plan(meta["nodes"], mix)
+    if meta.get("clusters"):
+        nodes = fleet.spread(nodes, meta["clusters"])
+    mine = [n for n in nodes if n.cluster == cluster]
+    if not mine:
+        raise ValueError(f"the data set has no cluster {cluster!r}: its clusters are "
+                         f"{sorted({n.cluster for n in nodes if n.cluster})}")
+    return fleet.expected(mine).to_json()
+
+
+#: How far the owners' sum may be from the page's total and still add up "to the cent".
+CENT = 0.005
+
+
+def showback_totals(view: FleetView) -> dict[str, Any]:
+    """The showback's owners summed (``math.fsum``) beside the page's totals they must add up
+    to (docs/dashboard.md, cost by owner): $ spent to ``kpis.spent``, $ idle to
+    ``kpis.wasted``, $ spinning to ``kpis.wasted_spinning``; ``differ``: those more than
+    half a cent apart. Over the whole page only (a namespace filter keeps that namespace's
+    owners, and the KPIs stay the fleet's)."""
+    k = view.kpis
+    pairs = {"spent": (_owners_sum(view.owners, "spent"), k.spent),
+             "idle": (_owners_sum(view.owners, "idle"), k.wasted),
+             "spinning": (_owners_sum(view.owners, "spinning"), k.wasted_spinning)}
+    return {"owners": len(view.owners),
+            **{key: {"owners": round(got, 4), "kpi": round(want, 4),
+                     "difference": got - want} for key, (got, want) in pairs.items()},
+            "differ": sorted(key for key, (got, want) in pairs.items()
+                             if abs(got - want) >= CENT)}
+
+
+def _owners_sum(owners: tuple[OwnerCost, ...], field: str) -> float:
+    return math.fsum(getattr(o, field) for o in owners)
+
+
+@contextmanager
+def timing(module: Any, name: str, into: list[float]) -> Iterator[None]:
+    """``module.name`` (a function the page calls by that name) timed at each call, the
+    seconds appended to ``into``; restored at the end."""
+    original: Callable[..., Any] = getattr(module, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            into.append(time.perf_counter() - began)
+
+    setattr(module, name, timed)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+def holdings_cost(store: Store, source: PrometheusData, window_seconds: float, runs: int
+                  ) -> dict[str, Any]:
+    """The page's ``holdings`` query (:meth:`PrometheusData.holdings_query`, from the
+    recording rules where the page reads them) sent alone as the page sends it (an instant
+    query at the window's end), ``runs`` times after a warm-up: the medians of its wall time
+    (the answer decoded and keyed, as the page reads it) and of the store's CPU, and the rows
+    it answers."""
+    window = source.window(window_seconds)
+    rules, _ = source._check_rules(window)
+    promql = source.holdings_query(window, rules)
+    walls, cpus, rows = [], [], 0
+    for _ in range(runs + 1):
+        cpu = store.cpu_seconds()
+        began = time.perf_counter()
+        rows = len(source.instant(promql, window.end))
+        walls.append(time.perf_counter() - began)
+        cpus.append(store.cpu_seconds() - cpu)
+    return {"holdings_query_s": round(statistics.median(walls[1:]), 4),
+            "holdings_query_cpu_s": round(statistics.median(cpus[1:]), 3),
+            "holdings_rows": rows, "holdings_from_rules": rules}
+
+
 def verdicts(view: FleetView, expected: dict[str, Any]) -> dict[str, Any]:
     """The page's counts beside the fleet's expected ones."""
     k = view.kpis
@@ -224,37 +324,42 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     prices = load_prices()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steps")
     fetch, build, render = [], [], []
+    shows: list[float] = []  # showback() within each run's analysis (build)
     parts: list[dict[str, float]] = []  # section_times of each run's view
     # Per page, the store's CPU seconds, the garbage collections it completed and the bytes
     # it allocated (read between pages, outside the timings): a page that meets a collection
     # of a big heap is the slow one (docs/benchmarks.md, ninth and tenth passes).
     cpu, go = [store.cpu_seconds()], [store.go_counters()]
     try:
-        for _ in range(args.runs + 1):  # the first run warms the store's caches
-            # As DashboardService computes a view: both under one pause of the garbage
-            # collector (what it then collects is in the rendering's time).
-            with gc_paused():
-                t0 = time.perf_counter()
-                shown = source.window(args.window)
-                steps = pool.submit(source.step_series, registry.step_queries(),
-                                    args.window, shown)
-                data = source.fleet(args.window, args.namespace, shown)
-                answers = steps.result()
-                t1 = time.perf_counter()
-                view = build_fleet_view(data, prices, None, args.namespace, answers)
-                queries = data.queries
-                del data  # freed before the collector is back on, as the service does
-                t2 = time.perf_counter()
-            heatmap_figure(view.heatmap).to_json()
-            json.dumps({f"{k[0]}.{k[1]}": v for k, v in sections.fill(view, {}).items()},
-                       default=str)
-            t3 = time.perf_counter()
-            parts.append(section_times(view))  # again, part by part, outside the timings
-            fetch.append(t1 - t0)
-            build.append(t2 - t1)
-            render.append(t3 - t2)
-            cpu.append(store.cpu_seconds())
-            go.append(store.go_counters())
+        with timing(views, "showback", shows):
+            for _ in range(args.runs + 1):  # the first run warms the store's caches
+                # As DashboardService computes a view: both under one pause of the garbage
+                # collector (what it then collects is in the rendering's time).
+                with gc_paused():
+                    t0 = time.perf_counter()
+                    shown = source.window(args.window)
+                    steps = pool.submit(source.step_series, registry.step_queries(),
+                                        args.window, shown)
+                    data = source.fleet(args.window, args.namespace, shown)
+                    answers = steps.result()
+                    t1 = time.perf_counter()
+                    view = build_fleet_view(data, prices, None, args.namespace, answers,
+                                            args.cluster)
+                    queries = data.queries
+                    del data  # freed before the collector is back on, as the service does
+                    t2 = time.perf_counter()
+                heatmap_figure(view.heatmap).to_json()
+                json.dumps({f"{k[0]}.{k[1]}": v for k, v in sections.fill(view, {}).items()},
+                           default=str)
+                t3 = time.perf_counter()
+                parts.append(section_times(view))  # again, part by part, outside the timings
+                fetch.append(t1 - t0)
+                build.append(t2 - t1)
+                render.append(t3 - t2)
+                cpu.append(store.cpu_seconds())
+                go.append(store.go_counters())
+        # The showback's query alone, after the pages (the store as warm as for a page).
+        result.update(holdings_cost(store, source, args.window, args.runs))
     except DataError as exc:
         result["error"] = str(exc)
         print(f"{store.kind}: the fleet page failed: {exc}", flush=True)
@@ -265,10 +370,12 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         k = view.kpis
         print(f"{store.kind}: {k.gpus} GPUs, {k.idle} idle, {k.idle_nodes} idle nodes, "
               f"{len(view.starved_rows)} starved, {len(view.straggler_rows)} stragglers, "
-              f"{queries} queries")
-        # A namespace filter narrows the flags: the fleet's expected ones are the whole's.
+              f"{queries} queries" + (f"; cluster {args.cluster}" if args.cluster else ""))
+        # A namespace filter narrows the flags: the fleet's expected ones are the whole's
+        # (a cluster's are that cluster's: main() gives them).
         check = (verdicts(view, expected) if args.namespace is None
                  else {"got": {}, "expected": {}, "differ": []})
+        totals = showback_totals(view) if args.namespace is None else None
         result.update(
             queries_fleet=queries, first_fetch_s=fetch[0],
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
@@ -286,14 +393,22 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                 else round((b.allocated_bytes - a.allocated_bytes) / 2**20)
                 for a, b in itertools.pairwise(go[1:])],
             verdicts=check["got"],
-            verdicts_differ=check["differ"],
+            # and where the owners do not add up to the page's totals: showback_spent...
+            verdicts_differ=check["differ"] + [f"showback_{key}" for key in
+                                               (totals["differ"] if totals else [])],
+            # showback() alone, a part of the analysis (median of the runs after the first).
+            showback_s=round(statistics.median(shows[1:]), 4),
             # Each part of the rendering (the heatmap, every section by id), median of the
             # runs after the first, timed apart from the pages.
             render_parts_s={key: round(statistics.median(p[key] for p in parts[1:]), 4)
                             for key in parts[0]},
         )
+        if totals is not None:
+            result["showback_totals"] = totals
         if meta.get("cluster_label"):
             result["cluster_label"] = meta["cluster_label"]
+        if args.cluster:
+            result["cluster"] = args.cluster
         result["load_1m_after"] = os.getloadavg()[0]
         print(f"{store.kind} server side (median of {args.runs}, first {fetch[0]:.2f}s): "
               f"queries {result['fetch_s']:.2f}s, analysis {result['analysis_s']:.2f}s, "
@@ -309,6 +424,18 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
         print(f"{store.kind} rendering by part (median of {args.runs}, timed apart): "
               + ", ".join(f"{key.removeprefix('section-')} {t * 1000:.1f} ms"
                           for key, t in result["render_parts_s"].items()), flush=True)
+        print(f"{store.kind} showback (median of {args.runs}): showback() "
+              f"{result['showback_s'] * 1000:.1f} ms of the analysis; the holdings query alone "
+              f"{result['holdings_query_s']:.3f}s, {result['holdings_query_cpu_s']:.2f} CPU-s "
+              f"of the store, {result['holdings_rows']:,} rows "
+              f"({'recorded' if result['holdings_from_rules'] else 'raw'})", flush=True)
+        if totals is not None:
+            print(f"{store.kind} showback totals ({totals['owners']:,} owners): "
+                  + ", ".join(f"{key} {totals[key]['owners']:,.2f} (page {totals[key]['kpi']:,.2f},"
+                              f" {totals[key]['difference']:+.2g})"
+                              for key in ("spent", "idle", "spinning"))
+                  + ("; add up to the cent" if not totals["differ"] else
+                     f"; DIFFER: {', '.join(totals['differ'])}"), flush=True)
         if check["differ"]:
             print(f"{store.kind}: verdicts differ from the expected ones: "
                   + ", ".join(f"{key} {check['got'][key]} (expected {check['expected'][key]})"
@@ -365,7 +492,10 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
         raise SystemExit(f"{CHROMIUM} not found: apt-get install chromium "
                          "(or pass --no-browser)")
     out: dict[str, Any] = {}
-    for mode in ("on_demand", "kept_warm"):
+    # A cluster's page (``?cluster=``) is computed on demand: the service keeps warm the
+    # default view alone.
+    query = f"?{urllib.parse.urlencode({'cluster': args.cluster})}" if args.cluster else ""
+    for mode in ("on_demand",) if args.cluster else ("on_demand", "kept_warm"):
         source = page_source(store.url, meta, args)
         service = DashboardService(source, load_prices(), share_for=0)
         if mode == "kept_warm":
@@ -376,7 +506,7 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
         server.start()
         try:
             before = source.queries_total
-            loads = browser_load(f"http://127.0.0.1:{server.port}/", args.runs + 1)
+            loads = browser_load(f"http://127.0.0.1:{server.port}/{query}", args.runs + 1)
             per_load = (source.queries_total - before) / len(loads)
         finally:
             server.stop()
@@ -413,6 +543,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="per query, seconds")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--namespace", help="the fleet page filtered to this namespace")
+    ap.add_argument("--cluster", help="the fleet page scoped to this cluster (the cluster "
+                    "picker; a set built with bench/fleet.py --clusters), its verdicts "
+                    "compared with that cluster's expected ones")
     ap.add_argument("--drill-downs", action="store_true",
                     help="also time the node, pod and workload drill-downs")
     ap.add_argument("--raw", action="store_true",
@@ -449,6 +582,14 @@ def main() -> int:
     if args.data:
         args.nodes, args.step, args.window = meta["nodes"], meta["step"], meta["window"]
     expected = json.loads((folder / "expected.json").read_text())
+    if args.cluster is not None:
+        try:
+            expected = cluster_expected(meta, validate_cluster(args.cluster))
+        except ValueError as exc:
+            print(f"dashboard_bench: --cluster: {exc}", file=sys.stderr)
+            if temporary:
+                shutil.rmtree(folder, ignore_errors=True)
+            return 2
     result: dict[str, Any] = {"nodes": meta["nodes"], "clusters": meta.get("clusters", 1),
                               "gpus": meta["gpus"],
                               "step_s": meta["step"], "window_s": meta["window"],

@@ -1,14 +1,25 @@
 """``bench/dashboard_bench.py``'s store settings: ``--store-gogc`` reaches the store's process
 (and only a positive target is taken), the store's peak RSS is read beside its RSS, and its
-CPU time, garbage collections and allocation, which the bench reports per page."""
+CPU time, garbage collections and allocation, which the bench reports per page; the
+showback's figures (its query alone, ``showback()`` timed within the analysis, the owners
+adding up to the page's totals) and ``--cluster`` (the page scoped to one cluster, checked
+against that cluster's expected verdicts)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
+import pytest
+
+from bench import dashboard_bench, fleet
+from gpuscope.dashboard.verdicts.owners import OwnerCost
+from gpuscope.dashboard.views import FleetView
 from tests.stores import cpu_seconds, start_prometheus, start_victoriametrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,3 +85,101 @@ def test_cpu_seconds_reads_a_process_whose_name_holds_spaces(tmp_path: Path) -> 
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- the showback's figures and the cluster picker (issue 30) ---------------------------------
+
+def _view(owners: list[OwnerCost], spent: float, wasted: float, spinning: float) -> FleetView:
+    """What :func:`dashboard_bench.showback_totals` reads of a view: its owners and KPIs."""
+    kpis = SimpleNamespace(spent=spent, wasted=wasted, wasted_spinning=spinning)
+    return cast(FleetView, SimpleNamespace(owners=tuple(owners), kpis=kpis))
+
+
+def test_showback_totals_add_up_to_the_cent_or_name_what_does_not() -> None:
+    owners = [OwnerCost("eks-00", "research-0", "Job/a", spent=0.1, idle=0.2, spinning=0.05),
+              OwnerCost("eks-00", "(unallocated)", "", spent=0.2, idle=0.1),
+              OwnerCost("eks-01", "research-0", "Job/a", spent=100.0, idle=0.0)]
+    # 0.1 + 0.2 is not 0.3 in floats: within half a cent is adding up.
+    got = dashboard_bench.showback_totals(_view(owners, 100.3, 0.3, 0.05))
+    assert got["differ"] == [] and got["owners"] == 3
+    assert got["spent"]["owners"] == got["spent"]["kpi"] == 100.3
+    assert abs(got["idle"]["difference"]) < 1e-12
+    # A cent off is not.
+    off = dashboard_bench.showback_totals(_view(owners, 100.31, 0.3, 0.06))
+    assert off["differ"] == ["spent", "spinning"]
+    assert off["spent"]["difference"] == pytest.approx(-0.01)
+
+
+def test_timing_times_every_call_and_puts_the_function_back() -> None:
+    module = SimpleNamespace(f=lambda x: x * 2)
+    original = module.f
+    seconds: list[float] = []
+    with dashboard_bench.timing(module, "f", seconds):
+        assert module.f(21) == 42 and module.f(1) == 2
+        with pytest.raises(TypeError):
+            module.f()  # a call that raises is timed too
+    assert len(seconds) == 3 and all(s >= 0 for s in seconds)
+    assert module.f is original
+
+
+def test_cluster_expected_is_the_clusters_share_of_the_sets_verdicts() -> None:
+    """The plan made again from meta.json, cluster by cluster: the clusters' expected
+    verdicts add up to the whole set's (``bench/fleet.py``'s)."""
+    meta = {"nodes": 200, "flagged": 0.5, "clusters": 4}
+    whole = fleet.expected(fleet.spread(fleet.plan(200, fleet.flagged_mix(0.5)), 4)).to_json()
+    parts = [dashboard_bench.cluster_expected(meta, fleet.cluster_name(k)) for k in range(4)]
+    assert sum(p["nodes"] for p in parts) == 200
+    for key in ("idle_nodes", "spinning", "throttled", "starved", "stragglers",
+                "allocated_idle", "idle_slices"):
+        assert sum(len(p[key]) for p in parts) == len(whole[key]), key
+    assert sum(p["idle_gpus"] for p in parts) == whole["idle_gpus"]
+    assert sum(p["idle_per_hour"] for p in parts) == pytest.approx(whole["idle_per_hour"])
+    assert all(k.startswith("eks-02/") for k in parts[2]["idle_nodes"])
+    with pytest.raises(ValueError, match="no cluster 'eks-09'"):
+        dashboard_bench.cluster_expected(meta, "eks-09")
+
+
+@pytest.fixture(scope="module")
+def two_clusters(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 40-node set over two clusters (half the nodes with a finding), VictoriaMetrics
+    alone, without the recording rules."""
+    out = tmp_path_factory.mktemp("bench") / "set"
+    fleet.build(out, 40, step=60.0, window=3600.0, stores=("victoriametrics",), flagged=0.5,
+                clusters=2, log=lambda _: None)
+    return out
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "bench" / "dashboard_bench.py"),
+                           "--store", "victoriametrics", "--no-browser", "--runs", "1",
+                           *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("cluster", [None, "eks-01"])
+def test_the_bench_times_the_showback_and_checks_its_totals(
+        two_clusters: Path, cluster: str | None) -> None:
+    """The whole page and one cluster's: the verdicts as planted (the cluster's share of
+    them), the owners adding up to the page's totals, the showback's own figures."""
+    run = _bench("--data", str(two_clusters), *(["--cluster", cluster] if cluster else []))
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])["victoriametrics"]
+    assert result["verdicts_differ"] == []
+    assert result["showback_totals"]["differ"] == []
+    assert result["showback_totals"]["owners"] > 0 and result["showback_s"] > 0
+    assert result["holdings_rows"] > 0 and result["holdings_query_s"] > 0
+    assert result["holdings_from_rules"] is False
+    assert "cost-by-owner" in result["render_parts_s"]  # its section's id
+    assert result.get("cluster") == cluster
+    if cluster:
+        exp = dashboard_bench.cluster_expected(fleet.load_meta(two_clusters), cluster)
+        assert result["verdicts"]["idle_nodes"] == len(exp["idle_nodes"]) > 0
+    assert "add up to the cent" in run.stdout
+
+
+def test_an_unknown_cluster_is_one_line_and_exit_2(two_clusters: Path) -> None:
+    run = _bench("--data", str(two_clusters), "--cluster", "eks-07")
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "dashboard_bench: --cluster: the data set has no cluster 'eks-07': its clusters are "
+        "['eks-00', 'eks-01']"]
+    assert "Traceback" not in run.stdout + run.stderr
