@@ -40,7 +40,6 @@ from gpuscope.dashboard.plan.rules import (
     RULE_INTERVAL,
     RULES,
     RULES_VERSION,
-    Verdicts,
     _stat,
     _Steps,
 )
@@ -48,7 +47,7 @@ from gpuscope.dashboard.plan.runs import FollowUp, _Answers
 from gpuscope.dashboard.series import (
     Window,
 )
-from gpuscope.dashboard.verdicts import Thresholds
+from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
 
 
 class PlanQueries(PrometheusStore):
@@ -104,7 +103,7 @@ class PlanQueries(PrometheusStore):
         # Prometheus 2 takes a subquery's or a range's start, VictoriaMetrics does not.
         whole = duration(window.seconds + window.step / 2)
         st = _Steps(r, rr, rules)
-        v = Verdicts(self.thresholds)
+        th = self.thresholds
 
         # Who uses what and which devices there are, of every node: the queries
         # :meth:`detail_queries` asks of some nodes with the rules.
@@ -141,10 +140,10 @@ class PlanQueries(PrometheusStore):
                          "straggler_rules")])
         else:
             now = [
-                _stat(" or ".join(v.idle_parts(st)), "idle"),
-                _stat(v.spinning(st), "spin"),
-                " or ".join(_stat(p, "held_idle") for p in v.held_parts(st)),
-                *(_stat(p, "candidate") for p in v.candidate_parts(st)),
+                _stat(" or ".join(idle.idle_promql(st, th)), "idle"),
+                _stat(spinning.spinning_promql(st, th), "spin"),
+                " or ".join(_stat(p, "held_idle") for p in allocated.held_idle_promql(st, th)),
+                *(_stat(p, "candidate") for p in stragglers.candidate_promql(st, th)),
             ]
         out = {
             "nodes": " or ".join([
@@ -182,7 +181,7 @@ class PlanQueries(PrometheusStore):
             # The devices with nothing to judge them by (no utilization, no GPM): with the
             # rules, recorded (every device's raw series read each minute by the rule, not
             # by the page: 0.35 s of the store's time at 5,000 nodes).
-            _stat(recorded("silent", GBY) if rules else v.silent(st), "silent"),
+            _stat(recorded("silent", GBY) if rules else idle.silent_promql(st), "silent"),
         ])
         # One query per rule (``now``, ``now#1``...): they run side by side, and none comes
         # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
@@ -346,7 +345,7 @@ class PlanQueries(PrometheusStore):
         (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
         r, rr = self._r(window)
         w = duration(window.seconds)
-        v = Verdicts(self.thresholds)
+        th = self.thresholds
         out: dict[str, str] = {}
 
         def each(role: str, nodes: Collection[str], build: Callable[[_Steps], str],
@@ -378,8 +377,9 @@ class PlanQueries(PrometheusStore):
                 else:
                     out[role] = sparse(_Steps(r, rr, rules), key, by, fn)
         else:
-            each("idle_steps", ask.idle, lambda st: " or ".join(v.idle_parts(st)))
-            each("held_idle", ask.held, lambda st: " or ".join(v.held_parts(st)))
+            each("idle_steps", ask.idle, lambda st: " or ".join(idle.idle_promql(st, th)))
+            each("held_idle", ask.held,
+                 lambda st: " or ".join(allocated.held_idle_promql(st, th)))
         each("allocated", ask.idle_nodes, lambda st: (
             f"max by (node, uuid) (max_over_time("
             f"{st.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}[{r}]))"))
@@ -453,7 +453,7 @@ class PlanQueries(PrometheusStore):
                 if st.rules:
                     return (f"max by ({GBY}, reason) (sum_over_time("
                             f"{st.sel(RULES['throttling'])}[{dm}])) / {minutes}")
-                return v.throttling(st, d)
+                return stragglers.throttling_promql(st, d)
 
             each("evidence", evidence, lambda st: " or ".join([
                 f'label_replace({throttling(st)}, "stat", "throttle", "", "")',

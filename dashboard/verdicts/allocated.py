@@ -20,11 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
+from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, Steps
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, Window
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+
+if TYPE_CHECKING:
+    from gpuscope.dashboard.verdicts import Thresholds
 
 ALLOCATED_IDLE_THRESHOLD = 0.05
 ALLOCATED_IDLE_DURATION = 30 * 60.0
@@ -153,3 +158,36 @@ SECTION = Section(
     tables=(Table(ids.ALLOCATED_IDLE_TABLE, ids.ALLOCATED_IDLE_NOTE, ALLOCATED_COLUMNS,
                   order="price"),),
 )
+
+# -- as PromQL --------------------------------------------------------------------------------
+# Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.
+# data.recorded.Steps`): dashboard/plan/ sends it, the gpuscope-dashboard rules record it.
+
+
+def held_idle_promql(st: Steps, th: Thresholds) -> list[str]:
+    """Per container, what it uses of what it holds where that is below the idle
+    threshold: the device's SM activity where it has GPM and one holder, else the
+    container's utilization times the device's holders (its share of a time-sliced GPU),
+    else (a MIG slice without GPM) 0 while it has no process there."""
+    r = st.r
+    idle = f"{th.idle_utilization!r}"
+    ns = {"namespace": NOT_EMPTY}
+    held = f"max by ({CBY}) (max_over_time({st.sel('container_gpu_allocated', ns)}[{r}]))"
+    sole_gpm = (f"(({st.active('sm')}) and on (node, uuid)"
+                f" (count by (node, uuid) ({held}) == 1))")
+    cutil_max = (f"max by ({CBY}) (max_over_time("
+                 f"{st.sel('container_gpu_utilization_ratio', ns)}[{r}]))")
+    cmem = st.sel("container_gpu_memory_used_bytes", ns)
+    slices = st.sel("gpu_info", {"parent_uuid": NOT_EMPTY})
+    gpm = st.sel("gpu_sm_active_seconds_total")
+    return [
+        f'label_replace({held} * on (node, uuid) group_left () ({sole_gpm} < {idle}),'
+        f' "signal", "sm", "", "")',
+        f'label_replace(({cutil_max} * on (node, uuid) group_left ()'
+        f' count by (node, uuid) ({held}) < {idle}) and on ({CBY}) {held}'
+        f' unless on (node, uuid) {sole_gpm}, "signal", "utilization", "", "")',
+        f'label_replace((max by ({CBY}) (max_over_time({cmem}[{r}])) == 0)'
+        f' and on ({CBY}) {held} and on (node, uuid) {slices}'
+        f' unless on (node, uuid) {gpm} unless on ({CBY}) {cutil_max},'
+        f' "signal", "process", "", "")',
+    ]

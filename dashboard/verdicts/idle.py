@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
+from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, Steps
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
 from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+
+if TYPE_CHECKING:
+    from gpuscope.dashboard.verdicts import Thresholds
 
 IDLE_THRESHOLD = 0.05
 IDLE_DURATION = 30 * 60.0
@@ -359,3 +364,40 @@ SECTION = Section(
                   heading="Idle MIG slices on busy nodes", order="price")),
     header_id=ids.WASTE_TOTAL,
 )
+
+# -- as PromQL --------------------------------------------------------------------------------
+# Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.
+# data.recorded.Steps`): dashboard/plan/ sends it, the gpuscope-dashboard rules record it.
+
+
+def idle_promql(st: Steps, th: Thresholds) -> list[str]:
+    """Each device's idle activity below the threshold, labelled with its ``signal``:
+    utilization (whole GPUs, slices that report it without GPM), SM activity (MIG slices
+    with GPM), or (a MIG slice without either) 0 while no process holds memory on it.
+    A device meets at most one of them."""
+    idle = f"{th.idle_utilization!r}"
+    util = st.sel("gpu_utilization_ratio")
+    gpm = st.sel("gpu_sm_active_seconds_total")
+    slices = st.sel("gpu_info", {"parent_uuid": NOT_EMPTY})
+    cmem = st.sel("container_gpu_memory_used_bytes")
+    memory = st.sel("gpu_memory_used_bytes")
+    return [
+        f'label_replace({st.util_max()} < {idle}'
+        f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
+        f' "signal", "utilization", "", "")',
+        f'label_replace({st.active("sm")} < {idle}'
+        f' and on (node, uuid) {slices}, "signal", "sm", "", "")',
+        f'label_replace(max by ({GBY}) (max_over_time({memory}[{st.r}]))'
+        f' * 0 and on (node, uuid) {slices} unless on (node, uuid) {util}'
+        f' unless on (node, uuid) {gpm}'
+        f' unless on (node, uuid) (max by (node, uuid) (max_over_time({cmem}[{st.r}])) > 0),'
+        f' "signal", "process", "", "")',
+    ]
+
+
+def silent_promql(st: Steps) -> str:
+    """The devices with nothing to judge them by: no utilization sample and no SM
+    activity (GPM) in the step."""
+    return (f"max by ({GBY}) ({st.sel('gpu_info')}) unless on (node, uuid)"
+            f" max_over_time({st.sel('gpu_utilization_ratio')}[{st.r}])"
+            f" unless on (node, uuid) {st.active('sm')}")

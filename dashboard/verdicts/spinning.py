@@ -18,11 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
+from gpuscope.dashboard.data.recorded import Steps
 from gpuscope.dashboard.series import GpuRef, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+
+if TYPE_CHECKING:
+    from gpuscope.dashboard.verdicts import Thresholds
 
 SPIN_BUSY = 0.5
 SPIN_SM = 0.3
@@ -289,3 +294,21 @@ SECTION = Section(
           "a busy-wait. They count as idle in the cost above.",
     tables=(Table(ids.SPINNING_GPUS_TABLE, ids.SPINNING_NOTE, SPINNING_COLUMNS, order="price"),),
 )
+
+# -- as PromQL --------------------------------------------------------------------------------
+# Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.
+# data.recorded.Steps`): dashboard/plan/ sends it, the gpuscope-dashboard rules record it.
+
+
+def spinning_promql(st: Steps, th: Thresholds) -> str:
+    """The devices that spin (busy by utilization, no work: with GPM, SM, tensor and
+    DRAM activity below the rule's; without, power below its share of the limit);
+    value: the utilization. :mod:`..analysis.spinning`'s rule."""
+    rule = th.spin_rule
+    sm = st.active("sm")
+    gpm = (f"({sm} < {rule.sm!r}) and on (node, uuid) ({st.active('tensor')} < "
+           f"{rule.tensor!r}) and on (node, uuid) ({st.active('dram')} < {rule.dram!r})")
+    power = (f"({st.power()} < on (node, uuid) ({rule.power!r} * {st.limit()}))"
+             f" unless on (node, uuid) {sm}")
+    return (f"({st.util()} >= {rule.busy!r})"
+            f" and on (node, uuid) (({gpm}) or on (node, uuid) ({power}))")

@@ -20,8 +20,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
+from gpuscope.dashboard.data.recorded import GBY, GROUP, MEMBER, RULES, Steps
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
@@ -34,6 +36,9 @@ from gpuscope.dashboard.series import (
 )
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+
+if TYPE_CHECKING:
+    from gpuscope.dashboard.verdicts import Thresholds
 
 STRAGGLER_FACTOR = 0.5
 STRAGGLER_DURATION = 10 * 60.0
@@ -367,3 +372,110 @@ SECTION = Section(
     tables=(Table(ids.STRAGGLERS_TABLE, ids.STRAGGLERS_NOTE, STRAGGLER_COLUMNS,
                   order="price"),),
 )
+
+# -- as PromQL --------------------------------------------------------------------------------
+# Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.
+# data.recorded.Steps`): dashboard/plan/ sends it, the gpuscope-dashboard rules record it.
+
+
+def throttling_promql(st: Steps, over: str | None = None) -> str:
+    """Each device's throttle seconds per second by reason where above 0 (any reason,
+    any amount: a straggler's evidence, not a verdict), over ``over`` (default: the
+    step's rate range)."""
+    return (f"max by ({GBY}, reason) (rate({st.sel('gpu_throttle_seconds_total')}"
+            f"[{over or st.rr}])) > 0")
+
+
+def candidate_promql(st: Steps, th: Thresholds) -> list[str]:
+    """The workloads (``namespace, workload``, ``kind`` ``stalled`` or ``slow``) that
+    may hold a straggler at a step: supersets of the rules of
+    :mod:`..analysis.stragglers`, which the analysis applies to the history. A device of
+    a workload is the summed utilization of the workload's containers on it. Stalled: a
+    device below ``straggler_factor`` x the workload's highest (the median is at most
+    that). Slow: every device busy, and the highest SM activity (else power)
+    ``slow_factor`` x the lowest or more (the median is at least the lowest)."""
+    per = "by (namespace, workload)"
+    devw = st.workload()
+    stalled = (f"count {per} ({devw} < on (namespace, workload) group_left ()"
+               f" ({th.straggler_factor!r} * max {per} ({devw})))")
+    work = f"({st.active('sm')} or on (node, uuid) {st.power()})"
+    xw = f"({devw} * 0 + on (node, uuid) group_left () {work})"
+    uw = f"({devw} * 0 + on (node, uuid) group_left () {st.util()})"
+    slow = (f"count {per} ({xw}) >= 2 and on (namespace, workload)"
+            f" (max {per} ({xw}) >= {th.slow_factor!r} * min {per} ({xw}))"
+            f" and on (namespace, workload) (min {per} ({uw}) >= {th.slow_busy!r})")
+    return [f'label_replace({stalled}, "kind", "stalled", "", "")',
+            f'label_replace({slow}, "kind", "slow", "", "")']
+
+
+def candidates_promql(st: Steps, th: Thresholds) -> str:
+    """:func:`candidate_promql` as one expression."""
+    return " or ".join(candidate_promql(st, th))
+
+# The stragglers' rules themselves, per minute (recorded: :func:`recording_rules`), as
+# :mod:`..analysis.stragglers` applies them to each step: a group is a workload's
+# devices of one GPU model (``model`` from ``gpu_info``, "" where a device has none);
+# a device, the summed utilization of the workload's containers on it (recorded with
+# its model: ``Steps.workload(model=True)``); the median over
+# the group's devices present in that minute (``quantile(0.5)`` interpolates as
+# ``statistics.median`` does: the mean of the middle two of an even count).
+
+
+def stalled_median_promql(st: Steps) -> str:
+    """Each group's median utilization, where it has two devices or more."""
+    dev = st.workload(model=True)
+    return (f"quantile by ({GROUP}) (0.5, {dev})"
+            f" and on ({GROUP}) (count by ({GROUP}) ({dev}) >= 2)")
+
+
+def stalled_promql(st: Steps, th: Thresholds) -> str:
+    """The devices below ``straggler_factor`` x their group's median (value: the
+    device's utilization); reads the recorded median."""
+    median = f"max by ({GROUP}) (avg_over_time({st.sel(RULES['stalled_median'])}[{st.r}]))"
+    return (f"{st.workload(model=True)} < on ({GROUP}) group_left ()"
+            f" ({th.straggler_factor!r} * {median})")
+
+
+def group_work_promql(st: Steps) -> str:
+    """Per device of each group, its work: SM activity where every device of the group
+    present has it (label ``signal="sm"``), else power (``signal="power"``). Recorded
+    (``uuid:gpu_group_work:avg1m``) for the two rules that read it: written out in each,
+    it read the devices' workload series some fifteen times a minute (the two: 10.6 s
+    of Prometheus' CPU per evaluation at 5,000 nodes; the three since: 4.4 s)."""
+    dev = st.workload(model=True)
+
+    def of(expr: str) -> str:
+        return f"({dev} * 0 + on (node, uuid) group_left () {expr})"
+
+    sm = of(st.active("sm"))
+    gpm = f"(count by ({GROUP}) ({sm}) == on ({GROUP}) count by ({GROUP}) ({dev}))"
+    return (f'(label_replace({sm} and on ({GROUP}) {gpm}, "signal", "sm", "", "")'
+            f' or label_replace({of(st.power())} unless on ({GROUP}) {gpm},'
+            f' "signal", "power", "", ""))')
+
+
+def _recorded_work(st: Steps) -> str:
+    by = f"{MEMBER}, signal"
+    return f"max by ({by}) (avg_over_time({st.sel(RULES['group_work'])}[{st.r}]))"
+
+
+def work_median_promql(st: Steps, th: Thresholds) -> str:
+    """Each group's median work (:meth:`group_work`, recorded, label ``signal``) where
+    the slow-rank rule can apply: two devices or more, every one busy (utilization >=
+    ``slow_busy``) and with its work signal, and the median above 0."""
+    dev, work = st.workload(model=True), _recorded_work(st)
+    n = f"count by ({GROUP}) ({dev})"
+    busy = (f"count by ({GROUP}) (({dev} * 0 + on (node, uuid) group_left () {st.util()})"
+            f" >= {th.slow_busy!r})")
+    return (f"(quantile by ({GROUP}, signal) (0.5, {work}) > 0)"
+            f" and on ({GROUP}) ({n} >= 2)"
+            f" and on ({GROUP}) ({busy} == on ({GROUP}) {n})"
+            f" and on ({GROUP}) (count by ({GROUP}) ({work}) == on ({GROUP}) {n})")
+
+
+def slow_promql(st: Steps, th: Thresholds) -> str:
+    """The devices at ``slow_factor`` x their group's median work or more (value: the
+    device's work, label ``signal``); reads the recorded median."""
+    median = f"max by ({GROUP}) (avg_over_time({st.sel(RULES['work_median'])}[{st.r}]))"
+    return (f"{_recorded_work(st)} >= on ({GROUP}) group_left ()"
+            f" ({th.slow_factor!r} * {median})")

@@ -1,0 +1,186 @@
+"""The ``gpuscope-dashboard`` recording rules' series, and each device's and container's signals
+per step as PromQL (:class:`Steps`): from the raw series, or from those rules where they are
+loaded. The verdict modules (``dashboard/verdicts/``) write their PromQL forms over
+:class:`Steps`; ``dashboard/plan/`` sends them and composes the rule file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuscope.dashboard.data.prometheus import EDGE, _power_step, _rate, _util_step
+from gpuscope.dashboard.data.promql import duration, selector
+
+#: The ``gpuscope-dashboard`` recording rules (alerts/gpuscope-rules.yaml), evaluated every
+#: :data:`RULE_INTERVAL` seconds: per device and container, the signals of one minute
+#: (dense), and what meets a verdict's rule in that minute (sparse: a series only while
+#: it does). Their expressions are :func:`recording_rules`, the raw queries' own.
+RULES = {
+    "util_max": "uuid:gpu_utilization_ratio:max1m",
+    "util": "uuid:gpu_busy_ratio:rate2m",
+    "sm": "uuid:gpu_sm_active_ratio:rate2m",
+    "tensor": "uuid:gpu_tensor_active_ratio:rate2m",
+    "dram": "uuid:gpu_dram_active_ratio:rate2m",
+    "power": "uuid:gpu_power_watts:rate2m",
+    "cutil": "container:gpu_utilization_ratio:avg1m",
+    "idle": "uuid:gpu_idle_activity:ratio1m",
+    "spin": "uuid:gpu_spinning_utilization:ratio1m",
+    "throttling": "uuid:gpu_throttle_any_ratio:rate2m",
+    "silent": "uuid:gpu_silent:info1m",
+    "held_idle": "container:gpu_held_idle_usage:ratio1m",
+    "workload": "uuid:gpu_workload_utilization:sum1m",
+    "candidates": "workload:gpu_straggler_candidates:count1m",
+    "stalled_median": "workload:gpu_workload_utilization:median1m",
+    "stalled": "uuid:gpu_stalled_utilization:ratio1m",
+    "group_work": "uuid:gpu_group_work:avg1m",
+    "work_median": "workload:gpu_work:median1m",
+    "slow": "uuid:gpu_slow_work:ratio1m",
+    # Per node (5,000 series at 5,000 nodes where the devices' are 35,000): what the fleet
+    # page needs of the nodes where no verdict has anything to show (NodeSummary).
+    "node_gpus": "node:gpu_whole:count1m",
+    "node_models": "node:gpu_model:count1m",
+    "node_util_sum": "node:gpu_busy_ratio:sum1m",
+    "node_util_count": "node:gpu_busy_ratio:count1m",
+    # Who uses what over the default window (:data:`LEAN_WINDOW`), so that the page need not
+    # read every container's series: each container's raw mean over the last hour (dense,
+    # read by the two after it alone), the containers whose mean is near the input-starved
+    # range and the devices two containers or more used (sparse).
+    "cmean": "container:gpu_utilization_ratio:avg1h",
+    "input_range": "container:gpu_input_range:avg1h",
+    "sharers": "uuid:gpu_sharers:count1h",
+    # Who held what (the showback): per node, namespace, workload (and MIG slice), the
+    # devices held (a time-slice's holder 1/n of its GPU) and the use of them, each minute.
+    "held_share": "container:gpu_held_share:max1m",
+    "held": "workload:gpu_held:sum1m",
+    "used": "workload:gpu_used:sum1m",
+    "version": "gpuscope:dashboard_rules:version",
+}
+#: The rules' version, recorded as ``gpuscope:dashboard_rules:version``: raised whenever a
+#: release adds a recorded series the page reads, so that a rule file older than the page
+#: (which lacks it: sparse series cannot tell "nothing met the rule" from "not recorded")
+#: leaves the page to the raw series instead of to a silent gap. The series carries the
+#: thresholds the rules were made for (label ``thresholds``: ``Thresholds.key``): the page
+#: reads only rules made for its own.
+RULES_VERSION = 5
+RULE_INTERVAL = 60.0
+#: The rules' windows: a minute for gauges, two for counters (a rate needs two samples, and a
+#: one-minute scrape gives one per minute).
+RULE_R = duration(RULE_INTERVAL - EDGE)
+RULE_RR = duration(2 * RULE_INTERVAL - EDGE)
+
+NOT_EMPTY = '!=""'
+CBY = "node, namespace, pod, container, uuid"
+GBY = "node, gpu, uuid"
+#: A straggler group: the devices of one workload and GPU model (:mod:`..analysis.stragglers`).
+GROUP = "namespace, workload, model"
+#: One device of a straggler group.
+MEMBER = f"node, uuid, {GROUP}"
+
+
+class Steps:
+    """Per step, each device's and container's signals on the nodes ``match`` names (all
+    without it): gauges over ``r``, counters' rates over ``rr`` (two scrape intervals at
+    least). From the raw series, or (``rules``) the ``gpuscope-dashboard`` recording rules:
+    the mean (``avg_over_time``) or highest (``max_over_time``) of the step's minutes,
+    the same values as the raw ones when the step is a minute and the rules were evaluated
+    on the step's times (approximately so otherwise)."""
+
+    def __init__(self, r: str, rr: str, rules: bool = False,
+                 match: Mapping[str, str] | None = None) -> None:
+        self.r = r
+        self.rr = rr
+        self.rules = rules
+        self.match = dict(match or {})
+
+    def sel(self, metric: str, extra: Mapping[str, str] | None = None) -> str:
+        """``metric`` on this step's nodes, with ``extra`` matchers."""
+        return selector(metric, {**self.match, **(extra or {})})
+
+    def _recorded(self, fn: str, key: str, by: str = GBY) -> str:
+        return f"max by ({by}) ({fn}({self.sel(RULES[key])}[{self.r}]))"
+
+    def util_max(self) -> str:
+        """The highest utilization sample in the step (a step is idle when below)."""
+        if self.rules:
+            return self._recorded("max_over_time", "util_max")
+        return f"max by ({GBY}) (max_over_time({self.sel('gpu_utilization_ratio')}[{self.r}]))"
+
+    def util(self) -> str:
+        """Mean utilization: busy counter, else the gauge."""
+        if self.rules:
+            return self._recorded("avg_over_time", "util")
+        return _util_step(self.rr, self.match)
+
+    def active(self, name: str) -> str:
+        """GPM ``sm``/``tensor``/``dram`` activity."""
+        if self.rules:
+            return self._recorded("avg_over_time", name)
+        return _rate(f"gpu_{name}_active_seconds_total", self.rr, self.match)
+
+    def power(self) -> str:
+        """Mean watts: energy counter, else the gauge."""
+        if self.rules:
+            return self._recorded("avg_over_time", "power")
+        return _power_step(self.rr, self.match)
+
+    def limit(self) -> str:
+        return f"max by ({GBY}) (max_over_time({self.sel('gpu_power_limit_watts')}[{self.r}]))"
+
+    def workload(self, compute: bool = False, model: bool = False) -> str:
+        """Per device and workload (``node, uuid, namespace, workload``), the summed
+        utilization of the workload's containers on the device (``compute``: from the
+        containers' signals even with ``rules``, as the rule recording it does, with the
+        device's ``model``). ``model``: with the device's GPU model (from ``gpu_info``, ""
+        where it has none): per device of each straggler group (:data:`MEMBER`)."""
+        by = MEMBER if model else "node, uuid, namespace, workload"
+        if self.rules and not compute:
+            return self._recorded("avg_over_time", "workload", by)
+        pods = self.sel("gpu_pod_info", {"workload": NOT_EMPTY})
+        mine = (f"sum by (node, uuid, namespace, workload) ({self.cutil()}"
+                f" * on (node, namespace, pod) group_left (workload)"
+                f" topk by (node, namespace, pod) (1, {pods}))")
+        if not (model or compute):
+            return mine
+        info = self.sel("gpu_info")
+        models = f"topk by (node, uuid) (1, max by (node, uuid, model) ({info}))"
+        return (f"({mine} * on (node, uuid) group_left (model) {models}"
+                f" or {mine} unless on (node, uuid) {info})")
+
+    def held_share(self) -> str:
+        """Each container's share of the device it holds in the step
+        (``container_gpu_allocated``: each of ``n`` holders ``1/n``), labelled with its
+        pod's ``workload`` (from ``gpu_pod_info``; none for a pod without one). Recorded
+        (``container:gpu_held_share:max1m``): the showback's two rules read it."""
+        if self.rules:
+            return self._recorded("max_over_time", "held_share", f"{CBY}, workload")
+        held = (f"(max by ({CBY}) (max_over_time("
+                f"{self.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}"
+                f"[{self.r}])) > 0)")
+        share = f"({held} / on (node, uuid) group_left () count by (node, uuid) ({held}))"
+        pods = (f"topk by (node, namespace, pod) (1, max by (node, namespace, pod, workload)"
+                f" (max_over_time({self.sel('gpu_pod_info')}[{self.r}])))")
+        return (f"({share} * on (node, namespace, pod) group_left (workload) {pods}"
+                f" or {share} unless on (node, namespace, pod) {pods})")
+
+    def holdings(self, used: bool = False) -> str:
+        """Who holds what in the step (the showback, :class:`~gpuscope.dashboard.series.
+        Holding`): per node, namespace and workload, the devices its containers hold
+        (:meth:`held_share`), or with ``used`` their utilization of them while they hold
+        them; the whole GPUs together, each MIG slice on its own (label ``uuid``: the page
+        prices it at its share of its GPU)."""
+        mine = self.held_share()
+        if used:
+            cutil = self.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+            mine = (f"(max by ({CBY}) (avg_over_time({cutil}[{self.r}]))"
+                    f" * on ({CBY}) group_left (workload) ({mine} > bool 0))")
+        slices = (f"max by (node, uuid) (max_over_time("
+                  f"{self.sel('gpu_info', {'parent_uuid': NOT_EMPTY})}[{self.r}]))")
+        return (f"sum by (node, namespace, workload) ({mine} unless on (node, uuid) {slices})"
+                f" or sum by (node, namespace, workload, uuid) ({mine} and on (node, uuid)"
+                f" {slices})")
+
+    def cutil(self) -> str:
+        """Each container's mean utilization of each device it uses."""
+        if self.rules:
+            return self._recorded("avg_over_time", "cutil", CBY)
+        cutil = self.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+        return f"max by ({CBY}) (avg_over_time({cutil}[{self.r}]))"
