@@ -42,7 +42,7 @@ from gpuscope.dashboard.verdicts.owners import OwnerCost, showback
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
 from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
 from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
-from gpuscope.dashboard.verdicts.stragglers import Group, stragglers
+from gpuscope.dashboard.verdicts.stragglers import Group, GroupKey, stragglers
 from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
 from gpuscope.dashboard.verdicts.waste import waste
 
@@ -651,11 +651,10 @@ def _build_fleet_view(
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
     groups = {g.key: g for g in strag.groups}
-    group_evidence: dict[tuple[str, str, str], _GroupEvidence] = {}
+    group_evidence: dict[GroupKey, _GroupEvidence] = {}
     for one in strag.stragglers:
-        key = (one.namespace, one.workload, one.model)
-        if key not in group_evidence:
-            group_evidence[key] = _group_evidence(groups.get(key), data.evidence)
+        if one.key not in group_evidence:
+            group_evidence[one.key] = _group_evidence(groups.get(one.key), data.evidence)
     evidence_seconds = min(th.straggler_duration, window.seconds)
 
     def group_price(group: Group | None) -> float | None:
@@ -671,14 +670,12 @@ def _build_fleet_view(
             gpu=_gpu_index(data, s.gpu), value=s.value, median=s.median,
             since=s.since, seconds=s.seconds, required_seconds=s.required_seconds,
             devices=s.devices, kind=s.kind, signal=s.signal, model=s.model,
-            evidence=_evidence(s, group_evidence[(s.namespace, s.workload, s.model)],
-                               data.evidence, evidence_seconds),
+            evidence=_evidence(s, group_evidence[s.key], data.evidence, evidence_seconds),
             uuid=s.gpu.uuid,
-            price_per_hour=group_price(groups.get((s.namespace, s.workload, s.model))),
+            price_per_hour=group_price(groups.get(s.key)),
         )
         for s in sorted(strag.stragglers, key=lambda s: (
-            -(group_price(groups.get((s.namespace, s.workload, s.model))) or 0.0),
-            s.namespace, s.workload, s.gpu))
+            -(group_price(groups.get(s.key)) or 0.0), s.namespace, s.workload, s.gpu))
         if wanted(s.namespace)
     )
 
@@ -741,8 +738,8 @@ def _build_fleet_view(
     default_workload = next(
         (f"{r.namespace}/{r.workload}" for kind in ("slow", "stalled")
          for r in straggler_rows if r.kind == kind),
-        next((f"{g.key[0]}/{g.key[1]}" for g in strag.groups
-              if len(g.devices) >= 2 and wanted(g.key[0])), workloads[0] if workloads else None),
+        next((f"{g.key[1]}/{g.key[2]}" for g in strag.groups
+              if len(g.devices) >= 2 and wanted(g.key[1])), workloads[0] if workloads else None),
     )
     all_nodes = tuple(sorted(gpu_nodes | set(data.nodes) | set(summaries)))
     return FleetView(

@@ -21,6 +21,7 @@ import msgspec
 
 from gpuscope.dashboard.data.http import PromApi, reject_credentials_in_url
 from gpuscope.dashboard.data.promql import (
+    GROUP_CLUSTER,
     any_of,
     duration,
     node_equal,
@@ -277,10 +278,13 @@ class PrometheusStore:
 
     def _keyed(self, labels: dict[str, str]) -> dict[str, str]:
         """A series' labels with its node as its node key (``cluster/node``, where it has a
-        cluster) and without the cluster label."""
+        cluster) and without the cluster label; a series of no node (a workload's, a
+        straggler group's) keeps its cluster as :data:`~.promql.GROUP_CLUSTER`."""
         cluster = labels.pop(self.cluster_label, "")
         if cluster and "node" in labels:
             labels["node"] = node_key(cluster, labels["node"])
+        elif cluster:
+            labels[GROUP_CLUSTER] = cluster
         return labels
 
     def range(self, promql: str, window: Window) -> list[tuple[dict[str, str], Series]]:

@@ -98,18 +98,36 @@ def node_parts(key: str) -> tuple[str, str]:
     return (cluster, node) if sep else ("", key)
 
 
+#: Where an answer's series of no node (a workload's, a straggler group's) keeps its
+#: cluster (a series of a node has it in its node key).
+GROUP_CLUSTER = "cluster"
+
+
+def cluster_of_series(labels: Mapping[str, str]) -> str:
+    """The cluster of a store's answer's series: its node key's, else
+    :data:`GROUP_CLUSTER`'s ("" in a store of one cluster)."""
+    node = labels.get("node")
+    return node_parts(node)[0] if node else labels.get(GROUP_CLUSTER, "")
+
+
+#: The labels whose values are a cluster's own: a node, and a workload (a job of one name
+#: runs in several clusters: each cluster's is a run of its own, and its straggler group).
+CLUSTER_KEYED = frozenset({"node", "workload"})
+
+
 def scoped(promql: str, cluster: str) -> str:
     """``promql`` with the label ``cluster`` in every ``by (...)`` and ``on (...)`` list that
-    names ``node`` (``max by (cluster, node, gpu, uuid)``, ``and on (cluster, node, uuid)``):
-    each node is its cluster's, where a store holds several clusters under that label (an
-    absent label is an empty value: one cluster's data groups as before). String literals
-    are left as they are."""
+    names ``node`` or ``workload`` (:data:`CLUSTER_KEYED`: ``max by (cluster, node, gpu,
+    uuid)``, ``and on (cluster, node, uuid)``, ``quantile by (cluster, namespace, workload,
+    model)``): each node and each workload is its cluster's, where a store holds several
+    clusters under that label (an absent label is an empty value: one cluster's data
+    groups as before). String literals are left as they are."""
     if not _LABEL_NAME.match(cluster):
         raise ValueError(f"bad label name {cluster!r}")
 
     def add(m: re.Match[str]) -> str:
         labels = [label.strip() for label in m.group(3).split(",")]
-        if "node" not in labels or cluster in labels:
+        if CLUSTER_KEYED.isdisjoint(labels) or cluster in labels:
             return m.group(0)
         return f"{m.group(1)}{m.group(2)}({cluster}, {m.group(3).strip()})"
 

@@ -29,6 +29,7 @@ from gpuscope.dashboard.plan.runs import (
     _merge_signals,
     _StragglerRuns,
     _summaries,
+    _workload_key,
     detail_nodes,
 )
 from gpuscope.dashboard.series import (
@@ -115,8 +116,9 @@ class PrometheusData(PlanQueries):
         silent: set[GpuRef] = set()
         held_nodes: set[str] = set()
         held_refs: set[ContainerRef] = set()
-        judged: set[tuple[str, str]] = set()
-        slow: set[tuple[str, str]] = set()
+        # Workloads by (cluster, namespace, workload): a job of one name in two clusters is two.
+        judged: set[tuple[str, str, str]] = set()
+        slow: set[tuple[str, str, str]] = set()
         # The devices the stragglers' rules flag at the end (one-minute steps), by group.
         flagged: dict[GroupKey, dict[GpuRef, str]] = {}
         straggler_rules = False
@@ -132,7 +134,7 @@ class PrometheusData(PlanQueries):
                 held_nodes.add(ref.node)
                 held_refs.add(_cref(lab))
             elif stat == "candidate":
-                key2 = (lab.get("namespace", ""), lab.get("workload", ""))
+                key2 = _workload_key(lab)
                 judged.add(key2)
                 if lab.get("kind") == "slow":
                     slow.add(key2)
@@ -200,8 +202,9 @@ class PrometheusData(PlanQueries):
             # where the straggler candidates' workloads have pods.
             named |= {lab.get("node", "") for lab, _ in first_res["sharers"]}
             named |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
-            workloads = judged | {key[:2] for key in flagged}
-            named |= {p.node for p in pods.values() if (p.namespace, p.workload) in workloads}
+            workloads = judged | {key[:3] for key in flagged}
+            named |= {p.node for p in pods.values()
+                      if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
             inventory = read_devices(detail_nodes(named, summaries, self.detail_share), True)
         member_rows = (inventory if lean else first_res)["members"]
 
@@ -221,11 +224,12 @@ class PrometheusData(PlanQueries):
         for c in members:
             gpu = c.gpu
             sharers[gpu] = sharers.get(gpu, 0) + 1
-        workload_nodes: dict[tuple[str, str], set[str]] = {}
+        workload_nodes: dict[tuple[str, str, str], set[str]] = {}
         for c in members:
             pod = pods.get(c.pod_key)
             if pod is not None and pod.workload:
-                workload_nodes.setdefault((c.namespace, pod.workload), set()).add(c.node)
+                workload_nodes.setdefault((node_parts(c.node)[0], c.namespace, pod.workload),
+                                          set()).add(c.node)
         history = window.end - hs
         ask = FollowUp(
             idle={g.node for g in idle_now},
@@ -243,7 +247,7 @@ class PrometheusData(PlanQueries):
             # Who uses what came first: the devices of the nodes that need them, asked now.
             named |= set(ask.shared) | set(ask.candidates)
             named |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
-            named |= {n for key in flagged for n in workload_nodes.get(key[:2], ())}
+            named |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
             inventory = read_devices(detail_nodes(named, summaries, self.detail_share), False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' step histories, which replace any
@@ -254,7 +258,7 @@ class PrometheusData(PlanQueries):
         if summarize:
             # The stragglers' rules at the end say which workloads can hold one: their
             # evidence now, and their steps only where the summaries do not describe them.
-            flagged_workloads = {key[:2] for key in flagged}
+            flagged_workloads = {key[:3] for key in flagged}
             strag_ask: dict[str, Any] = {} if not straggler_rules else {
                 "candidates": (), "slow": (),
                 "evidence": {n for k in flagged_workloads for n in workload_nodes.get(k, ())},
@@ -311,12 +315,12 @@ class PrometheusData(PlanQueries):
             strag = _StragglerRuns.parse(rows, runs.grid)
             whole, rest = strag.split(flagged, groups, spin_now | {
                 g for g, n in sharers.items() if n >= 2})
-            rest_workloads = {key[:2] for key in rest}
+            rest_workloads = {key[:3] for key in rest}
             again = replace(
                 again,
                 candidates={n for k in rest_workloads for n in workload_nodes.get(k, ())},
                 slow={n for key in rest if "slow" in flagged[key].values()
-                      for n in workload_nodes.get(key[:2], ())})
+                      for n in workload_nodes.get(key[:3], ())})
             strag_containers, strag_signals = strag.synthesize(whole, groups, th.slow_busy)
             strag_devices = {g for key in whole for g in groups[key]}
             extra = self.second_round(window, again, namespace, rules, by_node=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.dashboard.data.prometheus import _cref, _gref
+from gpuscope.dashboard.data.promql import cluster_of_series
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
     ContainerRef,
@@ -165,7 +166,14 @@ class _FullRuns:
 
 
 def _group_key(lab: Mapping[str, str]) -> GroupKey:
-    return lab.get("namespace", ""), lab.get("workload", ""), lab.get("model", "")
+    """The straggler group of a store's answer's series (a device's, or a group's own)."""
+    return (cluster_of_series(lab), lab.get("namespace", ""), lab.get("workload", ""),
+            lab.get("model", ""))
+
+
+def _workload_key(lab: Mapping[str, str]) -> tuple[str, str, str]:
+    """The workload (cluster, namespace, workload) of a store's answer's series."""
+    return cluster_of_series(lab), lab.get("namespace", ""), lab.get("workload", "")
 
 
 @dataclass

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
+from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.data.recorded import GBY, GROUP, MEMBER, RULES, Steps
 from gpuscope.dashboard.series import (
     ContainerRef,
@@ -57,7 +58,9 @@ THRESHOLDS = (
     Threshold("slow_busy", "ratio", "... while every GPU of the group is at least this busy"),
 )
 
-GroupKey = tuple[str, str, str]  # namespace, workload, GPU model
+#: A straggler group: cluster ("" in a store of one cluster: a job of one name in two
+#: clusters is two runs), namespace, workload, GPU model.
+GroupKey = tuple[str, str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,12 @@ class Straggler:
     kind: str = "stalled"
     signal: str = "utilization"
     model: str = ""
+    cluster: str = ""
+
+    @property
+    def key(self) -> GroupKey:
+        """Its group's key."""
+        return (self.cluster, self.namespace, self.workload, self.model)
 
     @property
     def utilization(self) -> float:
@@ -116,10 +125,12 @@ def group_of(ref: ContainerRef, pods: Mapping[PodKey, PodInfo],
     info = pods.get(ref.pod_key)
     if info is None or not info.workload:
         return None
+    cluster = node_parts(ref.node)[0]
     found = gpus.get(ref.gpu)
     if found is not None:
-        return (ref.namespace, info.workload, found.model)
-    return (ref.namespace, info.workload, node_models.get(ref.node, "") if node_models else "")
+        return (cluster, ref.namespace, info.workload, found.model)
+    return (cluster, ref.namespace, info.workload,
+            node_models.get(ref.node, "") if node_models else "")
 
 
 def workload_groups(
@@ -203,13 +214,14 @@ def _stalled(group: Group, window: Window, history_start: float, required: float
         if run is None or not holds(run, required):
             continue
         run_times = own[run.first_index:]
-        namespace, workload, model = group.key
+        cluster, namespace, workload, model = group.key
         found.append(Straggler(
             namespace=namespace, workload=workload, gpu=gpu, pods=group.pods[gpu],
             value=sum(values[t] for t in run_times) / len(run_times),
             median=sum(medians[t] for t in run_times) / len(run_times),
             since=run.start, seconds=run.seconds, required_seconds=required,
             devices=len(group.devices), kind="stalled", signal="utilization", model=model,
+            cluster=cluster,
         ))
     return found
 
@@ -260,13 +272,13 @@ def _slow(group: Group, signals: WorkSignals, window: Window, history_start: flo
         if run is None or not holds(run, required):
             continue
         run_times = own[run.first_index:]
-        namespace, workload, model = group.key
+        cluster, namespace, workload, model = group.key
         found.append(Straggler(
             namespace=namespace, workload=workload, gpu=gpu, pods=group.pods[gpu],
             value=sum(mine[t] for t in run_times) / len(run_times),
             median=sum(medians[t] for t in run_times) / len(run_times),
             since=run.start, seconds=run.seconds, required_seconds=required,
-            devices=len(members), kind="slow", signal=signal, model=model,
+            devices=len(members), kind="slow", signal=signal, model=model, cluster=cluster,
         ))
     return found
 

@@ -24,7 +24,7 @@ from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts.owners import rollup
 from gpuscope.dashboard.views import FleetView, page_view
 from tests.dashboard.test_showback import add_up
-from tests.stores import fleet_in_both
+from tests.stores import fleet_in_both, replay_rules
 
 NAME = "ip-10-0-1-23.ec2.internal"
 IDLE, BUSY = node_key("a", NAME), node_key("b", NAME)
@@ -123,6 +123,11 @@ def test_node_keys_and_scoping() -> None:
         'max by (k8s, node, uuid) (x{pod="on (node)"}) and on (k8s, node, uuid) y')
     assert scoped("count by (namespace) (x) and on () y", "cluster") == (
         "count by (namespace) (x) and on () y")
+    # A workload is its cluster's too (a job of one name in two clusters is two runs).
+    assert scoped("quantile by (namespace, workload, model) (0.5, x) and on (namespace,"
+                  " workload) y", "cluster") == (
+        "quantile by (cluster, namespace, workload, model) (0.5, x) and on (cluster,"
+        " namespace, workload) y")
     assert node_matchers([IDLE, "other"], "cluster") == {
         "node": f'=~"{NAME.replace(".", chr(92) * 2 + ".")}|other"', "cluster": '=~"|a"'}
     assert node_matchers(["n1", "n2"], "cluster") == {"node": '=~"n1|n2"', "cluster": '=~""'}
@@ -167,3 +172,40 @@ def test_a_cluster_stated_on_gpu_node_info_alone_keeps_the_nodes_price(
             [row] = view.idle_rows
             assert (row.node, row.instance_type) == (NAME, "g5.12xlarge"), store.kind
             assert row.price_per_hour is not None and view.kpis.unpriced_nodes == (), store.kind
+
+
+def test_a_job_of_one_name_in_two_clusters_is_two_straggler_groups(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One Helm chart, two clusters: the same training job (namespace, workload, pods, node
+    names and GPU UUIDs alike) runs in ``a`` and in ``b``, each with its stalled rank. Each
+    cluster's job is a group of its own (8 GPUs, its node's $/hour held back), not one
+    group of 16, on both stores, raw and with the recording rules (vmalert)."""
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    job, = F.layout({"straggler": 1})
+    fleet = F.Fleet(F.Shape(2, 60.0, WINDOW, end),
+                    [replace(job, cluster="a"), replace(job, cluster="b")])
+    p5 = bundled_prices().node_price("p5.48xlarge", "on-demand").per_hour
+    work = tmp_path_factory.mktemp("twins")
+    views = {}
+    with fleet_in_both(fleet, work) as (prometheus, vm):
+        for store in (prometheus, vm):
+            prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+            try:
+                views[store.kind] = page_view(prom, WINDOW, bundled_prices())
+            finally:
+                prom.close()
+        replay_rules(vm, fleet.shape.start, end, work)
+        prom = PrometheusData(vm.url, clock=lambda: end, timeout=60)
+        try:
+            views["victoriametrics with the rules"] = page_view(prom, WINDOW, bundled_prices())
+            assert prom.rules_loaded(views["victoriametrics with the rules"].window)
+        finally:
+            prom.close()
+    for kind, view in views.items():
+        rows = view.straggler_rows
+        assert sorted(node_parts(r.node)[0] for r in rows) == ["a", "b"], (kind, rows)
+        assert all(r.devices == 8 and r.kind == "stalled" for r in rows), kind
+        assert all(r.price_per_hour == pytest.approx(p5) for r in rows), kind
+        assert view.workloads_checked == 2, kind
+        # Scoped to one cluster: its own run alone.
+        assert len({r.workload for r in rows}) == 1

@@ -382,7 +382,7 @@ def test_straggler_summaries_give_the_verdicts_of_the_steps(
     summary = _StragglerRuns(grid)
     by_group = {g.key: g for g in real.groups}
     for s in real.stragglers:
-        key = (s.namespace, s.workload, s.model)
+        key = s.key
         summary.runs.setdefault(key, {})[s.gpu] = (s.kind, s.signal, s.value)
         summary.medians[(key, s.kind)] = (s.signal, s.median)
     flagged = {key: {g: kind for g, (kind, _, _) in runs.items()}

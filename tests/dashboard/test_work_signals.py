@@ -246,7 +246,7 @@ def test_a_workload_mixing_gpu_models_compares_like_with_like() -> None:
                  power={"0": 150.0, "1": 150.0, "2": 600.0, "3": 600.0})
     assert report.stragglers == ()
     assert report.workloads_checked == 2
-    assert {g.key[2] for g in report.groups} == {"A100", "H100"}
+    assert {g.key[3] for g in report.groups} == {"A100", "H100"}  # (cluster, ns, wl, model)
     # Within one model, the odd one out is still found.
     models["4"] = "H100"
     report = job({"0": 0.3, "1": 0.3, "2": 0.9, "3": 0.9, "4": 0.2}, models=models)
