@@ -57,7 +57,8 @@ def kpi_cards(view: FleetView) -> list[Component]:
              f"idle: < {fmt.pct(view.thresholds.idle_utilization)} for "
              f"{fmt.duration(view.thresholds.idle_duration)}; spinning: busy, no work"),
         card("Mean utilization", fmt.pct(k.mean_utilization), "over the window"),
-        card("Fleet cost", fmt.money(k.fleet_per_hour, per_hour=True), fleet_sub),
+        card("Fleet cost", fmt.money(k.fleet_per_hour, per_hour=True),
+             f"{fmt.money(k.spent)} over the window; {fleet_sub}"),
         card("Idle cost rate", fmt.money(k.burning_per_hour, per_hour=True),
              f"{k.idle_nodes} idle node{'s' if k.idle_nodes != 1 else ''}"
              + (f" + {k.idle_slices} MIG slice{'s' if k.idle_slices != 1 else ''}"

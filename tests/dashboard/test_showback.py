@@ -188,3 +188,8 @@ def test_the_workload_view_gains_the_runs_own_totals(demo_store: EmbeddedData) -
         assert service.run_totals(detail, "6h") is None
     finally:
         service.close()
+
+
+def test_the_fleet_cost_card_says_what_the_window_cost(demo: FleetView) -> None:
+    text = str(components.kpi_cards(demo))
+    assert f"{fmt.money(demo.kpis.spent)} over the window" in text
