@@ -514,9 +514,11 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
             source.close()
         out.update({f"page_load_{mode}_first_s": loads[0],
                     f"page_load_{mode}_s": statistics.median(loads[1:]),
+                    f"page_loads_{mode}_s": [round(t, 3) for t in loads[1:]],
                     f"queries_per_page_load_{mode}": per_load})
         print(f"{store.kind} page load in Chromium, view {mode.replace('_', ' ')}: first "
-              f"{loads[0]:.2f}s, then median {statistics.median(loads[1:]):.2f}s; "
+              f"{loads[0]:.2f}s, then median {statistics.median(loads[1:]):.2f}s "
+              f"({min(loads[1:]):.2f}-{max(loads[1:]):.2f}s); "
               f"{per_load:g} queries per page load", flush=True)
     return out
 
