@@ -5,32 +5,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuscope.dashboard.series import Evidence, GpuRef
-from gpuscope.dashboard.verdicts.stragglers import Group, Straggler
-
-__all__ = ["Compared", "StragglerEvidence"]
-
-
-@dataclass(frozen=True, slots=True)
-class Compared:
-    """One piece of a straggler's evidence: its own value against the workload's median
-    (None where unknown)."""
-
-    own: float | None
-    median: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class StragglerEvidence:
-    """``throttle``: seconds per second by reason (those where the straggler or its peers
-    throttle); ``seconds``: how far back it looks."""
-
-    throttle: Mapping[str, Compared] = field(default_factory=dict)
-    sm_clock_hertz: Compared = Compared(None, None)
-    temperature_celsius: Compared = Compared(None, None)
-    seconds: float = 0.0
+from gpuscope.dashboard.verdicts.stragglers import (
+    Compared,
+    Group,
+    Straggler,
+    StragglerEvidence,
+)
 
 
 def _median(values: list[float]) -> float | None:

@@ -20,7 +20,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuscope.dashboard import components, fmt, ids
-from gpuscope.dashboard.verdicts import owners, registry
+from gpuscope.dashboard.verdicts import (
+    allocated,
+    idle,
+    owners,
+    registry,
+    spinning,
+    starvation,
+    stragglers,
+)
 from gpuscope.dashboard.verdicts.page import PageContext, Row, State, StepVerdict, Table
 from gpuscope.dashboard.views import FleetView
 
@@ -30,13 +38,13 @@ Filler = Callable[[FleetView, State, int], tuple[list[Row], str, int]]
 
 def _idle(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     n = len(v.idle_rows)
-    return (components.idle_data(v.idle_rows[:limit], s),
+    return (idle.idle_data(v.idle_rows[:limit], s),
             components.count_note(n, "idle node", "idle nodes", "No idle nodes."), n)
 
 
 def _slices(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     n = len(v.slice_rows)
-    return (components.slice_data(v.slice_rows[:limit], s),
+    return (idle.slice_data(v.slice_rows[:limit], s),
             components.count_note(n, "idle MIG slice on a busy node",
                                   "idle MIG slices on busy nodes",
                                   "No idle MIG slice on a busy node."), n)
@@ -44,7 +52,7 @@ def _slices(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
 
 def _allocated(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     rows = v.allocated_idle_rows
-    return (components.allocated_data(rows[:limit], s),
+    return (allocated.allocated_data(rows[:limit], s),
             components.count_note(len(rows), "allocated-idle container",
                                   "allocated-idle containers",
                                   "No container holds a GPU it does not use.")
@@ -54,20 +62,20 @@ def _allocated(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]
 
 def _spinning(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     n = len(v.spinning_rows)
-    return (components.spinning_data(v.spinning_rows[:limit], s),
+    return (spinning.spinning_data(v.spinning_rows[:limit], s),
             components.count_note(n, "spinning GPU", "spinning GPUs", "No spinning GPUs."), n)
 
 
 def _starved(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     n = len(v.starved_rows)
-    return (components.starved_data(v.starved_rows[:limit], s),
+    return (starvation.starved_data(v.starved_rows[:limit], s),
             components.count_note(n, "starved container", "starved containers",
                                   "No starved containers."), n)
 
 
 def _shares(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     n = len(v.share_rows)
-    return (components.share_data(v.share_rows[:limit], s),
+    return (starvation.share_data(v.share_rows[:limit], s),
             components.count_note(n, "container on a time-sliced GPU",
                                   "containers on time-sliced GPUs",
                                   "No GPU is shared by several containers (time-slicing)."), n)
@@ -75,7 +83,7 @@ def _shares(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
 
 def _stragglers(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     n = len(v.straggler_rows)
-    return (components.straggler_data(v.straggler_rows[:limit], s),
+    return (stragglers.straggler_data(v.straggler_rows[:limit], s),
             components.count_note(n, "straggler", "stragglers", "No stragglers.")
             + f" {v.workloads_checked} workload(s) with two or more GPUs compared.", n)
 

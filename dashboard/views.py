@@ -11,7 +11,6 @@ from typing import Any
 
 from gpuscope.dashboard.data.source import DataSource
 from gpuscope.dashboard.evidence import (
-    StragglerEvidence,
     _evidence,
     _group_evidence,
     _GroupEvidence,
@@ -29,8 +28,10 @@ from gpuscope.dashboard.series import (
     summary_mean,
 )
 from gpuscope.dashboard.verdicts import Thresholds, registry
-from gpuscope.dashboard.verdicts.allocated import allocated_idle, held_usage
+from gpuscope.dashboard.verdicts.allocated import AllocatedIdleRow, allocated_idle, held_usage
 from gpuscope.dashboard.verdicts.idle import (
+    IdleRow,
+    SliceRow,
     fleet_of,
     gpu_states,
     idle_gpus,
@@ -40,9 +41,19 @@ from gpuscope.dashboard.verdicts.idle import (
 from gpuscope.dashboard.verdicts.mps import active_thread_shares
 from gpuscope.dashboard.verdicts.owners import OwnerCost, showback
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
-from gpuscope.dashboard.verdicts.spinning import spin_begins, spinning_gpus, spinning_steps
-from gpuscope.dashboard.verdicts.starvation import input_starved, timeslice_shares
-from gpuscope.dashboard.verdicts.stragglers import Group, GroupKey, stragglers
+from gpuscope.dashboard.verdicts.spinning import (
+    SpinningRow,
+    spin_begins,
+    spinning_gpus,
+    spinning_steps,
+)
+from gpuscope.dashboard.verdicts.starvation import (
+    ShareRow,
+    StarvedRow,
+    input_starved,
+    timeslice_shares,
+)
+from gpuscope.dashboard.verdicts.stragglers import Group, GroupKey, StragglerRow, stragglers
 from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
 from gpuscope.dashboard.verdicts.waste import waste
 
@@ -77,165 +88,6 @@ class Kpis:
     def idle_share(self) -> float | None:
         """The idle capacity's share of the fleet's $/hour."""
         return self.burning_per_hour / self.fleet_per_hour if self.fleet_per_hour > 0 else None
-
-
-@dataclass(frozen=True, slots=True)
-class IdleRow:
-    node: str
-    instance_type: str
-    gpus: int
-    idle_since: float
-    idle_seconds: float
-    price_per_hour: float | None
-    wasted: float | None
-    wasted_unallocated: float | None
-    wasted_allocated: float | None
-    allocated_gpus: int
-    required_seconds: float
-    history_seconds: float
-    spinning_gpus: int = 0
-    mig_gpus: int = 0
-    price_basis: str = "on-demand"
-
-    @property
-    def unallocated_gpus(self) -> int:
-        return self.gpus - self.allocated_gpus
-
-
-@dataclass(frozen=True, slots=True)
-class SliceRow:
-    """An idle MIG slice on a node that is busy otherwise."""
-
-    node: str
-    gpu: str
-    profile: str
-    share: float
-    signal: str
-    idle_since: float
-    idle_seconds: float
-    allocated: bool
-    price_per_hour: float | None
-    wasted: float | None
-    required_seconds: float
-    history_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class StarvedRow:
-    """``kind`` is ``time-slice`` or ``input-starved``; ``price_per_hour``: what the container
-    holds, in $/hour (its time-slice or MIG slice's share of its node's price; None: unknown
-    price)."""
-
-    kind: str
-    namespace: str
-    pod: str
-    container: str
-    node: str
-    gpu: str
-    utilization: float
-    detail: str
-    seconds: float | None = None
-    required_seconds: float | None = None
-    price_per_hour: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ShareRow:
-    node: str
-    gpu: str
-    namespace: str
-    pod: str
-    container: str
-    utilization: float
-    share: float | None
-    fair_share: float
-    sharers: int
-    gpu_utilization: float | None
-    starved: bool
-    starving_seconds: float
-    required_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class StragglerRow:
-    """``kind``: ``stalled`` (waits while its peers work: utilization far below the median)
-    or ``slow`` (works while its peers spin: SM activity, else power, far above it);
-    ``value`` and ``median`` are of ``signal`` (``utilization``, ``sm`` ratio, ``power``
-    watts), means over the straggling run; ``price_per_hour``: the $/hour of the group's
-    GPUs (``devices`` whole GPUs, each its share of its node's price), which the straggler
-    holds back (None: a price unknown)."""
-
-    namespace: str
-    workload: str
-    pods: tuple[str, ...]
-    node: str
-    gpu: str
-    value: float
-    median: float
-    since: float
-    seconds: float
-    required_seconds: float
-    devices: int
-    kind: str = "stalled"
-    signal: str = "utilization"
-    model: str = ""
-    evidence: StragglerEvidence = field(default_factory=StragglerEvidence)
-    uuid: str = ""
-    price_per_hour: float | None = None
-
-    @property
-    def utilization(self) -> float:
-        return self.value
-
-    @property
-    def ratio(self) -> float:
-        return self.value / self.median if self.median > 0 else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class SpinningRow:
-    """A GPU busy by utilization doing no work for long enough: a hung collective or a
-    busy-wait. ``signal``: ``gpm`` (SM, tensor and DRAM activity) or ``power``."""
-
-    node: str
-    gpu: str
-    uuid: str
-    pods: tuple[str, ...]          # "namespace/pod"
-    workloads: tuple[str, ...]     # "namespace/Kind/name"
-    signal: str
-    utilization: float
-    sm: float | None
-    tensor: float | None
-    dram: float | None
-    power_ratio: float | None
-    since: float
-    seconds: float
-    required_seconds: float
-    history_seconds: float
-    price_per_hour: float | None
-    price_basis: str
-
-
-@dataclass(frozen=True, slots=True)
-class AllocatedIdleRow:
-    """A container that holds a GPU, a MIG slice or a time-slice of a GPU and does not use
-    it; ``price_per_hour`` is its share of its node's price."""
-
-    namespace: str
-    pod: str
-    container: str
-    workload: str
-    node: str
-    gpu: str
-    holds: str
-    signal: str
-    usage: float
-    since: float
-    seconds: float
-    required_seconds: float
-    history_seconds: float
-    price_per_hour: float | None
-    price_basis: str
 
 
 @dataclass(frozen=True, slots=True)

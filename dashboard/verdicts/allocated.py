@@ -18,15 +18,17 @@ Host processes (empty namespace) hold nothing and are left out.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
 from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, Steps
+from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, Window
+from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -158,6 +160,47 @@ SECTION = Section(
     tables=(Table(ids.ALLOCATED_IDLE_TABLE, ids.ALLOCATED_IDLE_NOTE, ALLOCATED_COLUMNS,
                   order="price"),),
 )
+
+# -- its findings as table rows ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedIdleRow:
+    """A container that holds a GPU, a MIG slice or a time-slice of a GPU and does not use
+    it; ``price_per_hour`` is its share of its node's price."""
+
+    namespace: str
+    pod: str
+    container: str
+    workload: str
+    node: str
+    gpu: str
+    holds: str
+    signal: str
+    usage: float
+    since: float
+    seconds: float
+    required_seconds: float
+    history_seconds: float
+    price_per_hour: float | None
+    price_basis: str
+
+
+def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, state),
+            "container": r.container,
+            "workload": workload_link(r.namespace, r.workload, state),
+            "node": node_link(r.node, state), "holds": r.holds, "usage": r.usage,
+            "for": for_cell(r.seconds, r.required_seconds), "price": r.price_per_hour,
+            "signal": SIGNALS.get(r.signal, r.signal)
+            + ("" if r.price_basis == "on-demand" else f"; priced {r.price_basis}"),
+        }
+        for r in rows
+    ]
+
 
 # -- as PromQL --------------------------------------------------------------------------------
 # Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.

@@ -15,16 +15,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuscope.dashboard import ids
+from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, Steps
+from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
+from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
-from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -364,6 +366,91 @@ SECTION = Section(
                   heading="Idle MIG slices on busy nodes", order="price")),
     header_id=ids.WASTE_TOTAL,
 )
+
+# -- its findings as table rows ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IdleRow:
+    node: str
+    instance_type: str
+    gpus: int
+    idle_since: float
+    idle_seconds: float
+    price_per_hour: float | None
+    wasted: float | None
+    wasted_unallocated: float | None
+    wasted_allocated: float | None
+    allocated_gpus: int
+    required_seconds: float
+    history_seconds: float
+    spinning_gpus: int = 0
+    mig_gpus: int = 0
+    price_basis: str = "on-demand"
+
+    @property
+    def unallocated_gpus(self) -> int:
+        return self.gpus - self.allocated_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class SliceRow:
+    """An idle MIG slice on a node that is busy otherwise."""
+
+    node: str
+    gpu: str
+    profile: str
+    share: float
+    signal: str
+    idle_since: float
+    idle_seconds: float
+    allocated: bool
+    price_per_hour: float | None
+    wasted: float | None
+    required_seconds: float
+    history_seconds: float
+
+
+def idle_data(rows: Sequence[IdleRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "node": node_link(r.node, state),
+            "instance_type": r.instance_type or "unknown",
+            "gpus": r.gpus,
+            "idle_since": since_cell(r.idle_since, r.idle_seconds, r.history_seconds),
+            "idle_for": fmt.duration(r.idle_seconds),
+            "price": r.price_per_hour,
+            "price_basis": r.price_basis if r.price_per_hour is not None else "no price",
+            "wasted": r.wasted,
+            "unallocated": r.unallocated_gpus,
+            "wasted_unallocated": r.wasted_unallocated,
+            "allocated": r.allocated_gpus,
+            "wasted_allocated": r.wasted_allocated,
+            "spinning": r.spinning_gpus,
+            "evidence": (f"needs {fmt.duration(r.required_seconds)}; history "
+                         f"{fmt.duration(r.history_seconds)}"
+                         + (f"; {r.mig_gpus} GPU(s) in MIG mode, judged by their slices"
+                            if r.mig_gpus else "")
+                         + ("; spinning GPUs count as idle: busy by utilization, no work"
+                            if r.spinning_gpus else "")),
+        }
+        for r in rows
+    ]
+
+
+def slice_data(rows: Sequence[SliceRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "node": node_link(r.node, state), "gpu": r.gpu, "profile": r.profile,
+            "share": r.share, "idle_for": for_cell(r.idle_seconds, r.required_seconds),
+            "held": "yes" if r.allocated else "no", "price": r.price_per_hour,
+            "wasted": r.wasted, "signal": SIGNALS.get(r.signal, r.signal),
+        }
+        for r in rows
+    ]
+
 
 # -- as PromQL --------------------------------------------------------------------------------
 # Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.

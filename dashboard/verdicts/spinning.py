@@ -16,15 +16,17 @@ A missing value fails the step, so a device that lacks a signal is never called 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuscope.dashboard import ids
+from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.recorded import Steps
+from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import GpuRef, Series, Window, WorkSignals
+from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, pods_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -294,6 +296,54 @@ SECTION = Section(
           "a busy-wait. They count as idle in the cost above.",
     tables=(Table(ids.SPINNING_GPUS_TABLE, ids.SPINNING_NOTE, SPINNING_COLUMNS, order="price"),),
 )
+
+# -- its findings as table rows ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpinningRow:
+    """A GPU busy by utilization doing no work for long enough: a hung collective or a
+    busy-wait. ``signal``: ``gpm`` (SM, tensor and DRAM activity) or ``power``."""
+
+    node: str
+    gpu: str
+    uuid: str
+    pods: tuple[str, ...]          # "namespace/pod"
+    workloads: tuple[str, ...]     # "namespace/Kind/name"
+    signal: str
+    utilization: float
+    sm: float | None
+    tensor: float | None
+    dram: float | None
+    power_ratio: float | None
+    since: float
+    seconds: float
+    required_seconds: float
+    history_seconds: float
+    price_per_hour: float | None
+    price_basis: str
+
+
+def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    out: list[Row] = []
+    for r in rows:
+        if r.signal == "gpm":
+            work = (f"SM {fmt.pct(r.sm)}, tensor {fmt.pct(r.tensor)}, "
+                    f"DRAM {fmt.pct(r.dram)}")
+        else:
+            work = f"power {fmt.pct(r.power_ratio)} of its limit"
+        out.append({
+            "node": node_link(r.node, state), "gpu": r.gpu, "pods": pods_cell(r.pods, state),
+            "workload": ", ".join(workload_link(w.partition("/")[0], w.partition("/")[2], state)
+                                  for w in r.workloads),
+            "utilization": r.utilization, "work": work,
+            "for": for_cell(r.seconds, r.required_seconds), "price": r.price_per_hour,
+            "signal": SIGNALS.get(r.signal, r.signal)
+            + ("" if r.price_basis == "on-demand" else f"; priced {r.price_basis}"),
+        })
+    return out
+
 
 # -- as PromQL --------------------------------------------------------------------------------
 # Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.

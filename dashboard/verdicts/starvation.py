@@ -13,13 +13,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuscope.dashboard import ids
+from gpuscope.dashboard import fmt, ids
+from gpuscope.dashboard.links import node_link, pod_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, UtilStats, Window
+from gpuscope.dashboard.verdicts.cells import for_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 BUSY_THRESHOLD = 0.9
 SHARE_FACTOR = 0.5
@@ -217,3 +219,73 @@ SECTION = Section(
             Table(ids.TIMESLICE_TABLE, ids.TIMESLICE_NOTE, SHARE_COLUMNS,
                   heading="Time-sliced GPUs: each container's share")),
 )
+
+# -- its findings as table rows ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StarvedRow:
+    """``kind`` is ``time-slice`` or ``input-starved``; ``price_per_hour``: what the container
+    holds, in $/hour (its time-slice or MIG slice's share of its node's price; None: unknown
+    price)."""
+
+    kind: str
+    namespace: str
+    pod: str
+    container: str
+    node: str
+    gpu: str
+    utilization: float
+    detail: str
+    seconds: float | None = None
+    required_seconds: float | None = None
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRow:
+    node: str
+    gpu: str
+    namespace: str
+    pod: str
+    container: str
+    utilization: float
+    share: float | None
+    fair_share: float
+    sharers: int
+    gpu_utilization: float | None
+    starved: bool
+    starving_seconds: float
+    required_seconds: float
+
+
+def starved_data(rows: Sequence[StarvedRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "kind": "time-slice starved" if r.kind == "time-slice" else
+                    "input-starved (suspected)",
+            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, state),
+            "container": r.container, "node": node_link(r.node, state),
+            "gpu": r.gpu, "utilization": r.utilization,
+            "for": (for_cell(r.seconds, r.required_seconds)
+                    if r.seconds is not None and r.required_seconds is not None else "window"),
+            "why": r.detail, "price": r.price_per_hour,
+        }
+        for r in rows
+    ]
+
+
+def share_data(rows: Sequence[ShareRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "node": node_link(r.node, state), "gpu": r.gpu, "gpu_busy": r.gpu_utilization,
+            "container": f"{r.namespace}/{r.pod}/{r.container}", "utilization": r.utilization,
+            "share": r.share, "fair_share": r.fair_share,
+            "starved": (f"yes, {fmt.duration(r.starving_seconds)}" if r.starved else
+                        f"starving {fmt.duration(r.starving_seconds)} of "
+                        f"{fmt.duration(r.required_seconds)}" if r.starving_seconds else "no"),
+        }
+        for r in rows
+    ]

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpuscope.dashboard import ids
+from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.data.recorded import GBY, GROUP, MEMBER, RULES, Steps
+from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
@@ -35,8 +36,9 @@ from gpuscope.dashboard.series import (
     Window,
     WorkSignals,
 )
+from gpuscope.dashboard.verdicts.cells import for_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
-from gpuscope.dashboard.verdicts.page import Column, Section, Table, Threshold
+from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -384,6 +386,128 @@ SECTION = Section(
     tables=(Table(ids.STRAGGLERS_TABLE, ids.STRAGGLERS_NOTE, STRAGGLER_COLUMNS,
                   order="price"),),
 )
+
+# -- its findings as table rows ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One piece of a straggler's evidence: its own value against the workload's median
+    (None where unknown)."""
+
+    own: float | None
+    median: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerEvidence:
+    """``throttle``: seconds per second by reason (those where the straggler or its peers
+    throttle); ``seconds``: how far back it looks."""
+
+    throttle: Mapping[str, Compared] = field(default_factory=dict)
+    sm_clock_hertz: Compared = Compared(None, None)
+    temperature_celsius: Compared = Compared(None, None)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerRow:
+    """``kind``: ``stalled`` (waits while its peers work: utilization far below the median)
+    or ``slow`` (works while its peers spin: SM activity, else power, far above it);
+    ``value`` and ``median`` are of ``signal`` (``utilization``, ``sm`` ratio, ``power``
+    watts), means over the straggling run; ``price_per_hour``: the $/hour of the group's
+    GPUs (``devices`` whole GPUs, each its share of its node's price), which the straggler
+    holds back (None: a price unknown)."""
+
+    namespace: str
+    workload: str
+    pods: tuple[str, ...]
+    node: str
+    gpu: str
+    value: float
+    median: float
+    since: float
+    seconds: float
+    required_seconds: float
+    devices: int
+    kind: str = "stalled"
+    signal: str = "utilization"
+    model: str = ""
+    evidence: StragglerEvidence = field(default_factory=StragglerEvidence)
+    uuid: str = ""
+    price_per_hour: float | None = None
+
+    @property
+    def utilization(self) -> float:
+        return self.value
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.median if self.median > 0 else 0.0
+
+
+_MEASURES = {"utilization": "utilization", "sm": "SM activity", "power": "power"}
+
+
+def _measure(signal: str, value: float) -> str:
+    return f"{value:.0f} W" if signal == "power" else fmt.pct(value)
+
+
+#: Throttle reasons in the order a cause is named; ``app_clocks`` ("any of those") and
+#: ``base_clocks`` only sum the others up, and ``low_utilization`` is idle clocks.
+CAUSES = ("thermal", "sw_thermal", "hw_thermal", "power", "hw_power_brake", "reliability",
+          "board_limit", "sync_boost")
+_CAUSE_NAMES = {"thermal": "heat", "sw_thermal": "heat", "hw_thermal": "heat",
+                "power": "power cap", "hw_power_brake": "power brake",
+                "reliability": "reliability limit", "board_limit": "board limit",
+                "sync_boost": "sync boost"}
+
+
+def evidence_text(e: StragglerEvidence) -> str:
+    """Its cause, as the throttling by reason, SM clock and temperature show it against the
+    workload's median: ``throttled by heat: thermal 50% of the time (median 0%), ...``."""
+    parts = []
+    throttled = sorted(
+        ((r, c) for r, c in e.throttle.items()
+         if r in CAUSES and (c.own or 0.0) >= 0.05 and (c.own or 0.0) - (c.median or 0.0) >= 0.05),
+        key=lambda rc: (-(rc[1].own or 0.0), CAUSES.index(rc[0])))[:3]
+    if throttled:
+        cause = _CAUSE_NAMES[throttled[0][0]]
+        parts.append(f"throttled by {cause}: " + ", ".join(
+            f"{r} {fmt.pct(c.own)} of the time (median {fmt.pct(c.median)})"
+            for r, c in throttled))
+    else:
+        parts.append("not throttled more than its peers")
+    clock, temp = e.sm_clock_hertz, e.temperature_celsius
+    if clock.own is not None:
+        parts.append(f"SM clock {clock.own / 1e9:.2f} GHz"
+                     + (f" (median {clock.median / 1e9:.2f})" if clock.median else ""))
+    if temp.own is not None:
+        parts.append(f"{temp.own:.0f} °C"
+                     + (f" (median {temp.median:.0f} °C)" if temp.median is not None else ""))
+    return "; ".join(parts) + (f" (last {fmt.duration(e.seconds)})" if e.seconds else "")
+
+
+def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> list[Row]:
+    state = state or {}
+    return [
+        {
+            "kind": ("slow: its peers wait for it" if r.kind == "slow"
+                     else "stalled: waits while its peers work"),
+            "workload": workload_link(r.namespace, r.workload, state),
+            "namespace": r.namespace,
+            "pods": ", ".join(pod_link(r.namespace, p, state) for p in r.pods),
+            "node": node_link(r.node, state), "gpu": r.gpu,
+            "measure": _MEASURES.get(r.signal, r.signal) + (f" ({r.model})" if r.model else ""),
+            "value": _measure(r.signal, r.value), "median": _measure(r.signal, r.median),
+            "ratio": r.ratio,
+            "for": for_cell(r.seconds, r.required_seconds),
+            "evidence": evidence_text(r.evidence),
+            "devices": r.devices, "price": r.price_per_hour,
+        }
+        for r in rows
+    ]
+
 
 # -- as PromQL --------------------------------------------------------------------------------
 # Its rule per step, over the raw series or the recording rules (:class:`~gpuscope.dashboard.

@@ -34,6 +34,8 @@ def pages(fleet: F.Fleet, workdir: Any) -> dict[str, FleetView]:
 
     def page(url: str, rules: bool) -> FleetView:
         prom = PrometheusData(url, clock=lambda: end, timeout=120)
+        if not rules:  # the raw series, whatever the store records
+            prom._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
         try:
             view = page_view(prom, WINDOW, bundled_prices())
             assert prom.rules_loaded(view.window) is rules
@@ -42,10 +44,12 @@ def pages(fleet: F.Fleet, workdir: Any) -> dict[str, FleetView]:
             prom.close()
 
     with fleet_in_both(fleet, workdir) as stores:
+        vm = stores[1]
+        # The rules recorded before any query: VictoriaMetrics may keep, for a while, the
+        # answer "no such series" to a query of a recorded name made before it was written.
+        replay_rules(vm, fleet.shape.start, end, workdir)
         for store in stores:
             out[store.kind] = page(store.url, False)
-        vm = stores[1]
-        replay_rules(vm, fleet.shape.start, end, workdir)
         out["victoriametrics with the rules"] = page(vm.url, True)
     return out
 

@@ -1,0 +1,33 @@
+"""What the verdicts' tables show in a cell, alike in every table: since when (or earlier,
+where the run is as long as the history), for how long against what the verdict needs, the
+pods as links, and which signal judged it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuscope.dashboard import fmt
+from gpuscope.dashboard.links import pod_link
+from gpuscope.dashboard.verdicts.page import State
+
+
+def since_cell(ts: float, seconds: float, history: float) -> str:
+    return (f"{fmt.clock(ts)} or earlier" if seconds >= history - 1e-3 else fmt.clock(ts))
+
+
+def for_cell(seconds: float, required: float) -> str:
+    return f"{fmt.duration(seconds)} (needs {fmt.duration(required)})"
+
+
+def pods_cell(pods: Sequence[str], state: State) -> str:
+    links = []
+    for p in pods:
+        namespace, _, pod = p.partition("/")
+        links.append(pod_link(namespace, pod, state))
+    return ", ".join(links) or "(no pod)"
+
+
+SIGNALS = {
+    "utilization": "utilization", "sm": "SM activity (GPM)", "process": "no process (no GPM)",
+    "gpm": "SM, tensor, DRAM activity (GPM)", "power": "power vs limit (no GPM)",
+}
