@@ -64,6 +64,7 @@ from gpuscope.dashboard.data.steps import STEP_LABEL
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.runs import FollowUp
 from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.scope import validate_cluster
 from gpuscope.dashboard.service import WINDOWS, DashboardService
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.throttle import THROTTLE_REASONS
@@ -598,6 +599,8 @@ SEARCHES = st.one_of(JSON, st.dictionaries(
          search=7)
 @example(labels=[], window="1h", namespace=None, node=None, pod=["ml/p"], click=None, n=0,
          workload="ml/Job/x", search=None)
+@example(labels=[], window="1h", namespace=None, node="prod-a-", pod=None, click=None, n=0,
+         workload="ml/Job/x", search=None)  # a cluster (and no node name) picked
 @example(labels=['"} or vector(1) #'] * 9, window="7d", namespace='"} or vector(1) #',
          node='"} or vector(1) #', pod='ml/"} or vector(1) #', click=None, n=None,
          workload='ml/Job/"} or vector(1) #',
@@ -647,6 +650,10 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
         work_out = cbs["update_workload"].func(workload, window, namespace, n, cluster)
         assert "Internal error" not in str(work_out[-1]), work_out[-1]
         user = valid_user_values(namespace, node_value, pod, workload)
+        # A cluster picked scopes the workload view's queries (``cluster="c"``), validated.
+        if isinstance(cluster, str):
+            with contextlib.suppress(ValueError):
+                user.add(validate_cluster(cluster))
         # With no workload picked, the workload view opens the first straggler's or the
         # first workload's: a name that came back from the backend, validated all the same.
         user |= valid_user_values(f"{page.backend.ns}/Job/{page.backend.c1}")
