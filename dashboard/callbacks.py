@@ -357,9 +357,11 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.POD_SELECT, "value"),
         Input(ids.WINDOW_SELECT, "value"),
         Input(ids.REFRESH, "n_intervals"),
+        Input(ids.CLUSTER_SELECT, "value"),
     )
-    def update_pod(pod: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
-        detail, problem = service.pod(_text(pod), _window(window))
+    def update_pod(pod: str | None, window: str | None, _n: int | None,
+                   cluster: Any = None) -> tuple[Any, ...]:
+        detail, problem = service.pod(_text(pod), _window(window), _text(cluster))
         if detail is None:
             return [], problem or "No pod selected: pick one above, or click a pod in a table."
         name = f"{detail.namespace}/{detail.pod}"

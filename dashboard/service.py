@@ -380,12 +380,17 @@ class DashboardService:
         return run_totals(view.owners, detail.namespace, detail.workload, stragglers,
                           detail.utilization.values())
 
-    def pod(self, pod: str | None, window: str | None) -> tuple[PodDetail | None, str | None]:
+    def pod(self, pod: str | None, window: str | None, cluster_text: str | None = None
+            ) -> tuple[PodDetail | None, str | None]:
+        """The pod drill-down (``namespace/pod``), of the picked cluster where one is."""
         if not pod:
             return None, None
         namespace, _, name = pod.partition("/")
+        _, problems = _key(window, None, cluster_text)
+        cluster = None if problems or not cluster_text else cluster_text.strip()
         try:
-            return self.source.pod_detail(namespace, name, window_seconds(window)), None
+            return self.source.pod_detail(namespace, name, window_seconds(window),
+                                          cluster), None
         except (DataError, InvalidFilter) as exc:
             return None, str(exc)
         except Exception as exc:

@@ -651,7 +651,8 @@ class EmbeddedData:
                               devices=devices, utilization=signals.utilization,
                               sm=signals.sm, power=signals.power, total_devices=len(on))
 
-    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float,
+                   cluster: str | None = None) -> PodDetail:
         namespace, pod = validate_namespace(namespace), validate_pod(pod)
         window = self.window(window_seconds)
         rng = max(window.step, 2 * self.interval)
@@ -662,6 +663,8 @@ class EmbeddedData:
         def series(name: str) -> dict[str, Series]:
             out = {}
             for lab, t, v in self._select(name, window, rng, namespace=namespace, pod=pod):
+                if cluster is not None and node_parts(lab["node"])[0] != cluster:
+                    continue
                 gpu = index.get((lab["node"], lab.get("uuid", "")), "?")
                 out[f"{lab.get('container')} ({lab['node']} GPU {gpu})"] = bucket(
                     t, v, evals, rng, mean_of)

@@ -577,22 +577,28 @@ class PrometheusStore:
         return {_gref(lab): (lab.get("gpu", ""), lab.get("model", ""))
                 for fut in futures for lab, _ in fut.result()}
 
-    def pod_queries(self, namespace: str, pod: str, window: Window) -> dict[str, str]:
-        """One pod's utilization and memory per container and device, per step (the
-        devices' index is read afterwards by :func:`index_queries`, on the pod's node)."""
+    def pod_queries(self, namespace: str, pod: str, window: Window,
+                    cluster: str | None = None) -> dict[str, str]:
+        """One pod's utilization and memory per container and device, per step, in
+        ``cluster`` where given (the devices' index is read afterwards by
+        :func:`index_queries`, on the pod's node)."""
         namespace, pod = validate_namespace(namespace), validate_pod(pod)
         r, _ = self._r(window)
-        util = selector("container_gpu_utilization_ratio", namespace=namespace, pod=pod)
-        mem = selector("container_gpu_memory_used_bytes", namespace=namespace, pod=pod)
+        mine = {} if cluster is None else {self.cluster_label: cluster}
+        util = selector("container_gpu_utilization_ratio", None, namespace=namespace, pod=pod,
+                        **mine)
+        mem = selector("container_gpu_memory_used_bytes", None, namespace=namespace, pod=pod,
+                       **mine)
         by = "node, container, uuid"
         return {
             "utilization": f"max by ({by}) (avg_over_time({util}[{r}]))",
             "memory": f"max by ({by}) (avg_over_time({mem}[{r}]))",
         }
 
-    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float,
+                   cluster: str | None = None) -> PodDetail:
         window = self.window(window_seconds)
-        queries = self.pod_queries(namespace, pod, window)
+        queries = self.pod_queries(namespace, pod, window, cluster)
         futures = {k: self._pool.submit(self.range, q, window) for k, q in queries.items()}
         res = {k: f.result() for k, f in futures.items()}
         asked = index_queries({lab.get("node", "") for rows in res.values() for lab, _ in rows},

@@ -111,7 +111,11 @@ class DataSource(Protocol):
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail: ...
 
-    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail: ...
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float,
+                   cluster: str | None = None) -> PodDetail:
+        """One pod's containers per device (``cluster``: that cluster's pod only, the page
+        scoped to it; None: a pod of that name in any cluster, each line naming its node)."""
+        ...
 
     def workload_detail(
         self, namespace: str, workload: str, window_seconds: float,

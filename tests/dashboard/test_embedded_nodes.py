@@ -181,11 +181,19 @@ def test_a_job_of_one_name_in_two_clusters_is_two_runs(serve: Serve) -> None:
         assert {d.ref.uuid for d in both.devices} == {"GPU-a", "GPU-b"}
         only_a = store.workload_detail("ml", "PyTorchJob/llama", 900, cluster="a")
         assert [d.ref for d in only_a.devices] == [GpuRef(f"a/{name}", "GPU-a")]
+        # The pod drill-down likewise: both clusters' pods of the name, each line naming
+        # its node; one cluster's with a cluster picked.
+        pods = store.pod_detail("ml", "train-0", 900)
+        assert sorted(pods.utilization) == [f"main (a/{name} GPU 0)", f"main (b/{name} GPU 0)"]
+        assert sorted(store.pod_detail("ml", "train-0", 900, cluster="b").utilization) == [
+            f"main (b/{name} GPU 0)"]
     finally:
         store.close()
     prom = PrometheusStore("http://127.0.0.1:1", clock=lambda: 1e9)
     try:
         window = prom.window(3600)
+        assert all('cluster="a"' in q for q in prom.pod_queries("ml", "train-0", window,
+                                                                "a").values())
         members = prom.workload_queries("ml", "PyTorchJob/llama", window, cluster="a")["members"]
         assert 'cluster="a"' in members and members.count('cluster="a"') == 2
         assert "cluster" not in prom.workload_queries("ml", "PyTorchJob/llama",

@@ -67,7 +67,8 @@ class Counting:
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
         raise NotImplementedError
 
-    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float,
+                   cluster: str | None = None) -> PodDetail:
         raise NotImplementedError
 
     def workload_detail(self, namespace: str, workload: str, window_seconds: float,

@@ -632,7 +632,7 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
             validate_node(node_value)  # a query went out: the value was valid
         assert "Internal error" not in str(node_out[-1]), node_out[-1]
         sent = len(page.backend.queries)
-        pod_out = cbs["update_pod"].func(pod, window, n)
+        pod_out = cbs["update_pod"].func(pod, window, n, cluster)
         if page.backend.queries[sent:]:
             ns, _, name = str(pod).partition("/")
             validate_namespace(ns)
