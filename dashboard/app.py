@@ -17,7 +17,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from gpuscope.dashboard import links
 from gpuscope.dashboard.callbacks import register_callbacks
 from gpuscope.dashboard.layout import layout
-from gpuscope.dashboard.service import DashboardService
+from gpuscope.dashboard.service import WINDOWS, DashboardService
 
 
 def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> Dash:
@@ -41,9 +41,14 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
 
     def prefetch_on_page_request() -> None:
         # The page itself is requested a good half second before its first callback (the
-        # browser loads the scripts in between): start the default view's queries now.
+        # browser loads the scripts in between): start its view's queries now, the view its
+        # URL names (window, namespace, cluster: a link to one cluster's page computes that
+        # cluster's view, not the whole fleet's as well).
         if request.path == "/":
-            service.prefetch()
+            state = links.parse_query(request.query_string.decode("utf-8", "replace"))
+            window = state.get("window")
+            service.prefetch(window if window in WINDOWS else None, state.get("namespace"),
+                             state.get("cluster"))
 
     app.server.before_request(prefetch_on_page_request)
 
