@@ -193,7 +193,7 @@ def test_a_page_request_prefetches_the_view_its_url_names(make: Make) -> None:
     Chromium, the cluster's page had taken two computations: 4.4 s)."""
     from gpuscope.dashboard.app import create_app
 
-    service, source, _ = make()
+    service, _, _ = make()
     client = create_app(service).server.test_client()
     assert client.get("/?window=6h&cluster=eks-03&namespace=ml").status_code == 200
     assert client.get("/?window=forever").status_code == 200  # not a window: the default
