@@ -347,7 +347,8 @@ class _Switchable:
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
         raise DataError("down")
 
-    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float,
+                   cluster: str | None = None) -> PodDetail:
         raise DataError("down")
 
     def close(self) -> None:

@@ -229,7 +229,8 @@ class Flaky:
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
         raise DataError("down")
 
-    def pod_detail(self, namespace: str, pod: str, window_seconds: float) -> PodDetail:
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float,
+                   cluster: str | None = None) -> PodDetail:
         raise RuntimeError("bug")
 
     def close(self) -> None:
