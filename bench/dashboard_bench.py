@@ -483,6 +483,25 @@ def drill_downs(store: Store, meta: dict[str, Any], view: FleetView,
     return out
 
 
+def load_query(window: float, cluster: str | None) -> str:
+    """The browser load's query string: the view the server-side pages measure, the set's
+    window where it is not the default hour (``?window=6h``) and the cluster
+    (``?cluster=``); empty for the default view. ``SystemExit`` for a window the page does
+    not offer."""
+    from gpuscope.dashboard.service import WINDOWS
+
+    params = {}
+    if window != 3600.0:
+        names = [name for name, seconds in WINDOWS.items() if seconds == window]
+        if not names:
+            raise SystemExit(f"the page offers no {window:g}-s window: no browser load "
+                             "(or pass --no-browser)")
+        params["window"] = names[0]
+    if cluster:
+        params["cluster"] = cluster
+    return f"?{urllib.parse.urlencode(params)}" if params else ""
+
+
 def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
                ) -> dict[str, Any]:
     from gpuscope.dashboard.app import DashboardServer, create_app
@@ -492,10 +511,10 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
         raise SystemExit(f"{CHROMIUM} not found: apt-get install chromium "
                          "(or pass --no-browser)")
     out: dict[str, Any] = {}
-    # A cluster's page (``?cluster=``) is computed on demand: the service keeps warm the
+    # A view other than the default one is computed on demand: the service keeps warm the
     # default view alone.
-    query = f"?{urllib.parse.urlencode({'cluster': args.cluster})}" if args.cluster else ""
-    for mode in ("on_demand",) if args.cluster else ("on_demand", "kept_warm"):
+    query = load_query(args.window, args.cluster)
+    for mode in ("on_demand",) if query else ("on_demand", "kept_warm"):
         source = page_source(store.url, meta, args)
         service = DashboardService(source, load_prices(), share_for=0)
         if mode == "kept_warm":

@@ -42,9 +42,10 @@ from tests.stores import (  # noqa: E402
 )
 
 #: What a 5,000-node replay needs of VictoriaMetrics 1.79 (docs/dashboard.md): a rule's whole
-#: window goes in one write (36.6 MB for the per-device work series), and the throttling rule
-#: reads more than the default 300,000 series.
-VM_ARGS = ("-maxInsertRequestSize=134217728", "-search.maxUniqueTimeseries=1000000")
+#: window goes in one write (36.6 MB for the per-device work series over 1 h; 218 MB over a
+#: 6-hour set, which 128 MiB refused, so about 0.9 GB over 24 h), and the throttling rule reads
+#: more than the default 300,000 series.
+VM_ARGS = ("-maxInsertRequestSize=1073741824", "-search.maxUniqueTimeseries=1000000")
 
 
 def build(data: Path, out: Path, store: str) -> float:

@@ -183,3 +183,14 @@ def test_an_unknown_cluster_is_one_line_and_exit_2(two_clusters: Path) -> None:
         "dashboard_bench: --cluster: the data set has no cluster 'eks-07': its clusters are "
         "['eks-00', 'eks-01']"]
     assert "Traceback" not in run.stdout + run.stderr
+
+
+def test_the_browser_load_opens_the_sets_window_and_cluster() -> None:
+    # The server-side pages read the set's window: the browser load must open the same view,
+    # not the default hour (a 6-hour set's load timed the 1-hour page before).
+    assert dashboard_bench.load_query(3600.0, None) == ""
+    assert dashboard_bench.load_query(21600.0, None) == "?window=6h"
+    assert dashboard_bench.load_query(86400.0, "eks-03") == "?window=24h&cluster=eks-03"
+    assert dashboard_bench.load_query(3600.0, "eks-03") == "?cluster=eks-03"
+    with pytest.raises(SystemExit, match="no 7200-s window"):
+        dashboard_bench.load_query(7200.0, None)
