@@ -192,5 +192,6 @@ def test_the_browser_load_opens_the_sets_window_and_cluster() -> None:
     assert dashboard_bench.load_query(21600.0, None) == "?window=6h"
     assert dashboard_bench.load_query(86400.0, "eks-03") == "?window=24h&cluster=eks-03"
     assert dashboard_bench.load_query(3600.0, "eks-03") == "?cluster=eks-03"
+    assert dashboard_bench.load_query(3600.0, None, "research-0") == "?namespace=research-0"
     with pytest.raises(SystemExit, match="no 7200-s window"):
         dashboard_bench.load_query(7200.0, None)
