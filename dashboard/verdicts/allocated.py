@@ -26,7 +26,7 @@ from gpuscope.dashboard import ids
 from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, Steps
 from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, Window
-from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell
+from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
@@ -195,8 +195,7 @@ def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None)
             "workload": workload_link(r.namespace, r.workload, state),
             "node": node_link(r.node, state), "holds": r.holds, "usage": r.usage,
             "for": for_cell(r.seconds, r.required_seconds), "price": r.price_per_hour,
-            "signal": SIGNALS.get(r.signal, r.signal)
-            + ("" if r.price_basis == "on-demand" else f"; priced {r.price_basis}"),
+            "signal": signal_cell(r.signal, r.price_basis),
         }
         for r in rows
     ]

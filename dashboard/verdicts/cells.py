@@ -31,3 +31,9 @@ SIGNALS = {
     "utilization": "utilization", "sm": "SM activity (GPM)", "process": "no process (no GPM)",
     "gpm": "SM, tensor, DRAM activity (GPM)", "power": "power vs limit (no GPM)",
 }
+
+
+def signal_cell(signal: str, price_basis: str) -> str:
+    """Which signal judged it, and how it is priced where that is not on demand (spot)."""
+    return SIGNALS.get(signal, signal) + ("" if price_basis == "on-demand"
+                                          else f"; priced {price_basis}")

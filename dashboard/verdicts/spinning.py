@@ -24,7 +24,7 @@ from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.recorded import Steps
 from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import GpuRef, Series, Window, WorkSignals
-from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, pods_cell
+from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
@@ -339,8 +339,7 @@ def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> li
                                   for w in r.workloads),
             "utilization": r.utilization, "work": work,
             "for": for_cell(r.seconds, r.required_seconds), "price": r.price_per_hour,
-            "signal": SIGNALS.get(r.signal, r.signal)
-            + ("" if r.price_basis == "on-demand" else f"; priced {r.price_basis}"),
+            "signal": signal_cell(r.signal, r.price_basis),
         })
     return out
 
