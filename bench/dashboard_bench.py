@@ -70,11 +70,10 @@ sys.path.insert(0, str(REPO))
 
 from bench import fleet  # noqa: E402
 from gpuscope.dashboard import ids, sections, views  # noqa: E402
-from gpuscope.dashboard.data import DataError  # noqa: E402
+from gpuscope.dashboard.data import DataError, validate_cluster  # noqa: E402
 from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
 from gpuscope.dashboard.plan import PrometheusData  # noqa: E402
 from gpuscope.dashboard.prices import load_prices  # noqa: E402
-from gpuscope.dashboard.scope import validate_cluster  # noqa: E402
 from gpuscope.dashboard.series import gc_paused  # noqa: E402
 from gpuscope.dashboard.verdicts import registry  # noqa: E402
 from gpuscope.dashboard.verdicts.owners import OwnerCost  # noqa: E402

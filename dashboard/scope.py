@@ -11,7 +11,6 @@ first (a node name, or a :class:`~gpuscope.dashboard.series.GpuRef`,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any
@@ -19,16 +18,6 @@ from typing import Any
 from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.series import FleetData, HeldSteps, WorkSignals
 from gpuscope.dashboard.verdicts.page import StepAnswers
-
-#: A cluster as a node key holds it (:data:`gpuscope.dashboard.data.source._NODE`).
-_CLUSTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-
-def validate_cluster(value: str) -> str:
-    """A cluster name as the page keys nodes by it, or ValueError (one line)."""
-    value = value.strip()
-    if not _CLUSTER.match(value):
-        raise ValueError(f"not a cluster name: {value[:80]!r}")
-    return value
 
 
 def cluster_of(key: Any) -> str:

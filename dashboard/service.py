@@ -18,11 +18,11 @@ from gpuscope.dashboard.data import (
     DataError,
     DataSource,
     InvalidFilter,
+    validate_cluster,
     validate_namespace,
     validate_workload,
 )
 from gpuscope.dashboard.prices import PriceTable
-from gpuscope.dashboard.scope import validate_cluster
 from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail, gc_paused
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.owners import RunTotals, run_totals
@@ -386,8 +386,7 @@ class DashboardService:
         if not pod:
             return None, None
         namespace, _, name = pod.partition("/")
-        _, problems = _key(window, None, cluster_text)
-        cluster = None if problems or not cluster_text else cluster_text.strip()
+        (_, _, cluster), _ = _key(window, None, cluster_text)  # None: none, or not a name
         try:
             return self.source.pod_detail(namespace, name, window_seconds(window),
                                           cluster), None

@@ -40,8 +40,8 @@ class InvalidFilter(ValueError):
 # cluster a label value of letters, digits, ``.``, ``_`` and ``-``.
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POD = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_NODE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,62}/)?"
-                   r"[A-Za-z0-9:]([A-Za-z0-9._:-]{0,251}[A-Za-z0-9])?$")
+_CLUSTER = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
+_NODE = re.compile(rf"^({_CLUSTER}/)?[A-Za-z0-9:]([A-Za-z0-9._:-]{{0,251}}[A-Za-z0-9])?$")
 # A workload is ``<Kind>/<name>`` of a pod's top owner (kinds are CamelCase identifiers,
 # names DNS subdomains).
 _WORKLOAD = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -64,6 +64,14 @@ def validate_node(value: str) -> str:
     value = value.strip()
     if not _NODE.match(value):
         raise InvalidFilter(f"not a node name: {value[:80]!r}")
+    return value
+
+
+def validate_cluster(value: str) -> str:
+    """A cluster's name as a node key holds it (``cluster/node``)."""
+    value = value.strip()
+    if not re.fullmatch(_CLUSTER, value):
+        raise InvalidFilter(f"not a cluster name: {value[:80]!r}")
     return value
 
 

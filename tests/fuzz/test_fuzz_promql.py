@@ -54,6 +54,7 @@ from gpuscope.dashboard.data import (
     InvalidFilter,
     make_window,
     selector,
+    validate_cluster,
     validate_namespace,
     validate_node,
     validate_pod,
@@ -64,7 +65,6 @@ from gpuscope.dashboard.data.steps import STEP_LABEL
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.runs import FollowUp
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.scope import validate_cluster
 from gpuscope.dashboard.service import WINDOWS, DashboardService
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.throttle import THROTTLE_REASONS
