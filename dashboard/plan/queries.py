@@ -27,22 +27,21 @@ from gpuscope.dashboard.data.promql import (
     node_matchers,
     selector,
 )
-from gpuscope.dashboard.data.source import (
-    DataError,
-)
-from gpuscope.dashboard.plan.rules import (
+from gpuscope.dashboard.data.recorded import (
     CBY,
     GBY,
     GROUP,
-    LEAN_WINDOW,
     MEMBER,
     NOT_EMPTY,
     RULE_INTERVAL,
     RULES,
     RULES_VERSION,
-    _stat,
-    _Steps,
+    Steps,
 )
+from gpuscope.dashboard.data.source import (
+    DataError,
+)
+from gpuscope.dashboard.plan.rules import LEAN_WINDOW, _stat
 from gpuscope.dashboard.plan.runs import FollowUp, _Answers
 from gpuscope.dashboard.series import (
     Window,
@@ -80,8 +79,8 @@ class PlanQueries(PrometheusStore):
         return round(window.step * 1000) == round(RULE_INTERVAL * 1000)
 
     def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
-               ) -> _Steps:
-        return _Steps(*self._r(window), rules=rules, match=match)
+               ) -> Steps:
+        return Steps(*self._r(window), rules=rules, match=match)
 
     def fleet_queries(self, window: Window, namespace: str | None,
                       rules: bool = False) -> dict[str, str]:
@@ -102,7 +101,7 @@ class PlanQueries(PrometheusStore):
         # The window's steps, its start included, over a range half a step longer:
         # Prometheus 2 takes a subquery's or a range's start, VictoriaMetrics does not.
         whole = duration(window.seconds + window.step / 2)
-        st = _Steps(r, rr, rules)
+        st = Steps(r, rr, rules)
         th = self.thresholds
 
         # Who uses what and which devices there are, of every node: the queries
@@ -203,7 +202,7 @@ class PlanQueries(PrometheusStore):
         return out
 
     def holdings_query(self, window: Window, rules: bool) -> str:
-        """Who held what over ``window`` (:meth:`_Steps.holdings`), summed over its steps
+        """Who held what over ``window`` (:meth:`Steps.holdings`), summed over its steps
         after its start (a range half a step short of the window: both stores then take the
         same steps) and in device-seconds, labelled ``stat="held"`` and ``stat="used"``:
         from the recorded minutes with ``rules`` (each a minute), else a subquery over the
@@ -348,10 +347,10 @@ class PlanQueries(PrometheusStore):
         th = self.thresholds
         out: dict[str, str] = {}
 
-        def each(role: str, nodes: Collection[str], build: Callable[[_Steps], str],
+        def each(role: str, nodes: Collection[str], build: Callable[[Steps], str],
                  label: str = "node") -> None:
             for i, q in enumerate(_split(sorted(set(nodes)), lambda names: build(
-                    _Steps(r, rr, rules, node_matchers(names, self.cluster_label)
+                    Steps(r, rr, rules, node_matchers(names, self.cluster_label)
                            if label == "node" else {label: f'=~"{any_of(names)}"'})))):
                 out[role if i == 0 else f"{role}#{i}"] = q
 
@@ -362,7 +361,7 @@ class PlanQueries(PrometheusStore):
             # Every minute of the step met the rule (a step of several minutes).
             minutes = max(1, round(window.step / RULE_INTERVAL))
 
-            def sparse(st: _Steps, key: str, by: str, fn: str) -> str:
+            def sparse(st: Steps, key: str, by: str, fn: str) -> str:
                 rec = st.sel(RULES[key])
                 return (f"max by ({by}) ({fn}({rec}[{r}])) and on ({by})"
                         f" (count_over_time({rec}[{r}]) >= {minutes})")
@@ -375,7 +374,7 @@ class PlanQueries(PrometheusStore):
                 if by_node:
                     each(role, nodes, partial(sparse, key=key, by=by, fn=fn))
                 else:
-                    out[role] = sparse(_Steps(r, rr, rules), key, by, fn)
+                    out[role] = sparse(Steps(r, rr, rules), key, by, fn)
         else:
             each("idle_steps", ask.idle, lambda st: " or ".join(idle.idle_promql(st, th)))
             each("held_idle", ask.held,
@@ -386,7 +385,7 @@ class PlanQueries(PrometheusStore):
         each("shared", ask.shared, lambda st: (
             f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"))
 
-        def containers(st: _Steps) -> str:
+        def containers(st: Steps) -> str:
             if namespace is None:
                 return st.cutil()
             mine = selector("container_gpu_utilization_ratio", st.match, namespace=namespace)
@@ -396,7 +395,7 @@ class PlanQueries(PrometheusStore):
         each("containers", set(ask.shared) | set(ask.candidates), containers)
         at = f"{window.end:.3f}"
 
-        def spinning(st: _Steps) -> str:
+        def spinning(st: Steps) -> str:
             # With the rules, only the devices spinning at the end (of the nodes listed,
             # read once: ``@``); without, every device of those nodes (the rule written out
             # in each signal's filter would make the query too long for VictoriaMetrics).
@@ -411,7 +410,7 @@ class PlanQueries(PrometheusStore):
                     ("power", f"{st.power()} unless on (node, uuid) {gpm}"),
                     ("limit", f"{st.limit()} unless on (node, uuid) {gpm}")))
 
-        def workload_signals(st: _Steps) -> str:
+        def workload_signals(st: Steps) -> str:
             gpm = st.sel("gpu_sm_active_seconds_total")
             return " or ".join(signal(expr, name) for name, expr in (
                 ("utilization", st.util()), ("sm", st.active("sm")),
@@ -421,7 +420,7 @@ class PlanQueries(PrometheusStore):
         each("spinning", ask.spinning, spinning)
         each("workload_signals", ask.slow, workload_signals)
 
-        def stats(st: _Steps) -> str:
+        def stats(st: Steps) -> str:
             ns = {"namespace": NOT_EMPTY} if namespace is None else {}
             eq = {} if namespace is None else {"namespace": namespace}
             util = selector("container_gpu_utilization_ratio", {**st.match, **ns}, **eq)
@@ -449,7 +448,7 @@ class PlanQueries(PrometheusStore):
             minutes = max(1, round(ask.evidence_seconds / RULE_INTERVAL))
             dm = duration(minutes * RULE_INTERVAL - EDGE)
 
-            def throttling(st: _Steps) -> str:
+            def throttling(st: Steps) -> str:
                 if st.rules:
                     return (f"max by ({GBY}, reason) (sum_over_time("
                             f"{st.sel(RULES['throttling'])}[{dm}])) / {minutes}")

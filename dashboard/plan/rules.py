@@ -25,9 +25,6 @@ from gpuscope.dashboard.data.recorded import (
 )
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
 
-#: The per-step signals' builder, as the plan has long called it.
-_Steps = Steps
-
 __all__ = ["CBY", "GBY", "GROUP", "MEMBER", "NOT_EMPTY", "RULES", "RULES_VERSION",
            "RULE_INTERVAL", "RULE_R", "RULE_RR", "Steps", "recording_rules", "rules_yaml"]
 
