@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from gpuscope.dashboard.data.promql import node_parts
-from gpuscope.dashboard.series import FleetData, HeldSteps, WorkSignals
+from gpuscope.dashboard.series import FleetData, HeldSteps, Runs, WorkSignals
 from gpuscope.dashboard.verdicts.page import StepAnswers
 
 
@@ -36,6 +36,13 @@ def _cut(value: Any, cluster: str) -> Any:
         return {k: v for k, v in value.items() if cluster_of(k) == cluster}
     if isinstance(value, frozenset):
         return frozenset(k for k in value if cluster_of(k) == cluster)
+    if isinstance(value, Runs):
+        # A straggler group's key begins with its cluster, not a node.
+        return replace(value, idle=_cut(value.idle, cluster), held=_cut(value.held, cluster),
+                       spinning=_cut(value.spinning, cluster),
+                       held_idle=_cut(value.held_idle, cluster),
+                       stragglers={k: v for k, v in value.stragglers.items()
+                                   if k[0] == cluster})
     if isinstance(value, (WorkSignals, HeldSteps)):
         return replace(value, **{f.name: _cut(getattr(value, f.name), cluster)
                                  for f in fields(value)})

@@ -315,6 +315,51 @@ class Holding:
     used: float = 0.0
 
 
+#: A straggler group: cluster ("" in a store of one cluster: a job of one name in two
+#: clusters is two runs), namespace, workload, GPU model.
+GroupKey = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRun:
+    """A straggler group the store found whole: its stragglers, one rule (``kind``:
+    ``stalled`` or ``slow``, comparing ``signal``), held at every step of the history; each
+    straggler's mean over those steps (``devices``) and the mean of the group's median at
+    them (``median``)."""
+
+    kind: str
+    signal: str
+    median: float
+    devices: Mapping[GpuRef, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Runs:
+    """Findings the store summarised whole (the Prometheus mode with the recording rules):
+    conditions whose per-minute flag (a recorded series) held at every step of the history,
+    each with its means over those steps, instead of their steps. ``steps``: those steps'
+    times (seconds since the epoch, ascending, one window step apart, the last the window's
+    end). A device or container with step series of its own in :class:`FleetData` is judged
+    by them; these describe the rest.
+
+    - ``idle``: devices below the idle threshold at every step, with the signal they were
+      judged by (as ``FleetData.idle_signal``);
+    - ``held``: devices (idle or spinning) a container held at every step;
+    - ``spinning``: devices spinning at every step, with their signals' means
+      (``utilization``, and where asked ``sm``, ``tensor``, ``dram`` ratios, or ``power`` in
+      watts with ``limit``, the power limit in watts, for a device without GPM);
+    - ``held_idle``: allocated-idle containers, with the signal and its mean use (0-1);
+    - ``stragglers``: straggler groups described whole (:class:`GroupRun`).
+    """
+
+    steps: tuple[float, ...]
+    idle: Mapping[GpuRef, str] = field(default_factory=dict)
+    held: frozenset[GpuRef] = frozenset()
+    spinning: Mapping[GpuRef, Mapping[str, float]] = field(default_factory=dict)
+    held_idle: Mapping[ContainerRef, tuple[str, float]] = field(default_factory=dict)
+    stragglers: Mapping[GroupKey, GroupRun] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class FleetData:
     """Everything the fleet page needs, for one window.
@@ -364,6 +409,7 @@ class FleetData:
       heatmap's order and groups) is its summary's wherever it has one.
     - ``holdings``: who held what on every node over the window (:class:`Holding`), the
       showback's allocation; every node's, the summarised ones too, whatever the namespace.
+    - ``runs``: the findings the store summarised whole (:class:`Runs`), where it does.
     - ``workloads_checked``: how many straggler groups (a workload's devices of one model)
       had two devices or more, where the data layer counts them (the Prometheus mode with
       the rules over their window: ``containers`` then holds the containers of the nodes
@@ -394,6 +440,7 @@ class FleetData:
     node_summaries: Mapping[str, NodeSummary] = field(default_factory=dict)
     workloads_checked: int | None = None
     holdings: Mapping[HoldingKey, Holding] = field(default_factory=dict)
+    runs: Runs | None = None
 
     @property
     def history_seconds(self) -> float:

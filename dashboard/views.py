@@ -22,6 +22,7 @@ from gpuscope.dashboard.series import (
     ContainerRef,
     FleetData,
     GpuRef,
+    GroupKey,
     Window,
     gc_paused,
     index_key,
@@ -53,7 +54,7 @@ from gpuscope.dashboard.verdicts.starvation import (
     input_starved,
     timeslice_shares,
 )
-from gpuscope.dashboard.verdicts.stragglers import Group, GroupKey, StragglerRow, stragglers
+from gpuscope.dashboard.verdicts.stragglers import Group, StragglerRow, stragglers
 from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
 from gpuscope.dashboard.verdicts.waste import waste
 
@@ -216,7 +217,7 @@ def _build_fleet_view(
 ) -> FleetView:
     th = thresholds or Thresholds()
     window, hs = data.window, data.history_start
-    signals = data.signals
+    signals, runs = data.signals, data.runs
 
     def wanted(ns: str) -> bool:
         return namespace is None or ns == namespace
@@ -277,7 +278,7 @@ def _build_fleet_view(
 
     # Who uses each device (containers with a utilization series, or holding it).
     users: dict[GpuRef, set[ContainerRef]] = {}
-    for c in [*data.containers, *usage]:
+    for c in [*data.containers, *usage, *(runs.held_idle if runs is not None else ())]:
         if c.namespace:
             users.setdefault(c.gpu, set()).add(c)
     workload_of = {(p.node, p.namespace, p.pod): p.workload for p in data.pods.values()}
@@ -294,14 +295,14 @@ def _build_fleet_view(
     )
     findings = {v.name: v.judge(steps, context) for v in registry.STEP_VERDICTS}
 
-    spin_steps = spinning_steps(signals, th.spin_rule)
+    spin_steps = spinning_steps(signals, th.spin_rule, runs)
     spin = spinning_gpus(signals, window, hs, rule=th.spin_rule, duration=th.spin_duration,
-                         steps=spin_steps)
+                         steps=spin_steps, runs=runs)
     spinning = {ref: v for ref, v in spin.items() if v.spinning}
     verdicts = idle_gpus(
         data.gpu_busy_max, window, hs, allocated=data.allocated,
         spinning=spin_steps, signal=data.idle_signal,
-        known_from=spin_begins(signals, spin_steps),
+        known_from=spin_begins(signals, spin_steps, runs), runs=runs,
         threshold=th.idle_utilization, duration=th.idle_duration,
     )
     nodes_idle = idle_nodes(data.gpus, verdicts, fleet=inventory)
@@ -356,7 +357,7 @@ def _build_fleet_view(
         return f"GPU {index}", per_gpu
 
     allocated_rows = []
-    for a in allocated_idle(usage, usage_signal, window, hs,
+    for a in allocated_idle(usage, usage_signal, window, hs, runs=runs,
                             threshold=th.allocated_idle_utilization,
                             duration=th.allocated_idle_duration):
         if not wanted(a.ref.namespace):
@@ -499,7 +500,7 @@ def _build_fleet_view(
 
     strag = stragglers(data.containers, data.pods, window, hs, gpus=data.gpus,
                        node_models={n: s.model for n, s in summaries.items()},
-                       signals=signals, factor=th.straggler_factor,
+                       signals=signals, runs=runs, factor=th.straggler_factor,
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
     groups = {g.key: g for g in strag.groups}

@@ -37,19 +37,20 @@ from gpuscope.dashboard.series import (
     FleetData,
     GpuInfo,
     GpuRef,
+    GroupKey,
     Holding,
     HoldingKey,
     NodeInfo,
     NodeSummary,
     PodInfo,
     PodKey,
+    Runs,
     Series,
     UtilStats,
     Window,
     WorkSignals,
     gc_paused,
 )
-from gpuscope.dashboard.verdicts.stragglers import GroupKey
 
 
 def _holdings(rows: list[tuple[dict[str, str], float]]) -> dict[HoldingKey, Holding]:
@@ -250,10 +251,10 @@ class PrometheusData(PlanQueries):
             named |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
             inventory = read_devices(detail_nodes(named, summaries, self.detail_share), False)
         node_models = {n: s.model for n, s in summaries.items()}
-        # The stragglers summarised whole: their groups' step histories, which replace any
-        # others asked about their devices (a node's every device comes back).
+        # The stragglers summarised whole: their groups' containers come with no steps, and
+        # their devices with no work signals, whatever else was asked about them (a node's
+        # every device comes back): the store's findings are theirs.
         strag_containers: dict[ContainerRef, Series] = {}
-        strag_signals: dict[str, dict[GpuRef, Series]] = {}
         strag_devices: set[GpuRef] = set()
         if summarize:
             # The stragglers' rules at the end say which workloads can hold one: their
@@ -303,7 +304,7 @@ class PrometheusData(PlanQueries):
         # What needs no answer of this round, while the store computes them.
         containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
         groups = _groups(members, pods, gpus, node_models) if summarize else {}
-        synthesized: dict[str, list[tuple[dict[str, str], Series]]] = {}
+        summary: Runs | None = None
         extra: dict[str, str] = {}
         extra_res: _Answers | None = None
         if summarize:
@@ -321,21 +322,21 @@ class PrometheusData(PlanQueries):
                 candidates={n for k in rest_workloads for n in workload_nodes.get(k, ())},
                 slow={n for key in rest if "slow" in flagged[key].values()
                       for n in workload_nodes.get(key[:3], ())})
-            strag_containers, strag_signals = strag.synthesize(whole, groups, th.slow_busy)
+            strag_containers = {c: _NO_POINTS for key in whole
+                                for cs in groups[key].values() for c in cs}
             strag_devices = {g for key in whole for g in groups[key]}
             extra = self.second_round(window, again, namespace, rules, by_node=True)
             extra_res = self._submit(extra, window) if extra else None
-            # The summaries first: a step history asked again overrides them.
-            synthesized = runs.results()
+            # The findings held whole, for the verdicts (a step history asked again is
+            # judged instead).
+            summary = runs.summary(strag.whole(whole))
         # Each device's window mean (sent last in the first round), while the rest runs.
         gpu_mean = {_gref(lab): v for lab, v in inventory["gpu_stats"]}
         later = answers.all()
         later.pop("runs", None)
         if extra_res is not None:
             for role, rows in extra_res.all().items():
-                synthesized.setdefault(role, []).extend(rows)
-        for role, rows in synthesized.items():
-            later.setdefault(role, []).extend(rows)
+                later.setdefault(role, []).extend(rows)
         more.update(extra)
 
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
@@ -365,8 +366,6 @@ class PrometheusData(PlanQueries):
         for lab, s in [*later.get("spinning", []), *later.get("workload_signals", [])]:
             if _gref(lab) not in strag_devices:
                 by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
-        for name, mine in strag_signals.items():
-            by_signal.setdefault(name, {}).update(mine)
         limits = {ref: s.values[-1] for ref, s in by_signal.pop("limit", {}).items()
                   if s.values}
         signals = WorkSignals(
@@ -410,4 +409,5 @@ class PrometheusData(PlanQueries):
             node_summaries=summaries,
             workloads_checked=groups_checked,
             holdings=_holdings(first_res["holdings"]),
+            runs=summary,
         )

@@ -18,14 +18,17 @@ from gpuscope.dashboard.series import (
     Evidence,
     GpuInfo,
     GpuRef,
+    GroupKey,
+    GroupRun,
     NodeSummary,
     PodInfo,
     PodKey,
+    Runs,
     Series,
     Window,
     summary_mean,
 )
-from gpuscope.dashboard.verdicts.stragglers import GroupKey, group_of
+from gpuscope.dashboard.verdicts.stragglers import group_of
 
 _NO_POINTS = Series((), ())
 
@@ -85,8 +88,7 @@ class FollowUp:
 class _FullRuns:
     """The findings (from :meth:`PrometheusData.run_queries`) whose condition held at every
     step of the history, ``(history start, end]``: one summary each, their mean over that
-    run. :meth:`results` gives them as the step histories the analysis reads (each of the
-    run's steps at the run's mean: the same run, the same means, the same verdicts);
+    run. :meth:`summary` hands them to the verdicts as findings (:class:`Runs`);
     :meth:`fallback` names the nodes of the rest, whose steps must be asked for."""
 
     grid: tuple[float, ...]
@@ -132,37 +134,15 @@ class _FullRuns:
             held={c.node for c in held if c not in self.held_idle},
         )
 
-    def results(self) -> dict[str, list[tuple[dict[str, str], Series]]]:
-        """The summaries as the second round's step histories, by role."""
-        n = len(self.grid)
-
-        def const(value: float) -> Series:
-            return Series(self.grid, (value,) * n)
-
-        def dev(ref: GpuRef, **more: str) -> dict[str, str]:
-            return {"node": ref.node, "uuid": ref.uuid, **more}
-
-        names = {"utilization": "utilization", "sm": "sm", "tensor": "tensor", "dram": "dram",
-                 "power": "power"}
-        spinning: list[tuple[dict[str, str], Series]] = []
-        for ref, means in self.spin.items():
-            spinning += [(dev(ref, signal=names[k]), const(v)) for k, v in means.items()
-                         if k in names]
-            if "limit" in means:
-                spinning.append((dev(ref, signal="limit"),
-                                 Series(self.grid[-1:], (means["limit"],))))
+    def summary(self, stragglers: Mapping[GroupKey, GroupRun]) -> Runs:
+        """The findings summarised, as the data layer hands them over (:class:`Runs`), with
+        the straggler groups described whole (:meth:`_StragglerRuns.whole`)."""
         steps = len(self.grid)
-        return {
-            "idle_steps": [(dev(ref, signal=sig), const(0.0)) for ref, sig in self.idle.items()],
-            "allocated": [(dev(ref), const(1.0)) for ref, c in self.held_steps.items()
-                          if round(c) == steps],
-            "spinning": spinning,
-            "held_idle": [({"node": c.node, "namespace": c.namespace, "pod": c.pod,
-                            "container": c.container, "uuid": c.uuid, "signal": sig},
-                           const(v)) for c, (sig, v) in self.held_idle.items()],
-        }
-
-
+        return Runs(
+            steps=self.grid, idle=dict(self.idle),
+            held=frozenset(g for g, c in self.held_steps.items() if round(c) == steps),
+            spinning={ref: dict(means) for ref, means in self.spin.items()},
+            held_idle=dict(self.held_idle), stragglers=dict(stragglers))
 
 
 def _group_key(lab: Mapping[str, str]) -> GroupKey:
@@ -182,7 +162,7 @@ class _StragglerRuns:
     of the history: each device's mean over that run (``runs``: kind, signal, mean) and its
     group's median's mean over the same steps (``medians``, by group and kind: signal,
     mean). :meth:`split` says which groups flagged at the end they describe whole;
-    :meth:`synthesize` gives those groups as the step histories the analysis reads."""
+    :meth:`whole` gives those groups' findings (:class:`GroupRun`)."""
 
     grid: tuple[float, ...]
     runs: dict[GroupKey, dict[GpuRef, tuple[str, str, float]]] = field(default_factory=dict)
@@ -225,55 +205,17 @@ class _StragglerRuns:
             (whole if ok else rest).add(key)
         return whole, rest
 
-    def synthesize(self, keys: Iterable[GroupKey],
-                   groups: Mapping[GroupKey, Mapping[GpuRef, Sequence[ContainerRef]]],
-                   busy: float) -> tuple[dict[ContainerRef, Series],
-                                         dict[str, dict[GpuRef, Series]]]:
-        """The groups ``keys`` (from :meth:`split`) as step histories on the run's steps,
-        giving the analysis the same runs, means and medians: the stragglers at their
-        means, as many of the group's other devices as there are stragglers plus one at the
-        median's mean (so that the median of each step is that mean; where the group has
-        only as many others as stragglers, the others at the value that puts the median
-        there), the rest of the group with no steps. Stalled: the devices' containers'
-        utilization. Slow: the containers at a common value (none is stalled), every device
-        busy, and the work signal (``sm``: every device of the group has it). Returns the
-        containers' histories and the signals (``utilization``, ``sm``, ``power``) of every
-        device of these groups, which replace whatever else was asked about them."""
-        n = len(self.grid)
-
-        def const(value: float) -> Series:
-            return Series(self.grid, (value,) * n)
-
-        containers: dict[ContainerRef, Series] = {}
-        signals: dict[str, dict[GpuRef, Series]] = {"utilization": {}, "sm": {}, "power": {}}
+    def whole(self, keys: Iterable[GroupKey]) -> dict[GroupKey, GroupRun]:
+        """The groups ``keys`` (from :meth:`split`) as the store found them: the rule, the
+        median's mean and each straggler's mean over the history's steps."""
+        out = {}
         for key in keys:
-            members = groups[key]
             runs = self.runs[key]
             kind = next(iter(runs.values()))[0]
             signal, median = self.medians[(key, kind)]
-            mine = {g: v for g, (_, _, v) in runs.items()}
-            others = [g for g in sorted(members) if g not in mine]
-            k = len(mine)
-            if len(others) > k:
-                others, other = others[:k + 1], median
-            else:  # as many others as stragglers: the middle two's mean is the median
-                edge = max(mine.values()) if kind == "stalled" else min(mine.values())
-                other = 2 * median - edge
-            values = {**mine, **dict.fromkeys(others, other)}
-            for g, cs in members.items():
-                for c in cs:
-                    if g not in values:
-                        containers[c] = _NO_POINTS
-                    else:
-                        containers[c] = const(values[g] if kind == "stalled" else 1.0)
-            if kind == "slow":
-                for g in members:
-                    if g in values:
-                        signals["utilization"][g] = const(max(1.0, busy))
-                        signals[signal][g] = const(values[g])
-                    elif signal == "sm":  # every device of the group has GPM
-                        signals["sm"][g] = _NO_POINTS
-        return containers, signals
+            out[key] = GroupRun(kind, "utilization" if kind == "stalled" else signal, median,
+                                {g: v for g, (_, _, v) in runs.items()})
+        return out
 
 
 def _groups(members: Iterable[ContainerRef], pods: Mapping[PodKey, PodInfo],

@@ -25,9 +25,15 @@ from typing import TYPE_CHECKING
 from gpuscope.dashboard import ids
 from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, Steps
 from gpuscope.dashboard.links import node_link, pod_link, workload_link
-from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, Window
+from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
-from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.common import (
+    holds,
+    is_fresh,
+    required_seconds,
+    trailing_run,
+    whole_run,
+)
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 if TYPE_CHECKING:
@@ -115,14 +121,24 @@ def allocated_idle(
     window: Window,
     history_start: float,
     *,
+    runs: Runs | None = None,
     threshold: float = ALLOCATED_IDLE_THRESHOLD,
     duration: float = ALLOCATED_IDLE_DURATION,
 ) -> list[AllocatedIdle]:
     """The containers whose held device has gone unused for long enough. ``usage`` may
-    leave out steps at or above the threshold (a missing step breaks a run)."""
+    leave out steps at or above the threshold (a missing step breaks a run). ``runs``: the
+    containers the store found allocated-idle at every step of the history, with their
+    signal and mean use (:class:`~..series.Runs`), where ``usage`` has no steps of them."""
     required = required_seconds(duration, window, history_start)
     history = max(0.0, window.end - history_start)
     out: list[AllocatedIdle] = []
+    if runs is not None and runs.held_idle:
+        whole = whole_run(runs.steps, window, history_start)
+        if whole is not None and holds(whole, required):
+            out.extend(AllocatedIdle(ref, sig, mean, whole.start, whole.seconds, required,
+                                     history)
+                       for ref, (sig, mean) in runs.held_idle.items()
+                       if ref.namespace and ref not in usage)
     for ref, series in usage.items():
         if not ref.namespace or not is_fresh(series.times, window):
             continue

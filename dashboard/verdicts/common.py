@@ -85,3 +85,12 @@ def holds(run: Run | None, required: float) -> bool:
 def is_fresh(times: Sequence[float], window: Window) -> bool:
     """The series has a point in its last step or so: it describes the present."""
     return bool(times) and times[-1] >= window.end - 1.5 * window.step
+
+
+def whole_run(steps: Sequence[float], window: Window, history_start: float) -> Run | None:
+    """The run of a condition the store found held at every one of ``steps`` (the history's
+    steps, :class:`~gpuscope.dashboard.series.Runs`): the trailing run of those steps, or
+    None where they do not describe the present."""
+    if not is_fresh(steps, window):
+        return None
+    return trailing_run(steps, [True] * len(steps), window.step, history_start)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, Steps
 from gpuscope.dashboard.links import node_link
-from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
+from gpuscope.dashboard.series import GpuInfo, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
@@ -79,6 +79,7 @@ def idle_gpus(
     spinning: Mapping[GpuRef, Collection[float]] | None = None,
     signal: Mapping[GpuRef, str] | None = None,
     known_from: Mapping[GpuRef, float] | None = None,
+    runs: Runs | None = None,
     threshold: float = IDLE_THRESHOLD,
     duration: float = IDLE_DURATION,
 ) -> dict[GpuRef, GpuIdle]:
@@ -90,21 +91,31 @@ def idle_gpus(
     ``known_from`` (per spinning device, :func:`~.spinning.spin_begins`) is where the
     spinning rule can first judge it: a busy step before it is unknown and left out, as the
     spinning verdict leaves it out, so that a device spinning for the required time is idle
-    for it too.
+    for it too. ``runs``: what the store summarised whole (:class:`~..series.Runs`): a
+    device idle at every step of the history, or held at every one, where it sent no steps
+    of its own for it.
     """
     required = required_seconds(duration, window, history_start)
     history = max(0.0, window.end - history_start)
     spinning = spinning or {}
     signal = signal or {}
+    whole = runs.idle if runs is not None else {}
+    whole_steps = frozenset(runs.steps) if runs is not None else frozenset()
+    whole_held = runs.held if runs is not None else frozenset()
     out: dict[GpuRef, GpuIdle] = {}
-    for ref in set(busy_max) | set(spinning):
+    for ref in set(busy_max) | set(spinning) | set(whole):
         series = busy_max.get(ref)
         spins = spinning.get(ref, ())
-        sig = signal.get(ref, "utilization")
+        sig = signal.get(ref) or whole.get(ref, "utilization")
         if spins or series is None:
-            below = ({t for t, v in zip(series.times, series.values, strict=True)
-                      if v < threshold} if series is not None else set())
-            times = sorted((set(series.times) if series is not None else set()) | set(spins))
+            if series is not None:
+                below = {t for t, v in zip(series.times, series.values, strict=True)
+                         if v < threshold}
+                known = set(series.times)
+            else:  # idle at every step of the history, or no step but spinning ones
+                below = set(whole_steps) if ref in whole else set()
+                known = below
+            times = sorted(known | set(spins))
             begins = known_from.get(ref) if known_from is not None else None
             if begins is not None:
                 times = [t for t in times if t >= begins or t in below]
@@ -126,8 +137,9 @@ def idle_gpus(
         run_times = times[run.first_index:]
         held = allocated.get(ref) if allocated is not None else None
         allocated_s = 0.0
-        if held is not None:
-            holding = {t for t, v in zip(held.times, held.values, strict=True) if v > 0}
+        if held is not None or ref in whole_held:
+            holding = (whole_steps if held is None else
+                       {t for t, v in zip(held.times, held.values, strict=True) if v > 0})
             n_held = sum(1 for t in run_times if t in holding)
             allocated_s = run.seconds * n_held / len(run_times)
         n_spin = (sum(1 for t in run_times if t in spins and t not in below) if spins

@@ -23,9 +23,15 @@ from typing import TYPE_CHECKING
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.recorded import Steps
 from gpuscope.dashboard.links import node_link, workload_link
-from gpuscope.dashboard.series import GpuRef, Series, Window, WorkSignals
+from gpuscope.dashboard.series import GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
-from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.common import (
+    holds,
+    is_fresh,
+    required_seconds,
+    trailing_run,
+    whole_run,
+)
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 if TYPE_CHECKING:
@@ -116,13 +122,20 @@ def _may_spin(ref: GpuRef, util: Series, signals: WorkSignals, rule: SpinRule) -
             and any(v < rule.power * limit for v in power.values))
 
 
-def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
-                   ) -> dict[GpuRef, frozenset[float]]:
-    """The step times at which each device spins (devices that never do are left out)."""
+def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None,
+                   runs: Runs | None = None) -> dict[GpuRef, frozenset[float]]:
+    """The step times at which each device spins (devices that never do are left out).
+    ``runs``: a device the store found spinning at every step of the history
+    (:class:`~..series.Runs`) spins at each of them, whatever steps of its signals came
+    too (the store judged it on all of them; a straggler's peers' steps may bring a few)."""
     rule = rule or SpinRule()
     out: dict[GpuRef, frozenset[float]] = {}
+    whole = runs.spinning if runs is not None else {}
+    if whole and runs is not None:
+        every = frozenset(runs.steps)
+        out.update(dict.fromkeys(whole, every))
     for ref, util in signals.utilization.items():
-        if not _may_spin(ref, util, signals, rule):
+        if ref in whole or not _may_spin(ref, util, signals, rule):
             continue
         aligned = _aligned(ref, util, signals)
         if aligned is not None:
@@ -160,14 +173,20 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None
     return out
 
 
-def spin_begins(signals: WorkSignals, devices: Collection[GpuRef]) -> dict[GpuRef, float]:
+def spin_begins(signals: WorkSignals, devices: Collection[GpuRef],
+                runs: Runs | None = None) -> dict[GpuRef, float]:
     """Where each of ``devices`` can first be judged by the spinning rule: the first step at
     which every signal its rule reads has a value (SM, tensor and DRAM activity with GPM, else
     power). Before it, a busy step is *unknown*, neither spinning nor working: GPM's rates
     start a sampling round or two after utilization's. Both the spinning verdict and the idle
-    verdict start the device's steps there, so that they rest on one history."""
+    verdict start the device's steps there, so that they rest on one history. A device the
+    store found spinning at every step (``runs``) is judged from the first of them."""
     out: dict[GpuRef, float] = {}
+    whole = runs.spinning if runs is not None and runs.steps else {}
     for ref in devices:
+        if ref in whole and runs is not None:
+            out[ref] = runs.steps[0]
+            continue
         needed = ((signals.sm, signals.tensor, signals.dram) if ref in signals.gpm
                   else (signals.power,))
         firsts = [s.times[0] for m in needed if (s := m.get(ref)) is not None and s.times]
@@ -219,19 +238,36 @@ def spinning_gpus(
     rule: SpinRule | None = None,
     duration: float = SPIN_DURATION,
     steps: Mapping[GpuRef, frozenset[float]] | None = None,
+    runs: Runs | None = None,
 ) -> dict[GpuRef, Spinning]:
     """Every device spinning at the latest step, with its trailing run; ``spinning`` is the
     verdict (the run is at least min(duration, window, history) long). ``steps``: the
-    devices' spinning steps when :func:`spinning_steps` has found them already."""
+    devices' spinning steps when :func:`spinning_steps` has found them already. ``runs``:
+    the devices the store found spinning at every step of the history, with their means
+    (:class:`~..series.Runs`): their findings as the store gives them."""
     rule = rule or SpinRule()
     if steps is None:
-        steps = spinning_steps(signals, rule)
+        steps = spinning_steps(signals, rule, runs)
     required = required_seconds(duration, window, history_start)
     history = max(0.0, window.end - history_start)
     out: dict[GpuRef, Spinning] = {}
+    whole = runs.spinning if runs is not None else {}
+    run = whole_run(runs.steps, window, history_start) if runs is not None and whole else None
+    if run is not None:
+        for ref, means in whole.items():
+            power, limit = means.get("power"), means.get("limit")
+            gpm = "sm" in means
+            out[ref] = Spinning(
+                ref=ref, signal="gpm" if gpm else "power", spinning=holds(run, required),
+                since=run.start, seconds=run.seconds, required_seconds=required,
+                history_seconds=history, utilization=means.get("utilization", 0.0),
+                sm=means.get("sm"), tensor=means.get("tensor") if gpm else None,
+                dram=means.get("dram") if gpm else None,
+                power_ratio=power / limit if power is not None and limit else None,
+            )
     for ref, util in signals.utilization.items():
         spins = steps.get(ref)
-        if not spins:
+        if not spins or ref in whole:
             continue  # no step spins: no trailing run
         gpm = ref in signals.gpm
         aligned = _aligned(ref, util, signals)

@@ -30,14 +30,24 @@ from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
     GpuRef,
+    GroupKey,
+    GroupRun,
     PodInfo,
     PodKey,
+    Runs,
     Series,
     Window,
     WorkSignals,
 )
 from gpuscope.dashboard.verdicts.cells import for_cell
-from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
+from gpuscope.dashboard.verdicts.common import (
+    Run,
+    holds,
+    is_fresh,
+    required_seconds,
+    trailing_run,
+    whole_run,
+)
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
 if TYPE_CHECKING:
@@ -59,11 +69,6 @@ THRESHOLDS = (
               "or more, ..."),
     Threshold("slow_busy", "ratio", "... while every GPU of the group is at least this busy"),
 )
-
-#: A straggler group: cluster ("" in a store of one cluster: a job of one name in two
-#: clusters is two runs), namespace, workload, GPU model.
-GroupKey = tuple[str, str, str, str]
-
 
 @dataclass(frozen=True, slots=True)
 class Straggler:
@@ -285,6 +290,18 @@ def _slow(group: Group, signals: WorkSignals, window: Window, history_start: flo
     return found
 
 
+def _whole(group: Group, summary: GroupRun, run: Run, required: float) -> list[Straggler]:
+    """The stragglers of a group the store found whole: its findings, over the history's
+    run."""
+    cluster, namespace, workload, model = group.key
+    return [Straggler(
+        namespace=namespace, workload=workload, gpu=gpu, pods=group.pods.get(gpu, ()),
+        value=value, median=summary.median, since=run.start, seconds=run.seconds,
+        required_seconds=required, devices=len(group.devices), kind=summary.kind,
+        signal=summary.signal, model=model, cluster=cluster)
+        for gpu, value in summary.devices.items() if gpu in group.devices]
+
+
 def slow_candidates(
     groups: Sequence[Group],
     signals: WorkSignals,
@@ -328,6 +345,7 @@ def stragglers(
     node_models: Mapping[str, str] | None = None,
     signals: WorkSignals | None = None,
     groups: Sequence[Group] | None = None,
+    runs: Runs | None = None,
     factor: float = STRAGGLER_FACTOR,
     duration: float = STRAGGLER_DURATION,
     slow_factor: float = SLOW_FACTOR,
@@ -336,16 +354,25 @@ def stragglers(
     """Stalled stragglers, and slow ones where ``signals`` are given. ``gpus`` gives the
     models to group by (without it, every device of a workload is one group), with
     ``node_models`` (:func:`group_of`); ``groups``, the groups when they are known already
-    (:func:`workload_groups`)."""
+    (:func:`workload_groups`); ``runs``: the groups the store found whole
+    (:class:`~..series.Runs`), whose stragglers are its findings (their containers come
+    with no steps)."""
     required = required_seconds(duration, window, history_start)
     if groups is None:
         groups = workload_groups(containers, pods, gpus, node_models)
     found: list[Straggler] = []
     checked = 0
+    whole = runs.stragglers if runs is not None else {}
+    run = whole_run(runs.steps, window, history_start) if runs is not None and whole else None
     for group in groups:
         if len(group.devices) < 2:
             continue
         checked += 1
+        summary = whole.get(group.key)
+        if summary is not None:
+            if run is not None and holds(run, required):
+                found.extend(_whole(group, summary, run, required))
+            continue
         if not any(group.devices.values()):
             # No device of the group has a step (the Prometheus mode asks the history of
             # the candidates' workloads only): neither rule can hold, and a fleet has 10^3

@@ -210,6 +210,11 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         assert other.rules_loaded(ruled.window) is False
         other.close()
         assert ruled.notes and "recording rules" in ruled.notes[0]
+        # The findings held over the whole history cross as the store's summaries (Runs),
+        # of every kind, not as step series.
+        runs = prom.fleet(WINDOW).runs
+        assert runs is not None and runs.steps[-1] == ruled.window.end
+        assert runs.idle and runs.spinning and runs.held_idle and runs.stragglers, runs
         # The stragglers came from their summaries: no step of their nodes' containers or
         # work signals was asked for.
         nodes = {s[2] for s in stores.expected.stragglers}

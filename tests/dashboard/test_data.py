@@ -31,6 +31,7 @@ from gpuscope.dashboard.series import (
     NodeSummary,
     PodInfo,
     PodKey,
+    Runs,
     Series,
     Window,
     WorkSignals,
@@ -369,9 +370,10 @@ def _wave(base: float, amplitude: float, phase: int, steps: int = 60) -> list[fl
 def test_straggler_summaries_give_the_verdicts_of_the_steps(
         groups: dict[str, tuple[str, list[list[float]]]]) -> None:
     """A straggler held over the whole history is summarised by the rules as its mean and
-    its group's median's mean (what run_queries asks); the step histories made of those
-    (_StragglerRuns.synthesize) give the analysis the same stragglers, with the same
-    numbers, as the real steps do, and leave the group's devices and pods as they are."""
+    its group's median's mean (what run_queries asks); handed to the verdict as the group's
+    findings (_StragglerRuns.whole, in Runs), with its containers sent without steps, they
+    give the stragglers of the real steps, with the same numbers, and leave the group's
+    devices and pods as they are."""
     containers, pods, gpus, signals, window = _straggler_fleet(groups)
     hs = window.start
     real = stragglers(containers, pods, window, hs, gpus=gpus, signals=signals)
@@ -390,20 +392,21 @@ def test_straggler_summaries_give_the_verdicts_of_the_steps(
     members = _groups(containers, pods, gpus)
     whole, rest = summary.split(flagged, members, apart=())
     assert whole == set(flagged) and not rest
-    made, sig = summary.synthesize(whole, members, busy=0.8)
-    assert set(made) == set(containers)
-    synthesized = stragglers(made, pods, window, hs, gpus=gpus, signals=WorkSignals(
-        utilization=sig["utilization"], sm=sig["sm"], power=sig["power"],
-        gpm=frozenset(sig["sm"])))
-    assert len(synthesized.stragglers) == len(real.stragglers)
-    for a, b in zip(synthesized.stragglers, real.stragglers, strict=True):
+    runs = Runs(steps=grid, stragglers=summary.whole(whole))
+    found = stragglers(dict.fromkeys(containers, Series((), ())), pods, window, hs,
+                       gpus=gpus, signals=WorkSignals(), runs=runs)
+    assert len(found.stragglers) == len(real.stragglers)
+    for a, b in zip(found.stragglers, real.stragglers, strict=True):
         assert (a.gpu, a.kind, a.signal, a.pods, a.devices, a.since, a.seconds) == (
             b.gpu, b.kind, b.signal, b.pods, b.devices, b.since, b.seconds)
         assert a.value == pytest.approx(b.value, rel=1e-12)
         assert a.median == pytest.approx(b.median, rel=1e-9)
-    assert synthesized.workloads_checked == real.workloads_checked
-    assert {g.key: g.pods for g in synthesized.groups} == {
+    assert found.workloads_checked == real.workloads_checked
+    assert {g.key: g.pods for g in found.groups} == {
         key: g.pods for key, g in by_group.items()}
+    # Without the summaries, the same containers without steps give no straggler.
+    assert not stragglers(dict.fromkeys(containers, Series((), ())), pods, window, hs,
+                          gpus=gpus, signals=WorkSignals()).stragglers
 
 
 def test_straggler_summaries_are_not_used_where_they_cannot_describe_the_group() -> None:
