@@ -184,7 +184,12 @@ def page_source(url: str, meta: dict[str, Any], args: argparse.Namespace) -> Pro
     has clusters (``bench/fleet.py --clusters``), the store's default otherwise."""
     extra = {"cluster_label": meta["cluster_label"]} if meta.get("cluster_label") else {}
     end = meta["end"]
-    return PrometheusData(url, clock=lambda: end, timeout=args.timeout, **extra)
+    source = PrometheusData(url, clock=lambda: end, timeout=args.timeout, **extra)
+    if getattr(args, "no_summaries", False):
+        # Every finding's steps, as for a fleet whose findings began within the window:
+        # the sets' findings hold over all of it, which the rules' run summaries describe.
+        source.summaries = False
+    return source
 
 
 def section_times(view: FleetView) -> dict[str, float]:
@@ -583,6 +588,10 @@ def main() -> int:
                     help="also time the node, pod and workload drill-downs")
     ap.add_argument("--raw", action="store_true",
                     help="the raw queries even where the recording rules are loaded")
+    ap.add_argument("--no-summaries", action="store_true",
+                    help="ask every finding's steps even where the recording rules summarise "
+                    "it whole (the sets' findings hold over the whole window; a fleet whose "
+                    "findings began within it sends their steps)")
     ap.add_argument("--no-cache", action="store_true",
                     help="VictoriaMetrics with -search.disableCache: every run computed anew "
                     "(its response cache answers a repeated range query with the same end)")
@@ -628,6 +637,8 @@ def main() -> int:
                               "step_s": meta["step"], "window_s": meta["window"],
                               "series": meta["series"], "samples": meta["samples"],
                               "data": str(folder)}
+    if args.no_summaries:
+        result["no_summaries"] = True
     env = {"GOGC": str(args.store_gogc)} if args.store_gogc is not None else None
     if env:
         result["store_gogc"] = args.store_gogc
