@@ -184,3 +184,30 @@ class Steps:
             return self._recorded("avg_over_time", "cutil", CBY)
         cutil = self.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
         return f"max by ({CBY}) (avg_over_time({cutil}[{self.r}]))"
+
+
+class History:
+    """The verdicts' history in the recorded minutes, for the run summaries: each finding
+    whose sparse series has a sample at every step of ``(history start, end]`` (one-minute
+    steps: one sample a step) is one number instead of its steps. ``h``: a range over the
+    history (its length less a millisecond); ``n``: its steps; ``r``: the last step's range
+    (the window's); ``match``: the nodes (or namespace) a form is asked of (all without it)."""
+
+    def __init__(self, h: str, n: int, r: str,
+                 match: Mapping[str, str] | None = None) -> None:
+        self.h = h
+        self.n = n
+        self.r = r
+        self.match = dict(match or {})
+
+    def sel(self, key: str, extra: Mapping[str, str] | None = None) -> str:
+        """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
+        return selector(RULES[key], {**self.match, **(extra or {})})
+
+    def whole(self, key: str, by: str) -> str:
+        """The series of ``key``, aggregated ``by``, with a sample at every step."""
+        return f"(max by ({by}) (count_over_time({self.sel(key)}[{self.h}])) == {self.n})"
+
+    def mean(self, key: str, by: str) -> str:
+        """The mean of ``key``'s samples over the history, aggregated ``by``."""
+        return f"max by ({by}) (avg_over_time({self.sel(key)}[{self.h}]))"

@@ -36,6 +36,7 @@ from gpuscope.dashboard.data.recorded import (
     RULE_INTERVAL,
     RULES,
     RULES_VERSION,
+    History,
     Steps,
 )
 from gpuscope.dashboard.data.source import (
@@ -47,6 +48,9 @@ from gpuscope.dashboard.series import (
     Window,
 )
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
+
+# (``run_queries`` takes arguments named ``spinning`` and ``stragglers``.)
+spin_forms, straggler_forms = spinning, stragglers
 
 
 class PlanQueries(PrometheusStore):
@@ -476,11 +480,14 @@ class PlanQueries(PrometheusStore):
         those steps a container held each idle or spinning device on ``devices`` nodes
         (all of them, or the steps are asked for: a scrape every minute gives one sample a
         step, so ``n`` samples are the ``n`` steps; a faster scrape gives more, and the
-        steps are asked for), allocated-idle containers and
-        throttled devices (their means), and (``stragglers``; of ``namespace`` where given)
-        the stalled and slow devices with their means, and their groups' medians' means
-        over the same steps. Raw range functions over the recorded series (no subquery);
-        the dense series only on the nodes listed (split as :func:`_split`)."""
+        steps are asked for), allocated-idle containers (their means), and
+        (``stragglers``; of ``namespace`` where given) the stalled and slow devices with
+        their means, and their groups' medians' means over the same steps. Each form is its
+        verdict module's (``idle_runs_promql``, ``spinning_runs_promql`` and
+        ``spinning_means_promql``, ``held_idle_runs_promql``, ``straggler_runs_promql``,
+        ``held_runs_promql``, over :class:`History`); here they are labelled by ``stat``
+        and the dense series' forms asked of the nodes listed (split as :func:`_split`).
+        Raw range functions over the recorded series (no subquery)."""
         h = duration(window.end - history_start - EDGE)
         n = round((window.end - history_start) / window.step)
         r, _ = self._r(window)
@@ -491,70 +498,30 @@ class PlanQueries(PrometheusStore):
                 expr = labelled(expr, "signal", signal)
             return labelled(expr, "stat", name)
 
-        def full(key: str, by: str, match: Mapping[str, str] | None = None) -> str:
-            rec = selector(RULES[key], match)
-            return f"(max by ({by}) (count_over_time({rec}[{h}])) == {n})"
-
-        def each(nodes: Collection[str], build: Callable[[Mapping[str, str]], str]) -> None:
-            for q in _split(sorted(set(nodes)),
-                            lambda names: build(node_matchers(names, self.cluster_label))):
+        def each(nodes: Collection[str], build: Callable[[History], str]) -> None:
+            for q in _split(sorted(set(nodes)), lambda names: build(
+                    History(h, n, r, node_matchers(names, self.cluster_label)))):
                 out[f"runs#{len(out)}"] = q
 
-        def spin(match: Mapping[str, str]) -> str:
-            def sel(key: str) -> str:
-                return selector(RULES[key], match)
-
-            mine = full("spin", GBY, match)
-            no_gpm = f"unless on (node, uuid) count_over_time({sel('sm')}[{h}])"
-            limit = selector("gpu_power_limit_watts", match)
-            return " or ".join([
-                *(stat(f"max by ({GBY}) (avg_over_time({sel(key)}[{h}]))"
-                       f" and on (node, uuid) {mine}", "spin", key)
-                  for key in ("sm", "tensor", "dram")),
-                stat(f"max by ({GBY}) (avg_over_time({sel('power')}[{h}]))"
-                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "power"),
-                stat(f"max by ({GBY}) (max_over_time({limit}[{r}]))"
-                     f" and on (node, uuid) {mine} {no_gpm}", "spin", "limit"),
-            ])
-
-        def alloc(match: Mapping[str, str]) -> str:
-            held = selector("container_gpu_allocated", {**match, "namespace": NOT_EMPTY})
-            return stat(
-                f"max by (node, uuid) (count_over_time({held}[{h}])) and on (node, uuid)"
-                f" (last_over_time({selector(RULES['idle'], match)}[{r}])"
-                f" or last_over_time({selector(RULES['spin'], match)}[{r}]))", "held")
+        def spin(hist: History) -> str:
+            return " or ".join(stat(q, "spin", key) for key, q in
+                               spin_forms.spinning_means_promql(hist).items())
 
         # The sparse series alone: cheap over the whole fleet.
-        parts = [stat(full("idle", f"{GBY}, signal"), "idle"),
-                 # A spinning run's mean utilization is the recorded series' own value.
-                 stat(f"max by ({GBY}) (avg_over_time({RULES['spin']}[{h}]))"
-                      f" and on (node, uuid) {full('spin', GBY)}", "spin", "utilization")]
+        fleet = History(h, n, r)
+        parts = [stat(idle.idle_runs_promql(fleet), "idle"),
+                 stat(spin_forms.spinning_runs_promql(fleet), "spin", "utilization")]
         if held:
-            mean = f"max by ({CBY}, signal) (avg_over_time({RULES['held_idle']}[{h}]))"
-            parts.append(stat(f"{mean} and on ({CBY}, signal)"
-                              f" {full('held_idle', f'{CBY}, signal')}", "held_idle"))
+            parts.append(stat(allocated.held_idle_runs_promql(fleet), "held_idle"))
         out["runs"] = " or ".join(parts)
         if stragglers:
-            # A straggler held at every step, with its mean, and its group's median's mean
-            # over the same steps (the median is there at each of them: the rule compares
-            # with it).
             ns = ({} if namespace is None
                   else {"namespace": f'="{escape_label_value(namespace)}"'})
-            found = []
-            for kind, median, by in (("stalled", "stalled_median", MEMBER),
-                                     ("slow", "work_median", f"{MEMBER}, signal")):
-                runs = full(kind, by, ns)
-                found += [
-                    stat(f"max by ({by}) (avg_over_time({selector(RULES[kind], ns)}[{h}]))"
-                         f" and on ({by}) {runs}", kind),
-                    stat(f"max by ({GROUP}, signal) (avg_over_time("
-                         f"{selector(RULES[median], ns)}[{h}]))"
-                         f" and on ({GROUP}) {full(median, GROUP, ns)}"
-                         f" and on ({GROUP}) {runs}", f"{kind}_median"),
-                ]
-            out[f"runs#{len(out)}"] = " or ".join(found)
+            out[f"runs#{len(out)}"] = " or ".join(
+                stat(q, name) for name, q in
+                straggler_forms.straggler_runs_promql(History(h, n, r, ns)).items())
         each(spinning, spin)
-        each(devices, alloc)
+        each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
         return out
 
     #: Whether the fleet page asks the recording rules for run summaries (:meth:`run_queries`)

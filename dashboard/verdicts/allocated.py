@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
-from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, Steps
+from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, History, Steps
 from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
@@ -249,3 +249,10 @@ def held_idle_promql(st: Steps, th: Thresholds) -> list[str]:
         f' unless on (node, uuid) {gpm} unless on ({CBY}) {cutil_max},'
         f' "signal", "process", "", "")',
     ]
+
+
+def held_idle_runs_promql(hist: History) -> str:
+    """With the recording rules: the containers allocated-idle at every step of the
+    history, with their mean use over it, by signal."""
+    by = f"{CBY}, signal"
+    return f"{hist.mean('held_idle', by)} and on ({by}) {hist.whole('held_idle', by)}"

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, Steps
+from gpuscope.dashboard.data.promql import selector
+from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, History, Steps
 from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
@@ -500,3 +501,20 @@ def silent_promql(st: Steps) -> str:
     return (f"max by ({GBY}) ({st.sel('gpu_info')}) unless on (node, uuid)"
             f" max_over_time({st.sel('gpu_utilization_ratio')}[{st.r}])"
             f" unless on (node, uuid) {st.active('sm')}")
+
+
+def idle_runs_promql(hist: History) -> str:
+    """With the recording rules: the devices idle at every step of the history, by the
+    signal they were judged by (:attr:`~..series.Runs.idle`)."""
+    return hist.whole("idle", f"{GBY}, signal")
+
+
+def held_runs_promql(hist: History) -> str:
+    """With the recording rules: how many of the history's samples of
+    ``container_gpu_allocated`` (one a step at a one-minute scrape) each device idle or
+    spinning at the end has (:attr:`~..series.Runs.held` where it has all), for the waste
+    split."""
+    held = selector("container_gpu_allocated", {**hist.match, "namespace": NOT_EMPTY})
+    return (f"max by (node, uuid) (count_over_time({held}[{hist.h}])) and on (node, uuid)"
+            f" (last_over_time({hist.sel('idle')}[{hist.r}])"
+            f" or last_over_time({hist.sel('spin')}[{hist.r}]))")

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.recorded import Steps
+from gpuscope.dashboard.data.promql import selector
+from gpuscope.dashboard.data.recorded import GBY, History, Steps
 from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
@@ -397,3 +398,25 @@ def spinning_promql(st: Steps, th: Thresholds) -> str:
              f" unless on (node, uuid) {sm}")
     return (f"({st.util()} >= {rule.busy!r})"
             f" and on (node, uuid) (({gpm}) or on (node, uuid) ({power}))")
+
+
+def spinning_runs_promql(hist: History) -> str:
+    """With the recording rules: the devices spinning at every step of the history, with
+    the mean of their utilization over it (the recorded series' own value)."""
+    return f"{hist.mean('spin', GBY)} and on (node, uuid) {hist.whole('spin', GBY)}"
+
+
+def spinning_means_promql(hist: History) -> dict[str, str]:
+    """With the recording rules, of the devices spinning at every step of the history on
+    its nodes: the means of their other signals over it, by signal (``sm``, ``tensor``,
+    ``dram`` with GPM; ``power`` and its ``limit``, watts, without)."""
+    mine = hist.whole("spin", GBY)
+    no_gpm = f"unless on (node, uuid) count_over_time({hist.sel('sm')}[{hist.h}])"
+    limit = selector("gpu_power_limit_watts", hist.match)
+    return {
+        **{key: f"{hist.mean(key, GBY)} and on (node, uuid) {mine}"
+           for key in ("sm", "tensor", "dram")},
+        "power": f"{hist.mean('power', GBY)} and on (node, uuid) {mine} {no_gpm}",
+        "limit": (f"max by ({GBY}) (max_over_time({limit}[{hist.r}]))"
+                  f" and on (node, uuid) {mine} {no_gpm}"),
+    }

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.promql import node_parts
-from gpuscope.dashboard.data.recorded import GBY, GROUP, MEMBER, RULES, Steps
+from gpuscope.dashboard.data.recorded import GBY, GROUP, MEMBER, RULES, History, Steps
 from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import (
     ContainerRef,
@@ -642,3 +642,19 @@ def slow_promql(st: Steps, th: Thresholds) -> str:
     median = f"max by ({GROUP}) (avg_over_time({st.sel(RULES['work_median'])}[{st.r}]))"
     return (f"{_recorded_work(st)} >= on ({GROUP}) group_left ()"
             f" ({th.slow_factor!r} * {median})")
+
+
+def straggler_runs_promql(hist: History) -> dict[str, str]:
+    """With the recording rules: each straggler whose rule held at every step of the
+    history with its mean (``stalled``, ``slow``), and its group's median's mean over the
+    same steps (``stalled_median``, ``slow_median``: the median is there at each of them,
+    the rule compares with it)."""
+    out = {}
+    for kind, median, by in (("stalled", "stalled_median", MEMBER),
+                             ("slow", "work_median", f"{MEMBER}, signal")):
+        runs = hist.whole(kind, by)
+        out[kind] = f"{hist.mean(kind, by)} and on ({by}) {runs}"
+        out[f"{kind}_median"] = (f"{hist.mean(median, f'{GROUP}, signal')}"
+                                 f" and on ({GROUP}) {hist.whole(median, GROUP)}"
+                                 f" and on ({GROUP}) {runs}")
+    return out

@@ -483,3 +483,29 @@ def test_the_nodes_numbers_as_the_rules_send_them() -> None:
     ]
     assert _summaries(rows) == {"a": NodeSummary(8, 0.5, 8, "NVIDIA A100"),
                                 "b": NodeSummary(1, None, 0, "")}
+
+
+def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
+    """Each run summary the plan asks is its verdict module's form over the history
+    (``*_runs_promql``), labelled by ``stat``; the dense series' forms asked of the nodes
+    listed."""
+    from gpuscope.dashboard.data.promql import node_matchers
+    from gpuscope.dashboard.data.recorded import History
+    from gpuscope.dashboard.verdicts import allocated, idle, spinning
+    from gpuscope.dashboard.verdicts import stragglers as strag
+
+    prom = PrometheusData("http://127.0.0.1:1")
+    w = make_window(3600, 10_000.0, min_step=60, max_points=60)
+    out = prom.run_queries(w, w.start + 600, devices=["n1"], spinning=["n2"],
+                           stragglers=True, namespace='ml"x')
+    text = " ".join(out.values())
+    fleet = History("2999999ms", 50, "59999ms")
+    n1, n2 = (node_matchers([n], prom.cluster_label) for n in ("n1", "n2"))
+    for form in (idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
+                 allocated.held_idle_runs_promql(fleet),
+                 *strag.straggler_runs_promql(History(
+                     "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'})).values(),
+                 *spinning.spinning_means_promql(History(
+                     "2999999ms", 50, "59999ms", n2)).values(),
+                 idle.held_runs_promql(History("2999999ms", 50, "59999ms", n1))):
+        assert form in text, form
