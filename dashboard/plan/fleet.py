@@ -78,8 +78,7 @@ class PrometheusData(PlanQueries):
         cyclic garbage collector held off (:func:`gc_paused`). With the recording rules,
         between the first two: :meth:`summary_queries` (each node's numbers, and over the
         default hour who uses what) and :meth:`detail_queries` (the devices and containers
-        of the nodes that need them, :func:`detail_nodes`), or every device and container at
-        once where the findings at the end name most of the fleet."""
+        of the nodes that need them, :func:`detail_nodes`)."""
         with gc_paused():
             return self._fleet(window or self.window(window_seconds), namespace)
 
@@ -159,22 +158,15 @@ class PrometheusData(PlanQueries):
                      g for devices in flagged.values() for g in devices}}
         named |= held_nodes
         lean = self.lean(window, namespace, rules)
-        # Where those are most of the fleet already, every device (and container) is asked
-        # for at once, before the summaries below (the heaviest answers, which the second
-        # round waits for): node lists would name most nodes, and waiting for the nodes'
-        # numbers to say so cost a round (57 % set, 5,000 nodes: 8.3 s a page against 6.6).
-        asked_all = rules and len(named) > self.detail_share * max(1, len(nodes))
 
-        def read_devices(on: Collection[str] | None, members: bool) -> _Answers:
+        def read_devices(on: Collection[str], members: bool) -> _Answers:
             """:meth:`detail_queries` of ``on``, sent (and counted)."""
             detail = self.detail_queries(window, on, members)
             queries.update(detail)
             return self._submit(detail, window)
 
-        if asked_all:
-            inventory = read_devices(None, lean)
-        elif rules:
-            # Else the nodes' numbers, and who uses what from the rules, to say which nodes'
+        if rules:
+            # The nodes' numbers, and who uses what from the rules, to say which nodes'
             # devices and containers to read.
             numbers = self.summary_queries(window, namespace)
             queries.update(numbers)
@@ -193,11 +185,11 @@ class PrometheusData(PlanQueries):
             key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
             pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
         groups_checked: int | None = None
-        if rules and not asked_all:
+        if rules:
             summaries = _summaries(first_res["node_summary"])
             if lean:
                 groups_checked = int(next((v for _, v in first_res["groups"]), 0))
-        if lean and not asked_all:
+        if lean:
             # Who uses what is read on the nodes that need it, known before it is: where the
             # rules saw a device shared or a container near the input-starved range, and
             # where the straggler candidates' workloads have pods.
@@ -206,7 +198,7 @@ class PrometheusData(PlanQueries):
             workloads = judged | {key[:3] for key in flagged}
             named |= {p.node for p in pods.values()
                       if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
-            inventory = read_devices(detail_nodes(named, summaries, self.detail_share), True)
+            inventory = read_devices(detail_nodes(named, summaries), True)
         member_rows = (inventory if lean else first_res)["members"]
 
         # Every container in the window (with the rules over their window: on the nodes
@@ -244,12 +236,12 @@ class PrometheusData(PlanQueries):
             evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
                               if judged else 0.0),
         )
-        if rules and not lean and not asked_all:
+        if rules and not lean:
             # Who uses what came first: the devices of the nodes that need them, asked now.
             named |= set(ask.shared) | set(ask.candidates)
             named |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
             named |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
-            inventory = read_devices(detail_nodes(named, summaries, self.detail_share), False)
+            inventory = read_devices(detail_nodes(named, summaries), False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' containers come with no steps, and
         # their devices with no work signals, whatever else was asked about them (a node's

@@ -228,8 +228,7 @@ class PlanQueries(PrometheusStore):
         return f"{_stat(total(False), 'held')} or {_stat(total(True), 'used')}"
 
     def summary_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
-        """With the recording rules, where what holds at the end names less than
-        :attr:`detail_share` of the nodes: each node's numbers (``node_summary``, the rows
+        """With the recording rules: each node's numbers (``node_summary``, the rows
         of :class:`NodeSummary`), and, over the default window (:meth:`lean`), who uses
         what: the devices two containers or more used, the containers near the
         input-starved range, and how many straggler groups there are (a group's median is
@@ -527,11 +526,6 @@ class PlanQueries(PrometheusStore):
     #: Whether the fleet page asks the recording rules for run summaries (:meth:`run_queries`)
     #: where it can; False: every finding's steps (the same verdicts, slower; for tests).
     summaries = True
-
-    #: With the rules, the fleet page reads the devices of the nodes that need them in node
-    #: lists while they are at most this share of the fleet, else every device
-    #: (:func:`detail_nodes`; 1.0 always lists them: for tests).
-    detail_share = 0.5
 
     #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
     RULES_CHECK_EVERY = 300.0

@@ -264,18 +264,18 @@ def _summaries(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeSu
     return out
 
 
-def detail_nodes(named: Collection[str], summaries: Mapping[str, NodeSummary],
-                 share: float = 0.5) -> set[str] | None:
+def detail_nodes(named: Collection[str], summaries: Mapping[str, NodeSummary]) -> set[str]:
     """The nodes whose devices the fleet page reads with the rules: those ``named`` (a
     verdict, a time-sliced device or an input-starved candidate there, a straggler group's),
     those whose devices have several models (MIG), and the :data:`MAX_HEATMAP_NODES` least
     busy, which the heatmap may draw (its order, by the summaries' means, is
-    :func:`..views.build_fleet_view`'s). None (every node) where that is more than ``share``
-    of the fleet: one query without a list then reads about as much, and sends no list."""
+    :func:`..views.build_fleet_view`'s). Listed however many they are: where findings
+    name most of the fleet, the lists (split under the query limit) cost the store no more
+    than one query of every device (docs/benchmarks.md)."""
     lowest = sorted(summaries, key=lambda n: (summary_mean(summaries[n]), n))
     nodes = (set(named) | set(lowest[:MAX_HEATMAP_NODES])
              | {n for n, s in summaries.items() if not s.model})
-    return None if len(nodes) > share * len(summaries) else nodes
+    return nodes
 
 
 class _Answers:

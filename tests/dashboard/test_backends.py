@@ -95,7 +95,6 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     monkeypatch.setattr(P, "MAX_HEATMAP_NODES", 20)
     monkeypatch.setattr(V, "MAX_HEATMAP_NODES", 20)
     prom = PrometheusData(url, clock=lambda: end, timeout=120)
-    prom.detail_share = 1.0
     asked = spy(prom, "instant")
     try:
         data = prom.fleet(WINDOW)
@@ -235,15 +234,6 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         fallback = page_view(prom, WINDOW, bundled_prices())
         prom.close()
         lean = lean_view(store.url, stores.end, monkeypatch)
-        # Where the findings at the end name most of the fleet, every device and container
-        # is asked for at once, without the nodes' numbers (here: whatever they name).
-        prom = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
-        prom.detail_share = 0.0
-        every_data = prom.fleet(WINDOW)
-        every_steps = prom.step_series(registry.step_queries(), WINDOW, every_data.window)
-        prom.close()
-        assert not every_data.node_summaries and every_data.workloads_checked is None
-        every = build_fleet_view(every_data, bundled_prices(), steps=every_steps)
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
         # sparse series it reads): the page goes to the raw series.
         delete = urllib.request.Request(
@@ -258,7 +248,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     # form of the ruled page the same.
     add_up(ruled)
     assert same_owners(ruled, raw, rel=1e-3)
-    assert same_owners(lean, ruled) and same_owners(every, ruled)
+    assert same_owners(lean, ruled)
     for other in (stepwise, fallback):
         assert other.kpis == ruled.kpis
         for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows",
@@ -271,10 +261,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert nodes and not stepped
-    assert verdicts(lean) == verdicts(ruled) == verdicts(every)
-    assert replace(every.kpis, mean_utilization=None) == replace(ruled.kpis,
-                                                                 mean_utilization=None)
-    assert every.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
+    assert verdicts(lean) == verdicts(ruled)
     assert replace(lean.kpis, mean_utilization=None) == replace(ruled.kpis,
                                                                 mean_utilization=None)
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)

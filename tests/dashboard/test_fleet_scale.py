@@ -95,10 +95,8 @@ def test_nodes_sent_as_numbers_give_the_same_page(view) -> None:  # type: ignore
         summaries[node] = NodeSummary(gpus=8, mean=sum(means) / len(means), known=8,
                                       model="A100")
     idle = {f"node-{n:04d}" for n in IDLE}
-    rows = detail_nodes(idle, summaries, share=1.0)
-    assert rows is not None and idle < rows and len(rows) == MAX_HEATMAP_NODES
-    assert detail_nodes(idle, summaries) == rows  # a fifth of the fleet: listed
-    assert detail_nodes(idle, summaries, share=0.1) is None  # more: every device asked
+    rows = detail_nodes(idle, summaries)
+    assert idle < rows and len(rows) == MAX_HEATMAP_NODES
     lean = replace(
         full, node_summaries=summaries,
         gpus={r: g for r, g in full.gpus.items() if r.node in rows},
@@ -116,8 +114,8 @@ def test_nodes_sent_as_numbers_give_the_same_page(view) -> None:  # type: ignore
     # A summarised node never drawn without its devices, even where a summary's mean
     # is not what its devices' means give (a GPU that reported for part of the window).
     skewed = {n: replace(s, mean=0.0) if n == "node-0999" else s for n, s in summaries.items()}
-    rows = detail_nodes(idle, skewed, share=1.0)
-    assert rows is not None and "node-0999" in rows
+    rows = detail_nodes(idle, skewed)
+    assert "node-0999" in rows
     got = build_fleet_view(replace(
         lean, node_summaries=skewed,
         gpus={r: g for r, g in full.gpus.items() if r.node in rows},
