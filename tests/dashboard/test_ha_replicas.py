@@ -25,6 +25,12 @@ from tests.stores import fleet_in_both, replay_rules
 
 REPLICAS = {"prometheus_replica": ("0", "1")}
 
+# The module's fixture builds the 200-node fleet in both stores twice (one copy, two
+# replicas) and replays the rules with vmalert into each VictoriaMetrics: about 90 s on a
+# quiet 2-core machine, which the first test's setup is charged with. The suite's 120 s
+# per test caught a loaded machine's setup, not a hang.
+pytestmark = pytest.mark.timeout(360)
+
 
 def pages(fleet: F.Fleet, workdir: Any) -> dict[str, FleetView]:
     """Each store's page of ``fleet``, and VictoriaMetrics' with the recording rules
