@@ -235,17 +235,26 @@ def _build_fleet_view(
         """Whole GPUs on ``node``."""
         return len(by_node[node]) if node in by_node else summarised.get(node, 0)
 
+    utils: dict[str, tuple[float, int]] = {}
+
     def node_util(node: str) -> tuple[float, int]:
         """The sum of the node's whole GPUs' window means, and how many reported: its
         summary's where it has one (the same for every node then: one order for the heatmap
-        whichever nodes came as devices), else from its devices' means."""
+        whichever nodes came as devices), else from its devices' means. Each node's once (the
+        KPIs, the heatmap's order and its groups ask: 10^4 calls on a large fleet)."""
+        found = utils.get(node)
+        if found is not None:
+            return found
         summary = summaries.get(node)
         if summary is not None:
             known = 0 if summary.mean is None or math.isnan(summary.mean) else summary.known
-            return summary_mean(summary) * known, known
-        means = [m for g in by_node.get(node, ())
-                 if (m := data.gpu_mean.get(g.ref)) is not None and not math.isnan(m)]
-        return math.fsum(means), len(means)
+            found = (summary_mean(summary) * known, known)
+        else:
+            means = [m for g in by_node.get(node, ())
+                     if (m := data.gpu_mean.get(g.ref)) is not None and not math.isnan(m)]
+            found = (math.fsum(means), len(means))
+        utils[node] = found
+        return found
 
     def mean_of(nodes: list[str]) -> float | None:
         """The mean of the whole GPUs' window means on ``nodes`` (None: none reported)."""
@@ -544,8 +553,9 @@ def _build_fleet_view(
         total, known = node_util(node)
         return (-wasted, total / known if known else 0.0, node)
 
-    ranked = sorted(gpu_nodes, key=node_rank)
-    node_names = tuple(sorted(ranked[:MAX_HEATMAP_NODES], key=node_rank))
+    rank = {node: node_rank(node) for node in gpu_nodes}
+    ranked = sorted(gpu_nodes, key=rank.__getitem__)
+    node_names = tuple(ranked[:MAX_HEATMAP_NODES])  # (in rank order already)
     groups_of: dict[str, list[str]] = {}
     for node in sorted(gpu_nodes):
         info = data.nodes.get(node)
