@@ -6,6 +6,7 @@ loaded. The verdict modules (``dashboard/verdicts/``) write their PromQL forms o
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpuscope.dashboard.data.prometheus import EDGE, _power_step, _rate, _util_step
 from gpuscope.dashboard.data.promql import duration, selector
@@ -186,6 +187,7 @@ class Steps:
         return f"max by ({CBY}) (avg_over_time({cutil}[{self.r}]))"
 
 
+@dataclass(frozen=True)
 class History:
     """The verdicts' history in the recorded minutes, for the run summaries: each finding
     whose sparse series has a sample at every step of ``(history start, end]`` (one-minute
@@ -193,16 +195,14 @@ class History:
     history (its length less a millisecond); ``n``: its steps; ``r``: the last step's range
     (the window's); ``match``: the nodes (or namespace) a form is asked of (all without it)."""
 
-    def __init__(self, h: str, n: int, r: str,
-                 match: Mapping[str, str] | None = None) -> None:
-        self.h = h
-        self.n = n
-        self.r = r
-        self.match = dict(match or {})
+    h: str
+    n: int
+    r: str
+    match: Mapping[str, str] = field(default_factory=dict)
 
-    def sel(self, key: str, extra: Mapping[str, str] | None = None) -> str:
+    def sel(self, key: str) -> str:
         """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
-        return selector(RULES[key], {**self.match, **(extra or {})})
+        return selector(RULES[key], self.match)
 
     def whole(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, with a sample at every step."""
