@@ -48,9 +48,8 @@ from gpuscope.dashboard.series import (
     Window,
 )
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
-
-# (``run_queries`` takes arguments named ``spinning`` and ``stragglers``.)
-spin_forms, straggler_forms = spinning, stragglers
+from gpuscope.dashboard.verdicts.spinning import spinning_means_promql, spinning_runs_promql
+from gpuscope.dashboard.verdicts.stragglers import straggler_runs_promql
 
 
 class PlanQueries(PrometheusStore):
@@ -504,12 +503,12 @@ class PlanQueries(PrometheusStore):
 
         def spin(hist: History) -> str:
             return " or ".join(stat(q, "spin", key) for key, q in
-                               spin_forms.spinning_means_promql(hist).items())
+                               spinning_means_promql(hist).items())
 
         # The sparse series alone: cheap over the whole fleet.
         fleet = History(h, n, r)
         parts = [stat(idle.idle_runs_promql(fleet), "idle"),
-                 stat(spin_forms.spinning_runs_promql(fleet), "spin", "utilization")]
+                 stat(spinning_runs_promql(fleet), "spin", "utilization")]
         if held:
             parts.append(stat(allocated.held_idle_runs_promql(fleet), "held_idle"))
         out["runs"] = " or ".join(parts)
@@ -518,7 +517,7 @@ class PlanQueries(PrometheusStore):
                   else {"namespace": f'="{escape_label_value(namespace)}"'})
             out[f"runs#{len(out)}"] = " or ".join(
                 stat(q, name) for name, q in
-                straggler_forms.straggler_runs_promql(History(h, n, r, ns)).items())
+                straggler_runs_promql(History(h, n, r, ns)).items())
         each(spinning, spin)
         each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
         return out
