@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import math
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -402,11 +402,16 @@ class FleetData:
       can use (the Prometheus mode sends the history of containers on time-sliced devices
       and of the straggler candidates' workloads only): it still says who uses what.
     - ``node_summaries``: each node's :class:`NodeSummary`, where the data layer sends them
-      (the Prometheus mode with the recording rules). Then ``gpus`` and ``gpu_mean`` hold
-      only the devices of the nodes a verdict, a time-sliced device or an input-starved
-      candidate names, and of the :data:`MAX_HEATMAP_NODES` least busy nodes; every other
-      node has nothing to flag, and its GPUs count as busy. A node's mean (the KPIs, the
-      heatmap's order and groups) is its summary's wherever it has one.
+      (the Prometheus mode with the recording rules). Then ``gpus`` holds only the devices
+      of the nodes a verdict, a time-sliced device or an input-starved candidate names, and
+      of the :data:`MAX_HEATMAP_NODES` least busy nodes; every other node has nothing to
+      flag, and its GPUs count as busy. A node's mean (the KPIs, the heatmap's order and
+      groups) is its summary's wherever it has one; ``gpu_mean`` then holds the devices of
+      the nodes without one, and ``device_means`` reads the others' where they are drawn.
+    - ``device_means``: where ``gpu_mean`` leaves out some devices of ``gpus``, reads the
+      window means of the given nodes' devices from the store (one round of queries,
+      :class:`~gpuscope.dashboard.data.source.DataError` on failure): the heatmap asks it
+      of the nodes it draws, so the page reads the means it shows and no others.
     - ``holdings``: who held what on every node over the window (:class:`Holding`), the
       showback's allocation; every node's, the summarised ones too, whatever the namespace.
     - ``runs``: the findings the store summarised whole (:class:`Runs`), where it does.
@@ -441,6 +446,7 @@ class FleetData:
     workloads_checked: int | None = None
     holdings: Mapping[HoldingKey, Holding] = field(default_factory=dict)
     runs: Runs | None = None
+    device_means: Callable[[Collection[str]], Mapping[GpuRef, float]] | None = None
 
     @property
     def history_seconds(self) -> float:

@@ -519,13 +519,18 @@ def _build_fleet_view(
             group_evidence[one.key] = _group_evidence(groups.get(one.key), data.evidence)
     evidence_seconds = min(th.straggler_duration, window.seconds)
 
+    group_prices: dict[GroupKey, float | None] = {}
+
     def group_price(group: Group | None) -> float | None:
-        """The $/hour of a straggler group's GPUs (None: one's price unknown)."""
+        """The $/hour of a straggler group's GPUs (None: one's price unknown); each
+        group's once (its rows' order and each row ask)."""
         if group is None:
             return None
-        prices = [device_price(ref) for ref in group.devices]
-        return None if any(p is None for p in prices) else math.fsum(
-            p for p in prices if p is not None)
+        if group.key not in group_prices:
+            prices = [device_price(ref) for ref in group.devices]
+            group_prices[group.key] = None if any(p is None for p in prices) else math.fsum(
+                p for p in prices if p is not None)
+        return group_prices[group.key]
     straggler_rows = tuple(
         StragglerRow(
             namespace=s.namespace, workload=s.workload, pods=s.pods, node=s.gpu.node,
@@ -573,6 +578,11 @@ def _build_fleet_view(
     columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
                            key=index_key))
     slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
+    gpu_mean = data.gpu_mean
+    unread = [n for n in node_names if any(g.ref not in gpu_mean for g in by_node.get(n, ()))]
+    if unread and data.device_means is not None:
+        # The store sent these nodes' devices without their means: read those drawn.
+        gpu_mean = {**gpu_mean, **data.device_means(unread)}
     z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node.get(node, ())}
@@ -582,7 +592,7 @@ def _build_fleet_view(
         mig_row: list[str] = []
         for col in columns:
             ref = cells.get(col)
-            mean = data.gpu_mean.get(ref) if ref is not None else None
+            mean = gpu_mean.get(ref) if ref is not None else None
             z_row.append(None if mean is None or math.isnan(mean) else mean)
             spin_row.append(ref in spinning)
             idle_row.append(ref is not None and states.get(ref) == "idle")

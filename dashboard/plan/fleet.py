@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from gpuscope.dashboard.data.prometheus import _cref, _gref
@@ -160,8 +161,10 @@ class PrometheusData(PlanQueries):
         lean = self.lean(window, namespace, rules)
 
         def read_devices(on: Collection[str], members: bool) -> _Answers:
-            """:meth:`detail_queries` of ``on``, sent (and counted)."""
-            detail = self.detail_queries(window, on, members)
+            """:meth:`detail_queries` of ``on``, and the means of those of its nodes the
+            rules have no numbers for (:meth:`means_queries`), sent (and counted)."""
+            detail = {**self.detail_queries(window, on, members),
+                      **self.means_queries(window, [n for n in on if n not in summaries])}
             queries.update(detail)
             return self._submit(detail, window)
 
@@ -402,4 +405,15 @@ class PrometheusData(PlanQueries):
             workloads_checked=groups_checked,
             holdings=_holdings(first_res["holdings"]),
             runs=summary,
+            # With the rules, the means of the devices the heatmap draws are read then.
+            device_means=partial(self.device_means, window) if rules else None,
         )
+
+    def device_means(self, window: Window, nodes: Collection[str]) -> dict[GpuRef, float]:
+        """The window means of ``nodes``' devices (:meth:`means_queries`): what the
+        heatmap draws of the nodes the page read the devices of (``FleetData.device_means``).
+        Raises :class:`~gpuscope.dashboard.data.source.DataError` where the store fails."""
+        if not nodes:
+            return {}
+        rows = self._submit(self.means_queries(window, nodes), window)["gpu_stats"]
+        return {_gref(lab): v for lab, v in rows}

@@ -266,23 +266,41 @@ class PlanQueries(PrometheusStore):
     def detail_queries(self, window: Window, nodes: Collection[str] | None,
                        members: bool = False) -> dict[str, str]:
         """With the recording rules, the devices of ``nodes`` (every node where None):
-        each one's index, model and parent (``gpus``), and its window mean (``gpu_stats``),
-        and (``members``) each container's raw mean on them (``members``, as
-        :meth:`fleet_queries` asks it of the whole fleet), in ``node=~`` lists (split as
-        :func:`_split` does: ``gpus#1``...)."""
-        whole = duration(window.seconds + window.step / 2)
+        each one's index, model and parent (``gpus``), and (``members``) each container's
+        raw mean on them (``members``, as :meth:`fleet_queries` asks it of the whole fleet),
+        in ``node=~`` lists (split as :func:`_split` does: ``gpus#1``...). Their window
+        means are :meth:`means_queries`', asked of the nodes the page draws."""
         w = duration(window.seconds)
 
         def build(names: Sequence[str] | None) -> dict[str, str]:
             on = {} if names is None else node_matchers(names, self.cluster_label)
             info = selector("gpu_info", on)
-            util = selector(RULES["util"], on)
             cutil = selector("container_gpu_utilization_ratio", {**on, "namespace": NOT_EMPTY})
             return {"gpus": f"max by (node, gpu, uuid, model, parent_uuid, mig_profile) ({info})",
-                    "gpu_stats": f"max by (node, uuid) (avg_over_time({util}[{whole}]))",
                     "members": f"avg by ({CBY}) (avg_over_time({cutil}[{w}]))"}
 
-        roles = ("members", "gpus", "gpu_stats") if members else ("gpus", "gpu_stats")
+        return self._lists(nodes, build, ("members", "gpus") if members else ("gpus",))
+
+    def means_queries(self, window: Window, nodes: Collection[str] | None) -> dict[str, str]:
+        """With the recording rules, each device's window mean on ``nodes`` (every node
+        where None), in ``node=~`` lists (``gpu_stats``, ``gpu_stats#1``...): the heatmap's
+        cells, asked of the nodes it draws (:attr:`FleetData.device_means`), and of a node
+        the rules have no numbers for (its mean is its devices')."""
+        whole = duration(window.seconds + window.step / 2)
+
+        def build(names: Sequence[str] | None) -> dict[str, str]:
+            on = {} if names is None else node_matchers(names, self.cluster_label)
+            util = selector(RULES["util"], on)
+            return {"gpu_stats": f"max by (node, uuid) (avg_over_time({util}[{whole}]))"}
+
+        return self._lists(nodes, build, ("gpu_stats",))
+
+    @staticmethod
+    def _lists(nodes: Collection[str] | None,
+               build: Callable[[Sequence[str] | None], dict[str, str]],
+               roles: Sequence[str]) -> dict[str, str]:
+        """``build``'s queries of ``roles`` over ``nodes`` (one of each over every node where
+        None), each split under the query limit (``role#1``...)."""
         if nodes is None:
             every = build(None)
             return {role: every[role] for role in roles}

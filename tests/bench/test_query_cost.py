@@ -121,7 +121,8 @@ def test_the_committed_variants_file_holds_the_pages_own_who_is_where_queries() 
         # Who uses what, the inventory and the devices' means as asked where most nodes need
         # them (no node list), the shape the twelfth pass measured.
         page = {**source.fleet_queries(window, None, rules=True),
-                **source.detail_queries(window, None, members=True)}
+                **source.detail_queries(window, None, members=True),
+                **source.means_queries(window, None)}
     finally:
         source.close()
     for role in ("gpu_stats", "members", "gpus", "pods"):

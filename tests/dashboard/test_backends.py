@@ -8,6 +8,7 @@ read instead of the raw series."""
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import time
 import urllib.parse
@@ -99,18 +100,28 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     try:
         data = prom.fleet(WINDOW)
         steps = prom.step_series(registry.step_queries(), WINDOW, data.window)
+        assert prom.rules_loaded(data.window)
+        # The page's own reads: the devices' means are not among them (the heatmap asks
+        # for those of the nodes it draws, below).
+        page = list(asked)
+        assert not data.gpu_mean and data.device_means is not None
+        view = build_fleet_view(data, bundled_prices(), steps=steps)
+        drawn = asked[len(page):]
     finally:
         prom.close()
-    assert prom.rules_loaded(data.window)
     # Who uses what (each container's raw series) and the inventory: on named nodes (or the
     # input candidates' pods) only.
     for metric in ("container_gpu_utilization_ratio{", "gpu_info{"):
-        reads = [q for q in asked if metric in q.replace("gpu_info)", "gpu_info{")]
+        reads = [q for q in page if metric in q.replace("gpu_info)", "gpu_info{")]
         assert reads and all("node=~" in q or "pod=~" in q for q in reads), (metric, reads)
     with_rows = {g.node for g in data.gpus}
     assert len(data.node_summaries) == NODES and 20 <= len(with_rows) < NODES, len(with_rows)
-    view = build_fleet_view(data, bundled_prices(), steps=steps)
     assert set(view.heatmap.nodes) <= with_rows and view.heatmap.total_nodes == NODES
+    # The devices' means read are those of the nodes drawn, every one of them.
+    assert drawn and all(RULES["util"] in q for q in drawn), drawn
+    listed = {any_of([n]) for q in drawn for part in re.findall(r'node=~"([^"]*)"', q)
+              for n in part.split("|")}
+    assert listed == {any_of([n]) for n in view.heatmap.nodes}
     monkeypatch.undo()
     return view
 
