@@ -124,6 +124,26 @@ def _pod_choices(view: Any) -> list[str]:
     return [*first, *rest][:MAX_POD_CHOICES]
 
 
+def choices_of(view: Any) -> dict[str, list[str]] | None:
+    """The names the drill-downs and the workload view offer from a fleet view (None:
+    no view)."""
+    if view is None:
+        return None
+    return {"nodes": list(view.nodes), "pods": _pod_choices(view),
+            "workloads": list(view.workloads)}
+
+
+def shown_choices(service: DashboardService, shown: Any) -> dict[str, list[str]] | None:
+    """The names of the view the page shows (``shown``: the page's ``choices`` store, which
+    says its window, namespace and cluster; any JSON, checked like any input), from the
+    service's last view: never a new computation."""
+    if not isinstance(shown, dict):
+        return None
+    return choices_of(service.latest(_window(shown.get("window")),
+                                     _text(shown.get("namespace")),
+                                     _text(shown.get("cluster"))))
+
+
 def _key(element: str, prop: str) -> str:
     """A fleet callback output's key: ``element.prop``."""
     return f"{element}.{prop}"
@@ -214,8 +234,10 @@ def fleet_values(service: DashboardService, window: Any, namespace: Any,
         + (" " + " ".join(view.notes) if view.notes else ""),
         _key(ids.FLEET_HEATMAP, "figure"): heatmap_figure(view.heatmap,
                                                           view.thresholds.idle_utilization),
-        _key(ids.CHOICES, "data"): {"nodes": list(view.nodes), "pods": _pod_choices(view),
-                                    "workloads": list(view.workloads)},
+        # Which view the dropdowns' names come from (read there, on the server: a large
+        # fleet's names are some 0.5 MB, which the page need not carry nor send back).
+        _key(ids.CHOICES, "data"): {"window": _window(window), "namespace": _text(namespace),
+                                    "cluster": _text(cluster), "at": answer.fetched_at},
         _key(ids.BANNER, "children"): banner,
         _key(ids.BANNER, "className"): banner_class,
         _key(ids.LAST_UPDATED, "children"): (f"updated {fmt.clock(answer.fetched_at)}"
@@ -262,9 +284,9 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         State(ids.POD_SELECT, "value"),
         State(ids.WORKLOAD_SELECT, "value"),
     )
-    def update_choices(choices: Any, node_typed: Any, pod_typed: Any, workload_typed: Any,
+    def update_choices(shown: Any, node_typed: Any, pod_typed: Any, workload_typed: Any,
                        node: Any, pod: Any, workload: Any) -> tuple[Any, ...]:
-        return choice_options(choices, node, pod, workload,
+        return choice_options(shown_choices(service, shown), node, pod, workload,
                               (node_typed, pod_typed, workload_typed))
 
     @app.callback(

@@ -29,7 +29,7 @@ NODE_SELECT = "node-select"
 POD_SELECT = "pod-select"
 WORKLOAD_SELECT = "workload-select"
 SCROLLED = "scrolled"  # a store the scroll-to-section clientside callback writes
-CHOICES = "choices"    # a store: the fleet view's nodes, pods and workloads
+CHOICES = "choices"    # a store: which fleet view (window, namespace, cluster) the dropdowns name
 TABLE_LIMITS = "table-limits"  # a store: the tables whose rows were all asked for
 
 # Status.

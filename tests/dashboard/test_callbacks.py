@@ -4,10 +4,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 from dash import no_update
 
 from gpuscope.dashboard import callbacks
-from gpuscope.dashboard.callbacks import MAX_OPTIONS, choice_options
+from gpuscope.dashboard.callbacks import (
+    MAX_OPTIONS,
+    MAX_POD_CHOICES,
+    choice_options,
+    choices_of,
+    shown_choices,
+)
 
 NODES = [f"gpu-node-{i:05d}" for i in range(5000)]
 PODS = [f"ml/train-{i}" for i in range(300)]
@@ -55,3 +64,40 @@ def test_bad_input_from_the_page_is_ignored() -> None:
         searches=[3, {"x": 1}])
     assert values(nodes) == ["a"] and pods == [] and workloads == []
     assert callbacks.choice_options(CHOICES, None, None, None, searches="junk")[0]
+
+
+class LastViews:
+    """Stands in for the service: its last view, and which views were asked for."""
+
+    def __init__(self, view: Any) -> None:
+        self.view = view
+        self.asked: list[tuple[Any, ...]] = []
+
+    def latest(self, window: Any, namespace: Any, cluster: Any = None) -> Any:
+        self.asked.append((window, namespace, cluster))
+        return self.view
+
+
+def test_the_names_are_the_shown_views_read_on_the_server() -> None:
+    """The page's store says which view it shows (window, namespace, cluster), not its
+    names (a 5,000-node fleet's are about 0.5 MB, sent with every page and back with every
+    key typed in a dropdown): the options come from the service's last view of it."""
+    pods = [f"ml/p-{i:05d}" for i in range(MAX_POD_CHOICES + 10)]
+    view = SimpleNamespace(nodes=NODES, pods=pods, workloads=WORKLOADS, starved_rows=(),
+                           allocated_idle_rows=(), share_rows=(), spinning_rows=(),
+                           straggler_rows=())
+    service = LastViews(view)
+    got = shown_choices(service, {"window": "6h", "namespace": "ml", "cluster": "prod-a",
+                                  "at": 1.0})
+    assert service.asked == [("6h", "ml", "prod-a")]
+    assert got == choices_of(view) == {"nodes": NODES, "pods": pods[:MAX_POD_CHOICES],
+                                       "workloads": WORKLOADS}
+    nodes, _, _ = choice_options(got, None, None, None, ("04999", None, None))
+    assert values(nodes) == ["gpu-node-04999"]
+    # Anything else from the page: the default view's names, or none.
+    assert shown_choices(service, {"window": "1y", "namespace": 3, "cluster": ["a"]}) == got
+    assert service.asked[-1] == (None, None, None)
+    assert shown_choices(service, "junk") is None and len(service.asked) == 2
+    assert shown_choices(LastViews(None), {"window": "1h"}) is None
+    assert choice_options(shown_choices(LastViews(None), {}), "n", None, None) == (
+        no_update, no_update, no_update)

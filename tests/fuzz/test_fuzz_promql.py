@@ -14,8 +14,9 @@ text box):
   workload="..."`` in the workload view; validate_namespace and validate_workload, escaped;
 - ``page-url.search`` (the URL's query string, which anyone can write): only sets the
   controls above, whose values are then checked as above;
-- ``choices.data`` (a store the fleet callback fills with node, pod and workload names):
-  only becomes dropdown options;
+- ``choices.data`` (a store the fleet callback fills with the window, namespace and cluster
+  of the view it shows): only picks which of the service's last views names the dropdowns'
+  options (never a new computation, never a query);
 - ``node-select.search_value``, ``pod-select.search_value``, ``workload-select.search_value``
   (what is typed in a dropdown): only narrows its options;
 - ``fleet-heatmap.clickData`` (a click): its ``y`` becomes ``node-select.value``;
@@ -638,11 +639,14 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
             validate_namespace(ns)
             validate_pod(name)
         assert "Internal error" not in str(pod_out[-1]), pod_out[-1]
-        # The options come from the page (a store) and what is typed in the dropdowns: any
-        # JSON, no query, never an error.
+        # The options come from the view the page's store names and what is typed in the
+        # dropdowns: any JSON, no query, never an error.
         sent = len(page.backend.queries)
         cbs["update_choices"].func(click, n, namespace, search, node, pod, workload)
-        cbs["update_choices"].func({"nodes": labels, "pods": labels, "workloads": labels},
+        cbs["update_choices"].func({"window": window, "namespace": namespace,
+                                    "cluster": cluster, "at": n},
+                                   namespace, search, n, node, pod, workload)
+        cbs["update_choices"].func({"nodes": labels, "window": labels, "namespace": labels},
                                    namespace, search, n, node, pod, workload)
         assert page.backend.queries[sent:] == []
         # (The workload view also asks for the fleet view; its own queries' literals are
