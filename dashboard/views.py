@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuscope.dashboard.data.source import DataSource
+from gpuscope.dashboard.data.source import DataError, DataSource
 from gpuscope.dashboard.evidence import (
     _evidence,
     _group_evidence,
@@ -579,10 +579,16 @@ def _build_fleet_view(
                            key=index_key))
     slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
     gpu_mean = data.gpu_mean
+    notes = data.notes
     unread = [n for n in node_names if any(g.ref not in gpu_mean for g in by_node.get(n, ()))]
     if unread and data.device_means is not None:
-        # The store sent these nodes' devices without their means: read those drawn.
-        gpu_mean = {**gpu_mean, **data.device_means(unread)}
+        # The store sent these nodes' devices without their means: read those drawn. A
+        # failure costs the heatmap's cells, not the page (which says so).
+        try:
+            gpu_mean = {**gpu_mean, **data.device_means(unread)}
+        except DataError as exc:
+            notes = (*notes, f"The heatmap's utilization could not be read ({exc}): its "
+                             f"cells are blank.")
     z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node.get(node, ())}
@@ -631,7 +637,7 @@ def _build_fleet_view(
         nodes=all_nodes,
         pods=tuple(pod_names),
         queries=data.queries,
-        notes=data.notes,
+        notes=notes,
         thresholds=th,
         spinning_rows=spinning_rows,
         allocated_idle_rows=tuple(allocated_rows),

@@ -12,6 +12,7 @@ import pytest
 
 from gpuscope.dashboard import components, ids, sections
 from gpuscope.dashboard.callbacks import MAX_POD_CHOICES, _pod_choices
+from gpuscope.dashboard.data.source import DataError
 from gpuscope.dashboard.figures import heatmap_figure, heatmap_summary
 from gpuscope.dashboard.plan.runs import detail_nodes
 from gpuscope.dashboard.prices import bundled_prices
@@ -122,6 +123,38 @@ def test_nodes_sent_as_numbers_give_the_same_page(view) -> None:  # type: ignore
         gpu_mean={r: m for r, m in full.gpu_mean.items() if r.node in rows}), bundled_prices())
     assert "node-0999" in got.heatmap.nodes
     assert all(any(z is not None for z in row) for row in got.heatmap.z)
+
+
+def test_the_heatmaps_means_are_read_for_the_nodes_it_draws(view) -> None:  # type: ignore[no-untyped-def]
+    """With the rules the store sends the named nodes' devices without their window means;
+    the heatmap reads those of the nodes it draws, once, and draws what every mean sent
+    gives. A failed read costs the heatmap's cells, not the page, and the page says so."""
+    full = fleet()
+    summaries = {}
+    for node in full.nodes:
+        means = [m for ref, m in full.gpu_mean.items() if ref.node == node]
+        summaries[node] = NodeSummary(gpus=8, mean=sum(means) / len(means), known=8,
+                                      model="A100")
+    asked: list[list[str]] = []
+
+    def means_of(nodes):  # type: ignore[no-untyped-def]
+        asked.append(sorted(nodes))
+        return {r: m for r, m in full.gpu_mean.items() if r.node in set(nodes)}
+
+    lean = replace(full, node_summaries=summaries, gpu_mean={}, device_means=means_of)
+    got = build_fleet_view(lean, bundled_prices())
+    assert asked == [sorted(view.heatmap.nodes)]
+    assert got.heatmap.z == view.heatmap.z and got.heatmap.nodes == view.heatmap.nodes
+    assert got.idle_rows == view.idle_rows and not got.notes
+
+    def broken(nodes):  # type: ignore[no-untyped-def]
+        raise DataError("Prometheus http://prom:9090: timed out after 30 s")
+
+    got = build_fleet_view(replace(lean, device_means=broken), bundled_prices())
+    assert got.heatmap.nodes == view.heatmap.nodes and got.idle_rows == view.idle_rows
+    assert all(z is None for row in got.heatmap.z for z in row)
+    assert got.notes == ("The heatmap's utilization could not be read (Prometheus "
+                         "http://prom:9090: timed out after 30 s): its cells are blank.",)
 
 
 def test_tables_and_pickers_are_bounded(view) -> None:  # type: ignore[no-untyped-def]
