@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -114,14 +114,50 @@ def wait_http(url: str, timeout: float) -> None:
     raise SystemExit(f"timed out waiting for {url}")
 
 
-def browser_load(url: str, runs: int, filtered: bool = False) -> list[float]:
-    """Each load's seconds from navigation until the page is drawn: the idle-node table,
-    the heatmap, the stragglers table and the showback's tables with rows (``filtered``, a
-    namespace's page, whose tables may rightly be empty: until the note under each is
-    written, which the same callback answer fills)."""
-    from playwright.sync_api import sync_playwright
+class BrowserLoad(NamedTuple):
+    """One page load in Chromium: seconds from navigation until the page is drawn
+    (``total``), until the fleet callback's answer was in (``answer``, None where it was
+    not seen), and that answer's size in bytes (the rest of ``total`` is the browser
+    drawing it)."""
 
-    times = []
+    total: float
+    answer: float | None
+    answer_bytes: int | None
+
+
+def fleet_answer(finished: list[tuple[str, float, int]], began: float
+                 ) -> tuple[float | None, int | None]:
+    """Of the requests a load finished (``(request body, end as seconds since the epoch,
+    response bytes)``), the fleet callback's (its body names the ``fleet-kpis`` output):
+    seconds from ``began`` (the navigation's start, seconds since the epoch) to its answer's
+    end, and its bytes; the last such where a load saw several (a refresh)."""
+    mine = [(end, size) for body, end, size in finished
+            if f'"{ids.FLEET_KPIS}.children' in body or f"..{ids.FLEET_KPIS}.children.." in body]
+    if not mine:
+        return None, None
+    end, size = mine[-1]
+    return end - began, size
+
+
+def browser_load(url: str, runs: int, filtered: bool = False) -> list[BrowserLoad]:
+    """Each load from navigation until the page is drawn: the idle-node table, the heatmap,
+    the stragglers table and the showback's tables with rows (``filtered``, a namespace's
+    page, whose tables may rightly be empty: until the note under each is written, which the
+    same callback answer fills); and when the fleet callback's answer was in
+    (:class:`BrowserLoad`, from Playwright's request timing)."""
+    from playwright.sync_api import Request, sync_playwright
+
+    times: list[BrowserLoad] = []
+    finished: list[tuple[str, float, int]] = []
+
+    def on_finished(request: Request) -> None:
+        if "_dash-update-component" not in request.url:
+            return
+        timing = request.timing  # startTime: ms since the epoch; responseEnd: ms after it
+        finished.append((request.post_data or "",
+                         (timing["startTime"] + timing["responseEnd"]) / 1000.0,
+                         request.sizes()["responseBodySize"]))
+
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
             profile, executable_path=CHROMIUM, headless=True, viewport={"width": 1400,
@@ -130,8 +166,10 @@ def browser_load(url: str, runs: int, filtered: bool = False) -> list[float]:
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run"])
         page = ctx.new_page()
+        page.on("requestfinished", on_finished)
         for _ in range(runs):
-            began = time.perf_counter()
+            finished.clear()
+            began, began_epoch = time.perf_counter(), time.time()
             page.goto(url)
             page.wait_for_selector("#idle-nodes-table td.dash-cell", timeout=60_000)
             page.wait_for_selector("#fleet-heatmap .heatmaplayer", timeout=60_000)
@@ -144,7 +182,8 @@ def browser_load(url: str, runs: int, filtered: bool = False) -> list[float]:
                 page.wait_for_selector("#stragglers-table td.dash-cell", timeout=60_000)
                 for table in COST_TABLES:  # the showback's tables
                     page.wait_for_selector(f"#{table} td.dash-cell", timeout=60_000)
-            times.append(time.perf_counter() - began)
+            total = time.perf_counter() - began
+            times.append(BrowserLoad(total, *fleet_answer(list(finished), began_epoch)))
         ctx.close()
     return times
 
@@ -548,13 +587,23 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
             server.stop()
             service.close()
             source.close()
-        out.update({f"page_load_{mode}_first_s": loads[0],
-                    f"page_load_{mode}_s": statistics.median(loads[1:]),
-                    f"page_loads_{mode}_s": [round(t, 3) for t in loads[1:]],
+        totals = [load.total for load in loads]
+        answered = [load for load in loads[1:] if load.answer is not None]
+        answer = statistics.median(a.answer for a in answered if a.answer is not None
+                                   ) if answered else None
+        size = statistics.median(a.answer_bytes or 0 for a in answered) if answered else None
+        out.update({f"page_load_{mode}_first_s": totals[0],
+                    f"page_load_{mode}_s": statistics.median(totals[1:]),
+                    f"page_loads_{mode}_s": [round(t, 3) for t in totals[1:]],
+                    f"page_load_{mode}_answer_s": answer,
+                    f"page_load_{mode}_answer_bytes": size,
                     f"queries_per_page_load_{mode}": per_load})
+        drawn = (f"; the fleet answer in at {answer:.2f}s ({(size or 0) / 1024:,.0f} KiB), "
+                 f"drawn {statistics.median(totals[1:]) - answer:.2f}s later (medians)"
+                 if answer is not None else "")
         print(f"{store.kind} page load in Chromium, view {mode.replace('_', ' ')}: first "
-              f"{loads[0]:.2f}s, then median {statistics.median(loads[1:]):.2f}s "
-              f"({min(loads[1:]):.2f}-{max(loads[1:]):.2f}s); "
+              f"{totals[0]:.2f}s, then median {statistics.median(totals[1:]):.2f}s "
+              f"({min(totals[1:]):.2f}-{max(totals[1:]):.2f}s){drawn}; "
               f"{per_load:g} queries per page load", flush=True)
     return out
 

@@ -195,3 +195,26 @@ def test_the_browser_load_opens_the_sets_window_and_cluster() -> None:
     assert dashboard_bench.load_query(3600.0, None, "research-0") == "?namespace=research-0"
     with pytest.raises(SystemExit, match="no 7200-s window"):
         dashboard_bench.load_query(7200.0, None)
+
+
+def test_a_loads_fleet_answer_is_the_fleet_callbacks_own() -> None:
+    """The browser load reports when the fleet callback's answer was in (and its size): the
+    request whose body names the ``fleet-kpis`` output, not the other callbacks' (the URL's,
+    the drill-downs', the workload view's, which may come later and be larger)."""
+    fleet_body = json.dumps({"output": "..fleet-kpis.children...history-note.children..",
+                             "inputs": []})
+    finished = [
+        (json.dumps({"output": "..page-url.search...window-select.value.."}), 1000.2, 28),
+        (fleet_body, 1002.5, 295_000),
+        (json.dumps({"output": "..workload-view.figure...workload-note.children..",
+                     "inputs": [{"id": "choices", "property": "data"}]}), 1003.1, 150_000),
+    ]
+    answer, size = dashboard_bench.fleet_answer(finished, 1000.0)
+    assert answer == pytest.approx(2.5) and size == 295_000
+    # A refresh within the load: the last answer.
+    answer, size = dashboard_bench.fleet_answer([*finished, (fleet_body, 1004.0, 300_000)],
+                                                1000.0)
+    assert answer == pytest.approx(4.0) and size == 300_000
+    assert dashboard_bench.fleet_answer(finished[:1], 1000.0) == (None, None)
+    load = dashboard_bench.BrowserLoad(3.4, 2.5, 295_000)
+    assert load.total - (load.answer or 0.0) == pytest.approx(0.9)
