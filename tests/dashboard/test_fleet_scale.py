@@ -84,17 +84,23 @@ def test_the_heatmap_draws_idle_nodes_first_and_sums_up_every_node(view) -> None
     assert "Showing 200 of 1,000 nodes" in fig.layout.title.text
 
 
+def summaries_of(full: FleetData) -> dict[str, NodeSummary]:
+    """Each node of ``full`` as the recording rules send it: its 8 GPUs and their mean."""
+    summaries = {}
+    for node in full.nodes:
+        means = [m for ref, m in full.gpu_mean.items() if ref.node == node]
+        summaries[node] = NodeSummary(gpus=8, mean=sum(means) / len(means), known=8,
+                                      model="A100")
+    return summaries
+
+
 def test_nodes_sent_as_numbers_give_the_same_page(view) -> None:  # type: ignore[no-untyped-def]
     """The Prometheus mode with the recording rules sends most nodes as a NodeSummary (whole
     GPUs, their mean, the model) and the devices of the nodes the data layer picks
     (``detail_nodes``: the named ones and the least busy, which the heatmap may draw): the
     same KPIs, heatmap, groups, prices and rows as with every device sent."""
     full = fleet()
-    summaries = {}
-    for node in full.nodes:
-        means = [m for ref, m in full.gpu_mean.items() if ref.node == node]
-        summaries[node] = NodeSummary(gpus=8, mean=sum(means) / len(means), known=8,
-                                      model="A100")
+    summaries = summaries_of(full)
     idle = {f"node-{n:04d}" for n in IDLE}
     rows = detail_nodes(idle, summaries)
     assert idle < rows and len(rows) == MAX_HEATMAP_NODES
@@ -130,11 +136,7 @@ def test_the_heatmaps_means_are_read_for_the_nodes_it_draws(view) -> None:  # ty
     the heatmap reads those of the nodes it draws, once, and draws what every mean sent
     gives. A failed read costs the heatmap's cells, not the page, and the page says so."""
     full = fleet()
-    summaries = {}
-    for node in full.nodes:
-        means = [m for ref, m in full.gpu_mean.items() if ref.node == node]
-        summaries[node] = NodeSummary(gpus=8, mean=sum(means) / len(means), known=8,
-                                      model="A100")
+    summaries = summaries_of(full)
     asked: list[list[str]] = []
 
     def means_of(nodes):  # type: ignore[no-untyped-def]
