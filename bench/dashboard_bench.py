@@ -132,7 +132,7 @@ def fleet_answer(finished: list[tuple[str, float, int]], began: float
     seconds from ``began`` (the navigation's start, seconds since the epoch) to its answer's
     end, and its bytes; the last such where a load saw several (a refresh)."""
     mine = [(end, size) for body, end, size in finished
-            if f'"{ids.FLEET_KPIS}.children' in body or f"..{ids.FLEET_KPIS}.children.." in body]
+            if f"{ids.FLEET_KPIS}.children" in body]
     if not mine:
         return None, None
     end, size = mine[-1]
@@ -183,7 +183,7 @@ def browser_load(url: str, runs: int, filtered: bool = False) -> list[BrowserLoa
                 for table in COST_TABLES:  # the showback's tables
                     page.wait_for_selector(f"#{table} td.dash-cell", timeout=60_000)
             total = time.perf_counter() - began
-            times.append(BrowserLoad(total, *fleet_answer(list(finished), began_epoch)))
+            times.append(BrowserLoad(total, *fleet_answer(finished, began_epoch)))
         ctx.close()
     return times
 
@@ -588,10 +588,9 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
             service.close()
             source.close()
         totals = [load.total for load in loads]
-        answered = [load for load in loads[1:] if load.answer is not None]
-        answer = statistics.median(a.answer for a in answered if a.answer is not None
-                                   ) if answered else None
-        size = statistics.median(a.answer_bytes or 0 for a in answered) if answered else None
+        answers = [(a.answer, a.answer_bytes or 0) for a in loads[1:] if a.answer is not None]
+        answer = statistics.median(t for t, _ in answers) if answers else None
+        size = statistics.median(b for _, b in answers) if answers else None
         out.update({f"page_load_{mode}_first_s": totals[0],
                     f"page_load_{mode}_s": statistics.median(totals[1:]),
                     f"page_loads_{mode}_s": [round(t, 3) for t in totals[1:]],
