@@ -125,7 +125,9 @@ def idle_gpus(
                      or (ref not in whole and spins == whole_steps
                          and (known_from is None or known_from.get(ref) in (None, first))))):
             # Idle, or spinning, at every step of the history, by the store's summary: the
-            # history's run, as the steps below would give it (the same arithmetic).
+            # history's run, as the steps below would give it: their held and spinning
+            # shares are ``seconds * n / steps``, here n == steps, kept as written so the
+            # floats are the steps' to the bit.
             held_s = every.seconds * n_every / n_every if ref in whole_held else 0.0
             spin_s = every.seconds * n_every / n_every if spins else 0.0
             out[ref] = GpuIdle(ref, holds(every, required), every.start, every.seconds,
