@@ -190,10 +190,10 @@ class Steps:
 @dataclass(frozen=True)
 class History:
     """The verdicts' history in the recorded minutes, for the run summaries: each finding
-    whose sparse series has a sample at every step of ``(history start, end]`` (one-minute
-    steps: one sample a step) is one number instead of its steps. ``h``: a range over the
-    history (its length less a millisecond); ``n``: its steps; ``r``: the last step's range
-    (the window's); ``match``: the nodes (or namespace) a form is asked of (all without it)."""
+    whose sparse series has a sample at every minute of ``(history start, end]`` (one
+    sample a minute) is one number instead of its steps. ``h``: a range over the history
+    (its length less a millisecond); ``n``: its minutes; ``r``: the last step's range (the
+    window's); ``match``: the nodes (or namespace) a form is asked of (all without it)."""
 
     h: str
     n: int

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuscope.dashboard.data.prometheus import _cref, _gref
 from gpuscope.dashboard.data.promql import node_parts
+from gpuscope.dashboard.data.recorded import RULE_INTERVAL
 from gpuscope.dashboard.data.source import (
     validate_namespace,
 )
@@ -146,10 +147,11 @@ class PrometheusData(PlanQueries):
 
         hs = self._history_start(window, first)
         steps = round((window.end - hs) / window.step)
-        # With the rules on a one-minute step, each finding whose condition held at every
-        # step of the history comes back as one summary (:meth:`run_queries`) instead of its
-        # steps; the others' steps are asked for afterwards (a third round, usually empty).
-        summarize = rules and self.summaries and steps >= 1 and self._minutes(window)
+        # With the rules, each finding whose condition held at every recorded minute of the
+        # history comes back as one summary (:meth:`run_queries`) instead of its steps (a
+        # step of several minutes meets a rule where every minute in it does); the others'
+        # steps are asked for afterwards (a third round, usually empty).
+        summarize = rules and self.summaries and steps >= 1
         # With the rules: each node's numbers, and the devices of the nodes that need them
         # (read before the second round's groups need the models).
         summaries: dict[str, NodeSummary] = {}
@@ -306,7 +308,8 @@ class PrometheusData(PlanQueries):
             # The summaries, sent first, are in before the rest of the round: read and
             # expanded (and the third round sent) while the store computes the rest.
             rows = answers["runs"]
-            runs = _FullRuns.parse(rows, window, steps)
+            runs = _FullRuns.parse(rows, window, steps,
+                                   round((window.end - hs) / RULE_INTERVAL))
             again = runs.fallback(idle_now, spin_now, held_refs)
             strag = _StragglerRuns.parse(rows, runs.grid)
             whole, rest = strag.split(flagged, groups, spin_now | {

@@ -488,14 +488,16 @@ class PlanQueries(PrometheusStore):
                     held: bool = True, stragglers: bool = False,
                     namespace: str | None = None) -> dict[str, str]:
         """With the recording rules: each finding whose sparse series has a sample at every
-        step of the history (``(history_start, end]``, one-minute steps: one sample a
-        step), summarised in one number, instead of its steps (a whole fleet's idle and
-        spinning devices would be hundreds of thousands of points): idle devices (their
+        recorded minute of the history (``(history_start, end]``), summarised in one number,
+        instead of its steps (a whole fleet's idle and spinning devices would be hundreds
+        of thousands of points). On a step of several minutes such a finding met its rule
+        at every step too (a step meets it where each of its minutes does, as
+        :meth:`second_round` asks). The summaries: idle devices (their
         signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
         other signals' means, power and its limit where they have no GPM), how many of
-        those steps a container held each idle or spinning device on ``devices`` nodes
+        those minutes a container held each idle or spinning device on ``devices`` nodes
         (all of them, or the steps are asked for: a scrape every minute gives one sample a
-        step, so ``n`` samples are the ``n`` steps; a faster scrape gives more, and the
+        minute, so ``n`` samples are the ``n`` minutes; a faster scrape gives more, and the
         steps are asked for), allocated-idle containers (their means), and
         (``stragglers``; of ``namespace`` where given) the stalled and slow devices with
         their means, and their groups' medians' means over the same steps. Each form is its
@@ -505,7 +507,7 @@ class PlanQueries(PrometheusStore):
         and the dense series' forms asked of the nodes listed (split as :func:`_split`).
         Raw range functions over the recorded series (no subquery)."""
         h = duration(window.end - history_start - EDGE)
-        n = round((window.end - history_start) / window.step)
+        n = round((window.end - history_start) / RULE_INTERVAL)  # its recorded minutes
         r, _ = self._r(window)
         out: dict[str, str] = {}
 

@@ -87,22 +87,26 @@ class FollowUp:
 @dataclass
 class _FullRuns:
     """The findings (from :meth:`PrometheusData.run_queries`) whose condition held at every
-    step of the history, ``(history start, end]``: one summary each, their mean over that
-    run. :meth:`summary` hands them to the verdicts as findings (:class:`Runs`);
-    :meth:`fallback` names the nodes of the rest, whose steps must be asked for."""
+    recorded minute of the history, ``(history start, end]``, and so at each of its steps
+    (``grid``): one summary each, their mean over that run. :meth:`summary` hands them to
+    the verdicts as findings (:class:`Runs`); :meth:`fallback` names the nodes of the rest,
+    whose steps must be asked for."""
 
     grid: tuple[float, ...]
+    #: The history's recorded minutes (as many samples of a one-minute scrape).
+    minutes: int
     idle: dict[GpuRef, str] = field(default_factory=dict)               # signal
     spin: dict[GpuRef, dict[str, float]] = field(default_factory=dict)  # signal -> mean
-    held_steps: dict[GpuRef, float] = field(default_factory=dict)       # steps held
+    held_steps: dict[GpuRef, float] = field(default_factory=dict)       # samples held
     held_idle: dict[ContainerRef, tuple[str, float]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, rows: Iterable[tuple[dict[str, str], float]], window: Window,
-              steps: int) -> _FullRuns:
-        """The summaries of ``rows``, over the last ``steps`` steps of ``window``."""
+              steps: int, minutes: int) -> _FullRuns:
+        """The summaries of ``rows``, over the last ``steps`` steps of ``window`` (its last
+        ``minutes`` minutes)."""
         grid = tuple(window.end - (steps - 1 - i) * window.step for i in range(steps))
-        out = cls(grid)
+        out = cls(grid, minutes)
         for lab, v in rows:
             stat, ref = lab.get("stat", ""), _gref(lab)
             if stat == "idle":
@@ -124,9 +128,8 @@ class _FullRuns:
         by a container in only some of its steps (the waste split counts them)."""
         idle_rest = {g for g in idle if g not in self.idle}
         spin_rest = {g for g in spinning if g not in self.spin}
-        steps = len(self.grid)
         partly_held = {g for g in [*idle, *spinning]
-                       if g in self.held_steps and round(self.held_steps[g]) != steps}
+                       if g in self.held_steps and round(self.held_steps[g]) != self.minutes}
         return FollowUp(
             idle={g.node for g in idle_rest},
             idle_nodes={g.node for g in idle_rest | spin_rest | partly_held},
@@ -137,10 +140,10 @@ class _FullRuns:
     def summary(self, stragglers: Mapping[GroupKey, GroupRun]) -> Runs:
         """The findings summarised, as the data layer hands them over (:class:`Runs`), with
         the straggler groups described whole (:meth:`_StragglerRuns.whole`)."""
-        steps = len(self.grid)
         return Runs(
             steps=self.grid, idle=dict(self.idle),
-            held=frozenset(g for g, c in self.held_steps.items() if round(c) == steps),
+            held=frozenset(g for g, c in self.held_steps.items()
+                           if round(c) == self.minutes),
             spinning={ref: dict(means) for ref, means in self.spin.items()},
             held_idle=dict(self.held_idle), stragglers=dict(stragglers))
 

@@ -244,6 +244,16 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         prom.run_queries = lambda *a, **k: {}  # type: ignore[method-assign]
         fallback = page_view(prom, WINDOW, bundled_prices())
         prom.close()
+        # On steps of several minutes (three here, as a 6 h page has six), a finding that met
+        # its rule at every recorded minute of the history is summarised too, and gives
+        # what the steps give.
+        coarse = PrometheusData(store.url, clock=lambda: stores.end, timeout=120,
+                                max_points=20)
+        coarse_runs = coarse.fleet(WINDOW).runs
+        summed = page_view(coarse, WINDOW, bundled_prices())
+        coarse.summaries = False
+        coarse_steps = page_view(coarse, WINDOW, bundled_prices())
+        coarse.close()
         lean = lean_view(store.url, stores.end, monkeypatch)
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
         # sparse series it reads): the page goes to the raw series.
@@ -272,6 +282,18 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     assert verdicts(ruled) == verdicts(raw) == expected(stores.expected)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert nodes and not stepped
+    assert summed.window.step == 180.0 and coarse_runs is not None
+    assert coarse_runs.idle and coarse_runs.spinning and coarse_runs.held_idle, coarse_runs
+    assert coarse_runs.held and len(coarse_runs.steps) < len(runs.steps)
+    assert summed.kpis == coarse_steps.kpis
+    for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows",
+                 "straggler_rows", "starved_rows", "share_rows"):
+        assert _close([astuple(r) for r in getattr(summed, rows)],
+                      [astuple(r) for r in getattr(coarse_steps, rows)]), rows
+    for name, found in coarse_steps.findings.items():
+        assert _close([astuple(f) for f in summed.findings[name]],
+                      [astuple(f) for f in found]), name
+    assert summed.idle_rows and summed.spinning_rows and summed.allocated_idle_rows
     assert verdicts(lean) == verdicts(ruled)
     assert replace(lean.kpis, mean_utilization=None) == replace(ruled.kpis,
                                                                 mean_utilization=None)
