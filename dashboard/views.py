@@ -5,7 +5,7 @@ prices the waste. Pure (no I/O), so every number on the page is testable without
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,8 +21,10 @@ from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
     ContainerRef,
     FleetData,
+    GpuInfo,
     GpuRef,
     GroupKey,
+    NodeSummary,
     Window,
     gc_paused,
     index_key,
@@ -30,7 +32,10 @@ from gpuscope.dashboard.series import (
 )
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.allocated import AllocatedIdleRow, allocated_idle, held_usage
+from gpuscope.dashboard.verdicts.allocated import allocated_rows as allocated_table
 from gpuscope.dashboard.verdicts.idle import (
+    Fleet,
+    GpuIdle,
     IdleRow,
     SliceRow,
     fleet_of,
@@ -39,6 +44,8 @@ from gpuscope.dashboard.verdicts.idle import (
     idle_nodes,
     idle_slices,
 )
+from gpuscope.dashboard.verdicts.idle import idle_rows as idle_table
+from gpuscope.dashboard.verdicts.idle import slice_rows as slice_table
 from gpuscope.dashboard.verdicts.mps import active_thread_shares
 from gpuscope.dashboard.verdicts.owners import OwnerCost, showback
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
@@ -48,13 +55,17 @@ from gpuscope.dashboard.verdicts.spinning import (
     spinning_gpus,
     spinning_steps,
 )
+from gpuscope.dashboard.verdicts.spinning import spinning_rows as spinning_table
 from gpuscope.dashboard.verdicts.starvation import (
     ShareRow,
     StarvedRow,
     input_starved,
     timeslice_shares,
 )
-from gpuscope.dashboard.verdicts.stragglers import Group, StragglerRow, stragglers
+from gpuscope.dashboard.verdicts.starvation import share_rows as share_table
+from gpuscope.dashboard.verdicts.starvation import starved_rows as starved_table
+from gpuscope.dashboard.verdicts.stragglers import StragglerRow, stragglers
+from gpuscope.dashboard.verdicts.stragglers import straggler_rows as straggler_table
 from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
 from gpuscope.dashboard.verdicts.waste import waste
 
@@ -167,9 +178,129 @@ class FleetView:
         return max(0.0, self.window.end - self.history_start)
 
 
-def _gpu_index(data: FleetData, ref: GpuRef) -> str:
-    info = data.gpus.get(ref)
-    return info.gpu if info is not None else ref.uuid[-8:]
+@dataclass
+class _Nodes:
+    """The GPU nodes as the page counts them: those sent as devices (``by_node``: their
+    whole GPUs) and those the recording rules sent as numbers (``summaries``; nothing to
+    flag there, so their GPUs are busy: counted and priced like the others)."""
+
+    by_node: Mapping[str, list[GpuInfo]]
+    summaries: Mapping[str, NodeSummary]
+    gpu_mean: Mapping[GpuRef, float]
+    summarised: dict[str, int] = field(init=False)
+    gpu_nodes: set[str] = field(init=False)
+    _utils: dict[str, tuple[float, int]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.summarised = {n: s.gpus for n, s in self.summaries.items()
+                           if n not in self.by_node and s.gpus > 0}
+        self.gpu_nodes = set(self.by_node) | set(self.summarised)
+
+    def gpus_on(self, node: str) -> int:
+        """Whole GPUs on ``node``."""
+        return (len(self.by_node[node]) if node in self.by_node
+                else self.summarised.get(node, 0))
+
+    def node_util(self, node: str) -> tuple[float, int]:
+        """The sum of the node's whole GPUs' window means, and how many reported: its
+        summary's where it has one (the same for every node then: one order for the heatmap
+        whichever nodes came as devices), else from its devices' means. Each node's once (the
+        KPIs, the heatmap's order and its groups ask: 10^4 calls on a large fleet)."""
+        found = self._utils.get(node)
+        if found is not None:
+            return found
+        summary = self.summaries.get(node)
+        if summary is not None:
+            known = 0 if summary.mean is None or math.isnan(summary.mean) else summary.known
+            found = (summary_mean(summary) * known, known)
+        else:
+            means = [m for g in self.by_node.get(node, ())
+                     if (m := self.gpu_mean.get(g.ref)) is not None and not math.isnan(m)]
+            found = (math.fsum(means), len(means))
+        self._utils[node] = found
+        return found
+
+    def mean_of(self, nodes: Iterable[str]) -> float | None:
+        """The mean of the whole GPUs' window means on ``nodes`` (None: none reported)."""
+        parts = [self.node_util(n) for n in nodes]
+        count = sum(c for _, c in parts)
+        return math.fsum(t for t, _ in parts) / count if count else None
+
+
+def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[GpuRef, str],
+             spinning: Collection[GpuRef], verdicts: Mapping[GpuRef, GpuIdle],
+             ) -> tuple[Heatmap, tuple[str, ...]]:
+    """The heatmap: window-mean utilization, nodes x whole-GPU indices, for the nodes an SRE
+    looks at first (idle and spinning GPUs, most first; then the least busy), at most
+    :data:`MAX_HEATMAP_NODES` of them; every node counted in the groups by instance type.
+    With the page's notes (one more where the drawn nodes' means could not be read)."""
+    by_node, summaries = nodes.by_node, nodes.summaries
+
+    def node_rank(node: str) -> tuple[int, float, str]:
+        refs = [g.ref for g in by_node.get(node, ())]
+        wasted = sum(1 for r in refs if states.get(r) in ("idle", "spinning"))
+        summary = summaries.get(node)
+        if summary is not None:  # the order the data layer chose the nodes it sent by
+            return (-wasted, summary_mean(summary), node)
+        total, known = nodes.node_util(node)
+        return (-wasted, total / known if known else 0.0, node)
+
+    rank = {node: node_rank(node) for node in nodes.gpu_nodes}
+    ranked = sorted(nodes.gpu_nodes, key=rank.__getitem__)
+    node_names = tuple(ranked[:MAX_HEATMAP_NODES])  # (in rank order already)
+    groups_of: dict[str, list[str]] = {}
+    for node in sorted(nodes.gpu_nodes):
+        info = data.nodes.get(node)
+        groups_of.setdefault(info.instance_type if info and info.instance_type
+                             else "unknown type", []).append(node)
+    node_groups = []
+    for name, members in groups_of.items():
+        refs = [g.ref for n in members for g in by_node.get(n, ())]
+        node_groups.append(NodeGroup(
+            name=name, nodes=len(members), gpus=sum(nodes.gpus_on(n) for n in members),
+            idle=sum(1 for r in refs if states.get(r) == "idle"),
+            spinning=sum(1 for r in refs if states.get(r) == "spinning"),
+            mean_utilization=nodes.mean_of(members)))
+    node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
+    columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
+                           key=index_key))
+    slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
+    gpu_mean = data.gpu_mean
+    notes = data.notes
+    unread = [n for n in node_names if any(g.ref not in gpu_mean for g in by_node.get(n, ()))]
+    if unread and data.device_means is not None:
+        # The store sent these nodes' devices without their means: read those drawn. A
+        # failure costs the heatmap's cells, not the page (which says so).
+        try:
+            gpu_mean = {**gpu_mean, **data.device_means(unread)}
+        except DataError as exc:
+            notes = (*notes, f"The heatmap's utilization could not be read ({exc}): its "
+                             f"cells are blank.")
+    z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
+    for node in node_names:
+        cells = {g.gpu: g.ref for g in by_node.get(node, ())}
+        z_row: list[float | None] = []
+        idle_row: list[bool] = []
+        spin_row: list[bool] = []
+        mig_row: list[str] = []
+        for col in columns:
+            ref = cells.get(col)
+            mean = gpu_mean.get(ref) if ref is not None else None
+            z_row.append(None if mean is None or math.isnan(mean) else mean)
+            spin_row.append(ref in spinning)
+            idle_row.append(ref is not None and states.get(ref) == "idle")
+            parts = slices_of.get(ref, []) if ref is not None else []
+            idle_parts = sum(1 for p in parts if (v := verdicts.get(p)) is not None and v.idle)
+            mig_row.append(f"MIG: {idle_parts} of {len(parts)} slices idle" if parts else "")
+        z_rows.append(tuple(z_row))
+        idle_cells.append(tuple(idle_row))
+        spin_cells.append(tuple(spin_row))
+        mig_cells.append(tuple(mig_row))
+
+    heatmap = Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells),
+                      tuple(spin_cells), tuple(mig_cells), total_nodes=len(nodes.gpu_nodes),
+                      groups=tuple(node_groups))
+    return heatmap, notes
 
 
 def build_fleet_view(
@@ -225,42 +356,10 @@ def _build_fleet_view(
     # Prices: per node (spot where the price file says so), per whole GPU, per slice.
     inventory = fleet_of(data.gpus)  # the passes over every device, once
     by_node = inventory.by_node
-    # The nodes sent as numbers, not devices (the Prometheus mode with the recording rules):
-    # nothing to flag there, so their GPUs are busy; counted and priced like the others.
     summaries = data.node_summaries
-    summarised = {n: s.gpus for n, s in summaries.items() if n not in by_node and s.gpus > 0}
-    gpu_nodes = set(by_node) | set(summarised)
-
-    def gpus_on(node: str) -> int:
-        """Whole GPUs on ``node``."""
-        return len(by_node[node]) if node in by_node else summarised.get(node, 0)
-
-    utils: dict[str, tuple[float, int]] = {}
-
-    def node_util(node: str) -> tuple[float, int]:
-        """The sum of the node's whole GPUs' window means, and how many reported: its
-        summary's where it has one (the same for every node then: one order for the heatmap
-        whichever nodes came as devices), else from its devices' means. Each node's once (the
-        KPIs, the heatmap's order and its groups ask: 10^4 calls on a large fleet)."""
-        found = utils.get(node)
-        if found is not None:
-            return found
-        summary = summaries.get(node)
-        if summary is not None:
-            known = 0 if summary.mean is None or math.isnan(summary.mean) else summary.known
-            found = (summary_mean(summary) * known, known)
-        else:
-            means = [m for g in by_node.get(node, ())
-                     if (m := data.gpu_mean.get(g.ref)) is not None and not math.isnan(m)]
-            found = (math.fsum(means), len(means))
-        utils[node] = found
-        return found
-
-    def mean_of(nodes: list[str]) -> float | None:
-        """The mean of the whole GPUs' window means on ``nodes`` (None: none reported)."""
-        parts = [node_util(n) for n in nodes]
-        count = sum(c for _, c in parts)
-        return math.fsum(t for t, _ in parts) / count if count else None
+    fleet = _Nodes(by_node, summaries, data.gpu_mean)
+    summarised, gpu_nodes = fleet.summarised, fleet.gpu_nodes
+    gpus_on, mean_of = fleet.gpus_on, fleet.mean_of
 
     node_price: dict[str, NodePrice] = {}
     for node in gpu_nodes | set(data.nodes):
@@ -321,22 +420,7 @@ def _build_fleet_view(
         slices=slices_idle, gpus_per_node={n: gpus_on(n) for n in gpu_nodes},
     )
 
-    spinning_rows = tuple(
-        SpinningRow(
-            node=ref.node, gpu=_gpu_index(data, ref), uuid=ref.uuid,
-            pods=tuple(sorted({f"{c.namespace}/{c.pod}" for c in users.get(ref, ())})),
-            workloads=tuple(sorted({f"{c.namespace}/{w}" for c in users.get(ref, ())
-                                    if (w := workload_of.get((c.node, c.namespace, c.pod)))})),
-            signal=v.signal, utilization=v.utilization, sm=v.sm, tensor=v.tensor, dram=v.dram,
-            power_ratio=v.power_ratio, since=v.since, seconds=v.seconds,
-            required_seconds=v.required_seconds, history_seconds=v.history_seconds,
-            price_per_hour=gpu_price(ref.node),
-            price_basis=node_price[ref.node].basis if ref.node in node_price else "on-demand",
-        )
-        for ref, v in sorted(spinning.items(), key=lambda item: (
-            -(gpu_price(item[0].node) or 0.0), item[0]))
-        if namespace is None or any(c.namespace == namespace for c in users.get(ref, ()))
-    )
+    spinning_rows = spinning_table(spinning, context, users, workload_of)
 
     def device_price(ref: GpuRef) -> float | None:
         """A device's $/hour: a whole GPU's share of its node's price, a MIG slice's share
@@ -359,30 +443,17 @@ def _build_fleet_view(
                     f"MIG {info.mig_profile or 'slice'} ({share:.0%}{on})",
                     per_gpu * share if per_gpu is not None else None)
         n = max(1, sum(1 for u in users.get(c.gpu, ()) if u.container))
-        index = _gpu_index(data, c.gpu)
+        index = context.index(c.gpu)
         if n > 1:
             return (f"1 of {n} time-slices of GPU {index}",
                     per_gpu / n if per_gpu is not None else None)
         return f"GPU {index}", per_gpu
 
-    allocated_rows = []
-    for a in allocated_idle(usage, usage_signal, window, hs, runs=runs,
-                            threshold=th.allocated_idle_utilization,
-                            duration=th.allocated_idle_duration):
-        if not wanted(a.ref.namespace):
-            continue
-        holds, price = holding(a.ref)
-        allocated_rows.append(AllocatedIdleRow(
-            namespace=a.ref.namespace, pod=a.ref.pod, container=a.ref.container,
-            workload=workload_of.get((a.ref.node, a.ref.namespace, a.ref.pod), ""),
-            node=a.ref.node, gpu=_gpu_index(data, a.ref.gpu), holds=holds, signal=a.signal,
-            usage=a.usage, since=a.since, seconds=a.seconds,
-            required_seconds=a.required_seconds, history_seconds=a.history_seconds,
-            price_per_hour=price,
-            price_basis=node_price[a.ref.node].basis if a.ref.node in node_price
-            else "on-demand",
-        ))
-    allocated_rows.sort(key=lambda r: (-(r.price_per_hour or 0.0), r.namespace, r.pod))
+    allocated_rows = allocated_table(
+        allocated_idle(usage, usage_signal, window, hs, runs=runs,
+                       threshold=th.allocated_idle_utilization,
+                       duration=th.allocated_idle_duration),
+        context, workload_of, holding)
 
     owners = showback(data.holdings,
                       {n: p.per_hour for n, p in node_price.items() if n in gpu_nodes},
@@ -424,88 +495,19 @@ def _build_fleet_view(
                        and i.capacity_type == "spot"),
     )
 
-    idle_rows = tuple(
-        IdleRow(
-            node=w.idle.node,
-            instance_type=data.nodes[w.idle.node].instance_type if w.idle.node in data.nodes
-            else "",
-            gpus=w.idle.gpus,
-            idle_since=w.idle.idle_since,
-            idle_seconds=window.end - w.idle.idle_since,
-            price_per_hour=w.price_per_hour,
-            wasted=w.wasted,
-            wasted_unallocated=w.wasted_unallocated,
-            wasted_allocated=w.wasted_allocated,
-            allocated_gpus=w.idle.allocated_gpus,
-            required_seconds=w.idle.required_seconds,
-            history_seconds=w.idle.history_seconds,
-            spinning_gpus=w.idle.spinning_gpus,
-            mig_gpus=w.idle.mig_gpus,
-            price_basis=node_price[w.idle.node].basis if w.idle.node in node_price
-            else "on-demand",
-        )
-        for w in report.nodes
-    )
-    slice_rows = tuple(
-        SliceRow(
-            node=s.slice.ref.node, gpu=_gpu_index(data, s.slice.ref),
-            profile=data.gpus[s.slice.ref].mig_profile if s.slice.ref in data.gpus else "",
-            share=s.slice.share, signal=s.slice.verdict.signal,
-            idle_since=s.slice.verdict.idle_since or window.end,
-            idle_seconds=s.slice.verdict.idle_seconds, allocated=s.allocated,
-            price_per_hour=s.price_per_hour, wasted=s.wasted,
-            required_seconds=s.slice.verdict.required_seconds,
-            history_seconds=s.slice.verdict.history_seconds,
-        )
-        for s in sorted(report.slices, key=lambda s: (-(s.price_per_hour or 0.0), s.slice.ref))
-    )
+    idle_rows = idle_table(report, context, data.nodes)
+    slice_rows = slice_table(report, context)
 
     shares_ = timeslice_shares(
         data.containers, data.gpu_step_mean, window, hs,
         busy=th.busy_utilization, share_factor=th.share_factor,
         duration=th.starvation_duration, fair_shares=active_thread_shares(steps),
     )
-    share_rows = tuple(
-        ShareRow(
-            node=s.ref.node, gpu=_gpu_index(data, s.ref.gpu), namespace=s.ref.namespace,
-            pod=s.ref.pod, container=s.ref.container, utilization=s.utilization,
-            share=s.share, fair_share=s.fair_share, sharers=s.sharers,
-            gpu_utilization=s.gpu_utilization, starved=s.starved,
-            starving_seconds=s.starved_seconds, required_seconds=s.required_seconds,
-        )
-        for s in shares_
-        if wanted(s.ref.namespace)
-    )
-    starved: list[StarvedRow] = [
-        StarvedRow(
-            kind="time-slice", namespace=r.namespace, pod=r.pod, container=r.container,
-            node=r.node, gpu=r.gpu, utilization=r.utilization,
-            detail=(f"share {_pct(r.share)} of the GPU's container load vs fair share "
-                    f"{_pct(r.fair_share)} ({r.sharers} containers), GPU "
-                    f"{_pct(r.gpu_utilization)} busy"),
-            seconds=r.starving_seconds, required_seconds=r.required_seconds,
-            price_per_hour=holding(s.ref)[1],
-        )
-        for r, s in zip(share_rows, [s for s in shares_ if wanted(s.ref.namespace)],
-                        strict=True) if r.starved
-    ]
-    for s in input_starved(
-        data.container_stats, low=th.input_low, high=th.input_high, min_cv=th.input_min_cv,
-        min_samples=th.input_min_samples,
-    ):
-        if not wanted(s.ref.namespace):
-            continue
-        starved.append(StarvedRow(
-            kind="input-starved", namespace=s.ref.namespace, pod=s.ref.pod,
-            container=s.ref.container, node=s.ref.node, gpu=_gpu_index(data, s.ref.gpu),
-            utilization=s.mean,
-            detail=(f"mean {_pct(s.mean)}, varies strongly (CV {s.cv:.2f} over {s.samples} "
-                    f"samples) while holding {s.memory_bytes / 2**30:.1f} GiB: suspected "
-                    f"waiting on input"),
-            price_per_hour=holding(s.ref)[1],
-        ))
-    starved.sort(key=lambda r: (-(r.price_per_hour or 0.0), r.kind, r.namespace, r.pod,
-                                r.container))
+    share_rows = share_table(shares_, context)
+    starved = starved_table(
+        shares_, input_starved(data.container_stats, low=th.input_low, high=th.input_high,
+                               min_cv=th.input_min_cv, min_samples=th.input_min_samples),
+        context, holding)
 
     strag = stragglers(data.containers, data.pods, window, hs, gpus=data.gpus,
                        node_models={n: s.model for n, s in summaries.items()},
@@ -519,96 +521,11 @@ def _build_fleet_view(
             group_evidence[one.key] = _group_evidence(groups.get(one.key), data.evidence)
     evidence_seconds = min(th.straggler_duration, window.seconds)
 
-    group_prices: dict[GroupKey, float | None] = {}
+    straggler_rows = straggler_table(
+        strag, context, device_price,
+        lambda s: _evidence(s, group_evidence[s.key], data.evidence, evidence_seconds))
 
-    def group_price(group: Group | None) -> float | None:
-        """The $/hour of a straggler group's GPUs (None: one's price unknown); each
-        group's once (its rows' order and each row ask)."""
-        if group is None:
-            return None
-        if group.key not in group_prices:
-            prices = [device_price(ref) for ref in group.devices]
-            group_prices[group.key] = None if any(p is None for p in prices) else math.fsum(
-                p for p in prices if p is not None)
-        return group_prices[group.key]
-    straggler_rows = tuple(
-        StragglerRow(
-            namespace=s.namespace, workload=s.workload, pods=s.pods, node=s.gpu.node,
-            gpu=_gpu_index(data, s.gpu), value=s.value, median=s.median,
-            since=s.since, seconds=s.seconds, required_seconds=s.required_seconds,
-            devices=s.devices, kind=s.kind, signal=s.signal, model=s.model,
-            evidence=_evidence(s, group_evidence[s.key], data.evidence, evidence_seconds),
-            uuid=s.gpu.uuid,
-            price_per_hour=group_price(groups.get(s.key)),
-        )
-        for s in sorted(strag.stragglers, key=lambda s: (
-            -(group_price(groups.get(s.key)) or 0.0), s.namespace, s.workload, s.gpu))
-        if wanted(s.namespace)
-    )
-
-    # Heatmap: window-mean utilization, nodes x whole-GPU indices, for the nodes an SRE
-    # looks at first (idle and spinning GPUs, most first; then the least busy), at most
-    # MAX_HEATMAP_NODES of them; every node counted in the groups by instance type.
-    def node_rank(node: str) -> tuple[int, float, str]:
-        refs = [g.ref for g in by_node.get(node, ())]
-        wasted = sum(1 for r in refs if states.get(r) in ("idle", "spinning"))
-        summary = summaries.get(node)
-        if summary is not None:  # the order the data layer chose the nodes it sent by
-            return (-wasted, summary_mean(summary), node)
-        total, known = node_util(node)
-        return (-wasted, total / known if known else 0.0, node)
-
-    rank = {node: node_rank(node) for node in gpu_nodes}
-    ranked = sorted(gpu_nodes, key=rank.__getitem__)
-    node_names = tuple(ranked[:MAX_HEATMAP_NODES])  # (in rank order already)
-    groups_of: dict[str, list[str]] = {}
-    for node in sorted(gpu_nodes):
-        info = data.nodes.get(node)
-        groups_of.setdefault(info.instance_type if info and info.instance_type
-                             else "unknown type", []).append(node)
-    node_groups = []
-    for name, members in groups_of.items():
-        refs = [g.ref for n in members for g in by_node.get(n, ())]
-        node_groups.append(NodeGroup(
-            name=name, nodes=len(members), gpus=sum(gpus_on(n) for n in members),
-            idle=sum(1 for r in refs if states.get(r) == "idle"),
-            spinning=sum(1 for r in refs if states.get(r) == "spinning"),
-            mean_utilization=mean_of(members)))
-    node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
-    columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
-                           key=index_key))
-    slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
-    gpu_mean = data.gpu_mean
-    notes = data.notes
-    unread = [n for n in node_names if any(g.ref not in gpu_mean for g in by_node.get(n, ()))]
-    if unread and data.device_means is not None:
-        # The store sent these nodes' devices without their means: read those drawn. A
-        # failure costs the heatmap's cells, not the page (which says so).
-        try:
-            gpu_mean = {**gpu_mean, **data.device_means(unread)}
-        except DataError as exc:
-            notes = (*notes, f"The heatmap's utilization could not be read ({exc}): its "
-                             f"cells are blank.")
-    z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
-    for node in node_names:
-        cells = {g.gpu: g.ref for g in by_node.get(node, ())}
-        z_row: list[float | None] = []
-        idle_row: list[bool] = []
-        spin_row: list[bool] = []
-        mig_row: list[str] = []
-        for col in columns:
-            ref = cells.get(col)
-            mean = gpu_mean.get(ref) if ref is not None else None
-            z_row.append(None if mean is None or math.isnan(mean) else mean)
-            spin_row.append(ref in spinning)
-            idle_row.append(ref is not None and states.get(ref) == "idle")
-            parts = slices_of.get(ref, []) if ref is not None else []
-            idle_parts = sum(1 for p in parts if (v := verdicts.get(p)) is not None and v.idle)
-            mig_row.append(f"MIG: {idle_parts} of {len(parts)} slices idle" if parts else "")
-        z_rows.append(tuple(z_row))
-        idle_cells.append(tuple(idle_row))
-        spin_cells.append(tuple(spin_row))
-        mig_cells.append(tuple(mig_row))
+    heatmap, notes = _heatmap(data, fleet, inventory, states, spinning, verdicts)
 
     pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
                        | {f"{c.namespace}/{c.pod}" for c in data.containers if wanted(c.namespace)})
@@ -625,11 +542,9 @@ def _build_fleet_view(
         window=window,
         history_start=hs,
         kpis=kpis,
-        heatmap=Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells),
-                        tuple(spin_cells), tuple(mig_cells), total_nodes=len(gpu_nodes),
-                        groups=tuple(node_groups)),
+        heatmap=heatmap,
         idle_rows=idle_rows,
-        starved_rows=tuple(starved),
+        starved_rows=starved,
         share_rows=share_rows,
         straggler_rows=straggler_rows,
         workloads_checked=(strag.workloads_checked if data.workloads_checked is None
@@ -640,7 +555,7 @@ def _build_fleet_view(
         notes=notes,
         thresholds=th,
         spinning_rows=spinning_rows,
-        allocated_idle_rows=tuple(allocated_rows),
+        allocated_idle_rows=allocated_rows,
         slice_rows=slice_rows,
         workloads=tuple(workloads),
         default_workload=default_workload,
@@ -648,7 +563,3 @@ def _build_fleet_view(
         context=context,
         owners=owners,
     )
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.0f}%"

@@ -18,7 +18,7 @@ Host processes (empty namespace) hold nothing and are left out.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table,
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
+    from gpuscope.dashboard.verdicts.page import PageContext
 
 ALLOCATED_IDLE_THRESHOLD = 0.05
 ALLOCATED_IDLE_DURATION = 30 * 60.0
@@ -200,6 +201,31 @@ class AllocatedIdleRow:
     history_seconds: float
     price_per_hour: float | None
     price_basis: str
+
+
+
+def allocated_rows(found: Iterable[AllocatedIdle], ctx: PageContext,
+                   workload_of: Mapping[tuple[str, str, str], str],
+                   holding: Callable[[ContainerRef], tuple[str, float | None]],
+                   ) -> tuple[AllocatedIdleRow, ...]:
+    """The allocated-idle table's rows, dearest first: each finding of ``found`` the page
+    shows (``ctx``'s namespace), with its workload (``workload_of``: by node, namespace and
+    pod) and what it holds with its $/hour (``holding``)."""
+    rows = []
+    for a in found:
+        if not ctx.wanted(a.ref.namespace):
+            continue
+        holds, price = holding(a.ref)
+        rows.append(AllocatedIdleRow(
+            namespace=a.ref.namespace, pod=a.ref.pod, container=a.ref.container,
+            workload=workload_of.get((a.ref.node, a.ref.namespace, a.ref.pod), ""),
+            node=a.ref.node, gpu=ctx.index(a.ref.gpu), holds=holds, signal=a.signal,
+            usage=a.usage, since=a.since, seconds=a.seconds,
+            required_seconds=a.required_seconds, history_seconds=a.history_seconds,
+            price_per_hour=price, price_basis=ctx.basis(a.ref.node),
+        ))
+    rows.sort(key=lambda r: (-(r.price_per_hour or 0.0), r.namespace, r.pod))
+    return tuple(rows)
 
 
 def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None) -> list[Row]:

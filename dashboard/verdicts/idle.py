@@ -23,7 +23,7 @@ from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.promql import selector
 from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, History, Steps
 from gpuscope.dashboard.links import node_link
-from gpuscope.dashboard.series import GpuInfo, GpuRef, Runs, Series, Window
+from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import (
     holds,
@@ -37,6 +37,8 @@ from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table,
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
+    from gpuscope.dashboard.verdicts.page import PageContext
+    from gpuscope.dashboard.verdicts.waste import WasteReport
 
 IDLE_THRESHOLD = 0.05
 IDLE_DURATION = 30 * 60.0
@@ -448,6 +450,51 @@ class SliceRow:
     wasted: float | None
     required_seconds: float
     history_seconds: float
+
+
+def idle_rows(report: WasteReport, ctx: PageContext,
+              nodes: Mapping[str, NodeInfo]) -> tuple[IdleRow, ...]:
+    """The idle-nodes table's rows: each idle node of the waste ``report`` (in its order),
+    with its instance type (``nodes``) and how ``ctx`` prices it."""
+    end = ctx.window.end
+    return tuple(
+        IdleRow(
+            node=w.idle.node,
+            instance_type=nodes[w.idle.node].instance_type if w.idle.node in nodes else "",
+            gpus=w.idle.gpus,
+            idle_since=w.idle.idle_since,
+            idle_seconds=end - w.idle.idle_since,
+            price_per_hour=w.price_per_hour,
+            wasted=w.wasted,
+            wasted_unallocated=w.wasted_unallocated,
+            wasted_allocated=w.wasted_allocated,
+            allocated_gpus=w.idle.allocated_gpus,
+            required_seconds=w.idle.required_seconds,
+            history_seconds=w.idle.history_seconds,
+            spinning_gpus=w.idle.spinning_gpus,
+            mig_gpus=w.idle.mig_gpus,
+            price_basis=ctx.basis(w.idle.node),
+        )
+        for w in report.nodes
+    )
+
+
+def slice_rows(report: WasteReport, ctx: PageContext) -> tuple[SliceRow, ...]:
+    """The idle MIG slices' rows, dearest first, from the waste ``report``."""
+    end = ctx.window.end
+    return tuple(
+        SliceRow(
+            node=s.slice.ref.node, gpu=ctx.index(s.slice.ref),
+            profile=ctx.gpus[s.slice.ref].mig_profile if s.slice.ref in ctx.gpus else "",
+            share=s.slice.share, signal=s.slice.verdict.signal,
+            idle_since=s.slice.verdict.idle_since or end,
+            idle_seconds=s.slice.verdict.idle_seconds, allocated=s.allocated,
+            price_per_hour=s.price_per_hour, wasted=s.wasted,
+            required_seconds=s.slice.verdict.required_seconds,
+            history_seconds=s.slice.verdict.history_seconds,
+        )
+        for s in sorted(report.slices, key=lambda s: (-(s.price_per_hour or 0.0), s.slice.ref))
+    )
 
 
 def idle_data(rows: Sequence[IdleRow], state: State | None = None) -> list[Row]:

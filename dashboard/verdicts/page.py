@@ -111,6 +111,19 @@ class PageContext:
     namespace: str | None = None
     thresholds: Thresholds | None = None
 
+    def index(self, ref: GpuRef) -> str:
+        """The device's index on its node (``gpu_info``'s ``gpu``), else its UUID's end."""
+        info = self.gpus.get(ref)
+        return info.gpu if info is not None else ref.uuid[-8:]
+
+    def basis(self, node: str) -> str:
+        """How ``node`` is priced (``on-demand`` where the page has no price for it)."""
+        return self.price_basis.get(node, "on-demand")
+
+    def wanted(self, namespace: str) -> bool:
+        """Whether the page shows ``namespace``'s findings (all without a filter)."""
+        return self.namespace is None or namespace == self.namespace
+
 
 def device_ref(labels: Mapping[str, str]) -> GpuRef:
     """The device a step query's series is about (its ``node`` and ``uuid`` labels)."""

@@ -24,7 +24,7 @@ from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.promql import selector
 from gpuscope.dashboard.data.recorded import GBY, History, Steps
 from gpuscope.dashboard.links import node_link, workload_link
-from gpuscope.dashboard.series import GpuRef, Runs, Series, Window, WorkSignals
+from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
     holds,
@@ -37,6 +37,7 @@ from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table,
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
+    from gpuscope.dashboard.verdicts.page import PageContext
 
 SPIN_BUSY = 0.5
 SPIN_SM = 0.3
@@ -359,6 +360,34 @@ class SpinningRow:
     history_seconds: float
     price_per_hour: float | None
     price_basis: str
+
+
+def spinning_rows(spinning: Mapping[GpuRef, Spinning], ctx: PageContext,
+                  users: Mapping[GpuRef, Collection[ContainerRef]],
+                  workload_of: Mapping[tuple[str, str, str], str]) -> tuple[SpinningRow, ...]:
+    """The spinning table's rows, dearest first: each device of ``spinning`` (its findings
+    that hold) with the pods and workloads of its ``users`` (containers; ``workload_of``
+    by node, namespace and pod), priced by ``ctx``; under a namespace filter, the devices
+    one of its containers uses."""
+    def price(ref: GpuRef) -> float | None:
+        return ctx.gpu_price.get(ref.node)
+
+    return tuple(
+        SpinningRow(
+            node=ref.node, gpu=ctx.index(ref), uuid=ref.uuid,
+            pods=tuple(sorted({f"{c.namespace}/{c.pod}" for c in users.get(ref, ())})),
+            workloads=tuple(sorted({f"{c.namespace}/{w}" for c in users.get(ref, ())
+                                    if (w := workload_of.get((c.node, c.namespace, c.pod)))})),
+            signal=v.signal, utilization=v.utilization, sm=v.sm, tensor=v.tensor, dram=v.dram,
+            power_ratio=v.power_ratio, since=v.since, seconds=v.seconds,
+            required_seconds=v.required_seconds, history_seconds=v.history_seconds,
+            price_per_hour=price(ref), price_basis=ctx.basis(ref.node),
+        )
+        for ref, v in sorted(spinning.items(), key=lambda item: (
+            -(price(item[0]) or 0.0), item[0]))
+        if ctx.namespace is None or any(c.namespace == ctx.namespace
+                                        for c in users.get(ref, ()))
+    )
 
 
 def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> list[Row]:

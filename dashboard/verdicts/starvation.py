@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.links import node_link, pod_link
@@ -22,6 +23,9 @@ from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, UtilStats, W
 from gpuscope.dashboard.verdicts.cells import for_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
+
+if TYPE_CHECKING:
+    from gpuscope.dashboard.verdicts.page import PageContext
 
 BUSY_THRESHOLD = 0.9
 SHARE_FACTOR = 0.5
@@ -257,6 +261,63 @@ class ShareRow:
     starved: bool
     starving_seconds: float
     required_seconds: float
+
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f}%"
+
+
+def share_rows(shares: Iterable[ShareVerdict], ctx: PageContext) -> tuple[ShareRow, ...]:
+    """The time-slice shares' rows: each container of ``shares`` the page shows, in order."""
+    return tuple(
+        ShareRow(
+            node=s.ref.node, gpu=ctx.index(s.ref.gpu), namespace=s.ref.namespace,
+            pod=s.ref.pod, container=s.ref.container, utilization=s.utilization,
+            share=s.share, fair_share=s.fair_share, sharers=s.sharers,
+            gpu_utilization=s.gpu_utilization, starved=s.starved,
+            starving_seconds=s.starved_seconds, required_seconds=s.required_seconds,
+        )
+        for s in shares
+        if ctx.wanted(s.ref.namespace)
+    )
+
+
+def starved_rows(shares: Sequence[ShareVerdict], inputs: Iterable[InputStarved],
+                 ctx: PageContext,
+                 holding: Callable[[ContainerRef], tuple[str, float | None]],
+                 ) -> tuple[StarvedRow, ...]:
+    """The starvation table's rows, dearest first: the time-sliced containers of ``shares``
+    starved now and the input-starved containers of ``inputs``, those the page shows, each
+    at the $/hour of what it holds (``holding``)."""
+    shown = [s for s in shares if ctx.wanted(s.ref.namespace)]
+    rows: list[StarvedRow] = [
+        StarvedRow(
+            kind="time-slice", namespace=r.namespace, pod=r.pod, container=r.container,
+            node=r.node, gpu=r.gpu, utilization=r.utilization,
+            detail=(f"share {_pct(r.share)} of the GPU's container load vs fair share "
+                    f"{_pct(r.fair_share)} ({r.sharers} containers), GPU "
+                    f"{_pct(r.gpu_utilization)} busy"),
+            seconds=r.starving_seconds, required_seconds=r.required_seconds,
+            price_per_hour=holding(s.ref)[1],
+        )
+        for r, s in zip(share_rows(shown, ctx), shown, strict=True) if r.starved
+    ]
+    for s in inputs:
+        if not ctx.wanted(s.ref.namespace):
+            continue
+        rows.append(StarvedRow(
+            kind="input-starved", namespace=s.ref.namespace, pod=s.ref.pod,
+            container=s.ref.container, node=s.ref.node, gpu=ctx.index(s.ref.gpu),
+            utilization=s.mean,
+            detail=(f"mean {_pct(s.mean)}, varies strongly (CV {s.cv:.2f} over {s.samples} "
+                    f"samples) while holding {s.memory_bytes / 2**30:.1f} GiB: suspected "
+                    f"waiting on input"),
+            price_per_hour=holding(s.ref)[1],
+        ))
+    rows.sort(key=lambda r: (-(r.price_per_hour or 0.0), r.kind, r.namespace, r.pod,
+                             r.container))
+    return tuple(rows)
 
 
 def starved_data(rows: Sequence[StarvedRow], state: State | None = None) -> list[Row]:

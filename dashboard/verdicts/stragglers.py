@@ -17,8 +17,9 @@ The median is taken over the group's devices present at each step, the straggler
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,7 @@ from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table,
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
+    from gpuscope.dashboard.verdicts.page import PageContext
 
 STRAGGLER_FACTOR = 0.5
 STRAGGLER_DURATION = 10 * 60.0
@@ -513,6 +515,42 @@ def evidence_text(e: StragglerEvidence) -> str:
         parts.append(f"{temp.own:.0f} °C"
                      + (f" (median {temp.median:.0f} °C)" if temp.median is not None else ""))
     return "; ".join(parts) + (f" (last {fmt.duration(e.seconds)})" if e.seconds else "")
+
+
+
+def straggler_rows(report: StragglerReport, ctx: PageContext,
+                   device_price: Callable[[GpuRef], float | None],
+                   evidence_of: Callable[[Straggler], StragglerEvidence],
+                   ) -> tuple[StragglerRow, ...]:
+    """The stragglers' rows, dearest group first: each straggler of ``report`` the page
+    shows, with its evidence (``evidence_of``) and its group's GPUs' $/hour (the sum of
+    ``device_price`` over them; None where one's price is unknown)."""
+    groups = {g.key: g for g in report.groups}
+    prices: dict[GroupKey, float | None] = {}
+
+    def group_price(key: GroupKey) -> float | None:
+        """Each group's once (its rows' order and each row ask)."""
+        group = groups.get(key)
+        if group is None:
+            return None
+        if key not in prices:
+            each = [device_price(ref) for ref in group.devices]
+            prices[key] = None if any(p is None for p in each) else math.fsum(
+                p for p in each if p is not None)
+        return prices[key]
+
+    return tuple(
+        StragglerRow(
+            namespace=s.namespace, workload=s.workload, pods=s.pods, node=s.gpu.node,
+            gpu=ctx.index(s.gpu), value=s.value, median=s.median,
+            since=s.since, seconds=s.seconds, required_seconds=s.required_seconds,
+            devices=s.devices, kind=s.kind, signal=s.signal, model=s.model,
+            evidence=evidence_of(s), uuid=s.gpu.uuid, price_per_hour=group_price(s.key),
+        )
+        for s in sorted(report.stragglers, key=lambda s: (
+            -(group_price(s.key) or 0.0), s.namespace, s.workload, s.gpu))
+        if ctx.wanted(s.namespace)
+    )
 
 
 def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> list[Row]:
