@@ -18,6 +18,16 @@ from gpuscope.dashboard.data.recorded import RULE_INTERVAL
 from gpuscope.dashboard.data.source import (
     validate_namespace,
 )
+from gpuscope.dashboard.plan.answers import (
+    Now,
+    bare_nodes,
+    gpu_infos,
+    idle_steps,
+    node_infos,
+    pod_infos,
+    util_stats,
+    work_signals,
+)
 from gpuscope.dashboard.plan.queries import PlanQueries
 from gpuscope.dashboard.plan.rules import RAW_NODES, RAW_NOTE
 from gpuscope.dashboard.plan.runs import (
@@ -26,31 +36,22 @@ from gpuscope.dashboard.plan.runs import (
     _Answers,
     _evidence,
     _FullRuns,
-    _group_key,
     _groups,
     _merge_signals,
     _StragglerRuns,
     _summaries,
-    _workload_key,
     detail_nodes,
 )
 from gpuscope.dashboard.series import (
     ContainerRef,
     FleetData,
-    GpuInfo,
     GpuRef,
-    GroupKey,
     Holding,
     HoldingKey,
-    NodeInfo,
     NodeSummary,
-    PodInfo,
-    PodKey,
     Runs,
     Series,
-    UtilStats,
     Window,
-    WorkSignals,
     gc_paused,
 )
 
@@ -99,13 +100,7 @@ class PrometheusData(PlanQueries):
             first_res.add(self._submit(more_first, window))
         th = self.thresholds
 
-        nodes = {
-            lab.get("node", ""): NodeInfo(
-                lab.get("node", ""), lab.get("instance_type", ""), lab.get("zone", ""),
-                lab.get("capacity_type", ""),
-            )
-            for lab, _ in first_res["nodes"] if "stat" not in lab
-        }
+        nodes = node_infos(first_res["nodes"])
         first: float | None = None
         if any(lab.get("stat") == "at_start" and v > 0 for lab, v in first_res["nodes"]):
             first = self._full_history_at(window)
@@ -113,37 +108,10 @@ class PrometheusData(PlanQueries):
             checks += 1
             first = next((v for _, v in self.instant(self.first_query(window), window.end)
                           if math.isfinite(v)), None)
-        idle_now: set[GpuRef] = set()
-        spin_now: set[GpuRef] = set()
-        silent: set[GpuRef] = set()
-        held_nodes: set[str] = set()
-        held_refs: set[ContainerRef] = set()
-        # Workloads by (cluster, namespace, workload): a job of one name in two clusters is two.
-        judged: set[tuple[str, str, str]] = set()
-        slow: set[tuple[str, str, str]] = set()
-        # The devices the stragglers' rules flag at the end (one-minute steps), by group.
-        flagged: dict[GroupKey, dict[GpuRef, str]] = {}
-        straggler_rules = False
-        for lab, _ in first_res["now"]:
-            stat, ref = lab.get("stat", ""), _gref(lab)
-            if stat == "idle":
-                idle_now.add(ref)
-            elif stat == "spin":
-                spin_now.add(ref)
-            elif stat == "silent":
-                silent.add(ref)
-            elif stat == "held_idle":
-                held_nodes.add(ref.node)
-                held_refs.add(_cref(lab))
-            elif stat == "candidate":
-                key2 = _workload_key(lab)
-                judged.add(key2)
-                if lab.get("kind") == "slow":
-                    slow.add(key2)
-            elif stat in ("stalled", "slow"):
-                flagged.setdefault(_group_key(lab), {})[ref] = stat
-            elif stat == "straggler_rules":
-                straggler_rules = True
+        now = Now.parse(first_res["now"])
+        idle_now, spin_now, silent = now.idle, now.spin, now.silent
+        held_nodes, held_refs, flagged = now.held_nodes, now.held, now.flagged
+        judged, slow = now.judged, now.slow
 
         hs = self._history_start(window, first)
         steps = round((window.end - hs) / window.step)
@@ -157,9 +125,7 @@ class PrometheusData(PlanQueries):
         summaries: dict[str, NodeSummary] = {}
         inventory = first_res
         # The nodes a finding at the end names (their devices are read with the rules).
-        named = {g.node for g in idle_now | spin_now | silent | {
-                     g for devices in flagged.values() for g in devices}}
-        named |= held_nodes
+        named = now.named()
         lean = self.lean(window, namespace, rules)
 
         def read_devices(on: Collection[str], members: bool) -> _Answers:
@@ -185,10 +151,7 @@ class PrometheusData(PlanQueries):
             namespace=namespace) if summarize else {}
         answers = self._submit(run_q, window)  # the second round joins these
 
-        pods = {}
-        for lab, _ in first_res["pods"]:
-            key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
-            pods[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+        pods = pod_infos(first_res["pods"])
         groups_checked: int | None = None
         if rules:
             summaries = _summaries(first_res["node_summary"])
@@ -257,7 +220,7 @@ class PrometheusData(PlanQueries):
             # The stragglers' rules at the end say which workloads can hold one: their
             # evidence now, and their steps only where the summaries do not describe them.
             flagged_workloads = {key[:3] for key in flagged}
-            strag_ask: dict[str, Any] = {} if not straggler_rules else {
+            strag_ask: dict[str, Any] = {} if not now.straggler_rules else {
                 "candidates": (), "slow": (),
                 "evidence": {n for k in flagged_workloads for n in workload_nodes.get(k, ())},
                 "evidence_seconds": (min(th.straggler_duration, window.seconds,
@@ -268,14 +231,7 @@ class PrometheusData(PlanQueries):
             answers.add(self._submit(more, window))
         # The inventory (sent after who uses what): with the summaries, read while the
         # store computes the second round.
-        gpus = {}
-        for lab, _ in inventory["gpus"]:
-            info = GpuInfo(
-                node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
-                model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
-                mig_profile=lab.get("mig_profile", ""),
-            )
-            gpus[info.ref] = info
+        gpus = gpu_infos(inventory["gpus"])
         if not summarize:
             # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
             # spinning): the waste split asks when their devices were held.
@@ -340,47 +296,15 @@ class PrometheusData(PlanQueries):
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
                            if lab.get("namespace")})
         containers.update(strag_containers)
-        stats_parts: dict[ContainerRef, dict[str, float]] = {}
-        for lab, v in later.get("stats", []):
-            stats_parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
-        # The raw mean is the first round's (``members``: the same expression).
-        stats = {
-            ref: UtilStats(
-                mean=member_mean[ref], stddev=p.get("stddev", 0.0),
-                samples=int(p.get("count", 0)), memory_bytes=p.get("memory", 0.0),
-            )
-            for ref, p in stats_parts.items() if ref in member_mean
-        }
-        busy_max: dict[GpuRef, Series] = {}
-        idle_signal: dict[GpuRef, str] = {}
-        for lab, s in later.get("idle_steps", []):
-            ref = _gref(lab)
-            busy_max[ref] = s
-            idle_signal[ref] = lab.get("signal", "utilization")
+        stats = util_stats(later.get("stats", []), member_mean)
+        busy_max, idle_signal = idle_steps(later.get("idle_steps", []))
         usage, usage_signal = _merge_signals(
             (_cref(lab), lab.get("signal", "utilization"), s)
             for lab, s in later.get("held_idle", []) if lab.get("namespace"))
-        by_signal: dict[str, dict[GpuRef, Series]] = {}
-        for lab, s in [*later.get("spinning", []), *later.get("workload_signals", [])]:
-            if _gref(lab) not in strag_devices:
-                by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
-        limits = {ref: s.values[-1] for ref, s in by_signal.pop("limit", {}).items()
-                  if s.values}
-        signals = WorkSignals(
-            utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
-            tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
-            power=by_signal.get("power", {}), power_limit=limits,
-            gpm=frozenset(by_signal.get("sm", {})),
-        )
+        signals = work_signals(
+            [*later.get("spinning", []), *later.get("workload_signals", [])], strag_devices)
         shared = {g for g, n in sharers.items() if n >= 2}
-        # A Prometheus of one cluster whose exporters state it (``--cluster-name``) sees the
-        # cluster on ``gpu_node_info`` alone: that node's info is keyed ``cluster/node``, its
-        # devices by the bare name. Such an info is its bare node's.
-        device_nodes = {g.node for g in gpus} | set(summaries)
-        for key in [k for k in nodes if k not in device_nodes]:
-            bare = node_parts(key)[1]
-            if bare != key and bare in device_nodes and bare not in nodes:
-                nodes[bare] = replace(nodes.pop(key), node=bare)
+        bare_nodes(nodes, {g.node for g in gpus} | set(summaries))
         return FleetData(
             window=window,
             history_start=hs,

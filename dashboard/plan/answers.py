@@ -1,0 +1,168 @@
+"""The fleet page's plan of Prometheus queries, part four: the store's answers read into the
+model (:mod:`..series`): who is where, what holds at the end (:class:`Now`), the
+input-starved candidates' statistics, the idle steps and the work signals. Pure: rows of
+``(labels, value)`` or ``(labels, Series)`` in, the model's types out."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from gpuscope.dashboard.data.prometheus import _cref, _gref
+from gpuscope.dashboard.data.promql import node_parts
+from gpuscope.dashboard.plan.runs import _group_key, _workload_key
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    GpuInfo,
+    GpuRef,
+    GroupKey,
+    NodeInfo,
+    PodInfo,
+    PodKey,
+    Series,
+    UtilStats,
+    WorkSignals,
+)
+
+#: A workload: (cluster, namespace, workload); a job of one name in two clusters is two.
+WorkloadKey = tuple[str, str, str]
+
+
+@dataclass
+class Now:
+    """What holds at the window's end (the first round's ``now``): the idle, spinning and
+    silent devices, the allocated-idle containers (and their nodes), the straggler
+    candidates' workloads (``slow``: by the slow-rank rule), and with the rules on one-minute
+    steps the devices the stragglers' rules flag, by group, and whether those rules are
+    loaded at all."""
+
+    idle: set[GpuRef] = field(default_factory=set)
+    spin: set[GpuRef] = field(default_factory=set)
+    silent: set[GpuRef] = field(default_factory=set)
+    held_nodes: set[str] = field(default_factory=set)
+    held: set[ContainerRef] = field(default_factory=set)
+    judged: set[WorkloadKey] = field(default_factory=set)
+    slow: set[WorkloadKey] = field(default_factory=set)
+    flagged: dict[GroupKey, dict[GpuRef, str]] = field(default_factory=dict)
+    straggler_rules: bool = False
+
+    @classmethod
+    def parse(cls, rows: Iterable[tuple[dict[str, str], float]]) -> Now:
+        out = cls()
+        for lab, _ in rows:
+            stat, ref = lab.get("stat", ""), _gref(lab)
+            if stat == "idle":
+                out.idle.add(ref)
+            elif stat == "spin":
+                out.spin.add(ref)
+            elif stat == "silent":
+                out.silent.add(ref)
+            elif stat == "held_idle":
+                out.held_nodes.add(ref.node)
+                out.held.add(_cref(lab))
+            elif stat == "candidate":
+                key = _workload_key(lab)
+                out.judged.add(key)
+                if lab.get("kind") == "slow":
+                    out.slow.add(key)
+            elif stat in ("stalled", "slow"):
+                out.flagged.setdefault(_group_key(lab), {})[ref] = stat
+            elif stat == "straggler_rules":
+                out.straggler_rules = True
+        return out
+
+    def named(self) -> set[str]:
+        """The nodes a finding at the end names."""
+        return {g.node for g in self.idle | self.spin | self.silent | {
+            g for devices in self.flagged.values() for g in devices}} | self.held_nodes
+
+
+def node_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeInfo]:
+    """``gpu_node_info`` by node (the first round's ``nodes``, less its ``stat`` rows)."""
+    return {
+        lab.get("node", ""): NodeInfo(
+            lab.get("node", ""), lab.get("instance_type", ""), lab.get("zone", ""),
+            lab.get("capacity_type", ""),
+        )
+        for lab, _ in rows if "stat" not in lab
+    }
+
+
+def bare_nodes(nodes: dict[str, NodeInfo], device_nodes: Collection[str]) -> None:
+    """A Prometheus of one cluster whose exporters state it (``--cluster-name``) sees the
+    cluster on ``gpu_node_info`` alone: that node's info is keyed ``cluster/node``, its
+    devices (``device_nodes``) by the bare name. Such an info is made its bare node's, in
+    ``nodes``."""
+    for key in [k for k in nodes if k not in device_nodes]:
+        bare = node_parts(key)[1]
+        if bare != key and bare in device_nodes and bare not in nodes:
+            nodes[bare] = replace(nodes.pop(key), node=bare)
+
+
+def pod_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[PodKey, PodInfo]:
+    """``gpu_pod_info`` by pod."""
+    out = {}
+    for lab, _ in rows:
+        key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
+        out[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
+    return out
+
+
+def gpu_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[GpuRef, GpuInfo]:
+    """``gpu_info`` by device."""
+    out = {}
+    for lab, _ in rows:
+        info = GpuInfo(
+            node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
+            model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
+            mig_profile=lab.get("mig_profile", ""),
+        )
+        out[info.ref] = info
+    return out
+
+
+def util_stats(rows: Iterable[tuple[dict[str, str], float]],
+               mean: Mapping[ContainerRef, float]) -> dict[ContainerRef, UtilStats]:
+    """The input-starved candidates' statistics (``stats``: stddev, count, memory, by
+    ``stat``), each with its raw ``mean`` (the first round's ``members``: the same
+    expression); a container without a mean is left out."""
+    parts: dict[ContainerRef, dict[str, float]] = {}
+    for lab, v in rows:
+        parts.setdefault(_cref(lab), {})[lab.get("stat", "")] = v
+    return {
+        ref: UtilStats(
+            mean=mean[ref], stddev=p.get("stddev", 0.0),
+            samples=int(p.get("count", 0)), memory_bytes=p.get("memory", 0.0),
+        )
+        for ref, p in parts.items() if ref in mean
+    }
+
+
+def idle_steps(rows: Iterable[tuple[dict[str, str], Series]],
+               ) -> tuple[dict[GpuRef, Series], dict[GpuRef, str]]:
+    """Each device's idle steps (``idle_steps``) and the signal they were judged by."""
+    busy_max: dict[GpuRef, Series] = {}
+    signal: dict[GpuRef, str] = {}
+    for lab, s in rows:
+        ref = _gref(lab)
+        busy_max[ref] = s
+        signal[ref] = lab.get("signal", "utilization")
+    return busy_max, signal
+
+
+def work_signals(rows: Iterable[tuple[dict[str, str], Series]],
+                 apart: Collection[GpuRef] = ()) -> WorkSignals:
+    """The spinning devices' and slow-rank candidates' signals per step, by ``signal``
+    (``limit``: the power limit, its last value), but of the devices ``apart`` (those of
+    the straggler groups the store summarised whole)."""
+    by_signal: dict[str, dict[GpuRef, Series]] = {}
+    for lab, s in rows:
+        if _gref(lab) not in apart:
+            by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
+    limits = {ref: s.values[-1] for ref, s in by_signal.pop("limit", {}).items() if s.values}
+    return WorkSignals(
+        utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
+        tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
+        power=by_signal.get("power", {}), power_limit=limits,
+        gpm=frozenset(by_signal.get("sm", {})),
+    )
