@@ -1,0 +1,94 @@
+"""The store's answers read into the model (``dashboard/plan/answers.py``), on hand-built
+rows shaped as the plan's queries label them."""
+
+from __future__ import annotations
+
+from gpuscope.dashboard.plan.answers import (
+    Now,
+    bare_nodes,
+    gpu_infos,
+    idle_steps,
+    node_infos,
+    util_stats,
+    work_signals,
+)
+from gpuscope.dashboard.series import ContainerRef, GpuRef, NodeInfo, Series
+
+
+def _gpu(node: str, uuid: str, **more: str) -> dict[str, str]:
+    return {"node": node, "uuid": uuid, "gpu": "0", **more}
+
+
+def test_now_sorts_each_finding_at_the_end_by_its_stat() -> None:
+    c = {"node": "n3", "uuid": "u3", "namespace": "ml", "pod": "p", "container": "c"}
+    rows = [
+        (_gpu("n1", "u1", stat="idle", signal="sm"), 0.01),
+        (_gpu("n2", "u2", stat="spin"), 0.97),
+        (_gpu("n4", "u4", stat="silent"), 1.0),
+        ({**c, "stat": "held_idle", "signal": "utilization"}, 0.0),
+        ({"namespace": "ml", "workload": "Job/a", "kind": "slow", "stat": "candidate"}, 2),
+        ({"namespace": "ml", "workload": "Job/b", "kind": "stalled", "stat": "candidate"}, 1),
+        ({**_gpu("n5", "u5"), "namespace": "ml", "workload": "Job/b", "model": "H100",
+          "stat": "stalled"}, 0.1),
+        ({"stat": "straggler_rules"}, 3),
+    ]
+    now = Now.parse(rows)
+    assert now.idle == {GpuRef("n1", "u1")} and now.spin == {GpuRef("n2", "u2")}
+    assert now.silent == {GpuRef("n4", "u4")}
+    assert now.held == {ContainerRef("n3", "ml", "p", "c", "u3")} and now.held_nodes == {"n3"}
+    assert now.judged == {("", "ml", "Job/a"), ("", "ml", "Job/b")}
+    assert now.slow == {("", "ml", "Job/a")}
+    assert now.flagged == {("", "ml", "Job/b", "H100"): {GpuRef("n5", "u5"): "stalled"}}
+    assert now.straggler_rules
+    assert now.named() == {"n1", "n2", "n3", "n4", "n5"}
+    assert not Now.parse([]).straggler_rules and Now.parse([]).named() == set()
+
+
+def test_node_infos_leave_out_the_stat_rows_and_a_bare_node_takes_its_clusters_info() -> None:
+    nodes = node_infos([
+        ({"node": "eks-1/a", "instance_type": "p5.48xlarge", "capacity_type": "spot"}, 1),
+        ({"node": "b", "instance_type": "g6.xlarge"}, 1),
+        ({"stat": "at_start"}, 40),
+    ])
+    assert set(nodes) == {"eks-1/a", "b"}
+    bare_nodes(nodes, {"a", "b"})
+    assert nodes == {"a": NodeInfo("a", "p5.48xlarge", "", "spot"),
+                     "b": NodeInfo("b", "g6.xlarge")}
+    # A node the devices name with its cluster keeps its key.
+    kept = node_infos([({"node": "eks-1/a"}, 1)])
+    bare_nodes(kept, {"eks-1/a"})
+    assert set(kept) == {"eks-1/a"}
+
+
+def test_statistics_need_the_first_rounds_mean() -> None:
+    c = {"node": "n", "namespace": "ml", "pod": "p", "container": "c", "uuid": "u"}
+    other = {**c, "pod": "q"}
+    rows = [({**c, "stat": "stddev"}, 0.2), ({**c, "stat": "count"}, 240.0),
+            ({**c, "stat": "memory"}, 2.0**30), ({**other, "stat": "stddev"}, 0.3)]
+    stats = util_stats(rows, {ContainerRef("n", "ml", "p", "c", "u"): 0.4})
+    assert list(stats) == [ContainerRef("n", "ml", "p", "c", "u")]
+    one = stats[ContainerRef("n", "ml", "p", "c", "u")]
+    assert (one.mean, one.stddev, one.samples, one.memory_bytes) == (0.4, 0.2, 240, 2.0**30)
+
+
+def test_idle_steps_and_work_signals_by_signal() -> None:
+    s = Series((60.0, 120.0), (0.0, 0.01))
+    busy, signal = idle_steps([(_gpu("n", "u", signal="sm"), s), (_gpu("n", "v"), s)])
+    assert busy == {GpuRef("n", "u"): s, GpuRef("n", "v"): s}
+    assert signal == {GpuRef("n", "u"): "sm", GpuRef("n", "v"): "utilization"}
+    watts = Series((60.0, 120.0), (300.0, 700.0))
+    signals = work_signals([
+        (_gpu("n", "u", signal="utilization"), s), (_gpu("n", "u", signal="sm"), s),
+        (_gpu("n", "v", signal="power"), watts), (_gpu("n", "v", signal="limit"), watts),
+        (_gpu("n", "w", signal="utilization"), s),
+    ], apart={GpuRef("n", "w")})
+    assert set(signals.utilization) == {GpuRef("n", "u")}  # w's group was summarised
+    assert signals.gpm == frozenset({GpuRef("n", "u")})
+    assert signals.power == {GpuRef("n", "v"): watts}
+    assert signals.power_limit == {GpuRef("n", "v"): 700.0}  # its last value
+
+
+def test_gpu_infos_by_device() -> None:
+    gpus = gpu_infos([({"node": "n", "gpu": "3", "uuid": "u", "model": "H100",
+                        "parent_uuid": "", "mig_profile": ""}, 1)])
+    assert gpus[GpuRef("n", "u")].gpu == "3" and gpus[GpuRef("n", "u")].model == "H100"
