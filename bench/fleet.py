@@ -80,6 +80,7 @@ KEEP = frozenset({
     "gpu_temperature_celsius",
 })
 LOOKBACK = 300.0         # seconds of samples before the window (Prometheus' look-back delta)
+PAGE_POINTS = 60         # the dashboard's steps per window (``PrometheusStore`` max_points)
 END_LAG = 120.0          # the default end: this many seconds before the build
 SCENARIO_START = 3600.0  # scenario time of a node's first sample (scenarios are settled by then)
 PHASES = 8               # distinct starting offsets (in steps) per template
@@ -407,10 +408,12 @@ class Shape:
     step: float
     window: float
     end: float
+    #: Seconds of samples before the window (:func:`build`'s sets: a page step more).
+    lead: float = LOOKBACK
 
     @property
     def times(self) -> int:
-        return int((self.window + LOOKBACK) // self.step) + 1
+        return int((self.window + self.lead) // self.step) + 1
 
     @property
     def start(self) -> float:
@@ -704,7 +707,12 @@ def build(out: Path, nodes: int, *, step: float = 15.0, window: float = 3600.0,
 
     stores = tuple(stores)
     end = float(int(time.time() - END_LAG)) if end is None else end
-    shape = Shape(nodes, step, window, end)
+    # The page's window ends at the last multiple of its step (``PrometheusStore.window``),
+    # up to a step before the set's end: a step more of samples before it, so that the data
+    # reaches back past the window's start (as a store older than the window does), not
+    # only to a point up to a step inside it (a store younger than the window: the 24 h
+    # page's 24-minute step left the first 13 minutes without data).
+    shape = Shape(nodes, step, window, end, lead=LOOKBACK + window / PAGE_POINTS)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("tsdb", "vm", "meta.json", "expected.json"):
         target = out / name

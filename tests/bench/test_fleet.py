@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench import dashboard_bench, fleet
+from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.verdicts import registry
 from tests.bench import page_view
 from tests.stores import Store, fleet_in_both, start_prometheus, start_victoriametrics
@@ -225,6 +226,25 @@ def test_data_set_folder(tmp_path: Path) -> None:
         counts = {s.kind: s.series_count(meta["end"]) for s in (prom, vm)}
     assert counts == {"prometheus": meta["series"], "victoriametrics": meta["series"]}
     assert not any((tmp_path / "set").glob("*.om"))
+
+
+def test_a_sets_samples_reach_back_past_the_pages_window_wherever_its_step_ends_it(
+        tmp_path: Path) -> None:
+    """The page's window ends at the last multiple of its step (24 minutes for 24 h), up to
+    a step before the set's end: the set's samples still begin before that window (a store
+    older than the window), where the page asks whether data reaches back that far."""
+    step = 86400.0 / fleet.PAGE_POINTS
+    end = (1795604763 // step) * step + step - 1  # the page's window ends a step early
+    meta = fleet.build(tmp_path / "set", 2, step=60.0, window=86400.0, end=end,
+                       stores=("victoriametrics",), log=lambda _: None)
+    with start_victoriametrics(tmp_path / "set" / "vm") as vm:
+        store = PrometheusData(vm.url, clock=lambda: end)
+        window = store.window(86400.0)
+        assert window.step == step and end - window.end == step - 1
+        assert meta["start"] <= store._full_history_at(window)
+        page = store.fleet(86400.0, window=window)
+        store.close()
+    assert page.history_start == window.start  # no young-store history
 
 
 @pytest.mark.parametrize("flagged", ["1.5", "0"])
