@@ -355,9 +355,8 @@ def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
     five minutes). A rule's whole window goes in one write: at 5,000 nodes larger than
     VictoriaMetrics takes by default (``-maxInsertRequestSize``, 32 MB), which vmalert logs,
     drops and exits 0 after (so its log is read); smaller chunks
-    (``-replay.maxDatapointsPerQuery``, 1,000 points by default: a 24-hour window's 1,441
-    minutes went in two) record their boundary samples twice, which the run summaries then
-    do not trust, so a query covers the window's every minute."""
+    (``-replay.maxDatapointsPerQuery``) record their boundary samples twice, which the run
+    summaries then do not trust."""
     vmalert = binary("vmalert")
 
     def stamp(t: float) -> str:
@@ -372,7 +371,6 @@ def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
             [vmalert, f"-rule={rules}", f"-datasource.url={vm.url}",
              f"-remoteWrite.url={vm.url}", f"-replay.timeFrom={stamp(start)}",
              f"-replay.timeTo={stamp(end)}", "-datasource.queryStep=0",
-             f"-replay.maxDatapointsPerQuery={max(1000, int((end - start) // 60) + 2)}",
              "-replay.rulesDelay=0", "-replay.disableProgressBar",
              f"-httpListenAddr=127.0.0.1:{free_port()}", "-loggerLevel=WARN"],
             capture_output=True, text=True, timeout=1800, cwd=work)
