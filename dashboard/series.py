@@ -165,6 +165,13 @@ class GpuInfo:
     def __post_init__(self) -> None:
         object.__setattr__(self, "ref", GpuRef(self.node, self.uuid))
 
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> GpuInfo:
+        """From a ``gpu_info`` series' labels (a store's answer, or a scraped series)."""
+        return cls(labels.get("node", ""), labels.get("gpu", ""), labels.get("uuid", ""),
+                   labels.get("model", ""), labels.get("parent_uuid", ""),
+                   labels.get("mig_profile", ""))
+
     @property
     def is_physical(self) -> bool:
         """A whole GPU (possibly in MIG mode), not a MIG slice."""
@@ -180,6 +187,12 @@ class NodeInfo:
     zone: str = ""
     capacity_type: str = ""
 
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> NodeInfo:
+        """From a ``gpu_node_info`` series' labels."""
+        return cls(labels.get("node", ""), labels.get("instance_type", ""),
+                   labels.get("zone", ""), labels.get("capacity_type", ""))
+
 
 @dataclass(frozen=True, slots=True)
 class PodInfo:
@@ -189,6 +202,16 @@ class PodInfo:
     namespace: str
     pod: str
     workload: str = ""
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> PodInfo:
+        """From a ``gpu_pod_info`` series' labels."""
+        return cls(labels.get("node", ""), labels.get("namespace", ""), labels.get("pod", ""),
+                   labels.get("workload", ""))
+
+    @property
+    def key(self) -> PodKey:
+        return PodKey(self.node, self.namespace, self.pod)
 
 
 @dataclass(frozen=True, slots=True)

@@ -350,9 +350,6 @@ def _build_fleet_view(
     window, hs = data.window, data.history_start
     signals, runs = data.signals, data.runs
 
-    def wanted(ns: str) -> bool:
-        return namespace is None or ns == namespace
-
     # Prices: per node (spot where the price file says so), per whole GPU, per slice.
     inventory = fleet_of(data.gpus)  # the passes over every device, once
     by_node = inventory.by_node
@@ -527,6 +524,7 @@ def _build_fleet_view(
 
     heatmap, notes = _heatmap(data, fleet, inventory, states, spinning, verdicts)
 
+    wanted = context.wanted
     pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
                        | {f"{c.namespace}/{c.pod}" for c in data.containers if wanted(c.namespace)})
     workloads = sorted({f"{p.namespace}/{p.workload}" for p in data.pods.values()

@@ -59,7 +59,6 @@ from gpuscope.dashboard.series import (
     NodeInfo,
     PodDetail,
     PodInfo,
-    PodKey,
     Series,
     Window,
     WorkloadDetail,
@@ -452,17 +451,9 @@ class EmbeddedData:
         lookback = window.end - max(INFO_LOOKBACK, 3 * self.interval)
         sel = self._select_many(FLEET_METRICS, window, max(rng, self._rate_range(window)))
 
-        gpus = {}
-        for lab in self._infos("gpu_info", lookback):
-            info = GpuInfo(lab["node"], lab.get("gpu", ""), lab.get("uuid", ""),
-                           lab.get("model", ""), lab.get("parent_uuid", ""),
-                           lab.get("mig_profile", ""))
-            gpus[info.ref] = info
-        nodes = {
-            lab["node"]: NodeInfo(lab["node"], lab.get("instance_type", ""), lab.get("zone", ""),
-                                  lab.get("capacity_type", ""))
-            for lab in self._infos("gpu_node_info", lookback)
-        }
+        infos = (GpuInfo.of(lab) for lab in self._infos("gpu_info", lookback))
+        gpus = {info.ref: info for info in infos}
+        nodes = {lab["node"]: NodeInfo.of(lab) for lab in self._infos("gpu_node_info", lookback)}
         slices = {ref for ref, info in gpus.items() if not info.is_physical}
         signals = work_signals(sel, window, evals, rng, self._rate_range(window),
                                 throttle_rates=False)
@@ -538,10 +529,8 @@ class EmbeddedData:
             if lo < len(times):
                 memory[user] = max(values[lo:])
         # Who held what: every container's, whatever the namespace (the showback's totals).
-        every_pod = {PodKey(lab["node"], lab.get("namespace", ""), lab.get("pod", "")):
-                     PodInfo(lab["node"], lab.get("namespace", ""), lab.get("pod", ""),
-                             lab.get("workload", ""))
-                     for lab in self._infos("gpu_pod_info", window.start)}
+        pods_seen = (PodInfo.of(lab) for lab in self._infos("gpu_pod_info", window.start))
+        every_pod = {pod.key: pod for pod in pods_seen}
         held_by = holdings(held, containers, every_pod, slices, window)
         if namespace is not None:
             touched = {ref.gpu for ref in containers if ref.namespace == namespace}

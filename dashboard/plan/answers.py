@@ -79,13 +79,7 @@ class Now:
 
 def node_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeInfo]:
     """``gpu_node_info`` by node (the first round's ``nodes``, less its ``stat`` rows)."""
-    return {
-        lab.get("node", ""): NodeInfo(
-            lab.get("node", ""), lab.get("instance_type", ""), lab.get("zone", ""),
-            lab.get("capacity_type", ""),
-        )
-        for lab, _ in rows if "stat" not in lab
-    }
+    return {lab.get("node", ""): NodeInfo.of(lab) for lab, _ in rows if "stat" not in lab}
 
 
 def bare_nodes(nodes: dict[str, NodeInfo], device_nodes: Collection[str]) -> None:
@@ -101,24 +95,14 @@ def bare_nodes(nodes: dict[str, NodeInfo], device_nodes: Collection[str]) -> Non
 
 def pod_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[PodKey, PodInfo]:
     """``gpu_pod_info`` by pod."""
-    out = {}
-    for lab, _ in rows:
-        key = PodKey(lab.get("node", ""), lab.get("namespace", ""), lab.get("pod", ""))
-        out[key] = PodInfo(key.node, key.namespace, key.pod, lab.get("workload", ""))
-    return out
+    pods = (PodInfo.of(lab) for lab, _ in rows)
+    return {pod.key: pod for pod in pods}
 
 
 def gpu_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[GpuRef, GpuInfo]:
     """``gpu_info`` by device."""
-    out = {}
-    for lab, _ in rows:
-        info = GpuInfo(
-            node=lab.get("node", ""), gpu=lab.get("gpu", ""), uuid=lab.get("uuid", ""),
-            model=lab.get("model", ""), parent_uuid=lab.get("parent_uuid", ""),
-            mig_profile=lab.get("mig_profile", ""),
-        )
-        out[info.ref] = info
-    return out
+    gpus = (GpuInfo.of(lab) for lab, _ in rows)
+    return {info.ref: info for info in gpus}
 
 
 def util_stats(rows: Iterable[tuple[dict[str, str], float]],
@@ -150,7 +134,7 @@ def idle_steps(rows: Iterable[tuple[dict[str, str], Series]],
     return busy_max, signal
 
 
-def work_signals(rows: Iterable[tuple[dict[str, str], Series]],
+def work_signals_of(rows: Iterable[tuple[dict[str, str], Series]],
                  apart: Collection[GpuRef] = ()) -> WorkSignals:
     """The spinning devices' and slow-rank candidates' signals per step, by ``signal``
     (``limit``: the power limit, its last value), but of the devices ``apart`` (those of

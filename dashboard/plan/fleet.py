@@ -26,7 +26,7 @@ from gpuscope.dashboard.plan.answers import (
     node_infos,
     pod_infos,
     util_stats,
-    work_signals,
+    work_signals_of,
 )
 from gpuscope.dashboard.plan.queries import PlanQueries
 from gpuscope.dashboard.plan.rules import RAW_NODES, RAW_NOTE
@@ -301,7 +301,7 @@ class PrometheusData(PlanQueries):
         usage, usage_signal = _merge_signals(
             (_cref(lab), lab.get("signal", "utilization"), s)
             for lab, s in later.get("held_idle", []) if lab.get("namespace"))
-        signals = work_signals(
+        signals = work_signals_of(
             [*later.get("spinning", []), *later.get("workload_signals", [])], strag_devices)
         shared = {g for g, n in sharers.items() if n >= 2}
         bare_nodes(nodes, {g.node for g in gpus} | set(summaries))

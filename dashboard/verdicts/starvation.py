@@ -264,10 +264,6 @@ class ShareRow:
 
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.0f}%"
-
-
 def share_rows(shares: Iterable[ShareVerdict], ctx: PageContext) -> tuple[ShareRow, ...]:
     """The time-slice shares' rows: each container of ``shares`` the page shows, in order."""
     return tuple(
@@ -295,9 +291,9 @@ def starved_rows(shares: Sequence[ShareVerdict], inputs: Iterable[InputStarved],
         StarvedRow(
             kind="time-slice", namespace=r.namespace, pod=r.pod, container=r.container,
             node=r.node, gpu=r.gpu, utilization=r.utilization,
-            detail=(f"share {_pct(r.share)} of the GPU's container load vs fair share "
-                    f"{_pct(r.fair_share)} ({r.sharers} containers), GPU "
-                    f"{_pct(r.gpu_utilization)} busy"),
+            detail=(f"share {fmt.pct(r.share)} of the GPU's container load vs fair share "
+                    f"{fmt.pct(r.fair_share)} ({r.sharers} containers), GPU "
+                    f"{fmt.pct(r.gpu_utilization)} busy"),
             seconds=r.starving_seconds, required_seconds=r.required_seconds,
             price_per_hour=holding(s.ref)[1],
         )
@@ -310,7 +306,7 @@ def starved_rows(shares: Sequence[ShareVerdict], inputs: Iterable[InputStarved],
             kind="input-starved", namespace=s.ref.namespace, pod=s.ref.pod,
             container=s.ref.container, node=s.ref.node, gpu=ctx.index(s.ref.gpu),
             utilization=s.mean,
-            detail=(f"mean {_pct(s.mean)}, varies strongly (CV {s.cv:.2f} over {s.samples} "
+            detail=(f"mean {fmt.pct(s.mean)}, varies strongly (CV {s.cv:.2f} over {s.samples} "
                     f"samples) while holding {s.memory_bytes / 2**30:.1f} GiB: suspected "
                     f"waiting on input"),
             price_per_hour=holding(s.ref)[1],

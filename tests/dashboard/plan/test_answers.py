@@ -10,7 +10,7 @@ from gpuscope.dashboard.plan.answers import (
     idle_steps,
     node_infos,
     util_stats,
-    work_signals,
+    work_signals_of,
 )
 from gpuscope.dashboard.series import ContainerRef, GpuRef, NodeInfo, Series
 
@@ -77,7 +77,7 @@ def test_idle_steps_and_work_signals_by_signal() -> None:
     assert busy == {GpuRef("n", "u"): s, GpuRef("n", "v"): s}
     assert signal == {GpuRef("n", "u"): "sm", GpuRef("n", "v"): "utilization"}
     watts = Series((60.0, 120.0), (300.0, 700.0))
-    signals = work_signals([
+    signals = work_signals_of([
         (_gpu("n", "u", signal="utilization"), s), (_gpu("n", "u", signal="sm"), s),
         (_gpu("n", "v", signal="power"), watts), (_gpu("n", "v", signal="limit"), watts),
         (_gpu("n", "w", signal="utilization"), s),
