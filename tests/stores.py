@@ -345,7 +345,29 @@ def backfill_rules(blocks: Path, start: float, end: float, work: Path,
             shutil.move(str(block), blocks / block.name)
 
 
-def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
+#: The most minutes one vmalert replay run evaluates (its default
+#: ``-replay.maxDatapointsPerQuery``): a rule's samples over them go in one write, which
+#: VictoriaMetrics takes within vmalert's 30-second write timeout at 5,000 nodes (a day's
+#: did not).
+REPLAY_POINTS = 1000
+
+
+def replay_chunks(start: float, end: float, points: int = REPLAY_POINTS,
+                  interval: float = 60.0) -> list[tuple[float, float]]:
+    """``[start, end]`` as consecutive replay ranges of at most ``points`` evaluations
+    ``interval`` seconds apart, each range's first and last evaluation included and no
+    evaluation in two ranges (vmalert's own chunks share their boundary)."""
+    out: list[tuple[float, float]] = []
+    first = start
+    while first <= end:
+        last = min(end, first + (points - 1) * interval)
+        out.append((first, last))
+        first = last + interval
+    return out
+
+
+def replay_rules(vm: Store, start: float, end: float, work: Path,
+                 points: int = REPLAY_POINTS) -> None:
     """The gpuscope-dashboard rules over ``[start, end]`` evaluated by vmalert's replay mode
     (Debian's, from the victoria-metrics package) on ``vm`` and written back to it, as a
     VictoriaMetrics user backfills them, one dependency level per run (each run flushes what
@@ -354,9 +376,10 @@ def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
     steps by the group's interval (vmalert's default step, 5 m, would record one sample in
     five minutes). A rule's whole window goes in one write: at 5,000 nodes larger than
     VictoriaMetrics takes by default (``-maxInsertRequestSize``, 32 MB), which vmalert logs,
-    drops and exits 0 after (so its log is read); smaller chunks
-    (``-replay.maxDatapointsPerQuery``) record their boundary samples twice, which the run
-    summaries then do not trust."""
+    drops and exits 0 after (so its log is read). A window longer than ``points``
+    (:data:`REPLAY_POINTS`) minutes is replayed in runs over :func:`replay_chunks` (vmalert's
+    own chunks, ``-replay.maxDatapointsPerQuery``, share their boundary minute, which it
+    then records twice: the run summaries do not trust a minute recorded twice)."""
     vmalert = binary("vmalert")
 
     def stamp(t: float) -> str:
@@ -367,21 +390,23 @@ def replay_rules(vm: Store, start: float, end: float, work: Path) -> None:
         rules.write_text(yaml.safe_dump({"groups": [{
             "name": "gpuscope-dashboard", "interval": "1m",
             "rules": [{"record": r, "expr": e} for r, e in level]}]}, width=1 << 20))
-        run = subprocess.run(
-            [vmalert, f"-rule={rules}", f"-datasource.url={vm.url}",
-             f"-remoteWrite.url={vm.url}", f"-replay.timeFrom={stamp(start)}",
-             f"-replay.timeTo={stamp(end)}", "-datasource.queryStep=0",
-             "-replay.rulesDelay=0", "-replay.disableProgressBar",
-             f"-httpListenAddr=127.0.0.1:{free_port()}", "-loggerLevel=WARN"],
-            capture_output=True, text=True, timeout=1800, cwd=work)
-        # vmalert exits 0 after dropping what the store refused ("all 5 attempts to send
-        # request failed - dropping ..."): its log says so (a retry that then succeeds
-        # loses nothing).
-        log = run.stdout + run.stderr
-        if run.returncode != 0 or "dropping" in log:
-            raise StoreError(f"vmalert's replay exited {run.returncode}"
-                             f"{' and dropped samples' if 'dropping' in log else ''}: "
-                             f"{_tail(log)}")
+        for first, last in replay_chunks(start, end, points):
+            run = subprocess.run(
+                [vmalert, f"-rule={rules}", f"-datasource.url={vm.url}",
+                 f"-remoteWrite.url={vm.url}", f"-replay.timeFrom={stamp(first)}",
+                 f"-replay.timeTo={stamp(last)}", "-datasource.queryStep=0",
+                 f"-replay.maxDatapointsPerQuery={points}",
+                 "-replay.rulesDelay=0", "-replay.disableProgressBar",
+                 f"-httpListenAddr=127.0.0.1:{free_port()}", "-loggerLevel=WARN"],
+                capture_output=True, text=True, timeout=1800, cwd=work)
+            # vmalert exits 0 after dropping what the store refused ("all 5 attempts to
+            # send request failed - dropping ..."): its log says so (a retry that then
+            # succeeds loses nothing).
+            log = run.stdout + run.stderr
+            if run.returncode != 0 or "dropping" in log:
+                raise StoreError(f"vmalert's replay exited {run.returncode}"
+                                 f"{' and dropped samples' if 'dropping' in log else ''}: "
+                                 f"{_tail(log)}")
         # What this level wrote made searchable; and the response cache emptied (it keeps
         # the parts a query shares with an earlier one; VictoriaMetrics empties it itself
         # when samples older than 5 minutes arrive, and says so in its log: made sure).
