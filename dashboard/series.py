@@ -366,7 +366,8 @@ class Runs:
     by them; these describe the rest.
 
     - ``idle``: devices below the idle threshold at every step, with the signal they were
-      judged by (as ``FleetData.idle_signal``);
+      judged by (as ``FleetData.idle_signal``), or at every step from ``idle_from``'s (the
+      index in ``steps`` of the first; at no step before it);
     - ``held``: devices (idle or spinning) a container held at every step;
     - ``spinning``: devices spinning at every step, with their signals' means
       (``utilization``, and where asked ``sm``, ``tensor``, ``dram`` ratios, or ``power`` in
@@ -377,6 +378,7 @@ class Runs:
 
     steps: tuple[float, ...]
     idle: Mapping[GpuRef, str] = field(default_factory=dict)
+    idle_from: Mapping[GpuRef, int] = field(default_factory=dict)
     held: frozenset[GpuRef] = frozenset()
     spinning: Mapping[GpuRef, Mapping[str, float]] = field(default_factory=dict)
     held_idle: Mapping[ContainerRef, tuple[str, float]] = field(default_factory=dict)

@@ -193,12 +193,16 @@ class History:
     whose sparse series has a sample at every minute of ``(history start, end]`` (one
     sample a minute) is one number instead of its steps. ``h``: a range over the history
     (its length less a millisecond); ``n``: its minutes; ``r``: the last step's range (the
-    window's); ``match``: the nodes (or namespace) a form is asked of (all without it)."""
+    window's); ``match``: the nodes (or namespace) a form is asked of (all without it);
+    ``start``, ``end``: the history's start and end (seconds since the epoch), for the
+    runs that began within it (:meth:`trailing`)."""
 
     h: str
     n: int
     r: str
     match: Mapping[str, str] = field(default_factory=dict)
+    start: float = 0.0
+    end: float = 0.0
 
     def sel(self, key: str) -> str:
         """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
@@ -207,6 +211,21 @@ class History:
     def whole(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, with a sample at every step."""
         return f"(max by ({by}) (count_over_time({self.sel(key)}[{self.h}])) == {self.n})"
+
+    def trailing(self, key: str, by: str) -> str:
+        """The series of ``key``, aggregated ``by``, whose samples in the history are one a
+        minute from their first to the end (none missing, none twice), with how many there
+        are (their minutes: :attr:`n` where the run is the whole history's). The first
+        sample's time: a subquery at the rules' interval of each sample's own time
+        (``timestamp``), those at or before the history's start left out; ``c`` samples from
+        it reach the end without a gap when ``floor((end - first) / 1m) + 1 == c`` (the last
+        one within a minute of the end)."""
+        sel = self.sel(key)
+        count = f"max by ({by}) (count_over_time({sel}[{self.h}]))"
+        first = (f"min by ({by}) (min_over_time((timestamp({sel}) > {self.start:.3f})"
+                 f"[{self.h}:{duration(RULE_INTERVAL)}]))")
+        return (f"({count} == floor(({self.end:.3f} - {first}) / {RULE_INTERVAL:g}"
+                f" + 0.000001) + 1)")
 
     def mean(self, key: str, by: str) -> str:
         """The mean of ``key``'s samples over the history, aggregated ``by``."""

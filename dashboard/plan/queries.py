@@ -489,8 +489,10 @@ class PlanQueries(PrometheusStore):
                     namespace: str | None = None) -> dict[str, str]:
         """With the recording rules: each finding whose sparse series has a sample at every
         recorded minute of the history (``(history_start, end]``), summarised in one number,
-        instead of its steps (a whole fleet's idle and spinning devices would be hundreds
-        of thousands of points). On a step of several minutes such a finding met its rule
+        and each idle device idle at every minute from a later one to the end (with how
+        many: a summary on one-minute steps, ``idle_runs_promql``), instead of its steps
+        (a whole fleet's idle and spinning devices would be hundreds of thousands of
+        points). On a step of several minutes such a finding met its rule
         at every step too (a step meets it where each of its minutes does, as
         :meth:`second_round` asks). The summaries: idle devices (their
         signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
@@ -518,7 +520,8 @@ class PlanQueries(PrometheusStore):
 
         def each(nodes: Collection[str], build: Callable[[History], str]) -> None:
             for q in _split(sorted(set(nodes)), lambda names: build(
-                    History(h, n, r, node_matchers(names, self.cluster_label)))):
+                    History(h, n, r, node_matchers(names, self.cluster_label),
+                            history_start, window.end))):
                 out[f"runs#{len(out)}"] = q
 
         def spin(hist: History) -> str:
@@ -526,7 +529,7 @@ class PlanQueries(PrometheusStore):
                                spinning_means_promql(hist).items())
 
         # The sparse series alone: cheap over the whole fleet.
-        fleet = History(h, n, r)
+        fleet = History(h, n, r, start=history_start, end=window.end)
         parts = [stat(idle.idle_runs_promql(fleet), "idle"),
                  stat(spinning_runs_promql(fleet), "spin", "utilization")]
         if held:
@@ -537,7 +540,8 @@ class PlanQueries(PrometheusStore):
                   else {"namespace": f'="{escape_label_value(namespace)}"'})
             out[f"runs#{len(out)}"] = " or ".join(
                 stat(q, name) for name, q in
-                straggler_runs_promql(History(h, n, r, ns)).items())
+                straggler_runs_promql(History(h, n, r, ns, history_start,
+                                              window.end)).items())
         each(spinning, spin)
         each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
         return out

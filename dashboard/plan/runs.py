@@ -88,7 +88,8 @@ class FollowUp:
 class _FullRuns:
     """The findings (from :meth:`PrometheusData.run_queries`) whose condition held at every
     recorded minute of the history, ``(history start, end]``, and so at each of its steps
-    (``grid``): one summary each, their mean over that run. :meth:`summary` hands them to
+    (``grid``), or (idle devices, on one-minute steps) at every one from a later minute
+    to the end: one summary each, their mean over that run. :meth:`summary` hands them to
     the verdicts as findings (:class:`Runs`); :meth:`fallback` names the nodes of the rest,
     whose steps must be asked for."""
 
@@ -96,6 +97,7 @@ class _FullRuns:
     #: The history's recorded minutes (as many samples of a one-minute scrape).
     minutes: int
     idle: dict[GpuRef, str] = field(default_factory=dict)               # signal
+    idle_from: dict[GpuRef, int] = field(default_factory=dict)          # first step's index
     spin: dict[GpuRef, dict[str, float]] = field(default_factory=dict)  # signal -> mean
     held_steps: dict[GpuRef, float] = field(default_factory=dict)       # samples held
     held_idle: dict[ContainerRef, tuple[str, float]] = field(default_factory=dict)
@@ -110,7 +112,13 @@ class _FullRuns:
         for lab, v in rows:
             stat, ref = lab.get("stat", ""), _gref(lab)
             if stat == "idle":
-                out.idle[ref] = lab.get("signal", "utilization")
+                # ``v`` minutes without a gap up to the end: the history's all, or (on
+                # one-minute steps, a step a minute) the last ``v`` steps.
+                held_for = round(v)
+                if held_for == minutes or (steps == minutes and 0 < held_for < minutes):
+                    out.idle[ref] = lab.get("signal", "utilization")
+                    if held_for < minutes:
+                        out.idle_from[ref] = steps - held_for
             elif stat == "spin":
                 out.spin.setdefault(ref, {})[lab.get("signal", "")] = v
             elif stat == "held":
@@ -141,7 +149,7 @@ class _FullRuns:
         """The findings summarised, as the data layer hands them over (:class:`Runs`), with
         the straggler groups described whole (:meth:`_StragglerRuns.whole`)."""
         return Runs(
-            steps=self.grid, idle=dict(self.idle),
+            steps=self.grid, idle=dict(self.idle), idle_from=dict(self.idle_from),
             held=frozenset(g for g, c in self.held_steps.items()
                            if round(c) == self.minutes),
             spinning={ref: dict(means) for ref, means in self.spin.items()},

@@ -26,6 +26,7 @@ from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import (
+    Run,
     holds,
     is_fresh,
     required_seconds,
@@ -109,30 +110,44 @@ def idle_gpus(
     spinning = spinning or {}
     signal = signal or {}
     whole = runs.idle if runs is not None else {}
-    whole_steps = frozenset(runs.steps) if runs is not None else frozenset()
+    since = runs.idle_from if runs is not None else {}
+    steps = runs.steps if runs is not None else ()
+    whole_steps = frozenset(steps)
     whole_held = runs.held if runs is not None else frozenset()
-    # The store's whole runs all share one run, the history's (10^3 to 10^4 devices on a
-    # large fleet): judged once, each device then in O(1) below.
-    every = whole_run(runs.steps, window, history_start) if runs is not None else None
-    first = runs.steps[0] if runs is not None and runs.steps else None
-    n_every = len(runs.steps) - every.first_index if runs is not None and every else 0
+    # The store's runs share a few runs, the history's and those from a later step (10^3 to
+    # 10^4 devices on a large fleet): each judged once, each device then in O(1) below, as
+    # its steps (those from the run's first, sent alone: nothing before it) would give it.
+    runs_from: dict[int, tuple[Run, int] | None] = {}
+
+    def run_from(k: int) -> tuple[Run, int] | None:
+        if k not in runs_from:
+            run = (whole_run(steps, window, history_start) if k == 0 else
+                   trailing_run(steps[k:], [True] * (len(steps) - k), window.step,
+                                history_start) if is_fresh(steps[k:], window) else None)
+            runs_from[k] = None if run is None else (run, len(steps) - k - run.first_index)
+        return runs_from[k]
+
+    first = steps[0] if steps else None
     out: dict[GpuRef, GpuIdle] = {}
     for ref in set(busy_max) | set(spinning) | set(whole):
         series = busy_max.get(ref)
         spins = spinning.get(ref, ())
         sig = signal.get(ref) or whole.get(ref, "utilization")
-        if (every is not None and series is None
-                and (allocated is None or ref not in allocated)
-                and ((ref in whole and not spins)
-                     or (ref not in whole and spins == whole_steps
-                         and (known_from is None or known_from.get(ref) in (None, first))))):
-            # Idle, or spinning, at every step of the history, by the store's summary: the
-            # history's run, as the steps below would give it: their held and spinning
-            # shares are ``seconds * n / steps``, here n == steps, kept as written so the
-            # floats are the steps' to the bit.
-            held_s = every.seconds * n_every / n_every if ref in whole_held else 0.0
-            spin_s = every.seconds * n_every / n_every if spins else 0.0
-            out[ref] = GpuIdle(ref, holds(every, required), every.start, every.seconds,
+        summed = (run_from(since.get(ref, 0)) if runs is not None and series is None
+                  and (allocated is None or ref not in allocated)
+                  and ((ref in whole and not spins)
+                       or (ref not in whole and spins == whole_steps
+                           and (known_from is None or known_from.get(ref) in (None, first))))
+                  else None)
+        if summed is not None:
+            # Idle, or spinning, at every step of the history (or idle at every one from a
+            # later step), by the store's summary: its run, as the steps below would give
+            # it: their held and spinning shares are ``seconds * n / steps``, here
+            # n == steps, kept as written so the floats are the steps' to the bit.
+            done, n_run = summed
+            held_s = done.seconds * n_run / n_run if ref in whole_held else 0.0
+            spin_s = done.seconds * n_run / n_run if spins else 0.0
+            out[ref] = GpuIdle(ref, holds(done, required), done.start, done.seconds,
                                held_s, required, history, spinning_seconds=spin_s,
                                signal=sig)
             continue
@@ -141,8 +156,8 @@ def idle_gpus(
                 below = {t for t, v in zip(series.times, series.values, strict=True)
                          if v < threshold}
                 known = set(series.times)
-            else:  # idle at every step of the history, or no step but spinning ones
-                below = set(whole_steps) if ref in whole else set()
+            else:  # idle at every step of its run, or no step but spinning ones
+                below = set(steps[since.get(ref, 0):]) if ref in whole else set()
                 known = below
             times = sorted(known | set(spins))
             begins = known_from.get(ref) if known_from is not None else None
@@ -577,9 +592,14 @@ def silent_promql(st: Steps) -> str:
 
 
 def idle_runs_promql(hist: History) -> str:
-    """With the recording rules: the devices idle at every step of the history, by the
-    signal they were judged by (:attr:`~..series.Runs.idle`)."""
-    return hist.whole("idle", f"{GBY}, signal")
+    """With the recording rules: the devices idle at the end whose idle minutes run without
+    a gap from their first in the history to the end, by the signal they were judged by,
+    with how many minutes (:attr:`~..series.Runs.idle`: every one of the history's, or
+    :attr:`~..series.Runs.idle_from` a later one). A device that spun in the history is
+    left out: a spinning step is idle for this verdict, so its steps say when its run
+    began."""
+    return (f"{hist.trailing('idle', f'{GBY}, signal')}"
+            f" unless on (node, uuid) count_over_time({hist.sel('spin')}[{hist.h}])")
 
 
 def held_runs_promql(hist: History) -> str:

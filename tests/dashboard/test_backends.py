@@ -7,13 +7,14 @@ read instead of the raw series."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 
 from bench import fleet as F
-from gpuscope.dashboard.data.promql import any_of
+from gpuscope.dashboard.data.prometheus import CLUSTER_LABEL
+from gpuscope.dashboard.data.promql import any_of, node_matchers, selector
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.rules import RULES
 from gpuscope.dashboard.prices import bundled_prices
@@ -255,6 +257,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         coarse_steps = page_view(coarse, WINDOW, bundled_prices())
         coarse.close()
         lean = lean_view(store.url, stores.end, monkeypatch)
+        runs_that_began_within(store.url, stores.end, cut_prometheus(store.url))
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
         # sparse series it reads): the page goes to the raw series.
         delete = urllib.request.Request(
@@ -320,6 +323,7 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
         assert prom.rules_loaded(ruled.window) is True
         prom.close()
         lean = lean_view(vm.url, stores.end, monkeypatch)
+        runs_that_began_within(vm.url, stores.end, cut_victoriametrics(vm.url))
     assert ruled.notes and "recording rules" in ruled.notes[0]
     add_up(ruled)
     assert same_owners(ruled, raw, rel=1e-3) and same_owners(lean, ruled)
@@ -328,6 +332,80 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
     assert verdicts(ruled) == verdicts(raw) == verdicts(lean)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
+
+
+def cut_prometheus(url: str) -> Callable[[str, float], None]:
+    """Removes a node's idle flags at and before a time (Prometheus' admin API: tombstones
+    over a range of time)."""
+    def cut(node: str, before: float) -> None:
+        sel = selector(RULES["idle"], node_matchers([node], CLUSTER_LABEL))
+        request = urllib.request.Request(url + "/api/v1/admin/tsdb/delete_series?" + (
+            urllib.parse.urlencode({"match[]": sel, "start": "0", "end": f"{before:.3f}"})),
+            method="POST")
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 204
+    return cut
+
+
+def cut_victoriametrics(url: str) -> Callable[[str, float], None]:
+    """Removes a node's idle flags at and before a time: VictoriaMetrics deletes whole
+    series, so they are exported, deleted and their later samples imported again."""
+    def cut(node: str, before: float) -> None:
+        match = urllib.parse.urlencode(
+            {"match[]": selector(RULES["idle"], node_matchers([node], CLUSTER_LABEL))})
+        with urllib.request.urlopen(f"{url}/api/v1/export?{match}", timeout=60) as answer:
+            lines = [json.loads(line) for line in answer.read().splitlines() if line]
+        assert lines, node
+        with urllib.request.urlopen(f"{url}/api/v1/admin/tsdb/delete_series?{match}",
+                                    timeout=60):
+            pass
+        kept = []
+        for line in lines:
+            pairs = [(v, t) for v, t in zip(line["values"], line["timestamps"], strict=True)
+                     if t > before * 1000]
+            kept.append(json.dumps({"metric": line["metric"], "values": [v for v, _ in pairs],
+                                    "timestamps": [t for _, t in pairs]}))
+        urllib.request.urlopen(urllib.request.Request(
+            url + "/api/v1/import", data="\n".join(kept).encode(), method="POST"),
+            timeout=60).close()
+        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+            urllib.request.urlopen(url + path, timeout=60).close()
+    return cut
+
+
+def runs_that_began_within(url: str, end: float, cut: Callable[[str, float], None]) -> None:
+    """Idle nodes whose idle minutes begin within the history (their flags before cut
+    away; the other nodes' idle at every minute of it): the store summarises their devices'
+    runs too, from the step of their first minute, and the page gives what the steps give:
+    a node idle since a third of the history still idle (40 of 60 minutes), one since two
+    thirds no longer (20 minutes, under 30)."""
+    prom = PrometheusData(url, clock=lambda: end, timeout=120)
+    try:
+        before = page_view(prom, WINDOW, bundled_prices())
+        runs = prom.fleet(WINDOW).runs
+        assert runs is not None and runs.idle and not runs.idle_from
+        steps = runs.steps
+        early, late = [r.node for r in before.idle_rows
+                       if not r.spinning_gpus and not r.mig_gpus][:2]
+        cuts = {early: len(steps) // 3, late: 2 * len(steps) // 3}
+        for node, k in cuts.items():
+            cut(node, steps[k] - 30.0)  # the step's own minute kept
+        runs = prom.fleet(WINDOW).runs
+        assert runs is not None
+        began = {g.node: k for g, k in runs.idle_from.items()}
+        assert began == cuts, began
+        summed = page_view(prom, WINDOW, bundled_prices())
+        prom.summaries = False
+        stepwise = page_view(prom, WINDOW, bundled_prices())
+    finally:
+        prom.close()
+    assert summed.kpis == stepwise.kpis
+    for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows"):
+        assert _close([astuple(r) for r in getattr(summed, rows)],
+                      [astuple(r) for r in getattr(stepwise, rows)]), rows
+    idle = {r.node: r for r in summed.idle_rows}
+    assert late not in idle and idle[early].idle_since == steps[cuts[early]] - STEP
+    assert len(summed.idle_rows) == len(before.idle_rows) - 1
 
 
 def same_owners(a: FleetView, b: FleetView, rel: float = 1e-9) -> bool:

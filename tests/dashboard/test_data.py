@@ -499,13 +499,14 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
     out = prom.run_queries(w, w.start + 600, devices=["n1"], spinning=["n2"],
                            stragglers=True, namespace='ml"x')
     text = " ".join(out.values())
-    fleet = History("2999999ms", 50, "59999ms")
+    span = (w.start + 600, w.end)
+    fleet = History("2999999ms", 50, "59999ms", {}, *span)
     n1, n2 = (node_matchers([n], prom.cluster_label) for n in ("n1", "n2"))
     for form in (idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
                  allocated.held_idle_runs_promql(fleet),
                  *strag.straggler_runs_promql(History(
-                     "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'})).values(),
+                     "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'}, *span)).values(),
                  *spinning.spinning_means_promql(History(
-                     "2999999ms", 50, "59999ms", n2)).values(),
-                 idle.held_runs_promql(History("2999999ms", 50, "59999ms", n1))):
+                     "2999999ms", 50, "59999ms", n2, *span)).values(),
+                 idle.held_runs_promql(History("2999999ms", 50, "59999ms", n1, *span))):
         assert form in text, form
