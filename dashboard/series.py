@@ -372,7 +372,8 @@ class Runs:
     - ``spinning``: devices spinning at every step, with their signals' means
       (``utilization``, and where asked ``sm``, ``tensor``, ``dram`` ratios, or ``power`` in
       watts with ``limit``, the power limit in watts, for a device without GPM);
-    - ``held_idle``: allocated-idle containers, with the signal and its mean use (0-1);
+    - ``held_idle``: allocated-idle containers, with the signal and its mean use (0-1), at
+      every step or at every one from ``held_idle_from``'s (as ``idle_from``);
     - ``stragglers``: straggler groups described whole (:class:`GroupRun`).
     """
 
@@ -382,6 +383,7 @@ class Runs:
     held: frozenset[GpuRef] = frozenset()
     spinning: Mapping[GpuRef, Mapping[str, float]] = field(default_factory=dict)
     held_idle: Mapping[ContainerRef, tuple[str, float]] = field(default_factory=dict)
+    held_idle_from: Mapping[ContainerRef, int] = field(default_factory=dict)
     stragglers: Mapping[GroupKey, GroupRun] = field(default_factory=dict)
 
 

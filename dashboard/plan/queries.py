@@ -533,7 +533,8 @@ class PlanQueries(PrometheusStore):
         parts = [stat(idle.idle_runs_promql(fleet), "idle"),
                  stat(spinning_runs_promql(fleet), "spin", "utilization")]
         if held:
-            parts.append(stat(allocated.held_idle_runs_promql(fleet), "held_idle"))
+            parts += [stat(allocated.held_idle_runs_promql(fleet), "held_idle"),
+                      stat(allocated.held_idle_minutes_promql(fleet), "held_idle_n")]
         out["runs"] = " or ".join(parts)
         if stragglers:
             ns = ({} if namespace is None

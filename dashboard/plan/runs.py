@@ -101,6 +101,7 @@ class _FullRuns:
     spin: dict[GpuRef, dict[str, float]] = field(default_factory=dict)  # signal -> mean
     held_steps: dict[GpuRef, float] = field(default_factory=dict)       # samples held
     held_idle: dict[ContainerRef, tuple[str, float]] = field(default_factory=dict)
+    held_idle_from: dict[ContainerRef, int] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, rows: Iterable[tuple[dict[str, str], float]], window: Window,
@@ -109,22 +110,40 @@ class _FullRuns:
         ``minutes`` minutes)."""
         grid = tuple(window.end - (steps - 1 - i) * window.step for i in range(steps))
         out = cls(grid, minutes)
+
+        def first_step(held_for: float) -> int | None:
+            """The index of the first step of a run of ``held_for`` minutes without a gap
+            up to the end: 0 for the history's all, else (on one-minute steps, a step a
+            minute) the last ``held_for`` steps'; None: not a run the steps can be."""
+            n = round(held_for)
+            if n == minutes:
+                return 0
+            return steps - n if steps == minutes and 0 < n < minutes else None
+
+        held_idle_for: dict[ContainerRef, float] = {}
         for lab, v in rows:
             stat, ref = lab.get("stat", ""), _gref(lab)
             if stat == "idle":
-                # ``v`` minutes without a gap up to the end: the history's all, or (on
-                # one-minute steps, a step a minute) the last ``v`` steps.
-                held_for = round(v)
-                if held_for == minutes or (steps == minutes and 0 < held_for < minutes):
+                k = first_step(v)
+                if k is not None:
                     out.idle[ref] = lab.get("signal", "utilization")
-                    if held_for < minutes:
-                        out.idle_from[ref] = steps - held_for
+                    if k:
+                        out.idle_from[ref] = k
             elif stat == "spin":
                 out.spin.setdefault(ref, {})[lab.get("signal", "")] = v
             elif stat == "held":
                 out.held_steps[ref] = v
             elif stat == "held_idle":
                 out.held_idle[_cref(lab)] = (lab.get("signal", "utilization"), v)
+            elif stat == "held_idle_n":
+                held_idle_for[_cref(lab)] = v
+        # An allocated-idle container is summarised with the run its minutes make.
+        for cref in list(out.held_idle):
+            k = first_step(held_idle_for.get(cref, 0.0))
+            if k is None:
+                del out.held_idle[cref]
+            elif k:
+                out.held_idle_from[cref] = k
         # A spinning device is summarised only with its utilization (its rule's first term).
         out.spin = {ref: m for ref, m in out.spin.items() if "utilization" in m}
         return out
@@ -153,7 +172,8 @@ class _FullRuns:
             held=frozenset(g for g, c in self.held_steps.items()
                            if round(c) == self.minutes),
             spinning={ref: dict(means) for ref, means in self.spin.items()},
-            held_idle=dict(self.held_idle), stragglers=dict(stragglers))
+            held_idle=dict(self.held_idle), held_idle_from=dict(self.held_idle_from),
+            stragglers=dict(stragglers))
 
 
 def _group_key(lab: Mapping[str, str]) -> GroupKey:

@@ -28,6 +28,7 @@ from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
+    Run,
     holds,
     is_fresh,
     required_seconds,
@@ -134,12 +135,20 @@ def allocated_idle(
     history = max(0.0, window.end - history_start)
     out: list[AllocatedIdle] = []
     if runs is not None and runs.held_idle:
-        whole = whole_run(runs.steps, window, history_start)
-        if whole is not None and holds(whole, required):
-            out.extend(AllocatedIdle(ref, sig, mean, whole.start, whole.seconds, required,
-                                     history)
-                       for ref, (sig, mean) in runs.held_idle.items()
-                       if ref.namespace and ref not in usage)
+        # The store's runs share a few runs (the history's, and those from a later step),
+        # each judged once, as its steps (from the run's first, alone) would give it.
+        steps = runs.steps
+        runs_from: dict[int, Run | None] = {}
+        for ref, (sig, mean) in runs.held_idle.items():
+            if not ref.namespace or ref in usage:
+                continue
+            k = runs.held_idle_from.get(ref, 0)
+            if k not in runs_from:
+                runs_from[k] = whole_run(steps, window, history_start, k)
+            run = runs_from[k]
+            if run is not None and holds(run, required):
+                out.append(AllocatedIdle(ref, sig, mean, run.start, run.seconds, required,
+                                         history))
     for ref, series in usage.items():
         if not ref.namespace or not is_fresh(series.times, window):
             continue
@@ -278,7 +287,15 @@ def held_idle_promql(st: Steps, th: Thresholds) -> list[str]:
 
 
 def held_idle_runs_promql(hist: History) -> str:
-    """With the recording rules: the containers allocated-idle at every step of the
-    history, with their mean use over it, by signal."""
+    """With the recording rules: the containers allocated-idle at every minute of the
+    history or from a later one to the end (:func:`held_idle_minutes_promql`), with their
+    mean use over those minutes (the sparse series has no other), by signal."""
     by = f"{CBY}, signal"
-    return f"{hist.mean('held_idle', by)} and on ({by}) {hist.whole('held_idle', by)}"
+    return f"{hist.mean('held_idle', by)} and on ({by}) {held_idle_minutes_promql(hist)}"
+
+
+def held_idle_minutes_promql(hist: History) -> str:
+    """With the recording rules: how many minutes each container allocated-idle at the end
+    has been without a gap (from its first in the history, :meth:`~..data.recorded.History.
+    trailing`), by signal: the run :func:`held_idle_runs_promql`'s mean is over."""
+    return hist.trailing("held_idle", f"{CBY}, signal")

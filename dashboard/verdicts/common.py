@@ -87,10 +87,14 @@ def is_fresh(times: Sequence[float], window: Window) -> bool:
     return bool(times) and times[-1] >= window.end - 1.5 * window.step
 
 
-def whole_run(steps: Sequence[float], window: Window, history_start: float) -> Run | None:
-    """The run of a condition the store found held at every one of ``steps`` (the history's
-    steps, :class:`~gpuscope.dashboard.series.Runs`): the trailing run of those steps, or
-    None where they do not describe the present."""
-    if not is_fresh(steps, window):
+def whole_run(steps: Sequence[float], window: Window, history_start: float,
+              first: int = 0) -> Run | None:
+    """The run of a condition the store found held at every one of ``steps`` (the
+    history's steps, :class:`~gpuscope.dashboard.series.Runs`) from the one at index
+    ``first`` on, and at none before it: the trailing run of those steps alone (as the
+    steps the store sends of such a condition give it), or None where they do not describe
+    the present."""
+    held = steps[first:]
+    if not is_fresh(held, window):
         return None
-    return trailing_run(steps, [True] * len(steps), window.step, history_start)
+    return trailing_run(held, [True] * len(held), window.step, history_start)

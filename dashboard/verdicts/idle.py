@@ -121,9 +121,7 @@ def idle_gpus(
 
     def run_from(k: int) -> tuple[Run, int] | None:
         if k not in runs_from:
-            run = (whole_run(steps, window, history_start) if k == 0 else
-                   trailing_run(steps[k:], [True] * (len(steps) - k), window.step,
-                                history_start) if is_fresh(steps[k:], window) else None)
+            run = whole_run(steps, window, history_start, k)
             runs_from[k] = None if run is None else (run, len(steps) - k - run.first_index)
         return runs_from[k]
 

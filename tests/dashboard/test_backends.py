@@ -334,11 +334,11 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
 
 
-def cut_prometheus(url: str) -> Callable[[str, float], None]:
-    """Removes a node's idle flags at and before a time (Prometheus' admin API: tombstones
-    over a range of time)."""
-    def cut(node: str, before: float) -> None:
-        sel = selector(RULES["idle"], node_matchers([node], CLUSTER_LABEL))
+def cut_prometheus(url: str) -> Callable[[str, str, float], None]:
+    """Removes a node's samples of a recorded series at and before a time (Prometheus'
+    admin API: tombstones over a range of time)."""
+    def cut(key: str, node: str, before: float) -> None:
+        sel = selector(RULES[key], node_matchers([node], CLUSTER_LABEL))
         request = urllib.request.Request(url + "/api/v1/admin/tsdb/delete_series?" + (
             urllib.parse.urlencode({"match[]": sel, "start": "0", "end": f"{before:.3f}"})),
             method="POST")
@@ -347,12 +347,13 @@ def cut_prometheus(url: str) -> Callable[[str, float], None]:
     return cut
 
 
-def cut_victoriametrics(url: str) -> Callable[[str, float], None]:
-    """Removes a node's idle flags at and before a time: VictoriaMetrics deletes whole
-    series, so they are exported, deleted and their later samples imported again."""
-    def cut(node: str, before: float) -> None:
+def cut_victoriametrics(url: str) -> Callable[[str, str, float], None]:
+    """Removes a node's samples of a recorded series at and before a time: VictoriaMetrics
+    deletes whole series, so they are exported, deleted and their later samples imported
+    again."""
+    def cut(key: str, node: str, before: float) -> None:
         match = urllib.parse.urlencode(
-            {"match[]": selector(RULES["idle"], node_matchers([node], CLUSTER_LABEL))})
+            {"match[]": selector(RULES[key], node_matchers([node], CLUSTER_LABEL))})
         with urllib.request.urlopen(f"{url}/api/v1/export?{match}", timeout=60) as answer:
             lines = [json.loads(line) for line in answer.read().splitlines() if line]
         assert lines, node
@@ -373,27 +374,32 @@ def cut_victoriametrics(url: str) -> Callable[[str, float], None]:
     return cut
 
 
-def runs_that_began_within(url: str, end: float, cut: Callable[[str, float], None]) -> None:
-    """Idle nodes whose idle minutes begin within the history (their flags before cut
-    away; the other nodes' idle at every minute of it): the store summarises their devices'
-    runs too, from the step of their first minute, and the page gives what the steps give:
-    a node idle since a third of the history still idle (40 of 60 minutes), one since two
-    thirds no longer (20 minutes, under 30)."""
+def runs_that_began_within(url: str, end: float,
+                           cut: Callable[[str, str, float], None]) -> None:
+    """Idle nodes and allocated-idle containers whose minutes begin within the history
+    (their flags before cut away; the others' held at every minute of it): the store
+    summarises their runs too, from the step of their first minute, and the page gives what
+    the steps give: one since a third of the history still a finding (40 of 60 minutes),
+    one since two thirds no longer (20 minutes, under 30)."""
     prom = PrometheusData(url, clock=lambda: end, timeout=120)
     try:
         before = page_view(prom, WINDOW, bundled_prices())
         runs = prom.fleet(WINDOW).runs
-        assert runs is not None and runs.idle and not runs.idle_from
+        assert runs is not None and runs.idle and runs.held_idle
+        assert not runs.idle_from and not runs.held_idle_from
         steps = runs.steps
         early, late = [r.node for r in before.idle_rows
                        if not r.spinning_gpus and not r.mig_gpus][:2]
-        cuts = {early: len(steps) // 3, late: 2 * len(steps) // 3}
-        for node, k in cuts.items():
-            cut(node, steps[k] - 30.0)  # the step's own minute kept
+        a_early, a_late = sorted({r.node for r in before.allocated_idle_rows})[:2]
+        third, thirds = len(steps) // 3, 2 * len(steps) // 3
+        for key, node, k in (("idle", early, third), ("idle", late, thirds),
+                             ("held_idle", a_early, third), ("held_idle", a_late, thirds)):
+            cut(key, node, steps[k] - 30.0)  # the step's own minute kept
         runs = prom.fleet(WINDOW).runs
         assert runs is not None
-        began = {g.node: k for g, k in runs.idle_from.items()}
-        assert began == cuts, began
+        assert {g.node: k for g, k in runs.idle_from.items()} == {early: third, late: thirds}
+        assert {c.node: k for c, k in runs.held_idle_from.items()} == {
+            a_early: third, a_late: thirds}
         summed = page_view(prom, WINDOW, bundled_prices())
         prom.summaries = False
         stepwise = page_view(prom, WINDOW, bundled_prices())
@@ -404,8 +410,10 @@ def runs_that_began_within(url: str, end: float, cut: Callable[[str, float], Non
         assert _close([astuple(r) for r in getattr(summed, rows)],
                       [astuple(r) for r in getattr(stepwise, rows)]), rows
     idle = {r.node: r for r in summed.idle_rows}
-    assert late not in idle and idle[early].idle_since == steps[cuts[early]] - STEP
+    assert late not in idle and idle[early].idle_since == steps[third] - STEP
     assert len(summed.idle_rows) == len(before.idle_rows) - 1
+    held = {r.node: r for r in summed.allocated_idle_rows}
+    assert a_late not in held and held[a_early].since == steps[third] - STEP
 
 
 def same_owners(a: FleetView, b: FleetView, rel: float = 1e-9) -> bool:
