@@ -369,7 +369,8 @@ class Runs:
       judged by (as ``FleetData.idle_signal``), or at every step from ``idle_from``'s (the
       index in ``steps`` of the first; at no step before it);
     - ``held``: devices (idle or spinning) a container held at every step;
-    - ``spinning``: devices spinning at every step, with their signals' means
+    - ``spinning``: devices spinning at every step (or from ``spinning_from``'s, as
+      ``idle_from``), with their signals' means over those steps
       (``utilization``, and where asked ``sm``, ``tensor``, ``dram`` ratios, or ``power`` in
       watts with ``limit``, the power limit in watts, for a device without GPM);
     - ``held_idle``: allocated-idle containers, with the signal and its mean use (0-1), at
@@ -382,6 +383,7 @@ class Runs:
     idle_from: Mapping[GpuRef, int] = field(default_factory=dict)
     held: frozenset[GpuRef] = frozenset()
     spinning: Mapping[GpuRef, Mapping[str, float]] = field(default_factory=dict)
+    spinning_from: Mapping[GpuRef, int] = field(default_factory=dict)
     held_idle: Mapping[ContainerRef, tuple[str, float]] = field(default_factory=dict)
     held_idle_from: Mapping[ContainerRef, int] = field(default_factory=dict)
     stragglers: Mapping[GroupKey, GroupRun] = field(default_factory=dict)

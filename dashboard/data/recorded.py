@@ -195,7 +195,9 @@ class History:
     (its length less a millisecond); ``n``: its minutes; ``r``: the last step's range (the
     window's); ``match``: the nodes (or namespace) a form is asked of (all without it);
     ``start``, ``end``: the history's start and end (seconds since the epoch), for the
-    runs that began within it (:meth:`trailing`)."""
+    runs that began within it (:meth:`trailing`); ``each_minute``: the page's steps are
+    the recorded minutes, so such a run is its steps from its first minute's (:meth:`run`
+    asks for them)."""
 
     h: str
     n: int
@@ -203,6 +205,14 @@ class History:
     match: Mapping[str, str] = field(default_factory=dict)
     start: float = 0.0
     end: float = 0.0
+    each_minute: bool = False
+
+    def run(self, key: str, by: str) -> str:
+        """The series of ``key``, aggregated ``by``, that the page can take as a run, with
+        its minutes: on one-minute steps, every run up to the end (:meth:`trailing`), else
+        those of the whole history (:meth:`whole`: a run that began within it would begin
+        within a step)."""
+        return self.trailing(key, by) if self.each_minute else self.whole(key, by)
 
     def sel(self, key: str) -> str:
         """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
@@ -230,3 +240,15 @@ class History:
     def mean(self, key: str, by: str) -> str:
         """The mean of ``key``'s samples over the history, aggregated ``by``."""
         return f"max by ({by}) (avg_over_time({self.sel(key)}[{self.h}]))"
+
+    def mean_while(self, key: str, flag: str, by: str) -> str:
+        """The mean of the dense series ``key`` over the minutes of the history at which the
+        sparse series ``flag`` has a sample (per device, ``node`` and ``uuid``), aggregated
+        ``by``: a subquery at the rules' interval, each minute's sample of each read over
+        that minute alone (as a one-minute step reads them); over the whole history
+        (:meth:`mean`) unless :attr:`each_minute`."""
+        if not self.each_minute:
+            return self.mean(key, by)
+        return (f"max by ({by}) (avg_over_time((avg_over_time({self.sel(key)}[{RULE_R}])"
+                f" and on (node, uuid) last_over_time({self.sel(flag)}[{RULE_R}]))"
+                f"[{self.h}:{duration(RULE_INTERVAL)}]))")

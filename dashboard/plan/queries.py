@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
@@ -48,7 +49,11 @@ from gpuscope.dashboard.series import (
     Window,
 )
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
-from gpuscope.dashboard.verdicts.spinning import spinning_means_promql, spinning_runs_promql
+from gpuscope.dashboard.verdicts.spinning import (
+    spinning_means_promql,
+    spinning_minutes_promql,
+    spinning_runs_promql,
+)
 from gpuscope.dashboard.verdicts.stragglers import straggler_runs_promql
 
 
@@ -510,6 +515,8 @@ class PlanQueries(PrometheusStore):
         Raw range functions over the recorded series (no subquery)."""
         h = duration(window.end - history_start - EDGE)
         n = round((window.end - history_start) / RULE_INTERVAL)  # its recorded minutes
+        # A step a minute: a run that began within the history is its steps from its first.
+        each_minute = math.isclose(window.step, RULE_INTERVAL)
         r, _ = self._r(window)
         out: dict[str, str] = {}
 
@@ -521,7 +528,7 @@ class PlanQueries(PrometheusStore):
         def each(nodes: Collection[str], build: Callable[[History], str]) -> None:
             for q in _split(sorted(set(nodes)), lambda names: build(
                     History(h, n, r, node_matchers(names, self.cluster_label),
-                            history_start, window.end))):
+                            history_start, window.end, each_minute))):
                 out[f"runs#{len(out)}"] = q
 
         def spin(hist: History) -> str:
@@ -529,9 +536,11 @@ class PlanQueries(PrometheusStore):
                                spinning_means_promql(hist).items())
 
         # The sparse series alone: cheap over the whole fleet.
-        fleet = History(h, n, r, start=history_start, end=window.end)
+        fleet = History(h, n, r, start=history_start, end=window.end,
+                        each_minute=each_minute)
         parts = [stat(idle.idle_runs_promql(fleet), "idle"),
-                 stat(spinning_runs_promql(fleet), "spin", "utilization")]
+                 stat(spinning_runs_promql(fleet), "spin", "utilization"),
+                 stat(spinning_minutes_promql(fleet), "spin_n")]
         if held:
             parts += [stat(allocated.held_idle_runs_promql(fleet), "held_idle"),
                       stat(allocated.held_idle_minutes_promql(fleet), "held_idle_n")]
@@ -541,8 +550,8 @@ class PlanQueries(PrometheusStore):
                   else {"namespace": f'="{escape_label_value(namespace)}"'})
             out[f"runs#{len(out)}"] = " or ".join(
                 stat(q, name) for name, q in
-                straggler_runs_promql(History(h, n, r, ns, history_start,
-                                              window.end)).items())
+                straggler_runs_promql(History(h, n, r, ns, history_start, window.end,
+                                              each_minute)).items())
         each(spinning, spin)
         each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
         return out

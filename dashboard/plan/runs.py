@@ -99,6 +99,7 @@ class _FullRuns:
     idle: dict[GpuRef, str] = field(default_factory=dict)               # signal
     idle_from: dict[GpuRef, int] = field(default_factory=dict)          # first step's index
     spin: dict[GpuRef, dict[str, float]] = field(default_factory=dict)  # signal -> mean
+    spin_from: dict[GpuRef, int] = field(default_factory=dict)          # first step's index
     held_steps: dict[GpuRef, float] = field(default_factory=dict)       # samples held
     held_idle: dict[ContainerRef, tuple[str, float]] = field(default_factory=dict)
     held_idle_from: dict[ContainerRef, int] = field(default_factory=dict)
@@ -121,6 +122,7 @@ class _FullRuns:
             return steps - n if steps == minutes and 0 < n < minutes else None
 
         held_idle_for: dict[ContainerRef, float] = {}
+        spun_for: dict[GpuRef, float] = {}
         for lab, v in rows:
             stat, ref = lab.get("stat", ""), _gref(lab)
             if stat == "idle":
@@ -131,6 +133,8 @@ class _FullRuns:
                         out.idle_from[ref] = k
             elif stat == "spin":
                 out.spin.setdefault(ref, {})[lab.get("signal", "")] = v
+            elif stat == "spin_n":
+                spun_for[ref] = v
             elif stat == "held":
                 out.held_steps[ref] = v
             elif stat == "held_idle":
@@ -144,8 +148,17 @@ class _FullRuns:
                 del out.held_idle[cref]
             elif k:
                 out.held_idle_from[cref] = k
-        # A spinning device is summarised only with its utilization (its rule's first term).
-        out.spin = {ref: m for ref, m in out.spin.items() if "utilization" in m}
+        # A spinning device is summarised only with its utilization (its rule's first term),
+        # and with the run its minutes make where its steps alone give that run: the
+        # spinning verdict reads every step of a device's signals, so a run from the
+        # second or third step would begin at the history's start in the summary
+        # (:func:`~..verdicts.common.trailing_run`) and at its step in the steps.
+        for ref in list(out.spin):
+            k = first_step(spun_for.get(ref, 0.0))
+            if "utilization" not in out.spin[ref] or k is None or 0 < k <= 2:
+                del out.spin[ref]
+            elif k:
+                out.spin_from[ref] = k
         return out
 
     def fallback(self, idle: Collection[GpuRef], spinning: Collection[GpuRef],
@@ -172,6 +185,7 @@ class _FullRuns:
             held=frozenset(g for g, c in self.held_steps.items()
                            if round(c) == self.minutes),
             spinning={ref: dict(means) for ref, means in self.spin.items()},
+            spinning_from=dict(self.spin_from),
             held_idle=dict(self.held_idle), held_idle_from=dict(self.held_idle_from),
             stragglers=dict(stragglers))
 

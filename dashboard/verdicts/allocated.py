@@ -297,5 +297,5 @@ def held_idle_runs_promql(hist: History) -> str:
 def held_idle_minutes_promql(hist: History) -> str:
     """With the recording rules: how many minutes each container allocated-idle at the end
     has been without a gap (from its first in the history, :meth:`~..data.recorded.History.
-    trailing`), by signal: the run :func:`held_idle_runs_promql`'s mean is over."""
-    return hist.trailing("held_idle", f"{CBY}, signal")
+    run`), by signal: the run :func:`held_idle_runs_promql`'s mean is over."""
+    return hist.run("held_idle", f"{CBY}, signal")

@@ -125,21 +125,30 @@ def idle_gpus(
             runs_from[k] = None if run is None else (run, len(steps) - k - run.first_index)
         return runs_from[k]
 
+    spun_from = runs.spinning_from if runs is not None else {}
+    tails: dict[int, frozenset[float]] = {0: whole_steps}
+
+    def steps_from(k: int) -> frozenset[float]:
+        if k not in tails:
+            tails[k] = frozenset(steps[k:])
+        return tails[k]
+
     first = steps[0] if steps else None
     out: dict[GpuRef, GpuIdle] = {}
     for ref in set(busy_max) | set(spinning) | set(whole):
         series = busy_max.get(ref)
         spins = spinning.get(ref, ())
         sig = signal.get(ref) or whole.get(ref, "utilization")
-        summed = (run_from(since.get(ref, 0)) if runs is not None and series is None
+        k = since.get(ref, 0) if ref in whole else spun_from.get(ref, 0)
+        summed = (run_from(k) if runs is not None and series is None
                   and (allocated is None or ref not in allocated)
                   and ((ref in whole and not spins)
-                       or (ref not in whole and spins == whole_steps
+                       or (ref not in whole and spins == steps_from(k)
                            and (known_from is None or known_from.get(ref) in (None, first))))
                   else None)
         if summed is not None:
-            # Idle, or spinning, at every step of the history (or idle at every one from a
-            # later step), by the store's summary: its run, as the steps below would give
+            # Idle, or spinning, at every step of the history (or at every one from a later
+            # step), by the store's summary: its run, as the steps below would give
             # it: their held and spinning shares are ``seconds * n / steps``, here
             # n == steps, kept as written so the floats are the steps' to the bit.
             done, n_run = summed
@@ -591,12 +600,13 @@ def silent_promql(st: Steps) -> str:
 
 def idle_runs_promql(hist: History) -> str:
     """With the recording rules: the devices idle at the end whose idle minutes run without
-    a gap from their first in the history to the end, by the signal they were judged by,
-    with how many minutes (:attr:`~..series.Runs.idle`: every one of the history's, or
+    a gap from their first in the history to the end (:meth:`~..data.recorded.History.
+    run`), by the signal they were judged by, with how many minutes
+    (:attr:`~..series.Runs.idle`: every one of the history's, or
     :attr:`~..series.Runs.idle_from` a later one). A device that spun in the history is
     left out: a spinning step is idle for this verdict, so its steps say when its run
     began."""
-    return (f"{hist.trailing('idle', f'{GBY}, signal')}"
+    return (f"{hist.run('idle', f'{GBY}, signal')}"
             f" unless on (node, uuid) count_over_time({hist.sel('spin')}[{hist.h}])")
 
 

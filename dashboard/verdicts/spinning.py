@@ -27,6 +27,7 @@ from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
+    Run,
     holds,
     is_fresh,
     required_seconds,
@@ -127,15 +128,20 @@ def _may_spin(ref: GpuRef, util: Series, signals: WorkSignals, rule: SpinRule) -
 def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None,
                    runs: Runs | None = None) -> dict[GpuRef, frozenset[float]]:
     """The step times at which each device spins (devices that never do are left out).
-    ``runs``: a device the store found spinning at every step of the history
-    (:class:`~..series.Runs`) spins at each of them, whatever steps of its signals came
-    too (the store judged it on all of them; a straggler's peers' steps may bring a few)."""
+    ``runs``: a device the store found spinning at every step of the history, or at every
+    one from a later step (:class:`~..series.Runs`), spins at each of them, whatever steps
+    of its signals came too (the store judged it on all of them; a straggler's peers' steps
+    may bring a few)."""
     rule = rule or SpinRule()
     out: dict[GpuRef, frozenset[float]] = {}
     whole = runs.spinning if runs is not None else {}
     if whole and runs is not None:
-        every = frozenset(runs.steps)
-        out.update(dict.fromkeys(whole, every))
+        tails: dict[int, frozenset[float]] = {}  # by the run's first step: a few
+        for ref in whole:
+            k = runs.spinning_from.get(ref, 0)
+            if k not in tails:
+                tails[k] = frozenset(runs.steps[k:])
+            out[ref] = tails[k]
     for ref, util in signals.utilization.items():
         if ref in whole or not _may_spin(ref, util, signals, rule):
             continue
@@ -254,9 +260,15 @@ def spinning_gpus(
     history = max(0.0, window.end - history_start)
     out: dict[GpuRef, Spinning] = {}
     whole = runs.spinning if runs is not None else {}
-    run = whole_run(runs.steps, window, history_start) if runs is not None and whole else None
-    if run is not None:
-        for ref, means in whole.items():
+    runs_from: dict[int, Run | None] = {}  # by the run's first step: a few
+    for ref, means in whole.items():
+        if runs is None:
+            break
+        k = runs.spinning_from.get(ref, 0)
+        if k not in runs_from:
+            runs_from[k] = whole_run(runs.steps, window, history_start, k)
+        run = runs_from[k]
+        if run is not None:
             power, limit = means.get("power"), means.get("limit")
             gpm = "sm" in means
             out[ref] = Spinning(
@@ -430,22 +442,32 @@ def spinning_promql(st: Steps, th: Thresholds) -> str:
 
 
 def spinning_runs_promql(hist: History) -> str:
-    """With the recording rules: the devices spinning at every step of the history, with
-    the mean of their utilization over it (the recorded series' own value)."""
-    return f"{hist.mean('spin', GBY)} and on (node, uuid) {hist.whole('spin', GBY)}"
+    """With the recording rules: the devices spinning at every minute of the history or
+    from a later one to the end (:func:`spinning_minutes_promql`), with the mean of their
+    utilization over those minutes (the recorded series' own value: it has no other)."""
+    return f"{hist.mean('spin', GBY)} and on (node, uuid) {spinning_minutes_promql(hist)}"
+
+
+def spinning_minutes_promql(hist: History) -> str:
+    """With the recording rules: how many minutes each device spinning at the end has spun
+    without a gap (from its first in the history, :meth:`~..data.recorded.History.run`),
+    where it was not idle in the history (a spinning step is idle for the idle verdict: its
+    steps say when its idle run began)."""
+    return (f"{hist.run('spin', GBY)}"
+            f" unless on (node, uuid) count_over_time({hist.sel('idle')}[{hist.h}])")
 
 
 def spinning_means_promql(hist: History) -> dict[str, str]:
-    """With the recording rules, of the devices spinning at every step of the history on
-    its nodes: the means of their other signals over it, by signal (``sm``, ``tensor``,
-    ``dram`` with GPM; ``power`` and its ``limit``, watts, without)."""
-    mine = hist.whole("spin", GBY)
+    """With the recording rules, of the devices :func:`spinning_minutes_promql` gives on
+    its nodes: the means of their other signals over their spinning minutes, by signal
+    (``sm``, ``tensor``, ``dram`` with GPM; ``power`` and its ``limit``, watts, without)."""
+    mine = spinning_minutes_promql(hist)
     no_gpm = f"unless on (node, uuid) count_over_time({hist.sel('sm')}[{hist.h}])"
     limit = selector("gpu_power_limit_watts", hist.match)
     return {
-        **{key: f"{hist.mean(key, GBY)} and on (node, uuid) {mine}"
+        **{key: f"{hist.mean_while(key, 'spin', GBY)} and on (node, uuid) {mine}"
            for key in ("sm", "tensor", "dram")},
-        "power": f"{hist.mean('power', GBY)} and on (node, uuid) {mine} {no_gpm}",
+        "power": f"{hist.mean_while('power', 'spin', GBY)} and on (node, uuid) {mine} {no_gpm}",
         "limit": (f"max by ({GBY}) (max_over_time({limit}[{hist.r}]))"
                   f" and on (node, uuid) {mine} {no_gpm}"),
     }

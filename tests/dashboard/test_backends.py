@@ -374,32 +374,44 @@ def cut_victoriametrics(url: str) -> Callable[[str, str, float], None]:
     return cut
 
 
+#: What a spinning device's run reads, cut with its flags: a spinning device's steps are
+#: judged on its dense signals, so its minutes before the cut are gone from them too.
+SPIN_KEYS = ("spin", "util", "util_max", "sm", "tensor", "dram", "power")
+
+
 def runs_that_began_within(url: str, end: float,
                            cut: Callable[[str, str, float], None]) -> None:
-    """Idle nodes and allocated-idle containers whose minutes begin within the history
-    (their flags before cut away; the others' held at every minute of it): the store
-    summarises their runs too, from the step of their first minute, and the page gives what
-    the steps give: one since a third of the history still a finding (40 of 60 minutes),
-    one since two thirds no longer (20 minutes, under 30)."""
+    """Idle and spinning nodes and allocated-idle containers whose minutes begin within the
+    history (their flags before cut away, and a spinning node's signals; the others' held
+    at every minute of it): the store summarises their runs too, from the step of their
+    first minute, and the page gives what the steps give: one since a third of the history
+    still a finding (40 of 60 minutes), one since two thirds no longer (20 minutes, under
+    30)."""
     prom = PrometheusData(url, clock=lambda: end, timeout=120)
     try:
         before = page_view(prom, WINDOW, bundled_prices())
         runs = prom.fleet(WINDOW).runs
-        assert runs is not None and runs.idle and runs.held_idle
-        assert not runs.idle_from and not runs.held_idle_from
+        assert runs is not None and runs.idle and runs.held_idle and runs.spinning
+        assert not runs.idle_from and not runs.held_idle_from and not runs.spinning_from
         steps = runs.steps
         early, late = [r.node for r in before.idle_rows
                        if not r.spinning_gpus and not r.mig_gpus][:2]
         a_early, a_late = sorted({r.node for r in before.allocated_idle_rows})[:2]
+        s_early, s_late = sorted({r.node for r in before.spinning_rows})[:2]
         third, thirds = len(steps) // 3, 2 * len(steps) // 3
-        for key, node, k in (("idle", early, third), ("idle", late, thirds),
-                             ("held_idle", a_early, third), ("held_idle", a_late, thirds)):
-            cut(key, node, steps[k] - 30.0)  # the step's own minute kept
+        for keys, node, k in (
+                (("idle",), early, third), (("idle",), late, thirds),
+                (("held_idle",), a_early, third), (("held_idle",), a_late, thirds),
+                (SPIN_KEYS, s_early, third), (SPIN_KEYS, s_late, thirds)):
+            for key in keys:
+                cut(key, node, steps[k] - 30.0)  # the step's own minute kept
         runs = prom.fleet(WINDOW).runs
         assert runs is not None
         assert {g.node: k for g, k in runs.idle_from.items()} == {early: third, late: thirds}
         assert {c.node: k for c, k in runs.held_idle_from.items()} == {
             a_early: third, a_late: thirds}
+        assert {g.node: k for g, k in runs.spinning_from.items()} == {
+            s_early: third, s_late: thirds}
         summed = page_view(prom, WINDOW, bundled_prices())
         prom.summaries = False
         stepwise = page_view(prom, WINDOW, bundled_prices())
@@ -409,11 +421,15 @@ def runs_that_began_within(url: str, end: float,
     for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows"):
         assert _close([astuple(r) for r in getattr(summed, rows)],
                       [astuple(r) for r in getattr(stepwise, rows)]), rows
+    since = steps[third] - STEP
     idle = {r.node: r for r in summed.idle_rows}
-    assert late not in idle and idle[early].idle_since == steps[third] - STEP
-    assert len(summed.idle_rows) == len(before.idle_rows) - 1
+    assert idle.keys() == {r.node for r in before.idle_rows} - {late, s_late}
+    assert idle[early].idle_since == idle[s_early].idle_since == since
     held = {r.node: r for r in summed.allocated_idle_rows}
-    assert a_late not in held and held[a_early].since == steps[third] - STEP
+    assert a_late not in held and held[a_early].since == since
+    spun = {r.node for r in summed.spinning_rows}
+    assert s_early in spun and s_late not in spun
+    assert {r.since for r in summed.spinning_rows if r.node == s_early} == {since}
 
 
 def same_owners(a: FleetView, b: FleetView, rel: float = 1e-9) -> bool:

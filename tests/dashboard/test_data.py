@@ -499,11 +499,13 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
     out = prom.run_queries(w, w.start + 600, devices=["n1"], spinning=["n2"],
                            stragglers=True, namespace='ml"x')
     text = " ".join(out.values())
-    span = (w.start + 600, w.end)
+    span = (w.start + 600, w.end, True)  # one-minute steps: the runs up to the end
+    assert w.step == 60.0
     fleet = History("2999999ms", 50, "59999ms", {}, *span)
     n1, n2 = (node_matchers([n], prom.cluster_label) for n in ("n1", "n2"))
     for form in (idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
-                 allocated.held_idle_runs_promql(fleet),
+                 spinning.spinning_minutes_promql(fleet),
+                 allocated.held_idle_runs_promql(fleet), allocated.held_idle_minutes_promql(fleet),
                  *strag.straggler_runs_promql(History(
                      "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'}, *span)).values(),
                  *spinning.spinning_means_promql(History(
