@@ -88,8 +88,9 @@ class FollowUp:
 class _FullRuns:
     """The findings (from :meth:`PrometheusData.run_queries`) whose condition held at every
     recorded minute of the history, ``(history start, end]``, and so at each of its steps
-    (``grid``), or (idle devices, on one-minute steps) at every one from a later minute
-    to the end: one summary each, their mean over that run. :meth:`summary` hands them to
+    (``grid``), or (idle and spinning devices, allocated-idle containers, on one-minute
+    steps) at every one from a later minute to the end (``*_from``: the index of the run's
+    first step): one summary each, their mean over that run. :meth:`summary` hands them to
     the verdicts as findings (:class:`Runs`); :meth:`fallback` names the nodes of the rest,
     whose steps must be asked for."""
 
