@@ -33,6 +33,11 @@
    and the showback's owners with the page's totals (:func:`showback_totals`: $ spent, $ idle
    and $ spinning adding up to the KPIs to the cent).
 
+``--began-within MINUTES``: with the recording rules, the findings made to begin within the
+window, ``MINUTES`` before its end (:func:`begin_within`: every idle and allocated-idle
+flag, and the spinning devices' flags and signals, removed before then in the store's copy
+of the set): a fleet whose idle, spinning and allocated-idle findings began in this hour.
+
 ``--cluster NAME``: the page scoped to one cluster (``build_fleet_view(..., cluster=NAME)``, as
 the cluster picker asks it: the same queries, the analysis of that cluster's nodes alone),
 its verdicts compared with that cluster's share of the expected ones (:func:`cluster_expected`).
@@ -71,6 +76,8 @@ sys.path.insert(0, str(REPO))
 from bench import fleet  # noqa: E402
 from gpuscope.dashboard import ids, sections, views  # noqa: E402
 from gpuscope.dashboard.data import DataError, validate_cluster  # noqa: E402
+from gpuscope.dashboard.data.promql import any_of  # noqa: E402
+from gpuscope.dashboard.data.recorded import RULES  # noqa: E402
 from gpuscope.dashboard.figures import heatmap_figure  # noqa: E402
 from gpuscope.dashboard.plan import PrometheusData  # noqa: E402
 from gpuscope.dashboard.prices import load_prices  # noqa: E402
@@ -363,6 +370,30 @@ def verdicts(view: FleetView, expected: dict[str, Any]) -> dict[str, Any]:
             "differ": sorted(key for key in got if got[key] != want[key])}
 
 
+#: What :func:`begin_within` removes of every node (the sparse flags of the idle and
+#: allocated-idle verdicts), and of the nodes spinning at the end (the flag and the dense
+#: signals it is judged on, so that their steps say the same).
+BEGIN_EVERYWHERE = ("idle", "held_idle")
+BEGIN_SPINNING = ("spin", "util", "util_max", "sm", "tensor", "dram", "power")
+
+
+def begin_within(store: Store, meta: dict[str, Any], minutes: float) -> int:
+    """Makes the set's idle, allocated-idle and spinning findings begin ``minutes`` before
+    the end (their recorded samples before then removed, :meth:`Store.delete_before`; the
+    data set itself is untouched: the store runs on a copy). Returns how many nodes spin."""
+    end = meta["end"]
+    before = end - minutes * 60.0
+    spinning = sorted({r["metric"].get("node", "") for r in store.query(
+        f"group by (node) (last_over_time({RULES['spin']}[1m]))", end)})
+    for key in BEGIN_EVERYWHERE:
+        store.delete_before(RULES[key], before)
+    for part in range(0, len(spinning), 500):
+        names = any_of(spinning[part:part + 500])
+        for key in BEGIN_SPINNING:
+            store.delete_before(f'{RULES[key]}{{node=~"{names}"}}', before)
+    return len(spinning)
+
+
 def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             args: argparse.Namespace) -> dict[str, Any]:
     end = meta["end"]
@@ -370,6 +401,9 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     # read beside it).
     result: dict[str, Any] = {"store_start_s": round(store.started_s, 2),
                               "load_1m_before": os.getloadavg()[0]}
+    if args.began_within is not None:
+        result["began_within_min"] = args.began_within
+        result["spinning_nodes_cut"] = begin_within(store, meta, args.began_within)
     source = page_source(store.url, meta, args)
     if args.raw:
         # The raw queries even where the recording rules are loaded (their fallback).
@@ -398,7 +432,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                     t1 = time.perf_counter()
                     view = build_fleet_view(data, prices, None, args.namespace, answers,
                                             args.cluster)
-                    queries = data.queries
+                    queries, runs = data.queries, data.runs
                     del data  # freed before the collector is back on, as the service does
                     t2 = time.perf_counter()
                 heatmap_figure(view.heatmap).to_json()
@@ -430,6 +464,12 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                  else {"got": {}, "expected": {}, "differ": []})
         totals = showback_totals(view) if args.namespace is None else None
         result.update(
+            # The findings the store summarised (with the rules): whole, and from a later step.
+            summarised=None if runs is None else {
+                "idle": len(runs.idle), "idle_from": len(runs.idle_from),
+                "spinning": len(runs.spinning), "spinning_from": len(runs.spinning_from),
+                "held_idle": len(runs.held_idle), "held_idle_from": len(runs.held_idle_from),
+                "stragglers": len(runs.stragglers)},
             queries_fleet=queries, first_fetch_s=fetch[0],
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
             render_s=statistics.median(render[1:]),
@@ -640,6 +680,10 @@ def main() -> int:
                     help="ask every finding's steps even where the recording rules summarise "
                     "it whole (the sets' findings hold over the whole window; a fleet whose "
                     "findings began within it sends their steps)")
+    ap.add_argument("--began-within", type=float, metavar="MINUTES",
+                    help="with the recording rules: the idle, spinning and allocated-idle "
+                    "findings made to begin MINUTES before the window's end (their earlier "
+                    "samples removed in the store's copy of the set)")
     ap.add_argument("--no-cache", action="store_true",
                     help="VictoriaMetrics with -search.disableCache: every run computed anew "
                     "(its response cache answers a repeated range query with the same end)")
@@ -671,6 +715,12 @@ def main() -> int:
         return 1
     if args.data:
         args.nodes, args.step, args.window = meta["nodes"], meta["step"], meta["window"]
+    if args.began_within is not None and not 0 < args.began_within * 60 < args.window:
+        print("dashboard_bench: --began-within must be more than 0 and less than the window "
+              "(minutes)", file=sys.stderr)
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+        return 2
     expected = json.loads((folder / "expected.json").read_text())
     if args.cluster is not None:
         try:

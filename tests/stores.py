@@ -174,6 +174,42 @@ class Store:
     def rss_kib(self) -> int:
         return rss_kib(self.proc.pid)
 
+    # -- writing -------------------------------------------------------------------------
+    def delete_before(self, selector: str, before: float) -> None:
+        """Removes the samples of ``selector``'s series at and before ``before`` (seconds
+        since the epoch), as if they had begun after it: Prometheus deletes a range of time
+        (its admin API's tombstones); VictoriaMetrics deletes whole series, so they are
+        exported, deleted and their later samples imported again (then made searchable,
+        and its response cache emptied)."""
+        match = urllib.parse.urlencode({"match[]": selector})
+        delete = f"{self.url}/api/v1/admin/tsdb/delete_series?{match}"
+        if self.kind == "prometheus":
+            request = urllib.request.Request(
+                f"{delete}&{urllib.parse.urlencode({'start': '0', 'end': f'{before:.3f}'})}",
+                method="POST")
+            with urllib.request.urlopen(request, timeout=600) as answer:
+                if answer.status != 204:
+                    raise StoreError(f"prometheus delete_series: HTTP {answer.status}")
+            return
+        with urllib.request.urlopen(f"{self.url}/api/v1/export?{match}", timeout=600) as r:
+            lines = [json.loads(line) for line in r.read().splitlines() if line]
+        with urllib.request.urlopen(delete, timeout=600):
+            pass
+        kept = []
+        for line in lines:
+            pairs = [(v, t) for v, t in zip(line["values"], line["timestamps"], strict=True)
+                     if t > before * 1000]
+            if pairs:
+                kept.append(json.dumps({"metric": line["metric"],
+                                        "values": [v for v, _ in pairs],
+                                        "timestamps": [t for _, t in pairs]}))
+        if kept:
+            urllib.request.urlopen(urllib.request.Request(
+                f"{self.url}/api/v1/import", data="\n".join(kept).encode(), method="POST"),
+                timeout=600).close()
+        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+            urllib.request.urlopen(self.url + path, timeout=60).close()
+
     def cpu_seconds(self) -> float:
         """The store's CPU time so far (user and system), in seconds."""
         return cpu_seconds(self.proc.pid)

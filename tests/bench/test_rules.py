@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from gpuscope.dashboard.data.recorded import RULES
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import page_view
+from tests.bench.test_dashboard_bench import REPO
 from tests.stores import (
     StoreError,
     backfill_rules,
@@ -113,3 +116,43 @@ def test_a_replay_in_chunks_records_each_minute_once(data: Path, tmp_path: Path)
         # one sample a minute.
         assert {b - a for a, b in itertools.pairwise(times)} == {60.0}, series["metric"]
         assert times[0] - start <= 180 and times[-1] >= end - 60, (times[0], times[-1])
+
+
+def test_the_bench_makes_the_findings_begin_within_the_window(tmp_path: Path) -> None:
+    """``dashboard_bench --began-within``: the idle, spinning and allocated-idle findings
+    begin 40 minutes before the end (their earlier samples removed in the store's copy), so
+    the page summarises their runs from a later step, and still finds every planted verdict
+    (they need 30 minutes); the set's data is untouched. A value outside the window is one
+    error line."""
+    data, out = tmp_path / "set", tmp_path / "ruled"
+    fleet.build(data, 20, step=60.0, stores=("victoriametrics",), log=lambda _: None)
+    assert fleet.expected(fleet.plan(20)).spinning  # 20 nodes: a hung job's among them
+    assert rules.main(["--data", str(data), "--out", str(out), "--store", "victoriametrics"]) == 0
+    # (Its lock files and caches excepted: every VictoriaMetrics started on a hard-linked
+    # copy takes the locks and writes its caches at exit.)
+    def files() -> dict[str, int]:
+        return {str(p): p.stat().st_mtime_ns for p in (out / "vm").rglob("*")
+                if p.is_file() and p.name != "flock.lock" and "cache" not in p.parts}
+
+    before = files()
+
+    def bench(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(REPO / "bench" / "dashboard_bench.py"),
+                               "--data", str(out), "--store", "victoriametrics",
+                               "--no-browser", "--runs", "1", *args],
+                              capture_output=True, text=True, timeout=600)
+
+    run = bench("--began-within", "40")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])["victoriametrics"]
+    assert result["began_within_min"] == 40 and result["spinning_nodes_cut"] > 0
+    ran = result["summarised"]
+    assert ran["idle_from"] == ran["idle"] > 0 and ran["held_idle_from"] == ran["held_idle"] > 0
+    assert ran["spinning_from"] == ran["spinning"] > 0, ran
+    assert result["verdicts_differ"] == [], result["verdicts_differ"]
+    after = files()
+    assert before == after, [k for k in after if before.get(k) != after[k]]
+    bad = bench("--began-within", "60")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "dashboard_bench: --began-within must be more than 0 and less than the window "
+        "(minutes)"]

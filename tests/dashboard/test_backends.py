@@ -7,7 +7,6 @@ read instead of the raw series."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
@@ -257,7 +256,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         coarse_steps = page_view(coarse, WINDOW, bundled_prices())
         coarse.close()
         lean = lean_view(store.url, stores.end, monkeypatch)
-        runs_that_began_within(store.url, stores.end, cut_prometheus(store.url))
+        runs_that_began_within(store.url, stores.end, cut(store))
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
         # sparse series it reads): the page goes to the raw series.
         delete = urllib.request.Request(
@@ -323,7 +322,7 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
         assert prom.rules_loaded(ruled.window) is True
         prom.close()
         lean = lean_view(vm.url, stores.end, monkeypatch)
-        runs_that_began_within(vm.url, stores.end, cut_victoriametrics(vm.url))
+        runs_that_began_within(vm.url, stores.end, cut(vm))
     assert ruled.notes and "recording rules" in ruled.notes[0]
     add_up(ruled)
     assert same_owners(ruled, raw, rel=1e-3) and same_owners(lean, ruled)
@@ -334,44 +333,11 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
 
 
-def cut_prometheus(url: str) -> Callable[[str, str, float], None]:
-    """Removes a node's samples of a recorded series at and before a time (Prometheus'
-    admin API: tombstones over a range of time)."""
-    def cut(key: str, node: str, before: float) -> None:
-        sel = selector(RULES[key], node_matchers([node], CLUSTER_LABEL))
-        request = urllib.request.Request(url + "/api/v1/admin/tsdb/delete_series?" + (
-            urllib.parse.urlencode({"match[]": sel, "start": "0", "end": f"{before:.3f}"})),
-            method="POST")
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            assert answer.status == 204
-    return cut
-
-
-def cut_victoriametrics(url: str) -> Callable[[str, str, float], None]:
-    """Removes a node's samples of a recorded series at and before a time: VictoriaMetrics
-    deletes whole series, so they are exported, deleted and their later samples imported
-    again."""
-    def cut(key: str, node: str, before: float) -> None:
-        match = urllib.parse.urlencode(
-            {"match[]": selector(RULES[key], node_matchers([node], CLUSTER_LABEL))})
-        with urllib.request.urlopen(f"{url}/api/v1/export?{match}", timeout=60) as answer:
-            lines = [json.loads(line) for line in answer.read().splitlines() if line]
-        assert lines, node
-        with urllib.request.urlopen(f"{url}/api/v1/admin/tsdb/delete_series?{match}",
-                                    timeout=60):
-            pass
-        kept = []
-        for line in lines:
-            pairs = [(v, t) for v, t in zip(line["values"], line["timestamps"], strict=True)
-                     if t > before * 1000]
-            kept.append(json.dumps({"metric": line["metric"], "values": [v for v, _ in pairs],
-                                    "timestamps": [t for _, t in pairs]}))
-        urllib.request.urlopen(urllib.request.Request(
-            url + "/api/v1/import", data="\n".join(kept).encode(), method="POST"),
-            timeout=60).close()
-        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
-            urllib.request.urlopen(url + path, timeout=60).close()
-    return cut
+def cut(store: Store) -> Callable[[str, str, float], None]:
+    """Removes a node's samples of a recorded series at and before a time."""
+    def at(key: str, node: str, before: float) -> None:
+        store.delete_before(selector(RULES[key], node_matchers([node], CLUSTER_LABEL)), before)
+    return at
 
 
 #: What a spinning device's run reads, cut with its flags: a spinning device's steps are
