@@ -218,6 +218,10 @@ class History:
         """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
         return selector(RULES[key], self.match)
 
+    def at_end(self, key: str) -> str:
+        """The series of ``key`` with a sample in the last step (the window's range)."""
+        return f"last_over_time({self.sel(key)}[{self.r}])"
+
     def whole(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, with a sample at every step."""
         return f"(max by ({by}) (count_over_time({self.sel(key)}[{self.h}])) == {self.n})"

@@ -287,11 +287,11 @@ def held_idle_promql(st: Steps, th: Thresholds) -> list[str]:
 
 
 def held_idle_runs_promql(hist: History) -> str:
-    """With the recording rules: the containers allocated-idle at every minute of the
-    history or from a later one to the end (:func:`held_idle_minutes_promql`), with their
-    mean use over those minutes (the sparse series has no other), by signal."""
+    """With the recording rules: the containers allocated-idle at the end, with their mean
+    use over the history's allocated-idle minutes (the sparse series has no other), by
+    signal; a run where :func:`held_idle_minutes_promql` says how long it is."""
     by = f"{CBY}, signal"
-    return f"{hist.mean('held_idle', by)} and on ({by}) {held_idle_minutes_promql(hist)}"
+    return f"{hist.mean('held_idle', by)} and on ({by}) {hist.at_end('held_idle')}"
 
 
 def held_idle_minutes_promql(hist: History) -> str:
