@@ -218,9 +218,12 @@ class History:
         """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
         return selector(RULES[key], self.match)
 
-    def at_end(self, key: str) -> str:
-        """The series of ``key`` with a sample in the last step (the window's range)."""
-        return f"last_over_time({self.sel(key)}[{self.r}])"
+    def at_end(self, key: str, everywhere: bool = False) -> str:
+        """The series of ``key`` with a sample in the last step (the window's range); of
+        every node where ``everywhere`` (a sparse series joined to a form already on this
+        history's nodes: the node list once in the query, not twice)."""
+        sel = selector(RULES[key]) if everywhere else self.sel(key)
+        return f"last_over_time({sel}[{self.r}])"
 
     def whole(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, with a sample at every step."""
@@ -253,6 +256,7 @@ class History:
         (:meth:`mean`) unless :attr:`each_minute`."""
         if not self.each_minute:
             return self.mean(key, by)
+        # (The sparse flag of every node: the dense series is on this history's nodes.)
         return (f"max by ({by}) (avg_over_time((avg_over_time({self.sel(key)}[{RULE_R}])"
-                f" and on (node, uuid) last_over_time({self.sel(flag)}[{RULE_R}]))"
+                f" and on (node, uuid) last_over_time({selector(RULES[flag])}[{RULE_R}]))"
                 f"[{self.h}:{duration(RULE_INTERVAL)}]))")

@@ -462,7 +462,7 @@ def spinning_means_promql(hist: History) -> dict[str, str]:
     of their other signals over their spinning minutes in the history, by signal (``sm``,
     ``tensor``, ``dram`` with GPM; ``power`` and its ``limit``, watts, without); a run
     where :func:`spinning_minutes_promql` says how long it is."""
-    mine = hist.at_end("spin")
+    mine = hist.at_end("spin", everywhere=True)
     no_gpm = f"unless on (node, uuid) count_over_time({hist.sel('sm')}[{hist.h}])"
     limit = selector("gpu_power_limit_watts", hist.match)
     return {
