@@ -264,9 +264,19 @@ class PrometheusData(PlanQueries):
             # The summaries, sent first, are in before the rest of the round: read and
             # expanded (and the third round sent) while the store computes the rest.
             rows = answers["runs"]
-            runs = _FullRuns.parse(rows, window, steps,
-                                   round((window.end - hs) / RULE_INTERVAL))
+            minutes = round((window.end - hs) / RULE_INTERVAL)
+            runs = _FullRuns.parse(rows, window, steps, minutes)
             again = runs.fallback(idle_now, spin_now, held_refs)
+            if (again.idle or again.spinning or again.held) and steps == minutes:
+                # Findings at the end that did not hold over the whole history: on one-minute
+                # steps, those whose runs began within it are summarised too (one more
+                # query, asked only now), the rest asked step by step.
+                trail = self.run_queries(window, hs, spinning=again.spinning,
+                                         held=bool(again.held), trailing=True)
+                more.update({f"trailing {k}": q for k, q in trail.items()})
+                runs = _FullRuns.parse([*rows, *self._submit(trail, window)["runs"]], window,
+                                       steps, minutes)
+                again = runs.fallback(idle_now, spin_now, held_refs)
             strag = _StragglerRuns.parse(rows, runs.grid)
             whole, rest = strag.split(flagged, groups, spin_now | {
                 g for g, n in sharers.items() if n >= 2})

@@ -491,13 +491,16 @@ class PlanQueries(PrometheusStore):
     def run_queries(self, window: Window, history_start: float,
                     devices: Collection[str] = (), spinning: Collection[str] = (),
                     held: bool = True, stragglers: bool = False,
-                    namespace: str | None = None) -> dict[str, str]:
+                    namespace: str | None = None, trailing: bool = False) -> dict[str, str]:
         """With the recording rules: each finding whose sparse series has a sample at every
         recorded minute of the history (``(history_start, end]``), summarised in one number,
-        and each idle device idle at every minute from a later one to the end (with how
-        many: a summary on one-minute steps, ``idle_runs_promql``), instead of its steps
-        (a whole fleet's idle and spinning devices would be hundreds of thousands of
-        points). On a step of several minutes such a finding met its rule
+        instead of its steps (a whole fleet's idle and spinning devices would be hundreds
+        of thousands of points); with ``trailing`` (one-minute steps, asked once the first
+        form's answer names findings at the end it did not summarise), each idle or spinning
+        device and allocated-idle container whose run began within the history instead,
+        with how many minutes it holds (the verdict modules' forms over
+        :attr:`History.each_minute`: a subquery over every such series, which the page
+        sends only when there are some). On a step of several minutes such a finding met its rule
         at every step too (a step meets it where each of its minutes does, as
         :meth:`second_round` asks). The summaries: idle devices (their
         signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
@@ -516,7 +519,7 @@ class PlanQueries(PrometheusStore):
         h = duration(window.end - history_start - EDGE)
         n = round((window.end - history_start) / RULE_INTERVAL)  # its recorded minutes
         # A step a minute: a run that began within the history is its steps from its first.
-        each_minute = math.isclose(window.step, RULE_INTERVAL)
+        each_minute = trailing and math.isclose(window.step, RULE_INTERVAL)
         r, _ = self._r(window)
         out: dict[str, str] = {}
 
@@ -545,6 +548,9 @@ class PlanQueries(PrometheusStore):
             parts += [stat(allocated.held_idle_runs_promql(fleet), "held_idle"),
                       stat(allocated.held_idle_minutes_promql(fleet), "held_idle_n")]
         out["runs"] = " or ".join(parts)
+        if trailing:
+            each(spinning, spin)
+            return out
         if stragglers:
             ns = ({} if namespace is None
                   else {"namespace": f'="{escape_label_value(namespace)}"'})

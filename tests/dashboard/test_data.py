@@ -499,16 +499,25 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
     out = prom.run_queries(w, w.start + 600, devices=["n1"], spinning=["n2"],
                            stragglers=True, namespace='ml"x')
     text = " ".join(out.values())
-    span = (w.start + 600, w.end, True)  # one-minute steps: the runs up to the end
     assert w.step == 60.0
-    fleet = History("2999999ms", 50, "59999ms", {}, *span)
+    # First the runs over the whole history; then (trailing: asked once the first answer
+    # names findings it did not summarise, on one-minute steps) the runs up to the end.
+    trail = prom.run_queries(w, w.start + 600, spinning=["n2"], trailing=True)
+    trailing = " ".join(trail.values())
     n1, n2 = (node_matchers([n], prom.cluster_label) for n in ("n1", "n2"))
-    for form in (idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
-                 spinning.spinning_minutes_promql(fleet),
-                 allocated.held_idle_runs_promql(fleet), allocated.held_idle_minutes_promql(fleet),
-                 *strag.straggler_runs_promql(History(
-                     "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'}, *span)).values(),
+    for each_minute, asked in ((False, text), (True, trailing)):
+        span = (w.start + 600, w.end, each_minute)
+        fleet = History("2999999ms", 50, "59999ms", {}, *span)
+        forms = [idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
+                 spinning.spinning_minutes_promql(fleet), allocated.held_idle_runs_promql(fleet),
+                 allocated.held_idle_minutes_promql(fleet),
                  *spinning.spinning_means_promql(History(
-                     "2999999ms", 50, "59999ms", n2, *span)).values(),
-                 idle.held_runs_promql(History("2999999ms", 50, "59999ms", n1, *span))):
-        assert form in text, form
+                     "2999999ms", 50, "59999ms", n2, *span)).values()]
+        if not each_minute:
+            forms += [*strag.straggler_runs_promql(History(
+                "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'}, *span)).values(),
+                idle.held_runs_promql(History("2999999ms", 50, "59999ms", n1, *span))]
+        for form in forms:
+            assert form in asked, form
+    assert "timestamp(" in trailing and "timestamp(" not in text
+    assert "stalled" not in trailing and 'stat", "held"' not in trailing
