@@ -216,6 +216,7 @@ class PrometheusData(PlanQueries):
         # every device comes back): the store's findings are theirs.
         strag_containers: dict[ContainerRef, Series] = {}
         strag_devices: set[GpuRef] = set()
+        trail_res: _Answers | None = None
         if summarize:
             # The stragglers' rules at the end say which workloads can hold one: their
             # evidence now, and their steps only where the summaries do not describe them.
@@ -229,6 +230,19 @@ class PrometheusData(PlanQueries):
                 ask, idle=(), spinning=(), held=(), **strag_ask),
                 namespace, rules)
             answers.add(self._submit(more, window))
+            # The summaries over the whole history (sent first in the round: in before the
+            # inventory); findings at the end they leave out, on one-minute steps: those
+            # whose runs began within the history, asked now (one more query, only then),
+            # while the store computes the rest.
+            rows = answers["runs"]
+            minutes = round((window.end - hs) / RULE_INTERVAL)
+            runs = _FullRuns.parse(rows, window, steps, minutes)
+            left = runs.fallback(idle_now, spin_now, held_refs)
+            if (left.idle or left.spinning or left.held) and steps == minutes:
+                trail = self.run_queries(window, hs, spinning=left.spinning,
+                                         held=bool(left.held), trailing=True)
+                more.update({f"trailing {k}": q for k, q in trail.items()})
+                trail_res = self._submit(trail, window)
         # The inventory (sent after who uses what): with the summaries, read while the
         # store computes the second round.
         gpus = gpu_infos(inventory["gpus"])
@@ -263,20 +277,9 @@ class PrometheusData(PlanQueries):
         if summarize:
             # The summaries, sent first, are in before the rest of the round: read and
             # expanded (and the third round sent) while the store computes the rest.
-            rows = answers["runs"]
-            minutes = round((window.end - hs) / RULE_INTERVAL)
-            runs = _FullRuns.parse(rows, window, steps, minutes)
+            if trail_res is not None:
+                runs = _FullRuns.parse([*rows, *trail_res["runs"]], window, steps, minutes)
             again = runs.fallback(idle_now, spin_now, held_refs)
-            if (again.idle or again.spinning or again.held) and steps == minutes:
-                # Findings at the end that did not hold over the whole history: on one-minute
-                # steps, those whose runs began within it are summarised too (one more
-                # query, asked only now), the rest asked step by step.
-                trail = self.run_queries(window, hs, spinning=again.spinning,
-                                         held=bool(again.held), trailing=True)
-                more.update({f"trailing {k}": q for k, q in trail.items()})
-                runs = _FullRuns.parse([*rows, *self._submit(trail, window)["runs"]], window,
-                                       steps, minutes)
-                again = runs.fallback(idle_now, spin_now, held_refs)
             strag = _StragglerRuns.parse(rows, runs.grid)
             whole, rest = strag.split(flagged, groups, spin_now | {
                 g for g, n in sharers.items() if n >= 2})
