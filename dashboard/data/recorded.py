@@ -194,16 +194,15 @@ class History:
     sample a minute) is one number instead of its steps. ``h``: a range over the history
     (its length less a millisecond); ``n``: its minutes; ``r``: the last step's range (the
     window's); ``match``: the nodes (or namespace) a form is asked of (all without it);
-    ``start``, ``end``: the history's start and end (seconds since the epoch), for the
-    runs that began within it (:meth:`trailing`); ``each_minute``: the page's steps are
-    the recorded minutes, so such a run is its steps from its first minute's (:meth:`run`
-    asks for them)."""
+    ``end``: the history's end (seconds since the epoch, a whole minute), for the runs that
+    began within it (:meth:`trailing`); ``each_minute``: the page's steps are the recorded
+    minutes, so such a run is its steps from its first minute's (:meth:`run` asks for
+    them)."""
 
     h: str
     n: int
     r: str
     match: Mapping[str, str] = field(default_factory=dict)
-    start: float = 0.0
     end: float = 0.0
     each_minute: bool = False
 
@@ -232,17 +231,18 @@ class History:
     def trailing(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, whose samples in the history are one a
         minute from their first to the end (none missing, none twice), with how many there
-        are (their minutes: :attr:`n` where the run is the whole history's). The first
-        sample's time: a subquery at the rules' interval of each sample's own time
-        (``timestamp``), those at or before the history's start left out; ``c`` samples from
-        it reach the end without a gap when ``floor((end - first) / 1m) + 1 == c`` (the last
-        one within a minute of the end)."""
+        are (their minutes: :attr:`n` where the run is the whole history's). Their first
+        minute: a subquery at the rules' interval over the history's minutes (each read
+        over that minute alone, as a one-minute step reads it), its value the minute's own
+        time (``time()``) where the series has a sample, the least of them; ``c`` samples
+        run from it to the end without a gap when ``(end - first) / 1m + 1 == c``. (The
+        subquery reads each minute's sample once: a bare selector's five-minute look-back
+        made Prometheus read every sample five times, 0.9 s for 6,500 series.)"""
         sel = self.sel(key)
         count = f"max by ({by}) (count_over_time({sel}[{self.h}]))"
-        first = (f"min by ({by}) (min_over_time((timestamp({sel}) > {self.start:.3f})"
+        first = (f"min by ({by}) (min_over_time((last_over_time({sel}[{RULE_R}]) * 0 + time())"
                  f"[{self.h}:{duration(RULE_INTERVAL)}]))")
-        return (f"({count} == floor(({self.end:.3f} - {first}) / {RULE_INTERVAL:g}"
-                f" + 0.000001) + 1)")
+        return f"({count} == ({self.end:.3f} - {first}) / {RULE_INTERVAL:g} + 1)"
 
     def mean(self, key: str, by: str) -> str:
         """The mean of ``key``'s samples over the history, aggregated ``by``."""

@@ -531,7 +531,7 @@ class PlanQueries(PrometheusStore):
         def each(nodes: Collection[str], build: Callable[[History], str]) -> None:
             for q in _split(sorted(set(nodes)), lambda names: build(
                     History(h, n, r, node_matchers(names, self.cluster_label),
-                            history_start, window.end, each_minute))):
+                            window.end, each_minute))):
                 out[f"runs#{len(out)}"] = q
 
         def spin(hist: History) -> str:
@@ -539,7 +539,7 @@ class PlanQueries(PrometheusStore):
                                spinning_means_promql(hist).items())
 
         # The sparse series alone: cheap over the whole fleet.
-        fleet = History(h, n, r, start=history_start, end=window.end,
+        fleet = History(h, n, r, end=window.end,
                         each_minute=each_minute)
         parts = [stat(idle.idle_runs_promql(fleet), "idle"),
                  stat(spinning_runs_promql(fleet), "spin", "utilization"),
@@ -556,7 +556,7 @@ class PlanQueries(PrometheusStore):
                   else {"namespace": f'="{escape_label_value(namespace)}"'})
             out[f"runs#{len(out)}"] = " or ".join(
                 stat(q, name) for name, q in
-                straggler_runs_promql(History(h, n, r, ns, history_start, window.end,
+                straggler_runs_promql(History(h, n, r, ns, window.end,
                                               each_minute)).items())
         each(spinning, spin)
         each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
