@@ -217,6 +217,13 @@ class History:
         """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
         return selector(RULES[key], self.match)
 
+    def held(self, key: str, by: str, everywhere: bool = False) -> str:
+        """The series of ``key`` a run summary's means are asked of: those that held at
+        every minute of the history (:meth:`whole`), or on one-minute steps every one at
+        the end (:meth:`at_end`; which of them are runs, and how long, is :meth:`run`'s
+        answer beside it)."""
+        return self.at_end(key, everywhere) if self.each_minute else self.whole(key, by)
+
     def at_end(self, key: str, everywhere: bool = False) -> str:
         """The series of ``key`` with a sample in the last step (the window's range); of
         every node where ``everywhere`` (a sparse series joined to a form already on this

@@ -278,7 +278,8 @@ class PrometheusData(PlanQueries):
             # The summaries, sent first, are in before the rest of the round: read and
             # expanded (and the third round sent) while the store computes the rest.
             if trail_res is not None:
-                runs = _FullRuns.parse([*rows, *trail_res["runs"]], window, steps, minutes)
+                runs = runs.merged(_FullRuns.parse(trail_res["runs"], window, steps, minutes,
+                                                   trailing=True))
             again = runs.fallback(idle_now, spin_now, held_refs)
             strag = _StragglerRuns.parse(rows, runs.grid)
             whole, rest = strag.split(flagged, groups, spin_now | {

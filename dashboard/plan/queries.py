@@ -542,11 +542,13 @@ class PlanQueries(PrometheusStore):
         fleet = History(h, n, r, end=window.end,
                         each_minute=each_minute)
         parts = [stat(idle.idle_runs_promql(fleet), "idle"),
-                 stat(spinning_runs_promql(fleet), "spin", "utilization"),
-                 stat(spinning_minutes_promql(fleet), "spin_n")]
+                 stat(spinning_runs_promql(fleet), "spin", "utilization")]
         if held:
-            parts += [stat(allocated.held_idle_runs_promql(fleet), "held_idle"),
-                      stat(allocated.held_idle_minutes_promql(fleet), "held_idle_n")]
+            parts.append(stat(allocated.held_idle_runs_promql(fleet), "held_idle"))
+        if trailing:  # how long each run at the end has held
+            parts.append(stat(spinning_minutes_promql(fleet), "spin_n"))
+            if held:
+                parts.append(stat(allocated.held_idle_minutes_promql(fleet), "held_idle_n"))
         out["runs"] = " or ".join(parts)
         if trailing:
             each(spinning, spin)

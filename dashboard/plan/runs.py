@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuscope.dashboard.data.prometheus import _cref, _gref
@@ -107,9 +107,11 @@ class _FullRuns:
 
     @classmethod
     def parse(cls, rows: Iterable[tuple[dict[str, str], float]], window: Window,
-              steps: int, minutes: int) -> _FullRuns:
+              steps: int, minutes: int, trailing: bool = False) -> _FullRuns:
         """The summaries of ``rows``, over the last ``steps`` steps of ``window`` (its last
-        ``minutes`` minutes)."""
+        ``minutes`` minutes): those of the whole history (the forms asked them alone), or
+        (``trailing``: the forms on one-minute steps) every run up to the end whose length
+        came with it (``*_n``)."""
         grid = tuple(window.end - (steps - 1 - i) * window.step for i in range(steps))
         out = cls(grid, minutes)
 
@@ -142,6 +144,8 @@ class _FullRuns:
                 out.held_idle[_cref(lab)] = (lab.get("signal", "utilization"), v)
             elif stat == "held_idle_n":
                 held_idle_for[_cref(lab)] = v
+        if not trailing:  # the forms gave the whole history's runs alone
+            return out
         # An allocated-idle container is summarised with the run its minutes make.
         for cref in list(out.held_idle):
             k = first_step(held_idle_for.get(cref, 0.0))
@@ -161,6 +165,20 @@ class _FullRuns:
             elif k:
                 out.spin_from[ref] = k
         return out
+
+    def merged(self, more: _FullRuns) -> _FullRuns:
+        """These summaries (of the whole history) with ``more``'s (the runs up to the end,
+        on the same grid) for the findings these do not have: a whole run here comes with
+        every mean it was asked with (``more`` asks the spinning devices' signals on the
+        nodes of those it did not summarise only)."""
+        return replace(
+            self, idle={**more.idle, **self.idle},
+            idle_from={r: k for r, k in more.idle_from.items() if r not in self.idle},
+            spin={**more.spin, **self.spin},
+            spin_from={r: k for r, k in more.spin_from.items() if r not in self.spin},
+            held_idle={**more.held_idle, **self.held_idle},
+            held_idle_from={r: k for r, k in more.held_idle_from.items()
+                            if r not in self.held_idle})
 
     def fallback(self, idle: Collection[GpuRef], spinning: Collection[GpuRef],
                  held: Collection[ContainerRef]) -> FollowUp:

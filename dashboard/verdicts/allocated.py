@@ -287,11 +287,12 @@ def held_idle_promql(st: Steps, th: Thresholds) -> list[str]:
 
 
 def held_idle_runs_promql(hist: History) -> str:
-    """With the recording rules: the containers allocated-idle at the end, with their mean
-    use over the history's allocated-idle minutes (the sparse series has no other), by
-    signal; a run where :func:`held_idle_minutes_promql` says how long it is."""
+    """With the recording rules: the containers allocated-idle at every minute of the
+    history (on one-minute steps: at the end, a run where :func:`held_idle_minutes_promql`
+    says how long it is), with their mean use over the history's allocated-idle minutes
+    (the sparse series has no other), by signal."""
     by = f"{CBY}, signal"
-    return f"{hist.mean('held_idle', by)} and on ({by}) {hist.at_end('held_idle')}"
+    return f"{hist.mean('held_idle', by)} and on ({by}) {hist.held('held_idle', by)}"
 
 
 def held_idle_minutes_promql(hist: History) -> str:

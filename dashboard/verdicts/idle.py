@@ -606,8 +606,10 @@ def idle_runs_promql(hist: History) -> str:
     :attr:`~..series.Runs.idle_from` a later one). A device that spun in the history is
     left out: a spinning step is idle for this verdict, so its steps say when its run
     began."""
-    return (f"{hist.run('idle', f'{GBY}, signal')}"
-            f" unless on (node, uuid) count_over_time({hist.sel('spin')}[{hist.h}])")
+    form = hist.run("idle", f"{GBY}, signal")
+    if not hist.each_minute:  # idle at every minute: it cannot have spun
+        return form
+    return f"{form} unless on (node, uuid) count_over_time({hist.sel('spin')}[{hist.h}])"
 
 
 def held_runs_promql(hist: History) -> str:

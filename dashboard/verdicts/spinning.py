@@ -442,10 +442,11 @@ def spinning_promql(st: Steps, th: Thresholds) -> str:
 
 
 def spinning_runs_promql(hist: History) -> str:
-    """With the recording rules: the devices spinning at the end, with the mean of their
-    utilization over the history's spinning minutes (the recorded series' own value: it
-    has no other); a run where :func:`spinning_minutes_promql` says how long it is."""
-    return f"{hist.mean('spin', GBY)} and on (node, uuid) {hist.at_end('spin')}"
+    """With the recording rules: the devices spinning at every minute of the history (on
+    one-minute steps: at the end, a run where :func:`spinning_minutes_promql` says how long
+    it is), with the mean of their utilization over the history's spinning minutes (the
+    recorded series' own value: it has no other)."""
+    return f"{hist.mean('spin', GBY)} and on (node, uuid) {hist.held('spin', GBY)}"
 
 
 def spinning_minutes_promql(hist: History) -> str:
@@ -458,11 +459,11 @@ def spinning_minutes_promql(hist: History) -> str:
 
 
 def spinning_means_promql(hist: History) -> dict[str, str]:
-    """With the recording rules, of the devices spinning at the end on its nodes: the means
-    of their other signals over their spinning minutes in the history, by signal (``sm``,
-    ``tensor``, ``dram`` with GPM; ``power`` and its ``limit``, watts, without); a run
-    where :func:`spinning_minutes_promql` says how long it is."""
-    mine = hist.at_end("spin", everywhere=True)
+    """With the recording rules, of the devices :func:`spinning_runs_promql` gives on its
+    nodes: the means of their other signals over their spinning minutes in the history, by
+    signal (``sm``, ``tensor``, ``dram`` with GPM; ``power`` and its ``limit``, watts,
+    without)."""
+    mine = hist.held("spin", GBY, everywhere=True)
     no_gpm = f"unless on (node, uuid) count_over_time({hist.sel('sm')}[{hist.h}])"
     limit = selector("gpu_power_limit_watts", hist.match)
     return {

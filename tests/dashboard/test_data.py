@@ -509,11 +509,13 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
         span = (w.end, each_minute)
         fleet = History("2999999ms", 50, "59999ms", {}, *span)
         forms = [idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
-                 spinning.spinning_minutes_promql(fleet), allocated.held_idle_runs_promql(fleet),
-                 allocated.held_idle_minutes_promql(fleet),
+                 allocated.held_idle_runs_promql(fleet),
                  *spinning.spinning_means_promql(History(
                      "2999999ms", 50, "59999ms", n2, *span)).values()]
-        if not each_minute:
+        if each_minute:  # with how long each run at the end has held
+            forms += [spinning.spinning_minutes_promql(fleet),
+                      allocated.held_idle_minutes_promql(fleet)]
+        else:
             forms += [*strag.straggler_runs_promql(History(
                 "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'}, *span)).values(),
                 idle.held_runs_promql(History("2999999ms", 50, "59999ms", n1, *span))]
@@ -521,3 +523,5 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
             assert form in asked, form
     assert "time()" in trailing and "time()" not in text
     assert "stalled" not in trailing and 'stat", "held"' not in trailing
+    assert "spin_n" in trailing and "spin_n" not in text
+    assert "unless on (node, uuid) count_over_time(uuid:gpu_spinning" not in text

@@ -36,7 +36,7 @@ ROWS = [
 
 def test_runs_up_to_the_end_are_taken_from_their_first_step_on_one_minute_steps() -> None:
     window = Window(start=0.0, end=3600.0, step=60.0)
-    runs = _FullRuns.parse(ROWS, window, 60, 60)
+    runs = _FullRuns.parse(ROWS, window, 60, 60, trailing=True)
     assert runs.grid[0] == 60.0 and runs.grid[-1] == 3600.0 and len(runs.grid) == 60
     assert runs.idle == {GpuRef("n", "i60"): "sm", GpuRef("n", "i40"): "utilization"}
     assert runs.idle_from == {GpuRef("n", "i40"): 20}
@@ -57,7 +57,28 @@ def test_runs_up_to_the_end_are_taken_from_their_first_step_on_one_minute_steps(
 def test_on_steps_of_several_minutes_only_the_whole_history_is_a_run() -> None:
     # Three-minute steps over the same hour: a run of 40 minutes would begin within a step.
     window = Window(start=0.0, end=3600.0, step=180.0)
-    runs = _FullRuns.parse(ROWS, window, 20, 60)
+    runs = _FullRuns.parse(ROWS, window, 20, 60, trailing=True)
     assert set(runs.idle) == {GpuRef("n", "i60")} and not runs.idle_from
     assert set(runs.spin) == {GpuRef("n", "s60")} and not runs.spin_from
     assert not runs.held_idle and not runs.held_idle_from
+
+
+def test_the_whole_history_forms_answer_are_runs_from_the_first_step() -> None:
+    """The first runs query's forms return the whole history's runs alone (no lengths):
+    each is a run from the first step; the runs up to the end (asked after) are merged in."""
+    window = Window(start=0.0, end=3600.0, step=60.0)
+    whole = [(_gpu("i60", "idle", signal="sm"), 60.0),
+             (_gpu("s60", "spin", signal="utilization"), 0.97),
+             (_gpu("s60", "spin", signal="sm"), 0.02),
+             (_held("h60", "held_idle"), 0.01), (_gpu("i60", "held"), 60.0)]
+    runs = _FullRuns.parse(whole, window, 60, 60)
+    h60 = ContainerRef("n", "ml", "p", "c", "h60")
+    assert runs.idle == {GpuRef("n", "i60"): "sm"} and set(runs.spin) == {GpuRef("n", "s60")}
+    assert runs.held_idle == {h60: ("utilization", 0.01)} and runs.held_steps
+    assert not runs.idle_from and not runs.spin_from and not runs.held_idle_from
+    both = runs.merged(_FullRuns.parse(ROWS, window, 60, 60, trailing=True))
+    assert set(both.idle) == {GpuRef("n", "i60"), GpuRef("n", "i40")}
+    assert both.idle_from == {GpuRef("n", "i40"): 20} and both.held_steps == runs.held_steps
+    # A whole run keeps the means it came with (the later query's have fewer).
+    assert both.spin[GpuRef("n", "s60")] == {"utilization": 0.97, "sm": 0.02}
+    assert set(both.held_idle) == {h60, ContainerRef("n", "ml", "p", "c", "h35")}
