@@ -195,23 +195,22 @@ class History:
     (its length less a millisecond); ``n``: its minutes; ``r``: the last step's range (the
     window's); ``match``: the nodes (or namespace) a form is asked of (all without it);
     ``end``: the history's end (seconds since the epoch, a whole minute), for the runs that
-    began within it (:meth:`trailing`); ``each_minute``: the page's steps are the recorded
-    minutes, so such a run is its steps from its first minute's (:meth:`run` asks for
-    them)."""
+    began within it (:meth:`trailing`); ``to_end``: the forms ask for every run up to the
+    end (:meth:`run`), not only the whole history's (a run that began within it is its steps
+    from the first step all of whose minutes it holds)."""
 
     h: str
     n: int
     r: str
     match: Mapping[str, str] = field(default_factory=dict)
     end: float = 0.0
-    each_minute: bool = False
+    to_end: bool = False
 
     def run(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, that the page can take as a run, with
-        its minutes: on one-minute steps, every run up to the end (:meth:`trailing`), else
-        those of the whole history (:meth:`whole`: a run that began within it would begin
-        within a step)."""
-        return self.trailing(key, by) if self.each_minute else self.whole(key, by)
+        its minutes: with :attr:`to_end`, every run up to the end (:meth:`trailing`), else
+        those of the whole history (:meth:`whole`)."""
+        return self.trailing(key, by) if self.to_end else self.whole(key, by)
 
     def sel(self, key: str) -> str:
         """The recorded series ``key`` (of :data:`RULES`) on this history's nodes."""
@@ -219,10 +218,10 @@ class History:
 
     def held(self, key: str, by: str, everywhere: bool = False) -> str:
         """The series of ``key`` a run summary's means are asked of: those that held at
-        every minute of the history (:meth:`whole`), or on one-minute steps every one at
+        every minute of the history (:meth:`whole`), or (:attr:`to_end`) every one at
         the end (:meth:`at_end`; which of them are runs, and how long, is :meth:`run`'s
         answer beside it)."""
-        return self.at_end(key, everywhere) if self.each_minute else self.whole(key, by)
+        return self.at_end(key, everywhere) if self.to_end else self.whole(key, by)
 
     def at_end(self, key: str, everywhere: bool = False) -> str:
         """The series of ``key`` with a sample in the last step (the window's range); of
@@ -260,8 +259,8 @@ class History:
         sparse series ``flag`` has a sample (per device, ``node`` and ``uuid``), aggregated
         ``by``: a subquery at the rules' interval, each minute's sample of each read over
         that minute alone (as a one-minute step reads them); over the whole history
-        (:meth:`mean`) unless :attr:`each_minute`."""
-        if not self.each_minute:
+        (:meth:`mean`) unless :attr:`to_end`."""
+        if not self.to_end:
             return self.mean(key, by)
         # (The sparse flag of every node: the dense series is on this history's nodes.)
         return (f"max by ({by}) (avg_over_time((avg_over_time({self.sel(key)}[{RULE_R}])"

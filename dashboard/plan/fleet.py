@@ -238,7 +238,7 @@ class PrometheusData(PlanQueries):
             minutes = round((window.end - hs) / RULE_INTERVAL)
             runs = _FullRuns.parse(rows, window, steps, minutes)
             left = runs.fallback(idle_now, spin_now, held_refs)
-            if (left.idle or left.spinning or left.held) and steps == minutes:
+            if left.idle or left.held or (left.spinning and steps == minutes):
                 trail = self.run_queries(window, hs, spinning=left.spinning,
                                          held=bool(left.held), trailing=True)
                 more.update({f"trailing {k}": q for k, q in trail.items()})

@@ -495,13 +495,13 @@ class PlanQueries(PrometheusStore):
         """With the recording rules: each finding whose sparse series has a sample at every
         recorded minute of the history (``(history_start, end]``), summarised in one number,
         instead of its steps (a whole fleet's idle and spinning devices would be hundreds
-        of thousands of points); with ``trailing`` (one-minute steps, asked once the first
-        form's answer names findings at the end it did not summarise), each idle or spinning
-        device and allocated-idle container whose run began within the history instead,
-        with how many minutes it holds (the verdict modules' forms over
-        :attr:`History.each_minute`: a subquery over every such series, which the page
-        sends only when there are some). On a step of several minutes such a finding met its rule
-        at every step too (a step meets it where each of its minutes does, as
+        of thousands of points); with ``trailing`` (asked once the first form's answer
+        names findings at the end it did not summarise), each idle device and
+        allocated-idle container (and on one-minute steps each spinning device) whose run
+        began within the history instead, with how many minutes it holds (the verdict
+        modules' forms over :attr:`History.to_end`: a subquery over every such series,
+        which the page sends only when there are some). On a step of several minutes such a
+        finding met its rule at every step too (a step meets it where each of its minutes does, as
         :meth:`second_round` asks). The summaries: idle devices (their
         signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
         other signals' means, power and its limit where they have no GPM), how many of
@@ -518,8 +518,10 @@ class PlanQueries(PrometheusStore):
         Raw range functions over the recorded series (no subquery)."""
         h = duration(window.end - history_start - EDGE)
         n = round((window.end - history_start) / RULE_INTERVAL)  # its recorded minutes
-        # A step a minute: a run that began within the history is its steps from its first.
-        each_minute = trailing and math.isclose(window.step, RULE_INTERVAL)
+        # On a step of several minutes a spinning run that began within the history may
+        # begin a step earlier in the steps (a step spins by its signals' means, which its
+        # minutes' flags do not say): those are asked on one-minute steps only.
+        spins_too = not trailing or math.isclose(window.step, RULE_INTERVAL)
         r, _ = self._r(window)
         out: dict[str, str] = {}
 
@@ -531,7 +533,7 @@ class PlanQueries(PrometheusStore):
         def each(nodes: Collection[str], build: Callable[[History], str]) -> None:
             for q in _split(sorted(set(nodes)), lambda names: build(
                     History(h, n, r, node_matchers(names, self.cluster_label),
-                            window.end, each_minute))):
+                            window.end, trailing))):
                 out[f"runs#{len(out)}"] = q
 
         def spin(hist: History) -> str:
@@ -539,27 +541,28 @@ class PlanQueries(PrometheusStore):
                                spinning_means_promql(hist).items())
 
         # The sparse series alone: cheap over the whole fleet.
-        fleet = History(h, n, r, end=window.end,
-                        each_minute=each_minute)
-        parts = [stat(idle.idle_runs_promql(fleet), "idle"),
-                 stat(spinning_runs_promql(fleet), "spin", "utilization")]
+        fleet = History(h, n, r, end=window.end, to_end=trailing)
+        parts = [stat(idle.idle_runs_promql(fleet), "idle")]
+        if spins_too:
+            parts.append(stat(spinning_runs_promql(fleet), "spin", "utilization"))
         if held:
             parts.append(stat(allocated.held_idle_runs_promql(fleet), "held_idle"))
         if trailing:  # how long each run at the end has held
-            parts.append(stat(spinning_minutes_promql(fleet), "spin_n"))
+            if spins_too:
+                parts.append(stat(spinning_minutes_promql(fleet), "spin_n"))
             if held:
                 parts.append(stat(allocated.held_idle_minutes_promql(fleet), "held_idle_n"))
         out["runs"] = " or ".join(parts)
         if trailing:
-            each(spinning, spin)
+            if spins_too:
+                each(spinning, spin)
             return out
         if stragglers:
             ns = ({} if namespace is None
                   else {"namespace": f'="{escape_label_value(namespace)}"'})
             out[f"runs#{len(out)}"] = " or ".join(
                 stat(q, name) for name, q in
-                straggler_runs_promql(History(h, n, r, ns, window.end,
-                                              each_minute)).items())
+                straggler_runs_promql(History(h, n, r, ns, window.end)).items())
         each(spinning, spin)
         each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
         return out

@@ -5,6 +5,7 @@ the answers read by role (:class:`_Answers`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -12,6 +13,7 @@ from typing import Any
 
 from gpuscope.dashboard.data.prometheus import _cref, _gref
 from gpuscope.dashboard.data.promql import cluster_of_series
+from gpuscope.dashboard.data.recorded import RULE_INTERVAL
 from gpuscope.dashboard.series import (
     MAX_HEATMAP_NODES,
     ContainerRef,
@@ -117,12 +119,21 @@ class _FullRuns:
 
         def first_step(held_for: float) -> int | None:
             """The index of the first step of a run of ``held_for`` minutes without a gap
-            up to the end: 0 for the history's all, else (on one-minute steps, a step a
-            minute) the last ``held_for`` steps'; None: not a run the steps can be."""
+            up to the end: 0 for the history's all, else the first step all of whose
+            minutes it holds (a step of ``m`` minutes meets a sparse rule where each of its
+            minutes does; on one-minute steps, the last ``held_for`` steps); None: not a
+            run the steps can be (none of them whole)."""
             n = round(held_for)
             if n == minutes:
                 return 0
-            return steps - n if steps == minutes and 0 < n < minutes else None
+            if not 0 < n < minutes:
+                return None
+            # Its first minute; a step's minutes end at the step (its first, a step less
+            # one minute before).
+            first = window.end - (n - 1) * RULE_INTERVAL
+            k = math.ceil((first + window.step - RULE_INTERVAL - grid[0]) / window.step
+                          - 1e-9)
+            return k if 0 < k < steps else None
 
         held_idle_for: dict[ContainerRef, float] = {}
         spun_for: dict[GpuRef, float] = {}
@@ -160,7 +171,8 @@ class _FullRuns:
         # (:func:`~..verdicts.common.trailing_run`) and at its step in the steps.
         for ref in list(out.spin):
             k = first_step(spun_for.get(ref, 0.0))
-            if "utilization" not in out.spin[ref] or k is None or 0 < k <= 2:
+            if ("utilization" not in out.spin[ref] or k is None or 0 < k <= 2
+                    or (k and steps != minutes)):
                 del out.spin[ref]
             elif k:
                 out.spin_from[ref] = k

@@ -607,7 +607,7 @@ def idle_runs_promql(hist: History) -> str:
     left out: a spinning step is idle for this verdict, so its steps say when its run
     began."""
     form = hist.run("idle", f"{GBY}, signal")
-    if not hist.each_minute:  # idle at every minute: it cannot have spun
+    if not hist.to_end:  # idle at every minute: it cannot have spun
         return form
     return f"{form} unless on (node, uuid) count_over_time({hist.sel('spin')}[{hist.h}])"
 

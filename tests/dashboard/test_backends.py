@@ -381,12 +381,27 @@ def runs_that_began_within(url: str, end: float,
         summed = page_view(prom, WINDOW, bundled_prices())
         prom.summaries = False
         stepwise = page_view(prom, WINDOW, bundled_prices())
+        # On three-minute steps the idle and allocated-idle runs are summarised from their
+        # first whole step (the spinning ones are asked step by step).
+        coarse = PrometheusData(url, clock=lambda: end, timeout=120, max_points=20)
+        try:
+            coarse_runs = coarse.fleet(WINDOW).runs
+            coarse_summed = page_view(coarse, WINDOW, bundled_prices())
+            coarse.summaries = False
+            coarse_steps = page_view(coarse, WINDOW, bundled_prices())
+        finally:
+            coarse.close()
     finally:
         prom.close()
-    assert summed.kpis == stepwise.kpis
-    for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows"):
-        assert _close([astuple(r) for r in getattr(summed, rows)],
-                      [astuple(r) for r in getattr(stepwise, rows)]), rows
+    assert coarse_summed.window.step == 180.0 and coarse_runs is not None
+    assert {g.node for g in coarse_runs.idle_from} == {early, late}
+    assert {c.node for c in coarse_runs.held_idle_from} == {a_early, a_late}
+    assert not coarse_runs.spinning_from
+    for a, b in ((summed, stepwise), (coarse_summed, coarse_steps)):
+        assert a.kpis == b.kpis
+        for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows"):
+            assert _close([astuple(r) for r in getattr(a, rows)],
+                          [astuple(r) for r in getattr(b, rows)]), rows
     since = steps[third] - STEP
     idle = {r.node: r for r in summed.idle_rows}
     assert idle.keys() == {r.node for r in before.idle_rows} - {late, s_late}

@@ -505,14 +505,14 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
     trail = prom.run_queries(w, w.start + 600, spinning=["n2"], trailing=True)
     trailing = " ".join(trail.values())
     n1, n2 = (node_matchers([n], prom.cluster_label) for n in ("n1", "n2"))
-    for each_minute, asked in ((False, text), (True, trailing)):
-        span = (w.end, each_minute)
+    for to_end, asked in ((False, text), (True, trailing)):
+        span = (w.end, to_end)
         fleet = History("2999999ms", 50, "59999ms", {}, *span)
         forms = [idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
                  allocated.held_idle_runs_promql(fleet),
                  *spinning.spinning_means_promql(History(
                      "2999999ms", 50, "59999ms", n2, *span)).values()]
-        if each_minute:  # with how long each run at the end has held
+        if to_end:  # with how long each run at the end has held
             forms += [spinning.spinning_minutes_promql(fleet),
                       allocated.held_idle_minutes_promql(fleet)]
         else:

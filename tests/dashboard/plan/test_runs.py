@@ -54,13 +54,21 @@ def test_runs_up_to_the_end_are_taken_from_their_first_step_on_one_minute_steps(
     assert set(again.idle) == {"n"} and not again.held
 
 
-def test_on_steps_of_several_minutes_only_the_whole_history_is_a_run() -> None:
-    # Three-minute steps over the same hour: a run of 40 minutes would begin within a step.
+def test_on_steps_of_several_minutes_a_run_begins_at_its_first_whole_step() -> None:
+    # Three-minute steps over the same hour (steps at 180, 360, ... 3600 s): a step meets a
+    # sparse rule where each of its three minutes does.
     window = Window(start=0.0, end=3600.0, step=180.0)
     runs = _FullRuns.parse(ROWS, window, 20, 60, trailing=True)
-    assert set(runs.idle) == {GpuRef("n", "i60")} and not runs.idle_from
+    # 40 minutes: from minute 1260 s; the step at 1260 holds minutes 1140-1260 (not all of
+    # them), the one at 1440 (index 7) minutes 1320-1440.
+    assert set(runs.idle) == {GpuRef("n", "i60"), GpuRef("n", "i40")}
+    assert runs.idle_from == {GpuRef("n", "i40"): 7}
+    # 35 minutes: from 1560 s; the step at 1800 (index 9) is the first whole one.
+    h35 = ContainerRef("n", "ml", "p", "c", "h35")
+    assert runs.held_idle_from == {h35: 9}
+    # A spinning run that began within the history is left to the steps (a step spins by
+    # its signals' means, which the minutes' flags do not give).
     assert set(runs.spin) == {GpuRef("n", "s60")} and not runs.spin_from
-    assert not runs.held_idle and not runs.held_idle_from
 
 
 def test_the_whole_history_forms_answer_are_runs_from_the_first_step() -> None:
