@@ -28,12 +28,11 @@ from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
-    Run,
     holds,
     is_fresh,
     required_seconds,
+    runs_from,
     trailing_run,
-    whole_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
@@ -137,15 +136,11 @@ def allocated_idle(
     if runs is not None and runs.held_idle:
         # The store's runs share a few runs (the history's, and those from a later step),
         # each judged once, as its steps (from the run's first, alone) would give it.
-        steps = runs.steps
-        runs_from: dict[int, Run | None] = {}
+        run_from = runs_from(runs.steps, window, history_start)
         for ref, (sig, mean) in runs.held_idle.items():
             if not ref.namespace or ref in usage:
                 continue
-            k = runs.held_idle_from.get(ref, 0)
-            if k not in runs_from:
-                runs_from[k] = whole_run(steps, window, history_start, k)
-            run = runs_from[k]
+            run = run_from(runs.held_idle_from.get(ref, 0))
             if run is not None and holds(run, required):
                 out.append(AllocatedIdle(ref, sig, mean, run.start, run.seconds, required,
                                          history))

@@ -26,12 +26,12 @@ from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import (
-    Run,
     holds,
     is_fresh,
     required_seconds,
+    runs_from,
+    tails_from,
     trailing_run,
-    whole_run,
 )
 from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
@@ -114,24 +114,12 @@ def idle_gpus(
     steps = runs.steps if runs is not None else ()
     whole_steps = frozenset(steps)
     whole_held = runs.held if runs is not None else frozenset()
-    # The store's runs share a few runs, the history's and those from a later step (10^3 to
-    # 10^4 devices on a large fleet): each judged once, each device then in O(1) below, as
-    # its steps (those from the run's first, sent alone: nothing before it) would give it.
-    runs_from: dict[int, tuple[Run, int] | None] = {}
-
-    def run_from(k: int) -> tuple[Run, int] | None:
-        if k not in runs_from:
-            run = whole_run(steps, window, history_start, k)
-            runs_from[k] = None if run is None else (run, len(steps) - k - run.first_index)
-        return runs_from[k]
-
+    # The store's runs share a few runs, the history's and those from a later step: each
+    # judged once, each device then in O(1) below, as its steps (those from the run's
+    # first, sent alone: nothing before it) would give it.
+    run_from = runs_from(steps, window, history_start)
+    steps_from = tails_from(steps)
     spun_from = runs.spinning_from if runs is not None else {}
-    tails: dict[int, frozenset[float]] = {0: whole_steps}
-
-    def steps_from(k: int) -> frozenset[float]:
-        if k not in tails:
-            tails[k] = frozenset(steps[k:])
-        return tails[k]
 
     first = steps[0] if steps else None
     out: dict[GpuRef, GpuIdle] = {}
@@ -140,18 +128,18 @@ def idle_gpus(
         spins = spinning.get(ref, ())
         sig = signal.get(ref) or whole.get(ref, "utilization")
         k = since.get(ref, 0) if ref in whole else spun_from.get(ref, 0)
-        summed = (run_from(k) if runs is not None and series is None
+        done = (run_from(k) if runs is not None and series is None
                   and (allocated is None or ref not in allocated)
                   and ((ref in whole and not spins)
                        or (ref not in whole and spins == steps_from(k)
                            and (known_from is None or known_from.get(ref) in (None, first))))
                   else None)
-        if summed is not None:
+        if done is not None:
             # Idle, or spinning, at every step of the history (or at every one from a later
             # step), by the store's summary: its run, as the steps below would give
             # it: their held and spinning shares are ``seconds * n / steps``, here
             # n == steps, kept as written so the floats are the steps' to the bit.
-            done, n_run = summed
+            n_run = len(steps) - k - done.first_index
             held_s = done.seconds * n_run / n_run if ref in whole_held else 0.0
             spin_s = done.seconds * n_run / n_run if spins else 0.0
             out[ref] = GpuIdle(ref, holds(done, required), done.start, done.seconds,

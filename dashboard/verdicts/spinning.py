@@ -27,12 +27,12 @@ from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
-    Run,
     holds,
     is_fresh,
     required_seconds,
+    runs_from,
+    tails_from,
     trailing_run,
-    whole_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 
@@ -136,12 +136,8 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None,
     out: dict[GpuRef, frozenset[float]] = {}
     whole = runs.spinning if runs is not None else {}
     if whole and runs is not None:
-        tails: dict[int, frozenset[float]] = {}  # by the run's first step: a few
-        for ref in whole:
-            k = runs.spinning_from.get(ref, 0)
-            if k not in tails:
-                tails[k] = frozenset(runs.steps[k:])
-            out[ref] = tails[k]
+        tail = tails_from(runs.steps)
+        out.update({ref: tail(runs.spinning_from.get(ref, 0)) for ref in whole})
     for ref, util in signals.utilization.items():
         if ref in whole or not _may_spin(ref, util, signals, rule):
             continue
@@ -260,14 +256,9 @@ def spinning_gpus(
     history = max(0.0, window.end - history_start)
     out: dict[GpuRef, Spinning] = {}
     whole = runs.spinning if runs is not None else {}
-    runs_from: dict[int, Run | None] = {}  # by the run's first step: a few
+    run_from = runs_from(runs.steps if runs is not None else (), window, history_start)
     for ref, means in whole.items():
-        if runs is None:
-            break
-        k = runs.spinning_from.get(ref, 0)
-        if k not in runs_from:
-            runs_from[k] = whole_run(runs.steps, window, history_start, k)
-        run = runs_from[k]
+        run = run_from(runs.spinning_from.get(ref, 0) if runs is not None else 0)
         if run is not None:
             power, limit = means.get("power"), means.get("limit")
             gpm = "sm" in means
