@@ -166,6 +166,8 @@ def table_more(service: DashboardService, table_id: str, clicks: Any, window: An
     view = service.latest(_window(window), _text(namespace), _text(cluster))
     if not clicks or view is None:
         return no_update, no_update, no_update
+    view = service.detailed(view, table_id, sections.MAX_ROWS, _window(window),
+                            _text(namespace), _text(cluster))
     rows, note, _ = sections.table_rows(view, table_id, _state(window, namespace, cluster),
                                         sections.MAX_ROWS)
     return rows, note, {**_limits(limits), table_id: sections.MAX_ROWS}
@@ -177,6 +179,8 @@ def table_csv(service: DashboardService, table_id: str, clicks: Any, window: Any
     view = service.latest(_window(window), _text(namespace), _text(cluster))
     if not clicks or view is None:
         return no_update
+    view = service.detailed(view, table_id, 1 << 30, _window(window), _text(namespace),
+                            _text(cluster))
     return {"content": sections.csv_text(view, table_id), "filename": f"{table_id}.csv",
             "type": "text/csv"}
 
@@ -227,6 +231,10 @@ def fleet_values(service: DashboardService, window: Any, namespace: Any,
         out[_key(ids.LAST_UPDATED, "children")] = ""
         return out
     state = _state(window, namespace, cluster)
+    for table_id, first in _limits(limits).items():
+        # A table whose rows were all asked for: what they need read from the store.
+        view = service.detailed(view, table_id, min(first, sections.MAX_ROWS),
+                                _window(window), _text(namespace), _text(cluster))
     out.update({
         _key(ids.CLUSTER_SELECT, "options"): _options(list(view.clusters), view.cluster),
         _key(ids.FLEET_KPIS, "children"): components.kpi_cards(view),

@@ -4,15 +4,18 @@ its own value against the medians of its workload's devices (:class:`StragglerEv
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from gpuscope.dashboard.data.source import DataError
 from gpuscope.dashboard.series import Evidence, GpuRef
 from gpuscope.dashboard.verdicts.stragglers import (
     Compared,
     Group,
     Straggler,
     StragglerEvidence,
+    StragglerReport,
+    StragglerRow,
 )
 
 
@@ -55,3 +58,51 @@ def _evidence(s: Straggler, group: _GroupEvidence, evidence: Mapping[GpuRef, Evi
         temperature_celsius=Compared(own.temperature_celsius, group.temperature_celsius),
         seconds=seconds,
     )
+
+
+def _row_key(namespace: str, workload: str, ref: GpuRef, kind: str) -> tuple[str, ...]:
+    return (namespace, workload, ref.node, ref.uuid, kind)
+
+
+@dataclass(frozen=True, slots=True)
+class RowEvidence:
+    """The evidence of the straggler rows a page shows, read when they are shown
+    (:meth:`__call__`): from ``read`` (the store: the evidence of the given nodes' devices,
+    :attr:`~gpuscope.dashboard.series.FleetData.read_evidence`) for the nodes of the rows'
+    groups alone, so a page reads the evidence of its first rows, not of every workload
+    with a straggler; the rest when they are asked for ("show all rows", the CSV).
+    ``seconds``: how far back the evidence looks."""
+
+    report: StragglerReport
+    read: Callable[[Collection[str]], Mapping[GpuRef, Evidence]]
+    seconds: float
+
+    def __call__(self, rows: Sequence[StragglerRow], first: int
+                 ) -> tuple[tuple[StragglerRow, ...], str | None]:
+        """``rows`` with the evidence of the first ``first`` of them read where it is not
+        yet (one round of queries, none where there is nothing to read), and a line for
+        the page's notes where the store failed (those rows' evidence stays unread)."""
+        todo = [r for r in rows[:first] if r.evidence is None]
+        if not todo:
+            return tuple(rows), None
+        groups = {g.key: g for g in self.report.groups}
+        of = {_row_key(s.namespace, s.workload, s.gpu, s.kind): s
+              for s in self.report.stragglers}
+        wanted = [s for r in todo
+                  if (s := of.get(_row_key(r.namespace, r.workload,
+                                           GpuRef(r.node, r.uuid), r.kind))) is not None]
+        nodes = {s.gpu.node for s in wanted} | {
+            ref.node for s in wanted if (g := groups.get(s.key)) is not None
+            for ref in g.devices}
+        try:
+            evidence = self.read(nodes)
+        except DataError as exc:
+            return tuple(rows), f"The stragglers' evidence could not be read ({exc})."
+        medians = {s.key: _group_evidence(groups.get(s.key), evidence) for s in wanted}
+        found = {_row_key(s.namespace, s.workload, s.gpu, s.kind):
+                 _evidence(s, medians[s.key], evidence, self.seconds) for s in wanted}
+        return tuple(
+            replace(r, evidence=found.get(
+                _row_key(r.namespace, r.workload, GpuRef(r.node, r.uuid), r.kind)))
+            if r.evidence is None and i < first else r
+            for i, r in enumerate(rows)), None

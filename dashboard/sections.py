@@ -30,6 +30,7 @@ from gpuscope.dashboard.verdicts import (
     stragglers,
 )
 from gpuscope.dashboard.verdicts.page import PageContext, Row, State, StepVerdict, Table
+from gpuscope.dashboard.views import TOP_ROWS as TOP_ROWS
 from gpuscope.dashboard.views import FleetView
 
 #: A table's rows (at most ``limit``), the note under it, and how many rows there are.
@@ -149,10 +150,6 @@ def missing() -> list[str]:
     return out
 
 
-#: The rows a table is sent at first, in its order (the costliest first where it has a
-#: $/hour): the page stays light in the browser whatever the fleet's state; the rest are a
-#: click away ("Show all rows", "Download CSV").
-TOP_ROWS = 50
 #: The most rows "Show all rows" sends (the CSV has every row).
 MAX_ROWS = 5000
 

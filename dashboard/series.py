@@ -413,7 +413,12 @@ class FleetData:
       most device memory it held, over the window.
     - ``signals``: the work signals (:class:`WorkSignals`); ``evidence``: a straggler
       cause's evidence per device (at least for the devices of workloads with a straggler
-      or a slow-rank candidate).
+      or a slow-rank candidate), where ``read_evidence`` is None.
+    - ``read_evidence``: where set, ``evidence`` is empty and this reads the evidence of
+      the given nodes' devices from the store (one round of queries,
+      :class:`~gpuscope.dashboard.data.source.DataError` on failure): the page asks it of
+      the nodes of the straggler groups whose rows it shows, so what it reads is bounded by
+      the rows shown (``views.TOP_ROWS``), not by how many workloads have stragglers.
     - ``held_usage``: per step in which the container held its device
       (``container_gpu_allocated``), how much of what it holds it used, by
       ``held_signal`` (``sm``: its device's SM activity, when the device has GPM and it is
@@ -476,6 +481,7 @@ class FleetData:
     holdings: Mapping[HoldingKey, Holding] = field(default_factory=dict)
     runs: Runs | None = None
     device_means: Callable[[Collection[str]], Mapping[GpuRef, float]] | None = None
+    read_evidence: Callable[[Collection[str]], Mapping[GpuRef, Evidence]] | None = None
 
     @property
     def history_seconds(self) -> float:

@@ -27,7 +27,7 @@ from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDet
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.owners import RunTotals, run_totals
 from gpuscope.dashboard.verdicts.page import StepAnswers
-from gpuscope.dashboard.views import FleetView, build_fleet_view
+from gpuscope.dashboard.views import FleetView, build_fleet_view, with_details
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,25 @@ class DashboardService:
         with self._lock:
             found = self._last.get(key)
         return found[0] if found is not None else None
+
+    def detailed(self, view: FleetView, table_id: str, first: int, window: str | None,
+                 namespace_text: str | None, cluster_text: str | None = None) -> FleetView:
+        """``view`` (of this window, namespace and cluster) with what the first ``first``
+        rows of its table ``table_id`` need read from the store read
+        (:func:`~gpuscope.dashboard.views.with_details`: a straggler's evidence), kept in
+        its place as the latest view so that it is read once. A store that fails leaves
+        those rows unread (they say so), and is logged."""
+        out, problem = with_details(view, table_id, first)
+        if problem:
+            log.warning("%s", problem)
+        if out is view:
+            return view
+        key, _ = _key(window, namespace_text, cluster_text)
+        with self._lock:
+            found = self._last.get(key)
+            if found is not None and found[0] is view:
+                self._last[key] = (out, found[1])
+        return out
 
     def _shared(
         self, window: str | None, namespace_text: str | None, cluster_text: str | None = None,

@@ -9,8 +9,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.data.source import DataError, DataSource
 from gpuscope.dashboard.evidence import (
+    RowEvidence,
     _evidence,
     _group_evidence,
     _GroupEvidence,
@@ -140,6 +142,13 @@ class Heatmap:
         return max(0, self.total_nodes - len(self.nodes))
 
 
+#: The rows a table is sent at first, in its order (the costliest first where it has a
+#: $/hour): the page stays light in the browser whatever the fleet's state, and what a row
+#: needs read from the store beyond its verdict (a straggler's evidence) is read for these
+#: rows only; the rest are a click away ("Show all rows", "Download CSV").
+TOP_ROWS = 50
+
+
 @dataclass(frozen=True, slots=True)
 class FleetView:
     window: Window
@@ -172,6 +181,10 @@ class FleetView:
     #: one the page is scoped to (None: all).
     clusters: tuple[str, ...] = ()
     cluster: str | None = None
+    #: Where the store is asked for the stragglers' evidence when their rows are shown
+    #: (``FleetData.read_evidence``): reads it for more of ``straggler_rows``
+    #: (:func:`with_details`); None: every row has its evidence.
+    straggler_evidence: RowEvidence | None = None
 
     @property
     def history_seconds(self) -> float:
@@ -511,18 +524,27 @@ def _build_fleet_view(
                        signals=signals, runs=runs, factor=th.straggler_factor,
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
-    groups = {g.key: g for g in strag.groups}
-    group_evidence: dict[GroupKey, _GroupEvidence] = {}
-    for one in strag.stragglers:
-        if one.key not in group_evidence:
-            group_evidence[one.key] = _group_evidence(groups.get(one.key), data.evidence)
     evidence_seconds = min(th.straggler_duration, window.seconds)
-
-    straggler_rows = straggler_table(
-        strag, context, device_price,
-        lambda s: _evidence(s, group_evidence[s.key], data.evidence, evidence_seconds))
+    row_evidence: RowEvidence | None = None
+    evidence_problem: str | None = None
+    if data.read_evidence is not None:
+        # The evidence of the rows shown, read now; the others' when they are asked for.
+        row_evidence = RowEvidence(strag, data.read_evidence, evidence_seconds)
+        straggler_rows, evidence_problem = row_evidence(
+            straggler_table(strag, context, device_price, lambda s: None), TOP_ROWS)
+    else:
+        groups = {g.key: g for g in strag.groups}
+        group_evidence: dict[GroupKey, _GroupEvidence] = {}
+        for one in strag.stragglers:
+            if one.key not in group_evidence:
+                group_evidence[one.key] = _group_evidence(groups.get(one.key), data.evidence)
+        straggler_rows = straggler_table(
+            strag, context, device_price,
+            lambda s: _evidence(s, group_evidence[s.key], data.evidence, evidence_seconds))
 
     heatmap, notes = _heatmap(data, fleet, inventory, states, spinning, verdicts)
+    if evidence_problem:
+        notes = (*notes, evidence_problem)
 
     wanted = context.wanted
     pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
@@ -560,4 +582,17 @@ def _build_fleet_view(
         findings=findings,
         context=context,
         owners=owners,
+        straggler_evidence=row_evidence,
     )
+
+
+def with_details(view: FleetView, table_id: str, first: int) -> tuple[FleetView, str | None]:
+    """``view`` with what the first ``first`` rows of table ``table_id`` need read from the
+    store read (the stragglers' evidence, :attr:`FleetView.straggler_evidence`), and a line
+    where the store failed; ``view`` itself where nothing is left to read."""
+    if table_id != ids.STRAGGLERS_TABLE or view.straggler_evidence is None:
+        return view, None
+    rows, problem = view.straggler_evidence(view.straggler_rows, first)
+    if rows is view.straggler_rows:
+        return view, problem
+    return replace(view, straggler_rows=rows), problem

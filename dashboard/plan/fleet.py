@@ -44,6 +44,7 @@ from gpuscope.dashboard.plan.runs import (
 )
 from gpuscope.dashboard.series import (
     ContainerRef,
+    Evidence,
     FleetData,
     GpuRef,
     Holding,
@@ -201,9 +202,9 @@ class PrometheusData(PlanQueries):
             candidates={n for k in judged for n in workload_nodes.get(k, ())},
             slow={n for k in slow for n in workload_nodes.get(k, ())},
             input=input_pods,
-            evidence_seconds=(min(th.straggler_duration, window.seconds, max(history, 0.0))
-                              if judged else 0.0),
         )
+        # The stragglers' evidence is read when their rows are shown (``read_evidence``),
+        # of the rows shown alone, not here of every workload that may hold one.
         if rules and not lean:
             # Who uses what came first: the devices of the nodes that need them, asked now.
             named |= set(ask.shared) | set(ask.candidates)
@@ -219,13 +220,9 @@ class PrometheusData(PlanQueries):
         trail_res: _Answers | None = None
         if summarize:
             # The stragglers' rules at the end say which workloads can hold one: their
-            # evidence now, and their steps only where the summaries do not describe them.
-            flagged_workloads = {key[:3] for key in flagged}
+            # steps only where the summaries do not describe them.
             strag_ask: dict[str, Any] = {} if not now.straggler_rules else {
-                "candidates": (), "slow": (),
-                "evidence": {n for k in flagged_workloads for n in workload_nodes.get(k, ())},
-                "evidence_seconds": (min(th.straggler_duration, window.seconds,
-                                         max(history, 0.0)) if flagged else 0.0)}
+                "candidates": (), "slow": ()}
             more = self.second_round(window, replace(
                 ask, idle=(), spinning=(), held=(), **strag_ask),
                 namespace, rules)
@@ -334,7 +331,9 @@ class PrometheusData(PlanQueries):
             pods=pods,
             idle_signal=idle_signal,
             signals=signals,
-            evidence=_evidence(later.get("evidence", [])),
+            read_evidence=partial(self.read_evidence, window,
+                                  min(th.straggler_duration, window.seconds, max(history, 0.0)),
+                                  rules),
             held_usage=usage,
             held_signal=usage_signal,
             queries=len(queries) + len(more) + checks,
@@ -349,6 +348,19 @@ class PrometheusData(PlanQueries):
             # With the rules, the means of the devices the heatmap draws are read then.
             device_means=partial(self.device_means, window) if rules else None,
         )
+
+    def read_evidence(self, window: Window, seconds: float, rules: bool,
+                      nodes: Collection[str]) -> dict[GpuRef, Evidence]:
+        """The stragglers' evidence on ``nodes``' devices over the last ``seconds`` of
+        ``window`` (:meth:`second_round`'s ``evidence``; from the recorded throttling with
+        ``rules``): what the stragglers' rows the page shows read
+        (``FleetData.read_evidence``). Raises
+        :class:`~gpuscope.dashboard.data.source.DataError` where the store fails."""
+        if not nodes or seconds <= 0:
+            return {}
+        queries = self.second_round(window, FollowUp(evidence=nodes, evidence_seconds=seconds),
+                                    rules=rules)
+        return _evidence(self._submit(queries, window)["evidence"])
 
     def device_means(self, window: Window, nodes: Collection[str]) -> dict[GpuRef, float]:
         """The window means of ``nodes``' devices (:meth:`means_queries`): what the

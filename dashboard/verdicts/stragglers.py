@@ -446,7 +446,8 @@ class StragglerRow:
     ``value`` and ``median`` are of ``signal`` (``utilization``, ``sm`` ratio, ``power``
     watts), means over the straggling run; ``price_per_hour``: the $/hour of the group's
     GPUs (``devices`` whole GPUs, each its share of its node's price), which the straggler
-    holds back (None: a price unknown)."""
+    holds back (None: a price unknown); ``evidence``: None where it is not read (a row
+    the page does not show yet, or the store failed)."""
 
     namespace: str
     workload: str
@@ -462,7 +463,7 @@ class StragglerRow:
     kind: str = "stalled"
     signal: str = "utilization"
     model: str = ""
-    evidence: StragglerEvidence = field(default_factory=StragglerEvidence)
+    evidence: StragglerEvidence | None = field(default_factory=StragglerEvidence)
     uuid: str = ""
     price_per_hour: float | None = None
 
@@ -492,9 +493,12 @@ _CAUSE_NAMES = {"thermal": "heat", "sw_thermal": "heat", "hw_thermal": "heat",
                 "sync_boost": "sync boost"}
 
 
-def evidence_text(e: StragglerEvidence) -> str:
+def evidence_text(e: StragglerEvidence | None) -> str:
     """Its cause, as the throttling by reason, SM clock and temperature show it against the
-    workload's median: ``throttled by heat: thermal 50% of the time (median 0%), ...``."""
+    workload's median: ``throttled by heat: thermal 50% of the time (median 0%), ...``
+    (None: the store could not be asked)."""
+    if e is None:
+        return "not read (the store failed; see the page's notes)"
     parts = []
     throttled = sorted(
         ((r, c) for r, c in e.throttle.items()
@@ -520,7 +524,7 @@ def evidence_text(e: StragglerEvidence) -> str:
 
 def straggler_rows(report: StragglerReport, ctx: PageContext,
                    device_price: Callable[[GpuRef], float | None],
-                   evidence_of: Callable[[Straggler], StragglerEvidence],
+                   evidence_of: Callable[[Straggler], StragglerEvidence | None],
                    ) -> tuple[StragglerRow, ...]:
     """The stragglers' rows, dearest group first: each straggler of ``report`` the page
     shows, with its evidence (``evidence_of``) and its group's GPUs' $/hour (the sum of

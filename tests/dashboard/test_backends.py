@@ -28,7 +28,7 @@ from gpuscope.dashboard.plan.rules import RULES
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.owners import UNALLOCATED
-from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
+from gpuscope.dashboard.views import TOP_ROWS, FleetView, build_fleet_view, page_view
 from tests.dashboard.test_showback import add_up
 from tests.stores import (
     Store,
@@ -118,11 +118,21 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     with_rows = {g.node for g in data.gpus}
     assert len(data.node_summaries) == NODES and 20 <= len(with_rows) < NODES, len(with_rows)
     assert set(view.heatmap.nodes) <= with_rows and view.heatmap.total_nodes == NODES
-    # The devices' means read are those of the nodes drawn, every one of them.
+    # Read as the page is drawn: the devices' means of the nodes drawn, every one of them,
+    # and the evidence of the stragglers' rows shown (of their groups' nodes).
+    evidence = [q for q in drawn if RULES["throttling"] in q]
+    drawn = [q for q in drawn if q not in evidence]
     assert drawn and all(RULES["util"] in q for q in drawn), drawn
-    listed = {any_of([n]) for q in drawn for part in re.findall(r'node=~"([^"]*)"', q)
-              for n in part.split("|")}
-    assert listed == {any_of([n]) for n in view.heatmap.nodes}
+
+    def listed(queries: list[str]) -> set[str]:
+        return {any_of([n]) for q in queries for part in re.findall(r'node=~"([^"]*)"', q)
+                for n in part.split("|")}
+
+    assert listed(drawn) == {any_of([n]) for n in view.heatmap.nodes}
+    shown = view.straggler_rows[:TOP_ROWS]
+    assert shown and all(r.evidence is not None for r in shown)
+    assert {any_of([r.node]) for r in shown} <= listed(evidence) < {any_of([n]) for n in
+                                                                    with_rows}
     monkeypatch.undo()
     return view
 
