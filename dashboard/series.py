@@ -419,6 +419,11 @@ class FleetData:
       :class:`~gpuscope.dashboard.data.source.DataError` on failure): the page asks it of
       the nodes of the straggler groups whose rows it shows, so what it reads is bounded by
       the rows shown (``views.TOP_ROWS``), not by how many workloads have stragglers.
+    - ``read_spinning``: where set, the spinning runs of ``runs`` come with their
+      utilization's mean alone, and this reads the means of their other signals (``sm``,
+      ``tensor``, ``dram``; ``power`` and its ``limit`` without GPM) on the given nodes:
+      of the devices spinning over the whole history (first argument) and of those whose
+      run began within it (second): what the spinning table's rows shown display.
     - ``held_usage``: per step in which the container held its device
       (``container_gpu_allocated``), how much of what it holds it used, by
       ``held_signal`` (``sm``: its device's SM activity, when the device has GPM and it is
@@ -482,6 +487,8 @@ class FleetData:
     runs: Runs | None = None
     device_means: Callable[[Collection[str]], Mapping[GpuRef, float]] | None = None
     read_evidence: Callable[[Collection[str]], Mapping[GpuRef, Evidence]] | None = None
+    read_spinning: Callable[[Collection[str], Collection[str]],
+                            Mapping[GpuRef, Mapping[str, float]]] | None = None
 
     @property
     def history_seconds(self) -> float:

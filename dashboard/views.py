@@ -5,7 +5,7 @@ prices the waste. Pure (no I/O), so every number on the page is testable without
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +52,7 @@ from gpuscope.dashboard.verdicts.mps import active_thread_shares
 from gpuscope.dashboard.verdicts.owners import OwnerCost, showback
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
 from gpuscope.dashboard.verdicts.spinning import (
+    RowWork,
     SpinningRow,
     spin_begins,
     spinning_gpus,
@@ -148,6 +149,13 @@ class Heatmap:
 #: rows only; the rest are a click away ("Show all rows", "Download CSV").
 TOP_ROWS = 50
 
+#: Reads what the first ``n`` of a table's rows show beyond their verdict where it is not
+#: read yet: the rows, and a line for the page's notes where the store failed.
+RowDetails = Callable[[Sequence[Any], int], tuple[tuple[Any, ...], str | None]]
+#: The tables whose rows may read more when shown, and the view's field of their rows.
+_DETAILED_ROWS = {ids.STRAGGLERS_TABLE: "straggler_rows",
+                  ids.SPINNING_GPUS_TABLE: "spinning_rows"}
+
 
 @dataclass(frozen=True, slots=True)
 class FleetView:
@@ -181,10 +189,11 @@ class FleetView:
     #: one the page is scoped to (None: all).
     clusters: tuple[str, ...] = ()
     cluster: str | None = None
-    #: Where the store is asked for the stragglers' evidence when their rows are shown
-    #: (``FleetData.read_evidence``): reads it for more of ``straggler_rows``
-    #: (:func:`with_details`); None: every row has its evidence.
-    straggler_evidence: RowEvidence | None = None
+    #: The tables whose rows read from the store what they show beyond their verdict when
+    #: they are shown (a straggler's evidence, ``FleetData.read_evidence``; a summarised
+    #: spinning run's SM activity or power, ``FleetData.read_spinning``), by table id: each
+    #: reads it for more of the table's rows (:func:`with_details`).
+    row_details: Mapping[str, RowDetails] = field(default_factory=dict)
 
     @property
     def history_seconds(self) -> float:
@@ -431,6 +440,16 @@ def _build_fleet_view(
     )
 
     spinning_rows = spinning_table(spinning, context, users, workload_of)
+    row_details: dict[str, RowDetails] = {}
+    problems: list[str] = []
+    if data.read_spinning is not None:
+        # The summarised runs' signals of the rows shown, read now; the others' when they
+        # are asked for.
+        row_details[ids.SPINNING_GPUS_TABLE] = work = RowWork(
+            data.read_spinning, frozenset(g for g, k in (
+                runs.spinning_from.items() if runs is not None else ()) if k))
+        spinning_rows, problem = work(spinning_rows, TOP_ROWS)
+        problems += [problem] if problem else []
 
     def device_price(ref: GpuRef) -> float | None:
         """A device's $/hour: a whole GPU's share of its node's price, a MIG slice's share
@@ -525,13 +544,13 @@ def _build_fleet_view(
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
     evidence_seconds = min(th.straggler_duration, window.seconds)
-    row_evidence: RowEvidence | None = None
-    evidence_problem: str | None = None
     if data.read_evidence is not None:
         # The evidence of the rows shown, read now; the others' when they are asked for.
-        row_evidence = RowEvidence(strag, data.read_evidence, evidence_seconds)
-        straggler_rows, evidence_problem = row_evidence(
+        row_details[ids.STRAGGLERS_TABLE] = evidence = RowEvidence(
+            strag, data.read_evidence, evidence_seconds)
+        straggler_rows, problem = evidence(
             straggler_table(strag, context, device_price, lambda s: None), TOP_ROWS)
+        problems += [problem] if problem else []
     else:
         groups = {g.key: g for g in strag.groups}
         group_evidence: dict[GroupKey, _GroupEvidence] = {}
@@ -543,8 +562,7 @@ def _build_fleet_view(
             lambda s: _evidence(s, group_evidence[s.key], data.evidence, evidence_seconds))
 
     heatmap, notes = _heatmap(data, fleet, inventory, states, spinning, verdicts)
-    if evidence_problem:
-        notes = (*notes, evidence_problem)
+    notes = (*notes, *problems)
 
     wanted = context.wanted
     pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
@@ -582,17 +600,21 @@ def _build_fleet_view(
         findings=findings,
         context=context,
         owners=owners,
-        straggler_evidence=row_evidence,
+        row_details=row_details,
     )
 
 
 def with_details(view: FleetView, table_id: str, first: int) -> tuple[FleetView, str | None]:
-    """``view`` with what the first ``first`` rows of table ``table_id`` need read from the
-    store read (the stragglers' evidence, :attr:`FleetView.straggler_evidence`), and a line
-    where the store failed; ``view`` itself where nothing is left to read."""
-    if table_id != ids.STRAGGLERS_TABLE or view.straggler_evidence is None:
+    """``view`` with what the first ``first`` rows of table ``table_id`` show beyond their
+    verdict read from the store (:attr:`FleetView.row_details`), and a line where the store
+    failed; ``view`` itself where nothing is left to read."""
+    read = view.row_details.get(table_id)
+    if read is None:
         return view, None
-    rows, problem = view.straggler_evidence(view.straggler_rows, first)
-    if rows is view.straggler_rows:
+    name = _DETAILED_ROWS[table_id]
+    before = getattr(view, name)
+    rows, problem = read(before, first)
+    if rows is before:
         return view, problem
-    return replace(view, straggler_rows=rows), problem
+    changed: dict[str, Any] = {name: rows}
+    return replace(view, **changed), problem

@@ -146,8 +146,7 @@ class PrometheusData(PlanQueries):
         # The summaries need only what holds at the end and when data begins: sent now,
         # while the store still computes who is where (the heaviest answers of the round).
         run_q = self.run_queries(
-            window, hs, devices={g.node for g in idle_now | spin_now},
-            spinning={g.node for g in spin_now}, held=bool(held_refs),
+            window, hs, devices={g.node for g in idle_now | spin_now}, held=bool(held_refs),
             stragglers=bool(flagged),
             namespace=namespace) if summarize else {}
         answers = self._submit(run_q, window)  # the second round joins these
@@ -236,8 +235,7 @@ class PrometheusData(PlanQueries):
             runs = _FullRuns.parse(rows, window, steps, minutes)
             left = runs.fallback(idle_now, spin_now, held_refs)
             if left.idle or left.held or (left.spinning and steps == minutes):
-                trail = self.run_queries(window, hs, spinning=left.spinning,
-                                         held=bool(left.held), trailing=True)
+                trail = self.run_queries(window, hs, held=bool(left.held), trailing=True)
                 more.update({f"trailing {k}": q for k, q in trail.items()})
                 trail_res = self._submit(trail, window)
         # The inventory (sent after who uses what): with the summaries, read while the
@@ -331,6 +329,7 @@ class PrometheusData(PlanQueries):
             pods=pods,
             idle_signal=idle_signal,
             signals=signals,
+            read_spinning=partial(self.read_spinning, window, hs) if summarize else None,
             read_evidence=partial(self.read_evidence, window,
                                   min(th.straggler_duration, window.seconds, max(history, 0.0)),
                                   rules),
@@ -348,6 +347,26 @@ class PrometheusData(PlanQueries):
             # With the rules, the means of the devices the heatmap draws are read then.
             device_means=partial(self.device_means, window) if rules else None,
         )
+
+    def read_spinning(self, window: Window, history_start: float, whole: Collection[str],
+                      trailing: Collection[str]) -> dict[GpuRef, dict[str, float]]:
+        """The means of the summarised spinning devices' other signals on the nodes given
+        (:meth:`spinning_means_queries`: ``whole``, of the devices spinning over the whole
+        history; ``trailing``, of those whose run began within it), by signal: what the
+        spinning rows the page shows display (``FleetData.read_spinning``). Raises
+        :class:`~gpuscope.dashboard.data.source.DataError` where the store fails."""
+        queries = {**self.spinning_means_queries(window, history_start, whole),
+                   **{f"trailing {k}": q for k, q in self.spinning_means_queries(
+                       window, history_start, trailing, trailing=True).items()}}
+        if not queries:
+            return {}
+        answers = self._submit(queries, window)
+        means: dict[GpuRef, dict[str, float]] = {}
+        for role in ("runs", "trailing runs"):
+            for lab, v in answers[role]:
+                if lab.get("stat") == "spin":
+                    means.setdefault(_gref(lab), {})[lab.get("signal", "")] = v
+        return means
 
     def read_evidence(self, window: Window, seconds: float, rules: bool,
                       nodes: Collection[str]) -> dict[GpuRef, Evidence]:

@@ -489,7 +489,7 @@ class PlanQueries(PrometheusStore):
         return out
 
     def run_queries(self, window: Window, history_start: float,
-                    devices: Collection[str] = (), spinning: Collection[str] = (),
+                    devices: Collection[str] = (),
                     held: bool = True, stragglers: bool = False,
                     namespace: str | None = None, trailing: bool = False) -> dict[str, str]:
         """With the recording rules: each finding whose sparse series has a sample at every
@@ -503,16 +503,16 @@ class PlanQueries(PrometheusStore):
         which the page sends only when there are some). On a step of several minutes such a
         finding met its rule at every step too (a step meets it where each of its minutes does, as
         :meth:`second_round` asks). The summaries: idle devices (their
-        signal), spinning devices (their utilization's mean, and on ``spinning`` nodes their
-        other signals' means, power and its limit where they have no GPM), how many of
+        signal), spinning devices (their utilization's mean; their other signals' means are
+        :meth:`spinning_means_queries`', asked for the rows shown), how many of
         those minutes a container held each idle or spinning device on ``devices`` nodes
         (all of them, or the steps are asked for: a scrape every minute gives one sample a
         minute, so ``n`` samples are the ``n`` minutes; a faster scrape gives more, and the
         steps are asked for), allocated-idle containers (their means), and
         (``stragglers``; of ``namespace`` where given) the stalled and slow devices with
         their means, and their groups' medians' means over the same steps. Each form is its
-        verdict module's (``idle_runs_promql``, ``spinning_runs_promql`` and
-        ``spinning_means_promql``, ``held_idle_runs_promql``, ``straggler_runs_promql``,
+        verdict module's (``idle_runs_promql``, ``spinning_runs_promql``,
+        ``held_idle_runs_promql``, ``straggler_runs_promql``,
         ``held_runs_promql``, over :class:`History`); here they are labelled by ``stat``
         and the dense series' forms asked of the nodes listed (split as :func:`_split`).
         Raw range functions over the recorded series (no subquery)."""
@@ -536,10 +536,6 @@ class PlanQueries(PrometheusStore):
                             window.end, trailing))):
                 out[f"runs#{len(out)}"] = q
 
-        def spin(hist: History) -> str:
-            return " or ".join(stat(q, "spin", key) for key, q in
-                               spinning_means_promql(hist).items())
-
         # The sparse series alone: cheap over the whole fleet.
         fleet = History(h, n, r, end=window.end, to_end=trailing)
         parts = [stat(idle.idle_runs_promql(fleet), "idle")]
@@ -554,8 +550,6 @@ class PlanQueries(PrometheusStore):
                 parts.append(stat(allocated.held_idle_minutes_promql(fleet), "held_idle_n"))
         out["runs"] = " or ".join(parts)
         if trailing:
-            if spins_too:
-                each(spinning, spin)
             return out
         if stragglers:
             ns = ({} if namespace is None
@@ -563,9 +557,31 @@ class PlanQueries(PrometheusStore):
             out[f"runs#{len(out)}"] = " or ".join(
                 stat(q, name) for name, q in
                 straggler_runs_promql(History(h, n, r, ns, window.end)).items())
-        each(spinning, spin)
         each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
         return out
+
+    def spinning_means_queries(self, window: Window, history_start: float,
+                               nodes: Collection[str], trailing: bool = False
+                               ) -> dict[str, str]:
+        """With the recording rules: the means of the spinning devices' other signals
+        (``sm``, ``tensor``, ``dram``; ``power`` and its ``limit`` where they have no GPM)
+        over their spinning minutes, on ``nodes`` (``node=~`` lists, split as
+        :func:`_split`): of the devices spinning at every recorded minute of the history
+        (:meth:`run_queries`' first form), or (``trailing``) of those whose run began within
+        it, over the run (``spinning_means_promql`` over :class:`History`), labelled
+        ``stat="spin"`` and ``signal``. What a spinning device's row shows beyond its
+        verdict: asked for the rows the page shows (``FleetData.read_spinning``)."""
+        h = duration(window.end - history_start - EDGE)
+        n = round((window.end - history_start) / RULE_INTERVAL)
+        r, _ = self._r(window)
+
+        def build(names: Sequence[str]) -> str:
+            hist = History(h, n, r, node_matchers(names, self.cluster_label), window.end,
+                           trailing)
+            return " or ".join(labelled(labelled(q, "signal", key), "stat", "spin")
+                               for key, q in spinning_means_promql(hist).items())
+
+        return {f"runs#{i}": q for i, q in enumerate(_split(sorted(set(nodes)), build))}
 
     #: Whether the fleet page asks the recording rules for run summaries (:meth:`run_queries`)
     #: where it can; False: every finding's steps (the same verdicts, slower; for tests).

@@ -16,13 +16,14 @@ A missing value fails the step, so a device that lacks a signal is never called 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.promql import selector
 from gpuscope.dashboard.data.recorded import GBY, History, Steps
+from gpuscope.dashboard.data.source import DataError
 from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
@@ -61,7 +62,8 @@ THRESHOLDS = (
 @dataclass(frozen=True, slots=True)
 class Spinning:
     """A device whose latest steps spin. ``spinning``: for long enough (the verdict);
-    ``signal``: ``gpm`` or ``power``; the values are means over the spinning run
+    ``signal``: ``gpm`` or ``power`` ("": not read yet, a run the store summarised whose
+    other signals are read for the rows shown); the values are means over the spinning run
     (``sm``/``tensor``/``dram`` with GPM, ``power_ratio`` (power / limit) without)."""
 
     ref: GpuRef
@@ -234,6 +236,20 @@ def _tail_mean(values: tuple[float, ...] | None, first: int) -> float | None:
     return sum(tail) / len(tail) if tail else None
 
 
+def work_means(means: Mapping[str, float]) -> dict[str, Any]:
+    """A spinning run's fields of :class:`Spinning` from its signals' means as the store
+    summarises them (``sm``, ``tensor``, ``dram`` with GPM; ``power`` and its ``limit``,
+    watts, without): its ``signal`` ("" where neither came: not read) and means."""
+    power, limit = means.get("power"), means.get("limit")
+    if "sm" in means:
+        return {"signal": "gpm", "sm": means.get("sm"), "tensor": means.get("tensor"),
+                "dram": means.get("dram"), "power_ratio": None}
+    if power is not None:
+        return {"signal": "power", "sm": None, "tensor": None, "dram": None,
+                "power_ratio": power / limit if limit else None}
+    return {"signal": "", "sm": None, "tensor": None, "dram": None, "power_ratio": None}
+
+
 def spinning_gpus(
     signals: WorkSignals,
     window: Window,
@@ -260,16 +276,11 @@ def spinning_gpus(
     for ref, means in whole.items():
         run = run_from(runs.spinning_from.get(ref, 0) if runs is not None else 0)
         if run is not None:
-            power, limit = means.get("power"), means.get("limit")
-            gpm = "sm" in means
-            out[ref] = Spinning(
-                ref=ref, signal="gpm" if gpm else "power", spinning=holds(run, required),
+            out[ref] = replace(Spinning(
+                ref=ref, signal="", spinning=holds(run, required),
                 since=run.start, seconds=run.seconds, required_seconds=required,
-                history_seconds=history, utilization=means.get("utilization", 0.0),
-                sm=means.get("sm"), tensor=means.get("tensor") if gpm else None,
-                dram=means.get("dram") if gpm else None,
-                power_ratio=power / limit if power is not None and limit else None,
-            )
+                history_seconds=history, utilization=means.get("utilization", 0.0)),
+                **work_means(means))
     for ref, util in signals.utilization.items():
         spins = steps.get(ref)
         if not spins or ref in whole:
@@ -400,8 +411,10 @@ def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> li
         if r.signal == "gpm":
             work = (f"SM {fmt.pct(r.sm)}, tensor {fmt.pct(r.tensor)}, "
                     f"DRAM {fmt.pct(r.dram)}")
-        else:
+        elif r.signal == "power":
             work = f"power {fmt.pct(r.power_ratio)} of its limit"
+        else:
+            work = "not read (see the page's notes)"
         out.append({
             "node": node_link(r.node, state), "gpu": r.gpu, "pods": pods_cell(r.pods, state),
             "workload": ", ".join(workload_link(w.partition("/")[0], w.partition("/")[2], state)
@@ -411,6 +424,38 @@ def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> li
             "signal": signal_cell(r.signal, r.price_basis),
         })
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class RowWork:
+    """What the spinning table's rows show of a run the store summarised beyond its verdict
+    (its SM, tensor and DRAM activity, or its power against its limit), read when the rows
+    are shown (:meth:`__call__`): from ``read`` (the store: the means on the given nodes of
+    the devices spinning over the whole history, and of those whose run began within it,
+    ``FleetData.read_spinning``) for the rows shown alone; ``trailing``: the devices whose
+    run began within the history."""
+
+    read: Callable[[Collection[str], Collection[str]], Mapping[GpuRef, Mapping[str, float]]]
+    trailing: frozenset[GpuRef] = frozenset()
+
+    def __call__(self, rows: Sequence[SpinningRow], first: int
+                 ) -> tuple[tuple[SpinningRow, ...], str | None]:
+        """``rows`` with the means of the first ``first`` of them read where they are not
+        yet (one round of queries, none where there is nothing to read), and a line for the
+        page's notes where the store failed (those rows stay unread)."""
+        todo = [GpuRef(r.node, r.uuid) for r in rows[:first] if not r.signal]
+        if not todo:
+            return tuple(rows), None
+        try:
+            means = self.read({g.node for g in todo if g not in self.trailing},
+                              {g.node for g in todo if g in self.trailing})
+        except DataError as exc:
+            return tuple(rows), (f"The spinning GPUs' SM activity and power could not be read "
+                                 f"({exc}).")
+        return tuple(
+            replace(r, **work_means(m)) if i < first and not r.signal
+            and (m := means.get(GpuRef(r.node, r.uuid))) else r
+            for i, r in enumerate(rows)), None
 
 
 # -- as PromQL --------------------------------------------------------------------------------

@@ -498,7 +498,7 @@ def evidence_text(e: StragglerEvidence | None) -> str:
     workload's median: ``throttled by heat: thermal 50% of the time (median 0%), ...``
     (None: the store could not be asked)."""
     if e is None:
-        return "not read (the store failed; see the page's notes)"
+        return "not read (see the page's notes)"
     parts = []
     throttled = sorted(
         ((r, c) for r, c in e.throttle.items()

@@ -19,6 +19,7 @@ import requests
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
 from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeInfo, Series, Window
+from gpuscope.dashboard.views import FleetView, with_details
 from tests.conftest import REPO, free_port, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -154,3 +155,13 @@ def recording_prometheus() -> Iterator[tuple[str, list[str]]]:
     yield f"http://127.0.0.1:{server.server_port}", queries
     server.shutdown()
     server.server_close()
+
+
+def every_row(view: FleetView) -> FleetView:
+    """``view`` with what every row of its tables shows beyond its verdict read from the store
+    (as "show all rows" reads it; the page reads it for the first ``TOP_ROWS``): for
+    comparing every row of a page with another's."""
+    for table_id in view.row_details:
+        view, problem = with_details(view, table_id, 1 << 30)
+        assert problem is None, problem
+    return view

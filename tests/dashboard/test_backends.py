@@ -29,6 +29,7 @@ from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.owners import UNALLOCATED
 from gpuscope.dashboard.views import TOP_ROWS, FleetView, build_fleet_view, page_view
+from tests.dashboard.conftest import every_row
 from tests.dashboard.test_showback import add_up
 from tests.stores import (
     Store,
@@ -121,7 +122,9 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     # Read as the page is drawn: the devices' means of the nodes drawn, every one of them,
     # and the evidence of the stragglers' rows shown (of their groups' nodes).
     evidence = [q for q in drawn if RULES["throttling"] in q]
-    drawn = [q for q in drawn if q not in evidence]
+    # ... and the other signals of the summarised spinning runs whose rows are shown.
+    spins = [q for q in drawn if RULES["sm"] in q]
+    drawn = [q for q in drawn if q not in evidence and q not in spins]
     assert drawn and all(RULES["util"] in q for q in drawn), drawn
 
     def listed(queries: list[str]) -> set[str]:
@@ -133,6 +136,9 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     assert shown and all(r.evidence is not None for r in shown)
     assert {any_of([r.node]) for r in shown} <= listed(evidence) < {any_of([n]) for n in
                                                                     with_rows}
+    spinning = view.spinning_rows[:TOP_ROWS]
+    assert spinning and all(r.signal in ("gpm", "power") for r in spinning)
+    assert listed(spins) == {any_of([r.node]) for r in spinning}
     monkeypatch.undo()
     return view
 
@@ -223,7 +229,8 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
     with start_prometheus(blocks, copy=False) as store:
         prom = PrometheusData(store.url, clock=lambda: stores.end, timeout=120)
         ranges = spy(prom, "range")
-        ruled = page_view(prom, WINDOW, bundled_prices())
+        # (What every row shows read, as "show all rows" does: the pages' rows compared.)
+        ruled = every_row(page_view(prom, WINDOW, bundled_prices()))
         assert prom.rules_loaded(ruled.window) is True
         # Rules made for other thresholds are not this page's: it reads the raw series.
         other = PrometheusData(store.url, clock=lambda: stores.end, timeout=120,
@@ -253,7 +260,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         stepwise = page_view(prom, WINDOW, bundled_prices())
         prom.summaries = True
         prom.run_queries = lambda *a, **k: {}  # type: ignore[method-assign]
-        fallback = page_view(prom, WINDOW, bundled_prices())
+        fallback = every_row(page_view(prom, WINDOW, bundled_prices()))
         prom.close()
         # On steps of several minutes (three here, as a 6 h page has six), a finding that met
         # its rule at every recorded minute of the history is summarised too, and gives
@@ -261,7 +268,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         coarse = PrometheusData(store.url, clock=lambda: stores.end, timeout=120,
                                 max_points=20)
         coarse_runs = coarse.fleet(WINDOW).runs
-        summed = page_view(coarse, WINDOW, bundled_prices())
+        summed = every_row(page_view(coarse, WINDOW, bundled_prices()))
         coarse.summaries = False
         coarse_steps = page_view(coarse, WINDOW, bundled_prices())
         coarse.close()
@@ -392,7 +399,8 @@ def runs_that_began_within(url: str, end: float,
             a_early: third, a_late: thirds}
         assert {g.node: k for g, k in runs.spinning_from.items()} == {
             s_early: third, s_late: thirds}
-        summed = page_view(prom, WINDOW, bundled_prices())
+        # (The summarised spinning runs' signals read for every row, as "show all" does.)
+        summed = every_row(page_view(prom, WINDOW, bundled_prices()))
         prom.summaries = False
         stepwise = page_view(prom, WINDOW, bundled_prices())
         # On three-minute steps the idle and allocated-idle runs are summarised from their
@@ -400,7 +408,7 @@ def runs_that_began_within(url: str, end: float,
         coarse = PrometheusData(url, clock=lambda: end, timeout=120, max_points=20)
         try:
             coarse_runs = coarse.fleet(WINDOW).runs
-            coarse_summed = page_view(coarse, WINDOW, bundled_prices())
+            coarse_summed = every_row(page_view(coarse, WINDOW, bundled_prices()))
             coarse.summaries = False
             coarse_steps = page_view(coarse, WINDOW, bundled_prices())
         finally:

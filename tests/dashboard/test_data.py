@@ -496,22 +496,29 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
 
     prom = PrometheusData("http://127.0.0.1:1")
     w = make_window(3600, 10_000.0, min_step=60, max_points=60)
-    out = prom.run_queries(w, w.start + 600, devices=["n1"], spinning=["n2"],
-                           stragglers=True, namespace='ml"x')
+    out = prom.run_queries(w, w.start + 600, devices=["n1"], stragglers=True,
+                           namespace='ml"x')
     text = " ".join(out.values())
     assert w.step == 60.0
     # First the runs over the whole history; then (trailing: asked once the first answer
     # names findings it did not summarise, on one-minute steps) the runs up to the end.
-    trail = prom.run_queries(w, w.start + 600, spinning=["n2"], trailing=True)
+    trail = prom.run_queries(w, w.start + 600, trailing=True)
     trailing = " ".join(trail.values())
+    # The spinning devices' other signals: asked for the rows the page shows, of their
+    # nodes (over the whole history, or over the runs that began within it).
+    means = [" ".join(prom.spinning_means_queries(w, w.start + 600, ["n2"], to_end).values())
+             for to_end in (False, True)]
+    assert not prom.spinning_means_queries(w, w.start + 600, [])
     n1, n2 = (node_matchers([n], prom.cluster_label) for n in ("n1", "n2"))
     for to_end, asked in ((False, text), (True, trailing)):
         span = (w.end, to_end)
         fleet = History("2999999ms", 50, "59999ms", {}, *span)
         forms = [idle.idle_runs_promql(fleet), spinning.spinning_runs_promql(fleet),
-                 allocated.held_idle_runs_promql(fleet),
-                 *spinning.spinning_means_promql(History(
-                     "2999999ms", 50, "59999ms", n2, *span)).values()]
+                 allocated.held_idle_runs_promql(fleet)]
+        for form in spinning.spinning_means_promql(History(
+                "2999999ms", 50, "59999ms", n2, *span)).values():
+            assert form in means[to_end] and form not in asked, form
+            assert form not in means[not to_end]
         if to_end:  # with how long each run at the end has held
             forms += [spinning.spinning_minutes_promql(fleet),
                       allocated.held_idle_minutes_promql(fleet)]
