@@ -215,8 +215,9 @@ class DashboardService:
                  namespace_text: str | None, cluster_text: str | None = None) -> FleetView:
         """``view`` (of this window, namespace and cluster) with what the first ``first``
         rows of its table ``table_id`` need read from the store read
-        (:func:`~gpuscope.dashboard.views.with_details`: a straggler's evidence), kept in
-        its place as the latest view so that it is read once. A store that fails leaves
+        (:func:`~gpuscope.dashboard.views.with_details`: a straggler's evidence, a
+        summarised spinning run's signals), kept in its place as the latest view so that it
+        is read once. A store that fails leaves
         those rows unread (they say so), and is logged."""
         out, problem = with_details(view, table_id, first)
         if problem:
