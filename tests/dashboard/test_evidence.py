@@ -181,11 +181,18 @@ def test_show_all_rows_and_the_csv_read_the_rest_once(eager: FleetView) -> None:
         csv = callbacks.table_csv(service, ids.STRAGGLERS_TABLE, 1, "1h", None)
         assert csv["content"].count("thermal") == WORKLOADS
         assert "not read" not in csv["content"] and len(source.reader.calls) == 2
+        # A refresh that shares the view (within the service's two seconds): nothing read
+        # again, every row's evidence there.
+        out = callbacks.fleet_values(service, "1h", None, keys, limits)
+        table = out[callbacks._key(ids.STRAGGLERS_TABLE, "data")]
+        assert len(table) == WORKLOADS and len(source.reader.calls) == 2
+        assert not any("not read" in r["evidence"] for r in table)
         # A refresh with every row asked for (a new computation of the view): the rest read
         # with it.
         service._share_for = 0.0
         out = callbacks.fleet_values(service, "1h", None, keys, limits)
         table = out[callbacks._key(ids.STRAGGLERS_TABLE, "data")]
         assert len(table) == WORKLOADS and not any("not read" in r["evidence"] for r in table)
+        assert len(source.reader.calls) == 4
     finally:
         service.close()
