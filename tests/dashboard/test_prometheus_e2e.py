@@ -120,11 +120,12 @@ def view_of(base: str) -> tuple[FleetView, PrometheusData]:
     # history here is only seconds long (and that of the rates begins 4 s after the data).
     prom = PrometheusData(base, min_step=1, lookback=4, max_points=900)
     data = prom.fleet(900)
-    # 12 (no recording rules are looked for: one-second steps), one for when the data
-    # begins (it is younger than the window), and a second round by node: idle steps,
-    # allocation, time-slicing (device and containers), statistics, the idle container.
-    # (The straggler's evidence is read as its row is shown: ``read_evidence``.)
-    assert data.queries == 18
+    # 13 (no recording rules are looked for: one-second steps; who held what in two, held
+    # and used), one for when the data begins (it is younger than the window), and a second
+    # round by node: idle steps, allocation, time-slicing (device and containers),
+    # statistics, the idle container. (The straggler's evidence is read as its row is
+    # shown: ``read_evidence``.)
+    assert data.queries == 19
     return build_fleet_view(data, bundled_prices()), prom
 
 
