@@ -304,11 +304,11 @@ def test_promql_injection_through_the_namespace_filter_is_harmless(
     prom = PrometheusData(base)
     url = serve(DashboardService(prom, bundled_prices()), 30.0)
     open_page(page, url)
-    # rules looked for, first round, when data begins (none at the window's first step): an
-    # empty fleet needs no second; and the registry's step queries (sent beside the fleet's
-    # from a pool of their own: on a loaded machine they may still be on their way when the
-    # page is drawn, which their sections do not wait for)
-    expected = 14 + min(len(registry.step_queries()), 1)
+    # rules looked for, first round (who held what in two), when data begins (none at the
+    # window's first step): an empty fleet needs no second; and the registry's step queries
+    # (sent beside the fleet's from a pool of their own: on a loaded machine they may still
+    # be on their way when the page is drawn, which their sections do not wait for)
+    expected = 15 + min(len(registry.step_queries()), 1)
     deadline = time.monotonic() + 10.0
     while len(queries) < expected and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -145,12 +145,12 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         at = view.window.end
         assert verdicts(view) == EXPECTED
         # A bounded number of queries: 13 (devices, nodes, means, containers, pods, who held
-        # what (held, used), six rules at the end), one for when the data begins (younger than the window), and a
-        # second round, by node, for the history of what holds now (idle devices and their
-        # nodes' allocation, spinning GPUs, idle containers, the slow-rank candidate's
-        # workload: its containers and its signals). The registry's verdicts (throttled
-        # GPUs, GPU health, MPS) are one more range query, and the slow rank's evidence one
-        # more as its row is shown (``read_evidence``), not counted here.
+        # what (held, used), six rules at the end), one for when the data begins (younger
+        # than the window), and a second round, by node, for the history of what holds now
+        # (idle devices and their nodes' allocation, spinning GPUs, idle containers, the
+        # slow-rank candidate's workload: its containers and its signals). The registry's
+        # verdicts (throttled GPUs, GPU health, MPS) are one more range query, and the slow
+        # rank's evidence one more as its row is shown (``read_evidence``), not counted here.
         assert view.queries == 19
 
         r = "7999ms"  # the rates' range: two lookbacks, less a millisecond
