@@ -68,10 +68,12 @@ def sample_once(loader_result: object) -> Snapshot:
 
 
 def sample_rounds(loader_result: object, rounds: int) -> list[Snapshot]:
-    """``rounds`` snapshots 0.2 s apart, GPM every round."""
+    """``rounds`` snapshots 0.2 s apart, GPM every round (no interval, and no CPU budget:
+    on a loaded machine a slow GPM read would otherwise push the next GPM round past the
+    next snapshot, as the exporter does to keep GPM within its budget)."""
     refcount = pynvml._nvmlLib_refcount
     source = NvmlSource(library_loader=lambda: loader_result, xid_wait_timeout_ms=50,
-                        gpm_interval_seconds=0.0)
+                        gpm_interval_seconds=0.0, gpm_cpu_budget=0.0)
     snapshots = []
     try:
         for i in range(rounds):
