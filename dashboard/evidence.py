@@ -67,11 +67,11 @@ def _row_key(namespace: str, workload: str, ref: GpuRef, kind: str) -> tuple[str
 @dataclass(frozen=True, slots=True)
 class RowEvidence:
     """The evidence of the straggler rows a page shows, read when they are shown
-    (:meth:`__call__`): from ``read`` (the store: the evidence of the given nodes' devices,
-    :attr:`~gpuscope.dashboard.series.FleetData.read_evidence`) for the nodes of the rows'
-    groups alone, so a page reads the evidence of its first rows, not of every workload
-    with a straggler; the rest when they are asked for ("show all rows", the CSV).
-    ``seconds``: how far back the evidence looks."""
+    (:meth:`__call__`): from ``read`` (the evidence of the given nodes' devices: the store's,
+    :attr:`~gpuscope.dashboard.series.FleetData.read_evidence`, or the evidence in hand)
+    for the nodes of the rows' groups alone, so a page reads the evidence of its first rows,
+    not of every workload with a straggler; the rest when they are asked for ("show all
+    rows", the CSV). ``seconds``: how far back the evidence looks."""
 
     report: StragglerReport
     read: Callable[[Collection[str]], Mapping[GpuRef, Evidence]]

@@ -13,9 +13,6 @@ from gpuscope.dashboard import ids
 from gpuscope.dashboard.data.source import DataError, DataSource
 from gpuscope.dashboard.evidence import (
     RowEvidence,
-    _evidence,
-    _group_evidence,
-    _GroupEvidence,
 )
 from gpuscope.dashboard.prices import NodePrice, PriceTable
 from gpuscope.dashboard.scope import clusters, scoped_data, scoped_steps
@@ -25,7 +22,6 @@ from gpuscope.dashboard.series import (
     FleetData,
     GpuInfo,
     GpuRef,
-    GroupKey,
     NodeSummary,
     Window,
     gc_paused,
@@ -543,23 +539,16 @@ def _build_fleet_view(
                        signals=signals, runs=runs, factor=th.straggler_factor,
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
-    evidence_seconds = min(th.straggler_duration, window.seconds)
+    # The evidence of the rows shown, read now (where the store reads it on demand; the
+    # others' when they are asked for), else of every row from the evidence in hand.
+    evidence = RowEvidence(strag, data.read_evidence or (lambda _nodes: data.evidence),
+                           min(th.straggler_duration, window.seconds))
+    straggler_rows = straggler_table(strag, context, device_price)
+    straggler_rows, problem = evidence(
+        straggler_rows, TOP_ROWS if data.read_evidence is not None else len(straggler_rows))
+    problems += [problem] if problem else []
     if data.read_evidence is not None:
-        # The evidence of the rows shown, read now; the others' when they are asked for.
-        row_details[ids.STRAGGLERS_TABLE] = evidence = RowEvidence(
-            strag, data.read_evidence, evidence_seconds)
-        straggler_rows, problem = evidence(
-            straggler_table(strag, context, device_price, lambda s: None), TOP_ROWS)
-        problems += [problem] if problem else []
-    else:
-        groups = {g.key: g for g in strag.groups}
-        group_evidence: dict[GroupKey, _GroupEvidence] = {}
-        for one in strag.stragglers:
-            if one.key not in group_evidence:
-                group_evidence[one.key] = _group_evidence(groups.get(one.key), data.evidence)
-        straggler_rows = straggler_table(
-            strag, context, device_price,
-            lambda s: _evidence(s, group_evidence[s.key], data.evidence, evidence_seconds))
+        row_details[ids.STRAGGLERS_TABLE] = evidence
 
     heatmap, notes = _heatmap(data, fleet, inventory, states, spinning, verdicts)
     notes = (*notes, *problems)

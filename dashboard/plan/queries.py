@@ -526,13 +526,10 @@ class PlanQueries(PrometheusStore):
         ``held_runs_promql``, over :class:`History`); here they are labelled by ``stat``
         and the dense series' forms asked of the nodes listed (split as :func:`_split`).
         Raw range functions over the recorded series (no subquery)."""
-        h = duration(window.end - history_start - EDGE)
-        n = round((window.end - history_start) / RULE_INTERVAL)  # its recorded minutes
         # On a step of several minutes a spinning run that began within the history may
         # begin a step earlier in the steps (a step spins by its signals' means, which its
         # minutes' flags do not say): those are asked on one-minute steps only.
         spins_too = not trailing or math.isclose(window.step, RULE_INTERVAL)
-        r, _ = self._r(window)
         out: dict[str, str] = {}
 
         def stat(expr: str, name: str, signal: str = "") -> str:
@@ -541,13 +538,13 @@ class PlanQueries(PrometheusStore):
             return labelled(expr, "stat", name)
 
         def each(nodes: Collection[str], build: Callable[[History], str]) -> None:
-            for q in _split(sorted(set(nodes)), lambda names: build(
-                    History(h, n, r, node_matchers(names, self.cluster_label),
-                            window.end, trailing))):
+            for q in _split(sorted(set(nodes)), lambda names: build(self._history(
+                    window, history_start, node_matchers(names, self.cluster_label),
+                    trailing))):
                 out[f"runs#{len(out)}"] = q
 
         # The sparse series alone: cheap over the whole fleet.
-        fleet = History(h, n, r, end=window.end, to_end=trailing)
+        fleet = self._history(window, history_start, to_end=trailing)
         parts = {"idle": stat(idle.idle_runs_promql(fleet), "idle")}
         if spins_too:
             parts["spin"] = stat(spinning_runs_promql(fleet), "spin", "utilization")
@@ -571,9 +568,19 @@ class PlanQueries(PrometheusStore):
                   else {"namespace": f'="{escape_label_value(namespace)}"'})
             out[f"runs#{len(out)}"] = " or ".join(
                 stat(q, name) for name, q in
-                straggler_runs_promql(History(h, n, r, ns, window.end)).items())
+                straggler_runs_promql(self._history(window, history_start, ns)).items())
         each(devices, lambda hist: stat(idle.held_runs_promql(hist), "held"))
         return out
+
+    def _history(self, window: Window, history_start: float,
+                 match: Mapping[str, str] | None = None, to_end: bool = False) -> History:
+        """The recorded minutes of ``(history_start, window.end]`` the run summaries read
+        (:class:`History`: the range less a millisecond, its minutes, the last step's
+        range), of the nodes (or namespace) ``match`` names."""
+        r, _ = self._r(window)
+        return History(duration(window.end - history_start - EDGE),
+                       round((window.end - history_start) / RULE_INTERVAL), r,
+                       dict(match or {}), window.end, to_end)
 
     def spinning_means_queries(self, window: Window, history_start: float,
                                nodes: Collection[str], trailing: bool = False
@@ -586,13 +593,9 @@ class PlanQueries(PrometheusStore):
         it, over the run (``spinning_means_promql`` over :class:`History`), labelled
         ``stat="spin"`` and ``signal``. What a spinning device's row shows beyond its
         verdict: asked for the rows the page shows (``FleetData.read_spinning``)."""
-        h = duration(window.end - history_start - EDGE)
-        n = round((window.end - history_start) / RULE_INTERVAL)
-        r, _ = self._r(window)
-
         def build(names: Sequence[str]) -> str:
-            hist = History(h, n, r, node_matchers(names, self.cluster_label), window.end,
-                           trailing)
+            hist = self._history(window, history_start,
+                                 node_matchers(names, self.cluster_label), trailing)
             return " or ".join(labelled(labelled(q, "signal", key), "stat", "spin")
                                for key, q in spinning_means_promql(hist).items())
 

@@ -112,13 +112,13 @@ def idle_gpus(
     whole = runs.idle if runs is not None else {}
     since = runs.idle_from if runs is not None else {}
     steps = runs.steps if runs is not None else ()
-    whole_steps = frozenset(steps)
     whole_held = runs.held if runs is not None else frozenset()
     # The store's runs share a few runs, the history's and those from a later step: each
     # judged once, each device then in O(1) below, as its steps (those from the run's
     # first, sent alone: nothing before it) would give it.
     run_from = runs_from(steps, window, history_start)
     steps_from = tails_from(steps)
+    whole_steps = steps_from(0)
     spun_from = runs.spinning_from if runs is not None else {}
 
     first = steps[0] if steps else None
@@ -129,11 +129,11 @@ def idle_gpus(
         sig = signal.get(ref) or whole.get(ref, "utilization")
         k = since.get(ref, 0) if ref in whole else spun_from.get(ref, 0)
         done = (run_from(k) if runs is not None and series is None
-                  and (allocated is None or ref not in allocated)
-                  and ((ref in whole and not spins)
-                       or (ref not in whole and spins == steps_from(k)
-                           and (known_from is None or known_from.get(ref) in (None, first))))
-                  else None)
+                and (allocated is None or ref not in allocated)
+                and ((ref in whole and not spins)
+                     or (ref not in whole and spins == steps_from(k)
+                         and (known_from is None or known_from.get(ref) in (None, first))))
+                else None)
         if done is not None:
             # Idle, or spinning, at every step of the history (or at every one from a later
             # step), by the store's summary: its run, as the steps below would give

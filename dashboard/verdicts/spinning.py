@@ -276,11 +276,10 @@ def spinning_gpus(
     for ref, means in whole.items():
         run = run_from(runs.spinning_from.get(ref, 0) if runs is not None else 0)
         if run is not None:
-            out[ref] = replace(Spinning(
-                ref=ref, signal="", spinning=holds(run, required),
-                since=run.start, seconds=run.seconds, required_seconds=required,
-                history_seconds=history, utilization=means.get("utilization", 0.0)),
-                **work_means(means))
+            out[ref] = Spinning(
+                ref=ref, spinning=holds(run, required), since=run.start,
+                seconds=run.seconds, required_seconds=required, history_seconds=history,
+                utilization=means.get("utilization", 0.0), **work_means(means))
     for ref, util in signals.utilization.items():
         spins = steps.get(ref)
         if not spins or ref in whole:

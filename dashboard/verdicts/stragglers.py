@@ -524,11 +524,11 @@ def evidence_text(e: StragglerEvidence | None) -> str:
 
 def straggler_rows(report: StragglerReport, ctx: PageContext,
                    device_price: Callable[[GpuRef], float | None],
-                   evidence_of: Callable[[Straggler], StragglerEvidence | None],
                    ) -> tuple[StragglerRow, ...]:
     """The stragglers' rows, dearest group first: each straggler of ``report`` the page
-    shows, with its evidence (``evidence_of``) and its group's GPUs' $/hour (the sum of
-    ``device_price`` over them; None where one's price is unknown)."""
+    shows, with its group's GPUs' $/hour (the sum of ``device_price`` over them; None where
+    one's price is unknown); their evidence not read yet (``evidence.RowEvidence`` reads
+    it)."""
     groups = {g.key: g for g in report.groups}
     prices: dict[GroupKey, float | None] = {}
 
@@ -549,7 +549,7 @@ def straggler_rows(report: StragglerReport, ctx: PageContext,
             gpu=ctx.index(s.gpu), value=s.value, median=s.median,
             since=s.since, seconds=s.seconds, required_seconds=s.required_seconds,
             devices=s.devices, kind=s.kind, signal=s.signal, model=s.model,
-            evidence=evidence_of(s), uuid=s.gpu.uuid, price_per_hour=group_price(s.key),
+            evidence=None, uuid=s.gpu.uuid, price_per_hour=group_price(s.key),
         )
         for s in sorted(report.stragglers, key=lambda s: (
             -(group_price(s.key) or 0.0), s.namespace, s.workload, s.gpu))
