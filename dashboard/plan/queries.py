@@ -81,11 +81,6 @@ class PlanQueries(PrometheusStore):
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}
 
-    @staticmethod
-    def _minutes(window: Window) -> bool:
-        """Whether ``window``'s steps are the recording rules' minutes."""
-        return round(window.step * 1000) == round(RULE_INTERVAL * 1000)
-
     def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
                ) -> Steps:
         return Steps(*self._r(window), rules=rules, match=match)
@@ -126,25 +121,35 @@ class PlanQueries(PrometheusStore):
         def recorded(key: str, by: str) -> str:
             return f"max by ({by}) (last_over_time({RULES[key]}[{r}]))"
 
+        # A step of several minutes meets a recorded rule where each of its minutes did.
+        minutes = max(1, round(window.step / RULE_INTERVAL))
+
+        def every_minute(key: str, by: str) -> str:
+            if minutes == 1:
+                return recorded(key, by)
+            return (f"{recorded(key, by)} and on ({by})"
+                    f" (max by ({by}) (count_over_time({RULES[key]}[{r}])) >= {minutes})")
+
         if rules:
             now = [
                 _stat(recorded("idle", f"{GBY}, signal"), "idle"),
                 _stat(recorded("spin", GBY), "spin"),
                 _stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
-                _stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
-            ]
-            if self._minutes(window):
-                # On one-minute steps, the stragglers' own rules at the end: which groups
-                # can hold one, and which of their devices.
-                # Whether those rules are loaded at all (a rule file older than the page's
-                # records none; then the candidates' steps are asked for, as without the
+                # The stragglers' own rules at the end, beside the candidates: which groups
+                # can hold one, and which of their devices (on a step of several minutes,
+                # those flagged at each of its minutes: the stragglers are judged on the
+                # recorded minutes, as the idle and allocated-idle devices are). Whether
+                # those rules are loaded at all (a rule file older than the page's records
+                # none; then the candidates' steps are asked for, as without the
                 # summaries): the group medians, recorded wherever a workload has two
                 # devices of a model.
-                now[3] = " or ".join([
-                    now[3], _stat(recorded("stalled", MEMBER), "stalled"),
-                    _stat(recorded("slow", f"{MEMBER}, signal"), "slow"),
+                " or ".join([
+                    _stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
+                    _stat(every_minute("stalled", MEMBER), "stalled"),
+                    _stat(every_minute("slow", f"{MEMBER}, signal"), "slow"),
                     _stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
-                         "straggler_rules")])
+                          "straggler_rules")]),
+            ]
         else:
             now = [
                 _stat(" or ".join(idle.idle_promql(st, th)), "idle"),
