@@ -13,7 +13,7 @@ import shutil
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from gpuscope.dashboard.data.promql import any_of, node_matchers, selector
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.rules import RULES
 from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import Runs
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.owners import UNALLOCATED
 from gpuscope.dashboard.views import TOP_ROWS, FleetView, build_fleet_view, page_view
@@ -265,17 +266,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
         # On steps of several minutes (three here, as a 6 h page has six), a finding that met
         # its rule at every recorded minute of the history is summarised too, and gives
         # what the steps give.
-        coarse = PrometheusData(store.url, clock=lambda: stores.end, timeout=120,
-                                max_points=20)
-        coarse_ranges = spy(coarse, "range")
-        coarse_runs = coarse.fleet(WINDOW).runs
-        coarse_stepped = sorted({n for q in coarse_ranges
-                                 if RULES["cutil"] in q or RULES["sm"] in q
-                                 for n in nodes if any_of([n]) in q})
-        summed = every_row(page_view(coarse, WINDOW, bundled_prices()))
-        coarse.summaries = False
-        coarse_steps = page_view(coarse, WINDOW, bundled_prices())
-        coarse.close()
+        coarse_runs, summed, coarse_steps = coarse_pages(store.url, stores.end, nodes)
         lean = lean_view(store.url, stores.end, monkeypatch)
         runs_that_began_within(store.url, stores.end, cut(store))
         # A rule file older than the page (no rules' version recorded, so perhaps none of the
@@ -313,16 +304,7 @@ def test_the_recording_rules_give_the_same_verdicts(stores: Stores, tmp_path: Pa
                  "starved_rows", "share_rows"):
         assert _close([astuple(r) for r in getattr(summed, rows)],
                       [astuple(r) for r in getattr(coarse_steps, rows)]), rows
-    # The stragglers too, from their summaries (no step of their series asked), judged on
-    # the recorded minutes: the same rows, each device's mean over the run the same; the
-    # group's median is the mean of its minutes' medians, not of its steps' (a median of
-    # three-minute means), a little apart on this fleet's noise.
-    assert coarse_runs.stragglers and not coarse_stepped, coarse_stepped
-    assert summed.straggler_rows and len(summed.straggler_rows) == len(
-        coarse_steps.straggler_rows)
-    for a, b in zip(summed.straggler_rows, coarse_steps.straggler_rows, strict=True):
-        assert _close(astuple(replace(a, median=b.median)), astuple(b)), (a, b)
-        assert a.median == pytest.approx(b.median, rel=0.01), (a, b)
+    same_stragglers(summed, coarse_steps)
     for name, found in coarse_steps.findings.items():
         assert _close([astuple(f) for f in summed.findings[name]],
                       [astuple(f) for f in found]), name
@@ -353,7 +335,10 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
         assert prom.rules_loaded(ruled.window) is True
         prom.close()
         lean = lean_view(vm.url, stores.end, monkeypatch)
+        _, summed, coarse_steps = coarse_pages(
+            vm.url, stores.end, {s[2] for s in stores.expected.stragglers})
         runs_that_began_within(vm.url, stores.end, cut(vm))
+    same_stragglers(summed, coarse_steps)
     assert ruled.notes and "recording rules" in ruled.notes[0]
     add_up(ruled)
     assert same_owners(ruled, raw, rel=1e-3) and same_owners(lean, ruled)
@@ -362,6 +347,38 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
     assert verdicts(ruled) == verdicts(raw) == verdicts(lean)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
+
+
+def coarse_pages(url: str, end: float, stragglers: Collection[str]
+                 ) -> tuple[Runs | None, FleetView, FleetView]:
+    """On three-minute steps (as a 6 h page has six): the store's run summaries, the page
+    from them (every row read) and the page from the findings' steps. The stragglers come
+    from their summaries: no step of the ``stragglers`` nodes' containers or work signals is
+    asked for."""
+    coarse = PrometheusData(url, clock=lambda: end, timeout=120, max_points=20)
+    try:
+        ranges = spy(coarse, "range")
+        runs = coarse.fleet(WINDOW).runs
+        stepped = sorted({n for q in ranges if RULES["cutil"] in q or RULES["sm"] in q
+                          for n in stragglers if any_of([n]) in q})
+        summed = every_row(page_view(coarse, WINDOW, bundled_prices()))
+        coarse.summaries = False
+        steps = page_view(coarse, WINDOW, bundled_prices())
+    finally:
+        coarse.close()
+    assert runs is not None and runs.stragglers and not stepped, stepped
+    return runs, summed, steps
+
+
+def same_stragglers(summed: FleetView, steps: FleetView) -> None:
+    """The stragglers judged on the recorded minutes (``summed``, on steps of several
+    minutes) are those of the steps, each device's mean over the run the same; the group's
+    median is the mean of its minutes' medians, not a median of step means: a little apart
+    on the test fleet's noise."""
+    assert summed.straggler_rows and len(summed.straggler_rows) == len(steps.straggler_rows)
+    for a, b in zip(summed.straggler_rows, steps.straggler_rows, strict=True):
+        assert _close(astuple(replace(a, median=b.median)), astuple(b)), (a, b)
+        assert a.median == pytest.approx(b.median, rel=0.01), (a, b)
 
 
 def cut(store: Store) -> Callable[[str, str, float], None]:
