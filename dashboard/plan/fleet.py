@@ -56,11 +56,8 @@ from gpuscope.dashboard.series import (
     gc_paused,
 )
 
-#: An instant query's answer: each series' labels and value.
-Rows = list[tuple[dict[str, str], float]]
 
-
-def _holdings(rows: Rows) -> dict[HoldingKey, Holding]:
+def _holdings(rows: list[tuple[dict[str, str], float]]) -> dict[HoldingKey, Holding]:
     """:meth:`PlanQueries.holdings_query`'s answer, by owner."""
     sums: dict[HoldingKey, list[float]] = {}
     for lab, value in rows:
@@ -128,10 +125,6 @@ class PrometheusData(PlanQueries):
         # (read before the second round's groups need the models).
         summaries: dict[str, NodeSummary] = {}
         inventory = first_res
-        early: dict[str, str] = {}
-        early_res: _Answers | None = None
-        early_shared: set[str] = set()
-        early_pods: set[str] = set()
         # The nodes a finding at the end names (their devices are read with the rules).
         named = now.named()
         lean = self.lean(window, namespace, rules)
@@ -174,15 +167,6 @@ class PrometheusData(PlanQueries):
             named |= {p.node for p in pods.values()
                       if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
             inventory = read_devices(detail_nodes(named, summaries), True)
-            if summarize:
-                # The time-sliced devices' and the input-starved candidates' histories of
-                # the second round, asked now of the nodes and pods the rules name (behind
-                # the inventory, read beside it instead of after it); those who uses what
-                # names beside them are asked in the second round.
-                named_early = self.early_ask(first_res["sharers"], first_res["input_range"])
-                early_shared, early_pods = set(named_early.shared), set(named_early.input)
-                early = self.second_round(window, named_early, namespace, rules)
-                early_res = self._submit(early, window)
         member_rows = (inventory if lean else first_res)["members"]
 
         # Every container in the window (with the rules over their window: on the nodes
@@ -238,9 +222,6 @@ class PrometheusData(PlanQueries):
             # steps only where the summaries do not describe them.
             strag_ask: dict[str, Any] = {} if not now.straggler_rules else {
                 "candidates": (), "slow": ()}
-            if early_res is not None:  # (what the rules did not name)
-                strag_ask.update(shared=set(ask.shared) - early_shared,
-                                 input=set(ask.input) - early_pods)
             more = self.second_round(window, replace(
                 ask, idle=(), spinning=(), held=(), **strag_ask),
                 namespace, rules)
@@ -320,16 +301,6 @@ class PrometheusData(PlanQueries):
             for role, rows in extra_res.all().items():
                 later.setdefault(role, []).extend(rows)
         more.update(extra)
-        if early_res is not None:
-            # Of what was asked early, what who uses what asks: the rows the second round's
-            # own queries would have given.
-            wanted = {"shared": ("node", set(ask.shared)), "containers": ("node", set(ask.shared)),
-                      "stats": ("pod", set(ask.input))}
-            for role, rows in early_res.all().items():
-                label, keep = wanted[role]
-                later.setdefault(role, []).extend(
-                    row for row in rows if row[0].get(label, "") in keep)
-            more.update({f"early {k}": q for k, q in early.items()})
 
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
                            if lab.get("namespace")})
@@ -376,18 +347,6 @@ class PrometheusData(PlanQueries):
             # With the rules, the means of the devices the heatmap draws are read then.
             device_means=partial(self.device_means, window) if rules else None,
         )
-
-    def early_ask(self, sharers: Rows, input_range: Rows) -> FollowUp:
-        """What the second round asks that the rules name before who uses what is read
-        (the lean page): the nodes of the devices ``uuid:gpu_sharers:count1h`` says are
-        time-sliced (``sharers``), and the pods of the containers whose last hour's mean
-        ``container:gpu_input_range:avg1h`` puts in the input-starved range
-        (``input_range``). The second round asks the rest."""
-        th = self.thresholds
-        return FollowUp(
-            shared={lab.get("node", "") for lab, _ in sharers},
-            input={lab.get("pod", "") for lab, v in input_range
-                   if th.input_low <= v <= th.input_high})
 
     def read_spinning(self, window: Window, history_start: float, whole: Collection[str],
                       trailing: Collection[str]) -> dict[GpuRef, dict[str, float]]:

@@ -25,7 +25,6 @@ from gpuscope.dashboard.data.prometheus import CLUSTER_LABEL
 from gpuscope.dashboard.data.promql import any_of, node_matchers, selector
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.rules import RULES
-from gpuscope.dashboard.plan.runs import FollowUp
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import Runs
 from gpuscope.dashboard.verdicts import Thresholds, registry
@@ -336,16 +335,10 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
         assert prom.rules_loaded(ruled.window) is True
         prom.close()
         lean = lean_view(vm.url, stores.end, monkeypatch)
-        half = early_misses(vm.url, stores.end, monkeypatch)
         _, summed, coarse_steps = coarse_pages(
             vm.url, stores.end, {s[2] for s in stores.expected.stragglers})
         runs_that_began_within(vm.url, stores.end, cut(vm))
     same_stragglers(summed, coarse_steps)
-    assert half.kpis == lean.kpis and verdicts(half) == verdicts(lean)
-    for rows in ("starved_rows", "share_rows", "straggler_rows", "allocated_idle_rows"):
-        assert _close([astuple(r) for r in getattr(half, rows)],
-                      [astuple(r) for r in getattr(lean, rows)]), rows
-    assert lean.share_rows and any(r.kind == "input-starved" for r in lean.starved_rows)
     assert ruled.notes and "recording rules" in ruled.notes[0]
     add_up(ruled)
     assert same_owners(ruled, raw, rel=1e-3) and same_owners(lean, ruled)
@@ -354,41 +347,6 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
     assert verdicts(ruled) == verdicts(raw) == verdicts(lean)
     assert ruled.kpis.mean_utilization == pytest.approx(raw.kpis.mean_utilization, abs=1e-3)
     assert lean.kpis.mean_utilization == pytest.approx(ruled.kpis.mean_utilization, rel=1e-9)
-
-
-def early_misses(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetView:
-    """The lean page where the rules name only every other time-sliced node and input
-    candidate's pod (``early_ask``: asked beside the inventory): who uses what names the
-    rest, asked in the second round. Its page must be the whole one's."""
-    real = PrometheusData.early_ask
-    seen: list[FollowUp] = []
-
-    def half(self: PrometheusData, *rows: Any) -> FollowUp:
-        named = real(self, *rows)
-        seen.append(named)
-        return replace(named, shared=sorted(named.shared)[::2], input=sorted(named.input)[::2])
-
-    monkeypatch.setattr(PrometheusData, "early_ask", half)
-    asked = spy_class(monkeypatch, "second_round")
-    view = lean_view(url, end, monkeypatch)
-    monkeypatch.setattr(PrometheusData, "early_ask", real)
-    assert len(seen) == 1 and len(seen[0].shared) >= 2 and len(seen[0].input) >= 2, seen
-    late = [a for a in asked if a.shared or a.input][1:]  # after the early ask
-    assert late and set(late[0].shared) and set(late[0].input), late
-    return view
-
-
-def spy_class(monkeypatch: pytest.MonkeyPatch, method: str) -> list[FollowUp]:
-    """The ``FollowUp`` each call of ``PrometheusData.method`` is given, from now on."""
-    real = getattr(PrometheusData, method)
-    seen: list[FollowUp] = []
-
-    def call(self: PrometheusData, window: Any, ask: FollowUp, *args: Any, **kw: Any) -> Any:
-        seen.append(ask)
-        return real(self, window, ask, *args, **kw)
-
-    monkeypatch.setattr(PrometheusData, method, call)
-    return seen
 
 
 def coarse_pages(url: str, end: float, stragglers: Collection[str]
