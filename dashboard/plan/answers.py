@@ -32,9 +32,9 @@ WorkloadKey = tuple[str, str, str]
 class Now:
     """What holds at the window's end (the first round's ``now``): the idle, spinning and
     silent devices, the allocated-idle containers (and their nodes), the straggler
-    candidates' workloads (``slow``: by the slow-rank rule), and with the rules on one-minute
-    steps the devices the stragglers' rules flag, by group, and whether those rules are
-    loaded at all."""
+    candidates' workloads (``slow``: by the slow-rank rule), and with the rules the devices
+    the stragglers' rules flag (at each minute of the last step), by group, and whether
+    those rules are loaded at all."""
 
     idle: set[GpuRef] = field(default_factory=set)
     spin: set[GpuRef] = field(default_factory=set)

@@ -91,8 +91,9 @@ class PlanQueries(PrometheusStore):
         end. Every verdict needs its condition at the latest step (a trailing run), so the
         server applies each rule to that step over the whole fleet (one step) and sends back
         only what meets it (``now``: idle, spinning, throttled devices, allocated-idle
-        containers, straggler candidates' workloads and, on one-minute steps with the
-        rules, the stragglers' devices, devices with nothing to judge them by), beside who
+        containers, straggler candidates' workloads and, with the rules, the stragglers'
+        devices (on a step of several minutes, those flagged at each of its minutes),
+        devices with nothing to judge them by), beside who
         is where (devices, nodes, pods, containers in the window, each container with its
         raw mean: the input-starved candidates) and each device's window mean.
         :meth:`second_round` then asks the history of what was singled out, by node. No
@@ -525,7 +526,7 @@ class PlanQueries(PrometheusStore):
         minute, so ``n`` samples are the ``n`` minutes; a faster scrape gives more, and the
         steps are asked for), allocated-idle containers (their means), and
         (``stragglers``; of ``namespace`` where given) the stalled and slow devices with
-        their means, and their groups' medians' means over the same steps. Each form is its
+        their means, and their groups' medians' means over the same minutes. Each form is its
         verdict module's (``idle_runs_promql``, ``spinning_runs_promql``,
         ``held_idle_runs_promql``, ``straggler_runs_promql``,
         ``held_runs_promql``, over :class:`History`); here they are labelled by ``stat``
