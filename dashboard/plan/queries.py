@@ -522,9 +522,9 @@ class PlanQueries(PrometheusStore):
         signal), spinning devices (their utilization's mean; their other signals' means are
         :meth:`spinning_means_queries`', asked for the rows shown), how many of
         those minutes a container held each idle or spinning device on ``devices`` nodes
-        (all of them, or the steps are asked for: a scrape every minute gives one sample a
-        minute, so ``n`` samples are the ``n`` minutes; a faster scrape gives more, and the
-        steps are asked for), allocated-idle containers (their means), and
+        (all of them, or the steps are asked for; counted on the recorded minutes of
+        ``container:gpu_held_share:max1m``, whatever the scrape interval), allocated-idle
+        containers (their means), and
         (``stragglers``; of ``namespace`` where given) the stalled and slow devices with
         their means, and their groups' medians' means over the same minutes. Each form is its
         verdict module's (``idle_runs_promql``, ``spinning_runs_promql``,

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.promql import selector
 from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, History, Steps
 from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
@@ -601,11 +600,14 @@ def idle_runs_promql(hist: History) -> str:
 
 
 def held_runs_promql(hist: History) -> str:
-    """With the recording rules: how many of the history's samples of
-    ``container_gpu_allocated`` (one a step at a one-minute scrape) each device idle or
-    spinning at the end has (:attr:`~..series.Runs.held` where it has all), for the waste
-    split."""
-    held = selector("container_gpu_allocated", {**hist.match, "namespace": NOT_EMPTY})
+    """With the recording rules: in how many of the history's recorded minutes a container
+    held each device idle or spinning at the end (:attr:`~..series.Runs.held` where it is
+    all of them), for the waste split. Counted on the recorded
+    ``container:gpu_held_share:max1m`` (a sample a minute for each container holding a
+    device, whatever the scrape interval), not on ``container_gpu_allocated``'s samples (as
+    many a minute as scrapes: on a 15-s scrape four, so no device came out held at every
+    minute, and every idle device's allocation was asked step by step)."""
+    held = hist.sel("held_share")
     return (f"max by (node, uuid) (count_over_time({held}[{hist.h}])) and on (node, uuid)"
             f" (last_over_time({hist.sel('idle')}[{hist.r}])"
             f" or last_over_time({hist.sel('spin')}[{hist.r}]))")

@@ -515,3 +515,35 @@ def test_beyond_the_raw_size_the_page_says_how_to_load_the_rules(
         assert not [n for n in prom.fleet(WINDOW).notes if "recording rules" in n]
     finally:
         prom.close()
+
+
+def test_a_faster_scrape_is_summarised_too(tmp_path: Path) -> None:
+    """Scraped every 15 s (four samples a minute), with the rules recorded by vmalert: the
+    idle devices held at every recorded minute come as the store's summary (``Runs.held``:
+    the recorded minutes, ``container:gpu_held_share:max1m``, not the raw samples), no
+    device's allocation is asked step by step, and the page is that of the steps and has
+    the planted verdicts."""
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    fleet = F.Fleet(F.Shape(40, 15.0, WINDOW, end))
+    with start_victoriametrics() as vm:
+        F.import_victoriametrics(fleet, vm)
+        replay_rules(vm, fleet.shape.start, end, tmp_path)
+        prom = PrometheusData(vm.url, clock=lambda: end, timeout=120)
+        try:
+            ranges = spy(prom, "range")
+            runs = prom.fleet(WINDOW).runs
+            asked = list(ranges)
+            summed = every_row(page_view(prom, WINDOW, bundled_prices()))
+            prom.summaries = False
+            steps = page_view(prom, WINDOW, bundled_prices())
+        finally:
+            prom.close()
+    assert runs is not None and runs.held and runs.idle, runs
+    assert not [q for q in asked if "container_gpu_allocated" in q], asked
+    assert summed.kpis.idle_nodes and summed.kpis.allocated_idle, summed.kpis
+    assert summed.kpis == steps.kpis
+    for rows in ("idle_rows", "spinning_rows", "allocated_idle_rows", "slice_rows",
+                 "starved_rows", "share_rows", "straggler_rows"):
+        assert _close([astuple(r) for r in getattr(summed, rows)],
+                      [astuple(r) for r in getattr(steps, rows)]), rows
+    assert verdicts(summed) == expected(F.expected(fleet.plan))
