@@ -58,7 +58,7 @@ from gpuscope.dashboard.series import (
 
 
 def _holdings(rows: list[tuple[dict[str, str], float]]) -> dict[HoldingKey, Holding]:
-    """:meth:`PlanQueries.holdings_query`'s answer, by owner."""
+    """:meth:`PlanQueries.holdings_queries`' answers, by owner."""
     sums: dict[HoldingKey, list[float]] = {}
     for lab, value in rows:
         if not math.isfinite(value):

@@ -57,6 +57,19 @@ from gpuscope.dashboard.verdicts.spinning import (
 from gpuscope.dashboard.verdicts.stragglers import straggler_runs_promql
 
 
+def _step_minutes(window: Window) -> int:
+    """The recorded minutes in one of ``window``'s steps (at least one)."""
+    return max(1, round(window.step / RULE_INTERVAL))
+
+
+def every_minute(rec: str, by: str, fn: str, r: str, minutes: int) -> str:
+    """The sparse recorded series ``rec`` (a selector) over a step's range ``r`` (``fn``,
+    aggregated ``by``) where it has a sample at each of the step's ``minutes``: a step of
+    several minutes meets a recorded rule where each of its minutes did."""
+    return (f"max by ({by}) ({fn}({rec}[{r}])) and on ({by})"
+            f" (count_over_time({rec}[{r}]) >= {minutes})")
+
+
 class PlanQueries(PrometheusStore):
     """The store, with the fleet page's thresholds (None: the defaults) and its queries."""
 
@@ -122,14 +135,13 @@ class PlanQueries(PrometheusStore):
         def recorded(key: str, by: str) -> str:
             return f"max by ({by}) (last_over_time({RULES[key]}[{r}]))"
 
-        # A step of several minutes meets a recorded rule where each of its minutes did.
-        minutes = max(1, round(window.step / RULE_INTERVAL))
+        minutes = _step_minutes(window)
 
-        def every_minute(key: str, by: str) -> str:
+        def at_end(key: str, by: str) -> str:
+            """The sparse series ``key`` at the last step: at each of its minutes."""
             if minutes == 1:
                 return recorded(key, by)
-            return (f"{recorded(key, by)} and on ({by})"
-                    f" (max by ({by}) (count_over_time({RULES[key]}[{r}])) >= {minutes})")
+            return every_minute(RULES[key], by, "last_over_time", r, minutes)
 
         if rules:
             now = [
@@ -146,8 +158,8 @@ class PlanQueries(PrometheusStore):
                 # devices of a model.
                 " or ".join([
                     _stat(recorded("candidates", "namespace, workload, kind"), "candidate"),
-                    _stat(every_minute("stalled", MEMBER), "stalled"),
-                    _stat(every_minute("slow", f"{MEMBER}, signal"), "slow"),
+                    _stat(at_end("stalled", MEMBER), "stalled"),
+                    _stat(at_end("slow", f"{MEMBER}, signal"), "slow"),
                     _stat(f"count(last_over_time({RULES['stalled_median']}[{r}]))",
                           "straggler_rules")]),
             ]
@@ -400,12 +412,10 @@ class PlanQueries(PrometheusStore):
 
         if rules:
             # Every minute of the step met the rule (a step of several minutes).
-            minutes = max(1, round(window.step / RULE_INTERVAL))
+            minutes = _step_minutes(window)
 
             def sparse(st: Steps, key: str, by: str, fn: str) -> str:
-                rec = st.sel(RULES[key])
-                return (f"max by ({by}) ({fn}({rec}[{r}])) and on ({by})"
-                        f" (count_over_time({rec}[{r}]) >= {minutes})")
+                return every_minute(st.sel(RULES[key]), by, fn, r, minutes)
 
             for role, key, nodes, by, fn in (
                     ("idle_steps", "idle", ask.idle, f"{GBY}, signal", "max_over_time"),
