@@ -332,19 +332,19 @@ def timing(module: Any, name: str, into: list[float]) -> Iterator[None]:
 
 def holdings_cost(store: Store, source: PrometheusData, window_seconds: float, runs: int
                   ) -> dict[str, Any]:
-    """The page's ``holdings`` query (:meth:`PrometheusData.holdings_query`, from the
-    recording rules where the page reads them) sent alone as the page sends it (an instant
-    query at the window's end), ``runs`` times after a warm-up: the medians of its wall time
-    (the answer decoded and keyed, as the page reads it) and of the store's CPU, and the rows
-    it answers."""
+    """The page's ``holdings`` queries (:meth:`PrometheusData.holdings_queries`, held and
+    used, from the recording rules where the page reads them) sent alone as the page sends
+    them (instant queries at the window's end, one after the other), ``runs`` times after a
+    warm-up: the medians of their wall time (the answers decoded and keyed, as the page
+    reads them) and of the store's CPU, and the rows they answer."""
     window = source.window(window_seconds)
     rules, _ = source._check_rules(window)
-    promql = source.holdings_query(window, rules)
+    queries = source.holdings_queries(window, rules)
     walls, cpus, rows = [], [], 0
     for _ in range(runs + 1):
         cpu = store.cpu_seconds()
         began = time.perf_counter()
-        rows = len(source.instant(promql, window.end))
+        rows = sum(len(source.instant(promql, window.end)) for promql in queries)
         walls.append(time.perf_counter() - began)
         cpus.append(store.cpu_seconds() - cpu)
     return {"holdings_query_s": round(statistics.median(walls[1:]), 4),
@@ -518,7 +518,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
               + ", ".join(f"{key.removeprefix('section-')} {t * 1000:.1f} ms"
                           for key, t in result["render_parts_s"].items()), flush=True)
         print(f"{store.kind} showback (median of {args.runs}): showback() "
-              f"{result['showback_s'] * 1000:.1f} ms of the analysis; the holdings query alone "
+              f"{result['showback_s'] * 1000:.1f} ms of the analysis; the holdings queries alone "
               f"{result['holdings_query_s']:.3f}s, {result['holdings_query_cpu_s']:.2f} CPU-s "
               f"of the store, {result['holdings_rows']:,} rows "
               f"({'recorded' if result['holdings_from_rules'] else 'raw'})", flush=True)

@@ -230,10 +230,6 @@ class PlanQueries(PrometheusStore):
                                 f"[{whole}:{s}]))")
         return out
 
-    def holdings_query(self, window: Window, rules: bool) -> str:
-        """:meth:`holdings_queries` as one query (``or``)."""
-        return " or ".join(self.holdings_queries(window, rules))
-
     def holdings_queries(self, window: Window, rules: bool) -> list[str]:
         """Who held what over ``window`` (:meth:`Steps.holdings`), summed over its steps
         after its start (a range half a step short of the window: both stores then take the
