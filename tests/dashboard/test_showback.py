@@ -10,13 +10,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from gpuscope.dashboard import components, fmt, ids, sections
 from gpuscope.dashboard.data import EmbeddedData
-from gpuscope.dashboard.demo import DemoFleet
+from gpuscope.dashboard.demo import DEMO_SCRAPE_INTERVAL, DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import GpuRef, Holding, HoldingKey
 from gpuscope.dashboard.service import DashboardService
@@ -109,9 +110,14 @@ def registry_rows(rows: tuple[OwnerCost, ...]) -> list[Row]:
 @pytest.fixture(scope="module")
 def demo_store() -> Iterator[EmbeddedData]:
     fleet = DemoFleet()
+    began = time.time()  # the fleet's clock started before this
     store = EmbeddedData(fleet.start(), interval=5.0, extra_metrics=registry.step_metrics())
     fleet.backfill(store)
     store.scrape_once()
+    # The past's first sample is one interval after the hour before the fleet began: a page
+    # of the last hour asked sooner than that after the start (a fast machine backfills in
+    # less) has a history a little short of an hour, and its owners' hours with it.
+    time.sleep(max(0.0, began + DEMO_SCRAPE_INTERVAL - time.time()))
     yield store
     fleet.stop()
     store.close()
