@@ -417,12 +417,16 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     # it allocated (read between pages, outside the timings): a page that meets a collection
     # of a big heap is the slow one (docs/benchmarks.md, ninth and tenth passes).
     cpu, go = [store.cpu_seconds()], [store.go_counters()]
+    # Per page, what its answers brought: bytes of JSON and series (item 3 of issue 29: what
+    # the page receives should not grow with the nodes that have findings).
+    received: list[tuple[int, int]] = []
     try:
         with timing(views, "showback", shows):
             for _ in range(args.runs + 1):  # the first run warms the store's caches
                 # As DashboardService computes a view: both under one pause of the garbage
                 # collector (what it then collects is in the rendering's time).
                 with gc_paused():
+                    got = (source.answer_bytes_total, source.answer_series_total)
                     t0 = time.perf_counter()
                     shown = source.window(args.window)
                     steps = pool.submit(source.step_series, registry.step_queries(),
@@ -430,6 +434,8 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                     data = source.fleet(args.window, args.namespace, shown)
                     answers = steps.result()
                     t1 = time.perf_counter()
+                    received.append((source.answer_bytes_total - got[0],
+                                     source.answer_series_total - got[1]))
                     view = build_fleet_view(data, prices, None, args.namespace, answers,
                                             args.cluster)
                     queries, runs = data.queries, data.runs
@@ -471,6 +477,8 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                 "held_idle": len(runs.held_idle), "held_idle_from": len(runs.held_idle_from),
                 "stragglers": len(runs.stragglers)},
             queries_fleet=queries, first_fetch_s=fetch[0],
+            # What the last page's answers brought (every page asks the same).
+            received_mib=round(received[-1][0] / 2**20, 1), received_series=received[-1][1],
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
             render_s=statistics.median(render[1:]),
             # Each run's whole page: a store's garbage collector makes some pages much
@@ -507,8 +515,9 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
               f"queries {result['fetch_s']:.2f}s, analysis {result['analysis_s']:.2f}s, "
               f"rendering {result['render_s']:.2f}s; load average (1 min) "
               f"{result['load_1m_before']:.2f} before, {result['load_1m_after']:.2f} after; "
-              f"whole pages {min(result['page_s']):.2f}-{max(result['page_s']):.2f}s",
-              flush=True)
+              f"whole pages {min(result['page_s']):.2f}-{max(result['page_s']):.2f}s; "
+              f"received {result['received_mib']:.1f} MiB of JSON, "
+              f"{result['received_series']:,} series a page", flush=True)
         print(f"{store.kind} each page (the store's CPU, collections, allocation): " + ", ".join(
             f"{t:.2f}s ({c:.1f} CPU-s, {'?' if n is None else n} GC, "
             f"{'?' if a is None else a} MiB)" for t, c, n, a in zip(

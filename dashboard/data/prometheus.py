@@ -239,6 +239,11 @@ class PrometheusStore:
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql")
         self.queries_total = 0
+        # What the answers brought: their JSON's bytes and their series (a range query's
+        # series with all its points): what a page costs to receive and read
+        # (bench/dashboard_bench.py reports them per page).
+        self.answer_bytes_total = 0
+        self.answer_series_total = 0
         self._lock = threading.Lock()
         # The fleet pages' queries: at most MAX_IN_FLIGHT at once, whichever page sends
         # them, started in the order sent (a pool of that many threads takes its queue in
@@ -262,7 +267,17 @@ class PrometheusStore:
         with self._lock:
             self.queries_total += 1
         decode = _DECODE_RANGE if path.endswith("query_range") else _DECODE_INSTANT
-        return self._client.post_form(path, params, decode=decode)
+
+        def counted(raw: bytes) -> Any:
+            out = decode(raw)
+            data = out.get("data") if isinstance(out, dict) else None
+            result = data.get("result") if isinstance(data, dict) else None
+            with self._lock:
+                self.answer_bytes_total += len(raw)
+                self.answer_series_total += len(result) if isinstance(result, list) else 0
+            return out
+
+        return self._client.post_form(path, params, decode=counted)
 
     def instant(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
         # ``nocache=1``: VictoriaMetrics moves an instant query at a time less than

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from gpuscope.dashboard.data import InvalidFilter, selector
+from gpuscope.dashboard.data import DataError, InvalidFilter, selector
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
@@ -217,4 +217,29 @@ def test_injection_is_escaped_against_a_real_prometheus(fleet: str) -> None:
     assert prom.queries_total == 0
     narrowed = page_view(prom, 900, bundled_prices(), namespace="serve")
     assert [r.pod for r in narrowed.starved_rows] == ["rerank"]
+    prom.close()
+
+
+def test_what_the_answers_brought_is_counted(fleet: str) -> None:
+    """The store counts its answers' bytes and series (what a page costs to receive): a
+    range query's series once each, whatever its points; a query the store refuses adds
+    nothing."""
+    base = fleet
+    prom = PrometheusData(base, min_step=1, lookback=4, max_points=900)
+    query = 'container_gpu_utilization_ratio{namespace!=""}'
+    at = prom.window(60).end
+    rows = prom.instant(query, at)
+    expected = promql(base, query, at)
+    assert len(rows) == len(expected) == prom.answer_series_total >= 3
+    first = prom.answer_bytes_total
+    # Every series' labels came in the bytes counted.
+    assert first > sum(len(r["metric"]["uuid"]) for r in expected)
+    series = prom.range(query, prom.window(60))
+    assert all(len(s.times) > 1 for _, s in series)
+    assert prom.answer_series_total == len(rows) + len(series)
+    assert prom.answer_bytes_total > first
+    counted = (prom.answer_bytes_total, prom.answer_series_total)
+    with pytest.raises(DataError):
+        prom.instant("sum(", at)
+    assert (prom.answer_bytes_total, prom.answer_series_total) == counted
     prom.close()
