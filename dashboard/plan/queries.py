@@ -429,18 +429,35 @@ class PlanQueries(PrometheusStore):
         each("allocated", ask.idle_nodes, lambda st: (
             f"max by (node, uuid) (max_over_time("
             f"{st.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}[{r}]))"))
-        each("shared", ask.shared, lambda st: (
-            f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"))
+        at = f"{window.end:.3f}"
 
-        def containers(st: Steps) -> str:
+        def shared_only(st: Steps) -> str:
+            """The devices two containers or more used in the window (the first round's
+            ``members``' sharing, read once at its end: ``@``), on the nodes listed: of a
+            node with one time-sliced device, its other devices' steps are not sent."""
+            cutil = st.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
+            return (f" and on (node, uuid) (count by (node, uuid)"
+                    f" (last_over_time({cutil}[{w}] @ {at})) >= 2)")
+
+        each("shared", ask.shared, lambda st: (
+            f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"
+            + shared_only(st)))
+
+        def containers(st: Steps, only_shared: bool = False) -> str:
+            steps = st.cutil() + (shared_only(st) if only_shared else "")
             if namespace is None:
-                return st.cutil()
+                return steps
             mine = selector("container_gpu_utilization_ratio", st.match, namespace=namespace)
-            return (f"{st.cutil()} and on (node, uuid)"
+            return (f"{steps} and on (node, uuid)"
                     f" max by (node, uuid) (max_over_time({mine}[{r}]))")
 
-        each("containers", set(ask.shared) | set(ask.candidates), containers)
-        at = f"{window.end:.3f}"
+        # Every container of the candidates' nodes (a straggler group's devices), those on
+        # the time-sliced devices alone elsewhere.
+        each("containers", set(ask.candidates), containers)
+        shared_rest = set(ask.shared) - set(ask.candidates)
+        for i, q in enumerate(_split(sorted(shared_rest), lambda names: containers(
+                Steps(r, rr, rules, node_matchers(names, self.cluster_label)), True))):
+            out[f"containers#s{i}"] = q
 
         def spinning(st: Steps) -> str:
             # With the rules, only the devices spinning at the end (of the nodes listed,
