@@ -51,6 +51,10 @@ RULES = {
     # Who held what (the showback): per node, namespace, workload (and MIG slice), the
     # devices held (a time-slice's holder 1/n of its GPU) and the use of them, each minute.
     "held_share": "container:gpu_held_share:max1m",
+    # The idle or spinning devices a container held in the minute (sparse): what the page
+    # counts over the history for the waste split, reading the idle devices' series alone
+    # instead of every holder's.
+    "idle_held": "uuid:gpu_idle_held:count1m",
     "held": "workload:gpu_held:sum1m",
     "used": "workload:gpu_used:sum1m",
     "version": "gpuscope:dashboard_rules:version",
@@ -61,7 +65,7 @@ RULES = {
 #: leaves the page to the raw series instead of to a silent gap. The series carries the
 #: thresholds the rules were made for (label ``thresholds``: ``Thresholds.key``): the page
 #: reads only rules made for its own.
-RULES_VERSION = 5
+RULES_VERSION = 6
 RULE_INTERVAL = 60.0
 #: The rules' windows: a minute for gauges, two for counters (a rate needs two samples, and a
 #: one-minute scrape gives one per minute).

@@ -80,6 +80,7 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         (RULES["work_median"], stragglers.work_median_promql(rec, th)),
         (RULES["slow"], stragglers.slow_promql(rec, th)),
         (RULES["held_share"], raw.held_share()),
+        (RULES["idle_held"], idle.idle_held_promql(rec)),
         (RULES["held"], rec.holdings()),
         (RULES["used"], rec.holdings(used=True)),
         (RULES["node_gpus"], f"count by (node) ({WHOLE_GPUS})"),

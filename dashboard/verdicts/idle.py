@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, History, Steps
+from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, RULES, History, Steps
 from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
@@ -599,15 +599,28 @@ def idle_runs_promql(hist: History) -> str:
     return f"{form} unless on (node, uuid) count_over_time({hist.sel('spin')}[{hist.h}])"
 
 
+def idle_held_promql(st: Steps) -> str:
+    """The recording rule ``uuid:gpu_idle_held:count1m``: the devices idle or spinning in
+    the minute (their recorded flags) that a container held in it
+    (``container:gpu_held_share:max1m``), with how many held them; sparse."""
+    held = f"count by (node, uuid) (last_over_time({st.sel(RULES['held_share'])}[{st.r}]))"
+    return (f"{held} and on (node, uuid) (last_over_time({st.sel(RULES['idle'])}[{st.r}])"
+            f" or last_over_time({st.sel(RULES['spin'])}[{st.r}]))")
+
+
 def held_runs_promql(hist: History) -> str:
     """With the recording rules: in how many of the history's recorded minutes a container
     held each device idle or spinning at the end (:attr:`~..series.Runs.held` where it is
-    all of them), for the waste split. Counted on the recorded
-    ``container:gpu_held_share:max1m`` (a sample a minute for each container holding a
-    device, whatever the scrape interval), not on ``container_gpu_allocated``'s samples (as
-    many a minute as scrapes: on a 15-s scrape four, so no device came out held at every
-    minute, and every idle device's allocation was asked step by step)."""
-    held = hist.sel("held_share")
+    all of them), for the waste split: the minutes of ``uuid:gpu_idle_held:count1m`` (the
+    idle or spinning devices held in the minute), a sparse series of those devices alone,
+    so that one query over the fleet reads no holder of a busy device. Where a device was
+    idle or spinning at every minute, as a summarised finding is, these are the minutes it
+    was held; elsewhere fewer, and its allocation's steps are asked as before. Counted on
+    the recorded minutes, whatever the scrape interval (not on
+    ``container_gpu_allocated``'s samples: on a 15-s scrape four a minute, so no device
+    came out held at every minute, and every idle device's allocation was asked step by
+    step)."""
+    held = hist.sel("idle_held")
     return (f"max by (node, uuid) (count_over_time({held}[{hist.h}])) and on (node, uuid)"
             f" (last_over_time({hist.sel('idle')}[{hist.r}])"
             f" or last_over_time({hist.sel('spin')}[{hist.r}]))")
