@@ -298,8 +298,15 @@ def gpu_states(
     out: dict[GpuRef, str] = {}
     for infos in fleet.by_node.values():
         for info in infos:
-            parts = slices.get(info.ref)
-            refs = [s.ref for s in parts] if parts else [info.ref]
+            ref = info.ref
+            parts = slices.get(ref)
+            if not parts:  # a GPU not in MIG mode (most): its own verdict alone
+                v = verdicts.get(ref)
+                out[ref] = ("spinning" if ref in spinning else
+                            "no data" if (v is None or not v.has_data) and ref not in reporting
+                            else "idle" if v is not None and v.idle else "busy")
+                continue
+            refs = [s.ref for s in parts]
             found = [verdicts.get(r) for r in refs]
             if info.ref in spinning:
                 out[info.ref] = "spinning"
@@ -322,10 +329,15 @@ def idle_nodes(
     slices, shares = fleet.slices, fleet.shares
     out: dict[str, NodeIdle] = {}
     for node, infos in fleet.by_node.items():
-        parts = [_gpu_part(info, verdicts, slices, shares) for info in infos]
-        if not parts or any(p is None for p in parts):
+        # Most nodes have a busy GPU: the first one not idle ends the node's test.
+        idle: list[_Part] = []
+        for info in infos:
+            part = _gpu_part(info, verdicts, slices, shares)
+            if part is None:
+                break
+            idle.append(part)
+        if not idle or len(idle) < len(infos):
             continue
-        idle = [p for p in parts if p is not None]
         out[node] = NodeIdle(
             node=node,
             gpus=len(idle),
