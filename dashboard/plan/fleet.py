@@ -145,10 +145,13 @@ class PrometheusData(PlanQueries):
             first_res.add(self._submit(numbers, window))
         # The summaries need only what holds at the end and when data begins: sent now,
         # while the store still computes who is where (the heaviest answers of the round).
+        # The idle devices' whole runs came in ``now`` where the history is the one it
+        # assumed (the store older than the window).
+        idle_in_now = hs == self.assumed_start(window)
         run_q = self.run_queries(
             window, hs, devices={g.node for g in idle_now | spin_now}, held=bool(held_refs),
-            stragglers=bool(flagged),
-            namespace=namespace) if summarize else {}
+            stragglers=bool(flagged), namespace=namespace,
+            idle_runs=not idle_in_now) if summarize else {}
         answers = self._submit(run_q, window)  # the second round joins these
 
         pods = pod_infos(first_res["pods"])
@@ -232,6 +235,9 @@ class PrometheusData(PlanQueries):
             # while the store computes the rest.
             rows = answers["runs"]
             minutes = round((window.end - hs) / RULE_INTERVAL)
+            if idle_in_now:
+                rows = [*rows, *((lab, v) for lab, v in first_res["now"]
+                                 if lab.get("stat") == "idle" and round(v) == minutes)]
             runs = _FullRuns.parse(rows, window, steps, minutes)
             left = runs.fallback(idle_now, spin_now, held_refs)
             if left.idle or left.held or (left.spinning and steps == minutes):

@@ -145,7 +145,10 @@ class PlanQueries(PrometheusStore):
 
         if rules:
             now = [
-                _stat(recorded("idle", f"{GBY}, signal"), "idle"),
+                # With how many minutes each was idle: the run summaries of those idle
+                # at every one (where the history is the one assumed, as it usually is).
+                _stat(idle.idle_now_promql(self._history(window, self.assumed_start(window))),
+                      "idle"),
                 _stat(recorded("spin", GBY), "spin"),
                 _stat(recorded("held_idle", f"{CBY}, signal"), "held_idle"),
                 # The stragglers' own rules at the end, beside the candidates: which groups
@@ -531,7 +534,8 @@ class PlanQueries(PrometheusStore):
     def run_queries(self, window: Window, history_start: float,
                     devices: Collection[str] = (),
                     held: bool = True, stragglers: bool = False,
-                    namespace: str | None = None, trailing: bool = False) -> dict[str, str]:
+                    namespace: str | None = None, trailing: bool = False,
+                    idle_runs: bool = True) -> dict[str, str]:
         """With the recording rules: each finding whose sparse series has a sample at every
         recorded minute of the history (``(history_start, end]``), summarised in one number,
         instead of its steps (a whole fleet's idle and spinning devices would be hundreds
@@ -568,7 +572,9 @@ class PlanQueries(PrometheusStore):
 
         # The sparse series alone: cheap over the whole fleet.
         fleet = self._history(window, history_start, to_end=trailing)
-        parts = {"idle": stat(idle.idle_runs_promql(fleet), "idle")}
+        # (The idle devices' whole runs are the first round's ``now`` where its history was
+        # this one: ``idle_runs`` False.)
+        parts = {"idle": stat(idle.idle_runs_promql(fleet), "idle")} if idle_runs else {}
         if spins_too:
             parts["spin"] = stat(spinning_runs_promql(fleet), "spin", "utilization")
         if held:
@@ -699,6 +705,12 @@ class PlanQueries(PrometheusStore):
         the window's start: one rate range before its first step's end (see
         :meth:`_history_start`)."""
         return window.start - max(window.step, 2 * self.lookback) + window.step
+
+    def assumed_start(self, window: Window) -> float:
+        """Where the verdicts' history begins when data reaches back far enough (the store
+        is older than the window, as it usually is): the first round's ``now`` counts the
+        idle devices' minutes over it, before the round says where data begins."""
+        return self._history_start(window, self._full_history_at(window))
 
     def _history_start(self, window: Window, first: float | None) -> float:
         """Where the verdicts' history begins: a rate over the range r is the mean over r

@@ -597,6 +597,18 @@ def silent_promql(st: Steps) -> str:
             f" unless on (node, uuid) {st.active('sm')}")
 
 
+def idle_now_promql(hist: History) -> str:
+    """With the recording rules: the devices idle at the end (a sample in the last step,
+    by the signal they were judged by; the first round's ``now``), each with how many of
+    the history's recorded minutes it was idle in: where that is all of them, the run
+    summary :func:`idle_runs_promql` gives (:attr:`~..series.Runs.idle`), so that the page
+    need not ask it again."""
+    by = f"{GBY}, signal"
+    idle = hist.sel("idle")
+    return (f"max by ({by}) (count_over_time({idle}[{hist.h}]))"
+            f" and max by ({by}) (last_over_time({idle}[{hist.r}]))")
+
+
 def idle_runs_promql(hist: History) -> str:
     """With the recording rules: the devices idle at the end whose idle minutes run without
     a gap from their first in the history to the end (:meth:`~..data.recorded.History.
