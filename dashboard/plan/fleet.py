@@ -308,8 +308,8 @@ class PrometheusData(PlanQueries):
                 later.setdefault(role, []).extend(rows)
         more.update(extra)
 
-        containers.update({_cref(lab): s for lab, s in later.get("containers", [])
-                           if lab.get("namespace")})
+        containers.update({_cref(lab): s for role in ("containers", "shared_containers")
+                           for lab, s in later.get(role, []) if lab.get("namespace")})
         containers.update(strag_containers)
         stats = util_stats(later.get("stats", []), member_mean)
         busy_max, idle_signal = idle_steps(later.get("idle_steps", []))

@@ -373,8 +373,8 @@ class PlanQueries(PrometheusStore):
         return (f"min_over_time(timestamp(count(gpu_utilization_ratio))"
                 f"[{whole}:{duration(window.step)}])")
 
-    RANGE_QUERIES = frozenset({"containers", "idle_steps", "allocated", "shared", "spinning",
-                               "held_idle", "workload_signals"})
+    RANGE_QUERIES = frozenset({"containers", "shared_containers", "idle_steps", "allocated",
+                               "shared", "spinning", "held_idle", "workload_signals"})
     INSTANT_QUERIES = frozenset({"gpus", "nodes", "gpu_stats", "members", "ns_nodes", "pods",
                                  "now", "stats", "evidence", "runs", "node_summary",
                                  "sharers", "input_range", "groups"})
@@ -455,13 +455,11 @@ class PlanQueries(PrometheusStore):
             return (f"{steps} and on (node, uuid)"
                     f" max by (node, uuid) (max_over_time({mine}[{r}]))")
 
-        # Every container of the candidates' nodes (a straggler group's devices), those on
-        # the time-sliced devices alone elsewhere.
-        each("containers", set(ask.candidates), containers)
-        shared_rest = set(ask.shared) - set(ask.candidates)
-        for i, q in enumerate(_split(sorted(shared_rest), lambda names: containers(
-                Steps(r, rr, rules, node_matchers(names, self.cluster_label)), True))):
-            out[f"containers#s{i}"] = q
+        # Every container of the candidates' nodes (a straggler group's devices), and those
+        # on the time-sliced devices of the nodes that have one.
+        # (Two roles: a node in both lists has its time-sliced devices' containers in each.)
+        each("containers", ask.candidates, containers)
+        each("shared_containers", ask.shared, partial(containers, only_shared=True))
 
         def spinning(st: Steps) -> str:
             # With the rules, only the devices spinning at the end (of the nodes listed,

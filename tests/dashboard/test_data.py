@@ -83,14 +83,14 @@ def test_regex_matchers_escape_regex_then_string() -> None:
     assert expected in queries["allocated"]
     assert set(queries) == {"allocated"}
     assert set(prom.second_round(w, FollowUp(shared=["n1"], input=["n2"]), "ml")) == {
-        "shared", "containers", "stats"}
+        "shared", "shared_containers", "stats"}
     # Each singled-out set is asked about, and only it.
     every = FollowUp(idle=["a"], idle_nodes=["n"], shared=["b"], input=["c"], spinning=["d"],
                      held=["f"], candidates=["g"], slow=["h"],
                      evidence_seconds=600)
     assert set(prom.second_round(w, every)) == {
-        "idle_steps", "allocated", "shared", "containers", "stats", "spinning",
-        "held_idle", "workload_signals", "evidence"}
+        "idle_steps", "allocated", "shared", "containers", "shared_containers", "stats",
+        "spinning", "held_idle", "workload_signals", "evidence"}
     # With the recording rules, the sparse histories need no node list at all.
     ruled = prom.second_round(w, every, rules=True)
     for role in ("idle_steps", "held_idle"):
@@ -510,7 +510,7 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
     means = [" ".join(prom.spinning_means_queries(w, w.start + 600, ["n2"], to_end).values())
              for to_end in (False, True)]
     assert not prom.spinning_means_queries(w, w.start + 600, [])
-    n1, n2 = (node_matchers([n], prom.cluster_label) for n in ("n1", "n2"))
+    n2 = node_matchers(["n2"], prom.cluster_label)
     for to_end, asked in ((False, text), (True, trailing)):
         span = (w.end, to_end)
         fleet = History("2999999ms", 50, "59999ms", {}, *span)
@@ -526,7 +526,8 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
         else:
             forms += [*strag.straggler_runs_promql(History(
                 "2999999ms", 50, "59999ms", {"namespace": '="ml\\"x"'}, *span)).values(),
-                idle.held_runs_promql(History("2999999ms", 50, "59999ms", n1, *span))]
+                # (of every idle or spinning device: one query, however many nodes)
+                idle.held_runs_promql(fleet)]
         for form in forms:
             assert form in asked, form
     assert "time()" in trailing and "time()" not in text
