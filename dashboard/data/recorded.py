@@ -234,9 +234,14 @@ class History:
         sel = selector(RULES[key]) if everywhere else self.sel(key)
         return f"last_over_time({sel}[{self.r}])"
 
+    def minutes(self, key: str, by: str) -> str:
+        """Each series of ``key``, aggregated ``by``, with its samples in the history (its
+        recorded minutes)."""
+        return f"max by ({by}) (count_over_time({self.sel(key)}[{self.h}]))"
+
     def whole(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, with a sample at every step."""
-        return f"(max by ({by}) (count_over_time({self.sel(key)}[{self.h}])) == {self.n})"
+        return f"({self.minutes(key, by)} == {self.n})"
 
     def trailing(self, key: str, by: str) -> str:
         """The series of ``key``, aggregated ``by``, whose samples in the history are one a
@@ -249,7 +254,7 @@ class History:
         subquery reads each minute's sample once: a bare selector's five-minute look-back
         made Prometheus read every sample five times, 0.9 s for 6,500 series.)"""
         sel = self.sel(key)
-        count = f"max by ({by}) (count_over_time({sel}[{self.h}]))"
+        count = self.minutes(key, by)
         first = (f"min by ({by}) (min_over_time((last_over_time({sel}[{RULE_R}]) * 0 + time())"
                  f"[{self.h}:{duration(RULE_INTERVAL)}]))")
         return f"({count} == ({self.end:.3f} - {first}) / {RULE_INTERVAL:g} + 1)"

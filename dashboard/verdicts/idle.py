@@ -604,9 +604,7 @@ def idle_now_promql(hist: History) -> str:
     summary :func:`idle_runs_promql` gives (:attr:`~..series.Runs.idle`), so that the page
     need not ask it again."""
     by = f"{GBY}, signal"
-    idle = hist.sel("idle")
-    return (f"max by ({by}) (count_over_time({idle}[{hist.h}]))"
-            f" and max by ({by}) (last_over_time({idle}[{hist.r}]))")
+    return f"{hist.minutes('idle', by)} and max by ({by}) ({hist.at_end('idle')})"
 
 
 def idle_runs_promql(hist: History) -> str:
