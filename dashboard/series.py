@@ -446,11 +446,17 @@ class FleetData:
       of the :data:`MAX_HEATMAP_NODES` least busy nodes; every other node has nothing to
       flag, and its GPUs count as busy. A node's mean (the KPIs, the heatmap's order and
       groups) is its summary's wherever it has one; ``gpu_mean`` then holds the devices of
-      the nodes without one, and ``device_means`` reads the others' where they are drawn.
-    - ``device_means``: where ``gpu_mean`` leaves out some devices of ``gpus``, reads the
-      window means of the given nodes' devices from the store (one round of queries,
+      the nodes without one, and ``read_devices`` reads the others' where they are drawn.
+    - ``partial_nodes``: the nodes of which ``gpus`` holds only the devices a finding names
+      (idle, spinning or silent at the end), with how many whole GPUs each has (its
+      :class:`NodeSummary`'s): the Prometheus mode with the recording rules sends no other
+      device of a node that nothing else names (no MIG, no time-sliced device, no
+      straggler's group, no input-starved candidate). The devices left out are busy.
+    - ``read_devices``: reads from the store the window means of the devices of the first
+      nodes given and the ``gpu_info`` of the second's (one round of queries,
       :class:`~gpuscope.dashboard.data.source.DataError` on failure): the heatmap asks it
-      of the nodes it draws, so the page reads the means it shows and no others.
+      of the nodes it draws whose means or devices the page lacks (``partial_nodes``), so
+      the page reads the cells it shows and no others.
     - ``holdings``: who held what on every node over the window (:class:`Holding`), the
       showback's allocation; every node's, the summarised ones too, whatever the namespace.
     - ``runs``: the findings the store summarised whole (:class:`Runs`), where it does.
@@ -485,7 +491,9 @@ class FleetData:
     workloads_checked: int | None = None
     holdings: Mapping[HoldingKey, Holding] = field(default_factory=dict)
     runs: Runs | None = None
-    device_means: Callable[[Collection[str]], Mapping[GpuRef, float]] | None = None
+    partial_nodes: Mapping[str, int] = field(default_factory=dict)
+    read_devices: Callable[[Collection[str], Collection[str]],
+                           tuple[Mapping[GpuRef, float], Mapping[GpuRef, GpuInfo]]] | None = None
     read_evidence: Callable[[Collection[str]], Mapping[GpuRef, Evidence]] | None = None
     read_spinning: Callable[[Collection[str], Collection[str]],
                             Mapping[GpuRef, Mapping[str, float]]] | None = None

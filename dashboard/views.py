@@ -41,6 +41,7 @@ from gpuscope.dashboard.verdicts.idle import (
     idle_gpus,
     idle_nodes,
     idle_slices,
+    physical_gpus,
 )
 from gpuscope.dashboard.verdicts.idle import idle_rows as idle_table
 from gpuscope.dashboard.verdicts.idle import slice_rows as slice_table
@@ -200,22 +201,30 @@ class FleetView:
 class _Nodes:
     """The GPU nodes as the page counts them: those sent as devices (``by_node``: their
     whole GPUs) and those the recording rules sent as numbers (``summaries``; nothing to
-    flag there, so their GPUs are busy: counted and priced like the others)."""
+    flag there, so their GPUs are busy: counted and priced like the others); of the nodes
+    sent with only their devices a finding names (``partial``, ``FleetData.partial_nodes``)
+    the GPUs not sent are busy too (``unlisted``)."""
 
     by_node: Mapping[str, list[GpuInfo]]
     summaries: Mapping[str, NodeSummary]
     gpu_mean: Mapping[GpuRef, float]
+    partial: Mapping[str, int] = field(default_factory=dict)
     summarised: dict[str, int] = field(init=False)
     gpu_nodes: set[str] = field(init=False)
+    unlisted: int = field(init=False)
     _utils: dict[str, tuple[float, int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.summarised = {n: s.gpus for n, s in self.summaries.items()
                            if n not in self.by_node and s.gpus > 0}
         self.gpu_nodes = set(self.by_node) | set(self.summarised)
+        self.unlisted = sum(max(0, n - len(self.by_node.get(node, ())))
+                            for node, n in self.partial.items())
 
     def gpus_on(self, node: str) -> int:
         """Whole GPUs on ``node``."""
+        if node in self.partial:
+            return self.partial[node]
         return (len(self.by_node[node]) if node in self.by_node
                 else self.summarised.get(node, 0))
 
@@ -280,20 +289,26 @@ def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[G
             spinning=sum(1 for r in refs if states.get(r) == "spinning"),
             mean_utilization=nodes.mean_of(members)))
     node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
-    columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
-                           key=index_key))
     slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
     gpu_mean = data.gpu_mean
     notes = data.notes
-    unread = [n for n in node_names if any(g.ref not in gpu_mean for g in by_node.get(n, ()))]
-    if unread and data.device_means is not None:
-        # The store sent these nodes' devices without their means: read those drawn. A
-        # failure costs the heatmap's cells, not the page (which says so).
+    # The store sent these nodes' devices without their means, or a drawn node's devices
+    # with a finding alone (its busy ones are its cells too): read those drawn. A failure
+    # costs the heatmap's cells, not the page (which says so).
+    partial = [n for n in node_names if n in data.partial_nodes]
+    unread = [n for n in node_names if n in data.partial_nodes
+              or any(g.ref not in gpu_mean for g in by_node.get(n, ()))]
+    if unread and data.read_devices is not None:
         try:
-            gpu_mean = {**gpu_mean, **data.device_means(unread)}
+            means, infos = data.read_devices(unread, partial)
+            gpu_mean = {**gpu_mean, **means}
+            read = physical_gpus(infos)
+            by_node = {**by_node, **{n: read[n] for n in partial if n in read}}
         except DataError as exc:
             notes = (*notes, f"The heatmap's utilization could not be read ({exc}): its "
                              f"cells are blank.")
+    columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
+                           key=index_key))
     z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node.get(node, ())}
@@ -369,10 +384,10 @@ def _build_fleet_view(
     signals, runs = data.signals, data.runs
 
     # Prices: per node (spot where the price file says so), per whole GPU, per slice.
-    inventory = fleet_of(data.gpus)  # the passes over every device, once
+    inventory = fleet_of(data.gpus, data.partial_nodes)  # the passes over every device, once
     by_node = inventory.by_node
     summaries = data.node_summaries
-    fleet = _Nodes(by_node, summaries, data.gpu_mean)
+    fleet = _Nodes(by_node, summaries, data.gpu_mean, data.partial_nodes)
     summarised, gpu_nodes = fleet.summarised, fleet.gpu_nodes
     gpus_on, mean_of = fleet.gpus_on, fleet.mean_of
 
@@ -494,8 +509,8 @@ def _build_fleet_view(
     priced = [p.per_hour for n, p in node_price.items() if p.per_hour is not None
               and n in gpu_nodes]
     kpis = Kpis(
-        gpus=len(whole) + sum(summarised.values()),
-        busy=counts["busy"] + sum(summarised.values()),
+        gpus=len(whole) + sum(summarised.values()) + fleet.unlisted,
+        busy=counts["busy"] + sum(summarised.values()) + fleet.unlisted,
         idle=counts["idle"],
         no_data=counts["no data"],
         mean_utilization=mean_of(sorted(gpu_nodes)),

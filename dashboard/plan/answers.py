@@ -17,6 +17,7 @@ from gpuscope.dashboard.series import (
     GpuRef,
     GroupKey,
     NodeInfo,
+    NodeSummary,
     PodInfo,
     PodKey,
     Series,
@@ -45,18 +46,18 @@ class Now:
     slow: set[WorkloadKey] = field(default_factory=set)
     flagged: dict[GroupKey, dict[GpuRef, str]] = field(default_factory=dict)
     straggler_rules: bool = False
+    #: The index (``gpu`` label) of each idle, spinning or silent device.
+    index: dict[GpuRef, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, rows: Iterable[tuple[dict[str, str], float]]) -> Now:
         out = cls()
         for lab, _ in rows:
             stat, ref = lab.get("stat", ""), _gref(lab)
-            if stat == "idle":
-                out.idle.add(ref)
-            elif stat == "spin":
-                out.spin.add(ref)
-            elif stat == "silent":
-                out.silent.add(ref)
+            if stat in ("idle", "spin", "silent"):
+                (out.idle if stat == "idle" else out.spin if stat == "spin"
+                 else out.silent).add(ref)
+                out.index[ref] = lab.get("gpu", "")
             elif stat == "held_idle":
                 out.held_nodes.add(ref.node)
                 out.held.add(_cref(lab))
@@ -75,6 +76,34 @@ class Now:
         """The nodes a finding at the end names."""
         return {g.node for g in self.idle | self.spin | self.silent | {
             g for devices in self.flagged.values() for g in devices}} | self.held_nodes
+
+
+def partial_nodes(now: Now, named: Collection[str], summaries: Mapping[str, NodeSummary],
+                  ) -> dict[GpuRef, GpuInfo]:
+    """The devices of the nodes that only idle or silent devices at the end (and
+    allocated-idle containers on those) name, of the nodes ``named`` leaves out (those
+    whose devices or containers another verdict reads) and whose whole GPUs are of one
+    model (:class:`NodeSummary`: no MIG slice, whose model is its own): their ``gpu_info``
+    as the first round's labels and the node's model say it. Such a node's other devices
+    are busy (a device idle or silent at the end is in ``now``); the page reads their
+    rows only where it draws the node (``FleetData.read_devices``). A node with a spinning
+    device is left out: its row shows the pods running on it."""
+    known = now.idle | now.silent
+    busy_holders = {c.node for c in now.held if c.gpu not in known}
+    flagged = {g.node for devices in now.flagged.values() for g in devices}
+    left = set(named) | busy_holders | flagged | {g.node for g in now.spin}
+    out: dict[GpuRef, GpuInfo] = {}
+    skip: set[str] = set()
+    for ref in known:
+        node = ref.node
+        summary = summaries.get(node)
+        index = now.index.get(ref, "")
+        if (node in left or node in skip or summary is None or not summary.model
+                or not index or "/" in index):
+            skip.add(node)
+            continue
+        out[ref] = GpuInfo(node, index, ref.uuid, summary.model)
+    return {ref: info for ref, info in out.items() if ref.node not in skip}
 
 
 def node_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeInfo]:

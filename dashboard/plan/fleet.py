@@ -24,6 +24,7 @@ from gpuscope.dashboard.plan.answers import (
     gpu_infos,
     idle_steps,
     node_infos,
+    partial_nodes,
     pod_infos,
     util_stats,
     work_signals_of,
@@ -46,6 +47,7 @@ from gpuscope.dashboard.series import (
     ContainerRef,
     Evidence,
     FleetData,
+    GpuInfo,
     GpuRef,
     Holding,
     HoldingKey,
@@ -160,16 +162,30 @@ class PrometheusData(PlanQueries):
             summaries = _summaries(first_res["node_summary"])
             if lean:
                 groups_checked = int(next((v for _, v in first_res["groups"]), 0))
+        # The nodes only idle or silent devices name: their devices as ``now`` says them
+        # (the rest are busy), neither their inventory nor who uses what read.
+        light: dict[GpuRef, GpuInfo] = {}
+
+        def detail(need: set[str]) -> set[str]:
+            """The nodes whose devices are read (:func:`detail_nodes`), of those named and
+            ``need`` (who uses what there matters), those :func:`partial_nodes` leaves
+            aside; ``light`` set to those left aside."""
+            nonlocal light
+            light = partial_nodes(now, need, summaries) if summarize else {}
+            on = detail_nodes((named | need) - {g.node for g in light}, summaries)
+            light = {ref: info for ref, info in light.items() if ref.node not in on}
+            return on
+
         if lean:
             # Who uses what is read on the nodes that need it, known before it is: where the
             # rules saw a device shared or a container near the input-starved range, and
             # where the straggler candidates' workloads have pods.
-            named |= {lab.get("node", "") for lab, _ in first_res["sharers"]}
-            named |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
+            need = {lab.get("node", "") for lab, _ in first_res["sharers"]}
+            need |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
             workloads = judged | {key[:3] for key in flagged}
-            named |= {p.node for p in pods.values()
-                      if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
-            inventory = read_devices(detail_nodes(named, summaries), True)
+            need |= {p.node for p in pods.values()
+                     if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
+            inventory = read_devices(detail(need), True)
         member_rows = (inventory if lean else first_res)["members"]
 
         # Every container in the window (with the rules over their window: on the nodes
@@ -209,10 +225,10 @@ class PrometheusData(PlanQueries):
         # of the rows shown alone, not here of every workload that may hold one.
         if rules and not lean:
             # Who uses what came first: the devices of the nodes that need them, asked now.
-            named |= set(ask.shared) | set(ask.candidates)
-            named |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
-            named |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
-            inventory = read_devices(detail_nodes(named, summaries), False)
+            need = set(ask.shared) | set(ask.candidates)
+            need |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
+            need |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
+            inventory = read_devices(detail(need), False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' containers come with no steps, and
         # their devices with no work signals, whatever else was asked about them (a node's
@@ -246,7 +262,7 @@ class PrometheusData(PlanQueries):
                 trail_res = self._submit(trail, window)
         # The inventory (sent after who uses what): with the summaries, read while the
         # store computes the second round.
-        gpus = gpu_infos(inventory["gpus"])
+        gpus = {**gpu_infos(inventory["gpus"]), **light}
         if not summarize:
             # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
             # spinning): the waste split asks when their devices were held.
@@ -350,8 +366,9 @@ class PrometheusData(PlanQueries):
             workloads_checked=groups_checked,
             holdings=_holdings(first_res["holdings"]),
             runs=summary,
-            # With the rules, the means of the devices the heatmap draws are read then.
-            device_means=partial(self.device_means, window) if rules else None,
+            # With the rules, the devices the heatmap draws are read then.
+            partial_nodes={n: summaries[n].gpus for n in {g.node for g in light}},
+            read_devices=partial(self.read_devices, window) if rules else None,
         )
 
     def read_spinning(self, window: Window, history_start: float, whole: Collection[str],
@@ -387,11 +404,18 @@ class PrometheusData(PlanQueries):
                                     rules=rules)
         return _evidence(self._submit(queries, window)["evidence"])
 
-    def device_means(self, window: Window, nodes: Collection[str]) -> dict[GpuRef, float]:
-        """The window means of ``nodes``' devices (:meth:`means_queries`): what the
-        heatmap draws of the nodes the page read the devices of (``FleetData.device_means``).
+    def read_devices(self, window: Window, means_of: Collection[str],
+                     inventory_of: Collection[str] = (),
+                     ) -> tuple[dict[GpuRef, float], dict[GpuRef, GpuInfo]]:
+        """The window means of ``means_of``' devices (:meth:`means_queries`) and the
+        ``gpu_info`` of ``inventory_of``' (:meth:`detail_queries`), in one round: what the
+        heatmap draws of the nodes the page lacks them of (``FleetData.read_devices``).
         Raises :class:`~gpuscope.dashboard.data.source.DataError` where the store fails."""
-        if not nodes:
-            return {}
-        rows = self._submit(self.means_queries(window, nodes), window)["gpu_stats"]
-        return {_gref(lab): v for lab, v in rows}
+        queries = {**(self.means_queries(window, means_of) if means_of else {}),
+                   **(self.detail_queries(window, inventory_of, False) if inventory_of
+                      else {})}
+        if not queries:
+            return {}, {}
+        answers = self._submit(queries, window)
+        means = {_gref(lab): v for lab, v in answers["gpu_stats"]}
+        return means, gpu_infos(answers["gpus"]) if inventory_of else {}

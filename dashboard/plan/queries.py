@@ -316,7 +316,7 @@ class PlanQueries(PrometheusStore):
     def means_queries(self, window: Window, nodes: Collection[str] | None) -> dict[str, str]:
         """With the recording rules, each device's window mean on ``nodes`` (every node
         where None), in ``node=~`` lists (``gpu_stats``, ``gpu_stats#1``...): the heatmap's
-        cells, asked of the nodes it draws (:attr:`FleetData.device_means`), and of a node
+        cells, asked of the nodes it draws (:attr:`FleetData.read_devices`), and of a node
         the rules have no numbers for (its mean is its devices')."""
         whole = duration(window.seconds + window.step / 2)
 

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
@@ -226,17 +226,24 @@ def physical_gpus(gpus: Mapping[GpuRef, GpuInfo]) -> dict[str, list[GpuInfo]]:
 class Fleet:
     """What the fleet's inventory says, made once per page (each is a pass over every
     device: 35,000 on a 5,000-node fleet): the whole GPUs per node, the slices of each GPU
-    in MIG mode, each slice's share of its GPU."""
+    in MIG mode, each slice's share of its GPU; and how many whole GPUs each node has of
+    which ``by_node`` lists only some (``FleetData.partial_nodes``: the others are busy)."""
 
     by_node: Mapping[str, list[GpuInfo]]
     slices: Mapping[GpuRef, list[GpuInfo]]
     shares: Mapping[GpuRef, float]
+    whole: Mapping[str, int] = field(default_factory=dict)
+
+    def gpus_on(self, node: str) -> int:
+        """Whole GPUs on ``node``, those not listed included."""
+        return self.whole.get(node) or len(self.by_node.get(node, ()))
 
 
-def fleet_of(gpus: Mapping[GpuRef, GpuInfo]) -> Fleet:
-    """:class:`Fleet` of ``gpus``."""
+def fleet_of(gpus: Mapping[GpuRef, GpuInfo], whole: Mapping[str, int] | None = None) -> Fleet:
+    """:class:`Fleet` of ``gpus``; ``whole``: the GPUs of the nodes ``gpus`` lists some
+    of (``FleetData.partial_nodes``)."""
     slices = mig_slices(gpus)
-    return Fleet(physical_gpus(gpus), slices, slice_shares(gpus, slices))
+    return Fleet(physical_gpus(gpus), slices, slice_shares(gpus, slices), dict(whole or {}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +343,7 @@ def idle_nodes(
             if part is None:
                 break
             idle.append(part)
-        if not idle or len(idle) < len(infos):
+        if not idle or len(idle) < fleet.gpus_on(node):
             continue
         out[node] = NodeIdle(
             node=node,

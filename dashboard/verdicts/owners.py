@@ -81,14 +81,19 @@ def showback(
     ``gpus_on``: whole GPUs per node; ``slice_share``: each MIG slice's share of its GPU;
     ``history_seconds``: how much of the window each node is charged for; ``report``: the
     page's idle waste."""
-    acc: dict[tuple[str, str, str], list[float]] = {}
+    # Each owner's terms by column, summed at the end (``fsum``: the same totals whatever
+    # order the nodes come in).
+    acc: dict[tuple[str, str, str], list[list[float]]] = {}
 
     def add(node: str, namespace: str, workload: str, *values: float) -> None:
         """Adds (gpu-hours, used hours, spent, idle, spinning, unpriced hours) from the
         start."""
-        sums = acc.setdefault((node_parts(node)[0], namespace, workload), [0.0] * 6)
+        terms = acc.get((cluster := node_parts(node)[0], namespace, workload))
+        if terms is None:
+            terms = acc[(cluster, namespace, workload)] = [[] for _ in range(6)]
         for i, v in enumerate(values):
-            sums[i] += v
+            if v:
+                terms[i].append(v)
 
     # Each node's holders, by device-seconds weighted to whole GPUs (a slice by its share).
     on_node: dict[str, dict[tuple[str, str], float]] = {}
@@ -149,8 +154,8 @@ def showback(
         add(node, UNALLOCATED, "", 0.0, 0.0, 0.0, s.wasted - allocated)
         share_out(node, allocated, on_slice.get(s.slice.ref, {}), 3)
 
-    rows = [OwnerCost(cluster, namespace, workload, *sums)
-            for (cluster, namespace, workload), sums in acc.items()]
+    rows = [OwnerCost(cluster, namespace, workload, *(math.fsum(t) for t in terms))
+            for (cluster, namespace, workload), terms in acc.items()]
     return tuple(sorted(rows, key=_order))
 
 

@@ -107,7 +107,7 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
         # The page's own reads: the devices' means are not among them (the heatmap asks
         # for those of the nodes it draws, below).
         page = list(asked)
-        assert not data.gpu_mean and data.device_means is not None
+        assert not data.gpu_mean and data.read_devices is not None
         view = build_fleet_view(data, bundled_prices(), steps=steps)
         drawn = asked[len(page):]
     finally:
@@ -126,6 +126,9 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
     # ... and the other signals of the summarised spinning runs whose rows are shown.
     spins = [q for q in drawn if RULES["sm"] in q]
     drawn = [q for q in drawn if q not in evidence and q not in spins]
+    # ... and the inventory of the drawn nodes the page read only the idle devices of.
+    inventory = [q for q in drawn if "gpu_info{" in q]
+    drawn = [q for q in drawn if q not in inventory]
     assert drawn and all(RULES["util"] in q for q in drawn), drawn
 
     def listed(queries: list[str]) -> set[str]:
@@ -133,6 +136,15 @@ def lean_view(url: str, end: float, monkeypatch: pytest.MonkeyPatch) -> FleetVie
                 for n in part.split("|")}
 
     assert listed(drawn) == {any_of([n]) for n in view.heatmap.nodes}
+    # Nodes only idle devices name: their devices not read with the page, theirs drawn read
+    # with the heatmap (the partial nodes come with this fleet's idle nodes).
+    partial = {any_of([n]) for n in data.partial_nodes}
+    assert partial and not partial & listed(
+        [q for q in page if "gpu_info" in q or "container_gpu_utilization_ratio{" in q])
+    assert listed(inventory) == partial & {any_of([n]) for n in view.heatmap.nodes}
+    for node in set(data.partial_nodes) & set(view.heatmap.nodes):  # every cell drawn
+        row = view.heatmap.z[view.heatmap.nodes.index(node)]
+        assert sum(v is not None for v in row) == data.partial_nodes[node], (node, row)
     shown = view.straggler_rows[:TOP_ROWS]
     assert shown and all(r.evidence is not None for r in shown)
     assert {any_of([r.node]) for r in shown} <= listed(evidence) < {any_of([n]) for n in

@@ -34,7 +34,8 @@ IDLE = range(0, NODES, 7)        # every 7th node idle: 143 of them
 BUSY_MEAN = 0.8
 
 
-def fleet() -> FleetData:
+def fleet(half_idle: range = range(0)) -> FleetData:
+    """The 1,000 nodes; those of ``half_idle`` with their first four GPUs idle."""
     window = make_window(3600.0)
     gpus, nodes, busy_max, mean, containers, pods = {}, {}, {}, {}, {}, {}
     for n in range(NODES):
@@ -43,7 +44,7 @@ def fleet() -> FleetData:
         for g in range(8):
             ref = GpuRef(node, f"GPU-{n:04d}-{g}")
             gpus[ref] = GpuInfo(node, str(g), ref.uuid, "A100")
-            idle = n in IDLE
+            idle = n in IDLE or (n in half_idle and g < 4)
             mean[ref] = 0.0 if idle else BUSY_MEAN - n / 10_000
             if idle:
                 busy_max[ref] = make_series([0.0] * 61)
@@ -139,24 +140,61 @@ def test_the_heatmaps_means_are_read_for_the_nodes_it_draws(view) -> None:  # ty
     summaries = summaries_of(full)
     asked: list[list[str]] = []
 
-    def means_of(nodes):  # type: ignore[no-untyped-def]
+    def means_of(nodes, inventory_of):  # type: ignore[no-untyped-def]
         asked.append(sorted(nodes))
-        return {r: m for r, m in full.gpu_mean.items() if r.node in set(nodes)}
+        assert not inventory_of  # (no node sent with some of its devices)
+        return {r: m for r, m in full.gpu_mean.items() if r.node in set(nodes)}, {}
 
-    lean = replace(full, node_summaries=summaries, gpu_mean={}, device_means=means_of)
+    lean = replace(full, node_summaries=summaries, gpu_mean={}, read_devices=means_of)
     got = build_fleet_view(lean, bundled_prices())
     assert asked == [sorted(view.heatmap.nodes)]
     assert got.heatmap.z == view.heatmap.z and got.heatmap.nodes == view.heatmap.nodes
     assert got.idle_rows == view.idle_rows and not got.notes
 
-    def broken(nodes):  # type: ignore[no-untyped-def]
+    def broken(nodes, inventory_of):  # type: ignore[no-untyped-def]
         raise DataError("Prometheus http://prom:9090: timed out after 30 s")
 
-    got = build_fleet_view(replace(lean, device_means=broken), bundled_prices())
+    got = build_fleet_view(replace(lean, read_devices=broken), bundled_prices())
     assert got.heatmap.nodes == view.heatmap.nodes and got.idle_rows == view.idle_rows
     assert all(z is None for row in got.heatmap.z for z in row)
     assert got.notes == ("The heatmap's utilization could not be read (Prometheus "
                          "http://prom:9090: timed out after 30 s): its cells are blank.",)
+
+
+def test_nodes_sent_with_their_idle_devices_alone_give_the_same_page() -> None:
+    """With the rules, a node that only idle devices name is sent with those devices alone
+    (``FleetData.partial_nodes``, its GPUs counted by its summary): the same KPIs, idle
+    nodes, prices, showback and heatmap as with every device sent; the heatmap reads the
+    inventory (and means) of the drawn nodes of those, and no other node's inventory."""
+    half = range(3, NODES, 7)  # 143 nodes with four idle GPUs and four busy
+    full = fleet(half)
+    whole = build_fleet_view(full, bundled_prices())
+    summaries = summaries_of(full)
+    named = {r.node for r in full.gpu_busy_max}
+    assert len(named) == 2 * 143
+    partial = {n: 8 for n in named}
+    asked: list[tuple[list[str], list[str]]] = []
+
+    def read(nodes, inventory_of):  # type: ignore[no-untyped-def]
+        asked.append((sorted(nodes), sorted(inventory_of)))
+        return ({r: m for r, m in full.gpu_mean.items() if r.node in set(nodes)},
+                {r: g for r, g in full.gpus.items() if r.node in set(inventory_of)})
+
+    lean = replace(
+        full, node_summaries=summaries, gpu_mean={}, read_devices=read, partial_nodes=partial,
+        gpus={r: g for r, g in full.gpus.items() if r in full.gpu_busy_max})
+    got = build_fleet_view(lean, bundled_prices())
+    assert got.kpis.gpus == 8 * NODES and got.kpis.idle == 8 * 143 + 4 * 143
+    assert replace(got.kpis, mean_utilization=None) == replace(whole.kpis,
+                                                               mean_utilization=None)
+    assert got.idle_rows == whole.idle_rows and len(got.idle_rows) == 143
+    assert got.owners == whole.owners and not got.notes
+    assert got.heatmap.nodes == whole.heatmap.nodes and got.heatmap.z == whole.heatmap.z
+    assert got.heatmap.idle == whole.heatmap.idle
+    drawn = set(whole.heatmap.nodes)
+    assert asked == [(sorted(drawn), sorted(drawn & named))]
+    # A node's GPUs not sent are busy: none of the partial nodes with four busy GPUs idle.
+    assert not {r.node for r in got.idle_rows} & {f"node-{n:04d}" for n in half}
 
 
 def test_tables_and_pickers_are_bounded(view) -> None:  # type: ignore[no-untyped-def]
