@@ -89,21 +89,24 @@ def partial_nodes(now: Now, named: Collection[str], summaries: Mapping[str, Node
     rows only where it draws the node (``FleetData.read_devices``). A node with a spinning
     device is left out: its row shows the pods running on it."""
     known = now.idle | now.silent
-    busy_holders = {c.node for c in now.held if c.gpu not in known}
-    flagged = {g.node for devices in now.flagged.values() for g in devices}
-    left = set(named) | busy_holders | flagged | {g.node for g in now.spin}
-    out: dict[GpuRef, GpuInfo] = {}
-    skip: set[str] = set()
+    skip = {c.node for c in now.held if c.gpu not in known}  # a busy device held
+    skip.update(g.node for devices in now.flagged.values() for g in devices)
+    skip.update(g.node for g in now.spin)
+    skip.update(named)
+    index = now.index
+    by_node: dict[str, list[GpuRef]] = {}
     for ref in known:
-        node = ref.node
+        if ref.node not in skip:
+            by_node.setdefault(ref.node, []).append(ref)
+    out: dict[GpuRef, GpuInfo] = {}
+    for node, refs in by_node.items():
         summary = summaries.get(node)
-        index = now.index.get(ref, "")
-        if (node in left or node in skip or summary is None or not summary.model
-                or not index or "/" in index):
-            skip.add(node)
+        if summary is None or not summary.model or any(
+                not index.get(r) or "/" in index[r] for r in refs):
             continue
-        out[ref] = GpuInfo(node, index, ref.uuid, summary.model)
-    return {ref: info for ref, info in out.items() if ref.node not in skip}
+        for r in refs:
+            out[r] = GpuInfo(node, index[r], r.uuid, summary.model)
+    return out
 
 
 def node_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeInfo]:

@@ -335,7 +335,7 @@ def _summaries(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeSu
             continue  # no inventory: not a GPU node (now)
         found = models.get(node, set())
         out[node] = NodeSummary(
-            gpus=int(p["gpus"]), mean=p.get("mean"), known=int(p.get("known", 0)),
+            gpus=int(p["gpus"]), mean=p.get("mean"), known=int(p.get("known", p["gpus"] if "mean" in p else 0)),
             model=next(iter(found)) if len(found) == 1 else "")
     return out
 
