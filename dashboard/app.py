@@ -33,9 +33,12 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
         # view's state, pasted or clicked) is the request's referrer: the controls start in
         # that state, and a node or pod that is no option yet keeps its place.
         referrer = (request.referrer or "") if has_request_context() else ""
-        state = links.parse_query(urllib.parse.urlsplit(referrer).query)
+        query = urllib.parse.urlsplit(referrer).query
+        # The query string as the page's location has it ("" for none; None where the
+        # browser sent no referrer: unknown, and the location then says it).
+        search = (f"?{query}" if query else "") if referrer else None
         return layout(source=service.source.description, refresh_seconds=refresh_seconds,
-                      state=state)
+                      state=links.parse_query(query), search=search)
 
     app.layout = page
 

@@ -7,7 +7,9 @@ a page whose backend fails mid-way shows a banner over the last data.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -224,6 +226,45 @@ def test_links_open_the_drill_down_and_the_url_keeps_the_view(
     expect(page.locator(f"#{ids.NODE_BANNER}")).to_contain_text(
         "No GPU data for node 'ip-10-9-9-9.ec2.internal'")
     assert page.locator(f"#{ids.NODE_GRAPHS} .js-plotly-plot").count() == 0
+
+
+def _url_callbacks(bodies: Sequence[str]) -> int:
+    """How many of these callback requests were the URL's (``page-url.search`` written)."""
+    return sum(1 for body in bodies if f"{ids.URL}.search" in json.loads(body)["output"])
+
+
+def _fleet_callbacks(bodies: Sequence[str]) -> int:
+    """How many of these callback requests were the fleet's."""
+    return sum(1 for body in bodies if f"{ids.FLEET_KPIS}.children" in json.loads(body)["output"])
+
+
+def test_a_link_sets_the_controls_with_or_without_a_referrer(
+    page: Page, demo_dashboard: DashboardProcess
+) -> None:
+    """The layout comes in the link's state (the page's URL is its request's referrer); a
+    browser that sends no referrer gets the default layout, and the URL's callback then
+    sets the controls. Either way the URL's callback runs once and the fleet's once."""
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.post_data or "{}")
+            if "_dash-update-component" in r.url else None)
+    open_page(page, demo_dashboard.url + "?window=15m")
+    expect(page.locator(f"#{ids.WINDOW_SELECT}")).to_contain_text("15m")
+    assert _url_callbacks(sent) == 1 and _fleet_callbacks(sent) == 1
+
+    def no_referrer(route: Any) -> None:
+        # The layout as the server answers a request without a Referer header.
+        with urllib.request.urlopen(route.request.url, timeout=30) as answer:
+            route.fulfill(status=200, body=answer.read(),
+                          headers={"Content-Type": "application/json"})
+
+    sent.clear()
+    page.route("**/_dash-layout", no_referrer)
+    try:
+        open_page(page, demo_dashboard.url + "?window=15m")
+        expect(page.locator(f"#{ids.WINDOW_SELECT}")).to_contain_text("15m")
+        assert _url_callbacks(sent) == 1 and _fleet_callbacks(sent) == 1
+    finally:
+        page.unroute("**/_dash-layout")
 
 
 def test_a_dropdown_offers_what_is_typed(page: Page, demo_dashboard: DashboardProcess) -> None:
