@@ -123,13 +123,49 @@ def wait_http(url: str, timeout: float) -> None:
 
 class BrowserLoad(NamedTuple):
     """One page load in Chromium: seconds from navigation until the page is drawn
-    (``total``), until the fleet callback's answer was in (``answer``, None where it was
-    not seen), and that answer's size in bytes (the rest of ``total`` is the browser
-    drawing it)."""
+    (``total``: the first moment every element :func:`drawn_conditions` names is there, as
+    the page itself sees it), until the fleet callback's answer was in (``answer``, None
+    where it was not seen), and that answer's size in bytes (the rest of ``total`` is the
+    browser drawing it); ``driver``: until Playwright's waits for those elements returned
+    (later where the page's main thread is busy with something else then, such as the
+    workload view's chart drawn after the page: Playwright's check runs on that thread)."""
 
     total: float
     answer: float | None
     answer_bytes: int | None
+    driver: float | None = None
+
+
+def drawn_conditions(filtered: bool) -> list[tuple[str, bool]]:
+    """What a drawn page shows, as (CSS selector, whether its text must not be empty): the
+    idle-node table's rows, the heatmap, the stragglers table's and the showback's tables'
+    rows (``filtered``, a namespace's page, whose tables may rightly be empty: the note under
+    each, which the same callback answer fills)."""
+    out = [(f"#{ids.IDLE_NODES_TABLE} td.dash-cell", False),
+           (f"#{ids.FLEET_HEATMAP} .heatmaplayer", False)]
+    if filtered:
+        return out + [(f"#{note}", True) for note in (
+            ids.STRAGGLERS_NOTE, *(t.replace("-table", "-note") for t in COST_TABLES))]
+    return out + [(f"#{table} td.dash-cell", False)
+                  for table in (ids.STRAGGLERS_TABLE, *COST_TABLES)]
+
+
+def drawn_script(conditions: list[tuple[str, bool]]) -> str:
+    """A script run in the page before its own: it sets ``window.__gpuscopeDrawn`` to the
+    time (ms since the epoch) at which every condition first held, checked every 5 ms."""
+    return f"""(() => {{
+        const conditions = {json.dumps(conditions)};
+        const met = () => conditions.every(([sel, text]) => {{
+            const el = document.querySelector(sel);
+            return el !== null && (!text || (el.textContent || "").length > 0);
+        }});
+        const check = () => {{
+            if (met()) {{ window.__gpuscopeDrawn = performance.timeOrigin + performance.now(); }}
+            else {{ setTimeout(check, 5); }}
+        }};
+        window.__gpuscopeDrawn = null;
+        setTimeout(check, 5);
+    }})();"""
 
 
 def fleet_answer(finished: list[tuple[str, float, int]], began: float
@@ -147,11 +183,9 @@ def fleet_answer(finished: list[tuple[str, float, int]], began: float
 
 
 def browser_load(url: str, runs: int, filtered: bool = False) -> list[BrowserLoad]:
-    """Each load from navigation until the page is drawn: the idle-node table, the heatmap,
-    the stragglers table and the showback's tables with rows (``filtered``, a namespace's
-    page, whose tables may rightly be empty: until the note under each is written, which the
-    same callback answer fills); and when the fleet callback's answer was in
-    (:class:`BrowserLoad`, from Playwright's request timing)."""
+    """Each load from navigation until the page is drawn (:func:`drawn_conditions`, timed
+    in the page, :func:`drawn_script`; and until Playwright saw it); and when the fleet
+    callback's answer was in (:class:`BrowserLoad`, from Playwright's request timing)."""
     from playwright.sync_api import Request, sync_playwright
 
     times: list[BrowserLoad] = []
@@ -174,23 +208,23 @@ def browser_load(url: str, runs: int, filtered: bool = False) -> list[BrowserLoa
                   "--disable-sync", "--no-first-run"])
         page = ctx.new_page()
         page.on("requestfinished", on_finished)
+        conditions = drawn_conditions(filtered)
+        page.add_init_script(drawn_script(conditions))
         for _ in range(runs):
             finished.clear()
             began, began_epoch = time.perf_counter(), time.time()
             page.goto(url)
-            page.wait_for_selector("#idle-nodes-table td.dash-cell", timeout=60_000)
-            page.wait_for_selector("#fleet-heatmap .heatmaplayer", timeout=60_000)
-            if filtered:
-                for note in ("stragglers-note", *(t.replace("-table", "-note")
-                                                  for t in COST_TABLES)):
+            for sel, text in conditions:
+                if text:
                     page.wait_for_function(
-                        f"(document.getElementById({note!r}) || {{}}).textContent", timeout=60_000)
-            else:
-                page.wait_for_selector("#stragglers-table td.dash-cell", timeout=60_000)
-                for table in COST_TABLES:  # the showback's tables
-                    page.wait_for_selector(f"#{table} td.dash-cell", timeout=60_000)
-            total = time.perf_counter() - began
-            times.append(BrowserLoad(total, *fleet_answer(finished, began_epoch)))
+                        f"(document.querySelector({sel!r}) || {{}}).textContent",
+                        timeout=60_000)
+                else:
+                    page.wait_for_selector(sel, timeout=60_000)
+            driver = time.perf_counter() - began
+            page.wait_for_function("window.__gpuscopeDrawn !== null", timeout=60_000)
+            drawn = float(page.evaluate("window.__gpuscopeDrawn")) / 1000.0 - began_epoch
+            times.append(BrowserLoad(drawn, *fleet_answer(finished, began_epoch), driver))
         ctx.close()
     return times
 
@@ -637,12 +671,14 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
             service.close()
             source.close()
         totals = [load.total for load in loads]
+        drivers = [load.driver or load.total for load in loads]
         answers = [(a.answer, a.answer_bytes or 0) for a in loads[1:] if a.answer is not None]
         answer = statistics.median(t for t, _ in answers) if answers else None
         size = statistics.median(b for _, b in answers) if answers else None
         out.update({f"page_load_{mode}_first_s": totals[0],
                     f"page_load_{mode}_s": statistics.median(totals[1:]),
                     f"page_loads_{mode}_s": [round(t, 3) for t in totals[1:]],
+                    f"page_load_{mode}_driver_s": statistics.median(drivers[1:]),
                     f"page_load_{mode}_answer_s": answer,
                     f"page_load_{mode}_answer_bytes": size,
                     f"queries_per_page_load_{mode}": per_load})
@@ -652,6 +688,7 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
         print(f"{store.kind} page load in Chromium, view {mode.replace('_', ' ')}: first "
               f"{totals[0]:.2f}s, then median {statistics.median(totals[1:]):.2f}s "
               f"({min(totals[1:]):.2f}-{max(totals[1:]):.2f}s){drawn}; "
+              f"Playwright saw it drawn at {statistics.median(drivers[1:]):.2f}s (median); "
               f"{per_load:g} queries per page load", flush=True)
     return out
 

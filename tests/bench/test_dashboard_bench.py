@@ -18,6 +18,7 @@ from typing import cast
 import pytest
 
 from bench import dashboard_bench, fleet
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.verdicts.owners import OwnerCost
 from gpuscope.dashboard.views import FleetView
 from tests.stores import cpu_seconds, start_prometheus, start_victoriametrics
@@ -218,3 +219,38 @@ def test_a_loads_fleet_answer_is_the_fleet_callbacks_own() -> None:
     assert dashboard_bench.fleet_answer(finished[:1], 1000.0) == (None, None)
     load = dashboard_bench.BrowserLoad(3.4, 2.5, 295_000)
     assert load.total - (load.answer or 0.0) == pytest.approx(0.9)
+
+
+def test_a_drawn_page_is_timed_in_the_page_on_what_the_bench_waits_for() -> None:
+    """The page is drawn when the idle-node table has rows, the heatmap is drawn, and the
+    stragglers' and showback's tables have rows (a namespace's page: their notes written,
+    its tables may rightly be empty); the page itself times that moment (the driver's waits
+    return later where the page's thread is busy), with the same conditions."""
+    plain = dashboard_bench.drawn_conditions(False)
+    assert ("#idle-nodes-table td.dash-cell", False) in plain
+    assert ("#fleet-heatmap .heatmaplayer", False) in plain
+    assert {f"#{t} td.dash-cell" for t in (ids.STRAGGLERS_TABLE, *dashboard_bench.COST_TABLES)
+            } <= {sel for sel, _ in plain}
+    filtered = dashboard_bench.drawn_conditions(True)
+    assert (f"#{ids.STRAGGLERS_NOTE}", True) in filtered
+    assert not any(sel.endswith("td.dash-cell") and "idle-nodes" not in sel
+                   for sel, _ in filtered)
+    script = dashboard_bench.drawn_script(plain)
+    assert json.dumps(plain) in script and "window.__gpuscopeDrawn" in script
+    load = dashboard_bench.BrowserLoad(2.3, 2.1, 295_000, 2.7)
+    assert load.driver is not None and load.driver > load.total
+
+
+def test_the_page_load_is_timed_in_chromium(two_clusters: Path) -> None:
+    """The browser part on a real Chromium: the page drawn (timed in the page) after the
+    fleet's answer came in and no later than Playwright saw it; each load's figures in the
+    result."""
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "dashboard_bench.py"),
+                          "--store", "victoriametrics", "--runs", "1", "--data",
+                          str(two_clusters)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])["victoriametrics"]
+    for mode in ("on_demand", "kept_warm"):
+        drawn, driver = result[f"page_load_{mode}_s"], result[f"page_load_{mode}_driver_s"]
+        answer = result[f"page_load_{mode}_answer_s"]
+        assert 0 < answer <= drawn <= driver + 0.05, (mode, answer, drawn, driver)
