@@ -266,22 +266,19 @@ class PlanQueries(PrometheusStore):
         w = duration(window.seconds)
         whole = duration(window.seconds + window.step / 2)
 
-        gpus = f"max by (node) (last_over_time({RULES['node_gpus']}[{r}]))"
         # One query per stat (``node_summary``, ``node_summary#1``...), not one ``or`` of
         # them: the store matches an ``or``'s 21,000 series at 5,000 nodes for nothing (the
         # stats never overlap), a quarter of the query's cost.
         out = {f"node_summary#{i}" if i else "node_summary": q for i, q in enumerate([
-            _stat(gpus, "gpus"),
+            _stat(f"max by (node) (last_over_time({RULES['node_gpus']}[{r}]))", "gpus"),
             _stat(f"max by (node, model) (last_over_time({RULES['node_models']}[{r}]))",
                  "model"),
             # The mean over the window's GPU-minutes.
             _stat(f"sum by (node) (sum_over_time({RULES['node_util_sum']}[{whole}]))"
                  f" / sum by (node) (sum_over_time({RULES['node_util_count']}[{whole}]))",
                  "mean"),
-            # How many reported, where that is not how many there are (few nodes: the
-            # others' is their ``gpus``, 5,000 rows fewer at 5,000 nodes).
-            _stat(f"max by (node) (max_over_time({RULES['node_util_count']}[{whole}]))"
-                  f" != on (node) {gpus}", "known"),
+            _stat(f"max by (node) (max_over_time({RULES['node_util_count']}[{whole}]))",
+                 "known"),
         ])}
         if self.lean(window, namespace, True):
             out["sharers"] = f"max by (node, uuid) (last_over_time({RULES['sharers']}[{r}]))"

@@ -334,10 +334,8 @@ def _summaries(rows: Iterable[tuple[dict[str, str], float]]) -> dict[str, NodeSu
         if "gpus" not in p:
             continue  # no inventory: not a GPU node (now)
         found = models.get(node, set())
-        # (How many reported comes where it differs from the GPUs; none where none did.)
-        known = p.get("known", p["gpus"] if "mean" in p else 0.0)
         out[node] = NodeSummary(
-            gpus=int(p["gpus"]), mean=p.get("mean"), known=int(known),
+            gpus=int(p["gpus"]), mean=p.get("mean"), known=int(p.get("known", 0)),
             model=next(iter(found)) if len(found) == 1 else "")
     return out
 
