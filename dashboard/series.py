@@ -447,11 +447,12 @@ class FleetData:
       flag, and its GPUs count as busy. A node's mean (the KPIs, the heatmap's order and
       groups) is its summary's wherever it has one; ``gpu_mean`` then holds the devices of
       the nodes without one, and ``read_devices`` reads the others' where they are drawn.
-    - ``partial_nodes``: the nodes of which ``gpus`` holds only the devices a finding names
-      (idle, spinning or silent at the end), with how many whole GPUs each has (its
-      :class:`NodeSummary`'s): the Prometheus mode with the recording rules sends no other
-      device of a node that nothing else names (no MIG, no time-sliced device, no
-      straggler's group, no input-starved candidate). The devices left out are busy.
+    - ``partial_nodes``: the nodes of which ``gpus`` holds only the devices idle or silent
+      at the end, with how many whole GPUs each has (its :class:`NodeSummary`'s): the
+      Prometheus mode with the recording rules sends no other device of a node that nothing
+      else names (no MIG, no spinning or time-sliced device, no straggler's group, no
+      input-starved candidate, no allocated-idle container on a busy device). The devices
+      left out are busy.
     - ``read_devices``: reads from the store the window means of the devices of the first
       nodes given and the ``gpu_info`` of the second's (one round of queries,
       :class:`~gpuscope.dashboard.data.source.DataError` on failure): the heatmap asks it
