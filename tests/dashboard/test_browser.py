@@ -243,13 +243,14 @@ def test_a_link_sets_the_controls_with_or_without_a_referrer(
 ) -> None:
     """The layout comes in the link's state (the page's URL is its request's referrer); a
     browser that sends no referrer gets the default layout, and the URL's callback then
-    sets the controls. Either way the URL's callback runs once and the fleet's once."""
+    sets the controls. Either way the URL's callback runs once (the page's refresh runs the
+    fleet's alone, every 10 s in the demo: it may have run more than once by then)."""
     sent: list[str] = []
     page.on("request", lambda r: sent.append(r.post_data or "{}")
             if "_dash-update-component" in r.url else None)
     open_page(page, demo_dashboard.url + "?window=15m")
     expect(page.locator(f"#{ids.WINDOW_SELECT}")).to_contain_text("15m")
-    assert _url_callbacks(sent) == 1 and _fleet_callbacks(sent) == 1
+    assert _url_callbacks(sent) == 1 and _fleet_callbacks(sent) >= 1
 
     def no_referrer(route: Any) -> None:
         # The layout as the server answers a request without a Referer header.
@@ -262,7 +263,7 @@ def test_a_link_sets_the_controls_with_or_without_a_referrer(
     try:
         open_page(page, demo_dashboard.url + "?window=15m")
         expect(page.locator(f"#{ids.WINDOW_SELECT}")).to_contain_text("15m")
-        assert _url_callbacks(sent) == 1 and _fleet_callbacks(sent) == 1
+        assert _url_callbacks(sent) == 1 and _fleet_callbacks(sent) >= 1
     finally:
         page.unroute("**/_dash-layout")
 
