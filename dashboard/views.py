@@ -202,30 +202,28 @@ class _Nodes:
     """The GPU nodes as the page counts them: those sent as devices (``by_node``: their
     whole GPUs) and those the recording rules sent as numbers (``summaries``; nothing to
     flag there, so their GPUs are busy: counted and priced like the others); of the nodes
-    sent with only their devices a finding names (``partial``, ``FleetData.partial_nodes``)
-    the GPUs not sent are busy too (``unlisted``)."""
+    sent with only their devices a finding names (``FleetData.partial_nodes``, the
+    inventory's ``whole``) the GPUs not sent are busy too (``unlisted``)."""
 
-    by_node: Mapping[str, list[GpuInfo]]
+    inventory: Fleet
     summaries: Mapping[str, NodeSummary]
     gpu_mean: Mapping[GpuRef, float]
-    partial: Mapping[str, int] = field(default_factory=dict)
+    by_node: Mapping[str, list[GpuInfo]] = field(init=False)
     summarised: dict[str, int] = field(init=False)
     gpu_nodes: set[str] = field(init=False)
     unlisted: int = field(init=False)
     _utils: dict[str, tuple[float, int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.by_node = self.inventory.by_node
         self.summarised = {n: s.gpus for n, s in self.summaries.items()
                            if n not in self.by_node and s.gpus > 0}
         self.gpu_nodes = set(self.by_node) | set(self.summarised)
-        self.unlisted = sum(max(0, n - len(self.by_node.get(node, ())))
-                            for node, n in self.partial.items())
+        self.unlisted = self.inventory.unlisted()
 
     def gpus_on(self, node: str) -> int:
         """Whole GPUs on ``node``."""
-        if node in self.partial:
-            return self.partial[node]
-        return (len(self.by_node[node]) if node in self.by_node
+        return (self.inventory.gpus_on(node) if node in self.by_node
                 else self.summarised.get(node, 0))
 
     def node_util(self, node: str) -> tuple[float, int]:
@@ -387,7 +385,7 @@ def _build_fleet_view(
     inventory = fleet_of(data.gpus, data.partial_nodes)  # the passes over every device, once
     by_node = inventory.by_node
     summaries = data.node_summaries
-    fleet = _Nodes(by_node, summaries, data.gpu_mean, data.partial_nodes)
+    fleet = _Nodes(inventory, summaries, data.gpu_mean)
     summarised, gpu_nodes = fleet.summarised, fleet.gpu_nodes
     gpus_on, mean_of = fleet.gpus_on, fleet.mean_of
 

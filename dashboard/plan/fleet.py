@@ -166,15 +166,13 @@ class PrometheusData(PlanQueries):
         # (the rest are busy), neither their inventory nor who uses what read.
         light: dict[GpuRef, GpuInfo] = {}
 
-        def detail(need: set[str]) -> set[str]:
+        def detail(need: set[str]) -> tuple[set[str], dict[GpuRef, GpuInfo]]:
             """The nodes whose devices are read (:func:`detail_nodes`), of those named and
-            ``need`` (who uses what there matters), those :func:`partial_nodes` leaves
-            aside; ``light`` set to those left aside."""
-            nonlocal light
-            light = partial_nodes(now, need, summaries) if summarize else {}
-            on = detail_nodes((named | need) - {g.node for g in light}, summaries)
-            light = {ref: info for ref, info in light.items() if ref.node not in on}
-            return on
+            ``need`` (who uses what there matters), and the devices of those
+            :func:`partial_nodes` leaves aside (none of them read)."""
+            aside = partial_nodes(now, need, summaries) if summarize else {}
+            on = detail_nodes((named | need) - {g.node for g in aside}, summaries)
+            return on, {ref: info for ref, info in aside.items() if ref.node not in on}
 
         if lean:
             # Who uses what is read on the nodes that need it, known before it is: where the
@@ -185,7 +183,8 @@ class PrometheusData(PlanQueries):
             workloads = judged | {key[:3] for key in flagged}
             need |= {p.node for p in pods.values()
                      if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
-            inventory = read_devices(detail(need), True)
+            on, light = detail(need)
+            inventory = read_devices(on, True)
         member_rows = (inventory if lean else first_res)["members"]
 
         # Every container in the window (with the rules over their window: on the nodes
@@ -228,7 +227,8 @@ class PrometheusData(PlanQueries):
             need = set(ask.shared) | set(ask.candidates)
             need |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
             need |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
-            inventory = read_devices(detail(need), False)
+            on, light = detail(need)
+            inventory = read_devices(on, False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' containers come with no steps, and
         # their devices with no work signals, whatever else was asked about them (a node's

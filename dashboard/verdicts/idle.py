@@ -238,6 +238,10 @@ class Fleet:
         """Whole GPUs on ``node``, those not listed included."""
         return self.whole.get(node) or len(self.by_node.get(node, ()))
 
+    def unlisted(self) -> int:
+        """The whole GPUs of the nodes in ``whole`` that ``by_node`` does not list (busy)."""
+        return sum(max(0, n - len(self.by_node.get(node, ()))) for node, n in self.whole.items())
+
 
 def fleet_of(gpus: Mapping[GpuRef, GpuInfo], whole: Mapping[str, int] | None = None) -> Fleet:
     """:class:`Fleet` of ``gpus``; ``whole``: the GPUs of the nodes ``gpus`` lists some
