@@ -188,6 +188,35 @@ def flagged_mix(share: float) -> tuple[Template, ...]:
                  for t in TEMPLATES)
 
 
+def _carrying(t: Template) -> float:
+    """The share of a unit of ``t``'s nodes that carry a finding (a slow-rank job: 1 of 2)."""
+    return sum(_has_finding(p) for p in t.plants) / t.size
+
+
+def carrying_mix(share: float) -> tuple[Template, ...]:
+    """A mix whose nodes carry a finding on ``share`` of the fleet: :func:`flagged_mix` at
+    the flagged share that gives it where one does (up to 91 %); above that, no clean node,
+    and the units of which only some nodes carry a finding (the slow-rank job) cut to the
+    share that gives it, the other finding templates in the default mix's proportions."""
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"the carrying share must be between 0 and 1, not {share}")
+    flagged = [t for t in TEMPLATES if t.name in FLAGGED]
+    total = sum(t.share for t in flagged)
+    most = sum(t.share * _carrying(t) for t in flagged) / total  # of the flagged nodes
+    if share < most:
+        return flagged_mix(share / most)
+    whole = [t for t in flagged if _carrying(t) == 1.0]
+    part = [t for t in flagged if _carrying(t) < 1.0]
+    part_total = sum(t.share for t in part)
+    part_carry = sum(t.share * _carrying(t) for t in part) / part_total
+    # whole + parts = 1 and whole + parts * part_carry = share
+    parts = (1.0 - share) / (1.0 - part_carry)
+    whole_total = sum(t.share for t in whole)
+    scale = {t.name: (1.0 - parts) / whole_total for t in whole}
+    scale.update({t.name: parts / part_total for t in part})
+    return tuple(replace(t, share=t.share * scale.get(t.name, 0.0)) for t in TEMPLATES)
+
+
 def template(name: str) -> Template:
     for t in TEMPLATES:
         if t.name == name:
@@ -699,7 +728,7 @@ def dir_bytes(path: Path) -> int:
 def build(out: Path, nodes: int, *, step: float = 15.0, window: float = 3600.0,
           end: float | None = None, stores: Iterable[str] = ("prometheus", "victoriametrics"),
           flagged: float | None = None, clusters: int | None = None,
-          log: Any = print) -> dict[str, Any]:
+          carrying: float | None = None, log: Any = print) -> dict[str, Any]:
     """Builds a data set in ``out`` (replacing one there): see the module's docstring;
     ``clusters``: the nodes spread over that many clusters (:func:`spread`).
     Returns (and writes to ``meta.json``) what it built and how long each part took."""
@@ -720,14 +749,16 @@ def build(out: Path, nodes: int, *, step: float = 15.0, window: float = 3600.0,
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
-    nodes_plan = plan(nodes, TEMPLATES if flagged is None else flagged_mix(flagged))
+    nodes_plan = plan(nodes, carrying_mix(carrying) if carrying is not None
+                      else TEMPLATES if flagged is None else flagged_mix(flagged))
     if clusters is not None:
         nodes_plan = spread(nodes_plan, clusters)
     fleet = Fleet(shape, nodes_plan)
     exp = expected(fleet.plan)
     meta: dict[str, Any] = {"nodes": nodes, "gpus": exp.gpus, "step": step, "window": window,
                             "end": end, "start": shape.start, "times": shape.times,
-                            "by_template": exp.by_template, "flagged": flagged}
+                            "by_template": exp.by_template, "flagged": flagged,
+                            "carrying": carrying}
     if clusters is not None:
         # The store label dashboard_bench.py gives the page (``cluster_label``).
         meta.update(clusters=clusters, cluster_label=CLUSTER_LABEL)
@@ -793,6 +824,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--flagged", type=float, metavar="SHARE",
                     help="the share of nodes playing a template that plants a finding, the "
                     "templates' proportions otherwise kept (default: the demo's mix, 0.62)")
+    ap.add_argument("--carrying", type=float, metavar="SHARE",
+                    help="the share of nodes carrying a finding (instead of --flagged; above "
+                    "0.91 there are no clean nodes and fewer slow-rank jobs)")
     ap.add_argument("--clusters", type=int, metavar="N",
                     help="the nodes spread over N clusters (eks-00, eks-01, ...), their series "
                     "labelled cluster, node names repeating from one cluster to the next "
@@ -806,13 +840,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.flagged is not None and not 0.0 < args.flagged < 1.0:
         print("fleet: --flagged must be between 0 and 1", file=sys.stderr)
         return 2
+    if args.carrying is not None and (args.flagged is not None
+                                      or not 0.0 < args.carrying < 1.0):
+        print("fleet: --carrying must be between 0 and 1, and not with --flagged",
+              file=sys.stderr)
+        return 2
     if args.clusters is not None and not 1 <= args.clusters <= args.nodes:
         print("fleet: --clusters must be between 1 and --nodes", file=sys.stderr)
         return 2
     stores = ("prometheus", "victoriametrics") if args.store == "both" else (args.store,)
     try:
         meta = build(args.out, args.nodes, step=args.step, window=args.window, end=args.end,
-                     stores=stores, flagged=args.flagged, clusters=args.clusters)
+                     stores=stores, flagged=args.flagged, clusters=args.clusters,
+                     carrying=args.carrying)
     except Exception as exc:  # one line, no traceback (bad input, a store that failed)
         print(f"fleet: {exc}", file=sys.stderr)
         return 1

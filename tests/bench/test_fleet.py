@@ -80,6 +80,44 @@ def test_a_flagged_share_outside_0_1_is_refused(share: float) -> None:
         fleet.flagged_mix(share)
 
 
+def _carrying(plan: list[fleet.NodePlan]) -> int:
+    """The nodes of ``plan`` whose file plants a finding, by the plants themselves."""
+    return sum(1 for n in plan if fleet._has_finding(
+        fleet.template(n.template).plants[n.position]))
+
+
+@pytest.mark.parametrize("share", [0.15, 0.57, 0.87])
+def test_a_carrying_share_below_91_percent_keeps_the_default_proportions(share: float) -> None:
+    plan = fleet.plan(5000, fleet.carrying_mix(share))
+    got = Counter(n.template for n in plan)
+    assert _carrying(plan) == pytest.approx(5000 * share, abs=4)
+    assert set(got) == {t.name for t in fleet.TEMPLATES}
+    flagged = {t.name: t.share for t in fleet.TEMPLATES if t.name in fleet.FLAGGED}
+    total = sum(got[name] for name in flagged)
+    for name, s in flagged.items():
+        assert got[name] / total == pytest.approx(s / sum(flagged.values()), abs=0.01)
+
+
+def test_a_carrying_share_of_95_percent_has_no_clean_node_and_fewer_slow_rank_jobs() -> None:
+    plan = fleet.plan(5000, fleet.carrying_mix(0.95))
+    got = Counter(n.template for n in plan)
+    assert _carrying(plan) == pytest.approx(4750, abs=4)
+    assert set(got) == set(fleet.FLAGGED)  # every finding template, no clean node
+    assert got["slow-rank"] == 500  # half of its nodes carry none: 250 of the 5 %
+    # The templates whose every node carries one keep their proportions among themselves.
+    whole = {t.name: t.share for t in fleet.TEMPLATES
+             if t.name in fleet.FLAGGED and t.name != "slow-rank"}
+    total = sum(got[name] for name in whole)
+    for name, s in whole.items():
+        assert got[name] / total == pytest.approx(s / sum(whole.values()), abs=0.01)
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0, 1.2])
+def test_a_carrying_share_outside_0_1_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        fleet.carrying_mix(share)
+
+
 def test_expected_verdicts_of_one_unit_of_each_template() -> None:
     """By hand from the demo scenarios' comments and prices.yaml: the numbers the demo's
     own test states (tests/dashboard/test_demo_views.py), with the busy template priced as a
@@ -254,6 +292,15 @@ def test_the_cli_refuses_a_flagged_share_outside_0_1_in_one_line(
     err = capsys.readouterr().err
     assert err == "fleet: --flagged must be between 0 and 1\n"
     assert not any(tmp_path.iterdir())  # nothing built
+
+
+@pytest.mark.parametrize("args", [["--carrying", "1"], ["--carrying", "0.9", "--flagged", "0.5"]])
+def test_the_cli_refuses_a_carrying_share_outside_0_1_or_with_flagged_in_one_line(
+        args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert fleet.main(["--nodes", "10", *args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == "fleet: --carrying must be between 0 and 1, and not with --flagged\n"
+    assert not any(tmp_path.iterdir())
 
 
 def test_block_ranges_counts_the_two_hour_ranges_a_window_reads(tmp_path: Path) -> None:
