@@ -238,8 +238,8 @@ class PlanQueries(PrometheusStore):
         after its start (a range half a step short of the window: both stores then take the
         same steps) and in device-seconds, labelled ``stat="held"`` and ``stat="used"`` (one
         query each): from the recorded minutes with ``rules`` (each a minute), else a
-        subquery over the raw series at the window's step. ``max``: HA replicas' copies of a
-        recorded series count once."""
+        subquery over the raw series at the window's step (:meth:`Steps.holdings_over`).
+        ``max``: HA replicas' copies of a recorded series count once."""
         span = duration(window.seconds - window.step / 2)
         by = "node, namespace, workload, uuid"
         if rules:
@@ -249,10 +249,11 @@ class PlanQueries(PrometheusStore):
                         f" * {RULE_INTERVAL!r}")
         else:
             st = self._steps(window, False)
+            step, whole = duration(window.step), duration(window.seconds)
 
             def total(used: bool) -> str:
-                return (f"max by ({by}) (sum_over_time(({st.holdings(used)})"
-                        f"[{span}:{duration(window.step)}])) * {window.step!r}")
+                return (f"max by ({by}) ({st.holdings_over(span, step, whole, used)})"
+                        f" * {window.step!r}")
         return [_stat(total(False), "held"), _stat(total(True), "used")]
 
     def summary_queries(self, window: Window, namespace: str | None) -> dict[str, str]:
