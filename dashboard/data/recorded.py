@@ -193,7 +193,7 @@ class Steps:
         :func:`~gpuscope.dashboard.data.reduce.holdings` groups them. Grouped in every step
         instead (each step joining the pods and slices, the holders' expression written
         out four times), the two queries cost Prometheus 14 and 18 CPU-s at 1,000 nodes;
-        this way 2.7 and 1.7 (``docs/benchmarks.md``, without the recording rules)."""
+        this way 2.4 and 1.8 (``docs/benchmarks.md``, without the recording rules)."""
         alloc = self.sel("container_gpu_allocated", {"namespace": NOT_EMPTY})
         held = f"(max by ({CBY}) (max_over_time({alloc}[{self.r}])) > 0)"
         if used:
@@ -211,7 +211,7 @@ class Steps:
                 f" or on (node, namespace, pod) group by (node, namespace, pod) ({ever}))")
         slices = (f"(label_replace(group by (node, uuid) (last_over_time("
                   f"{self.sel('gpu_info', {'parent_uuid': NOT_EMPTY})}[{whole}])),"
-                  f' "slice", "$1", "uuid", "(.+)")'
+                  f' "slice", "$1", "uuid", "(.*)")'
                   f" or on (node, uuid) group by (node, uuid) ({ever}))")
         owned = (f"{summed} * on (node, namespace, pod) group_left (workload) {pods}"
                  f" * on (node, uuid) group_left (slice) {slices}")
