@@ -192,7 +192,7 @@ class Steps:
         of the window (``whole``: a range over it) say, as
         :func:`~gpuscope.dashboard.data.reduce.holdings` groups them. Grouped in every step
         instead (each step joining the pods and slices, the holders' expression written
-        out four times), the two queries cost Prometheus 14 and 18 CPU-s at 1,000 nodes;
+        out four times), the two queries cost Prometheus 13 and 15 CPU-s at 1,000 nodes;
         this way 2.4 and 1.8 (``docs/benchmarks.md``, without the recording rules)."""
         alloc = self.sel("container_gpu_allocated", {"namespace": NOT_EMPTY})
         held = f"(max by ({CBY}) (max_over_time({alloc}[{self.r}])) > 0)"
