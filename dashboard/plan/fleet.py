@@ -214,6 +214,7 @@ class PrometheusData(PlanQueries):
             idle={g.node for g in idle_now},
             # (``idle_nodes``: below, from the inventory, where the summaries are not used.)
             shared={g.node for g, n in sharers.items() if n >= 2},
+            shared_devices={g.uuid for g, n in sharers.items() if n >= 2},
             spinning={g.node for g in spin_now},
             held=held_nodes,
             candidates={n for k in judged for n in workload_nodes.get(k, ())},

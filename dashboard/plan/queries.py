@@ -444,9 +444,13 @@ class PlanQueries(PrometheusStore):
             return (f" and on (node, uuid) (count by (node, uuid)"
                     f" (last_over_time({cutil}[{w}] @ {at})) >= 2)")
 
-        each("shared", ask.shared, lambda st: (
+        # The time-sliced devices by uuid where they are known, else by node: their nodes'
+        # other devices and containers are not read (5,000 nodes at 95 %: 0.43 -> 0.23 CPU-s
+        # of Prometheus, 0.13 -> 0.09 of VictoriaMetrics, in twice as many parts).
+        shared, by = (ask.shared_devices, "uuid") if ask.shared_devices else (ask.shared, "node")
+        each("shared", shared, lambda st: (
             f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"
-            + shared_only(st)))
+            + shared_only(st)), by)
 
         def containers(st: Steps, only_shared: bool = False) -> str:
             steps = st.cutil() + (shared_only(st) if only_shared else "")
@@ -460,7 +464,7 @@ class PlanQueries(PrometheusStore):
         # on the time-sliced devices of the nodes that have one.
         # (Two roles: a node in both lists has its time-sliced devices' containers in each.)
         each("containers", ask.candidates, containers)
-        each("shared_containers", ask.shared, partial(containers, only_shared=True))
+        each("shared_containers", shared, partial(containers, only_shared=True), by)
 
         def spinning(st: Steps) -> str:
             # With the rules, only the devices spinning at the end (of the nodes listed,

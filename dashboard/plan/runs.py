@@ -76,6 +76,10 @@ class FollowUp:
     idle: Collection[str] = ()
     idle_nodes: Collection[str] = ()
     shared: Collection[str] = ()
+    #: The time-sliced devices (uuids) themselves, where known: their steps are asked by
+    #: device, not by ``shared``'s nodes (whose other devices and containers the store
+    #: would read only to leave them out).
+    shared_devices: Collection[str] = ()
     spinning: Collection[str] = ()
     held: Collection[str] = ()
     candidates: Collection[str] = ()   # stalled or slow-rank candidates' workloads' nodes
