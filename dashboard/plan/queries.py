@@ -436,18 +436,21 @@ class PlanQueries(PrometheusStore):
             f"{st.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}[{r}]))"))
         at = f"{window.end:.3f}"
 
+        # The time-sliced devices by uuid where the first round's ``members`` name them,
+        # else by node: then their nodes' other devices and containers are not read.
+        shared, by = (ask.shared_devices, "uuid") if ask.shared_devices else (ask.shared, "node")
+
         def shared_only(st: Steps) -> str:
-            """The devices two containers or more used in the window (the first round's
-            ``members``' sharing, read once at its end: ``@``), on the nodes listed: of a
-            node with one time-sliced device, its other devices' steps are not sent."""
+            """Asked by node: the devices two containers or more used in the window (the
+            first round's ``members``' sharing, read once at its end: ``@``), so that of a
+            node with one time-sliced device its other devices' steps are not sent. Asked
+            by uuid: those devices are the ones listed."""
+            if by == "uuid":
+                return ""
             cutil = st.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
             return (f" and on (node, uuid) (count by (node, uuid)"
                     f" (last_over_time({cutil}[{w}] @ {at})) >= 2)")
 
-        # The time-sliced devices by uuid where they are known, else by node: their nodes'
-        # other devices and containers are not read (5,000 nodes at 95 %: 0.43 -> 0.23 CPU-s
-        # of Prometheus, 0.13 -> 0.09 of VictoriaMetrics, in twice as many parts).
-        shared, by = (ask.shared_devices, "uuid") if ask.shared_devices else (ask.shared, "node")
         each("shared", shared, lambda st: (
             f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"
             + shared_only(st)), by)
