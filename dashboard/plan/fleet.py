@@ -325,8 +325,12 @@ class PrometheusData(PlanQueries):
                 later.setdefault(role, []).extend(rows)
         more.update(extra)
 
-        containers.update({_cref(lab): s for role in ("containers", "shared_containers")
-                           for lab, s in later.get(role, []) if lab.get("namespace")})
+        shared = {g for g, n in sharers.items() if n >= 2}
+        containers.update({_cref(lab): s for lab, s in later.get("containers", [])
+                           if lab.get("namespace")})
+        # (Asked by uuid: a device of that uuid on another node is not this one.)
+        containers.update({ref: s for lab, s in later.get("shared_containers", [])
+                           if lab.get("namespace") and (ref := _cref(lab)).gpu in shared})
         containers.update(strag_containers)
         stats = util_stats(later.get("stats", []), member_mean)
         busy_max, idle_signal = idle_steps(later.get("idle_steps", []))
@@ -335,7 +339,6 @@ class PrometheusData(PlanQueries):
             for lab, s in later.get("held_idle", []) if lab.get("namespace"))
         signals = work_signals_of(
             [*later.get("spinning", []), *later.get("workload_signals", [])], strag_devices)
-        shared = {g for g, n in sharers.items() if n >= 2}
         bare_nodes(nodes, {g.node for g in gpus} | set(summaries))
         return FleetData(
             window=window,
