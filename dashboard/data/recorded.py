@@ -157,14 +157,21 @@ class Steps:
         (``container:gpu_held_share:max1m``): the showback's two rules read it."""
         if self.rules:
             return self._recorded("max_over_time", "held_share", f"{CBY}, workload")
-        held = (f"(max by ({CBY}) (max_over_time("
-                f"{self.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}"
-                f"[{self.r}])) > 0)")
-        share = f"({held} / on (node, uuid) group_left () count by (node, uuid) ({held}))"
+        share = self._share()
         pods = (f"topk by (node, namespace, pod) (1, max by (node, namespace, pod, workload)"
                 f" (max_over_time({self.sel('gpu_pod_info')}[{self.r}])))")
         return (f"({share} * on (node, namespace, pod) group_left (workload) {pods}"
                 f" or {share} unless on (node, namespace, pod) {pods})")
+
+    def _held(self) -> str:
+        """Each container holding a device in the step (its allocation above 0), raw."""
+        alloc = self.sel("container_gpu_allocated", {"namespace": NOT_EMPTY})
+        return f"(max by ({CBY}) (max_over_time({alloc}[{self.r}])) > 0)"
+
+    def _share(self) -> str:
+        """Each holder's share of its device in the step (``1/n`` of ``n`` holders), raw."""
+        held = self._held()
+        return f"({held} / on (node, uuid) group_left () count by (node, uuid) ({held}))"
 
     def holdings(self, used: bool = False) -> str:
         """Who holds what in the step (the showback, :class:`~gpuscope.dashboard.series.
@@ -194,14 +201,9 @@ class Steps:
         instead (each step joining the pods and slices, the holders' expression written
         out four times), the two queries cost Prometheus 13 and 15 CPU-s at 1,000 nodes;
         this way 2.4 and 1.8 (``docs/benchmarks.md``, without the recording rules)."""
-        alloc = self.sel("container_gpu_allocated", {"namespace": NOT_EMPTY})
-        held = f"(max by ({CBY}) (max_over_time({alloc}[{self.r}])) > 0)"
-        if used:
-            cutil = self.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
-            each = f"max by ({CBY}) (avg_over_time({cutil}[{self.r}])) and on ({CBY}) {held}"
-        else:
-            each = f"{held} / on (node, uuid) group_left () count by (node, uuid) ({held})"
+        each = f"{self.cutil()} and on ({CBY}) {self._held()}" if used else self._share()
         summed = f"sum_over_time(({each})[{span}:{step}])"
+        alloc = self.sel("container_gpu_allocated", {"namespace": NOT_EMPTY})
         # Every pod held a device: its workload where its info names one (``topk``: one
         # where replicas disagree), else none; every device: the slice, where it is one.
         ever = f"last_over_time({alloc}[{whole}])"

@@ -203,6 +203,7 @@ class PrometheusData(PlanQueries):
         for c in members:
             gpu = c.gpu
             sharers[gpu] = sharers.get(gpu, 0) + 1
+        shared = {g for g, n in sharers.items() if n >= 2}
         workload_nodes: dict[tuple[str, str, str], set[str]] = {}
         for c in members:
             pod = pods.get(c.pod_key)
@@ -213,8 +214,8 @@ class PrometheusData(PlanQueries):
         ask = FollowUp(
             idle={g.node for g in idle_now},
             # (``idle_nodes``: below, from the inventory, where the summaries are not used.)
-            shared={g.node for g, n in sharers.items() if n >= 2},
-            shared_devices={g.uuid for g, n in sharers.items() if n >= 2},
+            shared={g.node for g in shared},
+            shared_devices={g.uuid for g in shared},
             spinning={g.node for g in spin_now},
             held=held_nodes,
             candidates={n for k in judged for n in workload_nodes.get(k, ())},
@@ -325,7 +326,6 @@ class PrometheusData(PlanQueries):
                 later.setdefault(role, []).extend(rows)
         more.update(extra)
 
-        shared = {g for g, n in sharers.items() if n >= 2}
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
                            if lab.get("namespace")})
         # (Asked by uuid: a device of that uuid on another node is not this one.)
