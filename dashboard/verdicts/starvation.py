@@ -111,12 +111,18 @@ def timeslice_shares(
             continue
         members = {ref: series.at() for ref, series in on}
         gpu_at = gpu_util[gpu].at() if gpu in gpu_util else {}
-        times = sorted({t for values in members.values() for t in values})
+        # Per step: how many share the device, their summed utilization (added in the
+        # members' order, from 0), the device's. One pass over each member's points, not
+        # a scan of the members at every step.
+        sharers: dict[float, int] = {}
+        totals: dict[float, float] = {}
+        for values in members.values():
+            for t, v in values.items():
+                sharers[t] = sharers.get(t, 0) + 1
+                totals[t] = totals.get(t, 0) + v
+        times = sorted(sharers)
         if not is_fresh(times, window):
             continue
-        # Per step: how many share the device, their summed utilization, the device's.
-        sharers = {t: sum(1 for v in members.values() if t in v) for t in times}
-        totals = {t: sum(v[t] for v in members.values() if t in v) for t in times}
         latest = times[-1]
         for ref, values in members.items():
             if latest not in values:
