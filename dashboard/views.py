@@ -262,8 +262,8 @@ def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[G
     by_node, summaries = nodes.by_node, nodes.summaries
     # Each node's idle and spinning whole GPUs, in one pass over the states.
     wasted_on: dict[str, int] = {}
-    for node, infos in by_node.items():
-        n = sum(1 for g in infos if states.get(g.ref) in ("idle", "spinning"))
+    for node, whole in by_node.items():
+        n = sum(1 for g in whole if states.get(g.ref) in ("idle", "spinning"))
         if n:
             wasted_on[node] = n
 
