@@ -88,6 +88,7 @@ from gpuscope.dashboard.views import FleetView, build_fleet_view  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,
+    cpu_seconds,
     free_port,
     start_prometheus,
     start_victoriametrics,
@@ -128,12 +129,54 @@ class BrowserLoad(NamedTuple):
     where it was not seen), and that answer's size in bytes (the rest of ``total`` is the
     browser drawing it); ``driver``: until Playwright's waits for those elements returned
     (later where the page's main thread is busy with something else then, such as the
-    workload view's chart drawn after the page: Playwright's check runs on that thread)."""
+    workload view's chart drawn after the page: Playwright's check runs on that thread).
+    The CPU seconds the load took (from navigation until Playwright saw it drawn), where
+    read: ``chromium_cpu``, of Chromium's processes (browser, renderers, GPU and utility);
+    ``own_cpu``, of this process (the dashboard's server and Playwright's client);
+    ``store_cpu``, of the store. On one machine the three share its cores."""
 
     total: float
     answer: float | None
     answer_bytes: int | None
     driver: float | None = None
+    chromium_cpu: float | None = None
+    own_cpu: float | None = None
+    store_cpu: float | None = None
+
+
+def chromium_cpu(under: int) -> dict[int, float]:
+    """CPU seconds so far of each Chromium process (its command name begins with "chrom")
+    that descends from the process ``under`` (Playwright's driver starts the browser, which
+    starts the rest), by pid; a process gone while read is left out."""
+    parent: dict[int, int] = {}
+    name: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # The command name (field 2) may hold spaces: the fields after its ")".
+        parent[int(entry)] = int(stat.rpartition(")")[2].split()[1])
+        name[int(entry)] = stat[stat.find("(") + 1:stat.rfind(")")]
+    out: dict[int, float] = {}
+    for pid, comm in name.items():
+        ancestor = parent.get(pid, 0)
+        while ancestor > 1 and ancestor != under:
+            ancestor = parent.get(ancestor, 0)
+        if ancestor == under and comm.startswith("chrom"):
+            try:
+                out[pid] = cpu_seconds(pid)
+            except OSError:
+                continue
+    return out
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the processes of ``after`` used since ``before`` (a process started
+    meanwhile counts from 0)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def drawn_conditions(filtered: bool) -> list[tuple[str, bool]]:
@@ -182,7 +225,8 @@ def fleet_answer(finished: list[tuple[str, float, int]], began: float
     return end - began, size
 
 
-def browser_load(url: str, runs: int, filtered: bool = False) -> list[BrowserLoad]:
+def browser_load(url: str, runs: int, filtered: bool = False,
+                 store_cpu: Callable[[], float] | None = None) -> list[BrowserLoad]:
     """Each load from navigation until the page is drawn (:func:`drawn_conditions`, timed
     in the page, :func:`drawn_script`; and until Playwright saw it); and when the fleet
     callback's answer was in (:class:`BrowserLoad`, from Playwright's request timing)."""
@@ -210,8 +254,10 @@ def browser_load(url: str, runs: int, filtered: bool = False) -> list[BrowserLoa
         page.on("requestfinished", on_finished)
         conditions = drawn_conditions(filtered)
         page.add_init_script(drawn_script(conditions))
+        me = os.getpid()
         for _ in range(runs):
             finished.clear()
+            cpu = (chromium_cpu(me), time.process_time(), store_cpu() if store_cpu else 0.0)
             began, began_epoch = time.perf_counter(), time.time()
             page.goto(url)
             for sel, text in conditions:
@@ -222,9 +268,12 @@ def browser_load(url: str, runs: int, filtered: bool = False) -> list[BrowserLoa
                 else:
                     page.wait_for_selector(sel, timeout=60_000)
             driver = time.perf_counter() - began
+            spent = (cpu_spent(cpu[0], chromium_cpu(me)), time.process_time() - cpu[1],
+                     store_cpu() - cpu[2] if store_cpu else None)
             page.wait_for_function("window.__gpuscopeDrawn !== null", timeout=60_000)
             drawn = float(page.evaluate("window.__gpuscopeDrawn")) / 1000.0 - began_epoch
-            times.append(BrowserLoad(drawn, *fleet_answer(finished, began_epoch), driver))
+            times.append(BrowserLoad(drawn, *fleet_answer(finished, began_epoch), driver,
+                                     *spent))
         ctx.close()
     return times
 
@@ -664,7 +713,7 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
         try:
             before = source.queries_total
             loads = browser_load(f"http://127.0.0.1:{server.port}/{query}", args.runs + 1,
-                                 filtered=bool(args.namespace))
+                                 filtered=bool(args.namespace), store_cpu=store.cpu_seconds)
             per_load = (source.queries_total - before) / len(loads)
         finally:
             server.stop()
@@ -681,6 +730,9 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
                     f"page_load_{mode}_driver_s": statistics.median(drivers[1:]),
                     f"page_load_{mode}_answer_s": answer,
                     f"page_load_{mode}_answer_bytes": size,
+                    **{f"page_load_{mode}_{who}_cpu_s": statistics.median(
+                        getattr(load, f"{who}_cpu") or 0.0 for load in loads[1:])
+                       for who in ("chromium", "own", "store")},
                     f"queries_per_page_load_{mode}": per_load})
         drawn = (f"; the fleet answer in at {answer:.2f}s ({(size or 0) / 1024:,.0f} KiB), "
                  f"drawn {statistics.median(totals[1:]) - answer:.2f}s later (medians)"
@@ -689,7 +741,10 @@ def page_loads(store: Store, meta: dict[str, Any], args: argparse.Namespace
               f"{totals[0]:.2f}s, then median {statistics.median(totals[1:]):.2f}s "
               f"({min(totals[1:]):.2f}-{max(totals[1:]):.2f}s){drawn}; "
               f"Playwright saw it drawn at {statistics.median(drivers[1:]):.2f}s (median); "
-              f"{per_load:g} queries per page load", flush=True)
+              f"{per_load:g} queries per page load; a load's CPU (medians): Chromium "
+              f"{out[f'page_load_{mode}_chromium_cpu_s']:.2f}s, this process (the dashboard) "
+              f"{out[f'page_load_{mode}_own_cpu_s']:.2f}s, the store "
+              f"{out[f'page_load_{mode}_store_cpu_s']:.2f}s", flush=True)
     return out
 
 

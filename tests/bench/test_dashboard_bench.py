@@ -244,7 +244,8 @@ def test_a_drawn_page_is_timed_in_the_page_on_what_the_bench_waits_for() -> None
 def test_the_page_load_is_timed_in_chromium(two_clusters: Path) -> None:
     """The browser part on a real Chromium: the page drawn (timed in the page) after the
     fleet's answer came in and no later than Playwright saw it; each load's figures in the
-    result."""
+    result, with the CPU it took of Chromium's processes, of the dashboard's and (the page
+    computed on demand) of the store's."""
     run = subprocess.run([sys.executable, str(REPO / "bench" / "dashboard_bench.py"),
                           "--store", "victoriametrics", "--runs", "1", "--data",
                           str(two_clusters)], capture_output=True, text=True, timeout=600)
@@ -254,3 +255,8 @@ def test_the_page_load_is_timed_in_chromium(two_clusters: Path) -> None:
         drawn, driver = result[f"page_load_{mode}_s"], result[f"page_load_{mode}_driver_s"]
         answer = result[f"page_load_{mode}_answer_s"]
         assert 0 < answer <= drawn <= driver + 0.05, (mode, answer, drawn, driver)
+        # Chromium draws the page and the dashboard answers it: both spend CPU on a load
+        # (0 would mean their processes were not found).
+        assert result[f"page_load_{mode}_chromium_cpu_s"] > 0, result
+        assert result[f"page_load_{mode}_own_cpu_s"] > 0, result
+    assert result["page_load_on_demand_store_cpu_s"] > 0, result
