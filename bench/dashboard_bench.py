@@ -88,10 +88,11 @@ from gpuscope.dashboard.views import FleetView, build_fleet_view  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,
-    cpu_seconds,
     free_port,
+    proc_stat,
     start_prometheus,
     start_victoriametrics,
+    stat_cpu_seconds,
 )
 
 SCRAPE = 15.0  # the default step (bench/load.py builds its fleet with it)
@@ -148,28 +149,21 @@ def chromium_cpu(under: int) -> dict[int, float]:
     """CPU seconds so far of each Chromium process (its command name begins with "chrom")
     that descends from the process ``under`` (Playwright's driver starts the browser, which
     starts the rest), by pid; a process gone while read is left out."""
-    parent: dict[int, int] = {}
-    name: dict[int, str] = {}
+    stats: dict[int, tuple[str, list[str]]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        # The command name (field 2) may hold spaces: the fields after its ")".
-        parent[int(entry)] = int(stat.rpartition(")")[2].split()[1])
-        name[int(entry)] = stat[stat.find("(") + 1:stat.rfind(")")]
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = proc_stat(int(entry))
+            except OSError:  # gone meanwhile
+                continue
+    parent = {pid: int(fields[1]) for pid, (_, fields) in stats.items()}
     out: dict[int, float] = {}
-    for pid, comm in name.items():
-        ancestor = parent.get(pid, 0)
+    for pid, (comm, fields) in stats.items():
+        ancestor = parent[pid]
         while ancestor > 1 and ancestor != under:
             ancestor = parent.get(ancestor, 0)
         if ancestor == under and comm.startswith("chrom"):
-            try:
-                out[pid] = cpu_seconds(pid)
-            except OSError:
-                continue
+            out[pid] = stat_cpu_seconds(fields)
     return out
 
 

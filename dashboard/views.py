@@ -260,15 +260,10 @@ def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[G
     :data:`MAX_HEATMAP_NODES` of them; every node counted in the groups by instance type.
     With the page's notes (one more where the drawn nodes' means could not be read)."""
     by_node, summaries = nodes.by_node, nodes.summaries
-    # Each node's idle and spinning whole GPUs, in one pass over the states.
-    wasted_on: dict[str, int] = {}
-    for node, whole in by_node.items():
-        n = sum(1 for g in whole if states.get(g.ref) in ("idle", "spinning"))
-        if n:
-            wasted_on[node] = n
 
     def node_rank(node: str) -> tuple[int, float, str]:
-        wasted = wasted_on.get(node, 0)
+        refs = [g.ref for g in by_node.get(node, ())]
+        wasted = sum(1 for r in refs if states.get(r) in ("idle", "spinning"))
         summary = summaries.get(node)
         if summary is not None:  # the order the data layer chose the nodes it sent by
             return (-wasted, summary_mean(summary), node)

@@ -98,11 +98,22 @@ def self_metrics(url: str) -> dict[str, float]:
     return out
 
 
+def proc_stat(pid: int) -> tuple[str, list[str]]:
+    """A process's command name and the fields of ``/proc/<pid>/stat`` after it (the
+    state, the parent's pid, ...); OSError where the process is gone."""
+    # The command name (field 2) may hold spaces and parentheses: it runs to the last ")".
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.find("(") + 1:text.rfind(")")], text[text.rfind(")") + 1:].split()
+
+
+def stat_cpu_seconds(fields: list[str]) -> float:
+    """User and system CPU time of a process's :func:`proc_stat` fields, in seconds."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU time a process has used so far, in seconds (``/proc/<pid>/stat``)."""
-    # The command name (field 2) may hold spaces: count the fields after its ")".
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu_seconds(proc_stat(pid)[1])
 
 
 class GoCounters(NamedTuple):

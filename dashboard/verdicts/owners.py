@@ -84,17 +84,13 @@ def showback(
     # Each owner's terms by column, summed at the end (``fsum``: the same totals whatever
     # order the nodes come in).
     acc: dict[tuple[str, str, str], list[list[float]]] = {}
-    cluster_of: dict[str, str] = {}  # each node's cluster, split once
 
     def add(node: str, namespace: str, workload: str, *values: float) -> None:
         """Adds (gpu-hours, used hours, spent, idle, spinning, unpriced hours) from the
         start."""
-        cluster = cluster_of.get(node)
-        if cluster is None:
-            cluster = cluster_of[node] = node_parts(node)[0]
-        terms = acc.get((cluster, namespace, workload))
+        terms = acc.get((cluster := node_parts(node)[0], namespace, workload))
         if terms is None:
-            terms = acc[(cluster, namespace, workload)] = [[], [], [], [], [], []]
+            terms = acc[(cluster, namespace, workload)] = [[] for _ in range(6)]
         for i, v in enumerate(values):
             if v:
                 terms[i].append(v)
@@ -158,8 +154,7 @@ def showback(
         add(node, UNALLOCATED, "", 0.0, 0.0, 0.0, s.wasted - allocated)
         share_out(node, allocated, on_slice.get(s.slice.ref, {}), 3)
 
-    fsum = math.fsum
-    rows = [OwnerCost(cluster, namespace, workload, *map(fsum, terms))
+    rows = [OwnerCost(cluster, namespace, workload, *(math.fsum(t) for t in terms))
             for (cluster, namespace, workload), terms in acc.items()]
     return tuple(sorted(rows, key=_order))
 
