@@ -64,7 +64,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -387,6 +387,25 @@ def _owners_sum(owners: tuple[OwnerCost, ...], field: str) -> float:
     return math.fsum(getattr(o, field) for o in owners)
 
 
+def role_counts(before: Mapping[str, Sequence[int]], after: Mapping[str, Sequence[int]]
+                ) -> dict[str, list[int]]:
+    """What a page's answers brought by role (``[bytes, series, answers]``: ``after`` less
+    ``before``, the store's :attr:`answers_by_role` around the page), the most bytes first;
+    the queries sent outside the fleet page's plan (the registry's step queries) under
+    :data:`OTHER_ROLE`."""
+    out = {}
+    for role, counts in after.items():
+        was = before.get(role, (0, 0, 0))
+        diff = [c - w for c, w in zip(counts, was, strict=True)]
+        if diff[2] > 0:
+            out[role or OTHER_ROLE] = diff
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1][0], kv[0])))
+
+
+#: :func:`role_counts`' name for the answers to queries of no role.
+OTHER_ROLE = "(step queries)"
+
+
 @contextmanager
 def timing(module: Any, name: str, into: list[float]) -> Iterator[None]:
     """``module.name`` (a function the page calls by that name) timed at each call, the
@@ -497,6 +516,8 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     # Per page, what its answers brought: bytes of JSON and series (item 3 of issue 29: what
     # the page receives should not grow with the nodes that have findings).
     received: list[tuple[int, int]] = []
+    # The last page's by the role its queries have (``PrometheusStore.answers_by_role``).
+    by_role: dict[str, list[int]] = {}
     try:
         with timing(views, "showback", shows):
             for _ in range(args.runs + 1):  # the first run warms the store's caches
@@ -504,6 +525,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                 # collector (what it then collects is in the rendering's time).
                 with gc_paused():
                     got = (source.answer_bytes_total, source.answer_series_total)
+                    roles = {k: list(v) for k, v in source.answers_by_role.items()}
                     t0 = time.perf_counter()
                     shown = source.window(args.window)
                     steps = pool.submit(source.step_series, registry.step_queries(),
@@ -513,6 +535,7 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                     t1 = time.perf_counter()
                     received.append((source.answer_bytes_total - got[0],
                                      source.answer_series_total - got[1]))
+                    by_role = role_counts(roles, source.answers_by_role)
                     view = build_fleet_view(data, prices, None, args.namespace, answers,
                                             args.cluster)
                     queries, runs = data.queries, data.runs
@@ -556,6 +579,9 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
             queries_fleet=queries, first_fetch_s=fetch[0],
             # What the last page's answers brought (every page asks the same).
             received_mib=round(received[-1][0] / 2**20, 1), received_series=received[-1][1],
+            # ... and by role, the largest first (its bytes, series and answers).
+            received_by_role={role: {"mib": round(b / 2**20, 2), "series": n, "answers": a}
+                              for role, (b, n, a) in by_role.items()},
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
             render_s=statistics.median(render[1:]),
             # Each run's whole page: a store's garbage collector makes some pages much
@@ -595,6 +621,9 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
               f"whole pages {min(result['page_s']):.2f}-{max(result['page_s']):.2f}s; "
               f"received {result['received_mib']:.1f} MiB of JSON, "
               f"{result['received_series']:,} series a page", flush=True)
+        print(f"{store.kind} received by role (MiB, series, answers): " + ", ".join(
+            f"{role} {v['mib']:.2f} {v['series']:,} {v['answers']}"
+            for role, v in list(result["received_by_role"].items())[:10]), flush=True)
         print(f"{store.kind} each page (the store's CPU, collections, allocation): " + ", ".join(
             f"{t:.2f}s ({c:.1f} CPU-s, {'?' if n is None else n} GC, "
             f"{'?' if a is None else a} MiB)" for t, c, n, a in zip(

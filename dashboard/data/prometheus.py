@@ -244,6 +244,11 @@ class PrometheusStore:
         # (bench/dashboard_bench.py reports them per page).
         self.answer_bytes_total = 0
         self.answer_series_total = 0
+        #: The same by the role a query has in a page (:meth:`as_role`; "" for a query sent
+        #: outside one): ``[bytes, series, queries]``, what each part of a page costs to
+        #: receive (bench/dashboard_bench.py reports them).
+        self.answers_by_role: dict[str, list[int]] = {}
+        self._role = threading.local()
         self._lock = threading.Lock()
         # The fleet pages' queries: at most MAX_IN_FLIGHT at once, whichever page sends
         # them, started in the order sent (a pool of that many threads takes its queue in
@@ -262,6 +267,15 @@ class PrometheusStore:
         self._page_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- HTTP ------------------------------------------------------------------------------
+    def as_role(self, role: str, query: Callable[[], Any]) -> Any:
+        """``query()``, its answers counted under ``role`` in :attr:`answers_by_role` (the
+        queries it sends from this thread)."""
+        self._role.name = role
+        try:
+            return query()
+        finally:
+            self._role.name = ""
+
     def _api(self, path: str, params: Mapping[str, str]) -> Any:
         """The answer's ``data``; DataError (one line) otherwise: :meth:`PromApi.post_form`."""
         with self._lock:
@@ -272,9 +286,15 @@ class PrometheusStore:
             out = decode(raw)
             data = out.get("data") if isinstance(out, dict) else None
             result = data.get("result") if isinstance(data, dict) else None
+            series = len(result) if isinstance(result, list) else 0
+            role = getattr(self._role, "name", "")
             with self._lock:
                 self.answer_bytes_total += len(raw)
-                self.answer_series_total += len(result) if isinstance(result, list) else 0
+                self.answer_series_total += series
+                counts = self.answers_by_role.setdefault(role, [0, 0, 0])
+                counts[0] += len(raw)
+                counts[1] += series
+                counts[2] += 1
             return out
 
         return self._client.post_form(path, params, decode=counted)

@@ -693,9 +693,10 @@ class PlanQueries(PrometheusStore):
         """Every query sent (at most :attr:`MAX_IN_FLIGHT` in flight, in this order), the
         answers to be read by role as they are needed (:class:`_Answers`)."""
         def one(name: str, promql: str) -> Any:
-            if name.partition("#")[0] in self.RANGE_QUERIES:
-                return self.range(promql, window)
-            return self.instant(promql, window.end)
+            role = name.partition("#")[0]
+            if role in self.RANGE_QUERIES:
+                return self.as_role(role, lambda: self.range(promql, window))
+            return self.as_role(role, lambda: self.instant(promql, window.end))
 
         pending: dict[str, list[Future[Any]]] = {}
         for name, promql in queries.items():

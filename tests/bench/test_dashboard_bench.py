@@ -170,11 +170,25 @@ def test_the_bench_times_the_showback_and_checks_its_totals(
     assert result["holdings_rows"] > 0 and result["holdings_query_s"] > 0
     assert result["holdings_from_rules"] is False
     assert "cost-by-owner" in result["render_parts_s"]  # its section's id
+    # What the page received, by role, adds up to what it received in all.
+    roles = result["received_by_role"]
+    assert {"now", "pods", "holdings", dashboard_bench.OTHER_ROLE} <= set(roles)
+    assert sum(v["series"] for v in roles.values()) == result["received_series"]
+    assert sum(v["mib"] for v in roles.values()) == pytest.approx(
+        result["received_mib"], abs=0.05 + 0.01 * len(roles))
+    assert "received by role" in run.stdout
     assert result.get("cluster") == cluster
     if cluster:
         exp = dashboard_bench.cluster_expected(fleet.load_meta(two_clusters), cluster)
         assert result["verdicts"]["idle_nodes"] == len(exp["idle_nodes"]) > 0
     assert "add up to the cent" in run.stdout
+
+
+def test_role_counts_are_a_pages_answers_by_role_most_bytes_first() -> None:
+    before = {"now": [100, 4, 2], "pods": [50, 5, 1]}
+    after = {"now": [160, 7, 3], "pods": [50, 5, 1], "gpus": [900, 30, 2], "": [20, 1, 1]}
+    assert list(dashboard_bench.role_counts(before, after).items()) == [
+        ("gpus", [900, 30, 2]), ("now", [60, 3, 1]), (dashboard_bench.OTHER_ROLE, [20, 1, 1])]
 
 
 def test_an_unknown_cluster_is_one_line_and_exit_2(two_clusters: Path) -> None:

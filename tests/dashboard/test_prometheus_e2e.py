@@ -242,4 +242,21 @@ def test_what_the_answers_brought_is_counted(fleet: str) -> None:
     with pytest.raises(DataError):
         prom.instant("sum(", at)
     assert (prom.answer_bytes_total, prom.answer_series_total) == counted
+    # Queries sent outside a role are counted under "", those of a role under it.
+    assert prom.answers_by_role == {"": [counted[0], counted[1], 2]}
+    again = prom.as_role("members", lambda: prom.instant(query, at))
+    assert again == rows
+    assert prom.answers_by_role["members"] == [prom.answer_bytes_total - counted[0],
+                                               len(rows), 1]
+    # A fleet page's queries each under its role (``now``, ``now#1``: ``now``; its checks of
+    # the rules and of where data begins under ""), adding up to what it brought in all.
+    before = (prom.answer_bytes_total, prom.answer_series_total)
+    prom.answers_by_role.clear()
+    prom.fleet(60)
+    roles = prom.answers_by_role
+    assert {"nodes", "now", "pods", "holdings"} <= set(roles)
+    assert sum(b for b, _, _ in roles.values()) == prom.answer_bytes_total - before[0]
+    assert sum(n for _, n, _ in roles.values()) == prom.answer_series_total - before[1]
+    assert roles["now"][2] == len([q for q in prom.fleet_queries(prom.window(60), None)
+                                   if q.partition("#")[0] == "now"])
     prom.close()
