@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from gpuscope.dashboard.data.promql import any_of
+
 BUNDLED = "prices.yaml"
 
 
@@ -113,6 +115,52 @@ class PriceTable:
     def merged(self, override: PriceTable) -> PriceTable:
         return PriceTable({**self._prices, **override._prices},
                           {**self._spot, **override._spot})
+
+
+#: The series whose ``instance_type`` and ``capacity_type`` labels price a node.
+NODE_INFO = "gpu_node_info"
+
+
+def node_price_promql(table: PriceTable) -> str:
+    """Each node's $/hour as :meth:`PriceTable.node_price` gives it, as PromQL the store
+    evaluates: a series per ``node`` (the stores add its cluster to every ``by (node)``
+    where they hold several) valued at the price of its ``gpu_node_info`` labels and
+    labelled ``basis`` (``spot``, ``on-demand``, ``on-demand (no spot price)``), none for a
+    node of unknown price (never $0). So that a query can rank findings by $/hour and add
+    their dollars in the store (issue 29 item 3).
+
+    One term per price, the first that names a node winning (``or on (node)``), in
+    :meth:`PriceTable.node_price`'s order: a spot node's spot price, else any node's
+    on-demand price. Instance types match case-insensitively (``(?i)``, each literally:
+    ``any_of``), as the table's second lookup does; where two entries differ only in case,
+    each is matched exactly first, as its first lookup does."""
+    def terms(prices: Mapping[str, Price], spot_only: bool) -> list[str]:
+        folded: dict[str, Price] = {k.lower(): v for k, v in prices.items()}
+        twins = {k for k in prices
+                 if sum(1 for other in prices if other.lower() == k.lower()) > 1}
+        out = []
+        for fold, entries in ((False, {k: prices[k] for k in twins}), (True, folded)):
+            by_price: dict[float, list[str]] = {}
+            for name, price in entries.items():
+                by_price.setdefault(price.per_hour, []).append(name)
+            for per_hour, names in sorted(by_price.items()):
+                regex = ("(?i)" if fold else "") + any_of(sorted(names))
+                extra = 'capacity_type="spot", ' if spot_only else ""
+                term = (f"max by (node, capacity_type) ({NODE_INFO}{{{extra}"
+                        f'instance_type=~"{regex}"}}) * 0 + {per_hour!r}')
+                if spot_only:
+                    out.append(f'label_replace({term}, "basis", "spot", "", "")')
+                else:
+                    out.append(
+                        f'label_replace(label_replace({term}, "basis", "on-demand", "", ""),'
+                        f' "basis", "on-demand (no spot price)", "capacity_type", "spot")')
+        return out
+
+    parts = [*terms(table._spot, True), *terms(table._prices, False)]
+    if not parts:
+        return "(vector(0) < 0)"  # no prices: no node has one
+    # One series a node, where its info has several (a label changed within the lookback).
+    return f"topk by (node) (1, {' or on (node) '.join(parts)})"
 
 
 def _price_value(value: Any, where: str) -> float:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from gpuscope.dashboard.prices import NodePrice, PriceError, bundled_prices, load_prices
+from gpuscope.dashboard.prices import (
+    NodePrice,
+    PriceError,
+    bundled_prices,
+    load_prices,
+    node_price_promql,
+)
 
 ANCHORS = {
     "p5.48xlarge": 55.04, "p4d.24xlarge": 21.957642, "p3.8xlarge": 12.24,
@@ -98,3 +105,46 @@ def test_spot_prices_in_table_format(tmp_path: Path) -> None:
     f.write_text("tables:\n  - capacity_type: reserved\n    prices: {x: 1}\n")
     with pytest.raises(PriceError, match="capacity_type: expected on-demand or spot"):
         load_prices(f)
+
+
+#: Nodes and their ``gpu_node_info`` labels (instance type, capacity type) for the store's
+#: prices: exact and other-case names, spot with and without a spot price, unknown and
+#: empty types, two entries that differ only in case, a name with regex metacharacters.
+PRICED_NODES = {
+    "n-exact": ("p5.48xlarge", "on-demand"), "n-case": ("P5.48XLARGE", ""),
+    "n-spot": ("g6.xlarge", "spot"), "n-spot-case": ("G6.XLARGE", "spot"),
+    "n-no-spot": ("g5.xlarge", "spot"), "n-unknown": ("dgx.a100", "on-demand"),
+    "n-unknown-spot": ("dgx.a100", "spot"), "n-empty": ("", ""),
+    "n-twin-a": ("Custom.GPU", ""), "n-twin-b": ("custom.gpu", "on-demand"),
+    "n-twin-other": ("CUSTOM.gpu", ""), "n-meta": ("a+b(1)|c", ""), "n-meta-near": ("ab(1)", ""),
+}
+
+
+def test_the_stores_price_each_node_as_the_table_does(tmp_path: Path) -> None:
+    """``node_price_promql`` evaluated by a real Prometheus and VictoriaMetrics gives each
+    node the price and basis ``PriceTable.node_price`` gives it, and no series where it has
+    none."""
+    from tests.stores import promtool_blocks, start_prometheus, start_victoriametrics
+
+    f = tmp_path / "prices.yaml"
+    f.write_text("Custom.GPU: 3.0\ncustom.gpu: 4.0\n'a+b(1)|c': 7.5\nspot:\n  g6.xlarge: 0.31\n")
+    table = load_prices(f)
+    at = int(time.time()) - 600
+    lines = [f'gpu_node_info{{node="{node}",instance_type="{it}",capacity_type="{ct}"}} 1'
+             for node, (it, ct) in PRICED_NODES.items()]
+    om = tmp_path / "nodes.om"
+    om.write_text("# TYPE gpu_node_info gauge\n"
+                  + "".join(f"{line} {at}\n" for line in lines) + "# EOF\n")
+    promtool_blocks(om, tmp_path / "tsdb")
+    expected = {node: table.node_price(it, ct) for node, (it, ct) in PRICED_NODES.items()}
+    expected = {n: p for n, p in expected.items() if p.per_hour is not None}
+    assert len(expected) == 9  # (what the table prices: the test's own check)
+    query = node_price_promql(table)
+    with start_prometheus(tmp_path / "tsdb") as prom, start_victoriametrics() as vm:
+        vm.import_lines([("".join(f"{line} {at * 1000}\n" for line in lines)).encode()],
+                        fmt="prometheus")
+        vm.flush()
+        for store in (prom, vm):
+            got = {r["metric"]["node"]: NodePrice(float(r["value"][1]), r["metric"]["basis"])
+                   for r in store.query(query, at)}
+            assert got == expected, store.kind
