@@ -245,7 +245,7 @@ class PrometheusStore:
         self.answer_bytes_total = 0
         self.answer_series_total = 0
         #: The same by the role a query has in a page (:meth:`as_role`; "" for a query sent
-        #: outside one): ``[bytes, series, queries]``, what each part of a page costs to
+        #: outside one): ``[bytes, series, answers]``, what each part of a page costs to
         #: receive (bench/dashboard_bench.py reports them).
         self.answers_by_role: dict[str, list[int]] = {}
         self._role = threading.local()
