@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -136,10 +137,10 @@ def node_price_promql(table: PriceTable) -> str:
     each is matched exactly first, as its first lookup does."""
     def terms(prices: Mapping[str, Price], spot_only: bool) -> list[str]:
         folded: dict[str, Price] = {k.lower(): v for k, v in prices.items()}
-        twins = {k for k in prices
-                 if sum(1 for other in prices if other.lower() == k.lower()) > 1}
+        cases = Counter(k.lower() for k in prices)
+        twins = {k: v for k, v in prices.items() if cases[k.lower()] > 1}
         out = []
-        for fold, entries in ((False, {k: prices[k] for k in twins}), (True, folded)):
+        for fold, entries in ((False, twins), (True, folded)):
             by_price: dict[float, list[str]] = {}
             for name, price in entries.items():
                 by_price.setdefault(price.per_hour, []).append(name)

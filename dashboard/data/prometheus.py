@@ -239,14 +239,10 @@ class PrometheusStore:
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql")
         self.queries_total = 0
-        # What the answers brought: their JSON's bytes and their series (a range query's
-        # series with all its points): what a page costs to receive and read
-        # (bench/dashboard_bench.py reports them per page).
-        self.answer_bytes_total = 0
-        self.answer_series_total = 0
-        #: The same by the role a query has in a page (:meth:`as_role`; "" for a query sent
-        #: outside one): ``[bytes, series, answers]``, what each part of a page costs to
-        #: receive (bench/dashboard_bench.py reports them).
+        #: What the answers brought, by the role a query has in a page (:meth:`as_role`; ""
+        #: for a query sent outside one): ``[bytes, series, answers]``, their JSON's bytes
+        #: and their series (a range query's series with all its points), what each part
+        #: of a page costs to receive and read (bench/dashboard_bench.py reports them).
         self.answers_by_role: dict[str, list[int]] = {}
         self._role = threading.local()
         self._lock = threading.Lock()
@@ -265,6 +261,18 @@ class PrometheusStore:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._page_pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def answer_bytes_total(self) -> int:
+        """The answers' JSON bytes so far, every role's."""
+        with self._lock:
+            return sum(b for b, _, _ in self.answers_by_role.values())
+
+    @property
+    def answer_series_total(self) -> int:
+        """The answers' series so far, every role's."""
+        with self._lock:
+            return sum(n for _, n, _ in self.answers_by_role.values())
 
     # -- HTTP ------------------------------------------------------------------------------
     def as_role(self, role: str, query: Callable[[], Any]) -> Any:
@@ -289,8 +297,6 @@ class PrometheusStore:
             series = len(result) if isinstance(result, list) else 0
             role = getattr(self._role, "name", "")
             with self._lock:
-                self.answer_bytes_total += len(raw)
-                self.answer_series_total += series
                 counts = self.answers_by_role.setdefault(role, [0, 0, 0])
                 counts[0] += len(raw)
                 counts[1] += series
