@@ -14,7 +14,11 @@ that had evaluated them all along would hold them, for the scale benchmark.
   whole group with ``-replay.rulesDelay`` is what a user runs (docs/dashboard.md); at 5,000
   nodes a 3 s delay left a recorded series out for most of the fleet (docs/benchmarks.md,
   tenth pass), which a level per run cannot. VictoriaMetrics runs with a 128 MB write limit and
-  a million series per query, as a 5,000-node replay needs.
+  a million series per query, as a 5,000-node replay needs. The verdicts' runs (rules that
+  read their own past: ``dashboard/verdicts/runs.py``) are then recorded minute by minute
+  (``tests.stores.record_runs``), as a live evaluation records them.
+- ``prometheus``: the runs are not recorded (promtool's backfill evaluates a rule over the
+  whole range at once; the page does not read them yet).
 
 ``OUT`` gets the set's ``meta.json`` and ``expected.json``, and then serves
 ``bench/dashboard_bench.py --data OUT`` and (from ``OUT/vm``) ``bench/head.py --data OUT``.
@@ -37,6 +41,7 @@ from bench.fleet import load_meta  # noqa: E402
 from tests.stores import (  # noqa: E402
     backfill_rules,
     clone_tree,
+    record_runs,
     replay_rules,
     start_victoriametrics,
 )
@@ -68,6 +73,7 @@ def build(data: Path, out: Path, store: str) -> float:
     else:
         with start_victoriametrics(out / "vm", copy=False, extra_args=VM_ARGS) as vm:
             replay_rules(vm, meta["start"], meta["end"], work)
+            record_runs(vm, meta["start"], meta["end"])
     shutil.rmtree(work)
     return time.monotonic() - began
 

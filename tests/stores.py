@@ -340,10 +340,19 @@ def _tail(log: str) -> str:
     return " | ".join(log.strip().splitlines()[-5:])[-1500:]
 
 
-def rule_levels() -> list[list[tuple[str, str]]]:
+def reads_itself(record: str, expr: str) -> bool:
+    """Whether a rule reads its own past (the verdicts' runs, ``dashboard/verdicts/runs.py``):
+    a backfill that evaluates a rule over a range in one query cannot make it; it is made
+    minute by minute (:func:`record_runs`)."""
+    return record in expr
+
+
+def rule_levels(runs: bool = False) -> list[list[tuple[str, str]]]:
     """The recording rules by dependency level: promtool backfills a rule from the data a
-    running Prometheus holds, so a rule that reads another waits for that one's blocks."""
-    rules = recording_rules()
+    running Prometheus holds, so a rule that reads another waits for that one's blocks.
+    ``runs``: only the rules that read their own past (:func:`reads_itself`), else only the
+    others."""
+    rules = [(r, e) for r, e in recording_rules() if reads_itself(r, e) == runs]
     names = {r for r, _ in rules}
     level: dict[str, int] = {}
     for record, expr in rules:
@@ -460,6 +469,33 @@ def replay_rules(vm: Store, start: float, end: float, work: Path,
         for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
             with urllib.request.urlopen(vm.url + path, timeout=60):
                 pass  # (an error status raises)
+
+
+def record_runs(vm: Store, start: float, end: float) -> None:
+    """The rules that read their own past (:func:`reads_itself`: the verdicts' runs) made
+    on ``vm`` as a live rule evaluation makes them: at each of the rules' minutes in
+    ``[start, end]`` (the interval's multiples, as vmalert's replay evaluates the others),
+    each rule in the group's order by an instant query, its answer imported before the next
+    rule and the next minute read it. After :func:`replay_rules`, which makes the flags
+    they follow."""
+    rules = [rule for level in rule_levels(runs=True) for rule in level]
+    t = -(-start // RULE_INTERVAL) * RULE_INTERVAL
+    while t <= end + 1e-6:
+        for record, expr in rules:
+            lines = [json.dumps({"metric": {**row["metric"], "__name__": record},
+                                 "values": [float(row["value"][1])],
+                                 "timestamps": [round(t * 1000)]})
+                     for row in vm.query(expr, t)]
+            if lines:
+                with urllib.request.urlopen(urllib.request.Request(
+                        f"{vm.url}/api/v1/import", data="\n".join(lines).encode(),
+                        method="POST"), timeout=60):
+                    pass
+                # (Searchable, and no cached answer left over from before it.)
+                for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+                    with urllib.request.urlopen(vm.url + path, timeout=60):
+                        pass
+        t += RULE_INTERVAL
 
 
 @contextmanager

@@ -92,6 +92,9 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         (RULES["input_range"], f"{_cmean()} > {max(0.0, th.input_low - INPUT_MARGIN)!r}"
                                f" <= {th.input_high + INPUT_MARGIN!r}"),
         (RULES["sharers"], f"count by (node, uuid) ({_cmean()}) >= 2"),
+        # Each verdict's runs as they go, after the flags they follow (each reads its own
+        # record of the minute before: dashboard/verdicts/runs.py).
+        *[rule for run in RUNS for rule in run.rules()],
         (RULES["version"],
          f'label_replace(label_replace(vector({RULES_VERSION}), "thresholds", "{th.key}", "",'
          f' ""), "cluster_label", "{cluster}", "", "")'),
@@ -100,6 +103,10 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
     # before: one cluster's rules record what they did).
     return [(record, scoped(expr, cluster)) for record, expr in rules]
 
+
+#: The verdicts whose runs the rules record as they go (:mod:`~gpuscope.dashboard.verdicts.
+#: runs`), in the order of their records.
+RUNS = (idle.run_rule(), spinning.run_rule(), allocated.run_rule(), *stragglers.run_rules())
 
 #: Every container's utilization of a device (the raw gauge).
 CUTIL = selector("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})

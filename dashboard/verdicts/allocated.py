@@ -35,6 +35,7 @@ from gpuscope.dashboard.verdicts.common import (
     trailing_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
+from gpuscope.dashboard.verdicts.runs import RunRule, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -295,3 +296,12 @@ def held_idle_minutes_promql(hist: History) -> str:
     has been without a gap (from its first in the history, :meth:`~..data.recorded.History.
     run`), by signal: the run :func:`held_idle_runs_promql`'s mean is over."""
     return hist.run("held_idle", f"{CBY}, signal")
+
+
+def run_rule() -> RunRule:
+    """The recording-rule form of the allocated-idle containers' runs (:mod:`.runs`): each
+    container's run of ``container:gpu_held_idle_usage:ratio1m`` and the sum of its use over
+    the run (the table's mean); a run that begins with its holding
+    (``container:gpu_held_share:max1m``) gets the history's benefit on the page."""
+    flag = recorded("held_idle", CBY)
+    return RunRule("alloc_run", CBY, flag, recorded("held_share", CBY), {"usage": flag("")})

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, RULES, History, Steps
+from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, RULE_R, RULES, History, Steps
 from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
@@ -34,6 +34,7 @@ from gpuscope.dashboard.verdicts.common import (
 )
 from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
+from gpuscope.dashboard.verdicts.runs import RunRule, either, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -657,3 +658,18 @@ def held_runs_promql(hist: History) -> str:
     return (f"max by (node, uuid) (count_over_time({held}[{hist.h}])) and on (node, uuid)"
             f" (last_over_time({hist.sel('idle')}[{hist.r}])"
             f" or last_over_time({hist.sel('spin')}[{hist.r}]))")
+
+
+def run_rule() -> RunRule:
+    """The recording-rule form of the idle devices' runs (:mod:`.runs`): each device idle
+    or spinning in the minute (its recorded flags, as :func:`idle_gpus` counts a spinning
+    device idle), its run's first minute, and over the run the minutes a container held it
+    (``uuid:gpu_idle_held:count1m``) and the minutes it spun. A run that begins with the
+    device's utilization series gets the history's benefit on the page."""
+    flag = either(recorded("idle", GBY), recorded("spin", GBY))
+    now = flag("")
+    held = (f"max by (node, uuid) (last_over_time({RULES['idle_held']}[{RULE_R}]))")
+    return RunRule(
+        "idle_run", GBY, flag, recorded("util_max", GBY),
+        {"held": f"({now} * 0 + on (node, uuid) group_left () ({held} * 0 + 1))",
+         "spun": f"({recorded('spin', GBY)('')} * 0 + 1)"})

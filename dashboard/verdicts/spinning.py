@@ -36,6 +36,7 @@ from gpuscope.dashboard.verdicts.common import (
     trailing_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
+from gpuscope.dashboard.verdicts.runs import RunRule, either, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -508,3 +509,11 @@ def spinning_means_promql(hist: History) -> dict[str, str]:
         "limit": (f"max by ({GBY}) (max_over_time({limit}[{hist.r}]))"
                   f" and on (node, uuid) {mine} {no_gpm}"),
     }
+
+
+def run_rule() -> RunRule:
+    """The recording-rule form of the spinning devices' runs (:mod:`.runs`): a run that
+    begins with the device's work signals (SM activity, else power) gets the history's
+    benefit on the page, as :func:`spin_begins` counts from their first step."""
+    return RunRule("spin_run", GBY, recorded("spin", GBY),
+                   either(recorded("sm", GBY), recorded("power", GBY)), {})

@@ -50,6 +50,7 @@ from gpuscope.dashboard.verdicts.common import (
     whole_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
+from gpuscope.dashboard.verdicts.runs import RunRule, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -700,3 +701,22 @@ def straggler_runs_promql(hist: History) -> dict[str, str]:
                                  f" and on ({GROUP}) {hist.whole(median, GROUP)}"
                                  f" and on ({GROUP}) {runs}")
     return out
+
+
+def run_rules() -> tuple[RunRule, RunRule]:
+    """The recording-rule forms of the stalled and slow stragglers' runs (:mod:`.runs`):
+    each device's run, and over it the sums of its value (utilization; work) and of its
+    group's median, the table's two means. A run that begins with the device's workload
+    series (its group work) gets the history's benefit on the page."""
+    out = []
+    for kind, by, median, data in (
+            ("stalled", MEMBER, recorded("stalled_median", GROUP), "workload"),
+            ("slow", f"{MEMBER}, signal", recorded("work_median", f"{GROUP}, signal"),
+             "group_work")):
+        flag = recorded(kind, by)
+        on = GROUP if kind == "stalled" else f"{GROUP}, signal"
+        out.append(RunRule(
+            f"{kind}_run", by, flag, recorded(data, by),
+            {"value": flag(""),
+             "median": f"({flag('')} * 0 + on ({on}) group_left () {median('')})"}))
+    return out[0], out[1]

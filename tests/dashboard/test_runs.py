@@ -1,0 +1,348 @@
+"""The verdicts' runs as the rules record them minute by minute
+(``dashboard/verdicts/runs.py``): read back (:class:`RecordedRun`), by Prometheus' own rule
+engine (``promtool test rules``) on flags drawn by hand, and on the 200-node fleet of
+test_backends.py in a real VictoriaMetrics, equal to the verdicts the page judges from the
+raw series, with devices and containers reshaped so that runs begin within the hour, begin
+with their data, or are cut by a gap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import fleet as F
+from bench.fleet import import_victoriametrics
+from gpuscope.dashboard.data.recorded import RULE_R, RULES
+from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.plan.rules import RUNS
+from gpuscope.dashboard.series import FleetData, GpuRef
+from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
+from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, read_runs
+from tests.dashboard.test_backends import NODES, STEP, WINDOW
+from tests.stores import (
+    Store,
+    binary,
+    record_runs,
+    replay_rules,
+    start_victoriametrics,
+)
+
+# --- read back --------------------------------------------------------------------------
+
+
+def test_a_run_within_the_history_starts_a_minute_before_its_first_minute() -> None:
+    run = RecordedRun(since=1_000_200.0, fresh=False, at=1_001_400.0, sums={"x": 10.0},
+                      before={})
+    assert run.start(1_000_000.0) == 1_000_140.0
+    assert run.seconds(1_000_000.0) == 1_260.0
+    assert run.minutes_in(1_000_000.0) == 21
+    assert run.mean("x", 1_000_000.0) == pytest.approx(10 / 21)
+
+
+def test_a_run_older_than_the_history_is_the_historys_and_its_mean_the_historys_part(
+        ) -> None:
+    # Began 10 minutes before the history; the sums then (at the history's start) are
+    # taken off: the mean is over the minutes after the history's start.
+    run = RecordedRun(since=1_000_000.0, fresh=False, at=1_003_600.0, sums={"x": 61.0},
+                      before={"x": 11.0})
+    assert run.start(1_000_600.0) == 1_000_600.0
+    assert run.seconds(1_000_600.0) == 3_000.0
+    assert run.minutes_in(1_000_600.0) == 50
+    assert run.mean("x", 1_000_600.0) == pytest.approx(50 / 50)
+
+
+def test_a_fresh_run_within_two_steps_of_the_history_gets_all_of_it() -> None:
+    fresh = RecordedRun(since=1_000_180.0, fresh=True, at=1_003_600.0, sums={}, before={})
+    assert fresh.start(1_000_000.0) == 1_000_000.0
+    # Not fresh (the device had data and was busy a minute before): its own start.
+    assert RecordedRun(1_000_180.0, False, 1_003_600.0, {}, {}).start(1_000_000.0) \
+        == 1_000_120.0
+    # Fresh but three steps in: its own start.
+    assert RecordedRun(1_000_240.0, True, 1_003_600.0, {}, {}).start(1_000_000.0) \
+        == 1_000_180.0
+
+
+# --- Prometheus' rule engine ------------------------------------------------------------
+
+def test_prometheus_records_runs_as_it_evaluates(tmp_path: Path) -> None:
+    """``promtool test rules`` evaluates the group every minute, each rule reading what
+    the ones before it (and its own evaluation a minute before) wrote. Device a: data at
+    minutes 2-6 and 8-11, idle at 3-6 and 8-11 (the gap at 7 ends its first run; its
+    second begins after a minute without data: fresh), held at minutes 4 and 9. Device
+    b: data and idle from minute 5 (fresh)."""
+    rule = idle.run_rule()
+    flag, data, held = RULES["idle"], RULES["util_max"], RULES["idle_held"]
+    a = 'node="n1", gpu="0", uuid="GPU-a"'
+    b = 'node="n1", gpu="1", uuid="GPU-b"'
+    # (input series: one value a minute from minute 0; "_" none.)
+    series = [
+        (f"{data}{{{a}}}", "_ _ 0 0 0 0 0 _ 0 0 0 0"),
+        (f"{flag}{{{a}, signal=\"utilization\"}}", "_ _ _ 0 0 0 0 _ 0 0 0 0"),
+        (f"{held}{{node=\"n1\", uuid=\"GPU-a\"}}", "_ _ _ _ 1 _ _ _ _ 1 _ _"),
+        (f"{data}{{{b}}}", "_ _ _ _ _ 0 0 0 0 0 0 0"),
+        (f"{flag}{{{b}, signal=\"utilization\"}}", "_ _ _ _ _ 0 0 0 0 0 0 0"),
+    ]
+
+    def sample(record: str, labels: str, value: float) -> dict[str, Any]:
+        return {"labels": f"{record}{{{labels}}}", "value": value}
+
+    since, fresh, held_sum = (RULES[f"idle_run_{p}"] for p in ("since", "fresh", "held_sum"))
+    tests = {"rule_files": ["runs.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "promql_expr_test": [
+            {"expr": since, "eval_time": "6m",
+             "exp_samples": [sample(since, a, 3 * 60), sample(since, b, 5 * 60)]},
+            {"expr": fresh, "eval_time": "6m", "exp_samples": [sample(fresh, b, 1)]},
+            {"expr": held_sum, "eval_time": "6m",
+             "exp_samples": [sample(held_sum, a, 1), sample(held_sum, b, 0)]},
+            {"expr": since, "eval_time": "7m", "exp_samples": [sample(since, b, 5 * 60)]},
+            {"expr": since, "eval_time": "11m",
+             "exp_samples": [sample(since, a, 8 * 60), sample(since, b, 5 * 60)]},
+            {"expr": fresh, "eval_time": "11m",
+             "exp_samples": [sample(fresh, a, 1), sample(fresh, b, 1)]},
+            {"expr": held_sum, "eval_time": "11m",
+             "exp_samples": [sample(held_sum, a, 1), sample(held_sum, b, 0)]},
+        ],
+    }]}
+    # The run rules alone, in the group's order, over the flags given as input.
+    group = {"groups": [{"name": "runs", "interval": "1m", "rules": [
+        {"record": r, "expr": e} for r, e in rule.rules()]}]}
+    (tmp_path / "runs.yaml").write_text(yaml.safe_dump(group, width=1 << 20))
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests, width=1 << 20))
+    run = subprocess.run([binary("promtool"), "test", "rules", "test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+# --- the fleet ---------------------------------------------------------------------------
+
+
+@dataclass
+class Recorded:
+    vm: Store
+    end: float
+    at: float  # the last rule evaluation
+    data: FleetData  # the page's series, raw
+    reshaped: dict[str, Any]
+
+
+def _page(vm: Store, end: float) -> FleetData:
+    """The fleet page's series from the raw series (the rules not read)."""
+    raw = PrometheusData(vm.url, clock=lambda: end, timeout=120)
+    raw._check_rules = lambda window: (False, 0)  # type: ignore[method-assign]
+    try:
+        return raw.fleet(WINDOW)
+    finally:
+        raw.close()
+
+
+def _rewrite(vm: Store, match: str, change: Callable[[float, float], float | None]) -> None:
+    """Every series ``match`` selects rewritten in ``vm``: each sample (value, seconds)
+    becomes ``change(value, t)`` (None: dropped)."""
+    q = urllib.parse.urlencode({"match[]": match})
+    with urllib.request.urlopen(f"{vm.url}/api/v1/export?{q}", timeout=60) as r:
+        lines = [json.loads(x) for x in r.read().splitlines() if x]
+    assert lines, match
+    with urllib.request.urlopen(f"{vm.url}/api/v1/admin/tsdb/delete_series?{q}", timeout=60):
+        pass
+    out = []
+    for line in lines:
+        pairs = [(change(v, t / 1000), t) for v, t in zip(line["values"], line["timestamps"],
+                                                           strict=True)]
+        kept = [(v, t) for v, t in pairs if v is not None]
+        out.append(json.dumps({"metric": line["metric"], "values": [v for v, _ in kept],
+                               "timestamps": [t for _, t in kept]}))
+    with urllib.request.urlopen(urllib.request.Request(
+            f"{vm.url}/api/v1/import", data="\n".join(out).encode(), method="POST"),
+            timeout=60):
+        pass
+    for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+        with urllib.request.urlopen(vm.url + path, timeout=60):
+            pass
+
+
+def _busy_until(v: float, t: float, until: float, busy: float) -> float:
+    return busy if t < until else v
+
+
+def _idle(data: FleetData, th: Thresholds) -> dict[GpuRef, idle.GpuIdle]:
+    spin = spinning.spinning_steps(data.signals, th.spin_rule, None)
+    return idle.idle_gpus(data.gpu_busy_max, data.window, data.history_start,
+                          allocated=data.allocated, spinning=spin, signal=data.idle_signal,
+                          known_from=spinning.spin_begins(data.signals, spin, None),
+                          threshold=th.idle_utilization, duration=th.idle_duration)
+
+
+def _allocated(data: FleetData, th: Thresholds) -> list[allocated.AllocatedIdle]:
+    return list(allocated.allocated_idle(
+        data.held_usage, data.held_signal, data.window, data.history_start,
+        threshold=th.allocated_idle_utilization, duration=th.allocated_idle_duration))
+
+
+def _stragglers(data: FleetData, th: Thresholds) -> Any:
+    return stragglers.stragglers(
+        data.containers, data.pods, data.window, data.history_start, gpus=data.gpus,
+        signals=data.signals, factor=th.straggler_factor, duration=th.straggler_duration,
+        slow_factor=th.slow_factor, slow_busy=th.slow_busy)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    """The fleet in VictoriaMetrics over 90 minutes (the page's hour, and runs that began
+    before it), reshaped (below), its flags replayed by vmalert and its runs recorded
+    minute by minute after them."""
+    work = tmp_path_factory.mktemp("runs")
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    shape = F.Shape(NODES, STEP, 1.5 * WINDOW, end)
+    fleet = F.Fleet(shape)
+    th = Thresholds()
+    with start_victoriametrics() as vm:
+        import_victoriametrics(fleet, vm)
+        before = _page(vm, end)
+        w0 = end - WINDOW
+        idle0 = sorted((r for r, v in _idle(before, th).items()
+                        if v.idle_seconds and r.uuid.startswith("GPU-")),
+                       key=lambda r: (r.node, r.uuid))
+        # Six idle GPUs on six nodes: busy the first 20 minutes; one busy sample at minute
+        # 45; a 3-minute gap from minute 30; data only from minute 10, 2 and 4.
+        picked: list[GpuRef] = []
+        for ref in idle0:
+            if ref.node not in {p.node for p in picked}:
+                picked.append(ref)
+        picked = picked[:6]
+        shapes: list[Callable[[float, float], float | None]] = [
+            lambda v, t: 0.9 if t < w0 + 20 * 60 else v,
+            lambda v, t: 0.9 if abs(t - (w0 + 45 * 60)) < 30 else v,
+            lambda v, t: None if w0 + 30 * 60 <= t < w0 + 33 * 60 else v,
+            lambda v, t: None if t < w0 + 10 * 60 else v,
+            lambda v, t: None if t < w0 + 2 * 60 else v,
+            lambda v, t: None if t < w0 + 4 * 60 else v,
+        ]
+        for ref, change in zip(picked, shapes, strict=True):
+            _rewrite(vm, f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}', change)
+        # Two allocated-idle containers elsewhere made busy the first 20 and 40 minutes.
+        taken = {p.node for p in picked}
+        held = sorted((a.ref for a in _allocated(before, th)
+                       if a.ref.node not in taken and a.ref.uuid.startswith("GPU-")),
+                      key=lambda c: (c.node, c.pod, c.container))[:2]
+        for c, minutes in zip(held, (20, 40), strict=True):
+            _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{c.pod}",'
+                         f'container="{c.container}",uuid="{c.uuid}"}}',
+                     partial(_busy_until, until=w0 + minutes * 60, busy=0.9))
+        # One stalled straggler made to work with its peers the first 20 minutes.
+        stalled = sorted((s for s in _stragglers(before, th).stragglers
+                          if s.kind == "stalled" and s.gpu.node not in taken),
+                         key=lambda s: (s.gpu.node, s.gpu.uuid))[:1]
+        for s in stalled:
+            pods = [c.pod for c in before.containers
+                    if c.node == s.gpu.node and c.uuid == s.gpu.uuid]
+            _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{pods[0]}",'
+                         f'uuid="{s.gpu.uuid}"}}',
+                     partial(_busy_until, until=w0 + 20 * 60, busy=0.93))
+        data = _page(vm, end)
+        replay_rules(vm, shape.start, end, work)
+        record_runs(vm, shape.start, end)
+        at = max(float(r["value"][1]) for r in vm.query(
+            f"tlast_over_time({RULES['idle_run_since']}[{RULE_R}])", end))
+        yield Recorded(vm, end, at, data, {"idle": picked, "held": held,
+                                           "stalled": [s.gpu for s in stalled]})
+
+
+def _runs(rec: Recorded, rule: RunRule) -> dict[tuple[str, ...], RecordedRun]:
+    def instant(q: str, t: float) -> list[tuple[dict[str, str], float]]:
+        return [(r["metric"], float(r["value"][1])) for r in rec.vm.query(q, t)]
+    return read_runs(instant, rule, rec.at, rec.data.history_start)
+
+
+def _differ(want: dict[Any, Any], got: dict[Any, Any]) -> dict[Any, Any]:
+    return {k: (want.get(k), got.get(k)) for k in set(want) | set(got)
+            if want.get(k) != got.get(k)}
+
+
+def test_idle_runs_are_the_pages(recorded: Recorded) -> None:
+    """Every idle or spinning device's run, and the minutes a container held it and it
+    spun in it (:func:`idle_gpus`' ``allocated_seconds``, ``spinning_seconds``)."""
+    hs = recorded.data.history_start
+    want = {(r.node, r.uuid): (round(v.idle_seconds / 60), round(v.allocated_seconds / 60, 6),
+                               round(v.spinning_seconds / 60, 6))
+            for r, v in _idle(recorded.data, Thresholds()).items() if v.idle_seconds}
+    got = {}
+    runs = _runs(recorded, RUNS[0])
+    # (Most runs began before the page's hour: their sums are taken at its start too.)
+    assert sum(1 for run in runs.values() if run.before) > len(runs) / 2
+    for (node, _, uuid), run in runs.items():
+        n = run.minutes_in(hs)
+        seconds = run.seconds(hs)
+        got[(node, uuid)] = (round(seconds / 60),
+                             round(seconds * run.total("held") / n / 60, 6),
+                             round(seconds * run.total("spun") / n / 60, 6))
+    assert want and not _differ(want, got)
+    # The reshaped devices' runs are what their shapes make them: busy until minute 20
+    # (40), one busy sample at 45 (14), a gap from 30 to 33 (27), and the three that
+    # begin with their data.
+    shaped = [want[(r.node, r.uuid)][0] for r in recorded.reshaped["idle"]]
+    assert shaped[:3] == [40, 14, 27], shaped
+    assert len(set(want.values())) > 3
+
+
+def test_spinning_runs_are_the_pages(recorded: Recorded) -> None:
+    th = Thresholds()
+    found = spinning.spinning_gpus(recorded.data.signals, recorded.data.window,
+                                   recorded.data.history_start, rule=th.spin_rule,
+                                   duration=th.spin_duration)
+    want = {(r.node, r.uuid): round(s.seconds / 60) for r, s in found.items()}
+    hs = recorded.data.history_start
+    need = round(min(th.spin_duration, WINDOW) / 60)
+    got = {(node, uuid): round(run.seconds(hs) / 60)
+           for (node, _, uuid), run in _runs(recorded, RUNS[1]).items()}
+    got = {k: m for k, m in got.items() if m >= need}
+    assert want and not _differ(want, got)
+
+
+def test_allocated_idle_runs_and_means_are_the_pages(recorded: Recorded) -> None:
+    th = Thresholds()
+    want = {(a.ref.node, a.ref.namespace, a.ref.pod, a.ref.container, a.ref.uuid):
+            (round(a.seconds / 60), round(a.usage, 6)) for a in _allocated(recorded.data, th)}
+    hs = recorded.data.history_start
+    need = round(min(th.allocated_idle_duration, WINDOW) / 60)
+    runs = _runs(recorded, RUNS[2])
+    assert any(run.before for run in runs.values())
+    got = {k: (round(run.seconds(hs) / 60), round(run.mean("usage", hs) or 0.0, 6))
+           for k, run in runs.items()}
+    got = {k: v for k, v in got.items() if v[0] >= need}
+    assert want and not _differ(want, got)
+    shaped = [got.get((c.node, c.namespace, c.pod, c.container, c.uuid))
+              for c in recorded.reshaped["held"]]
+    assert shaped[0] is not None and shaped[0][0] == 40 and shaped[1] is None, shaped
+
+
+def test_straggler_runs_and_means_are_the_pages(recorded: Recorded) -> None:
+    th = Thresholds()
+    rep = _stragglers(recorded.data, th)
+    hs = recorded.data.history_start
+    need = round(min(th.straggler_duration, WINDOW) / 60)
+    for kind, rule in (("stalled", RUNS[3]), ("slow", RUNS[4])):
+        want = {(s.gpu.node, s.gpu.uuid): (round(s.seconds / 60), round(s.value, 6),
+                                           round(s.median, 6))
+                for s in rep.stragglers if s.kind == kind}
+        got = {(k[0], k[1]): (round(run.seconds(hs) / 60),
+                              round(run.mean("value", hs) or 0.0, 6),
+                              round(run.mean("median", hs) or 0.0, 6))
+               for k, run in _runs(recorded, rule).items()}
+        got = {k: v for k, v in got.items() if v[0] >= need}
+        assert want and not _differ(want, got), kind
+    ref = recorded.reshaped["stalled"][0]
+    assert [s.seconds for s in rep.stragglers if s.gpu == ref] == [40 * 60.0]
+
