@@ -54,7 +54,8 @@ def either(*flags: Flag) -> Flag:
 @dataclass(frozen=True, slots=True)
 class RunRule:
     """How one verdict's runs are recorded: ``prefix`` names its records in :data:`RULES`
-    (``<prefix>_since``, ``<prefix>_fresh`` and ``<prefix>_<sum>`` for each of ``sums``);
+    (``<prefix>_since``, ``<prefix>_fresh``, ``<prefix>_minutes`` and ``<prefix>_<sum>`` for
+    each of ``sums``);
     ``flag`` the verdict's flag per ``by``; ``data`` its input (present where the verdict
     could be judged: a run that begins the minute after none was is ``fresh``); ``sums``
     what is summed over each minute of the run (a value per ``by``, absent as 0)."""
@@ -76,7 +77,7 @@ class RunRule:
         return f"max by ({self.by}) (last_over_time({self.record(part)}[{RULE_R}]{offset}))"
 
     def rules(self) -> list[tuple[str, str]]:
-        """``(record, expr)``: since, fresh, then each sum."""
+        """``(record, expr)``: since, fresh, minutes, then each sum."""
         on = f"on ({self.by})"
         now, since = self.flag(""), self._mine("since")
         out = [
@@ -88,6 +89,10 @@ class RunRule:
              f"({now} * 0 + {on} {self._mine('fresh')}) or {on}"
              f" (({now} unless {on} {since} unless {on} {self.data(BEFORE)}) * 0 + 1)"),
         ]
+        # How many minutes the run has held (with since: the minute recorded, ``at``).
+        out.append((self.record("minutes"),
+                    f"{now} * 0 + {on} (({now} * 0 + 1 + {on} {self._mine('minutes')})"
+                    f" or {on} ({now} * 0 + 1))"))
         for name, value in self.sums.items():
             before = self._mine(f"{name}_sum")
             out.append((self.record(f"{name}_sum"),
@@ -143,29 +148,31 @@ class RecordedRun:
 Instant = Callable[[str, float], Iterable[tuple[Mapping[str, str], float]]]
 
 
-def read_runs(instant: Instant, rule: RunRule, at: float, history_start: float,
+def read_runs(instant: Instant, rule: RunRule, end: float, history_start: float,
               match: str = "") -> dict[tuple[str, ...], RecordedRun]:
-    """The runs of ``rule``'s verdict recorded at ``at`` (a rule evaluation's time), keyed
-    by ``rule.labels``' values, ``match`` (e.g. ``{node=~"a|b"}``) on each record read: the
-    records at ``at``, and the sums at ``history_start`` of the runs that began by then."""
+    """The runs of ``rule``'s verdict that held at the rules' last evaluation by ``end``
+    (within a minute of it), keyed by ``rule.labels``' values, ``match`` (e.g.
+    ``{node=~"a|b"}``) on each record read; for the runs that began by ``history_start``,
+    their sums then too."""
     keys = rule.labels
 
     def read(part: str, t: float) -> dict[tuple[str, ...], float]:
         q = f"max by ({rule.by}) (last_over_time({rule.record(part)}{match}[{RULE_R}]))"
         return {tuple(lab.get(k, "") for k in keys): v for lab, v in instant(q, t)}
-    since = read("since", at)
-    fresh = read("fresh", at)
-    sums = {name: read(f"{name}_sum", at) for name in rule.sums}
-    old = [k for k, s in since.items() if s <= history_start]
+    since = read("since", end)
+    minutes = read("minutes", end)
+    fresh = read("fresh", end)
+    sums = {name: read(f"{name}_sum", end) for name in rule.sums}
     before: dict[str, dict[tuple[str, ...], float]] = {}
-    if old:
+    if any(s <= history_start for s in since.values()):
         # The same run then (its first minute the same), its sums up to the history start.
         then = read("since", history_start)
         before = {name: {k: v for k, v in read(f"{name}_sum", history_start).items()
                          if then.get(k) == since.get(k)} for name in rule.sums}
-    return {k: RecordedRun(s, k in fresh, at, {n: sums[n].get(k, 0.0) for n in rule.sums},
+    return {k: RecordedRun(s, k in fresh, s + (minutes[k] - 1) * RULE_INTERVAL,
+                           {n: sums[n].get(k, 0.0) for n in rule.sums},
                            {n: before[n][k] for n in before if k in before[n]})
-            for k, s in since.items()}
+            for k, s in since.items() if k in minutes}
 
 
 def _ceil(x: float) -> int:

@@ -97,7 +97,8 @@ def test_prometheus_records_runs_as_it_evaluates(tmp_path: Path) -> None:
     def sample(record: str, labels: str, value: float) -> dict[str, Any]:
         return {"labels": f"{record}{{{labels}}}", "value": value}
 
-    since, fresh, held_sum = (RULES[f"idle_run_{p}"] for p in ("since", "fresh", "held_sum"))
+    since, fresh, minutes, held_sum = (RULES[f"idle_run_{p}"]
+                                       for p in ("since", "fresh", "minutes", "held_sum"))
     tests = {"rule_files": ["runs.yaml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [{"series": s, "values": v} for s, v in series],
@@ -107,11 +108,15 @@ def test_prometheus_records_runs_as_it_evaluates(tmp_path: Path) -> None:
             {"expr": fresh, "eval_time": "6m", "exp_samples": [sample(fresh, b, 1)]},
             {"expr": held_sum, "eval_time": "6m",
              "exp_samples": [sample(held_sum, a, 1), sample(held_sum, b, 0)]},
+            {"expr": minutes, "eval_time": "6m",
+             "exp_samples": [sample(minutes, a, 4), sample(minutes, b, 2)]},
             {"expr": since, "eval_time": "7m", "exp_samples": [sample(since, b, 5 * 60)]},
             {"expr": since, "eval_time": "11m",
              "exp_samples": [sample(since, a, 8 * 60), sample(since, b, 5 * 60)]},
             {"expr": fresh, "eval_time": "11m",
              "exp_samples": [sample(fresh, a, 1), sample(fresh, b, 1)]},
+            {"expr": minutes, "eval_time": "11m",
+             "exp_samples": [sample(minutes, a, 4), sample(minutes, b, 7)]},
             {"expr": held_sum, "eval_time": "11m",
              "exp_samples": [sample(held_sum, a, 1), sample(held_sum, b, 0)]},
         ],
@@ -263,7 +268,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
 def _runs(rec: Recorded, rule: RunRule) -> dict[tuple[str, ...], RecordedRun]:
     def instant(q: str, t: float) -> list[tuple[dict[str, str], float]]:
         return [(r["metric"], float(r["value"][1])) for r in rec.vm.query(q, t)]
-    return read_runs(instant, rule, rec.at, rec.data.history_start)
+    runs = read_runs(instant, rule, rec.end, rec.data.history_start)
+    assert {run.at for run in runs.values()} == {rec.at}
+    return runs
 
 
 def _differ(want: dict[Any, Any], got: dict[Any, Any]) -> dict[Any, Any]:
