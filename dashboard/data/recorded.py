@@ -68,6 +68,7 @@ RULES = {
     "spin_run_since": "uuid:gpu_spinning_run:since_seconds",
     "spin_run_fresh": "uuid:gpu_spinning_run:fresh",
     "spin_run_minutes": "uuid:gpu_spinning_run:minutes",
+    "spin_run_utilization_sum": "uuid:gpu_spinning_run_utilization:sum",
     "alloc_run_since": "container:gpu_allocated_idle_run:since_seconds",
     "alloc_run_fresh": "container:gpu_allocated_idle_run:fresh",
     "alloc_run_minutes": "container:gpu_allocated_idle_run:minutes",

@@ -28,6 +28,7 @@ from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
+    EPSILON,
     holds,
     is_fresh,
     required_seconds,
@@ -35,7 +36,7 @@ from gpuscope.dashboard.verdicts.common import (
     trailing_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
-from gpuscope.dashboard.verdicts.runs import RunRule, recorded
+from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -305,3 +306,18 @@ def run_rule() -> RunRule:
     (``container:gpu_held_share:max1m``) gets the history's benefit on the page."""
     flag = recorded("held_idle", CBY)
     return RunRule("alloc_run", CBY, flag, recorded("held_share", CBY), {"usage": flag("")})
+
+
+def allocated_idle_of(ref: ContainerRef, run: RecordedRun, window: Window,
+                      history_start: float, *, signal: str = "utilization",
+                      duration: float = ALLOCATED_IDLE_DURATION) -> AllocatedIdle | None:
+    """The container's finding from its recorded run (:func:`run_rule`), where it has held
+    long enough: its mean use over the run's minutes within the history."""
+    required = required_seconds(duration, window, history_start)
+    start = run.start(history_start, window.step)
+    seconds = max(0.0, window.end - start)
+    mean = run.mean("usage", history_start)
+    if seconds < required - EPSILON or mean is None:
+        return None
+    return AllocatedIdle(ref, signal, mean, start, seconds, required,
+                         max(0.0, window.end - history_start))

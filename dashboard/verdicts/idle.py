@@ -25,6 +25,7 @@ from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import (
+    EPSILON,
     holds,
     is_fresh,
     required_seconds,
@@ -34,7 +35,7 @@ from gpuscope.dashboard.verdicts.common import (
 )
 from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
-from gpuscope.dashboard.verdicts.runs import RunRule, either, recorded
+from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, either, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -673,3 +674,19 @@ def run_rule() -> RunRule:
         "idle_run", GBY, flag, recorded("util_max", GBY),
         {"held": f"({now} * 0 + on (node, uuid) group_left () ({held} * 0 + 1))",
          "spun": f"({recorded('spin', GBY)('')} * 0 + 1)"})
+
+
+def gpu_idle_of(ref: GpuRef, run: RecordedRun, window: Window, history_start: float, *,
+                signal: str = "utilization", duration: float = IDLE_DURATION) -> GpuIdle:
+    """The idle verdict of a device idle or spinning at the end, from its recorded run
+    (:func:`run_rule`): what :func:`idle_gpus` gives of the same minutes (the held and
+    spinning parts in proportion to the run's minutes, as it takes them of its steps)."""
+    required = required_seconds(duration, window, history_start)
+    history = max(0.0, window.end - history_start)
+    start = run.start(history_start, window.step)
+    seconds = max(0.0, window.end - start)
+    n = run.minutes_in(history_start)
+    return GpuIdle(ref, seconds >= required - EPSILON, start, seconds,
+                   seconds * run.total("held") / n if n else 0.0, required, history,
+                   spinning_seconds=seconds * run.total("spun") / n if n else 0.0,
+                   signal=signal)

@@ -125,8 +125,15 @@ class RecordedRun:
             return history_start
         return start
 
-    def seconds(self, history_start: float) -> float:
-        return max(0.0, self.at - self.start(history_start))
+    def seconds(self, history_start: float, end: float | None = None) -> float:
+        """How long it has held by ``end`` (a page's last step, which the last evaluation
+        falls in; its own minute where None)."""
+        return max(0.0, (self.at if end is None else end) - self.start(history_start))
+
+    def fresh_at(self, end: float, step: float) -> bool:
+        """Whether the run is the present's on a page ending at ``end``: recorded within its
+        last step and a half (rules that stopped leave a run that held then)."""
+        return end - self.at <= 1.5 * step
 
     def minutes_in(self, history_start: float) -> int:
         """The run's flagged minutes after ``history_start`` (those a mean is taken over)."""

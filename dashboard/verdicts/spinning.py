@@ -28,6 +28,7 @@ from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
+    EPSILON,
     holds,
     is_fresh,
     required_seconds,
@@ -36,7 +37,7 @@ from gpuscope.dashboard.verdicts.common import (
     trailing_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
-from gpuscope.dashboard.verdicts.runs import RunRule, either, recorded
+from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, either, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -512,8 +513,25 @@ def spinning_means_promql(hist: History) -> dict[str, str]:
 
 
 def run_rule() -> RunRule:
-    """The recording-rule form of the spinning devices' runs (:mod:`.runs`): a run that
+    """The recording-rule form of the spinning devices' runs (:mod:`.runs`), with the sum
+    of their utilization (the flag's value) over the run: a run that
     begins with the device's work signals (SM activity, else power) gets the history's
     benefit on the page, as :func:`spin_begins` counts from their first step."""
-    return RunRule("spin_run", GBY, recorded("spin", GBY),
-                   either(recorded("sm", GBY), recorded("power", GBY)), {})
+    flag = recorded("spin", GBY)
+    return RunRule("spin_run", GBY, flag, either(recorded("sm", GBY), recorded("power", GBY)),
+                   {"utilization": flag("")})
+
+
+def spinning_of(ref: GpuRef, run: RecordedRun, window: Window, history_start: float, *,
+                gpm: bool, duration: float = SPIN_DURATION) -> Spinning:
+    """The device's spinning finding from its recorded run (:func:`run_rule`): its mean
+    utilization over the run (its other signals' means are read for the rows shown:
+    :class:`RowWork`); ``gpm``: whether the device has GPM (its ``signal``)."""
+    required = required_seconds(duration, window, history_start)
+    start = run.start(history_start, window.step)
+    seconds = max(0.0, window.end - start)
+    return Spinning(ref=ref, signal="gpm" if gpm else "power",
+                    spinning=seconds >= required - EPSILON, since=start, seconds=seconds,
+                    required_seconds=required,
+                    history_seconds=max(0.0, window.end - history_start),
+                    utilization=run.mean("utilization", history_start) or 0.0)

@@ -42,6 +42,7 @@ from gpuscope.dashboard.series import (
 )
 from gpuscope.dashboard.verdicts.cells import for_cell
 from gpuscope.dashboard.verdicts.common import (
+    EPSILON,
     Run,
     holds,
     is_fresh,
@@ -50,7 +51,7 @@ from gpuscope.dashboard.verdicts.common import (
     whole_run,
 )
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
-from gpuscope.dashboard.verdicts.runs import RunRule, recorded
+from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, recorded
 
 if TYPE_CHECKING:
     from gpuscope.dashboard.verdicts import Thresholds
@@ -720,3 +721,23 @@ def run_rules() -> tuple[RunRule, RunRule]:
             {"value": flag(""),
              "median": f"({flag('')} * 0 + on ({on}) group_left () {median('')})"}))
     return out[0], out[1]
+
+
+def straggler_of(group: Group, gpu: GpuRef, run: RecordedRun, window: Window,
+                 history_start: float, *, kind: str, signal: str = "utilization",
+                 duration: float = STRAGGLER_DURATION) -> Straggler | None:
+    """A device's straggler finding from its recorded run (:func:`run_rules`; ``kind``
+    ``stalled`` or ``slow``) in ``group`` (its pods, its size), where it has held long
+    enough: its value's and its group median's means over the run's minutes within the
+    history."""
+    required = required_seconds(duration, window, history_start)
+    start = run.start(history_start, window.step)
+    seconds = max(0.0, window.end - start)
+    value, median = run.mean("value", history_start), run.mean("median", history_start)
+    if seconds < required - EPSILON or value is None or median is None:
+        return None
+    cluster, namespace, workload, model = group.key
+    return Straggler(namespace=namespace, workload=workload, gpu=gpu,
+                     pods=group.pods.get(gpu, ()), value=value, median=median, since=start,
+                     seconds=seconds, required_seconds=required, devices=len(group.devices),
+                     kind=kind, signal=signal, model=model, cluster=cluster)

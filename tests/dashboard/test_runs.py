@@ -8,12 +8,13 @@ with their data, or are cut by a gap."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,10 @@ import yaml
 
 from bench import fleet as F
 from bench.fleet import import_victoriametrics
-from gpuscope.dashboard.data.recorded import RULE_R, RULES
+from gpuscope.dashboard.data.recorded import CBY, RULE_R, RULES
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.rules import RUNS
-from gpuscope.dashboard.series import FleetData, GpuRef
+from gpuscope.dashboard.series import ContainerRef, FleetData, GpuRef
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, read_runs
 from tests.dashboard.test_backends import NODES, STEP, WINDOW
@@ -270,86 +271,113 @@ def _runs(rec: Recorded, rule: RunRule) -> dict[tuple[str, ...], RecordedRun]:
         return [(r["metric"], float(r["value"][1])) for r in rec.vm.query(q, t)]
     runs = read_runs(instant, rule, rec.end, rec.data.history_start)
     assert {run.at for run in runs.values()} == {rec.at}
+    assert all(run.fresh_at(rec.data.window.end, rec.data.window.step) for run in runs.values())
     return runs
+
+
+def _signals(rec: Recorded, key: str, by: str) -> dict[tuple[str, ...], str]:
+    """The ``signal`` label of a flag's series at the end, by ``by``."""
+    labels = [x.strip() for x in by.split(",")]
+    return {tuple(r["metric"].get(x, "") for x in labels): r["metric"].get("signal", "")
+            for r in rec.vm.query(f"max by ({by}, signal) (last_over_time({RULES[key]}"
+                                  f"[{RULE_R}]))", rec.end)}
+
+
+def _same(want: Any, got: Any) -> bool:
+    """Two findings equal, their floats to 1e-9 (a mean from running sums)."""
+    if type(want) is not type(got):
+        return False
+    for f in fields(want):
+        a, b = getattr(want, f.name), getattr(got, f.name)
+        if isinstance(a, float) and isinstance(b, float):
+            if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9):
+                return False
+        elif a != b:
+            return False
+    return True
 
 
 def _differ(want: dict[Any, Any], got: dict[Any, Any]) -> dict[Any, Any]:
     return {k: (want.get(k), got.get(k)) for k in set(want) | set(got)
-            if want.get(k) != got.get(k)}
+            if k not in want or k not in got or not _same(want[k], got[k])}
 
 
-def test_idle_runs_are_the_pages(recorded: Recorded) -> None:
-    """Every idle or spinning device's run, and the minutes a container held it and it
-    spun in it (:func:`idle_gpus`' ``allocated_seconds``, ``spinning_seconds``)."""
-    hs = recorded.data.history_start
-    want = {(r.node, r.uuid): (round(v.idle_seconds / 60), round(v.allocated_seconds / 60, 6),
-                               round(v.spinning_seconds / 60, 6))
-            for r, v in _idle(recorded.data, Thresholds()).items() if v.idle_seconds}
-    got = {}
+def test_idle_findings_are_the_pages(recorded: Recorded) -> None:
+    """Every idle or spinning device's :class:`~idle.GpuIdle` (its run, and the parts a
+    container held it and it spun in), from its recorded run."""
+    data, th = recorded.data, Thresholds()
+    want = {r: v for r, v in _idle(data, th).items() if v.idle_seconds}
     runs = _runs(recorded, RUNS[0])
     # (Most runs began before the page's hour: their sums are taken at its start too.)
     assert sum(1 for run in runs.values() if run.before) > len(runs) / 2
-    for (node, _, uuid), run in runs.items():
-        n = run.minutes_in(hs)
-        seconds = run.seconds(hs)
-        got[(node, uuid)] = (round(seconds / 60),
-                             round(seconds * run.total("held") / n / 60, 6),
-                             round(seconds * run.total("spun") / n / 60, 6))
+    signal = _signals(recorded, "idle", "node, gpu, uuid")
+    got = {GpuRef(node, uuid): idle.gpu_idle_of(
+        GpuRef(node, uuid), run, data.window, data.history_start,
+        signal=signal.get((node, gpu, uuid)) or "utilization", duration=th.idle_duration)
+        for (node, gpu, uuid), run in runs.items()}
     assert want and not _differ(want, got)
     # The reshaped devices' runs are what their shapes make them: busy until minute 20
     # (40), one busy sample at 45 (14), a gap from 30 to 33 (27), and the three that
     # begin with their data.
-    shaped = [want[(r.node, r.uuid)][0] for r in recorded.reshaped["idle"]]
+    shaped = [round(want[r].idle_seconds / 60) for r in recorded.reshaped["idle"]]
     assert shaped[:3] == [40, 14, 27], shaped
-    assert len(set(want.values())) > 3
+    assert len({round(v.idle_seconds) for v in want.values()}) > 3
+    assert any(v.allocated_seconds for v in want.values())
+    assert any(v.spinning_seconds for v in want.values())
 
 
-def test_spinning_runs_are_the_pages(recorded: Recorded) -> None:
-    th = Thresholds()
-    found = spinning.spinning_gpus(recorded.data.signals, recorded.data.window,
-                                   recorded.data.history_start, rule=th.spin_rule,
-                                   duration=th.spin_duration)
-    want = {(r.node, r.uuid): round(s.seconds / 60) for r, s in found.items()}
-    hs = recorded.data.history_start
-    need = round(min(th.spin_duration, WINDOW) / 60)
-    got = {(node, uuid): round(run.seconds(hs) / 60)
-           for (node, _, uuid), run in _runs(recorded, RUNS[1]).items()}
-    got = {k: m for k, m in got.items() if m >= need}
+def test_spinning_findings_are_the_pages(recorded: Recorded) -> None:
+    """Every spinning device's :class:`~spinning.Spinning` (its run and mean utilization;
+    the other signals' means are the rows' to read)."""
+    data, th = recorded.data, Thresholds()
+    found = spinning.spinning_gpus(data.signals, data.window, data.history_start,
+                                   rule=th.spin_rule, duration=th.spin_duration)
+    want = {r: replace(s, sm=None, tensor=None, dram=None, power_ratio=None)
+            for r, s in found.items()}
+    got = {GpuRef(node, uuid): spinning.spinning_of(
+        GpuRef(node, uuid), run, data.window, data.history_start,
+        gpm=GpuRef(node, uuid) in data.signals.gpm, duration=th.spin_duration)
+        for (node, _, uuid), run in _runs(recorded, RUNS[1]).items()}
     assert want and not _differ(want, got)
+    assert any(s.spinning for s in want.values())
 
 
-def test_allocated_idle_runs_and_means_are_the_pages(recorded: Recorded) -> None:
-    th = Thresholds()
-    want = {(a.ref.node, a.ref.namespace, a.ref.pod, a.ref.container, a.ref.uuid):
-            (round(a.seconds / 60), round(a.usage, 6)) for a in _allocated(recorded.data, th)}
-    hs = recorded.data.history_start
-    need = round(min(th.allocated_idle_duration, WINDOW) / 60)
+def test_allocated_idle_findings_are_the_pages(recorded: Recorded) -> None:
+    data, th = recorded.data, Thresholds()
+    want = {a.ref: a for a in _allocated(data, th)}
     runs = _runs(recorded, RUNS[2])
     assert any(run.before for run in runs.values())
-    got = {k: (round(run.seconds(hs) / 60), round(run.mean("usage", hs) or 0.0, 6))
-           for k, run in runs.items()}
-    got = {k: v for k, v in got.items() if v[0] >= need}
+    signal = _signals(recorded, "held_idle", CBY)
+    got = {}
+    for k, run in runs.items():
+        ref = ContainerRef(*k)
+        found = allocated.allocated_idle_of(
+            ref, run, data.window, data.history_start, signal=signal.get(k) or "utilization",
+            duration=th.allocated_idle_duration)
+        if found is not None:
+            got[ref] = found
     assert want and not _differ(want, got)
-    shaped = [got.get((c.node, c.namespace, c.pod, c.container, c.uuid))
-              for c in recorded.reshaped["held"]]
-    assert shaped[0] is not None and shaped[0][0] == 40 and shaped[1] is None, shaped
+    assert recorded.reshaped["held"][0] in got and recorded.reshaped["held"][1] not in got
+    assert round(got[recorded.reshaped["held"][0]].seconds) == 40 * 60
 
 
-def test_straggler_runs_and_means_are_the_pages(recorded: Recorded) -> None:
-    th = Thresholds()
-    rep = _stragglers(recorded.data, th)
-    hs = recorded.data.history_start
-    need = round(min(th.straggler_duration, WINDOW) / 60)
+def test_straggler_findings_are_the_pages(recorded: Recorded) -> None:
+    data, th = recorded.data, Thresholds()
+    rep = _stragglers(data, th)
+    groups = {g.key: g for g in stragglers.workload_groups(data.containers, data.pods,
+                                                            data.gpus)}
     for kind, rule in (("stalled", RUNS[3]), ("slow", RUNS[4])):
-        want = {(s.gpu.node, s.gpu.uuid): (round(s.seconds / 60), round(s.value, 6),
-                                           round(s.median, 6))
-                for s in rep.stragglers if s.kind == kind}
-        got = {(k[0], k[1]): (round(run.seconds(hs) / 60),
-                              round(run.mean("value", hs) or 0.0, 6),
-                              round(run.mean("median", hs) or 0.0, 6))
-               for k, run in _runs(recorded, rule).items()}
-        got = {k: v for k, v in got.items() if v[0] >= need}
+        want = {s.gpu: s for s in rep.stragglers if s.kind == kind}
+        got = {}
+        for k, run in _runs(recorded, rule).items():
+            node, uuid, namespace, workload, model = k[:5]
+            gpu = GpuRef(node, uuid)
+            found = stragglers.straggler_of(
+                groups[("", namespace, workload, model)], gpu, run, data.window,
+                data.history_start, kind=kind, signal=k[5] if kind == "slow" else
+                "utilization", duration=th.straggler_duration)
+            if found is not None:
+                got[gpu] = found
         assert want and not _differ(want, got), kind
     ref = recorded.reshaped["stalled"][0]
     assert [s.seconds for s in rep.stragglers if s.gpu == ref] == [40 * 60.0]
-
