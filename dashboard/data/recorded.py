@@ -58,28 +58,23 @@ RULES = {
     "held": "workload:gpu_held:sum1m",
     "used": "workload:gpu_used:sum1m",
     # Each verdict's trailing runs as they go (``dashboard/verdicts/runs.py``), sparse: per
-    # flagged series, when its run began (seconds since the epoch), 1 where it began with
-    # its data, how many minutes it has held, and running sums over them.
+    # flagged series, when its run began (seconds since the epoch), how many minutes it
+    # has held, and running sums over them.
     "idle_run_since": "uuid:gpu_idle_run:since_seconds",
-    "idle_run_fresh": "uuid:gpu_idle_run:fresh",
     "idle_run_minutes": "uuid:gpu_idle_run:minutes",
     "idle_run_held_sum": "uuid:gpu_idle_run_held:minutes",
     "idle_run_spun_sum": "uuid:gpu_idle_run_spinning:minutes",
     "spin_run_since": "uuid:gpu_spinning_run:since_seconds",
-    "spin_run_fresh": "uuid:gpu_spinning_run:fresh",
     "spin_run_minutes": "uuid:gpu_spinning_run:minutes",
     "spin_run_utilization_sum": "uuid:gpu_spinning_run_utilization:sum",
     "alloc_run_since": "container:gpu_allocated_idle_run:since_seconds",
-    "alloc_run_fresh": "container:gpu_allocated_idle_run:fresh",
     "alloc_run_minutes": "container:gpu_allocated_idle_run:minutes",
     "alloc_run_usage_sum": "container:gpu_allocated_idle_run_usage:sum",
     "stalled_run_since": "uuid:gpu_stalled_run:since_seconds",
-    "stalled_run_fresh": "uuid:gpu_stalled_run:fresh",
     "stalled_run_minutes": "uuid:gpu_stalled_run:minutes",
     "stalled_run_value_sum": "uuid:gpu_stalled_run_utilization:sum",
     "stalled_run_median_sum": "uuid:gpu_stalled_run_median:sum",
     "slow_run_since": "uuid:gpu_slow_run:since_seconds",
-    "slow_run_fresh": "uuid:gpu_slow_run:fresh",
     "slow_run_minutes": "uuid:gpu_slow_run:minutes",
     "slow_run_value_sum": "uuid:gpu_slow_run_work:sum",
     "slow_run_median_sum": "uuid:gpu_slow_run_median:sum",

@@ -1,24 +1,25 @@
-"""A verdict's trailing runs, recorded by the rules as they go (:func:`run_rules`) and read
-back by the page (:class:`RecordedRun`).
+"""A verdict's trailing runs, recorded by the rules as they go (:class:`RunRule`) and read
+back by the page (:func:`read_runs`, :class:`RecordedRun`).
 
 Each minute, a verdict's recorded flag (a sparse series while its rule holds, e.g.
 ``uuid:gpu_idle_activity:ratio1m``) either continues the run it had a minute before or
-begins one. The rules carry, per flagged series, when its run began (``...:since``, seconds
-since the epoch, the run's first flagged minute), whether it began with its data (``...:fresh``:
-the verdict's input was absent the minute before, as a device's first sample is) and running
-sums of what the table shows over the run (``...:<name>_sum``: minutes held, mean use...),
-each rule reading its own record of the minute before. A minute without the flag (no data,
-or the rule not met) ends the run, as a gap does in :func:`~.common.trailing_run`.
+begins one. The rules carry, per flagged series, when its run began (``...:since_seconds``,
+seconds since the epoch, the run's first flagged minute), how many minutes it has held
+(``...:minutes``) and running sums of what the table shows over the run (minutes held, use,
+a group's median...), each rule reading its own record of the minute before. A minute
+without the flag (no data, or the rule not met) ends the run, as a gap does in
+:func:`~.common.trailing_run`.
 
-That costs the store each minute what the flagged series are, not an hour of them: the same
-run summarised from the flags' history (an hour's subquery per minute) cost five times
-more at 5,000 nodes. The runs are not bounded by an hour: the page clamps them to its own
-history, and takes a mean over its window from the sums at both ends.
+That costs the store each minute what the flagged series are, not an hour of them (the same
+runs summarised from the flags' history, an hour's subquery each minute, cost several CPU
+seconds more per evaluation at 5,000 nodes). The runs are not bounded by an hour: the page
+clamps them to its own history, and takes a mean over its part of a run from the sums at
+both ends.
 
 Because each rule reads its own past, the records exist from when the rules run, minute by
-minute: a backfill (``promtool tsdb create-blocks-from rules``, ``vmalert -replay``) that
-evaluates a rule over a range at once cannot make them; ``tests/stores.py`` evaluates them
-minute by minute.
+minute: a backfill that evaluates a rule over a range at once (``promtool tsdb
+create-blocks-from rules``, ``vmalert -replay``) cannot make them; ``tests/stores.py``'s
+``record_runs`` evaluates them one minute at a time.
 """
 
 from __future__ import annotations
@@ -54,11 +55,12 @@ def either(*flags: Flag) -> Flag:
 @dataclass(frozen=True, slots=True)
 class RunRule:
     """How one verdict's runs are recorded: ``prefix`` names its records in :data:`RULES`
-    (``<prefix>_since``, ``<prefix>_fresh``, ``<prefix>_minutes`` and ``<prefix>_<sum>`` for
-    each of ``sums``);
-    ``flag`` the verdict's flag per ``by``; ``data`` its input (present where the verdict
-    could be judged: a run that begins the minute after none was is ``fresh``); ``sums``
-    what is summed over each minute of the run (a value per ``by``, absent as 0)."""
+    (``<prefix>_since``, ``<prefix>_minutes`` and ``<prefix>_<sum>`` for each of ``sums``);
+    ``flag`` the verdict's flag per ``by``; ``data`` its input (where the verdict can be
+    judged: a run that begins the minute after none was began with its data, which the page
+    asks of the few runs that begin near its history's start); ``sums`` what is summed over
+    each minute of the run (a value per ``by``; absent is 0, and a sum is recorded from its
+    first value on: held minutes only for the devices held)."""
 
     prefix: str
     by: str
@@ -73,40 +75,36 @@ class RunRule:
     def labels(self) -> tuple[str, ...]:
         return tuple(label.strip() for label in self.by.split(","))
 
-    def _mine(self, part: str, offset: str = BEFORE) -> str:
-        return f"max by ({self.by}) (last_over_time({self.record(part)}[{RULE_R}]{offset}))"
+    def _mine(self, part: str) -> str:
+        return f"max by ({self.by}) (last_over_time({self.record(part)}[{RULE_R}]{BEFORE}))"
 
     def rules(self) -> list[tuple[str, str]]:
-        """``(record, expr)``: since, fresh, minutes, then each sum."""
+        """``(record, expr)``: since, minutes, then each sum."""
         on = f"on ({self.by})"
-        now, since = self.flag(""), self._mine("since")
-        out = [
-            # The run's first minute: a minute ago's where the run goes on (a record then
-            # means the flag held then), else this one.
-            (self.record("since"), f"({now} * 0 + {on} {since}) or {on} ({now} * 0 + time())"),
-            # Fresh where the run goes on fresh, or begins now with no data a minute ago.
-            (self.record("fresh"),
-             f"({now} * 0 + {on} {self._mine('fresh')}) or {on}"
-             f" (({now} unless {on} {since} unless {on} {self.data(BEFORE)}) * 0 + 1)"),
-        ]
-        # How many minutes the run has held (with since: the minute recorded, ``at``).
-        out.append((self.record("minutes"),
-                    f"{now} * 0 + {on} (({now} * 0 + 1 + {on} {self._mine('minutes')})"
-                    f" or {on} ({now} * 0 + 1))"))
+        now = self.flag("")
+        # The run's first minute: a minute ago's where the run goes on (a record then means
+        # the flag held then), else this one; and how many minutes it has held (with since:
+        # the minute recorded).
+        out = [(self.record("since"),
+                f"({now} * 0 + {on} {self._mine('since')}) or {on} ({now} * 0 + time())"),
+               (self.record("minutes"),
+                f"{now} * 0 + {on} (({now} * 0 + 1 + {on} {self._mine('minutes')})"
+                f" or {on} ({now} * 0 + 1))")]
         for name, value in self.sums.items():
             before = self._mine(f"{name}_sum")
             out.append((self.record(f"{name}_sum"),
                         f"{now} * 0 + {on} (({value} + {on} {before}) or {on} {before}"
-                        f" or {on} {value} or {on} ({now} * 0))"))
+                        f" or {on} {value})"))
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class RecordedRun:
     """One flagged series' run as the page reads it at ``at`` (the last rule evaluation):
-    ``since`` and ``fresh`` as recorded, ``sums`` the running sums at ``at``, ``before``
-    the same sums at the page's history start where the run began before it (else
-    empty)."""
+    ``since`` as recorded; ``fresh``: it began with its data (the verdict's input absent the
+    minute before), asked of the runs that began near the history's start; ``sums`` the
+    running sums at ``at``, ``before`` the same sums at the page's history start where the
+    run began before it (else empty)."""
 
     since: float
     fresh: bool
@@ -156,19 +154,23 @@ Instant = Callable[[str, float], Iterable[tuple[Mapping[str, str], float]]]
 
 
 def read_runs(instant: Instant, rule: RunRule, end: float, history_start: float,
-              match: str = "") -> dict[tuple[str, ...], RecordedRun]:
+              step: float = RULE_INTERVAL, match: str = "",
+              ) -> dict[tuple[str, ...], RecordedRun]:
     """The runs of ``rule``'s verdict that held at the rules' last evaluation by ``end``
     (within a minute of it), keyed by ``rule.labels``' values, ``match`` (e.g.
     ``{node=~"a|b"}``) on each record read; for the runs that began by ``history_start``,
-    their sums then too."""
+    their sums then too; for those that began within two of the page's ``step`` after it,
+    whether their data began with them (the verdict's input absent the minute before)."""
     keys = rule.labels
 
-    def read(part: str, t: float) -> dict[tuple[str, ...], float]:
-        q = f"max by ({rule.by}) (last_over_time({rule.record(part)}{match}[{RULE_R}]))"
+    def rows(q: str, t: float) -> dict[tuple[str, ...], float]:
         return {tuple(lab.get(k, "") for k in keys): v for lab, v in instant(q, t)}
+
+    def read(part: str, t: float) -> dict[tuple[str, ...], float]:
+        return rows(f"max by ({rule.by}) (last_over_time({rule.record(part)}{match}"
+                    f"[{RULE_R}]))", t)
     since = read("since", end)
     minutes = read("minutes", end)
-    fresh = read("fresh", end)
     sums = {name: read(f"{name}_sum", end) for name in rule.sums}
     before: dict[str, dict[tuple[str, ...], float]] = {}
     if any(s <= history_start for s in since.values()):
@@ -176,6 +178,17 @@ def read_runs(instant: Instant, rule: RunRule, end: float, history_start: float,
         then = read("since", history_start)
         before = {name: {k: v for k, v in read(f"{name}_sum", history_start).items()
                          if then.get(k) == since.get(k)} for name in rule.sums}
+    fresh: set[tuple[str, ...]] = set()
+    near = {s for s in since.values()
+            if 0 < s - RULE_INTERVAL - history_start <= 2 * step}
+    for began in near:
+        # (A handful of minutes: runs that began at one of the history's first.)
+        # Its data the minute before, of those runs alone (their ``since`` pinned at the
+        # end: the data's series of the rest are not sent).
+        runs_then = (f"max by ({rule.by}) (last_over_time({rule.record('since')}{match}"
+                     f"[{RULE_R}] @ {end:.3f})) == {began!r}")
+        had = rows(f"{rule.data('')} and on ({rule.by}) ({runs_then})", began - RULE_INTERVAL)
+        fresh |= {k for k, s in since.items() if s == began and k not in had}
     return {k: RecordedRun(s, k in fresh, s + (minutes[k] - 1) * RULE_INTERVAL,
                            {n: sums[n].get(k, 0.0) for n in rule.sums},
                            {n: before[n][k] for n in before if k in before[n]})
