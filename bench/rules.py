@@ -17,8 +17,9 @@ that had evaluated them all along would hold them, for the scale benchmark.
   a million series per query, as a 5,000-node replay needs. The verdicts' runs (rules that
   read their own past: ``dashboard/verdicts/runs.py``) are then recorded minute by minute
   (``tests.stores.record_runs``), as a live evaluation records them.
-- ``prometheus``: the runs are not recorded (promtool's backfill evaluates a rule over the
-  whole range at once; the page does not read them yet).
+- ``prometheus``: the runs, which promtool's backfill cannot make (it evaluates a rule over
+  the whole range at once), are recorded by a scratch VictoriaMetrics from the Prometheus'
+  own recorded flags and written into the blocks (``tests.stores.record_runs_in_blocks``).
 
 ``OUT`` gets the set's ``meta.json`` and ``expected.json``, and then serves
 ``bench/dashboard_bench.py --data OUT`` and (from ``OUT/vm``) ``bench/head.py --data OUT``.
@@ -42,6 +43,7 @@ from tests.stores import (  # noqa: E402
     backfill_rules,
     clone_tree,
     record_runs,
+    record_runs_in_blocks,
     replay_rules,
     start_victoriametrics,
 )
@@ -70,6 +72,7 @@ def build(data: Path, out: Path, store: str) -> float:
     clone_tree(data / folder, out / folder)
     if store == "prometheus":
         backfill_rules(out / "tsdb", meta["start"], meta["end"], work)
+        record_runs_in_blocks(out / "tsdb", meta["start"], meta["end"], work)
     else:
         with start_victoriametrics(out / "vm", copy=False, extra_args=VM_ARGS) as vm:
             replay_rules(vm, meta["start"], meta["end"], work)

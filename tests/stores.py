@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuscope.dashboard.data.recorded import RULE_R
 from gpuscope.dashboard.plan.rules import RULE_INTERVAL, recording_rules
 from tests.ports import free_port
 
@@ -496,6 +497,62 @@ def record_runs(vm: Store, start: float, end: float) -> None:
                     with urllib.request.urlopen(vm.url + path, timeout=60):
                         pass
         t += RULE_INTERVAL
+
+
+def record_runs_in_blocks(blocks: Path, start: float, end: float, work: Path) -> None:
+    """:func:`record_runs` for a Prometheus from ``blocks`` (after :func:`backfill_rules`,
+    which cannot make them): the recorded series the run rules read, as the Prometheus
+    serves them at each of the rules' minutes (``last_over_time(…[1m])``), copied into a
+    scratch VictoriaMetrics, which records the runs minute by minute; its records are then
+    written into ``blocks`` by ``promtool tsdb create-blocks-from openmetrics``. The
+    records are VictoriaMetrics' evaluation of the rules (``promtool test rules`` checks
+    Prometheus' own on drawn flags: tests/dashboard/test_runs.py)."""
+    rules = [rule for level in rule_levels(runs=True) for rule in level]
+    own = {record for record, _ in rules}
+    inputs = sorted({name for name, _ in recording_rules() if name not in own
+                     and any(name in expr for _, expr in rules)})
+    first = -(-start // RULE_INTERVAL) * RULE_INTERVAL
+    with start_prometheus(blocks, copy=False) as prom, start_victoriametrics() as vm:
+        for name in inputs:
+            data = prom.get("/api/v1/query_range", {
+                "query": f"last_over_time({name}[{RULE_R}])",
+                "start": f"{first:.3f}", "end": f"{end:.3f}", "step": f"{RULE_INTERVAL:g}"},
+                timeout=600)
+            lines = [json.dumps({"metric": {**r["metric"], "__name__": name},
+                                 "values": [float(v) for _, v in r["values"]],
+                                 "timestamps": [round(float(t) * 1000) for t, _ in r["values"]]})
+                     for r in data["result"]]
+            if lines:
+                with urllib.request.urlopen(urllib.request.Request(
+                        f"{vm.url}/api/v1/import", data="\n".join(lines).encode(),
+                        method="POST"), timeout=600):
+                    pass
+        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+            with urllib.request.urlopen(vm.url + path, timeout=60):
+                pass
+        record_runs(vm, start, end)
+        match = urllib.parse.urlencode(
+            {"match[]": '{__name__=~"' + "|".join(sorted(own)) + '"}'})
+        with urllib.request.urlopen(f"{vm.url}/api/v1/export?{match}", timeout=600) as r:
+            exported = [json.loads(x) for x in r.read().splitlines() if x]
+    text = work / "runs.om"
+    with text.open("w") as out:
+        for line in exported:
+            labels = dict(line["metric"])
+            name = labels.pop("__name__")
+            body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+            for v, t in zip(line["values"], line["timestamps"], strict=True):
+                out.write(f"{name}{{{body}}} {v!r} {t / 1000:.3f}\n")
+        out.write("# EOF\n")
+    made = work / "runs-blocks"
+    promtool_blocks(text, made)
+    for block in made.iterdir():
+        shutil.move(str(block), blocks / block.name)
+
+
+def _escape(value: str) -> str:
+    """A label value as the OpenMetrics text format writes it."""
+    return value.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
 
 
 @contextmanager

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from bench import fleet as F
-from bench.fleet import import_victoriametrics
+from bench.fleet import build_blocks, import_victoriametrics
 from gpuscope.dashboard.data.recorded import CBY, RULE_R, RULES
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.rules import RUNS
@@ -33,9 +33,12 @@ from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, read_runs
 from tests.dashboard.test_backends import NODES, STEP, WINDOW
 from tests.stores import (
     Store,
+    backfill_rules,
     binary,
     record_runs,
+    record_runs_in_blocks,
     replay_rules,
+    start_prometheus,
     start_victoriametrics,
 )
 
@@ -200,66 +203,85 @@ def _stragglers(data: FleetData, th: Thresholds) -> Any:
         slow_factor=th.slow_factor, slow_busy=th.slow_busy)
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    """The fleet in VictoriaMetrics over 90 minutes (the page's hour, and runs that began
-    before it), reshaped (below), its flags replayed by vmalert and its runs recorded
-    minute by minute after them."""
+@pytest.fixture(scope="module", params=["victoriametrics", "prometheus"])
+def recorded(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    """The fleet over 90 minutes (the page's hour, and runs that began before it), its flags
+    recorded by the rules and its runs minute by minute after them: in VictoriaMetrics
+    (vmalert's replay, :func:`record_runs`), reshaped first (below); in Prometheus as the
+    fleet is (promtool's backfill, :func:`record_runs_in_blocks`)."""
     work = tmp_path_factory.mktemp("runs")
     end = (time.time() // 60 - 5) * 60 - 23.0
     shape = F.Shape(NODES, STEP, 1.5 * WINDOW, end)
     fleet = F.Fleet(shape)
-    th = Thresholds()
+    if request.param == "prometheus":
+        blocks = work / "tsdb"
+        build_blocks(fleet, blocks)
+        backfill_rules(blocks, shape.start, end, work)
+        record_runs_in_blocks(blocks, shape.start, end, work)
+        with start_prometheus(blocks, copy=False) as prom:
+            at = max(float(r["value"][1]) for r in prom.query(
+                f"timestamp({RULES['idle_run_since']})", end))
+            yield Recorded(prom, end, at, _page(prom, end), {})
+        return
     with start_victoriametrics() as vm:
         import_victoriametrics(fleet, vm)
-        before = _page(vm, end)
-        w0 = end - WINDOW
-        idle0 = sorted((r for r, v in _idle(before, th).items()
-                        if v.idle_seconds and r.uuid.startswith("GPU-")),
-                       key=lambda r: (r.node, r.uuid))
-        # Six idle GPUs on six nodes: busy the first 20 minutes; one busy sample at minute
-        # 45; a 3-minute gap from minute 30; data only from minute 10, 2 and 4.
-        picked: list[GpuRef] = []
-        for ref in idle0:
-            if ref.node not in {p.node for p in picked}:
-                picked.append(ref)
-        picked = picked[:6]
-        shapes: list[Callable[[float, float], float | None]] = [
-            lambda v, t: 0.9 if t < w0 + 20 * 60 else v,
-            lambda v, t: 0.9 if abs(t - (w0 + 45 * 60)) < 30 else v,
-            lambda v, t: None if w0 + 30 * 60 <= t < w0 + 33 * 60 else v,
-            lambda v, t: None if t < w0 + 10 * 60 else v,
-            lambda v, t: None if t < w0 + 2 * 60 else v,
-            lambda v, t: None if t < w0 + 4 * 60 else v,
-        ]
-        for ref, change in zip(picked, shapes, strict=True):
-            _rewrite(vm, f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}', change)
-        # Two allocated-idle containers elsewhere made busy the first 20 and 40 minutes.
-        taken = {p.node for p in picked}
-        held = sorted((a.ref for a in _allocated(before, th)
-                       if a.ref.node not in taken and a.ref.uuid.startswith("GPU-")),
-                      key=lambda c: (c.node, c.pod, c.container))[:2]
-        for c, minutes in zip(held, (20, 40), strict=True):
-            _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{c.pod}",'
-                         f'container="{c.container}",uuid="{c.uuid}"}}',
-                     partial(_busy_until, until=w0 + minutes * 60, busy=0.9))
-        # One stalled straggler made to work with its peers the first 20 minutes.
-        stalled = sorted((s for s in _stragglers(before, th).stragglers
-                          if s.kind == "stalled" and s.gpu.node not in taken),
-                         key=lambda s: (s.gpu.node, s.gpu.uuid))[:1]
-        for s in stalled:
-            pods = [c.pod for c in before.containers
-                    if c.node == s.gpu.node and c.uuid == s.gpu.uuid]
-            _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{pods[0]}",'
-                         f'uuid="{s.gpu.uuid}"}}',
-                     partial(_busy_until, until=w0 + 20 * 60, busy=0.93))
-        data = _page(vm, end)
-        replay_rules(vm, shape.start, end, work)
-        record_runs(vm, shape.start, end)
-        at = max(float(r["value"][1]) for r in vm.query(
-            f"tlast_over_time({RULES['idle_run_since']}[{RULE_R}])", end))
-        yield Recorded(vm, end, at, data, {"idle": picked, "held": held,
-                                           "stalled": [s.gpu for s in stalled]})
+        yield _reshaped(vm, shape, work)
+
+
+def _reshaped(vm: Store, shape: F.Shape, work: Path) -> Recorded:
+    """Devices and containers of the fleet in ``vm`` reshaped so that runs begin within the
+    hour, with their data, or after a gap; the rules replayed and the runs recorded."""
+    th = Thresholds()
+    end = shape.end
+    before = _page(vm, end)
+    w0 = end - WINDOW
+    idle0 = sorted((r for r, v in _idle(before, th).items()
+                    if v.idle_seconds and r.uuid.startswith("GPU-")),
+                   key=lambda r: (r.node, r.uuid))
+    # Six idle GPUs on six nodes: busy the first 20 minutes; one busy sample at minute 45;
+    # a 3-minute gap from minute 30; data only from minute 10, 2 and 4.
+    picked: list[GpuRef] = []
+    for ref in idle0:
+        if ref.node not in {p.node for p in picked}:
+            picked.append(ref)
+    picked = picked[:6]
+    shapes: list[Callable[[float, float], float | None]] = [
+        lambda v, t: 0.9 if t < w0 + 20 * 60 else v,
+        lambda v, t: 0.9 if abs(t - (w0 + 45 * 60)) < 30 else v,
+        lambda v, t: None if w0 + 30 * 60 <= t < w0 + 33 * 60 else v,
+        lambda v, t: None if t < w0 + 10 * 60 else v,
+        lambda v, t: None if t < w0 + 2 * 60 else v,
+        lambda v, t: None if t < w0 + 4 * 60 else v,
+    ]
+    for ref, change in zip(picked, shapes, strict=True):
+        _rewrite(vm, f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}', change)
+    # Two allocated-idle containers elsewhere made busy the first 20 and 40 minutes.
+    taken = {p.node for p in picked}
+    held = sorted((a.ref for a in _allocated(before, th)
+                   if a.ref.node not in taken and a.ref.uuid.startswith("GPU-")),
+                  key=lambda c: (c.node, c.pod, c.container))[:2]
+    for c, minutes in zip(held, (20, 40), strict=True):
+        _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{c.pod}",'
+                     f'container="{c.container}",uuid="{c.uuid}"}}',
+                 partial(_busy_until, until=w0 + minutes * 60, busy=0.9))
+    # One stalled straggler made to work with its peers the first 20 minutes.
+    stalled = sorted((s for s in _stragglers(before, th).stragglers
+                      if s.kind == "stalled" and s.gpu.node not in taken),
+                     key=lambda s: (s.gpu.node, s.gpu.uuid))[:1]
+    for s in stalled:
+        pods = [c.pod for c in before.containers
+                if c.node == s.gpu.node and c.uuid == s.gpu.uuid]
+        _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{pods[0]}",'
+                     f'uuid="{s.gpu.uuid}"}}',
+                 partial(_busy_until, until=w0 + 20 * 60, busy=0.93))
+    data = _page(vm, end)
+    replay_rules(vm, shape.start, end, work)
+    record_runs(vm, shape.start, end)
+    at = max(float(r["value"][1]) for r in vm.query(
+        f"tlast_over_time({RULES['idle_run_since']}[{RULE_R}])", end))
+    return Recorded(vm, end, at, data, {"idle": picked, "held": held,
+                                        "stalled": [s.gpu for s in stalled]})
 
 
 def _runs(rec: Recorded, rule: RunRule) -> dict[tuple[str, ...], RecordedRun]:
@@ -307,7 +329,6 @@ def test_idle_findings_are_the_pages(recorded: Recorded) -> None:
     # (Most runs began before the page's hour: their sums are taken at its start too.)
     assert sum(1 for run in runs.values() if run.since <= data.history_start) > len(runs) / 2
     assert any(run.before for run in runs.values())
-    assert any(run.fresh for run in runs.values())
     signal = _signals(recorded, "idle", "node, gpu, uuid")
     got = {GpuRef(node, uuid): idle.gpu_idle_of(
         GpuRef(node, uuid), run, data.window, data.history_start,
@@ -317,9 +338,11 @@ def test_idle_findings_are_the_pages(recorded: Recorded) -> None:
     # The reshaped devices' runs are what their shapes make them: busy until minute 20
     # (40), one busy sample at 45 (14), a gap from 30 to 33 (27), and the three that
     # begin with their data.
-    shaped = [round(want[r].idle_seconds / 60) for r in recorded.reshaped["idle"]]
-    assert shaped[:3] == [40, 14, 27], shaped
-    assert len({round(v.idle_seconds) for v in want.values()}) > 3
+    if recorded.reshaped:
+        shaped = [round(want[r].idle_seconds / 60) for r in recorded.reshaped["idle"]]
+        assert shaped[:3] == [40, 14, 27], shaped
+        assert len({round(v.idle_seconds) for v in want.values()}) > 3
+        assert any(run.fresh for run in runs.values())
     assert any(v.allocated_seconds for v in want.values())
     assert any(v.spinning_seconds for v in want.values())
 
@@ -355,8 +378,10 @@ def test_allocated_idle_findings_are_the_pages(recorded: Recorded) -> None:
         if found is not None:
             got[ref] = found
     assert want and not _differ(want, got)
-    assert recorded.reshaped["held"][0] in got and recorded.reshaped["held"][1] not in got
-    assert round(got[recorded.reshaped["held"][0]].seconds) == 40 * 60
+    if recorded.reshaped:
+        held = recorded.reshaped["held"]
+        assert held[0] in got and held[1] not in got
+        assert round(got[held[0]].seconds) == 40 * 60
 
 
 def test_straggler_findings_are_the_pages(recorded: Recorded) -> None:
@@ -377,5 +402,6 @@ def test_straggler_findings_are_the_pages(recorded: Recorded) -> None:
             if found is not None:
                 got[gpu] = found
         assert want and not _differ(want, got), kind
-    ref = recorded.reshaped["stalled"][0]
-    assert [s.seconds for s in rep.stragglers if s.gpu == ref] == [40 * 60.0]
+    if recorded.reshaped:
+        ref = recorded.reshaped["stalled"][0]
+        assert [s.seconds for s in rep.stragglers if s.gpu == ref] == [40 * 60.0]
