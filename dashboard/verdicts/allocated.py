@@ -28,7 +28,6 @@ from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
-    EPSILON,
     holds,
     is_fresh,
     required_seconds,
@@ -314,10 +313,8 @@ def allocated_idle_of(ref: ContainerRef, run: RecordedRun, window: Window,
     """The container's finding from its recorded run (:func:`run_rule`), where it has held
     long enough: its mean use over the run's minutes within the history."""
     required = required_seconds(duration, window, history_start)
-    start = run.start(history_start, window.step)
-    seconds = max(0.0, window.end - start)
-    mean = run.mean("usage", history_start)
-    if seconds < required - EPSILON or mean is None:
+    r, mean = run.on_page(window, history_start), run.mean("usage", history_start)
+    if not holds(r, required) or mean is None:
         return None
-    return AllocatedIdle(ref, signal, mean, start, seconds, required,
+    return AllocatedIdle(ref, signal, mean, r.start, r.seconds, required,
                          max(0.0, window.end - history_start))

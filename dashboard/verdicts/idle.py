@@ -25,7 +25,6 @@ from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import (
-    EPSILON,
     holds,
     is_fresh,
     required_seconds,
@@ -682,11 +681,9 @@ def gpu_idle_of(ref: GpuRef, run: RecordedRun, window: Window, history_start: fl
     (:func:`run_rule`): what :func:`idle_gpus` gives of the same minutes (the held and
     spinning parts in proportion to the run's minutes, as it takes them of its steps)."""
     required = required_seconds(duration, window, history_start)
-    history = max(0.0, window.end - history_start)
-    start = run.start(history_start, window.step)
-    seconds = max(0.0, window.end - start)
-    n = run.minutes_in(history_start)
-    return GpuIdle(ref, seconds >= required - EPSILON, start, seconds,
-                   seconds * run.total("held") / n if n else 0.0, required, history,
-                   spinning_seconds=seconds * run.total("spun") / n if n else 0.0,
+    r, n = run.on_page(window, history_start), run.minutes_in(history_start)
+    return GpuIdle(ref, holds(r, required), r.start, r.seconds,
+                   r.seconds * run.total("held") / n if n else 0.0, required,
+                   max(0.0, window.end - history_start),
+                   spinning_seconds=r.seconds * run.total("spun") / n if n else 0.0,
                    signal=signal)

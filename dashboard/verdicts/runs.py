@@ -24,10 +24,13 @@ create-blocks-from rules``, ``vmalert -replay``) cannot make them; ``tests/store
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuscope.dashboard.data.recorded import RULE_INTERVAL, RULE_R, RULES
+from gpuscope.dashboard.series import Window
+from gpuscope.dashboard.verdicts.common import Run
 
 #: A recorded flag (or data) series per the run's labels, ``offset`` ("" or " offset 1m")
 #: applied to its range.
@@ -123,19 +126,25 @@ class RecordedRun:
             return history_start
         return start
 
+    def on_page(self, window: Window, history_start: float) -> Run:
+        """The run as a page of ``window`` whose history starts at ``history_start`` sees
+        it: from :meth:`start` to the window's last step (which the last evaluation falls
+        in), as :func:`~.common.trailing_run` gives it of the page's steps."""
+        return Run(self.start(history_start, window.step), window.end, 0)
+
     def seconds(self, history_start: float, end: float | None = None) -> float:
         """How long it has held by ``end`` (a page's last step, which the last evaluation
         falls in; its own minute where None)."""
         return max(0.0, (self.at if end is None else end) - self.start(history_start))
 
-    def fresh_at(self, end: float, step: float) -> bool:
+    def is_current(self, end: float, step: float) -> bool:
         """Whether the run is the present's on a page ending at ``end``: recorded within its
         last step and a half (rules that stopped leave a run that held then)."""
         return end - self.at <= 1.5 * step
 
     def minutes_in(self, history_start: float) -> int:
         """The run's flagged minutes after ``history_start`` (those a mean is taken over)."""
-        first = max(self.since, self.since + RULE_INTERVAL * _ceil(
+        first = max(self.since, self.since + RULE_INTERVAL * math.ceil(
             (history_start - self.since) / RULE_INTERVAL + 1e-9))
         return max(0, round((self.at - first) / RULE_INTERVAL) + 1)
 
@@ -193,7 +202,3 @@ def read_runs(instant: Instant, rule: RunRule, end: float, history_start: float,
                            {n: sums[n].get(k, 0.0) for n in rule.sums},
                            {n: before[n][k] for n in before if k in before[n]})
             for k, s in since.items() if k in minutes}
-
-
-def _ceil(x: float) -> int:
-    return -int(-x // 1)

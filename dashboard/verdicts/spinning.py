@@ -28,7 +28,6 @@ from gpuscope.dashboard.links import node_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
-    EPSILON,
     holds,
     is_fresh,
     required_seconds,
@@ -528,10 +527,9 @@ def spinning_of(ref: GpuRef, run: RecordedRun, window: Window, history_start: fl
     utilization over the run (its other signals' means are read for the rows shown:
     :class:`RowWork`); ``gpm``: whether the device has GPM (its ``signal``)."""
     required = required_seconds(duration, window, history_start)
-    start = run.start(history_start, window.step)
-    seconds = max(0.0, window.end - start)
+    r = run.on_page(window, history_start)
     return Spinning(ref=ref, signal="gpm" if gpm else "power",
-                    spinning=seconds >= required - EPSILON, since=start, seconds=seconds,
+                    spinning=holds(r, required), since=r.start, seconds=r.seconds,
                     required_seconds=required,
                     history_seconds=max(0.0, window.end - history_start),
                     utilization=run.mean("utilization", history_start) or 0.0)

@@ -42,7 +42,6 @@ from gpuscope.dashboard.series import (
 )
 from gpuscope.dashboard.verdicts.cells import for_cell
 from gpuscope.dashboard.verdicts.common import (
-    EPSILON,
     Run,
     holds,
     is_fresh,
@@ -731,13 +730,12 @@ def straggler_of(group: Group, gpu: GpuRef, run: RecordedRun, window: Window,
     enough: its value's and its group median's means over the run's minutes within the
     history."""
     required = required_seconds(duration, window, history_start)
-    start = run.start(history_start, window.step)
-    seconds = max(0.0, window.end - start)
+    r = run.on_page(window, history_start)
     value, median = run.mean("value", history_start), run.mean("median", history_start)
-    if seconds < required - EPSILON or value is None or median is None:
+    if not holds(r, required) or value is None or median is None:
         return None
     cluster, namespace, workload, model = group.key
     return Straggler(namespace=namespace, workload=workload, gpu=gpu,
-                     pods=group.pods.get(gpu, ()), value=value, median=median, since=start,
-                     seconds=seconds, required_seconds=required, devices=len(group.devices),
+                     pods=group.pods.get(gpu, ()), value=value, median=median, since=r.start,
+                     seconds=r.seconds, required_seconds=required, devices=len(group.devices),
                      kind=kind, signal=signal, model=model, cluster=cluster)

@@ -289,7 +289,7 @@ def _runs(rec: Recorded, rule: RunRule) -> dict[tuple[str, ...], RecordedRun]:
         return [(r["metric"], float(r["value"][1])) for r in rec.vm.query(q, t)]
     runs = read_runs(instant, rule, rec.end, rec.data.history_start)
     assert {run.at for run in runs.values()} == {rec.at}
-    assert all(run.fresh_at(rec.data.window.end, rec.data.window.step) for run in runs.values())
+    assert all(run.is_current(rec.data.window.end, rec.data.window.step) for run in runs.values())
     return runs
 
 
