@@ -348,12 +348,22 @@ def reads_itself(record: str, expr: str) -> bool:
     return record in expr
 
 
+def after_runs() -> set[str]:
+    """The rules a range backfill cannot make: those that read their own past
+    (:func:`reads_itself`) and those that read them (made after them, minute by minute)."""
+    out: set[str] = set()
+    for record, expr in recording_rules():  # (in the group's order: a rule reads earlier ones)
+        if reads_itself(record, expr) or any(name in expr for name in out):
+            out.add(record)
+    return out
+
+
 def rule_levels(runs: bool = False) -> list[list[tuple[str, str]]]:
     """The recording rules by dependency level: promtool backfills a rule from the data a
     running Prometheus holds, so a rule that reads another waits for that one's blocks.
-    ``runs``: only the rules that read their own past (:func:`reads_itself`), else only the
-    others."""
-    rules = [(r, e) for r, e in recording_rules() if reads_itself(r, e) == runs]
+    ``runs``: only the rules :func:`after_runs` names, else only the others."""
+    later = after_runs()
+    rules = [(r, e) for r, e in recording_rules() if (r in later) == runs]
     names = {r for r, _ in rules}
     level: dict[str, int] = {}
     for record, expr in rules:
@@ -473,8 +483,9 @@ def replay_rules(vm: Store, start: float, end: float, work: Path,
 
 
 def record_runs(vm: Store, start: float, end: float) -> None:
-    """The rules that read their own past (:func:`reads_itself`: the verdicts' runs) made
-    on ``vm`` as a live rule evaluation makes them: at each of the rules' minutes in
+    """The rules that read their own past and what reads them (:func:`after_runs`: the
+    verdicts' runs) made on ``vm`` as a live rule evaluation makes them: at each of the
+    rules' minutes in
     ``[start, end]`` (the interval's multiples, as vmalert's replay evaluates the others),
     each rule in the group's order by an instant query, its answer imported before the next
     rule and the next minute read it. After :func:`replay_rules`, which makes the flags

@@ -78,6 +78,15 @@ RULES = {
     "slow_run_minutes": "uuid:gpu_slow_run:minutes",
     "slow_run_value_sum": "uuid:gpu_slow_run_work:sum",
     "slow_run_median_sum": "uuid:gpu_slow_run_median:sum",
+    # Per node all of whose whole GPUs are in an idle run (no MIG): how many, their runs'
+    # latest, earliest and summed first minutes, and their held and spinning minutes summed
+    # (the page's idle nodes and waste from a node's numbers, not its GPUs').
+    "node_idle_gpus": "node:gpu_idle_run:gpus",
+    "node_idle_since_max": "node:gpu_idle_run:since_max_seconds",
+    "node_idle_since_min": "node:gpu_idle_run:since_min_seconds",
+    "node_idle_since_sum": "node:gpu_idle_run:since_sum_seconds",
+    "node_idle_held_sum": "node:gpu_idle_run_held:minutes",
+    "node_idle_spun_sum": "node:gpu_idle_run_spinning:minutes",
     "version": "gpuscope:dashboard_rules:version",
 }
 #: The rules' version, recorded as ``gpuscope:dashboard_rules:version``: raised whenever a

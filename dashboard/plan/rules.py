@@ -95,6 +95,7 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         # Each verdict's runs as they go, after the flags they follow (each reads its own
         # record of the minute before: dashboard/verdicts/runs.py).
         *[rule for run in RUNS for rule in run.rules()],
+        *idle.node_run_rules(),
         (RULES["version"],
          f'label_replace(label_replace(vector({RULES_VERSION}), "thresholds", "{th.key}", "",'
          f' ""), "cluster_label", "{cluster}", "", "")'),

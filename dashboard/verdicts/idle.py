@@ -20,11 +20,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.recorded import GBY, NOT_EMPTY, RULE_R, RULES, History, Steps
+from gpuscope.dashboard.data.recorded import (
+    GBY,
+    NOT_EMPTY,
+    RULE_INTERVAL,
+    RULE_R,
+    RULES,
+    History,
+    Steps,
+)
 from gpuscope.dashboard.links import node_link
 from gpuscope.dashboard.series import GpuInfo, GpuRef, NodeInfo, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import SIGNALS, for_cell, since_cell
 from gpuscope.dashboard.verdicts.common import (
+    Run,
     holds,
     is_fresh,
     required_seconds,
@@ -673,6 +682,78 @@ def run_rule() -> RunRule:
         "idle_run", GBY, flag, recorded("util_max", GBY),
         {"held": f"({now} * 0 + on (node, uuid) group_left () ({held} * 0 + 1))",
          "spun": f"({recorded('spin', GBY)('')} * 0 + 1)"})
+
+
+#: A node's whole GPUs' idle runs (``node_run_rules``), by record key.
+NODE_RUN_STATS = ("gpus", "since_max", "since_min", "since_sum", "held_sum", "spun_sum")
+
+
+def node_run_rules() -> list[tuple[str, str]]:
+    """The idle nodes' numbers from their GPUs' runs (``RULES["node_idle_*"]``), per node
+    all of whose whole GPUs (``node:gpu_whole:count1m``) are in an idle run, without MIG
+    slices: how many, their first minutes' latest, earliest and sum, and their held and
+    spinning minutes summed. With them the page has a node's idle GPU-seconds and their
+    held and spinning parts over any history that all its runs began before or after
+    (:func:`node_idle_of`), from six numbers a node instead of six a GPU."""
+    def whole(key: str) -> str:
+        return (f"max by (node, uuid) (last_over_time({RULES[key]}[{RULE_R}]))"
+                f' unless on (node, uuid) max by (node, uuid) (gpu_info{{parent_uuid!=""}})')
+    runs = whole("idle_run_since")
+    gpus = f"max by (node) (last_over_time({RULES['node_gpus']}[{RULE_R}]))"
+    node = (f"((count by (node) ({runs}) == on (node) {gpus})"
+            f' unless on (node) count by (node) (gpu_info{{parent_uuid!=""}}))')
+    return [(RULES[f"node_idle_{stat}"], f"{fn} by (node) ({of}) and on (node) {node}")
+            for stat, fn, of in (("gpus", "count", runs), ("since_max", "max", runs),
+                                 ("since_min", "min", runs), ("since_sum", "sum", runs),
+                                 ("held_sum", "sum", whole("idle_run_held_sum")),
+                                 ("spun_sum", "sum", whole("idle_run_spun_sum")))]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRun:
+    """A node's whole GPUs' idle runs as :func:`node_run_rules` records them (first minutes
+    in seconds since the epoch; minutes summed over the GPUs), ``before`` the held and
+    spinning sums at the page's history start where every run began by then."""
+
+    gpus: int
+    since_max: float
+    since_min: float
+    since_sum: float
+    held_sum: float
+    spun_sum: float
+    before: tuple[float, float] | None = None
+
+
+def node_idle_of(node: str, run: NodeRun, window: Window, history_start: float, *,
+                 duration: float = IDLE_DURATION) -> NodeIdle | None:
+    """The node's :class:`NodeIdle` from its recorded numbers where they give it: every
+    run began by the history's start (each holds all of it: the sums' growth since, per
+    GPU-minute of the history), or every run began two steps after it or later (each its
+    own: the held and spinning parts a minute each); None otherwise (its GPUs' runs, read
+    for the node, give it: :func:`gpu_idle_of`). ``allocated_gpus`` and ``spinning_gpus``
+    are left 0: the rows read them of the GPUs."""
+    required = required_seconds(duration, window, history_start)
+    history = max(0.0, window.end - history_start)
+    n, step = run.gpus, window.step
+    if run.since_max <= history_start:
+        if run.before is None:
+            return None
+        minutes = round((window.end - history_start) / RULE_INTERVAL)
+        per = (window.end - history_start) / minutes if minutes else 0.0
+        seconds, since = n * (window.end - history_start), history_start
+        held = (run.held_sum - run.before[0]) * per
+        spun = (run.spun_sum - run.before[1]) * per
+    elif run.since_min - RULE_INTERVAL > history_start + 2 * step:
+        seconds = n * (window.end + RULE_INTERVAL) - run.since_sum
+        since = run.since_max - RULE_INTERVAL
+        held, spun = run.held_sum * RULE_INTERVAL, run.spun_sum * RULE_INTERVAL
+    else:
+        return None
+    if not holds(Run(since, window.end, 0), required):
+        return None
+    return NodeIdle(node=node, gpus=n, idle_since=since, idle_gpu_seconds=seconds,
+                    allocated_gpu_seconds=held, allocated_gpus=0, required_seconds=required,
+                    history_seconds=history, spinning_gpu_seconds=spun)
 
 
 def gpu_idle_of(ref: GpuRef, run: RecordedRun, window: Window, history_start: float, *,

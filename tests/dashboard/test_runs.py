@@ -275,13 +275,22 @@ def _reshaped(vm: Store, shape: F.Shape, work: Path) -> Recorded:
         _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{pods[0]}",'
                      f'uuid="{s.gpu.uuid}"}}',
                  partial(_busy_until, until=w0 + 20 * 60, busy=0.93))
+    # A whole idle node elsewhere busy the first 20 minutes: its runs all began within the
+    # hour.
+    nodes = idle.idle_nodes(before.gpus, _idle(before, th))
+    node = min(n for n, v in nodes.items() if not v.mig_gpus and n not in taken
+               and n not in {c.node for c in held} | {s.gpu.node for s in stalled})
+    for ref, info in before.gpus.items():
+        if info.node == node:
+            _rewrite(vm, f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}',
+                     partial(_busy_until, until=w0 + 20 * 60, busy=0.9))
     data = _page(vm, end)
     replay_rules(vm, shape.start, end, work)
     record_runs(vm, shape.start, end)
     at = max(float(r["value"][1]) for r in vm.query(
         f"tlast_over_time({RULES['idle_run_since']}[{RULE_R}])", end))
     return Recorded(vm, end, at, data, {"idle": picked, "held": held,
-                                        "stalled": [s.gpu for s in stalled]})
+                                        "stalled": [s.gpu for s in stalled], "node": node})
 
 
 def _runs(rec: Recorded, rule: RunRule) -> dict[tuple[str, ...], RecordedRun]:
@@ -405,3 +414,51 @@ def test_straggler_findings_are_the_pages(recorded: Recorded) -> None:
     if recorded.reshaped:
         ref = recorded.reshaped["stalled"][0]
         assert [s.seconds for s in rep.stragglers if s.gpu == ref] == [40 * 60.0]
+
+
+def _node_runs(rec: Recorded) -> dict[str, idle.NodeRun]:
+    """The idle nodes' recorded numbers at the end, and their held and spinning sums at the
+    history's start where every run began by then (the same runs: the same GPUs and first
+    minutes)."""
+    hs = rec.data.history_start
+
+    def read(stat: str, t: float) -> dict[str, float]:
+        return {r["metric"]["node"]: float(r["value"][1]) for r in rec.vm.query(
+            f"max by (node) (last_over_time({RULES['node_idle_' + stat]}[{RULE_R}]))", t)}
+    now = {stat: read(stat, rec.end) for stat in idle.NODE_RUN_STATS}
+    then = {stat: read(stat, hs) for stat in idle.NODE_RUN_STATS}
+    out = {}
+    for node, n in now["gpus"].items():
+        same = all(then[s].get(node) == now[s].get(node) for s in ("gpus", "since_sum"))
+        out[node] = idle.NodeRun(
+            round(n), now["since_max"][node], now["since_min"][node], now["since_sum"][node],
+            now["held_sum"].get(node, 0.0), now["spun_sum"].get(node, 0.0),
+            (then["held_sum"].get(node, 0.0), then["spun_sum"].get(node, 0.0)) if same
+            else None)
+    return out
+
+
+def test_idle_nodes_from_their_numbers_are_the_pages(recorded: Recorded) -> None:
+    """The idle nodes without MIG from each node's recorded numbers (:func:`node_idle_of`),
+    where every run began by the history's start or after its first steps: the page's
+    :class:`~idle.NodeIdle` (less the held and spinning GPUs' counts, its rows' to read of
+    the GPUs). The others are the nodes a reshaped GPU's run began in between."""
+    data, th = recorded.data, Thresholds()
+    python = {n: replace(v, allocated_gpus=0, spinning_gpus=0)
+              for n, v in idle.idle_nodes(data.gpus, _idle(data, th)).items()
+              if not v.mig_gpus}
+    runs = _node_runs(recorded)
+    # Every idle node has its numbers (a node with numbers may be idle for too short).
+    assert python and set(python) <= set(runs)
+    got = {n: idle.node_idle_of(n, r, data.window, data.history_start,
+                                duration=th.idle_duration) for n, r in runs.items()}
+    derived = {n: v for n, v in got.items() if v is not None}
+    assert not _differ({n: python[n] for n in derived if n in python},
+                       {n: v for n, v in derived.items() if n in python})
+    assert set(derived) <= set(python)
+    left = set(python) - set(derived)
+    assert len(left) <= 6, left
+    if recorded.reshaped:
+        node = recorded.reshaped["node"]
+        assert node in derived and derived[node].idle_since > data.history_start
+        assert {r.node for r in recorded.reshaped["idle"]} & left
