@@ -700,13 +700,16 @@ def node_run_rules() -> list[tuple[str, str]]:
                 f' unless on (node, uuid) max by (node, uuid) (gpu_info{{parent_uuid!=""}})')
     runs = whole("idle_run_since")
     gpus = f"max by (node) (last_over_time({RULES['node_gpus']}[{RULE_R}]))"
-    node = (f"((count by (node) ({runs}) == on (node) {gpus})"
-            f' unless on (node) count by (node) (gpu_info{{parent_uuid!=""}}))')
-    return [(RULES[f"node_idle_{stat}"], f"{fn} by (node) ({of}) and on (node) {node}")
-            for stat, fn, of in (("gpus", "count", runs), ("since_max", "max", runs),
-                                 ("since_min", "min", runs), ("since_sum", "sum", runs),
-                                 ("held_sum", "sum", whole("idle_run_held_sum")),
-                                 ("spun_sum", "sum", whole("idle_run_spun_sum")))]
+    # The nodes, found once (the first record): the others read it.
+    node = f"max by (node) (last_over_time({RULES['node_idle_gpus']}[{RULE_R}]))"
+    return [(RULES["node_idle_gpus"],
+             f"(count by (node) ({runs}) == on (node) {gpus})"
+             f' unless on (node) count by (node) (gpu_info{{parent_uuid!=""}})'),
+            *((RULES[f"node_idle_{stat}"], f"{fn} by (node) ({of}) and on (node) {node}")
+              for stat, fn, of in (("since_max", "max", runs), ("since_min", "min", runs),
+                                   ("since_sum", "sum", runs),
+                                   ("held_sum", "sum", whole("idle_run_held_sum")),
+                                   ("spun_sum", "sum", whole("idle_run_spun_sum"))))]
 
 
 @dataclass(frozen=True, slots=True)
