@@ -517,7 +517,7 @@ def record_runs_in_blocks(blocks: Path, start: float, end: float, work: Path) ->
     scratch VictoriaMetrics, which records the runs minute by minute; its records are then
     written into ``blocks`` by ``promtool tsdb create-blocks-from openmetrics``. The
     records are VictoriaMetrics' evaluation of the rules (``promtool test rules`` checks
-    Prometheus' own on drawn flags: tests/dashboard/test_runs.py)."""
+    Prometheus' own on drawn flags: tests/dashboard/verdicts/test_recorded_runs.py)."""
     rules = [rule for level in rule_levels(runs=True) for rule in level]
     own = {record for record, _ in rules}
     inputs = sorted({name for name, _ in recording_rules() if name not in own
