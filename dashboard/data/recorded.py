@@ -87,6 +87,9 @@ RULES = {
     "node_idle_since_sum": "node:gpu_idle_run:since_sum_seconds",
     "node_idle_held_sum": "node:gpu_idle_run_held:minutes",
     "node_idle_spun_sum": "node:gpu_idle_run_spinning:minutes",
+    # Since when the runs have been recorded without a gap (dense, one series): the page
+    # reads a run only where its window's history lies after that.
+    "runs_since": "gpuscope:dashboard_runs:since_seconds",
     "version": "gpuscope:dashboard_rules:version",
 }
 #: The rules' version, recorded as ``gpuscope:dashboard_rules:version``: raised whenever a

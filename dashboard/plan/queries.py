@@ -35,6 +35,7 @@ from gpuscope.dashboard.data.recorded import (
     MEMBER,
     NOT_EMPTY,
     RULE_INTERVAL,
+    RULE_R,
     RULES,
     RULES_VERSION,
     History,
@@ -647,6 +648,17 @@ class PlanQueries(PrometheusStore):
 
     #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
     RULES_CHECK_EVERY = 300.0
+
+    def runs_recorded_since(self, window: Window) -> float | None:
+        """Since when the rules have recorded the verdicts' runs without a gap
+        (``gpuscope:dashboard_runs:since_seconds`` at the window's end; seconds since the
+        epoch), None where they do not: a run read from them holds over a history that
+        begins after it. One instant query. Raises
+        :class:`~gpuscope.dashboard.data.source.DataError` where the store fails."""
+        # (The latest, where a store holds several clusters' rules: runs hold after it.)
+        rows = self.instant(f"max(last_over_time({RULES['runs_since']}[{RULE_R}]))",
+                            window.end)
+        return next((v for _, v in rows if math.isfinite(v)), None)
 
     def rules_loaded(self, window: Window) -> bool:
         """Whether the ``gpuscope-dashboard`` recording rules can serve ``window``: its step

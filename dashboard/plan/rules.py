@@ -24,6 +24,7 @@ from gpuscope.dashboard.data.recorded import (
     Steps,
 )
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
+from gpuscope.dashboard.verdicts.runs import runs_since
 
 __all__ = ["CBY", "GBY", "GROUP", "MEMBER", "NOT_EMPTY", "RULES", "RULES_VERSION",
            "RULE_INTERVAL", "RULE_R", "RULE_RR", "Steps", "recording_rules", "rules_yaml"]
@@ -96,6 +97,7 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         # record of the minute before: dashboard/verdicts/runs.py).
         *[rule for run in RUNS for rule in run.rules()],
         *idle.node_run_rules(),
+        (RULES["runs_since"], runs_since()),
         (RULES["version"],
          f'label_replace(label_replace(vector({RULES_VERSION}), "thresholds", "{th.key}", "",'
          f' ""), "cluster_label", "{cluster}", "", "")'),

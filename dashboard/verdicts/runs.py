@@ -101,6 +101,16 @@ class RunRule:
         return out
 
 
+def runs_since() -> str:
+    """The rule ``gpuscope:dashboard_runs:since_seconds``: the minute the runs began to be
+    recorded, carried from minute to minute (its own record of the minute before), else
+    this minute: where the rules stopped for a minute or more (a run then has a gap it did
+    not see), it starts again. A page reads the runs only over a history that begins after
+    it."""
+    mine = RULES["runs_since"]
+    return f"last_over_time({mine}[{RULE_R}]{BEFORE}) or on () vector(time())"
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedRun:
     """One flagged series' run as the page reads it at ``at`` (the last rule evaluation):

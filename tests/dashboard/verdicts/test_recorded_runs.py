@@ -462,3 +462,19 @@ def test_idle_nodes_from_their_numbers_are_the_pages(recorded: Recorded) -> None
         node = recorded.reshaped["node"]
         assert node in derived and derived[node].idle_since > data.history_start
         assert {r.node for r in recorded.reshaped["idle"]} & left
+
+
+def test_the_store_says_since_when_the_runs_are_recorded(recorded: Recorded) -> None:
+    """``gpuscope:dashboard_runs:since_seconds``: the rules' first minute (they ran every
+    minute since), as the page reads it; none before the rules ran."""
+    data = PrometheusData(recorded.vm.url, clock=lambda: recorded.end, timeout=120)
+    try:
+        since = data.runs_recorded_since(recorded.data.window)
+        first = min(float(r["value"][1]) for r in recorded.vm.query(
+            f"min_over_time({RULES['idle_run_since']}[{round(2 * WINDOW)}s])", recorded.end))
+        assert since is not None and since <= first
+        assert since >= recorded.end - 1.5 * WINDOW - 15 * 60  # (the data: 90 min and a lead)
+        assert data.runs_recorded_since(replace(
+            recorded.data.window, end=recorded.end - 2 * WINDOW)) is None
+    finally:
+        data.close()
