@@ -87,6 +87,9 @@ RULES = {
     "node_idle_since_sum": "node:gpu_idle_run:since_sum_seconds",
     "node_idle_held_sum": "node:gpu_idle_run_held:minutes",
     "node_idle_spun_sum": "node:gpu_idle_run_spinning:minutes",
+    # Per straggler group with a stalled or slow device in the minute, its devices over the
+    # last hour on each node (what its row's "GPUs' $/hour" adds up).
+    "group_devices": "workload:gpu_straggler_group_devices:count1h",
     # Since when the runs have been recorded without a gap (dense, one series): the page
     # reads a run only where its window's history lies after that.
     "runs_since": "gpuscope:dashboard_runs:since_seconds",

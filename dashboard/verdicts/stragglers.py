@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.promql import node_parts
-from gpuscope.dashboard.data.recorded import GBY, GROUP, MEMBER, RULES, History, Steps
+from gpuscope.dashboard.data.recorded import (
+    GBY,
+    GROUP,
+    MEMBER,
+    RULE_R,
+    RULES,
+    History,
+    Steps,
+)
 from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import (
     ContainerRef,
@@ -739,3 +747,17 @@ def straggler_of(group: Group, gpu: GpuRef, run: RecordedRun, window: Window,
                      pods=group.pods.get(gpu, ()), value=value, median=median, since=r.start,
                      seconds=r.seconds, required_seconds=required, devices=len(group.devices),
                      kind=kind, signal=signal, model=model, cluster=cluster)
+
+
+def group_devices_promql(span: str) -> str:
+    """The rule ``workload:gpu_straggler_group_devices:count1h``: per straggler group (a
+    workload's devices of one model) with a stalled or slow device in the minute, how many
+    of its devices on each node its containers used over ``span`` (the default page's hour;
+    ``uuid:gpu_workload_utilization:sum1m``, :func:`workload_groups`' devices): what the
+    group's row prices ("GPUs' $/hour"), from a few series a group instead of its
+    containers'."""
+    flagged = " or ".join(
+        f"count by ({GROUP}) (last_over_time({RULES[kind]}[{RULE_R}]))"
+        for kind in ("stalled", "slow"))
+    devices = f"max by ({MEMBER}) (max_over_time({RULES['workload']}[{span}]))"
+    return f"count by ({GROUP}, node) ({devices} and on ({GROUP}) ({flagged}))"

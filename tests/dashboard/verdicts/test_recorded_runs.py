@@ -478,3 +478,25 @@ def test_the_store_says_since_when_the_runs_are_recorded(recorded: Recorded) -> 
             recorded.data.window, end=recorded.end - 2 * WINDOW)) is None
     finally:
         data.close()
+
+
+def test_straggler_groups_devices_are_the_pages(recorded: Recorded) -> None:
+    """``workload:gpu_straggler_group_devices:count1h``: each straggler's group's devices
+    per node, as the page's groups have them (what its row's "GPUs' $/hour" adds up)."""
+    data, th = recorded.data, Thresholds()
+    groups = {g.key: g for g in stragglers.workload_groups(data.containers, data.pods,
+                                                            data.gpus)}
+    want: dict[tuple[str, str, str], dict[str, int]] = {}
+    for s in _stragglers(data, th).stragglers:
+        per: dict[str, int] = {}
+        for gpu in groups[s.key].devices:
+            per[gpu.node] = per.get(gpu.node, 0) + 1
+        want[s.key[1:]] = per
+    got: dict[tuple[str, str, str], dict[str, int]] = {}
+    for r in recorded.vm.query(f"max by (namespace, workload, model, node) (last_over_time("
+                               f"{RULES['group_devices']}[{RULE_R}]))", recorded.end):
+        m = r["metric"]
+        got.setdefault((m["namespace"], m["workload"], m.get("model", "")), {})[m["node"]] = \
+            round(float(r["value"][1]))
+    assert want and {k: got.get(k) for k in want} == want
+    assert sum(len(v) for v in want.values()) > len(want)  # (groups over several nodes)
