@@ -87,6 +87,11 @@ RULES = {
     "node_idle_since_sum": "node:gpu_idle_run:since_sum_seconds",
     "node_idle_held_sum": "node:gpu_idle_run_held:minutes",
     "node_idle_spun_sum": "node:gpu_idle_run_spinning:minutes",
+    # Each MIG slice's compute slices (its profile's), and each allocated-idle container's
+    # share of its GPU's price in the minute (a slice's share; else 1 / the device's users
+    # over the last hour): what its row's $/hour is.
+    "mig_slices": "uuid:gpu_mig_compute_slices:count",
+    "alloc_share": "container:gpu_allocated_idle_share:ratio1h",
     # Per straggler group with a stalled or slow device in the minute, its devices over the
     # last hour on each node (what its row's "GPUs' $/hour" adds up).
     "group_devices": "workload:gpu_straggler_group_devices:count1h",

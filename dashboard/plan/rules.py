@@ -24,6 +24,7 @@ from gpuscope.dashboard.data.recorded import (
     Steps,
 )
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
+from gpuscope.dashboard.verdicts.mig import compute_slices_promql
 from gpuscope.dashboard.verdicts.runs import runs_since
 
 __all__ = ["CBY", "GBY", "GROUP", "MEMBER", "NOT_EMPTY", "RULES", "RULES_VERSION",
@@ -93,6 +94,8 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         (RULES["input_range"], f"{_cmean()} > {max(0.0, th.input_low - INPUT_MARGIN)!r}"
                                f" <= {th.input_high + INPUT_MARGIN!r}"),
         (RULES["sharers"], f"count by (node, uuid) ({_cmean()}) >= 2"),
+        (RULES["mig_slices"], compute_slices_promql()),
+        (RULES["alloc_share"], allocated.share_promql(duration(LEAN_WINDOW))),
         # Each verdict's runs as they go, after the flags they follow (each reads its own
         # record of the minute before: dashboard/verdicts/runs.py).
         *[rule for run in RUNS for rule in run.rules()],

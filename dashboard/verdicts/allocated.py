@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
-from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, History, Steps
+from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, RULE_R, RULES, History, Steps
 from gpuscope.dashboard.links import node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
@@ -34,6 +34,7 @@ from gpuscope.dashboard.verdicts.common import (
     runs_from,
     trailing_run,
 )
+from gpuscope.dashboard.verdicts.mig import slice_share_promql
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, recorded
 
@@ -318,3 +319,17 @@ def allocated_idle_of(ref: ContainerRef, run: RecordedRun, window: Window,
         return None
     return AllocatedIdle(ref, signal, mean, r.start, r.seconds, required,
                          max(0.0, window.end - history_start))
+
+
+def share_promql(span: str) -> str:
+    """The rule ``container:gpu_allocated_idle_share:ratio1h``: each container
+    allocated-idle in the minute, its share of its GPU's price as its row prices it (the
+    views' ``holding``): a MIG slice's share of its GPU (:func:`~.mig.slice_share_promql`
+    on ``uuid:gpu_mig_compute_slices:count``), else 1 / the device's users over ``span``
+    (containers with a mean over the hour, or holding it: a time-slice)."""
+    known = f"max by (node, uuid, parent_uuid) (last_over_time({RULES['mig_slices']}[{RULE_R}]))"
+    users = (f"count by (node, uuid) (max by ({CBY}) (last_over_time({RULES['cmean']}"
+             f"[{RULE_R}])) or max by ({CBY}) (max_over_time({RULES['held_share']}[{span}])))")
+    device = f"({slice_share_promql(known)} or on (node, uuid) (1 / {users}))"
+    return (f"max by ({CBY}) (last_over_time({RULES['held_idle']}[{RULE_R}])) * 0"
+            f" + on (node, uuid) group_left () {device}")

@@ -60,3 +60,40 @@ def slice_shares(gpus: Mapping[GpuRef, GpuInfo],
         for ref, n in counts.items():
             out[ref] = n / total if n is not None else rest / len(unknown)
     return out
+
+
+#: The largest compute-slice count a profile's name is read for in PromQL (no label value
+#: is read as a number there: each count is matched by name).
+MAX_PROMQL_SLICES = 8
+_SLICES_BY = "node, uuid, parent_uuid"
+_INFO = 'gpu_info{parent_uuid!=""'
+
+
+def compute_slices_promql() -> str:
+    """:func:`compute_slices` of every MIG slice of a known profile as PromQL (``gpu_info``'s
+    ``mig_profile``), by ``node, uuid, parent_uuid``: recorded
+    (``uuid:gpu_mig_compute_slices:count``) for :func:`slice_share_promql`."""
+    def named(n: int) -> str:
+        return (f'(max by ({_SLICES_BY}) ({_INFO}, mig_profile=~"{n}c\\\\.[0-9]+g\\\\..*"}})'
+                f' or max by ({_SLICES_BY}) ({_INFO}, mig_profile=~"{n}g\\\\..*"}}))'
+                f" * 0 + {n}")
+    return " or ".join(named(n) for n in range(1, MAX_PROMQL_SLICES + 1))
+
+
+def slice_share_promql(known: str) -> str:
+    """Each MIG slice's share of its GPU (:func:`slice_shares`) as PromQL, by ``node,
+    uuid``, from ``known`` (:func:`compute_slices_promql`'s answer, by ``node, uuid,
+    parent_uuid``) and ``gpu_info``'s ``model``: its compute slices over the model's count
+    (4 on an A30, else 7) or the GPU's slices' sum where more; a slice of an unknown
+    profile an even share of what the known ones leave."""
+    on = "on (node, parent_uuid)"
+    every = f"max by ({_SLICES_BY}) ({_INFO}}})"
+    unknown = f"({every} unless on (node, uuid) {known})"
+    model = (f'((max by (node, parent_uuid) ({_INFO}, model=~"(?i).*A30.*"}}) * 0 + 4)'
+             f" or {on} (count by (node, parent_uuid) ({every}) * 0 + 7))")
+    summed = f"(sum by (node, parent_uuid) ({known}) or {on} ({model} * 0))"
+    total = f"(clamp_min({summed} - {on} {model}, 0) + {on} {model})"
+    rest = (f"(clamp_min(1 - {summed} / {on} {total}, 0)"
+            f" / {on} count by (node, parent_uuid) ({unknown}))")
+    return (f"max by (node, uuid) (({known} / {on} group_left () {total})"
+            f" or on (node, uuid) ({unknown} * 0 + {on} group_left () {rest}))")

@@ -29,6 +29,7 @@ from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.rules import RUNS
 from gpuscope.dashboard.series import ContainerRef, FleetData, GpuRef
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
+from gpuscope.dashboard.verdicts.mig import slice_share_promql, slice_shares
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, read_runs
 from tests.dashboard.test_backends import NODES, STEP, WINDOW
 from tests.stores import (
@@ -500,3 +501,43 @@ def test_straggler_groups_devices_are_the_pages(recorded: Recorded) -> None:
             round(float(r["value"][1]))
     assert want and {k: got.get(k) for k in want} == want
     assert sum(len(v) for v in want.values()) > len(want)  # (groups over several nodes)
+
+
+def test_allocated_idle_shares_are_the_pages(recorded: Recorded) -> None:
+    """``container:gpu_allocated_idle_share:ratio1h``: each allocated-idle container's share
+    of its GPU's price as its row prices it (a MIG slice's share, else 1 / the device's
+    users: a time-slice)."""
+    data, th = recorded.data, Thresholds()
+    shares = slice_shares(data.gpus)
+    users: dict[GpuRef, set[ContainerRef]] = {}
+    for c in [*data.containers, *data.held_usage]:
+        if c.namespace:
+            users.setdefault(c.gpu, set()).add(c)
+    want = {}
+    for a in _allocated(data, th):
+        info = data.gpus.get(a.ref.gpu)
+        if info is not None and not info.is_physical:
+            want[a.ref] = shares.get(a.ref.gpu, 0.0)
+        else:
+            want[a.ref] = 1 / max(1, sum(1 for u in users.get(a.ref.gpu, ()) if u.container))
+    got = {ContainerRef(*(r["metric"][k] for k in ("node", "namespace", "pod", "container",
+                                                    "uuid"))): float(r["value"][1])
+           for r in recorded.vm.query(f"max by ({CBY}) (last_over_time("
+                                      f"{RULES['alloc_share']}[{RULE_R}]))", recorded.end)}
+    differ = {k: (v, got.get(k)) for k, v in want.items()
+              if k not in got or not math.isclose(v, got[k], rel_tol=1e-9)}
+    assert want and not differ, sorted(differ.items())[:5]
+    assert {round(v, 6) for v in want.values()} > {1.0}  # (slices or time-slices among them)
+
+
+def test_mig_slices_shares_in_promql_are_the_pages(recorded: Recorded) -> None:
+    """Every MIG slice's share of its GPU (``slice_share_promql`` over the recorded compute
+    slices) as ``slice_shares`` gives it."""
+    shares = slice_shares(recorded.data.gpus)
+    known = (f"max by (node, uuid, parent_uuid) (last_over_time({RULES['mig_slices']}"
+             f"[{RULE_R}]))")
+    got = {GpuRef(r["metric"]["node"], r["metric"]["uuid"]): float(r["value"][1])
+           for r in recorded.vm.query(slice_share_promql(known), recorded.end)}
+    assert shares and set(got) == set(shares)
+    assert all(math.isclose(got[r], v, rel_tol=1e-9) for r, v in shares.items())
+    assert len({round(v, 6) for v in shares.values()}) > 1
