@@ -326,10 +326,13 @@ def share_promql(span: str) -> str:
     allocated-idle in the minute, its share of its GPU's price as its row prices it (the
     views' ``holding``): a MIG slice's share of its GPU (:func:`~.mig.slice_share_promql`
     on ``uuid:gpu_mig_compute_slices:count``), else 1 / the device's users over ``span``
-    (containers with a mean over the hour, or holding it: a time-slice)."""
+    (containers with a mean over the hour, or held idle in it: a time-slice)."""
     known = f"max by (node, uuid, parent_uuid) (last_over_time({RULES['mig_slices']}[{RULE_R}]))"
+    # (The page counts the holders with a use of the device: on a whole GPU, those with a
+    # utilization series, which have a mean; the allocated-idle flag over the hour adds
+    # any other, at a tenth of the cost of every holder's share over it.)
     users = (f"count by (node, uuid) (max by ({CBY}) (last_over_time({RULES['cmean']}"
-             f"[{RULE_R}])) or max by ({CBY}) (max_over_time({RULES['held_share']}[{span}])))")
+             f"[{RULE_R}])) or max by ({CBY}) (max_over_time({RULES['held_idle']}[{span}])))")
     device = f"({slice_share_promql(known)} or on (node, uuid) (1 / {users}))"
     return (f"max by ({CBY}) (last_over_time({RULES['held_idle']}[{RULE_R}])) * 0"
             f" + on (node, uuid) group_left () {device}")
