@@ -93,8 +93,8 @@ RULES = {
     "mig_slices": "uuid:gpu_mig_compute_slices:count",
     "alloc_share": "container:gpu_allocated_idle_share:ratio1h",
     # Per straggler group with a stalled or slow device in the minute, its devices over the
-    # last hour on each node (what its row's "GPUs' $/hour" adds up).
-    "group_devices": "workload:gpu_straggler_group_devices:count1h",
+    # last hour on each node in whole GPUs (what its row's "GPUs' $/hour" adds up).
+    "group_gpus": "workload:gpu_straggler_group_gpus:sum1h",
     # Since when the runs have been recorded without a gap (dense, one series): the page
     # reads a run only where its window's history lies after that.
     "runs_since": "gpuscope:dashboard_runs:since_seconds",

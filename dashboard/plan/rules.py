@@ -100,7 +100,7 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         # record of the minute before: dashboard/verdicts/runs.py).
         *[rule for run in RUNS for rule in run.rules()],
         *idle.node_run_rules(),
-        (RULES["group_devices"], stragglers.group_devices_promql(duration(LEAN_WINDOW))),
+        (RULES["group_gpus"], stragglers.group_gpus_promql(duration(LEAN_WINDOW))),
         (RULES["runs_since"], runs_since()),
         (RULES["version"],
          f'label_replace(label_replace(vector({RULES_VERSION}), "thresholds", "{th.key}", "",'

@@ -57,6 +57,7 @@ from gpuscope.dashboard.verdicts.common import (
     trailing_run,
     whole_run,
 )
+from gpuscope.dashboard.verdicts.mig import slice_share_promql
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, recorded
 
@@ -749,15 +750,19 @@ def straggler_of(group: Group, gpu: GpuRef, run: RecordedRun, window: Window,
                      kind=kind, signal=signal, model=model, cluster=cluster)
 
 
-def group_devices_promql(span: str) -> str:
-    """The rule ``workload:gpu_straggler_group_devices:count1h``: per straggler group (a
-    workload's devices of one model) with a stalled or slow device in the minute, how many
-    of its devices on each node its containers used over ``span`` (the default page's hour;
-    ``uuid:gpu_workload_utilization:sum1m``, :func:`workload_groups`' devices): what the
-    group's row prices ("GPUs' $/hour"), from a few series a group instead of its
-    containers'."""
+def group_gpus_promql(span: str) -> str:
+    """The rule ``workload:gpu_straggler_group_gpus:sum1h``: per straggler group (a
+    workload's devices of one model) with a stalled or slow device in the minute, its
+    devices on each node that its containers used over ``span`` (the default page's hour;
+    ``uuid:gpu_workload_utilization:sum1m``, :func:`workload_groups`' devices), in whole
+    GPUs (a MIG slice its share of its GPU, :func:`~.mig.slice_share_promql`): what the
+    group's row prices ("GPUs' $/hour": the node's $/hour a GPU times these), from a few
+    series a group instead of its containers'."""
     flagged = " or ".join(
         f"count by ({GROUP}) (last_over_time({RULES[kind]}[{RULE_R}]))"
         for kind in ("stalled", "slow"))
-    devices = f"max by ({MEMBER}) (max_over_time({RULES['workload']}[{span}]))"
-    return f"count by ({GROUP}, node) ({devices} and on ({GROUP}) ({flagged}))"
+    mine = (f"(max by ({MEMBER}) (max_over_time({RULES['workload']}[{span}]))"
+            f" and on ({GROUP}) ({flagged}))")
+    known = f"max by (node, uuid, parent_uuid) (last_over_time({RULES['mig_slices']}[{RULE_R}]))"
+    share = f"{mine} * 0 + on (node, uuid) group_left () {slice_share_promql(known)}"
+    return f"sum by ({GROUP}, node) (({share}) or ({mine} * 0 + 1))"

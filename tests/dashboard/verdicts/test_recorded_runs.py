@@ -481,25 +481,30 @@ def test_the_store_says_since_when_the_runs_are_recorded(recorded: Recorded) -> 
         data.close()
 
 
-def test_straggler_groups_devices_are_the_pages(recorded: Recorded) -> None:
-    """``workload:gpu_straggler_group_devices:count1h``: each straggler's group's devices
-    per node, as the page's groups have them (what its row's "GPUs' $/hour" adds up)."""
+def test_straggler_groups_gpus_are_the_pages(recorded: Recorded) -> None:
+    """``workload:gpu_straggler_group_gpus:sum1h``: each straggler's group's devices per
+    node in whole GPUs (a MIG slice its share), as the page's groups have them: what its
+    row's "GPUs' $/hour" adds up."""
     data, th = recorded.data, Thresholds()
+    shares = slice_shares(data.gpus)
     groups = {g.key: g for g in stragglers.workload_groups(data.containers, data.pods,
                                                             data.gpus)}
-    want: dict[tuple[str, str, str], dict[str, int]] = {}
+    want: dict[tuple[str, str, str], dict[str, float]] = {}
     for s in _stragglers(data, th).stragglers:
-        per: dict[str, int] = {}
+        per: dict[str, float] = {}
         for gpu in groups[s.key].devices:
-            per[gpu.node] = per.get(gpu.node, 0) + 1
+            per[gpu.node] = per.get(gpu.node, 0.0) + shares.get(gpu, 1.0)
         want[s.key[1:]] = per
-    got: dict[tuple[str, str, str], dict[str, int]] = {}
+    got: dict[tuple[str, str, str], dict[str, float]] = {}
     for r in recorded.vm.query(f"max by (namespace, workload, model, node) (last_over_time("
-                               f"{RULES['group_devices']}[{RULE_R}]))", recorded.end):
+                               f"{RULES['group_gpus']}[{RULE_R}]))", recorded.end):
         m = r["metric"]
         got.setdefault((m["namespace"], m["workload"], m.get("model", "")), {})[m["node"]] = \
-            round(float(r["value"][1]))
-    assert want and {k: got.get(k) for k in want} == want
+            float(r["value"][1])
+    differ = {k: (v, got.get(k)) for k, v in want.items()
+              if set(v) != set(got.get(k, {}))
+              or any(not math.isclose(x, got[k][n], rel_tol=1e-9) for n, x in v.items())}
+    assert want and not differ, sorted(differ.items())[:3]
     assert sum(len(v) for v in want.values()) > len(want)  # (groups over several nodes)
 
 
