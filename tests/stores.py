@@ -46,7 +46,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,24 +203,48 @@ class Store:
                 if answer.status != 204:
                     raise StoreError(f"prometheus delete_series: HTTP {answer.status}")
             return
-        with urllib.request.urlopen(f"{self.url}/api/v1/export?{match}", timeout=600) as r:
-            lines = [json.loads(line) for line in r.read().splitlines() if line]
-        with urllib.request.urlopen(delete, timeout=600):
+        self.rewrite(selector, lambda v, t: v if t > before else None)
+
+    def rewrite(self, selector: str, change: Callable[[float, float], float | None]) -> int:
+        """VictoriaMetrics: every sample (value, seconds since the epoch) of ``selector``'s
+        series becomes ``change(value, t)`` (None: dropped): the series exported, deleted
+        and imported again, then made searchable (:meth:`refresh`). Returns how many series
+        ``selector`` found."""
+        series = self.export(selector)
+        match = urllib.parse.urlencode({"match[]": selector})
+        with urllib.request.urlopen(
+                f"{self.url}/api/v1/admin/tsdb/delete_series?{match}", timeout=600):
             pass
         kept = []
-        for line in lines:
-            pairs = [(v, t) for v, t in zip(line["values"], line["timestamps"], strict=True)
-                     if t > before * 1000]
+        for s in series:
+            pairs = [(change(v, t / 1000), t)
+                     for v, t in zip(s["values"], s["timestamps"], strict=True)]
+            pairs = [(v, t) for v, t in pairs if v is not None]
             if pairs:
-                kept.append(json.dumps({"metric": line["metric"],
-                                        "values": [v for v, _ in pairs],
-                                        "timestamps": [t for _, t in pairs]}))
-        if kept:
-            urllib.request.urlopen(urllib.request.Request(
-                f"{self.url}/api/v1/import", data="\n".join(kept).encode(), method="POST"),
-                timeout=600).close()
-        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
-            urllib.request.urlopen(self.url + path, timeout=60).close()
+                kept.append({"metric": s["metric"], "values": [v for v, _ in pairs],
+                             "timestamps": [t for _, t in pairs]})
+        self.import_series(kept)
+        self.refresh()
+        return len(series)
+
+    def export(self, selector: str) -> list[dict[str, Any]]:
+        """VictoriaMetrics' ``/api/v1/export`` of ``selector``: per series ``metric``,
+        ``values`` and ``timestamps`` (ms)."""
+        match = urllib.parse.urlencode({"match[]": selector})
+        with urllib.request.urlopen(f"{self.url}/api/v1/export?{match}", timeout=600) as r:
+            return [json.loads(line) for line in r.read().splitlines() if line]
+
+    def import_series(self, series: Iterable[Mapping[str, Any]]) -> int:
+        """:meth:`import_lines` of series as :meth:`export` gives them; call
+        :meth:`refresh` after."""
+        return self.import_lines(json.dumps(s).encode() + b"\n" for s in series)
+
+    def refresh(self) -> None:
+        """VictoriaMetrics: what was imported made searchable (:meth:`flush`) and its
+        response cache emptied (it keeps the parts a query shares with an earlier one)."""
+        self.flush()
+        with urllib.request.urlopen(self.url + "/internal/resetRollupResultCache", timeout=60):
+            pass
 
     def cpu_seconds(self) -> float:
         """The store's CPU time so far (user and system), in seconds."""
@@ -474,12 +498,10 @@ def replay_rules(vm: Store, start: float, end: float, work: Path,
                 raise StoreError(f"vmalert's replay exited {run.returncode}"
                                  f"{' and dropped samples' if 'dropping' in log else ''}: "
                                  f"{_tail(log)}")
-        # What this level wrote made searchable; and the response cache emptied (it keeps
-        # the parts a query shares with an earlier one; VictoriaMetrics empties it itself
-        # when samples older than 5 minutes arrive, and says so in its log: made sure).
-        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
-            with urllib.request.urlopen(vm.url + path, timeout=60):
-                pass  # (an error status raises)
+        # What this level wrote made searchable; and the response cache emptied
+        # (VictoriaMetrics empties it itself when samples older than 5 minutes arrive, and
+        # says so in its log: made sure).
+        vm.refresh()
 
 
 def record_runs(vm: Store, start: float, end: float) -> None:
@@ -494,19 +516,11 @@ def record_runs(vm: Store, start: float, end: float) -> None:
     t = -(-start // RULE_INTERVAL) * RULE_INTERVAL
     while t <= end + 1e-6:
         for record, expr in rules:
-            lines = [json.dumps({"metric": {**row["metric"], "__name__": record},
+            if vm.import_series({"metric": {**row["metric"], "__name__": record},
                                  "values": [float(row["value"][1])],
-                                 "timestamps": [round(t * 1000)]})
-                     for row in vm.query(expr, t)]
-            if lines:
-                with urllib.request.urlopen(urllib.request.Request(
-                        f"{vm.url}/api/v1/import", data="\n".join(lines).encode(),
-                        method="POST"), timeout=60):
-                    pass
-                # (Searchable, and no cached answer left over from before it.)
-                for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
-                    with urllib.request.urlopen(vm.url + path, timeout=60):
-                        pass
+                                 "timestamps": [round(t * 1000)]}
+                                for row in vm.query(expr, t)):
+                vm.refresh()  # (searchable, and no cached answer left from before it)
         t += RULE_INTERVAL
 
 
@@ -529,23 +543,13 @@ def record_runs_in_blocks(blocks: Path, start: float, end: float, work: Path) ->
                 "query": f"last_over_time({name}[{RULE_R}])",
                 "start": f"{first:.3f}", "end": f"{end:.3f}", "step": f"{RULE_INTERVAL:g}"},
                 timeout=600)
-            lines = [json.dumps({"metric": {**r["metric"], "__name__": name},
-                                 "values": [float(v) for _, v in r["values"]],
-                                 "timestamps": [round(float(t) * 1000) for t, _ in r["values"]]})
-                     for r in data["result"]]
-            if lines:
-                with urllib.request.urlopen(urllib.request.Request(
-                        f"{vm.url}/api/v1/import", data="\n".join(lines).encode(),
-                        method="POST"), timeout=600):
-                    pass
-        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
-            with urllib.request.urlopen(vm.url + path, timeout=60):
-                pass
+            vm.import_series({"metric": {**r["metric"], "__name__": name},
+                              "values": [float(v) for _, v in r["values"]],
+                              "timestamps": [round(float(t) * 1000) for t, _ in r["values"]]}
+                             for r in data["result"])
+        vm.refresh()
         record_runs(vm, start, end)
-        match = urllib.parse.urlencode(
-            {"match[]": '{__name__=~"' + "|".join(sorted(own)) + '"}'})
-        with urllib.request.urlopen(f"{vm.url}/api/v1/export?{match}", timeout=600) as r:
-            exported = [json.loads(x) for x in r.read().splitlines() if x]
+        exported = vm.export('{__name__=~"' + "|".join(sorted(own)) + '"}')
     text = work / "runs.om"
     with text.open("w") as out:
         for line in exported:

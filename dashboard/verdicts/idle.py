@@ -677,7 +677,7 @@ def run_rule() -> RunRule:
     device's utilization series gets the history's benefit on the page."""
     flag = either(recorded("idle", GBY), recorded("spin", GBY))
     now = flag("")
-    held = (f"max by (node, uuid) (last_over_time({RULES['idle_held']}[{RULE_R}]))")
+    held = f"max by (node, uuid) (last_over_time({RULES['idle_held']}[{RULE_R}]))"
     return RunRule(
         "idle_run", GBY, flag, recorded("util_max", GBY),
         {"held": f"({now} * 0 + on (node, uuid) group_left () ({held} * 0 + 1))",

@@ -7,12 +7,9 @@ with their data, or are cut by a gap."""
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from functools import partial
@@ -154,31 +151,6 @@ def _page(vm: Store, end: float) -> FleetData:
         raw.close()
 
 
-def _rewrite(vm: Store, match: str, change: Callable[[float, float], float | None]) -> None:
-    """Every series ``match`` selects rewritten in ``vm``: each sample (value, seconds)
-    becomes ``change(value, t)`` (None: dropped)."""
-    q = urllib.parse.urlencode({"match[]": match})
-    with urllib.request.urlopen(f"{vm.url}/api/v1/export?{q}", timeout=60) as r:
-        lines = [json.loads(x) for x in r.read().splitlines() if x]
-    assert lines, match
-    with urllib.request.urlopen(f"{vm.url}/api/v1/admin/tsdb/delete_series?{q}", timeout=60):
-        pass
-    out = []
-    for line in lines:
-        pairs = [(change(v, t / 1000), t) for v, t in zip(line["values"], line["timestamps"],
-                                                           strict=True)]
-        kept = [(v, t) for v, t in pairs if v is not None]
-        out.append(json.dumps({"metric": line["metric"], "values": [v for v, _ in kept],
-                               "timestamps": [t for _, t in kept]}))
-    with urllib.request.urlopen(urllib.request.Request(
-            f"{vm.url}/api/v1/import", data="\n".join(out).encode(), method="POST"),
-            timeout=60):
-        pass
-    for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
-        with urllib.request.urlopen(vm.url + path, timeout=60):
-            pass
-
-
 def _busy_until(v: float, t: float, until: float, busy: float) -> float:
     return busy if t < until else v
 
@@ -256,16 +228,16 @@ def _reshaped(vm: Store, shape: F.Shape, work: Path) -> Recorded:
         lambda v, t: None if t < w0 + 4 * 60 else v,
     ]
     for ref, change in zip(picked, shapes, strict=True):
-        _rewrite(vm, f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}', change)
+        assert vm.rewrite(f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}', change)
     # Two allocated-idle containers elsewhere made busy the first 20 and 40 minutes.
     taken = {p.node for p in picked}
     held = sorted((a.ref for a in _allocated(before, th)
                    if a.ref.node not in taken and a.ref.uuid.startswith("GPU-")),
                   key=lambda c: (c.node, c.pod, c.container))[:2]
     for c, minutes in zip(held, (20, 40), strict=True):
-        _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{c.pod}",'
-                     f'container="{c.container}",uuid="{c.uuid}"}}',
-                 partial(_busy_until, until=w0 + minutes * 60, busy=0.9))
+        assert vm.rewrite(f'container_gpu_utilization_ratio{{pod="{c.pod}",'
+                          f'container="{c.container}",uuid="{c.uuid}"}}',
+                          partial(_busy_until, until=w0 + minutes * 60, busy=0.9))
     # One stalled straggler made to work with its peers the first 20 minutes.
     stalled = sorted((s for s in _stragglers(before, th).stragglers
                       if s.kind == "stalled" and s.gpu.node not in taken),
@@ -273,9 +245,9 @@ def _reshaped(vm: Store, shape: F.Shape, work: Path) -> Recorded:
     for s in stalled:
         pods = [c.pod for c in before.containers
                 if c.node == s.gpu.node and c.uuid == s.gpu.uuid]
-        _rewrite(vm, f'container_gpu_utilization_ratio{{pod="{pods[0]}",'
-                     f'uuid="{s.gpu.uuid}"}}',
-                 partial(_busy_until, until=w0 + 20 * 60, busy=0.93))
+        assert vm.rewrite(f'container_gpu_utilization_ratio{{pod="{pods[0]}",'
+                          f'uuid="{s.gpu.uuid}"}}',
+                          partial(_busy_until, until=w0 + 20 * 60, busy=0.93))
     # A whole idle node elsewhere busy the first 20 minutes: its runs all began within the
     # hour.
     nodes = idle.idle_nodes(before.gpus, _idle(before, th))
@@ -283,8 +255,8 @@ def _reshaped(vm: Store, shape: F.Shape, work: Path) -> Recorded:
                and n not in {c.node for c in held} | {s.gpu.node for s in stalled})
     for ref, info in before.gpus.items():
         if info.node == node:
-            _rewrite(vm, f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}',
-                     partial(_busy_until, until=w0 + 20 * 60, busy=0.9))
+            assert vm.rewrite(f'gpu_utilization_ratio{{uuid="{ref.uuid}"}}',
+                              partial(_busy_until, until=w0 + 20 * 60, busy=0.9))
     data = _page(vm, end)
     replay_rules(vm, shape.start, end, work)
     record_runs(vm, shape.start, end)
