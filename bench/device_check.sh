@@ -15,11 +15,12 @@
 #   versions  driver, CUDA, nvidia-smi, Python, PyTorch, the machine's own pynvml and protobuf
 #   install   the wheels, then which modules the check imports and from where
 #   check     bench/real_gpu_check.py --load --window 30: exporter vs nvidia-smi, health (row
-#             remapping, ECC), work signals
+#             remapping, ECC), work signals, what the GPM calls cost (idle and under load)
 #   mps       bench/real_gpu_check.py --only mps: an MPS daemon and two clients, raw NVML
 #   collect   everything into $OUT (at most 8 files, flat):
 #             summary.log (all of the above), real-gpu.tar.gz (every raw output), and copies of
-#             comparison.json, health.json, work-signals.json, mps.json, metrics.txt
+#             comparison.json, health.json, work-signals.json, gpm-cost.json, mps.json,
+#             metrics.txt
 #
 # Environment: OUT (required); GPUSCOPE_WHEELS (the wheels' folder, default .whl);
 # GPUSCOPE_NVML_LIBRARY (a libnvidia-ml to load instead of the driver's, passed as --library:
@@ -194,8 +195,8 @@ with tarfile.open(sys.argv[2], "w:gz") as tar:
     tar.add(sys.argv[1], arcname="real-gpu")
 EOF
   local f
-  for f in check/comparison.json check/health.json check/work-signals.json check/metrics.txt \
-    mps/mps.json; do
+  for f in check/comparison.json check/health.json check/work-signals.json check/gpm-cost.json \
+    check/metrics.txt mps/mps.json; do
     [[ -f $RESULTS/$f ]] && cp "$RESULTS/$f" "$OUT/$(basename "$f")"
   done
   ls -l "$OUT"

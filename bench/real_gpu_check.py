@@ -43,8 +43,13 @@ NVML says about them (compute and MPS process lists, per-process utilization, co
 answer to: does NVML list the server and each client with its own PID and memory, and does
 per-process utilization give each client its share or only the server?
 
+Part 5, GPM call cost (``gpm``): what ``nvmlGpmSampleGet`` and ``nvmlGpmMetricsGet`` cost
+per call on each GPU (through the real pynvml, with the metrics the exporter asks for), and a
+whole ``NvmlSource`` round with GPM and without, to ``gpm-cost.json``; idle, and again under
+the load with ``--load``. Recorded, not compared; a GPU without GPM is reported as skipped.
+
 Every step has a time limit, and one that fails does not stop the next. ``--only`` picks
-steps (``exporter,health,work,mps``). Every missing tool is reported as skipped, not as a
+steps (``exporter,health,work,gpm,mps``). Every missing tool is reported as skipped, not as a
 failure. Raw outputs go to ``--out`` (``steps.json`` lists what ran, how long, and what
 failed); the exit status is 1 on any mismatch or failed step.
 """
@@ -107,7 +112,7 @@ def get(url: str) -> tuple[int, str]:
         return 0, str(e)
 
 
-STEPS = ("exporter", "health", "work", "mps")
+STEPS = ("exporter", "health", "work", "gpm", "mps")
 
 
 @dataclasses.dataclass
@@ -134,7 +139,7 @@ def main() -> int:
                         help="seconds of NVML samples while the MPS clients run (default 8)")
     parser.add_argument("--only", metavar="STEPS",
                         help=f"comma-separated steps to run, of {','.join(STEPS)} "
-                             "(default: exporter,health,work, and mps with --mps)")
+                             "(default: exporter,health,work,gpm, and mps with --mps)")
     parser.add_argument("--library", type=Path, metavar="SO",
                         help="load this libnvidia-ml instead of libnvidia-ml.so.1 (the "
                              "exporter through LD_LIBRARY_PATH; e.g. bench/fake_libnvml's, to "
@@ -146,7 +151,7 @@ def main() -> int:
         if unknown:
             parser.error(f"--only: unknown step(s) {', '.join(unknown)}; steps: {STEPS}")
     else:
-        steps = ["work"] if args.skip_exporter else ["exporter", "health", "work"]
+        steps = ["work"] if args.skip_exporter else ["exporter", "health", "work", "gpm"]
         steps += ["mps"] if args.mps else []
     if args.library is not None:
         args.library = args.library.resolve()
@@ -164,7 +169,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop_on_signal)
     shared = Shared()
     functions = {"exporter": check_exporter, "health": check_health,
-                 "work": check_work_signals, "mps": check_mps}
+                 "work": check_work_signals, "gpm": check_gpm_cost, "mps": check_mps}
     record: list[dict[str, object]] = []
     bad = 0
     for name in STEPS:
@@ -601,6 +606,193 @@ def check_work_signals(args: argparse.Namespace, shared: Shared) -> int:
               f"{'ok' if r['ok'] else 'MISMATCH'}")
     (args.out / "work-signals.json").write_text(json.dumps(rows, indent=1))
     print(f"{len(rows) - bad}/{len(rows)} work-signal checks agree")
+    return bad
+
+
+# --- GPM call cost (part 5) -----------------------------------------------------------------
+
+GPM_CALLS = 200  # back-to-back calls of each GPM function per GPU
+GPM_SPACED = 10  # sample + metrics pairs at the exporter's own spacing (> 0.1 s apart)
+GPM_ROUNDS = 20  # whole NvmlSource rounds with and without GPM
+
+
+def timing(seconds: list[float]) -> dict[str, Any]:
+    """Median, p90, min and max of call times, in ms (``{"calls": 0}`` for none)."""
+    if not seconds:
+        return {"calls": 0}
+    ms = sorted(s * 1000 for s in seconds)
+    p90 = statistics.quantiles(ms, n=10, method="inclusive")[-1] if len(ms) > 1 else ms[0]
+    return {"calls": len(ms), "median_ms": round(statistics.median(ms), 4),
+            "p90_ms": round(p90, 4), "min_ms": round(ms[0], 4), "max_ms": round(ms[-1], 4)}
+
+
+def timed(fn: Callable[..., Any], *call_args: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn(*call_args)
+    return time.perf_counter() - started, result
+
+
+def gpm_call_cost(nv: Any, handle: object) -> dict[str, Any]:
+    """What ``nvmlGpmSampleGet`` and ``nvmlGpmMetricsGet`` cost on one GPU, called through the
+    exporter's own accessors (the real pynvml, the metrics the exporter asks for): the first
+    sample, ``GPM_CALLS`` back-to-back samples, ``GPM_CALLS`` metrics requests on one pair of
+    samples 0.2 s apart, and ``GPM_SPACED`` sample + metrics pairs 0.12 s apart (as the
+    exporter takes them, if at a shorter interval)."""
+    from gpuscope.exporter.sources.nvml import calls
+    from gpuscope.exporter.sources.nvml.gpm import METRIC_IDS
+
+    supported = ask(nv, "nvmlGpmQueryDeviceSupport", handle,
+                    then=lambda s: bool(s.isSupportedDevice))
+    if supported.get("value") is not True:
+        why = supported.get("error", "isSupportedDevice is 0")
+        return {"skipped": f"no GPM on this GPU (nvmlGpmQueryDeviceSupport: {why})"}
+    buffers = (calls.gpm_sample_alloc(), calls.gpm_sample_alloc())
+    try:
+        request = calls.gpm_metrics_request(METRIC_IDS)
+        first, _ = timed(calls.gpm_sample_get, handle, buffers[0])
+        back_to_back = [timed(calls.gpm_sample_get, handle, buffers[(i + 1) % 2])[0]
+                        for i in range(GPM_CALLS)]
+        current = GPM_CALLS % 2  # the buffer the last sample went into
+        time.sleep(0.2)
+        calls.gpm_sample_get(handle, buffers[1 - current])
+        pair = (buffers[current], buffers[1 - current])
+        metrics: list[float] = []
+        means: dict[int, float] = {}
+        for _ in range(GPM_CALLS):
+            seconds, means = timed(calls.gpm_metrics_get, request, *pair)
+            metrics.append(seconds)
+        current = 1 - current
+        spaced_sample: list[float] = []
+        spaced_metrics: list[float] = []
+        for _ in range(GPM_SPACED):
+            time.sleep(0.12)
+            seconds, _ = timed(calls.gpm_sample_get, handle, buffers[1 - current])
+            spaced_sample.append(seconds)
+            seconds, _ = timed(calls.gpm_metrics_get, request, buffers[current],
+                               buffers[1 - current])
+            spaced_metrics.append(seconds)
+            current = 1 - current
+    finally:
+        for buffer in buffers:
+            with contextlib.suppress(Exception):
+                calls.gpm_sample_free(buffer)
+    return {
+        "metrics_asked": len(METRIC_IDS),
+        "metrics_answered": len(means),
+        "sm_util_percent": means.get(nv.NVML_GPM_METRIC_SM_UTIL),
+        "sample_get_first_ms": round(first * 1000, 4),
+        "sample_get": timing(back_to_back),
+        "metrics_get": timing(metrics),
+        "sample_get_spaced": timing(spaced_sample),
+        "metrics_get_spaced": timing(spaced_metrics),
+    }
+
+
+def round_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """One whole ``NvmlSource.sample()`` round (the exporter's defaults, XID thread off), with
+    GPM every round and without GPM, ``GPM_ROUNDS`` of each, interleaved 0.15 s apart; and the
+    GPM seconds the source itself counts per round (what its cadence is based on)."""
+    from gpuscope.exporter.sources.nvml import NvmlSource
+
+    loader = None
+    if args.library is not None:
+        loader = functools.partial(ctypes.CDLL, str(args.library))
+    without = NvmlSource(library_loader=loader, gpm=False, xid_events=False)
+    with_gpm = NvmlSource(library_loader=loader, gpm=True, gpm_interval_seconds=0.0,
+                          gpm_cpu_budget=0.0, xid_events=False)
+    seconds: dict[str, list[float]] = {"without_gpm": [], "with_gpm": []}
+    gpm_seconds: list[float] = []
+    try:
+        without.sample()  # identify the devices, take the first GPM samples
+        last = with_gpm.sample()
+        for i in range(GPM_ROUNDS):
+            time.sleep(0.15)
+            order = [("without_gpm", without), ("with_gpm", with_gpm)]
+            for name, source in (order if i % 2 else order[::-1]):
+                took, snap = timed(source.sample)
+                seconds[name].append(took)
+                if source is with_gpm:
+                    last = snap
+                    gpm_seconds.append(float(getattr(with_gpm, "_gpm_seconds", 0.0)))
+    finally:
+        without.close()
+        with_gpm.close()
+    result: dict[str, Any] = {name: timing(values) for name, values in seconds.items()}
+    result["gpm_seconds_counted_by_the_source"] = timing(gpm_seconds)
+    result["devices"] = len(last.devices)
+    result["source_up"] = last.source_up
+    result["gpm_series_present"] = any(d.sm_active_seconds is not None for d in last.devices)
+    if seconds["with_gpm"] and seconds["without_gpm"]:
+        result["gpm_share_ms"] = round(1000 * (statistics.median(seconds["with_gpm"])
+                                               - statistics.median(seconds["without_gpm"])), 4)
+    return result
+
+
+def check_gpm_cost(args: argparse.Namespace, shared: Shared) -> int:
+    """Part 5: what the GPM calls cost per call on this GPU, and a whole sampling round with
+    and without GPM; idle, and under the load with ``--load``. Recorded (``gpm-cost.json``),
+    not compared; 1 when a measurement raised."""
+    library = str(args.library) if args.library is not None else "driver"
+    result: dict[str, Any] = {"library": library, "calls": GPM_CALLS, "spaced": GPM_SPACED,
+                              "rounds": GPM_ROUNDS}
+    bad = 0
+    phases = ["idle", "load"] if args.load and have_torch() else ["idle"]
+    for phase in phases:
+        load = start_load(30) if phase == "load" else None
+        if phase == "load" and load is None:
+            continue
+        try:
+            time.sleep(1 if load else 0)
+            entry: dict[str, Any] = {"gpus": []}
+            with nvml_session(args) as nv:
+                entry["system"] = system_facts(nv)
+                for index, handle in enumerate(gpu_handles(nv)):
+                    try:
+                        cost = gpm_call_cost(nv, handle)
+                    except Exception as exc:
+                        bad += 1
+                        cost = {"error": f"{type(exc).__name__}: {exc}"}
+                    entry["gpus"].append({"gpu": index, **cost})
+            try:
+                entry["round"] = round_cost(args)
+            except Exception as exc:
+                bad += 1
+                entry["round"] = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            if load is not None:
+                load.terminate()
+                try:
+                    load.wait(30)
+                except subprocess.TimeoutExpired:
+                    load.kill()
+                    load.wait(5)
+        result[phase] = entry
+        print(f"\nGPM call cost ({phase}, {library}), ms: median / p90 / max")
+        for gpu in entry["gpus"]:
+            if "sample_get" not in gpu:
+                print(f"  {gpu['gpu']:>2} " + (f"skipped: {gpu['skipped']}" if "skipped" in gpu
+                                              else f"ERROR {gpu.get('error')}"))
+                continue
+            print(f"  {gpu['gpu']:>2} first nvmlGpmSampleGet {gpu['sample_get_first_ms']:.3f}; "
+                  f"{gpu['metrics_answered']}/{gpu['metrics_asked']} metrics answered, "
+                  f"SM {gpu['sm_util_percent']}")
+            for what in ("sample_get", "metrics_get", "sample_get_spaced",
+                         "metrics_get_spaced"):
+                t = gpu[what]
+                print(f"     {what:<20} x{t['calls']:<4} {t['median_ms']:8.3f} "
+                      f"{t['p90_ms']:8.3f} {t['max_ms']:8.3f}")
+        rounds = entry["round"]
+        if "error" in rounds:
+            print(f"  round: {rounds['error']}")
+        else:
+            for what in ("without_gpm", "with_gpm", "gpm_seconds_counted_by_the_source"):
+                t = rounds[what]
+                print(f"  round {what:<34} x{t['calls']:<3} {t['median_ms']:8.3f} "
+                      f"{t['p90_ms']:8.3f} {t['max_ms']:8.3f}")
+            print(f"  GPM's share of a round (difference of medians): "
+                  f"{rounds.get('gpm_share_ms')} ms; {rounds['devices']} device(s), "
+                  f"GPM series present: {rounds['gpm_series_present']}")
+    (args.out / "gpm-cost.json").write_text(json.dumps(result, indent=1))
     return bad
 
 
