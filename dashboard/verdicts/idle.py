@@ -727,6 +727,15 @@ class NodeRun:
     before: tuple[float, float] | None = None
 
 
+def node_given(run: NodeRun, window: Window, history_start: float) -> bool:
+    """Whether a node's numbers give its idle verdict (:func:`node_idle_of`): every run on
+    it began by the history's start (and the sums then are known), or two of the page's
+    steps after it or later (none may have the history's benefit)."""
+    if run.since_max <= history_start:
+        return run.before is not None
+    return run.since_min - RULE_INTERVAL > history_start + 2 * window.step
+
+
 def node_idle_of(node: str, run: NodeRun, window: Window, history_start: float, *,
                  duration: float = IDLE_DURATION) -> NodeIdle | None:
     """The node's :class:`NodeIdle` from its recorded numbers where they give it: every
@@ -735,23 +744,21 @@ def node_idle_of(node: str, run: NodeRun, window: Window, history_start: float, 
     own: the held and spinning parts a minute each); None otherwise (its GPUs' runs, read
     for the node, give it: :func:`gpu_idle_of`). ``allocated_gpus`` and ``spinning_gpus``
     are left 0: the rows read them of the GPUs."""
+    if not node_given(run, window, history_start):
+        return None
     required = required_seconds(duration, window, history_start)
     history = max(0.0, window.end - history_start)
-    n, step = run.gpus, window.step
-    if run.since_max <= history_start:
-        if run.before is None:
-            return None
+    n = run.gpus
+    if run.since_max <= history_start and run.before is not None:
         minutes = round((window.end - history_start) / RULE_INTERVAL)
         per = (window.end - history_start) / minutes if minutes else 0.0
         seconds, since = n * (window.end - history_start), history_start
         held = (run.held_sum - run.before[0]) * per
         spun = (run.spun_sum - run.before[1]) * per
-    elif run.since_min - RULE_INTERVAL > history_start + 2 * step:
+    else:
         seconds = n * (window.end + RULE_INTERVAL) - run.since_sum
         since = run.since_max - RULE_INTERVAL
         held, spun = run.held_sum * RULE_INTERVAL, run.spun_sum * RULE_INTERVAL
-    else:
-        return None
     if not holds(Run(since, window.end, 0), required):
         return None
     return NodeIdle(node=node, gpus=n, idle_since=since, idle_gpu_seconds=seconds,

@@ -23,11 +23,21 @@ from bench import fleet as F
 from bench.fleet import build_blocks, import_victoriametrics
 from gpuscope.dashboard.data.recorded import CBY, RULE_R, RULES
 from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.plan.entities import bounded, devices_of, entities_of, entity_queries
 from gpuscope.dashboard.plan.rules import RUNS
+from gpuscope.dashboard.prices import load_prices
 from gpuscope.dashboard.series import ContainerRef, FleetData, GpuRef
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
 from gpuscope.dashboard.verdicts.mig import slice_share_promql, slice_shares
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, read_runs
+from gpuscope.dashboard.verdicts.totals import (
+    Entities,
+    States,
+    first_nodes,
+    fleet_totals,
+    open_nodes,
+)
+from gpuscope.dashboard.views import build_fleet_view
 from tests.dashboard.test_backends import NODES, STEP, WINDOW
 from tests.stores import (
     Store,
@@ -389,26 +399,16 @@ def test_straggler_findings_are_the_pages(recorded: Recorded) -> None:
         assert [s.seconds for s in rep.stragglers if s.gpu == ref] == [40 * 60.0]
 
 
-def _node_runs(rec: Recorded) -> dict[str, idle.NodeRun]:
-    """The idle nodes' recorded numbers at the end, and their held and spinning sums at the
-    history's start where every run began by then (the same runs: the same GPUs and first
-    minutes)."""
-    hs = rec.data.history_start
-
-    def read(stat: str, t: float) -> dict[str, float]:
-        return {r["metric"]["node"]: float(r["value"][1]) for r in rec.vm.query(
-            f"max by (node) (last_over_time({RULES['node_idle_' + stat]}[{RULE_R}]))", t)}
-    now = {stat: read(stat, rec.end) for stat in idle.NODE_RUN_STATS}
-    then = {stat: read(stat, hs) for stat in idle.NODE_RUN_STATS}
-    out = {}
-    for node, n in now["gpus"].items():
-        same = all(then[s].get(node) == now[s].get(node) for s in ("gpus", "since_sum"))
-        out[node] = idle.NodeRun(
-            round(n), now["since_max"][node], now["since_min"][node], now["since_sum"][node],
-            now["held_sum"].get(node, 0.0), now["spun_sum"].get(node, 0.0),
-            (then["held_sum"].get(node, 0.0), then["spun_sum"].get(node, 0.0)) if same
-            else None)
-    return out
+def _entities(rec: Recorded) -> Entities:
+    """What the run records say per entity at the end (:func:`entity_queries`)."""
+    data = rec.data
+    store = PrometheusData(rec.vm.url, clock=lambda: rec.end, timeout=120)
+    try:
+        assert bounded(data.window, data.history_start, Thresholds())
+        return entities_of(store._submit(entity_queries(
+            data.window, data.history_start, Thresholds()), data.window)["entities"])
+    finally:
+        store.close()
 
 
 def test_idle_nodes_from_their_numbers_are_the_pages(recorded: Recorded) -> None:
@@ -420,7 +420,7 @@ def test_idle_nodes_from_their_numbers_are_the_pages(recorded: Recorded) -> None
     python = {n: replace(v, allocated_gpus=0, spinning_gpus=0)
               for n, v in idle.idle_nodes(data.gpus, _idle(data, th)).items()
               if not v.mig_gpus}
-    runs = _node_runs(recorded)
+    runs = _entities(recorded).node_runs
     # Every idle node has its numbers (a node with numbers may be idle for too short).
     assert python and set(python) <= set(runs)
     got = {n: idle.node_idle_of(n, r, data.window, data.history_start,
@@ -518,3 +518,50 @@ def test_mig_slices_shares_in_promql_are_the_pages(recorded: Recorded) -> None:
     assert shares and set(got) == set(shares)
     assert all(math.isclose(got[r], v, rel_tol=1e-9) for r, v in shares.items())
     assert len({round(v, 6) for v in shares.values()}) > 1
+
+
+def test_the_fleets_totals_from_the_records_are_the_pages(recorded: Recorded) -> None:
+    """The KPIs and each table's size from the numbers per entity and, for the nodes they
+    leave open (and those with MIG slices), their devices' runs: the page's own from the
+    raw series; and the nodes each table's first rows are on."""
+    data, th = recorded.data, Thresholds()
+    view = build_fleet_view(data, load_prices(), th)
+    entities = _entities(recorded)
+    opened = open_nodes(entities, data.window, data.history_start)
+    assert entities.mig_nodes
+    if recorded.reshaped:  # (a reshaped GPU's run began within the hour on an idle node)
+        assert opened - entities.mig_nodes
+    store = PrometheusData(recorded.vm.url, clock=lambda: recorded.end, timeout=120)
+    try:
+        devices = devices_of(store.instant, data.window, data.history_start, opened,
+                             data.gpus, th)
+    finally:
+        store.close()
+    assert devices.nodes == opened
+    ctx = view.context
+    assert ctx is not None
+    whole = {n: len(infos) for n, infos in idle.physical_gpus(data.gpus).items()}
+    totals = fleet_totals(entities, devices, data.window, data.history_start,
+                          ctx.node_price, whole, th.idle_duration)
+    k = view.kpis
+    assert totals.states == States(k.idle, k.spinning, k.no_data)
+    report = totals.report
+    assert len(report.nodes) == k.idle_nodes and len(report.slices) == k.idle_slices
+    for name in ("burning_per_hour", "wasted", "wasted_unallocated", "wasted_allocated",
+                 "wasted_spinning"):
+        assert math.isclose(getattr(report, name), getattr(k, name), rel_tol=1e-9), name
+    assert report.unpriced_nodes == k.unpriced_idle_nodes
+    assert totals.allocated_idle == k.allocated_idle
+    assert math.isclose(totals.allocated_idle_per_hour, k.allocated_idle_per_hour,
+                        rel_tol=1e-9)
+    assert totals.stragglers == len(view.straggler_rows)
+    assert k.idle_nodes and k.idle_slices and k.spinning and k.allocated_idle
+    # Each table's first rows are on the nodes named for it.
+    rows = 5
+    first = first_nodes(entities, totals, ctx.node_price, whole, rows)
+    for table, shown in (("idle", view.idle_rows), ("slices", view.slice_rows),
+                         ("spinning", view.spinning_rows),
+                         ("allocated", view.allocated_idle_rows),
+                         ("stragglers", view.straggler_rows)):
+        assert shown, table
+        assert {r.node for r in shown[:rows]} <= first[table], table

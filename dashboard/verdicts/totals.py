@@ -1,0 +1,227 @@
+"""The fleet's findings counted and priced from numbers per entity (the verdicts' run
+records, read by ``dashboard/plan/entities.py``) instead of from each finding: the KPIs'
+GPU states, the idle nodes and MIG slices with what they waste, the allocated-idle
+containers' and the straggler groups' $/hour, and which nodes hold each table's first
+rows (the page reads those rows' findings whole, and no others).
+
+A node's numbers give its idle verdict where every run on it began by the history's start
+or two steps after it or later (:func:`~.idle.node_idle_of`); the nodes in between and the
+nodes with MIG slices are judged from their devices' runs (:class:`Devices`), by the same
+functions as the page's (:func:`~.idle.idle_nodes`, :func:`~.idle.idle_slices`,
+:func:`~.idle.gpu_states`), so the two agree by construction. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuscope.dashboard.series import ContainerRef, GpuInfo, GpuRef, Window
+from gpuscope.dashboard.verdicts.idle import (
+    IDLE_DURATION,
+    GpuIdle,
+    NodeIdle,
+    NodeRun,
+    SliceIdle,
+    fleet_of,
+    gpu_states,
+    idle_nodes,
+    idle_slices,
+    node_given,
+    node_idle_of,
+)
+from gpuscope.dashboard.verdicts.waste import WasteReport, waste
+
+#: A straggler group: namespace, workload, model (a node key carries its cluster).
+Group = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class States:
+    """Whole GPUs by state (:func:`~.idle.gpu_states`): idle (and not spinning), spinning,
+    and with nothing to judge them by."""
+
+    idle: int = 0
+    spinning: int = 0
+    no_data: int = 0
+
+    def __add__(self, other: States) -> States:
+        return States(self.idle + other.idle, self.spinning + other.spinning,
+                      self.no_data + other.no_data)
+
+
+@dataclass(frozen=True, slots=True)
+class Entities:
+    """What the run records say at a page's end about its history, per entity (each
+    verdict one that holds: its run at least the verdict's required time):
+
+    - ``states``: per node without MIG slices, its whole GPUs by state (nodes with none of
+      them left out: all busy);
+    - ``node_runs``: per node without MIG slices all of whose whole GPUs are in an idle run,
+      its numbers (:class:`~.idle.NodeRun`);
+    - ``mig_nodes``: the nodes with MIG slices (judged from their devices);
+    - ``spinning``: per node, its devices spinning;
+    - ``allocated``: each allocated-idle container, its share of its GPU's price (a MIG
+      slice's share, else 1 / the device's users);
+    - ``stragglers``: per straggler group with a stalled or slow device, how many (a row
+      each);
+    - ``group_gpus``: per such group, its devices per node in whole GPUs (a MIG slice its
+      share), what its rows' $/hour adds up.
+    """
+
+    states: Mapping[str, States] = field(default_factory=dict)
+    node_runs: Mapping[str, NodeRun] = field(default_factory=dict)
+    mig_nodes: frozenset[str] = frozenset()
+    spinning: Mapping[str, int] = field(default_factory=dict)
+    allocated: Mapping[ContainerRef, float] = field(default_factory=dict)
+    stragglers: Mapping[Group, int] = field(default_factory=dict)
+    group_gpus: Mapping[Group, Mapping[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """The idle verdicts of some nodes' devices from their runs (``dashboard/plan/
+    entities.py``): every device of those nodes (``gpus``), the idle and spinning ones'
+    verdicts (the others are busy), which spin (their spinning verdict holds) and which
+    have no data."""
+
+    gpus: Mapping[GpuRef, GpuInfo] = field(default_factory=dict)
+    idle: Mapping[GpuRef, GpuIdle] = field(default_factory=dict)
+    spinning: frozenset[GpuRef] = frozenset()
+    silent: frozenset[GpuRef] = frozenset()
+
+    @property
+    def nodes(self) -> set[str]:
+        return {ref.node for ref in self.gpus}
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The fleet's findings in numbers: whole GPUs by state; the idle nodes and slices with
+    their waste (``report``, priced as the page prices them); the allocated-idle containers
+    and their $/hour; the stragglers' rows; ``open``: the nodes whose idle verdict needs
+    their devices' runs (:func:`open_nodes`)."""
+
+    states: States
+    report: WasteReport
+    allocated_idle: int
+    allocated_idle_per_hour: float
+    stragglers: int
+
+
+def open_nodes(entities: Entities, window: Window, history_start: float) -> set[str]:
+    """The nodes whose idle verdict their numbers do not give (:func:`~.idle.node_given`:
+    a run on them began in the history's first steps, or within it while others are
+    older) and the nodes with MIG slices: their devices' runs are read."""
+    return {node for node, run in entities.node_runs.items()
+            if not node_given(run, window, history_start)} | set(entities.mig_nodes)
+
+
+def idle_of(entities: Entities, devices: Devices, window: Window, history_start: float,
+            duration: float = IDLE_DURATION,
+            ) -> tuple[dict[str, NodeIdle], list[SliceIdle]]:
+    """Every idle node (from its numbers, else from its devices) and every idle MIG slice
+    on a node that is not idle. A node from its numbers has ``allocated_gpus`` and
+    ``spinning_gpus`` 0 (its rows read them of its devices)."""
+    out: dict[str, NodeIdle] = {}
+    judged = devices.nodes
+    for node, run in entities.node_runs.items():
+        if node in judged:
+            continue
+        found = node_idle_of(node, run, window, history_start, duration=duration)
+        if found is not None:
+            out[node] = found
+    fleet = fleet_of(devices.gpus)
+    by_devices = idle_nodes(devices.gpus, devices.idle, fleet=fleet)
+    out.update(by_devices)
+    slices = idle_slices(devices.gpus, devices.idle, by_devices, fleet=fleet)
+    return out, slices
+
+
+def fleet_totals(entities: Entities, devices: Devices, window: Window, history_start: float,
+                 node_price: Mapping[str, float | None], gpus_on: Mapping[str, int],
+                 duration: float = IDLE_DURATION) -> Totals:
+    """The fleet's :class:`Totals` from ``entities`` and the ``devices`` of the nodes it
+    does not give a verdict for (:func:`open_nodes`), priced per node by ``node_price``
+    ($/hour; None or absent: unknown) over ``gpus_on`` whole GPUs."""
+    nodes, slices = idle_of(entities, devices, window, history_start, duration)
+    report = waste(nodes, node_price, slices=slices, gpus_per_node=gpus_on)
+    judged = devices.nodes
+    states = States()
+    for node, s in entities.states.items():
+        if node not in judged:
+            states += s
+    found = gpu_states(devices.gpus, devices.idle, devices.spinning,
+                       set(devices.gpus) - devices.silent, fleet=fleet_of(devices.gpus))
+    states += States(*(sum(1 for v in found.values() if v == state)
+                       for state in ("idle", "spinning", "no data")))
+
+    def gpu_price(node: str) -> float | None:
+        price, n = node_price.get(node), gpus_on.get(node, 0)
+        return price / n if price is not None and n > 0 else None
+
+    per_hour = 0.0
+    for ref, share in entities.allocated.items():
+        price = gpu_price(ref.node)
+        per_hour += price * share if price is not None else 0.0
+    return Totals(states, report, len(entities.allocated), per_hour,
+                  sum(entities.stragglers.values()))
+
+
+def first_nodes(entities: Entities, totals: Totals, node_price: Mapping[str, float | None],
+                gpus_on: Mapping[str, int], rows: int) -> dict[str, frozenset[str]]:
+    """Per table (``idle``, ``slices``, ``spinning``, ``allocated``, ``stragglers``), the
+    nodes that hold its first ``rows`` rows in the table's own order (dearest first), so
+    that the page reads their findings and no others."""
+    def gpu_price(node: str) -> float:
+        price, n = node_price.get(node), gpus_on.get(node, 0)
+        return price / n if price is not None and n > 0 else 0.0
+
+    out = {"idle": frozenset(w.idle.node for w in totals.report.nodes[:rows]),
+           "slices": frozenset(s.slice.ref.node for s in sorted(
+               totals.report.slices, key=lambda s: (-(s.price_per_hour or 0.0),
+                                                     s.slice.ref))[:rows])}
+    # Spinning: by a GPU's price, then node: whole nodes until the rows are there.
+    out["spinning"] = frozenset(_until(
+        sorted(entities.spinning, key=lambda n: (-gpu_price(n), n)),
+        entities.spinning.__getitem__, rows))
+    # Allocated-idle: by $/hour, namespace, pod; the rows tied with the last one too.
+    dear = sorted(entities.allocated, key=lambda c: (
+        -gpu_price(c.node) * entities.allocated[c], c.namespace, c.pod))
+    out["allocated"] = frozenset(c.node for c in _with_ties(
+        dear, lambda c: (gpu_price(c.node) * entities.allocated[c], c.namespace, c.pod),
+        rows))
+
+    def group_price(key: Group) -> float:
+        return sum(gpu_price(n) * g for n, g in entities.group_gpus.get(key, {}).items())
+    groups = sorted(entities.stragglers, key=lambda k: (-group_price(k), k[0], k[1], k[2]))
+    first = _until(groups, entities.stragglers.__getitem__, rows)
+    if first:
+        last = first[-1]
+        first += [k for k in groups if k not in first
+                  and (group_price(k), k[0], k[1]) == (group_price(last), last[0], last[1])]
+    out["stragglers"] = frozenset(n for k in first for n in entities.group_gpus.get(k, {}))
+    return out
+
+
+def _until(keys: Sequence[Any], count: Callable[[Any], int], rows: int) -> list[Any]:
+    """The first ``keys`` whose counts add up to ``rows`` or more (all of them if fewer)."""
+    out: list[Any] = []
+    seen = 0
+    for key in keys:
+        if seen >= rows:
+            break
+        out.append(key)
+        seen += count(key)
+    return out
+
+
+def _with_ties(ordered: list[Any], rank: Callable[[Any], Any], rows: int) -> list[Any]:
+    """The first ``rows`` of ``ordered`` and those ranked as the last of them."""
+    if len(ordered) <= rows:
+        return ordered
+    last = rank(ordered[rows - 1])
+    return ordered[:rows] + [k for k in ordered[rows:] if rank(k) == last]
+
+
