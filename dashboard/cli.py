@@ -435,7 +435,8 @@ def run(cfg: Config, stop: threading.Event,
     source: DataSource
     if cfg.prometheus is not None:
         source = PrometheusData(cfg.prometheus, client=prometheus_client(cfg),
-                                thresholds=cfg.thresholds, cluster_label=cfg.cluster_label)
+                                thresholds=cfg.thresholds, cluster_label=cfg.cluster_label,
+                                prices=prices)
     else:
         targets = cfg.targets or ()
         if cfg.demo:

@@ -465,6 +465,11 @@ class FleetData:
       had two devices or more, where the data layer counts them (the Prometheus mode with
       the rules over their window: ``containers`` then holds the containers of the nodes
       that need them only); else the analysis counts them in ``containers``.
+    - ``found``: where the verdicts' run records cover the window's history (the Prometheus
+      mode with the rules), the idle devices, nodes and slices and the allocated-idle
+      containers as the store's records give them
+      (:class:`~gpuscope.dashboard.verdicts.totals.Found`; typed ``object`` here: the
+      stores' model names no verdict); the views show these instead of judging steps.
     """
 
     window: Window
@@ -498,6 +503,7 @@ class FleetData:
     read_evidence: Callable[[Collection[str]], Mapping[GpuRef, Evidence]] | None = None
     read_spinning: Callable[[Collection[str], Collection[str]],
                             Mapping[GpuRef, Mapping[str, float]]] | None = None
+    found: object | None = None
 
     @property
     def history_seconds(self) -> float:

@@ -67,6 +67,7 @@ from gpuscope.dashboard.verdicts.starvation import starved_rows as starved_table
 from gpuscope.dashboard.verdicts.stragglers import StragglerRow, stragglers
 from gpuscope.dashboard.verdicts.stragglers import straggler_rows as straggler_table
 from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
+from gpuscope.dashboard.verdicts.totals import Found, IdleGpus, States
 from gpuscope.dashboard.verdicts.waste import waste
 
 
@@ -151,7 +152,8 @@ TOP_ROWS = 50
 RowDetails = Callable[[Sequence[Any], int], tuple[tuple[Any, ...], str | None]]
 #: The tables whose rows may read more when shown, and the view's field of their rows.
 _DETAILED_ROWS = {ids.STRAGGLERS_TABLE: "straggler_rows",
-                  ids.SPINNING_GPUS_TABLE: "spinning_rows"}
+                  ids.SPINNING_GPUS_TABLE: "spinning_rows",
+                  ids.IDLE_NODES_TABLE: "idle_rows"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,16 +256,27 @@ class _Nodes:
 
 def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[GpuRef, str],
              spinning: Collection[GpuRef], verdicts: Mapping[GpuRef, GpuIdle],
+             per_node: Mapping[str, States] | None = None,
              ) -> tuple[Heatmap, tuple[str, ...]]:
     """The heatmap: window-mean utilization, nodes x whole-GPU indices, for the nodes an SRE
     looks at first (idle and spinning GPUs, most first; then the least busy), at most
-    :data:`MAX_HEATMAP_NODES` of them; every node counted in the groups by instance type.
-    With the page's notes (one more where the drawn nodes' means could not be read)."""
+    :data:`MAX_HEATMAP_NODES` of them; every node counted in the groups by instance type
+    (``per_node``: each node's whole GPUs by state where the store's records counted them,
+    else from ``states``). With the page's notes (one more where the drawn nodes' means
+    could not be read)."""
     by_node, summaries = nodes.by_node, nodes.summaries
 
-    def node_rank(node: str) -> tuple[int, float, str]:
+    def node_states(node: str) -> tuple[int, int]:
+        """The node's whole GPUs idle, and spinning."""
+        if per_node is not None:
+            s = per_node.get(node)
+            return (s.idle, s.spinning) if s is not None else (0, 0)
         refs = [g.ref for g in by_node.get(node, ())]
-        wasted = sum(1 for r in refs if states.get(r) in ("idle", "spinning"))
+        return (sum(1 for r in refs if states.get(r) == "idle"),
+                sum(1 for r in refs if states.get(r) == "spinning"))
+
+    def node_rank(node: str) -> tuple[int, float, str]:
+        wasted = sum(node_states(node))
         summary = summaries.get(node)
         if summary is not None:  # the order the data layer chose the nodes it sent by
             return (-wasted, summary_mean(summary), node)
@@ -280,11 +293,10 @@ def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[G
                              else "unknown type", []).append(node)
     node_groups = []
     for name, members in groups_of.items():
-        refs = [g.ref for n in members for g in by_node.get(n, ())]
+        counted = [node_states(n) for n in members]
         node_groups.append(NodeGroup(
             name=name, nodes=len(members), gpus=sum(nodes.gpus_on(n) for n in members),
-            idle=sum(1 for r in refs if states.get(r) == "idle"),
-            spinning=sum(1 for r in refs if states.get(r) == "spinning"),
+            idle=sum(i for i, _ in counted), spinning=sum(s for _, s in counted),
             mean_utilization=nodes.mean_of(members)))
     node_groups.sort(key=lambda g: (-(g.idle + g.spinning), -g.nodes, g.name))
     slices_of = {parent: [s.ref for s in parts] for parent, parts in inventory.slices.items()}
@@ -441,12 +453,20 @@ def _build_fleet_view(
         known_from=spin_begins(signals, spin_steps, runs), runs=runs,
         threshold=th.idle_utilization, duration=th.idle_duration,
     )
-    nodes_idle = idle_nodes(data.gpus, verdicts, fleet=inventory)
-    slices_idle = idle_slices(data.gpus, verdicts, nodes_idle, fleet=inventory)
-    report = waste(
-        nodes_idle, {n: p.per_hour for n, p in node_price.items()},
-        slices=slices_idle, gpus_per_node={n: gpus_on(n) for n in gpu_nodes},
-    )
+    found = data.found if isinstance(data.found, Found) else None
+    if found is not None:
+        # The store's records gave the idle devices, nodes and slices (priced as here):
+        # the devices read are those of the nodes the page shows.
+        verdicts = {**verdicts, **found.devices.idle}
+        report = found.totals.report
+        slices_idle = [w.slice for w in report.slices]
+    else:
+        nodes_idle = idle_nodes(data.gpus, verdicts, fleet=inventory)
+        slices_idle = idle_slices(data.gpus, verdicts, nodes_idle, fleet=inventory)
+        report = waste(
+            nodes_idle, {n: p.per_hour for n, p in node_price.items()},
+            slices=slices_idle, gpus_per_node={n: gpus_on(n) for n in gpu_nodes},
+        )
 
     spinning_rows = spinning_table(spinning, context, users, workload_of)
     row_details: dict[str, RowDetails] = {}
@@ -469,9 +489,17 @@ def _build_fleet_view(
         return per_gpu
 
     def holding(c: ContainerRef) -> tuple[str, float | None]:
-        """What the container holds, and its $/hour."""
+        """What the container holds, and its $/hour (its share of its GPU as the store
+        recorded it, where it did)."""
         info = data.gpus.get(c.gpu)
         per_gpu = gpu_price(c.node)
+        share = found.shares.get(c) if found is not None else None
+        if share is not None and (info is None or info.is_physical):
+            n = max(1, round(1 / share)) if share > 0 else 1
+            index = context.index(c.gpu)
+            price = per_gpu * share if per_gpu is not None else None
+            return (f"1 of {n} time-slices of GPU {index}" if n > 1 else f"GPU {index}",
+                    price)
         if info is not None and not info.is_physical:
             share = shares.get(c.gpu, 0.0)
             parent = data.gpus.get(GpuRef(c.node, info.parent_uuid))
@@ -488,6 +516,7 @@ def _build_fleet_view(
         return f"GPU {index}", per_gpu
 
     allocated_rows = allocated_table(
+        found.allocated if found is not None else
         allocated_idle(usage, usage_signal, window, hs, runs=runs,
                        threshold=th.allocated_idle_utilization,
                        duration=th.allocated_idle_duration),
@@ -506,13 +535,20 @@ def _build_fleet_view(
               for state in ("busy", "idle", "spinning", "no data")}
     priced = [p.per_hour for n, p in node_price.items() if p.per_hour is not None
               and n in gpu_nodes]
+    gpus = len(whole) + sum(summarised.values()) + fleet.unlisted
+    if found is not None:  # (every whole GPU by the records' states)
+        st = found.totals.states
+        counts = {"idle": st.idle, "spinning": st.spinning, "no data": st.no_data,
+                  "busy": gpus - st.idle - st.spinning - st.no_data}
+    else:
+        counts["busy"] += sum(summarised.values()) + fleet.unlisted
     kpis = Kpis(
-        gpus=len(whole) + sum(summarised.values()) + fleet.unlisted,
-        busy=counts["busy"] + sum(summarised.values()) + fleet.unlisted,
+        gpus=gpus,
+        busy=counts["busy"],
         idle=counts["idle"],
         no_data=counts["no data"],
         mean_utilization=mean_of(sorted(gpu_nodes)),
-        idle_nodes=len(nodes_idle),
+        idle_nodes=len(report.nodes),
         burning_per_hour=report.burning_per_hour,
         wasted=report.wasted,
         wasted_unallocated=report.wasted_unallocated,
@@ -534,6 +570,11 @@ def _build_fleet_view(
     )
 
     idle_rows = idle_table(report, context, data.nodes)
+    if found is not None and found.read_nodes is not None:
+        # A row from a node's numbers: its held and spinning GPUs read when shown (the
+        # first rows' nodes were read with the page).
+        row_details[ids.IDLE_NODES_TABLE] = IdleGpus(found.read_nodes,
+                                                      set(found.devices.nodes))
     slice_rows = slice_table(report, context)
 
     shares_ = timeslice_shares(
@@ -563,7 +604,8 @@ def _build_fleet_view(
     if data.read_evidence is not None:
         row_details[ids.STRAGGLERS_TABLE] = evidence
 
-    heatmap, notes = _heatmap(data, fleet, inventory, states, spinning, verdicts)
+    heatmap, notes = _heatmap(data, fleet, inventory, states, spinning, verdicts,
+                              found.totals.per_node if found is not None else None)
     notes = (*notes, *problems)
 
     wanted = context.wanted

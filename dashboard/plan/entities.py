@@ -17,8 +17,10 @@ not to matter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
+from gpuscope.dashboard.data.prometheus import MAX_QUERY_BYTES, _split
 from gpuscope.dashboard.data.promql import node_matchers
 from gpuscope.dashboard.data.recorded import (
     CBY,
@@ -31,7 +33,8 @@ from gpuscope.dashboard.data.recorded import (
 )
 from gpuscope.dashboard.plan.rules import _stat
 from gpuscope.dashboard.series import ContainerRef, GpuInfo, GpuRef, Window
-from gpuscope.dashboard.verdicts import Thresholds, idle, spinning
+from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning
+from gpuscope.dashboard.verdicts.allocated import AllocatedIdle
 from gpuscope.dashboard.verdicts.common import EPSILON, required_seconds
 from gpuscope.dashboard.verdicts.runs import read_runs
 from gpuscope.dashboard.verdicts.totals import Devices, Entities, Group, States
@@ -148,13 +151,23 @@ Instant = Callable[[str, float], Iterable[tuple[Mapping[str, str], float]]]
 def devices_of(instant: Instant, window: Window, history_start: float,
                nodes: Collection[str], gpus: Mapping[GpuRef, GpuInfo], th: Thresholds,
                cluster_label: str = "cluster") -> Devices:
-    """The idle verdicts of ``nodes``' devices (``gpus``: every device of theirs) from
-    their idle and spinning runs (:func:`~.idle.gpu_idle_of`, :func:`~.spinning.spinning_of`
-    holding), and which have no data."""
-    if not nodes:
-        return Devices()
-    match = "{" + ", ".join(f"{k}{v}" for k, v in node_matchers(
-        sorted(nodes), cluster_label).items()) + "}"
+    """The idle verdicts of ``nodes``' devices (``gpus``: every device of theirs, the
+    inventory; may be given later, :func:`with_gpus`) from their idle and spinning runs
+    (:func:`~.idle.gpu_idle_of`, :func:`~.spinning.spinning_of` holding), and which have no
+    data. The nodes in lists short enough for the store (``node=~``)."""
+    def matcher(names: Sequence[str]) -> str:
+        return "{" + ", ".join(f"{k}{v}" for k, v in node_matchers(
+            names, cluster_label).items()) + "}"
+
+    out = Devices()
+    # (Room for the rest of the longest query: the fresh runs' check names it once.)
+    for match in _split(sorted(nodes), matcher, MAX_QUERY_BYTES - 2_000):
+        out = merged(out, _devices(instant, window, history_start, match, th))
+    return with_gpus(out, nodes, gpus)
+
+
+def _devices(instant: Instant, window: Window, history_start: float, match: str,
+             th: Thresholds) -> Devices:
     idle_runs = read_runs(instant, idle.run_rule(), window.end, history_start, window.step,
                           match)
     signal = {(lab.get("node", ""), lab.get("uuid", "")): lab.get("signal", "")
@@ -176,5 +189,38 @@ def devices_of(instant: Instant, window: Window, history_start: float,
     silent = {GpuRef(lab.get("node", ""), lab.get("uuid", "")) for lab, _ in instant(
         f"max by (node, uuid) (last_over_time({RULES['silent']}{match}[{RULE_R}]))",
         window.end)}
-    mine = {ref: info for ref, info in gpus.items() if ref.node in nodes}
-    return Devices(mine, verdicts, frozenset(spins), frozenset(silent))
+    return Devices({}, verdicts, frozenset(spins), frozenset(silent))
+
+
+def allocated_of(instant: Instant, window: Window, history_start: float,
+                 th: Thresholds) -> tuple[AllocatedIdle, ...]:
+    """Every allocated-idle container's finding that holds, from its recorded run
+    (:func:`~.allocated.allocated_idle_of`), with the signal its use was measured by."""
+    runs = read_runs(instant, allocated.run_rule(), window.end, history_start, window.step)
+    keys = tuple(k.strip() for k in CBY.split(","))
+    signal = {tuple(lab.get(k, "") for k in keys): lab.get("signal", "")
+              for lab, _ in instant(f"max by ({CBY}, signal) (last_over_time("
+                                    f"{RULES['held_idle']}[{RULE_R}]))", window.end)}
+    out = []
+    for key, run in runs.items():
+        found = allocated.allocated_idle_of(
+            ContainerRef(*key), run, window, history_start,
+            signal=signal.get(key) or "utilization", duration=th.allocated_idle_duration)
+        if found is not None:
+            out.append(found)
+    out.sort(key=lambda a: (a.ref.node, a.ref.namespace, a.ref.pod, a.ref.container,
+                            a.ref.uuid))
+    return tuple(out)
+
+
+def with_gpus(devices: Devices, nodes: Collection[str], gpus: Mapping[GpuRef, GpuInfo],
+              ) -> Devices:
+    """``devices`` of ``nodes`` with their inventory from ``gpus``."""
+    on = set(nodes)
+    return replace(devices, gpus={ref: info for ref, info in gpus.items() if ref.node in on})
+
+
+def merged(a: Devices, b: Devices) -> Devices:
+    """The devices of both (of different nodes)."""
+    return Devices({**a.gpus, **b.gpus}, {**a.idle, **b.idle}, a.spinning | b.spinning,
+                   a.silent | b.silent)

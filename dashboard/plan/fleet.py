@@ -7,7 +7,8 @@ own verdicts are asked beside it, as step queries."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from concurrent.futures import Future
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -28,6 +29,15 @@ from gpuscope.dashboard.plan.answers import (
     pod_infos,
     util_stats,
     work_signals_of,
+)
+from gpuscope.dashboard.plan.entities import (
+    allocated_of,
+    bounded,
+    devices_of,
+    entities_of,
+    entity_queries,
+    merged,
+    with_gpus,
 )
 from gpuscope.dashboard.plan.queries import PlanQueries
 from gpuscope.dashboard.plan.rules import RAW_NODES, RAW_NOTE
@@ -51,11 +61,24 @@ from gpuscope.dashboard.series import (
     GpuRef,
     Holding,
     HoldingKey,
+    NodeInfo,
     NodeSummary,
     Runs,
     Series,
     Window,
     gc_paused,
+)
+from gpuscope.dashboard.verdicts.allocated import AllocatedIdle
+from gpuscope.dashboard.verdicts.idle import NodeIdle, idle_nodes
+from gpuscope.dashboard.verdicts.totals import (
+    FIRST_ROWS,
+    Devices,
+    Entities,
+    Found,
+    drawn_nodes,
+    first_nodes,
+    fleet_totals,
+    open_nodes,
 )
 
 
@@ -77,6 +100,10 @@ class PrometheusData(PlanQueries):
     PrometheusStore`), the fleet page from the plan (:meth:`fleet`), and the registry's
     step queries in their recorded form where the rules are loaded."""
 
+    #: How many of each table's rows (dearest first) the page reads the findings of with
+    #: the run records (the rest when shown).
+    first_rows = FIRST_ROWS
+
     def fleet(self, window_seconds: float, namespace: str | None = None,
               window: Window | None = None) -> FleetData:
         """The fleet page's data: the rounds of queries of :meth:`fleet_queries`,
@@ -88,11 +115,26 @@ class PrometheusData(PlanQueries):
         with gc_paused():
             return self._fleet(window or self.window(window_seconds), namespace)
 
-    def _fleet(self, window: Window, namespace: str | None) -> FleetData:
+    def _fleet(self, window: Window, namespace: str | None, records: bool = True
+               ) -> FleetData:
         if namespace is not None:
             namespace = validate_namespace(namespace)
         rules, checks = self._check_rules(window)
-        queries = self.fleet_queries(window, namespace, rules)
+        th = self.thresholds
+        # Where the verdicts' run records cover the page's history (the usual one, the
+        # store older than the window), the idle devices, nodes and slices and the
+        # allocated-idle containers come from them (``dashboard/plan/entities.py``): one
+        # query per table, whatever the fleet's state, and the findings of the nodes the
+        # page shows.
+        assumed = self.assumed_start(window)
+        recorded = False
+        if records and rules and namespace is None and self.prices is not None:
+            checks += 1
+            since = self.runs_recorded_since(window)
+            recorded = since is not None and since <= assumed and bounded(window, assumed, th)
+        queries = self.fleet_queries(window, namespace, rules, recorded)
+        if recorded:
+            queries.update(entity_queries(window, assumed, th))
         first_res = self._submit(queries, window)  # each read as it is needed
         if namespace is not None:
             # Who uses what, on the nodes where the namespace ran (a small answer, among the
@@ -101,7 +143,6 @@ class PrometheusData(PlanQueries):
                 window, namespace, {lab.get("node", "") for lab, _ in first_res["ns_nodes"]})
             queries.update(more_first)
             first_res.add(self._submit(more_first, window))
-        th = self.thresholds
 
         nodes = node_infos(first_res["nodes"])
         first: float | None = None
@@ -117,6 +158,18 @@ class PrometheusData(PlanQueries):
         judged, slow = now.judged, now.slow
 
         hs = self._history_start(window, first)
+        entity_rows: list[tuple[dict[str, str], float]] = []
+        if recorded and hs != assumed:
+            # Data began within the window: the numbers over its own history, where the
+            # records give them.
+            if not bounded(window, hs, th):
+                return self._fleet(window, namespace, records=False)
+            # (Role ``again entities``: a part's name is its role up to any "#".)
+            own = {f"again {k}": q for k, q in entity_queries(window, hs, th).items()}
+            queries.update(own)
+            entity_rows = self._submit(own, window)["again entities"]
+        elif recorded:
+            entity_rows = first_res["entities"]
         steps = round((window.end - hs) / window.step)
         # With the rules, each finding whose condition held at every recorded minute of the
         # history comes back as one summary (:meth:`run_queries`) instead of its steps (a
@@ -151,9 +204,9 @@ class PrometheusData(PlanQueries):
         # assumed (the store older than the window).
         idle_in_now = hs == self.assumed_start(window)
         run_q = self.run_queries(
-            window, hs, devices={g.node for g in idle_now | spin_now}, held=bool(held_refs),
-            stragglers=bool(flagged), namespace=namespace,
-            idle_runs=not idle_in_now) if summarize else {}
+            window, hs, devices=() if recorded else {g.node for g in idle_now | spin_now},
+            held=bool(held_refs), stragglers=bool(flagged), namespace=namespace,
+            idle_runs=not (idle_in_now or recorded)) if summarize else {}
         answers = self._submit(run_q, window)  # the second round joins these
 
         pods = pod_infos(first_res["pods"])
@@ -165,6 +218,17 @@ class PrometheusData(PlanQueries):
         # The nodes only idle or silent devices name: their devices as ``now`` says them
         # (the rest are busy), neither their inventory nor who uses what read.
         light: dict[GpuRef, GpuInfo] = {}
+        # With the run records: the numbers per entity, the nodes they leave open (their
+        # devices' runs read meanwhile) and every allocated-idle container's run.
+        entities = entities_of(entity_rows) if recorded else None
+        opened: set[str] = set()
+        pending: tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]] | None = None
+        if entities is not None:
+            opened = open_nodes(entities, window, hs)
+            pending = (self._page_pool.submit(devices_of, self.instant, window, hs, opened,
+                                              {}, th, self.cluster_label),
+                       self._page_pool.submit(allocated_of, self.instant, window, hs, th))
+        read_on: set[str] = set()
 
         def detail(need: set[str]) -> tuple[set[str], dict[GpuRef, GpuInfo]]:
             """The nodes whose devices are read (:func:`detail_nodes`), of those named and
@@ -183,7 +247,8 @@ class PrometheusData(PlanQueries):
             workloads = judged | {key[:3] for key in flagged}
             need |= {p.node for p in pods.values()
                      if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
-            on, light = detail(need)
+            on, light = detail(need | opened)
+            read_on = on
             inventory = read_devices(on, True)
         member_rows = (inventory if lean else first_res)["members"]
 
@@ -229,7 +294,8 @@ class PrometheusData(PlanQueries):
             need = set(ask.shared) | set(ask.candidates)
             need |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
             need |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
-            on, light = detail(need)
+            on, light = detail(need | opened)
+            read_on = on
             inventory = read_devices(on, False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' containers come with no steps, and
@@ -265,6 +331,12 @@ class PrometheusData(PlanQueries):
         # The inventory (sent after who uses what): with the summaries, read while the
         # store computes the second round.
         gpus = {**gpu_infos(inventory["gpus"]), **light}
+        found: Found | None = None
+        if entities is not None and pending is not None:
+            found, more_gpus = self._found(window, hs, entities, opened, pending, gpus, nodes,
+                                           summaries, read_on, queries)
+            gpus.update(more_gpus)
+            silent = set(found.devices.silent)
         if not summarize:
             # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
             # spinning): the waste split asks when their devices were held.
@@ -373,7 +445,62 @@ class PrometheusData(PlanQueries):
             # With the rules, the devices the heatmap draws are read then.
             partial_nodes={n: summaries[n].gpus for n in {g.node for g in light}},
             read_devices=partial(self.read_devices, window) if rules else None,
+            found=found,
         )
+
+    def _found(self, window: Window, history_start: float, entities: Entities,
+               opened: set[str],
+               pending: tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]],
+               gpus: Mapping[GpuRef, GpuInfo], nodes: Mapping[str, NodeInfo],
+               summaries: Mapping[str, NodeSummary], read_on: Collection[str],
+               queries: dict[str, str]) -> tuple[Found, dict[GpuRef, GpuInfo]]:
+        """The page's findings from the run records (:class:`Found`): the fleet's totals
+        from ``entities`` and the devices of the ``opened`` nodes (their runs in
+        ``pending`` with every allocated-idle container's), priced by :attr:`prices`;
+        then the devices of the nodes the idle table's first rows and the heatmap show
+        (their inventory, besides ``gpus``, returned too)."""
+        assert self.prices is not None
+        th = self.thresholds
+        node_price = {n: self.prices.node_price(i.instance_type, i.capacity_type).per_hour
+                      for n, i in nodes.items()}
+        gpus_on = {n: s.gpus for n, s in summaries.items()}
+        devices = with_gpus(pending[0].result(), opened, gpus)
+        totals = fleet_totals(entities, devices, window, history_start, node_price, gpus_on,
+                              th.idle_duration)
+        first = first_nodes(entities, totals, node_price, gpus_on, self.first_rows)
+        drawn = set(drawn_nodes(totals.wasted_gpus, summaries))
+        # The first idle rows' and the drawn nodes' devices (their rows' held and spinning
+        # GPUs, the heatmap's cells), with the inventory of those and of the first
+        # allocated-idle rows' nodes where the detail reads did not have it.
+        judge = (first["idle"] | drawn) - opened
+        unread = (judge | first["allocated"]) - set(read_on)
+        more: dict[GpuRef, GpuInfo] = {}
+        if unread:
+            inventory = {f"rows {k}": q
+                         for k, q in self.detail_queries(window, unread, False).items()}
+            queries.update(inventory)
+            more = gpu_infos(self._submit(inventory, window)["rows gpus"])
+        if judge:
+            rows = devices_of(self.instant, window, history_start, judge, {}, th,
+                              self.cluster_label)
+            devices = merged(devices, with_gpus(rows, judge, {**gpus, **more}))
+            # Those nodes' idle verdicts from their devices (the same, with their held and
+            # spinning GPUs counted for the rows).
+            totals = fleet_totals(entities, devices, window, history_start, node_price,
+                                  gpus_on, th.idle_duration)
+        return Found(totals, devices, pending[1].result(), entities.allocated,
+                     partial(self.read_idle_nodes, window, history_start)), more
+
+    def read_idle_nodes(self, window: Window, history_start: float, nodes: Collection[str]
+                        ) -> dict[str, NodeIdle]:
+        """The idle verdicts of ``nodes`` from their devices' runs and inventory (one round
+        for the inventory, then the runs): what the idle table's rows from a node's
+        numbers show when they are (``Found.read_nodes``). Raises
+        :class:`~gpuscope.dashboard.data.source.DataError` where the store fails."""
+        inventory = self._submit(self.detail_queries(window, nodes, False), window)
+        devices = devices_of(self.instant, window, history_start, nodes,
+                             gpu_infos(inventory["gpus"]), self.thresholds, self.cluster_label)
+        return idle_nodes(devices.gpus, devices.idle)
 
     def read_spinning(self, window: Window, history_start: float, whole: Collection[str],
                       trailing: Collection[str]) -> dict[GpuRef, dict[str, float]]:

@@ -46,6 +46,7 @@ from gpuscope.dashboard.data.source import (
 )
 from gpuscope.dashboard.plan.rules import LEAN_WINDOW, _stat
 from gpuscope.dashboard.plan.runs import FollowUp, _Answers
+from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import (
     Window,
 )
@@ -87,11 +88,16 @@ class PlanQueries(PrometheusStore):
         workers: int = 8,
         client: PromApi | None = None,
         cluster_label: str = CLUSTER_LABEL,
+        prices: PriceTable | None = None,
     ) -> None:
         super().__init__(url, timeout=timeout, min_step=min_step, max_points=max_points,
                          lookback=lookback, clock=clock, workers=workers, client=client,
                          cluster_label=cluster_label)
         self.thresholds = thresholds or Thresholds()
+        #: How the page prices nodes: with it, the page reads the idle and allocated-idle
+        #: findings from the verdicts' run records where they cover its history (its
+        #: tables' first rows are the dearest); without, every finding.
+        self.prices = prices
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}
 
@@ -100,7 +106,7 @@ class PlanQueries(PrometheusStore):
         return Steps(*self._r(window), rules=rules, match=match)
 
     def fleet_queries(self, window: Window, namespace: str | None,
-                      rules: bool = False) -> dict[str, str]:
+                      rules: bool = False, recorded_runs: bool = False) -> dict[str, str]:
         """The fleet page's first round of PromQL, by role: instant queries at the window's
         end. Every verdict needs its condition at the latest step (a trailing run), so the
         server applies each rule to that step over the whole fleet (one step) and sends back
@@ -215,6 +221,11 @@ class PlanQueries(PrometheusStore):
             # by the page: 0.35 s of the store's time at 5,000 nodes).
             _stat(recorded("silent", GBY) if rules else idle.silent_promql(st), "silent"),
         ])
+        if rules and recorded_runs:
+            # The idle devices and nodes, the allocated-idle containers and the devices
+            # with no data come from the verdicts' run records (``dashboard/plan/
+            # entities.py``): ``now`` asks the spinning devices and the stragglers alone.
+            now = [now[1], now[3]]
         # One query per rule (``now``, ``now#1``...): they run side by side, and none comes
         # near a store's limit on one query's time (VictoriaMetrics: 30 s by default).
         # What holds at the end first (small answers the run summaries wait for), then who

@@ -13,14 +13,25 @@ functions as the page's (:func:`~.idle.idle_nodes`, :func:`~.idle.idle_slices`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuscope.dashboard.series import ContainerRef, GpuInfo, GpuRef, Window
+from gpuscope.dashboard.data.source import DataError
+from gpuscope.dashboard.series import (
+    MAX_HEATMAP_NODES,
+    ContainerRef,
+    GpuInfo,
+    GpuRef,
+    NodeSummary,
+    Window,
+    summary_mean,
+)
+from gpuscope.dashboard.verdicts.allocated import AllocatedIdle
 from gpuscope.dashboard.verdicts.idle import (
     IDLE_DURATION,
     GpuIdle,
+    IdleRow,
     NodeIdle,
     NodeRun,
     SliceIdle,
@@ -35,6 +46,9 @@ from gpuscope.dashboard.verdicts.waste import WasteReport, waste
 
 #: A straggler group: namespace, workload, model (a node key carries its cluster).
 Group = tuple[str, str, str]
+#: How many rows a table is sent at first (dearest first): the page reads the findings of
+#: those rows' nodes and shows the rest a click away.
+FIRST_ROWS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +122,15 @@ class Totals:
     allocated_idle: int
     allocated_idle_per_hour: float
     stragglers: int
+    #: Per node with an idle, spinning or silent whole GPU, its whole GPUs by state (the
+    #: heatmap draws the nodes with idle or spinning ones first, and sums them by type).
+    per_node: Mapping[str, States] = field(default_factory=dict)
+
+    @property
+    def wasted_gpus(self) -> dict[str, int]:
+        """Per node, its whole GPUs idle or spinning."""
+        return {n: s.idle + s.spinning for n, s in self.per_node.items()
+                if s.idle + s.spinning}
 
 
 def open_nodes(entities: Entities, window: Window, history_start: float) -> set[str]:
@@ -148,25 +171,81 @@ def fleet_totals(entities: Entities, devices: Devices, window: Window, history_s
     nodes, slices = idle_of(entities, devices, window, history_start, duration)
     report = waste(nodes, node_price, slices=slices, gpus_per_node=gpus_on)
     judged = devices.nodes
-    states = States()
-    for node, s in entities.states.items():
-        if node not in judged:
-            states += s
+    per_node = {node: s for node, s in entities.states.items() if node not in judged}
     found = gpu_states(devices.gpus, devices.idle, devices.spinning,
                        set(devices.gpus) - devices.silent, fleet=fleet_of(devices.gpus))
-    states += States(*(sum(1 for v in found.values() if v == state)
-                       for state in ("idle", "spinning", "no data")))
+    counts: dict[str, list[int]] = {}
+    order = ("idle", "spinning", "no data")
+    for ref, state in found.items():
+        if state in order:
+            counts.setdefault(ref.node, [0, 0, 0])[order.index(state)] += 1
+    per_node.update({node: States(*c) for node, c in counts.items()})
+    states = States()
+    for s in per_node.values():
+        states += s
 
     def gpu_price(node: str) -> float | None:
         price, n = node_price.get(node), gpus_on.get(node, 0)
         return price / n if price is not None and n > 0 else None
 
     per_hour = 0.0
-    for ref, share in entities.allocated.items():
-        price = gpu_price(ref.node)
+    for held, share in entities.allocated.items():
+        price = gpu_price(held.node)
         per_hour += price * share if price is not None else 0.0
     return Totals(states, report, len(entities.allocated), per_hour,
-                  sum(entities.stragglers.values()))
+                  sum(entities.stragglers.values()), per_node)
+
+
+def drawn_nodes(wasted: Mapping[str, int], summaries: Mapping[str, NodeSummary],
+                limit: int = MAX_HEATMAP_NODES) -> list[str]:
+    """The nodes the heatmap draws, in its order: the most idle or spinning GPUs first,
+    then the least busy (the nodes' means), then by name."""
+    return sorted(summaries, key=lambda n: (-wasted.get(n, 0), summary_mean(summaries[n]),
+                                            n))[:limit]
+
+
+@dataclass
+class IdleGpus:
+    """What the idle table's rows from a node's numbers lack, read when they are shown
+    (:meth:`__call__`, the page's ``RowDetails``): how many of the node's GPUs a container
+    held and how many spun in their idle run, of the node's devices (``read``: the idle
+    verdicts of the given nodes from their devices' runs, ``FleetData.found``'s store);
+    ``judged``: the nodes whose rows have them (read with the page, or since)."""
+
+    read: Callable[[Collection[str]], Mapping[str, NodeIdle]]
+    judged: set[str] = field(default_factory=set)
+
+    def __call__(self, rows: Sequence[IdleRow], first: int
+                 ) -> tuple[tuple[IdleRow, ...], str | None]:
+        todo = {r.node for r in rows[:first] if r.node not in self.judged}
+        if not todo:
+            return tuple(rows), None
+        try:
+            found = self.read(todo)
+        except DataError as exc:
+            return tuple(rows), f"The idle nodes' held and spinning GPUs could not be read ({exc})."
+        self.judged |= todo
+        return tuple(
+            replace(r, allocated_gpus=v.allocated_gpus, spinning_gpus=v.spinning_gpus)
+            if r.node in todo and (v := found.get(r.node)) is not None else r
+            for r in rows), None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The fleet page's findings as the run records give them (``dashboard/plan/``, where
+    they cover the page's history): the fleet's :class:`Totals`; the idle verdicts of the
+    devices read (``devices``: the nodes the numbers leave open, those with MIG slices, the
+    first idle rows' and the drawn ones); every allocated-idle container's finding and its
+    price share. The views show these instead of judging the steps."""
+
+    totals: Totals
+    devices: Devices
+    allocated: tuple[AllocatedIdle, ...] = ()
+    shares: Mapping[ContainerRef, float] = field(default_factory=dict)
+    #: Reads the idle verdicts of the given idle nodes from their devices (the held and
+    #: spinning GPUs of rows from a node's numbers: :class:`IdleGpus`); None: all read.
+    read_nodes: Callable[[Collection[str]], Mapping[str, NodeIdle]] | None = None
 
 
 def first_nodes(entities: Entities, totals: Totals, node_price: Mapping[str, float | None],

@@ -21,6 +21,7 @@ import yaml
 
 from bench import fleet as F
 from bench.fleet import build_blocks, import_victoriametrics
+from gpuscope.dashboard import ids
 from gpuscope.dashboard.data.recorded import CBY, RULE_R, RULES
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.entities import bounded, devices_of, entities_of, entity_queries
@@ -32,12 +33,14 @@ from gpuscope.dashboard.verdicts.mig import slice_share_promql, slice_shares
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, read_runs
 from gpuscope.dashboard.verdicts.totals import (
     Entities,
+    Found,
+    IdleGpus,
     States,
     first_nodes,
     fleet_totals,
     open_nodes,
 )
-from gpuscope.dashboard.views import build_fleet_view
+from gpuscope.dashboard.views import build_fleet_view, with_details
 from tests.dashboard.test_backends import NODES, STEP, WINDOW
 from tests.stores import (
     Store,
@@ -565,3 +568,69 @@ def test_the_fleets_totals_from_the_records_are_the_pages(recorded: Recorded) ->
                          ("stragglers", view.straggler_rows)):
         assert shown, table
         assert {r.node for r in shown[:rows]} <= first[table], table
+
+
+def _rows_differ(want: Any, got: Any) -> list[tuple[Any, Any]]:
+    """The rows (dataclasses) of two tables that differ (floats to 1e-9), in order."""
+    if len(want) != len(got):
+        return [(len(want), len(got))]
+    return [(a, b) for a, b in zip(want, got, strict=True) if not _same(a, b)]
+
+
+def test_the_page_from_the_records_is_the_pages(recorded: Recorded) -> None:
+    """The fleet page where the run records cover its history (the idle devices, nodes
+    and slices and the allocated-idle containers from them: ``FleetData.found``) shows
+    what the page judged from the raw series shows: the KPIs, the idle nodes', slices',
+    allocated-idle and spinning tables, the heatmap."""
+    data, th, prices = recorded.data, Thresholds(), load_prices()
+    want = build_fleet_view(data, prices, th)
+    store = PrometheusData(recorded.vm.url, clock=lambda: recorded.end, timeout=120,
+                           prices=prices)
+    try:
+        page = store.fleet(WINDOW)
+        assert isinstance(page.found, Found)
+        got = build_fleet_view(page, prices, th)
+        # (The heatmap draws all 200 nodes here, so every idle node's devices came with
+        # the page: the rows after the first three as if from their numbers alone, read
+        # when shown.)
+        first = {r.node for r in got.idle_rows[:3]}
+        assert any(r.allocated_gpus for r in got.idle_rows[3:])
+        got = replace(got, idle_rows=tuple(
+            r if r.node in first else replace(r, allocated_gpus=0, spinning_gpus=0)
+            for r in got.idle_rows), row_details={
+                **got.row_details,
+                ids.IDLE_NODES_TABLE: IdleGpus(partial(store.read_idle_nodes, page.window,
+                                                       page.history_start), first)})
+        # Every row as "Show all rows" reads it (the idle rows' held and spinning GPUs, the
+        # spinning rows' signals, the stragglers' evidence: read for the first rows on
+        # their own).
+        for table in (ids.IDLE_NODES_TABLE, ids.SPINNING_GPUS_TABLE, ids.STRAGGLERS_TABLE):
+            got, problem = with_details(got, table, 1 << 30)
+            assert problem is None
+    finally:
+        store.close()
+    assert _same(want.kpis, got.kpis), (want.kpis, got.kpis)
+    # (A straggler's evidence, the same path in both, is read from the recorded
+    # throttling on one and the raw series on the other: its medians differ in the 4th
+    # digit.)
+    want = replace(want, straggler_rows=tuple(replace(r, evidence=None)
+                                              for r in want.straggler_rows))
+    got = replace(got, straggler_rows=tuple(replace(r, evidence=None)
+                                            for r in got.straggler_rows))
+    for table in ("idle_rows", "slice_rows", "allocated_idle_rows", "spinning_rows",
+                  "straggler_rows"):
+        differ = _rows_differ(getattr(want, table), getattr(got, table))
+        assert not differ, (table, [{f.name: (getattr(a, f.name), getattr(b, f.name))
+                                     for f in fields(a) if getattr(a, f.name) != getattr(
+                                         b, f.name)} for a, b in differ[:3]])
+    # The heatmap as the page with the rules draws it without the run records (the nodes'
+    # recorded means order it; the raw page's means differ in the last digits).
+    store = PrometheusData(recorded.vm.url, clock=lambda: recorded.end, timeout=120)
+    try:
+        assert store.fleet(WINDOW).found is None
+        rules = build_fleet_view(store.fleet(WINDOW), prices, th)
+    finally:
+        store.close()
+    assert rules.heatmap == got.heatmap
+    assert any(any(row) for row in got.heatmap.idle)
+    assert want.idle_rows and want.allocated_idle_rows and want.slice_rows
