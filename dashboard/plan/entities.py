@@ -1,6 +1,6 @@
 """The fleet page's numbers per entity from the verdicts' run records
 (:mod:`~gpuscope.dashboard.verdicts.runs`): each node's whole GPUs by state, each idle
-node's numbers, the nodes with MIG slices, each node's spinning devices, each
+node's numbers, the nodes with MIG slices, each
 allocated-idle container's price share, each straggler group's rows and devices per node
 (:func:`entity_queries`, :func:`entities_of`): one instant query per table at the page's
 end, the same whatever the fleet's state, a number or a few per entity; the page prices,
@@ -81,7 +81,6 @@ def entity_queries(window: Window, history_start: float, th: Thresholds) -> dict
                   f"{NO_MIG}", "idle"),
             _stat(f"count by (node) ({spin_hold}){NO_MIG}", "spinning"),
             _stat(f"count by (node) ({_last('silent', GBY)}){NO_MIG}", "no_data"),
-            _stat(f"count by (node) ({spin_hold})", "spinning_all"),
             _stat('count by (node) (gpu_info{parent_uuid!=""})', "mig"),
         ]),
         " or ".join([*(_stat(_last(f"node_idle_{s}", "node"), s)
@@ -103,7 +102,6 @@ def entities_of(rows: Iterable[tuple[Mapping[str, str], float]]) -> Entities:
     states: dict[str, list[int]] = {}
     numbers: dict[str, dict[str, float]] = {}
     mig: set[str] = set()
-    spin: dict[str, int] = {}
     allocated: dict[ContainerRef, float] = {}
     strag: dict[Group, int] = {}
     gpus: dict[Group, dict[str, float]] = {}
@@ -112,8 +110,6 @@ def entities_of(rows: Iterable[tuple[Mapping[str, str], float]]) -> Entities:
         stat, node = lab.get("stat", ""), lab.get("node", "")
         if stat in order:
             states.setdefault(node, [0, 0, 0])[order.index(stat)] = round(v)
-        elif stat == "spinning_all":
-            spin[node] = round(v)
         elif stat == "mig":
             mig.add(node)
         elif stat == "share":
@@ -140,7 +136,7 @@ def entities_of(rows: Iterable[tuple[Mapping[str, str], float]]) -> Entities:
             (n.get("held_sum_then", 0.0), n.get("spun_sum_then", 0.0)) if same else None)
     return Entities(
         states={n: States(*s) for n, s in states.items() if n not in mig},
-        node_runs=runs, mig_nodes=frozenset(mig), spinning=spin, allocated=allocated,
+        node_runs=runs, mig_nodes=frozenset(mig), allocated=allocated,
         stragglers=strag, group_gpus={k: v for k, v in gpus.items() if k in strag})
 
 

@@ -36,7 +36,6 @@ from gpuscope.dashboard.plan.entities import (
     devices_of,
     entities_of,
     entity_queries,
-    merged,
     with_gpus,
 )
 from gpuscope.dashboard.plan.queries import PlanQueries
@@ -75,10 +74,9 @@ from gpuscope.dashboard.verdicts.totals import (
     Devices,
     Entities,
     Found,
-    drawn_nodes,
     first_nodes,
     fleet_totals,
-    open_nodes,
+    shown_nodes,
 )
 
 
@@ -125,10 +123,11 @@ class PrometheusData(PlanQueries):
         # store older than the window), the idle devices, nodes and slices and the
         # allocated-idle containers come from them (``dashboard/plan/entities.py``): one
         # query per table, whatever the fleet's state, and the findings of the nodes the
-        # page shows.
+        # page shows. Over the rules' own window (the default hour: the price shares'
+        # records are over it) and the whole fleet.
         assumed = self.assumed_start(window)
         recorded = False
-        if records and rules and namespace is None and self.prices is not None:
+        if records and self.prices is not None and self.lean(window, namespace, rules):
             checks += 1
             since = self.runs_recorded_since(window)
             recorded = since is not None and since <= assumed and bounded(window, assumed, th)
@@ -221,14 +220,24 @@ class PrometheusData(PlanQueries):
         # With the run records: the numbers per entity, the nodes they leave open (their
         # devices' runs read meanwhile) and every allocated-idle container's run.
         entities = entities_of(entity_rows) if recorded else None
-        opened: set[str] = set()
+        opened: set[str] = set()  # (the nodes whose devices are read with the records)
+        run_nodes: set[str] = set()  # (and whose devices' runs)
         pending: tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]] | None = None
         if entities is not None:
-            opened = open_nodes(entities, window, hs)
-            pending = (self._page_pool.submit(devices_of, self.instant, window, hs, opened,
+            assert self.prices is not None
+            node_price = {n: self.prices.node_price(i.instance_type, i.capacity_type).per_hour
+                          for n, i in nodes.items()}
+            gpus_on = {n: s.gpus for n, s in summaries.items()}
+            # The open and MIG nodes, the first idle rows' and the heatmap's, and the first
+            # allocated-idle rows' nodes (their GPUs' index): read with the others.
+            run_nodes = shown_nodes(entities, window, hs, node_price, gpus_on, summaries,
+                                    self.first_rows, th.idle_duration)
+            pending = (self._page_pool.submit(devices_of, self.instant, window, hs, run_nodes,
                                               {}, th, self.cluster_label),
                        self._page_pool.submit(allocated_of, self.instant, window, hs, th))
-        read_on: set[str] = set()
+            opened = run_nodes | first_nodes(entities, fleet_totals(
+                entities, Devices(), window, hs, node_price, gpus_on, th.idle_duration),
+                node_price, gpus_on, self.first_rows)["allocated"]
 
         def detail(need: set[str]) -> tuple[set[str], dict[GpuRef, GpuInfo]]:
             """The nodes whose devices are read (:func:`detail_nodes`), of those named and
@@ -248,7 +257,6 @@ class PrometheusData(PlanQueries):
             need |= {p.node for p in pods.values()
                      if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
             on, light = detail(need | opened)
-            read_on = on
             inventory = read_devices(on, True)
         member_rows = (inventory if lean else first_res)["members"]
 
@@ -295,7 +303,6 @@ class PrometheusData(PlanQueries):
             need |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
             need |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
             on, light = detail(need | opened)
-            read_on = on
             inventory = read_devices(on, False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' containers come with no steps, and
@@ -333,9 +340,9 @@ class PrometheusData(PlanQueries):
         gpus = {**gpu_infos(inventory["gpus"]), **light}
         found: Found | None = None
         if entities is not None and pending is not None:
-            found, more_gpus = self._found(window, hs, entities, opened, pending, gpus, nodes,
-                                           summaries, read_on, queries)
-            gpus.update(more_gpus)
+            found = self._found(window, hs, entities, pending,
+                                {r: i for r, i in gpus.items() if r.node in run_nodes}, nodes,
+                                summaries)
             silent = set(found.devices.silent)
         if not summarize:
             # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
@@ -449,47 +456,22 @@ class PrometheusData(PlanQueries):
         )
 
     def _found(self, window: Window, history_start: float, entities: Entities,
-               opened: set[str],
                pending: tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]],
                gpus: Mapping[GpuRef, GpuInfo], nodes: Mapping[str, NodeInfo],
-               summaries: Mapping[str, NodeSummary], read_on: Collection[str],
-               queries: dict[str, str]) -> tuple[Found, dict[GpuRef, GpuInfo]]:
+               summaries: Mapping[str, NodeSummary]) -> Found:
         """The page's findings from the run records (:class:`Found`): the fleet's totals
-        from ``entities`` and the devices of the ``opened`` nodes (their runs in
-        ``pending`` with every allocated-idle container's), priced by :attr:`prices`;
-        then the devices of the nodes the idle table's first rows and the heatmap show
-        (their inventory, besides ``gpus``, returned too)."""
+        from ``entities`` and the devices ``pending`` read (their inventory in ``gpus``),
+        priced by :attr:`prices`, with every allocated-idle container's finding."""
         assert self.prices is not None
-        th = self.thresholds
         node_price = {n: self.prices.node_price(i.instance_type, i.capacity_type).per_hour
                       for n, i in nodes.items()}
         gpus_on = {n: s.gpus for n, s in summaries.items()}
-        devices = with_gpus(pending[0].result(), opened, gpus)
+        devices = pending[0].result()
+        devices = with_gpus(devices, {ref.node for ref in gpus}, gpus)
         totals = fleet_totals(entities, devices, window, history_start, node_price, gpus_on,
-                              th.idle_duration)
-        first = first_nodes(entities, totals, node_price, gpus_on, self.first_rows)
-        drawn = set(drawn_nodes(totals.wasted_gpus, summaries))
-        # The first idle rows' and the drawn nodes' devices (their rows' held and spinning
-        # GPUs, the heatmap's cells), with the inventory of those and of the first
-        # allocated-idle rows' nodes where the detail reads did not have it.
-        judge = (first["idle"] | drawn) - opened
-        unread = (judge | first["allocated"]) - set(read_on)
-        more: dict[GpuRef, GpuInfo] = {}
-        if unread:
-            inventory = {f"rows {k}": q
-                         for k, q in self.detail_queries(window, unread, False).items()}
-            queries.update(inventory)
-            more = gpu_infos(self._submit(inventory, window)["rows gpus"])
-        if judge:
-            rows = devices_of(self.instant, window, history_start, judge, {}, th,
-                              self.cluster_label)
-            devices = merged(devices, with_gpus(rows, judge, {**gpus, **more}))
-            # Those nodes' idle verdicts from their devices (the same, with their held and
-            # spinning GPUs counted for the rows).
-            totals = fleet_totals(entities, devices, window, history_start, node_price,
-                                  gpus_on, th.idle_duration)
+                              self.thresholds.idle_duration)
         return Found(totals, devices, pending[1].result(), entities.allocated,
-                     partial(self.read_idle_nodes, window, history_start)), more
+                     partial(self.read_idle_nodes, window, history_start))
 
     def read_idle_nodes(self, window: Window, history_start: float, nodes: Collection[str]
                         ) -> dict[str, NodeIdle]:

@@ -75,7 +75,6 @@ class Entities:
     - ``node_runs``: per node without MIG slices all of whose whole GPUs are in an idle run,
       its numbers (:class:`~.idle.NodeRun`);
     - ``mig_nodes``: the nodes with MIG slices (judged from their devices);
-    - ``spinning``: per node, its devices spinning;
     - ``allocated``: each allocated-idle container, its share of its GPU's price (a MIG
       slice's share, else 1 / the device's users);
     - ``stragglers``: per straggler group with a stalled or slow device, how many (a row
@@ -87,7 +86,6 @@ class Entities:
     states: Mapping[str, States] = field(default_factory=dict)
     node_runs: Mapping[str, NodeRun] = field(default_factory=dict)
     mig_nodes: frozenset[str] = frozenset()
-    spinning: Mapping[str, int] = field(default_factory=dict)
     allocated: Mapping[ContainerRef, float] = field(default_factory=dict)
     stragglers: Mapping[Group, int] = field(default_factory=dict)
     group_gpus: Mapping[Group, Mapping[str, float]] = field(default_factory=dict)
@@ -250,7 +248,7 @@ class Found:
 
 def first_nodes(entities: Entities, totals: Totals, node_price: Mapping[str, float | None],
                 gpus_on: Mapping[str, int], rows: int) -> dict[str, frozenset[str]]:
-    """Per table (``idle``, ``slices``, ``spinning``, ``allocated``, ``stragglers``), the
+    """Per table (``idle``, ``slices``, ``allocated``, ``stragglers``), the
     nodes that hold its first ``rows`` rows in the table's own order (dearest first), so
     that the page reads their findings and no others."""
     def gpu_price(node: str) -> float:
@@ -261,10 +259,6 @@ def first_nodes(entities: Entities, totals: Totals, node_price: Mapping[str, flo
            "slices": frozenset(s.slice.ref.node for s in sorted(
                totals.report.slices, key=lambda s: (-(s.price_per_hour or 0.0),
                                                      s.slice.ref))[:rows])}
-    # Spinning: by a GPU's price, then node: whole nodes until the rows are there.
-    out["spinning"] = frozenset(_until(
-        sorted(entities.spinning, key=lambda n: (-gpu_price(n), n)),
-        entities.spinning.__getitem__, rows))
     # Allocated-idle: by $/hour, namespace, pod; the rows tied with the last one too.
     dear = sorted(entities.allocated, key=lambda c: (
         -gpu_price(c.node) * entities.allocated[c], c.namespace, c.pod))
@@ -282,6 +276,24 @@ def first_nodes(entities: Entities, totals: Totals, node_price: Mapping[str, flo
                   and (group_price(k), k[0], k[1]) == (group_price(last), last[0], last[1])]
     out["stragglers"] = frozenset(n for k in first for n in entities.group_gpus.get(k, {}))
     return out
+
+
+def shown_nodes(entities: Entities, window: Window, history_start: float,
+                node_price: Mapping[str, float | None], gpus_on: Mapping[str, int],
+                summaries: Mapping[str, NodeSummary], rows: int = FIRST_ROWS,
+                duration: float = IDLE_DURATION) -> set[str]:
+    """The nodes whose devices the page reads with the numbers per entity, known from them
+    alone: the nodes they leave open (:func:`open_nodes`, MIG ones included), and of the
+    others the first ``rows`` idle nodes by waste and the nodes the heatmap may draw
+    (:func:`drawn_nodes` by the numbers' counts): the idle table's first rows and the
+    heatmap are among these whatever the open nodes turn out to be."""
+    opened = open_nodes(entities, window, history_start)
+    known, _ = idle_of(entities, Devices(), window, history_start, duration)
+    report = waste({n: v for n, v in known.items() if n not in opened}, node_price)
+    wasted = {n: s.idle + s.spinning for n, s in entities.states.items()}
+    return (opened | {w.idle.node for w in report.nodes[:rows]}
+            | set(drawn_nodes(wasted, {n: v for n, v in summaries.items()
+                                       if n not in opened})))
 
 
 def _until(keys: Sequence[Any], count: Callable[[Any], int], rows: int) -> list[Any]:

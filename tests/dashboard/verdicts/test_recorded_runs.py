@@ -563,7 +563,6 @@ def test_the_fleets_totals_from_the_records_are_the_pages(recorded: Recorded) ->
     rows = 5
     first = first_nodes(entities, totals, ctx.node_price, whole, rows)
     for table, shown in (("idle", view.idle_rows), ("slices", view.slice_rows),
-                         ("spinning", view.spinning_rows),
                          ("allocated", view.allocated_idle_rows),
                          ("stragglers", view.straggler_rows)):
         assert shown, table
