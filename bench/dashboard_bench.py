@@ -307,11 +307,12 @@ def page_source(url: str, meta: dict[str, Any], args: argparse.Namespace) -> Pro
     has clusters (``bench/fleet.py --clusters``), the store's default otherwise."""
     extra = {"cluster_label": meta["cluster_label"]} if meta.get("cluster_label") else {}
     end = meta["end"]
-    # Priced as the dashboard prices (its --prices): the page then reads the idle and
-    # allocated-idle findings from the verdicts' run records where they cover its history.
-    prices = None if getattr(args, "no_records", False) else load_prices()
-    source = PrometheusData(url, clock=lambda: end, timeout=args.timeout, prices=prices,
-                            **extra)
+    # Priced as the dashboard prices (its --prices); with --records the page reads the idle
+    # and allocated-idle findings from the verdicts' run records where they cover its
+    # history (PrometheusData.read_records).
+    source = PrometheusData(url, clock=lambda: end, timeout=args.timeout,
+                            prices=load_prices(), **extra)
+    source.read_records = bool(getattr(args, "records", False))
     if getattr(args, "no_summaries", False):
         # Every finding's steps, as for a fleet whose findings began within the window:
         # the sets' findings hold over all of it, which the rules' run summaries describe.
@@ -804,10 +805,10 @@ def main() -> int:
                     help="also time the node, pod and workload drill-downs")
     ap.add_argument("--raw", action="store_true",
                     help="the raw queries even where the recording rules are loaded")
-    ap.add_argument("--no-records", action="store_true",
-                    help="judge every idle and allocated-idle finding as the page does "
-                    "without the verdicts' run records (the page is not given the prices "
-                    "it ranks the tables' first rows by)")
+    ap.add_argument("--records", action="store_true",
+                    help="read the idle and allocated-idle findings from the verdicts' run "
+                    "records where they cover the page's history (PrometheusData."
+                    "read_records; a set built by bench/rules.py with the runs)")
     ap.add_argument("--no-summaries", action="store_true",
                     help="ask every finding's steps even where the recording rules summarise "
                     "it whole (the sets' findings hold over the whole window; a fleet whose "

@@ -49,6 +49,7 @@ from gpuscope.dashboard.data import DataError  # noqa: E402
 from gpuscope.dashboard.data.http import PromApi  # noqa: E402
 from gpuscope.dashboard.data.source import InvalidFilter, validate_namespace  # noqa: E402
 from gpuscope.dashboard.plan import PrometheusData  # noqa: E402
+from gpuscope.dashboard.prices import load_prices  # noqa: E402
 from tests.stores import (  # noqa: E402
     Store,
     StoreError,
@@ -96,11 +97,15 @@ class _Recording(PromApi):
 
 
 def page_queries(store: Store, end: float, window: float = 3600.0,
-                 namespace: str | None = None, timeout: float = 60.0) -> list[Sent]:
+                 namespace: str | None = None, timeout: float = 60.0,
+                 records: bool = False) -> list[Sent]:
     """The queries one fleet page over ``window`` seconds before ``end`` sends ``store``,
-    after a first page that found out whether the recording rules are loaded."""
+    after a first page that found out whether the recording rules are loaded; ``records``:
+    the page from the verdicts' run records (``PrometheusData.read_records``)."""
     client = _Recording(store.url, timeout)
-    source = PrometheusData(store.url, clock=lambda: end, timeout=timeout, client=client)
+    source = PrometheusData(store.url, clock=lambda: end, timeout=timeout, client=client,
+                            prices=load_prices() if records else None)
+    source.read_records = records
     try:
         source.fleet(window, namespace)
         client.sent.clear()
@@ -198,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "per line")
     ap.add_argument("--window", type=float, default=3600.0, help="the page's window, seconds")
     ap.add_argument("--namespace", help="the page filtered to this namespace")
+    ap.add_argument("--records", action="store_true",
+                    help="the page from the verdicts' run records (PrometheusData."
+                    "read_records; a set with the runs)")
     ap.add_argument("--runs", type=int, default=3, help="replays per query (the median)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)
@@ -237,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               start_prometheus(folder / "tsdb") if args.store == "prometheus" else
               start_victoriametrics(folder / "vm", cache=False)) as store:
             queries = (instant_queries(lines, end) if args.queries else
-                       page_queries(store, end, args.window, args.namespace))
+                       page_queries(store, end, args.window, args.namespace,
+                                    records=args.records))
             if not queries:
                 print("query_cost: no query to replay", file=sys.stderr)
                 return 1

@@ -127,7 +127,8 @@ class PrometheusData(PlanQueries):
         # records are over it) and the whole fleet.
         assumed = self.assumed_start(window)
         recorded = False
-        if records and self.prices is not None and self.lean(window, namespace, rules):
+        if (records and self.read_records and self.prices is not None
+                and self.lean(window, namespace, rules)):
             checks += 1
             since = self.runs_recorded_since(window)
             recorded = since is not None and since <= assumed and bounded(window, assumed, th)

@@ -657,6 +657,13 @@ class PlanQueries(PrometheusStore):
     #: where it can; False: every finding's steps (the same verdicts, slower; for tests).
     summaries = True
 
+    #: Whether the fleet page reads the idle devices, nodes and slices and the
+    #: allocated-idle containers from the verdicts' run records where they cover its
+    #: history (``dashboard/plan/entities.py``; needs :attr:`prices`). The same page;
+    #: measured slower than the run summaries at 57 % and 95 % of 5,000 nodes on both
+    #: stores (docs/benchmarks.md), so off: for tests and the benchmark's ``--records``.
+    read_records = False
+
     #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
     RULES_CHECK_EVERY = 300.0
 

@@ -585,6 +585,7 @@ def test_the_page_from_the_records_is_the_pages(recorded: Recorded) -> None:
     want = build_fleet_view(data, prices, th)
     store = PrometheusData(recorded.vm.url, clock=lambda: recorded.end, timeout=120,
                            prices=prices)
+    store.read_records = True
     try:
         page = store.fleet(WINDOW)
         assert isinstance(page.found, Found)
