@@ -225,10 +225,7 @@ class PrometheusData(PlanQueries):
         run_nodes: set[str] = set()  # (and whose devices' runs)
         pending: tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]] | None = None
         if entities is not None:
-            assert self.prices is not None
-            node_price = {n: self.prices.node_price(i.instance_type, i.capacity_type).per_hour
-                          for n, i in nodes.items()}
-            gpus_on = {n: s.gpus for n, s in summaries.items()}
+            node_price, gpus_on = self._priced(nodes, summaries)
             # The open and MIG nodes, the first idle rows' and the heatmap's, and the first
             # allocated-idle rows' nodes (their GPUs' index): read with the others.
             run_nodes = shown_nodes(entities, window, hs, node_price, gpus_on, summaries,
@@ -456,6 +453,15 @@ class PrometheusData(PlanQueries):
             found=found,
         )
 
+    def _priced(self, nodes: Mapping[str, NodeInfo], summaries: Mapping[str, NodeSummary],
+                ) -> tuple[dict[str, float | None], dict[str, int]]:
+        """Each node's $/hour as :attr:`prices` gives it (None: unknown), and its whole
+        GPUs (the rules' numbers)."""
+        assert self.prices is not None
+        price = self.prices.node_price
+        return ({n: price(i.instance_type, i.capacity_type).per_hour for n, i in nodes.items()},
+                {n: s.gpus for n, s in summaries.items()})
+
     def _found(self, window: Window, history_start: float, entities: Entities,
                pending: tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]],
                gpus: Mapping[GpuRef, GpuInfo], nodes: Mapping[str, NodeInfo],
@@ -463,10 +469,7 @@ class PrometheusData(PlanQueries):
         """The page's findings from the run records (:class:`Found`): the fleet's totals
         from ``entities`` and the devices ``pending`` read (their inventory in ``gpus``),
         priced by :attr:`prices`, with every allocated-idle container's finding."""
-        assert self.prices is not None
-        node_price = {n: self.prices.node_price(i.instance_type, i.capacity_type).per_hour
-                      for n, i in nodes.items()}
-        gpus_on = {n: s.gpus for n, s in summaries.items()}
+        node_price, gpus_on = self._priced(nodes, summaries)
         devices = pending[0].result()
         devices = with_gpus(devices, {ref.node for ref in gpus}, gpus)
         totals = fleet_totals(entities, devices, window, history_start, node_price, gpus_on,
