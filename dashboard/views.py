@@ -266,14 +266,22 @@ def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[G
     could not be read)."""
     by_node, summaries = nodes.by_node, nodes.summaries
 
+    counts: dict[str, tuple[int, int]] = {}
+
     def node_states(node: str) -> tuple[int, int]:
-        """The node's whole GPUs idle, and spinning."""
+        """The node's whole GPUs idle, and spinning (each node's once: its rank and its
+        group ask)."""
+        found = counts.get(node)
+        if found is not None:
+            return found
         if per_node is not None:
             s = per_node.get(node)
-            return (s.idle, s.spinning) if s is not None else (0, 0)
-        refs = [g.ref for g in by_node.get(node, ())]
-        return (sum(1 for r in refs if states.get(r) == "idle"),
-                sum(1 for r in refs if states.get(r) == "spinning"))
+            found = (s.idle, s.spinning) if s is not None else (0, 0)
+        else:
+            mine = [states.get(g.ref) for g in by_node.get(node, ())]
+            found = (mine.count("idle"), mine.count("spinning"))
+        counts[node] = found
+        return found
 
     def node_rank(node: str) -> tuple[int, float, str]:
         wasted = sum(node_states(node))

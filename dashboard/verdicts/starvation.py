@@ -124,18 +124,21 @@ def timeslice_shares(
         if not is_fresh(times, window):
             continue
         latest = times[-1]
+        # Per step where a member can be starved (shared, the device busy, some use): the
+        # members' total and the share under which one is; the same for every member.
+        fair_gpu = fair_shares.get(gpu)
+        limits: dict[float, tuple[float, float]] = {}
+        for t in times:
+            n, total, dev = sharers[t], totals[t], gpu_at.get(t)
+            if n >= 2 and dev is not None and dev >= busy and total > 0:
+                limits[t] = (total, share_factor * (fair_gpu if fair_gpu is not None
+                                                    else 1.0 / n))
         for ref, values in members.items():
             if latest not in values:
                 continue  # not on the device any more
             own_times = sorted(values)
-            flags = []
-            for t in own_times:
-                n, total, dev = sharers[t], totals[t], gpu_at.get(t)
-                fair = fair_shares.get(gpu, 1.0 / n) if n else 0.0
-                flags.append(
-                    n >= 2 and dev is not None and dev >= busy and total > 0
-                    and values[t] / total < share_factor * fair
-                )
+            flags = [(lim := limits.get(t)) is not None and values[t] / lim[0] < lim[1]
+                     for t in own_times]
             run = trailing_run(own_times, flags, window.step, history_start)
             n, total = sharers[latest], totals[latest]
             out.append(ShareVerdict(
