@@ -11,39 +11,63 @@
 #
 # Steps, each under `timeout` (SIGTERM, on which the check cleans up: the MPS daemon quits, the
 # files so far are written; SIGKILL 30 s later), all within GPUSCOPE_CHECK_BUDGET seconds
-# (default 250); a step that fails or runs out of time is recorded and the next one runs:
+# (default 250; with the soak, its seconds + 90 more); a step that fails or runs out of time is
+# recorded and the next one runs:
 #   versions  driver, CUDA, nvidia-smi, Python, PyTorch, the machine's own pynvml and protobuf
 #   install   the wheels, then which modules the check imports and from where
 #   check     bench/real_gpu_check.py --load --window 30: exporter vs nvidia-smi, health (row
 #             remapping, ECC), work signals, what the GPM calls cost (idle and under load)
 #   mps       bench/real_gpu_check.py --only mps: an MPS daemon and two clients, raw NVML
+#   soak      (only when asked for, GPUSCOPE_CHECK_STEPS) bench/real_gpu_check.py --only soak
+#             --soak-seconds GPUSCOPE_SOAK_SECONDS: the exporter on the driver while PyTorch
+#             processes come and go, its RSS, fds, threads and scrapes every 10 s
 #   collect   everything into $OUT (at most 8 files, flat):
 #             summary.log (all of the above), real-gpu.tar.gz (every raw output), and copies of
-#             comparison.json, health.json, work-signals.json, gpm-cost.json, mps.json,
-#             metrics.txt
+#             comparison.json, health.json, work-signals.json, gpm-cost.json, metrics.txt,
+#             mps.json, soak.json, in that order, while there is room for them (less those
+#             named in GPUSCOPE_SKIP_COPIES)
 #
 # Environment: OUT (required); GPUSCOPE_WHEELS (the wheels' folder, default .whl);
 # GPUSCOPE_NVML_LIBRARY (a libnvidia-ml to load instead of the driver's, passed as --library:
 # bench/fake_libnvml's C double tries this script without a GPU, where the parts that need
 # nvidia-smi, PyTorch or MPS report themselves skipped); GPUSCOPE_CHECK_BUDGET; GPUSCOPE_WINDOW
-# (seconds of work signals, 30); PYTHON (python3).
+# (seconds of work signals, 30); GPUSCOPE_CHECK_STEPS (of check, mps, soak, comma-separated;
+# default check,mps: e.g. soak alone); GPUSCOPE_SOAK_SECONDS (240; with soak, the default budget
+# grows by it and 90 s more); GPUSCOPE_SKIP_COPIES (file names not to copy to $OUT, e.g.
+# "metrics.txt,mps.json": what is in the tarball anyway); PYTHON (python3).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-budget=${GPUSCOPE_CHECK_BUDGET:-250}
+steps=",${GPUSCOPE_CHECK_STEPS:-check,mps},"
+for s in ${steps//,/ }; do
+  case $s in
+    check | mps | soak) ;;
+    *) echo "GPUSCOPE_CHECK_STEPS: unknown step $s (of check, mps, soak)" >&2 && exit 2 ;;
+  esac
+done
+soak_seconds=${GPUSCOPE_SOAK_SECONDS:-240}
+# The budget: 250 s with check or mps (as ever); else 105 s for versions and install. The soak
+# adds its seconds and 90 s more (the exporter's start, the last processes' stop, the summary).
+budget=105
+[[ $steps == *,check,* || $steps == *,mps,* ]] && budget=250
+[[ $steps == *,soak,* ]] && budget=$((budget + ${soak_seconds%.*} + 90))
+budget=${GPUSCOPE_CHECK_BUDGET:-$budget}
 wheels=${GPUSCOPE_WHEELS:-.whl}
 window=${GPUSCOPE_WINDOW:-30}
 library=${GPUSCOPE_NVML_LIBRARY:-}
+skip_copies=${GPUSCOPE_SKIP_COPIES:-}
+skip_copies=",${skip_copies// /,},"
 export PYTHON=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpuscope-check.XXXXXX")
 export SITE=$work/site      # the wheels, installed
 export NSPATH=$work/path    # gpuscope/exporter -> ./exporter
 export RESULTS=$work/real-gpu
 export WHEELS=$wheels
-mkdir -p "$SITE" "$NSPATH/gpuscope" "$RESULTS/check" "$RESULTS/mps"
+mkdir -p "$SITE" "$NSPATH/gpuscope"
+for s in ${steps//,/ }; do mkdir -p "$RESULTS/$s"; done
 ln -sfn "$PWD/exporter" "$NSPATH/gpuscope/exporter"
 start=$SECONDS
 summary=()
@@ -187,6 +211,11 @@ mps() {
     ${library:+--library "$library"}
 }
 
+soak() {
+  PYTHONPATH=$SITE:$NSPATH exec "$PYTHON" bench/real_gpu_check.py --out "$RESULTS/soak" \
+    --only soak --soak-seconds "$soak_seconds" ${library:+--library "$library"}
+}
+
 collect() {
   # $OUT: summary.log (written by tee), the tarball, and the files read first; flat names.
   "$PYTHON" - "$RESULTS" "$OUT/real-gpu.tar.gz" <<'EOF'
@@ -194,27 +223,39 @@ import sys, tarfile
 with tarfile.open(sys.argv[2], "w:gz") as tar:
     tar.add(sys.argv[1], arcname="real-gpu")
 EOF
-  local f
+  # The device tool brings back at most 8 files: summary.log, the tarball, then these in turn
+  # while there is room (what does not fit is in the tarball).
+  local f name copied=2 left=()
   for f in check/comparison.json check/health.json check/work-signals.json check/gpm-cost.json \
-    check/metrics.txt mps/mps.json; do
-    [[ -f $RESULTS/$f ]] && cp "$RESULTS/$f" "$OUT/$(basename "$f")"
+    check/metrics.txt mps/mps.json soak/soak.json; do
+    name=$(basename "$f")
+    [[ -f $RESULTS/$f && $skip_copies != *,$name,* ]] || continue
+    if ((copied < 8)); then
+      cp "$RESULTS/$f" "$OUT/$name"
+      copied=$((copied + 1))
+    else
+      left+=("$name")
+    fi
   done
+  ((${#left[@]})) && echo "not copied to \$OUT (8 files at most; in the tarball): ${left[*]}"
   ls -l "$OUT"
 }
 
-export library window
-export -f versions install check mps
+export library window soak_seconds
+export -f versions install check mps soak
 
 main() {
-  echo "gpuscope device check: OUT=$OUT work=$work budget=${budget} s library=${library:-driver}"
+  echo "gpuscope device check: OUT=$OUT work=$work budget=${budget} s" \
+    "library=${library:-driver} steps=${steps:1:-1}"
   step versions 45 bash -c versions
   step install 60 bash -c install
-  step check 150 bash -c check
-  step mps 100 bash -c mps
+  [[ $steps == *,check,* ]] && step check 150 bash -c check
+  [[ $steps == *,mps,* ]] && step mps 100 bash -c mps
+  [[ $steps == *,soak,* ]] && step soak $((${soak_seconds%.*} + 90)) bash -c soak
   echo
   echo "== summary ($((SECONDS - start)) s in all)"
   printf '  %s\n' "${summary[@]}"
-  for f in check/steps.json mps/steps.json; do
+  for f in check/steps.json mps/steps.json soak/steps.json; do
     [[ -f $RESULTS/$f ]] && echo "  $f: $(tr -d '\n' <"$RESULTS/$f" | tr -s ' ')"
   done
   collect

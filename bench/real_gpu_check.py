@@ -3,7 +3,7 @@
 Not a test (CI has no GPU). Run it on a node with a driver:
 
     python3 bench/real_gpu_check.py [--out DIR] [--window SECONDS] [--load] [--mps]
-        [--only STEP,...] [--library SO]
+        [--only STEP,...] [--soak-seconds SECONDS] [--library SO]
 
 (on a machine without a package index, ``bench/device_check.sh`` installs what it needs and
 runs it: docs/real-gpu.md).
@@ -48,8 +48,15 @@ per call on each GPU (through the real pynvml, with the metrics the exporter ask
 whole ``NvmlSource`` round with GPM and without, to ``gpm-cost.json``; idle, and again under
 the load with ``--load``. Recorded, not compared; a GPU without GPM is reported as skipped.
 
+Part 6, soak (``--only soak``, off by default; ``--soak-seconds``, 240): the exporter with
+``--process-metrics`` (GPM on) sampling every second on the driver, scraped every second, while
+short-lived PyTorch processes come and go on GPU 0; every 10 s its RSS, fds, threads, CPU, the
+scrapes' latency and its own ``gpu_exporter_*`` series, and at the end the figures after a
+warm-up and each process's PID against the ``gpu_process_*`` series, to ``soak.json``. Without
+PyTorch or with ``--library`` it runs without the processes (reported as skipped).
+
 Every step has a time limit, and one that fails does not stop the next. ``--only`` picks
-steps (``exporter,health,work,gpm,mps``). Every missing tool is reported as skipped, not as a
+steps (``exporter,health,work,gpm,mps,soak``). Every missing tool is reported as skipped, not as a
 failure. Raw outputs go to ``--out`` (``steps.json`` lists what ran, how long, and what
 failed); the exit status is 1 on any mismatch or failed step.
 """
@@ -112,7 +119,7 @@ def get(url: str) -> tuple[int, str]:
         return 0, str(e)
 
 
-STEPS = ("exporter", "health", "work", "gpm", "mps")
+STEPS = ("exporter", "health", "work", "gpm", "mps", "soak")
 
 
 @dataclasses.dataclass
@@ -137,6 +144,8 @@ def main() -> int:
                              "GPU 0, recorded through NVML and nvidia-smi (mps.json)")
     parser.add_argument("--mps-seconds", type=float, default=8.0,
                         help="seconds of NVML samples while the MPS clients run (default 8)")
+    parser.add_argument("--soak-seconds", type=float, default=240.0,
+                        help="seconds of the soak step (only with --only ...,soak; default 240)")
     parser.add_argument("--only", metavar="STEPS",
                         help=f"comma-separated steps to run, of {','.join(STEPS)} "
                              "(default: exporter,health,work,gpm, and mps with --mps)")
@@ -169,7 +178,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop_on_signal)
     shared = Shared()
     functions = {"exporter": check_exporter, "health": check_health,
-                 "work": check_work_signals, "gpm": check_gpm_cost, "mps": check_mps}
+                 "work": check_work_signals, "gpm": check_gpm_cost, "mps": check_mps,
+                 "soak": check_soak}
     record: list[dict[str, object]] = []
     bad = 0
     for name in STEPS:
@@ -239,6 +249,24 @@ def exporter_running(args: argparse.Namespace, log_name: str,
                      process_metrics: bool = True) -> Iterator[int | None]:
     """``gpuscope-exporter --source nvml`` on a free loopback port, yielding the port once
     /readyz answers 200 (None when it never did within 30 s; see ``log_name``)."""
+    with exporter_process(args, log_name, process_metrics) as (port, _):
+        yield port
+
+
+def die_with_parent() -> None:
+    """In the exporter before it runs: SIGTERM when the check dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG), so no exporter outlives it."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the check died before prctl
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def exporter_process(args: argparse.Namespace, log_name: str, process_metrics: bool = True
+                     ) -> Iterator[tuple[int | None, subprocess.Popen[bytes]]]:
+    """``exporter_running``, also yielding the exporter's process (for its /proc)."""
     port = free_port()
     env = dict(os.environ)
     libdir = None
@@ -253,7 +281,8 @@ def exporter_running(args: argparse.Namespace, log_name: str,
            "--listen", f"127.0.0.1:{port}", "--interval", "1"]
     with (args.out / log_name).open("w") as log:
         exporter = subprocess.Popen(cmd + (["--process-metrics"] if process_metrics else []),
-                                    stdout=log, stderr=subprocess.STDOUT, env=env)
+                                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=die_with_parent)
         try:
             deadline = time.monotonic() + 30
             ready: int | None = port
@@ -263,7 +292,7 @@ def exporter_running(args: argparse.Namespace, log_name: str,
                     ready = None
                     break
                 time.sleep(0.5)
-            yield ready
+            yield ready, exporter
         finally:
             exporter.terminate()
             try:
@@ -1411,6 +1440,462 @@ def check_mps(args: argparse.Namespace, shared: Shared) -> int:
     if left:
         print(f"MPS processes still running after quit were killed: {left}")
     return bad
+
+
+# --- part 6: soak on the real driver (``soak``) ------------------------------------------------
+
+SOAK_EVERY = 10.0  # seconds between recorded points
+SOAK_WARMUP = 30.0  # seconds left out of the RSS figures (imports, first rounds, the allocator)
+SOAK_SPAWN_EVERY = 5.0  # a new PyTorch child this often, ...
+SOAK_MAX_CHILDREN = 2  # ... while fewer than this many run
+SOAK_QUIET_END = 20.0  # no new child this close to the end: the last ones' series can go
+SOAK_CHILD_LIMIT = 90.0  # a child still running this long after its start is stopped
+SOAK_STALE_AFTER = 5.0  # a child's series still served this long after it exited: stale
+# Collectors whose errors are expected on a machine outside a cluster (no kubelet socket).
+SOAK_EXPECTED_ERRORS = ("kubelet",)
+
+# One short-lived PyTorch child: dies with the check (PR_SET_PDEATHSIG), allocates a matrix of
+# `size` in half precision and `mib` MiB more on GPU 0, multiplies for `seconds`, exits.
+SOAK_CHILD = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(3)
+import time, torch
+seconds, size, mib = float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+x = torch.randn(size, size, device="cuda:0", dtype=torch.float16)
+pad = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda:0")
+x @ x
+torch.cuda.synchronize()
+print("ready", os.getpid(), torch.cuda.memory_reserved(0), flush=True)
+end = time.monotonic() + seconds
+n = 0
+while time.monotonic() < end:
+    for _ in range(4):
+        x @ x
+    torch.cuda.synchronize()
+    n += 4
+print("done", n, flush=True)
+"""
+# The n-th child's (seconds of work, matrix size, MiB more), in turn.
+SOAK_CHILDREN = ((4.0, 8192, 1024), (6.0, 4096, 512), (5.0, 8192, 2048), (3.0, 4096, 256))
+
+
+class SoakChild:
+    """One short-lived PyTorch process; a thread reads its lines and notes when it was ready
+    and when it exited (seconds on the soak's clock)."""
+
+    def __init__(self, n: int, env: dict[str, str], workdir: Path,
+                 clock: Callable[[], float]) -> None:
+        self.n = n
+        self.params = SOAK_CHILDREN[n % len(SOAK_CHILDREN)]
+        self.clock = clock
+        self.started = clock()
+        self.ready_at: float | None = None
+        self.exited_at: float | None = None
+        self.stopped_by_us = False
+        self.lines: list[str] = []
+        self.stderr_path = workdir / f"child-{n}.err"
+        seconds, size, mib = self.params
+        with self.stderr_path.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", SOAK_CHILD, str(os.getpid()), str(seconds), str(size),
+                 str(mib)], stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+            if line.startswith("ready"):
+                self.ready_at = self.clock()
+        self.proc.wait()
+        self.exited_at = self.clock()
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.stopped_by_us = True
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.thread.join(5)
+
+    def report(self) -> dict[str, Any]:
+        seconds, size, mib = self.params
+        return {"n": self.n, "pid": self.proc.pid, "seconds": seconds, "size": size,
+                "mib": mib, "started": round(self.started, 2),
+                "ready": None if self.ready_at is None else round(self.ready_at, 2),
+                "exited": None if self.exited_at is None else round(self.exited_at, 2),
+                "returncode": self.proc.poll(), "stopped_by_us": self.stopped_by_us,
+                "stdout": self.lines[-3:],
+                "stderr_tail": (self.stderr_path.read_text(errors="replace")[-1500:]
+                                if self.proc.poll() not in (0, None) and not self.stopped_by_us
+                                else "")}
+
+
+def proc_stats(pid: int) -> dict[str, Any]:
+    """RSS (KiB), threads, open fds and CPU seconds of a process, from /proc."""
+    out: dict[str, Any] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out["rss_kib"] = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                out["threads"] = int(line.split()[1])
+        out["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+        # utime and stime, fields 14 and 15, after the command in parentheses.
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        out["cpu_seconds"] = round((int(fields[11]) + int(fields[12]))
+                                   / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def read_soak_metrics(text: str) -> tuple[dict[int, set[str]], dict[str, float], int]:
+    """From one /metrics: the PIDs in ``gpu_process_*`` series (with the series' names), the
+    exporter's own ``gpu_exporter_*`` series (CloudWatch's left out; ``name{label=value}``
+    less the prefix), and how many GPUs have GPM series (``gpu_sm_active_seconds_total``)."""
+    pids: dict[int, set[str]] = {}
+    own: dict[str, float] = {}
+    gpm = 0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            if s.name.startswith("gpu_process_") and "pid" in s.labels:
+                with contextlib.suppress(ValueError):
+                    pids.setdefault(int(s.labels["pid"]), set()).add(s.name)
+            elif s.name.startswith("gpu_exporter_") and "cloudwatch" not in s.name:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+                own[s.name.removeprefix("gpu_exporter_") + (f"{{{labels}}}" if labels else "")] \
+                    = s.value
+            elif s.name == "gpu_sm_active_seconds_total":
+                gpm += 1
+    return pids, own, gpm
+
+
+def slope_per_minute(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, value), per minute; None for fewer than 2 points."""
+    if len(points) < 2:
+        return None
+    mx = statistics.fmean(t for t, _ in points)
+    my = statistics.fmean(v for _, v in points)
+    var = sum((t - mx) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return 60 * sum((t - mx) * (v - my) for t, v in points) / var
+
+
+def soak_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a soak from its points, scrapes, children and PIDs; ``errors`` lists what
+    counts against it."""
+    points: list[dict[str, Any]] = result["points"]
+    warmup = result["warmup_seconds"]
+    summary: dict[str, Any] = {"points": len(points)}
+    errors: list[str] = []
+    if result.get("error"):
+        errors.append(result["error"])
+    good = [p for p in points if "rss_kib" in p]
+    after = [p for p in good if p["t"] >= warmup] or good[-1:]
+    if after:
+        rss = [p["rss_kib"] for p in after]
+        slope = slope_per_minute([(p["t"], p["rss_kib"]) for p in after])
+        summary["rss_mib_after_warmup"] = {
+            "from_t": after[0]["t"], "first": round(rss[0] / 1024, 2),
+            "last": round(rss[-1] / 1024, 2), "max": round(max(rss) / 1024, 2),
+            "min": round(min(rss) / 1024, 2)}
+        summary["rss_mib_at_start"] = round(good[0]["rss_kib"] / 1024, 2)
+        summary["rss_slope_kib_per_min"] = None if slope is None else round(slope, 1)
+        for key in ("fds", "threads"):
+            values = [p[key] for p in good]
+            summary[key] = {"first": values[0], "last": values[-1], "min": min(values),
+                            "max": max(values)}
+        if len(after) > 1 and after[-1]["t"] > after[0]["t"]:
+            summary["cpu_percent_after_warmup"] = round(
+                100 * (after[-1]["cpu_seconds"] - after[0]["cpu_seconds"])
+                / (after[-1]["t"] - after[0]["t"]), 2)
+    latencies = result["scrape_seconds"]
+    summary["scrapes"] = {"count": len(latencies), "failed": len(result["scrape_errors"]),
+                          **timing(latencies)}
+    if result["scrape_errors"]:
+        errors.append(f"{len(result['scrape_errors'])} scrape(s) failed")
+    own = [p["self"] for p in points if p.get("self")]
+    if own:
+        first, last = own[0], own[-1]
+
+        def delta(key: str) -> float | None:
+            return None if key not in last else last[key] - first.get(key, 0.0)
+
+        summary["sampling_rounds"] = delta("sampling_rounds_total")
+        summary["missed_rounds"] = delta("missed_rounds_total")
+        summary["series_dropped"] = {k: delta(k) for k in last
+                                     if k.startswith("series_dropped_total")}
+        grew = {k.partition("=")[2].rstrip("}"): delta(k) for k in last
+                if k.startswith("collector_errors_total")}
+        summary["collector_errors"] = grew
+        for collector, n in grew.items():
+            if n and collector not in SOAK_EXPECTED_ERRORS:
+                errors.append(f"collector {collector}: {n:g} error(s)")
+        summary["collector_duration_max_ms"] = {
+            collector: max(p["collector_duration_max_ms"].get(collector, 0.0) for p in points
+                           if "collector_duration_max_ms" in p)
+            for collector in {c for p in points for c in p.get("collector_duration_max_ms", {})}}
+    summary["nvml_up_min"] = result.get("nvml_up_min")
+    if result.get("nvml_up_min") == 0:
+        errors.append("gpu_exporter_nvml_up was 0 in a scrape")
+    summary["last_sample_age_max_s"] = result.get("last_sample_age_max")
+    summary["gpm_series"] = result.get("gpm_series")
+    # Processes: the children's PIDs against the gpu_process_* series.
+    pids: dict[str, dict[str, Any]] = result["pids"]
+    children: list[dict[str, Any]] = result["children"]
+    ours = {str(c["pid"]) for c in children}
+    seen = [c for c in children if str(c["pid"]) in pids]
+    horizon = result.get("scraped_until", 0.0)
+    appear = [pids[str(c["pid"])]["first"] - c["ready"] for c in seen if c["ready"] is not None]
+    gone = [pids[str(c["pid"])]["last"] - c["exited"] for c in seen if c["exited"] is not None]
+    stale = [c["pid"] for c in children if str(c["pid"]) in pids and c["exited"] is not None
+             and pids[str(c["pid"])]["last"] - c["exited"] > SOAK_STALE_AFTER]
+    unjudged = [c["pid"] for c in children if c["pid"] not in stale
+                and (c["exited"] is None or c["exited"] + SOAK_STALE_AFTER > horizon)]
+    summary["processes"] = {
+        "spawned": len(children),
+        "ready": sum(c["ready"] is not None for c in children),
+        "failed": sum(c["returncode"] not in (0, None) and not c["stopped_by_us"]
+                      for c in children),
+        "seen": len(seen),
+        "seen_in": {name: sum(name in pids[str(c["pid"])]["series"] for c in seen)
+                    for name in ("gpu_process_memory_used_bytes",
+                                 "gpu_process_utilization_ratio")},
+        "distinct_pids_in_series": len(pids),
+        "other_pids": sorted(int(p) for p in pids if p not in ours),
+        "appeared_after_ready_s": timing_s(appear),
+        "gone_after_exit_s": timing_s(gone),
+        "stale": stale,
+        "not_judged": len(unjudged),
+    }
+    if stale:
+        errors.append(f"{len(stale)} exited child(ren) still in gpu_process_* series more "
+                      f"than {SOAK_STALE_AFTER:g} s later: {stale}")
+    churn = result["churn"]
+    if "skipped" not in churn:
+        ready = summary["processes"]["ready"]
+        if not ready:
+            errors.append("churn: no child got to its GPU work")
+        elif not seen:
+            errors.append("churn: no child's PID appeared in the gpu_process_* series")
+    summary["errors"] = errors
+    return summary
+
+
+def timing_s(values: list[float]) -> dict[str, Any]:
+    """Median and max in seconds (``{"count": 0}`` for none)."""
+    if not values:
+        return {"count": 0}
+    return {"count": len(values), "median": round(statistics.median(values), 2),
+            "min": round(min(values), 2), "max": round(max(values), 2)}
+
+
+def soak_churn_skipped(args: argparse.Namespace) -> str | None:
+    """Why the soak runs without PyTorch's processes, or None when it runs them."""
+    if args.library is not None:
+        return "--library: a libnvidia-ml double, no GPU for PyTorch's processes"
+    return None if have_torch() else "PyTorch is not installed"
+
+
+def check_soak(args: argparse.Namespace, shared: Shared) -> int:
+    """Part 6: the exporter (``--process-metrics``, GPM on, every second) on the driver for
+    ``--soak-seconds`` while short-lived PyTorch processes come and go, scraped every second;
+    every ``SOAK_EVERY`` s its RSS, fds, threads, CPU, the scrapes' latency and its own
+    series (``soak.json``). The number of errors: failed scrapes, the exporter gone, collector
+    errors (but the kubelet's: no cluster here), NVML down, stale process series, a churn
+    that never reached the GPU or the series."""
+    seconds = float(args.soak_seconds)
+    warmup = min(SOAK_WARMUP, seconds / 3)
+    skip = soak_churn_skipped(args)
+    result: dict[str, Any] = {
+        "seconds": seconds, "every": SOAK_EVERY, "warmup_seconds": warmup,
+        "library": str(args.library) if args.library is not None else "driver",
+        "exporter": {"command": "gpuscope-exporter --source nvml --interval 1 "
+                                "--process-metrics (GPM on: the source's default cadence)"},
+        "churn": {"skipped": skip} if skip else {
+            "spawn_every_s": SOAK_SPAWN_EVERY, "max_at_once": SOAK_MAX_CHILDREN,
+            "quiet_end_s": SOAK_QUIET_END, "children_seconds_size_mib": SOAK_CHILDREN},
+        "points": [], "scrape_seconds": [], "scrape_errors": [], "pids": {},
+        "children": [], "nvml_up_min": None, "last_sample_age_max": None, "gpm_series": None,
+    }
+    print(f"Soak: {seconds:g} s, a point every {SOAK_EVERY:g} s, warm-up {warmup:g} s; churn: "
+          + (f"skipped ({skip})" if skip else
+             f"a PyTorch process every {SOAK_SPAWN_EVERY:g} s, at most {SOAK_MAX_CHILDREN} "
+             "at once"), flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="gpuscope-soak-"))
+    children: list[SoakChild] = []
+    pids: dict[int, dict[str, Any]] = {}
+    t0 = time.monotonic()
+
+    def clock() -> float:
+        return time.monotonic() - t0
+
+    bad = 0
+    try:
+        with exporter_process(args, "exporter-soak.log") as (port, exporter):
+            if port is None:
+                result["error"] = "the exporter never became ready (exporter-soak.log)"
+                return 1
+            result["exporter"]["pid"] = exporter.pid
+            url = f"http://127.0.0.1:{port}/metrics"
+            env = without_pythonpath()
+            t0 = time.monotonic()
+            window: list[float] = []
+            durations: dict[str, float] = {}
+            own: dict[str, float] = {}
+            next_spawn, tick = 1.0, 0
+            while True:
+                now = clock()
+                if exporter.poll() is not None:
+                    result["error"] = (f"the exporter exited (rc {exporter.returncode}) "
+                                       f"after {now:.0f} s")
+                    print(result["error"], flush=True)
+                    break
+                started = time.perf_counter()
+                status, text = get(url)
+                took = time.perf_counter() - started
+                result["scrape_seconds"].append(took)
+                window.append(took)
+                scraped = clock()
+                result["scraped_until"] = round(scraped, 2)
+                try:
+                    if status != 200:
+                        raise ValueError(f"HTTP {status}: {text[:200]}")
+                    found, own, gpm = read_soak_metrics(text)
+                except Exception as exc:
+                    result["scrape_errors"].append({"t": round(now, 1),
+                                                    "error": f"{type(exc).__name__}: {exc}"})
+                else:
+                    for pid, names in found.items():
+                        entry = pids.setdefault(pid, {"first": round(scraped, 2),
+                                                      "series": set()})
+                        entry["last"] = round(scraped, 2)
+                        entry["series"] |= names
+                    for key, value in own.items():
+                        if key.startswith("collector_duration_seconds"):
+                            name = key.partition("=")[2].rstrip("}")
+                            durations[name] = max(durations.get(name, 0.0), value * 1000)
+                    if "nvml_up" in own:
+                        up = own["nvml_up"]
+                        low = result["nvml_up_min"]
+                        result["nvml_up_min"] = up if low is None else min(low, up)
+                    if "last_sample_timestamp_seconds" in own:
+                        age = round(time.time() - own["last_sample_timestamp_seconds"], 2)
+                        result["last_sample_age_max"] = max(
+                            age, result["last_sample_age_max"] or 0.0)
+                    result["gpm_series"] = gpm
+                if skip is None:
+                    running = [c for c in children if c.running()]
+                    for c in running:
+                        if now - c.started > SOAK_CHILD_LIMIT:
+                            c.stop()
+                    if (now >= next_spawn and now < seconds - SOAK_QUIET_END
+                            and len(running) < SOAK_MAX_CHILDREN):
+                        children.append(SoakChild(len(children), env, workdir, clock))
+                        next_spawn = now + SOAK_SPAWN_EVERY
+                if now >= len(result["points"]) * SOAK_EVERY or now >= seconds:
+                    point: dict[str, Any] = {"t": round(now, 1), **proc_stats(exporter.pid)}
+                    point.update({
+                        "scrapes": len(window),
+                        "scrape_ms_median": round(1000 * statistics.median(window), 2),
+                        "scrape_ms_max": round(1000 * max(window), 2),
+                        "self": dict(own),
+                        "collector_duration_max_ms": {k: round(v, 3)
+                                                      for k, v in durations.items()},
+                        "process_pids_now": sum(1 for e in pids.values()
+                                                if e["last"] == round(scraped, 2)),
+                        "process_pids_seen": len(pids),
+                        "children_spawned": len(children),
+                        "children_running": sum(c.running() for c in children)})
+                    result["points"].append(point)
+                    print(f"  t={point['t']:>6.1f} s  RSS {point.get('rss_kib', 0) / 1024:7.2f}"
+                          f" MiB  fds {point.get('fds')}  threads {point.get('threads')}  "
+                          f"scrape {point['scrape_ms_median']:.1f}/{point['scrape_ms_max']:.1f}"
+                          f" ms  PIDs now/seen {point['process_pids_now']}/"
+                          f"{point['process_pids_seen']}  children {point['children_spawned']}",
+                          flush=True)
+                    window, durations = [], {}
+                if now >= seconds:
+                    break
+                tick += 1
+                time.sleep(max(0.0, t0 + tick - time.monotonic()))
+    finally:
+        for c in children:
+            c.stop()
+        result["children"] = [c.report() for c in children]
+        result["pids"] = {str(pid): {"first": e["first"], "last": e["last"],
+                                     "series": sorted(e["series"])}
+                          for pid, e in sorted(pids.items())}
+        result["scrape_seconds"] = [round(s, 5) for s in result["scrape_seconds"]]
+        log = args.out / "exporter-soak.log"
+        if log.is_file():
+            lines = log.read_text(errors="replace").splitlines()
+            result["exporter_log"] = {
+                "lines": len(lines),
+                "warnings": sum(" WARNING " in ln for ln in lines),
+                "errors": sum(" ERROR " in ln or " CRITICAL " in ln for ln in lines),
+                "tracebacks": sum(ln.startswith("Traceback") for ln in lines)}
+        try:
+            result["summary"] = soak_summary(result)
+        except Exception as exc:
+            result["summary"] = {"errors": [f"no summary: {type(exc).__name__}: {exc}"]}
+        (args.out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
+        shutil.rmtree(workdir, ignore_errors=True)
+    summary = result["summary"]
+    print_soak(result)
+    return bad + len(summary["errors"])
+
+
+def print_soak(result: dict[str, Any]) -> None:
+    s = result["summary"]
+    print(f"\nSoak summary ({result['seconds']:g} s, {result['library']}):")
+    rss = s.get("rss_mib_after_warmup")
+    if rss:
+        print(f"  RSS after {rss['from_t']:g} s: {rss['first']} -> {rss['last']} MiB (max "
+              f"{rss['max']}, min {rss['min']}; {s['rss_mib_at_start']} at the start), slope "
+              f"{s['rss_slope_kib_per_min']} KiB/min")
+        for key in ("fds", "threads"):
+            v = s[key]
+            print(f"  {key}: {v['first']} -> {v['last']} (min {v['min']}, max {v['max']})")
+        print(f"  CPU after the warm-up: {s.get('cpu_percent_after_warmup')} % of one core")
+    sc = s["scrapes"]
+    if sc.get("calls"):
+        print(f"  scrapes: {sc['count']}, failed {sc['failed']}; ms median {sc['median_ms']}, "
+              f"p90 {sc['p90_ms']}, max {sc['max_ms']}")
+    print(f"  sampling rounds {s.get('sampling_rounds')}, missed {s.get('missed_rounds')}; "
+          f"newest sample at most {s.get('last_sample_age_max_s')} s old at a scrape; NVML up "
+          f"(min) {s.get('nvml_up_min')}; GPU(s) with GPM series {s.get('gpm_series')}")
+    print(f"  collector errors during the soak: {s.get('collector_errors')} (expected here: "
+          f"{', '.join(SOAK_EXPECTED_ERRORS)}); max duration ms: "
+          f"{s.get('collector_duration_max_ms')}")
+    if "exporter_log" in result:
+        print(f"  exporter log: {result['exporter_log']}")
+    if "skipped" in result["churn"]:
+        print(f"  churn: skipped ({result['churn']['skipped']})")
+    p = s.get("processes")
+    if p:
+        memory = p["seen_in"]["gpu_process_memory_used_bytes"]
+        util = p["seen_in"]["gpu_process_utilization_ratio"]
+        print(f"  processes: {p['spawned']} spawned, {p['ready']} ready, {p['failed']} failed; "
+              f"{p['seen']} seen in gpu_process_* (memory {memory}, utilization {util}); "
+              f"{p['distinct_pids_in_series']} distinct PIDs in the series, others "
+              f"{p['other_pids']}")
+        print(f"  appeared after ready (s): {p['appeared_after_ready_s']}; gone after exit (s): "
+              f"{p['gone_after_exit_s']}; stale {p['stale']}, not judged {p['not_judged']}")
+    print(f"  errors: {s['errors'] or 'none'}")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
-"""``bench/real_gpu_check.py``'s GPM-cost step (part 5) on the C double of libnvidia-ml, through
-the real pynvml: it measures where the double has GPM and reports each GPU as skipped where it
-has none (as on a pre-Hopper GPU). The numbers are the double's, not a GPU's: only their shape
-is checked here (docs/real-gpu.md has a real GPU's)."""
+"""``bench/real_gpu_check.py``'s GPM-cost step (part 5) and soak step (part 6) on the C double of
+libnvidia-ml, through the real pynvml: the GPM cost is measured where the double has GPM and each
+GPU reported as skipped where it has none (as on a pre-Hopper GPU); the soak runs the exporter
+against the double, without PyTorch's processes. The numbers are the double's, not a GPU's: only
+their shape is checked here (docs/real-gpu.md has a real GPU's)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +93,128 @@ def test_a_gpu_without_gpm_is_skipped_not_failed(
     rounds = idle["round"]
     assert not rounds["gpm_series_present"]
     assert rounds["gpm_seconds_counted_by_the_source"]["max_ms"] == 0
+
+
+# --- the soak step (part 6) -------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_soak_runs_on_the_double_without_churn(library: Path, tmp_path: Path) -> None:
+    """``--only soak --soak-seconds 15`` as device_check.sh runs it, on the double: the
+    exporter is sampled and scraped throughout, the churn reported as skipped, soak.json
+    written, and the exporter gone afterwards."""
+    env = {**os.environ, **library_env(2, 2)}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "real_gpu_check.py"), "--only", "soak",
+         "--soak-seconds", "15", "--library", str(library), "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=90, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "churn: skipped (--library" in done.stdout
+    result = json.loads((tmp_path / "soak.json").read_text())
+    steps = json.loads((tmp_path / "steps.json").read_text())
+    assert [s["step"] for s in steps] == ["soak"] and steps[0]["error"] is None
+    assert "skipped" in result["churn"] and result["children"] == []
+    summary = result["summary"]
+    assert summary["errors"] == []
+    assert [round(p["t"]) for p in result["points"]] == [0, 10, 15]
+    for point in result["points"]:
+        assert point["rss_kib"] > 0 and point["fds"] > 0 and point["threads"] > 0
+        assert point["self"]["nvml_up"] == 1.0
+    assert summary["scrapes"]["count"] >= 14 and summary["scrapes"]["failed"] == 0
+    assert summary["rss_mib_after_warmup"]["first"] > 0
+    assert summary["rss_slope_kib_per_min"] is not None
+    assert summary["sampling_rounds"] >= 10 and summary["missed_rounds"] == 0
+    assert summary["gpm_series"] == 2 and summary["nvml_up_min"] == 1.0
+    processes = summary["processes"]
+    assert processes["spawned"] == processes["seen"] == 0
+    assert processes["distinct_pids_in_series"] == 4  # the double's 2 x 2 processes
+    with pytest.raises(ProcessLookupError):
+        os.kill(result["exporter"]["pid"], 0)
+
+
+CHILD = """
+import os, sys, time
+time.sleep(0.2)
+print("ready", os.getpid(), 0, flush=True)
+time.sleep(float(sys.argv[2]) / 4)
+print("done", 1, flush=True)
+"""
+
+
+def test_soak_churn_starts_and_reaps_its_processes(
+    library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The churn, with plain Python processes for PyTorch's: each starts, is ready, exits and
+    is reaped, never more than two at once; on the double their PIDs are in no series, which
+    the soak reports as an error (a churn the exporter never saw)."""
+    for name, value in library_env(1, 1).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(real_gpu_check, "SOAK_CHILD", CHILD)
+    monkeypatch.setattr(real_gpu_check, "SOAK_SPAWN_EVERY", 1.0)
+    monkeypatch.setattr(real_gpu_check, "SOAK_QUIET_END", 2.0)
+    monkeypatch.setattr(real_gpu_check, "SOAK_EVERY", 2.0)
+    monkeypatch.setattr(real_gpu_check, "soak_churn_skipped", lambda args: None)
+    args = argparse.Namespace(library=library, out=tmp_path, soak_seconds=8.0)
+    bad = real_gpu_check.check_soak(args, real_gpu_check.Shared())
+    result = json.loads((tmp_path / "soak.json").read_text())
+    children = result["children"]
+    assert len(children) >= 3
+    for child in children:
+        assert child["ready"] is not None and child["returncode"] is not None
+        with pytest.raises(ProcessLookupError):
+            os.kill(child["pid"], 0)
+    for n, later in enumerate(children[2:], 2):  # at most two at once (exits seen by poll)
+        assert later["started"] >= min(c["exited"] for c in children[n - 2:n]) - 0.5
+    assert max(p["children_running"] for p in result["points"]) <= 2
+    summary = result["summary"]
+    assert summary["processes"]["ready"] == len(children) and summary["processes"]["seen"] == 0
+    assert summary["errors"] == ["churn: no child's PID appeared in the gpu_process_* series"]
+    assert bad == 1
+
+
+def test_soak_summary_judges_the_children() -> None:
+    """Seen, when a child's series appeared and went, and a stale one (still served long
+    after its process exited) counted as an error; the kubelet's errors are expected."""
+    def point(t: float, rss: int, errors: float) -> dict[str, Any]:
+        return {"t": t, "rss_kib": rss, "fds": 5, "threads": 8, "cpu_seconds": t / 100,
+                "self": {"sampling_rounds_total": t, "missed_rounds_total": 0.0,
+                         "collector_errors_total{collector=kubelet}": errors,
+                         "collector_errors_total{collector=proc}": 0.0},
+                "collector_duration_max_ms": {"proc": 0.5}}
+
+    def child(pid: int, ready: float, exited: float) -> dict[str, Any]:
+        return {"pid": pid, "ready": ready, "exited": exited, "returncode": 0,
+                "stopped_by_us": False}
+
+    result = {
+        "warmup_seconds": 30.0, "error": None, "churn": {"spawn_every_s": 5.0},
+        "points": [point(0, 30_000, 1), point(30, 40_000, 3), point(60, 40_960, 5),
+                   point(90, 41_984, 7)],
+        "scrape_seconds": [0.002] * 90, "scrape_errors": [], "nvml_up_min": 1.0,
+        "last_sample_age_max": 0.9, "gpm_series": 1, "scraped_until": 90.0,
+        "children": [child(101, 10.0, 20.0), child(102, 30.0, 40.0), child(103, 50.0, 60.0),
+                     child(104, 86.0, 88.0)],
+        "pids": {"101": {"first": 11.0, "last": 20.0, "series": ["gpu_process_memory_used_bytes",
+                                                                 "gpu_process_utilization_ratio"]},
+                 "102": {"first": 32.0, "last": 52.0, "series": ["gpu_process_memory_used_bytes"]},
+                 "7": {"first": 0.0, "last": 90.0, "series": ["gpu_process_memory_used_bytes"]}},
+    }
+    summary = real_gpu_check.soak_summary(result)
+    assert summary["rss_mib_after_warmup"] == {"from_t": 30, "first": 39.06, "last": 41.0,
+                                               "max": 41.0, "min": 39.06}
+    assert summary["rss_slope_kib_per_min"] == 1984.0
+    assert summary["fds"] == {"first": 5, "last": 5, "min": 5, "max": 5}
+    assert summary["collector_errors"] == {"kubelet": 6.0, "proc": 0.0}
+    processes = summary["processes"]
+    assert processes["spawned"] == 4 and processes["ready"] == 4 and processes["seen"] == 2
+    assert processes["seen_in"] == {"gpu_process_memory_used_bytes": 2,
+                                    "gpu_process_utilization_ratio": 1}
+    assert processes["other_pids"] == [7] and processes["distinct_pids_in_series"] == 3
+    assert processes["stale"] == [102]
+    assert processes["not_judged"] == 1  # 104 exited 2 s before the last scrape
+    assert processes["appeared_after_ready_s"] == {"count": 2, "median": 1.5, "min": 1.0,
+                                                   "max": 2.0}
+    assert summary["errors"] == ["1 exited child(ren) still in gpu_process_* series more than "
+                                 "5 s later: [102]"]
