@@ -112,8 +112,7 @@ class Devices:
 class Totals:
     """The fleet's findings in numbers: whole GPUs by state; the idle nodes and slices with
     their waste (``report``, priced as the page prices them); the allocated-idle containers
-    and their $/hour; the stragglers' rows; ``open``: the nodes whose idle verdict needs
-    their devices' runs (:func:`open_nodes`)."""
+    and their $/hour; the stragglers' rows."""
 
     states: States
     report: WasteReport
@@ -123,12 +122,6 @@ class Totals:
     #: Per node with an idle, spinning or silent whole GPU, its whole GPUs by state (the
     #: heatmap draws the nodes with idle or spinning ones first, and sums them by type).
     per_node: Mapping[str, States] = field(default_factory=dict)
-
-    @property
-    def wasted_gpus(self) -> dict[str, int]:
-        """Per node, its whole GPUs idle or spinning."""
-        return {n: s.idle + s.spinning for n, s in self.per_node.items()
-                if s.idle + s.spinning}
 
 
 def open_nodes(entities: Entities, window: Window, history_start: float) -> set[str]:
