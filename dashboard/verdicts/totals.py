@@ -8,7 +8,8 @@ A node's numbers give its idle verdict where every run on it began by the histor
 or two steps after it or later (:func:`~.idle.node_idle_of`); the nodes in between and the
 nodes with MIG slices are judged from their devices' runs (:class:`Devices`), by the same
 functions as the page's (:func:`~.idle.idle_nodes`, :func:`~.idle.idle_slices`,
-:func:`~.idle.gpu_states`), so the two agree by construction. Pure: no I/O.
+:func:`~.idle.gpu_states`), so the two agree by construction. Pure: no I/O (but
+:class:`IdleGpus`, which reads through the function it is given).
 """
 
 from __future__ import annotations
