@@ -1,7 +1,6 @@
 """The fleet page's numbers per entity from the verdicts' run records
 (:mod:`~gpuscope.dashboard.verdicts.runs`): each node's whole GPUs by state, each idle
-node's numbers, the nodes with MIG slices, each
-allocated-idle container's price share, each straggler group's rows and devices per node
+node's numbers, the nodes with MIG slices, each allocated-idle container's price share
 (:func:`entity_queries`, :func:`entities_of`): one instant query per table at the page's
 end, the same whatever the fleet's state, a number or a few per entity; the page prices,
 sums and ranks them (:mod:`~gpuscope.dashboard.verdicts.totals`). And the idle verdicts of
@@ -25,8 +24,6 @@ from gpuscope.dashboard.data.promql import node_matchers
 from gpuscope.dashboard.data.recorded import (
     CBY,
     GBY,
-    GROUP,
-    MEMBER,
     RULE_INTERVAL,
     RULE_R,
     RULES,
@@ -37,7 +34,7 @@ from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning
 from gpuscope.dashboard.verdicts.allocated import AllocatedIdle
 from gpuscope.dashboard.verdicts.common import EPSILON, required_seconds
 from gpuscope.dashboard.verdicts.runs import read_runs
-from gpuscope.dashboard.verdicts.totals import Devices, Entities, Group, States
+from gpuscope.dashboard.verdicts.totals import Devices, Entities, States
 
 #: The nodes without MIG slices (appended to a query ``by (node)``).
 NO_MIG = ' unless on (node) count by (node) (gpu_info{parent_uuid!=""})'
@@ -88,11 +85,6 @@ def entity_queries(window: Window, history_start: float, th: Thresholds) -> dict
                      *(_stat(_last(f"node_idle_{s}", "node", then), f"{s}_then")
                        for s in THEN)]),
         _stat(f"{_last('alloc_share', CBY)} and on ({CBY}) {alloc_hold}", "share"),
-        " or ".join(
-            _stat(f"count by ({GROUP}) ({strag})", kind) for kind, strag in (
-                (kind, holding(f"{kind}_run_since", MEMBER, window, history_start,
-                               th.straggler_duration)) for kind in ("stalled", "slow"))),
-        _stat(_last("group_gpus", f"{GROUP}, node"), "group_gpus"),
     ]
     return {f"entities#{i}" if i else "entities": q for i, q in enumerate(parts)}
 
@@ -103,8 +95,6 @@ def entities_of(rows: Iterable[tuple[Mapping[str, str], float]]) -> Entities:
     numbers: dict[str, dict[str, float]] = {}
     mig: set[str] = set()
     allocated: dict[ContainerRef, float] = {}
-    strag: dict[Group, int] = {}
-    gpus: dict[Group, dict[str, float]] = {}
     order = ("idle", "spinning", "no_data")
     for lab, v in rows:
         stat, node = lab.get("stat", ""), lab.get("node", "")
@@ -115,12 +105,6 @@ def entities_of(rows: Iterable[tuple[Mapping[str, str], float]]) -> Entities:
         elif stat == "share":
             allocated[ContainerRef(node, lab.get("namespace", ""), lab.get("pod", ""),
                                    lab.get("container", ""), lab.get("uuid", ""))] = v
-        elif stat in ("stalled", "slow"):
-            key = (lab.get("namespace", ""), lab.get("workload", ""), lab.get("model", ""))
-            strag[key] = strag.get(key, 0) + round(v)
-        elif stat == "group_gpus":
-            key = (lab.get("namespace", ""), lab.get("workload", ""), lab.get("model", ""))
-            gpus.setdefault(key, {})[node] = v
         elif stat:
             numbers.setdefault(node, {})[stat] = v
     runs = {}
@@ -137,7 +121,7 @@ def entities_of(rows: Iterable[tuple[Mapping[str, str], float]]) -> Entities:
     return Entities(
         states={n: States(*s) for n, s in states.items() if n not in mig},
         node_runs=runs, mig_nodes=frozenset(mig), allocated=allocated,
-        stragglers=strag, group_gpus={k: v for k, v in gpus.items() if k in strag})
+    )
 
 
 #: An instant query: ``(promql, at)`` to each series' labels and value.

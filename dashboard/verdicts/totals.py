@@ -45,8 +45,6 @@ from gpuscope.dashboard.verdicts.idle import (
 )
 from gpuscope.dashboard.verdicts.waste import WasteReport, waste
 
-#: A straggler group: namespace, workload, model (a node key carries its cluster).
-Group = tuple[str, str, str]
 #: How many rows a table is sent at first (dearest first): the page reads the findings of
 #: those rows' nodes and shows the rest a click away.
 FIRST_ROWS = 50
@@ -77,19 +75,13 @@ class Entities:
       its numbers (:class:`~.idle.NodeRun`);
     - ``mig_nodes``: the nodes with MIG slices (judged from their devices);
     - ``allocated``: each allocated-idle container, its share of its GPU's price (a MIG
-      slice's share, else 1 / the device's users);
-    - ``stragglers``: per straggler group with a stalled or slow device, how many (a row
-      each);
-    - ``group_gpus``: per such group, its devices per node in whole GPUs (a MIG slice its
-      share), what its rows' $/hour adds up.
+      slice's share, else 1 / the device's users).
     """
 
     states: Mapping[str, States] = field(default_factory=dict)
     node_runs: Mapping[str, NodeRun] = field(default_factory=dict)
     mig_nodes: frozenset[str] = frozenset()
     allocated: Mapping[ContainerRef, float] = field(default_factory=dict)
-    stragglers: Mapping[Group, int] = field(default_factory=dict)
-    group_gpus: Mapping[Group, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +105,12 @@ class Devices:
 class Totals:
     """The fleet's findings in numbers: whole GPUs by state; the idle nodes and slices with
     their waste (``report``, priced as the page prices them); the allocated-idle containers
-    and their $/hour; the stragglers' rows."""
+    and their $/hour."""
 
     states: States
     report: WasteReport
     allocated_idle: int
     allocated_idle_per_hour: float
-    stragglers: int
     #: Per node with an idle, spinning or silent whole GPU, its whole GPUs by state (the
     #: heatmap draws the nodes with idle or spinning ones first, and sums them by type).
     per_node: Mapping[str, States] = field(default_factory=dict)
@@ -184,8 +175,7 @@ def fleet_totals(entities: Entities, devices: Devices, window: Window, history_s
     for held, share in entities.allocated.items():
         price = gpu_price(held.node)
         per_hour += price * share if price is not None else 0.0
-    return Totals(states, report, len(entities.allocated), per_hour,
-                  sum(entities.stragglers.values()), per_node)
+    return Totals(states, report, len(entities.allocated), per_hour, per_node)
 
 
 def drawn_nodes(wasted: Mapping[str, int], summaries: Mapping[str, NodeSummary],
@@ -242,34 +232,20 @@ class Found:
 
 def first_nodes(entities: Entities, totals: Totals, node_price: Mapping[str, float | None],
                 gpus_on: Mapping[str, int], rows: int) -> dict[str, frozenset[str]]:
-    """Per table (``idle``, ``slices``, ``allocated``, ``stragglers``), the
-    nodes that hold its first ``rows`` rows in the table's own order (dearest first), so
-    that the page reads their findings and no others."""
+    """Per table (``idle``, ``allocated``), the nodes that hold its first ``rows`` rows in
+    the table's own order (dearest first), so that the page reads their findings and no
+    others."""
     def gpu_price(node: str) -> float:
         price, n = node_price.get(node), gpus_on.get(node, 0)
         return price / n if price is not None and n > 0 else 0.0
 
-    out = {"idle": frozenset(w.idle.node for w in totals.report.nodes[:rows]),
-           "slices": frozenset(s.slice.ref.node for s in sorted(
-               totals.report.slices, key=lambda s: (-(s.price_per_hour or 0.0),
-                                                     s.slice.ref))[:rows])}
     # Allocated-idle: by $/hour, namespace, pod; the rows tied with the last one too.
     dear = sorted(entities.allocated, key=lambda c: (
         -gpu_price(c.node) * entities.allocated[c], c.namespace, c.pod))
-    out["allocated"] = frozenset(c.node for c in _with_ties(
-        dear, lambda c: (gpu_price(c.node) * entities.allocated[c], c.namespace, c.pod),
-        rows))
-
-    def group_price(key: Group) -> float:
-        return sum(gpu_price(n) * g for n, g in entities.group_gpus.get(key, {}).items())
-    groups = sorted(entities.stragglers, key=lambda k: (-group_price(k), k[0], k[1], k[2]))
-    first = _until(groups, entities.stragglers.__getitem__, rows)
-    if first:
-        last = first[-1]
-        first += [k for k in groups if k not in first
-                  and (group_price(k), k[0], k[1]) == (group_price(last), last[0], last[1])]
-    out["stragglers"] = frozenset(n for k in first for n in entities.group_gpus.get(k, {}))
-    return out
+    return {"idle": frozenset(w.idle.node for w in totals.report.nodes[:rows]),
+            "allocated": frozenset(c.node for c in _with_ties(
+                dear, lambda c: (gpu_price(c.node) * entities.allocated[c], c.namespace,
+                                 c.pod), rows))}
 
 
 def shown_nodes(entities: Entities, window: Window, history_start: float,
@@ -288,18 +264,6 @@ def shown_nodes(entities: Entities, window: Window, history_start: float,
     return (opened | {w.idle.node for w in report.nodes[:rows]}
             | set(drawn_nodes(wasted, {n: v for n, v in summaries.items()
                                        if n not in opened})))
-
-
-def _until(keys: Sequence[Any], count: Callable[[Any], int], rows: int) -> list[Any]:
-    """The first ``keys`` whose counts add up to ``rows`` or more (all of them if fewer)."""
-    out: list[Any] = []
-    seen = 0
-    for key in keys:
-        if seen >= rows:
-            break
-        out.append(key)
-        seen += count(key)
-    return out
 
 
 def _with_ties(ordered: list[Any], rank: Callable[[Any], Any], rows: int) -> list[Any]:
