@@ -103,6 +103,18 @@ FIELDS: dict[str, tuple[str, float, float]] = {
 }
 
 
+def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds (a process that ignores the first).
+    (``bench/exporter_bench.py`` has its own: this script runs alone on a device machine.)"""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -294,12 +306,7 @@ def exporter_process(args: argparse.Namespace, log_name: str, process_metrics: b
                 time.sleep(0.5)
             yield ready, exporter
         finally:
-            exporter.terminate()
-            try:
-                exporter.wait(10)
-            except subprocess.TimeoutExpired:
-                exporter.kill()
-                exporter.wait(5)
+            stop_process(exporter)
             if libdir is not None:
                 libdir.cleanup()
 
@@ -556,12 +563,7 @@ def check_work_signals(args: argparse.Namespace, shared: Shared) -> int:
     finally:
         source.close()
         if load is not None:
-            load.terminate()
-            try:
-                load.wait(30)
-            except subprocess.TimeoutExpired:
-                load.kill()
-                load.wait(5)
+            stop_process(load, 30)
     (args.out / "performance-start.txt").write_text(perf_text_0)
     (args.out / "performance-end.txt").write_text(perf_text_1)
     if not first.source_up or not last.source_up:
@@ -789,12 +791,7 @@ def check_gpm_cost(args: argparse.Namespace, shared: Shared) -> int:
                 entry["round"] = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
             if load is not None:
-                load.terminate()
-                try:
-                    load.wait(30)
-                except subprocess.TimeoutExpired:
-                    load.kill()
-                    load.wait(5)
+                stop_process(load, 30)
         result[phase] = entry
         print(f"\nGPM call cost ({phase}, {library}), ms: median / p90 / max")
         for gpu in entry["gpus"]:
@@ -1206,13 +1203,7 @@ class Client:
                 self.ready.set()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
 
     def report(self) -> dict[str, Any]:
         ready = next((ln.split() for ln in self.lines if ln.startswith("ready")), None)
@@ -1519,12 +1510,7 @@ class SoakChild:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.stopped_by_us = True
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            stop_process(self.proc)
         self.thread.join(5)
 
     def report(self) -> dict[str, Any]:
