@@ -16,7 +16,7 @@ not to matter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gpuscope.dashboard.data.prometheus import MAX_QUERY_BYTES, _split
@@ -33,7 +33,7 @@ from gpuscope.dashboard.series import ContainerRef, GpuInfo, GpuRef, Window
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning
 from gpuscope.dashboard.verdicts.allocated import AllocatedIdle
 from gpuscope.dashboard.verdicts.common import EPSILON, required_seconds
-from gpuscope.dashboard.verdicts.runs import read_runs
+from gpuscope.dashboard.verdicts.runs import Instant, read_runs
 from gpuscope.dashboard.verdicts.totals import Devices, Entities, States
 
 #: The nodes without MIG slices (appended to a query ``by (node)``).
@@ -124,8 +124,6 @@ def entities_of(rows: Iterable[tuple[Mapping[str, str], float]]) -> Entities:
     )
 
 
-#: An instant query: ``(promql, at)`` to each series' labels and value.
-Instant = Callable[[str, float], Iterable[tuple[Mapping[str, str], float]]]
 
 
 def devices_of(instant: Instant, window: Window, history_start: float,

@@ -74,7 +74,7 @@ from gpuscope.dashboard.verdicts.totals import (
     Devices,
     Entities,
     Found,
-    first_nodes,
+    allocated_nodes,
     fleet_totals,
     shown_nodes,
 )
@@ -233,9 +233,8 @@ class PrometheusData(PlanQueries):
             pending = (self._page_pool.submit(devices_of, self.instant, window, hs, run_nodes,
                                               {}, th, self.cluster_label),
                        self._page_pool.submit(allocated_of, self.instant, window, hs, th))
-            opened = run_nodes | first_nodes(entities, fleet_totals(
-                entities, Devices(), window, hs, node_price, gpus_on, th.idle_duration),
-                node_price, gpus_on, self.first_rows)["allocated"]
+            opened = run_nodes | allocated_nodes(entities, node_price, gpus_on,
+                                                 self.first_rows)
 
         def detail(need: set[str]) -> tuple[set[str], dict[GpuRef, GpuInfo]]:
             """The nodes whose devices are read (:func:`detail_nodes`), of those named and
@@ -300,7 +299,7 @@ class PrometheusData(PlanQueries):
             need = set(ask.shared) | set(ask.candidates)
             need |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
             need |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
-            on, light = detail(need | opened)
+            on, light = detail(need)
             inventory = read_devices(on, False)
         node_models = {n: s.model for n, s in summaries.items()}
         # The stragglers summarised whole: their groups' containers come with no steps, and

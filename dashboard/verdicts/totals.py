@@ -230,22 +230,18 @@ class Found:
     read_nodes: Callable[[Collection[str]], Mapping[str, NodeIdle]] | None = None
 
 
-def first_nodes(entities: Entities, totals: Totals, node_price: Mapping[str, float | None],
-                gpus_on: Mapping[str, int], rows: int) -> dict[str, frozenset[str]]:
-    """Per table (``idle``, ``allocated``), the nodes that hold its first ``rows`` rows in
-    the table's own order (dearest first), so that the page reads their findings and no
-    others."""
-    def gpu_price(node: str) -> float:
-        price, n = node_price.get(node), gpus_on.get(node, 0)
-        return price / n if price is not None and n > 0 else 0.0
+def allocated_nodes(entities: Entities, node_price: Mapping[str, float | None],
+                    gpus_on: Mapping[str, int], rows: int = FIRST_ROWS) -> set[str]:
+    """The nodes that hold the allocated-idle table's first ``rows`` rows in its own order
+    (by $/hour, namespace, pod; the rows tied with the last one too), whose GPUs' index the
+    page reads."""
+    def per_hour(c: ContainerRef) -> float:
+        price, n = node_price.get(c.node), gpus_on.get(c.node, 0)
+        return price / n * entities.allocated[c] if price is not None and n > 0 else 0.0
 
-    # Allocated-idle: by $/hour, namespace, pod; the rows tied with the last one too.
-    dear = sorted(entities.allocated, key=lambda c: (
-        -gpu_price(c.node) * entities.allocated[c], c.namespace, c.pod))
-    return {"idle": frozenset(w.idle.node for w in totals.report.nodes[:rows]),
-            "allocated": frozenset(c.node for c in _with_ties(
-                dear, lambda c: (gpu_price(c.node) * entities.allocated[c], c.namespace,
-                                 c.pod), rows))}
+    dear = sorted(entities.allocated, key=lambda c: (-per_hour(c), c.namespace, c.pod))
+    return {c.node for c in _with_ties(dear, lambda c: (per_hour(c), c.namespace, c.pod),
+                                       rows)}
 
 
 def shown_nodes(entities: Entities, window: Window, history_start: float,
