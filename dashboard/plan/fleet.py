@@ -7,9 +7,9 @@ own verdicts are asked beside it, as step queries."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -21,6 +21,7 @@ from gpuscope.dashboard.data.source import (
 )
 from gpuscope.dashboard.plan.answers import (
     Now,
+    WorkloadKey,
     bare_nodes,
     gpu_infos,
     idle_steps,
@@ -58,15 +59,19 @@ from gpuscope.dashboard.series import (
     FleetData,
     GpuInfo,
     GpuRef,
+    GroupKey,
     Holding,
     HoldingKey,
     NodeInfo,
     NodeSummary,
+    PodInfo,
+    PodKey,
     Runs,
     Series,
     Window,
     gc_paused,
 )
+from gpuscope.dashboard.verdicts import Thresholds
 from gpuscope.dashboard.verdicts.allocated import AllocatedIdle
 from gpuscope.dashboard.verdicts.idle import NodeIdle, idle_nodes
 from gpuscope.dashboard.verdicts.totals import (
@@ -90,6 +95,106 @@ def _holdings(rows: list[tuple[dict[str, str], float]]) -> dict[HoldingKey, Hold
                          lab.get("workload", ""), lab.get("uuid", ""))
         sums.setdefault(key, [0.0, 0.0])[lab.get("stat") == "used"] += value
     return {k: Holding(held, used) for k, (held, used) in sums.items()}
+
+
+#: The run records' reads sent beside the detail round: the devices' runs, and every
+#: allocated-idle container's finding.
+_Pending = tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]]
+
+
+@dataclass(frozen=True)
+class _Users:
+    """Who used which device over the window (the ``members`` answer: each container's
+    raw mean), and what it tells the second round."""
+
+    mean: dict[ContainerRef, float]
+    #: The input-starved candidates' pods: a raw mean in the rule's range (of the namespace
+    #: filtered to: the other containers on its devices are there for time-slicing).
+    input_pods: set[str]
+    #: The devices two containers or more used (time-sliced).
+    shared: set[GpuRef]
+    #: The nodes each workload ran on, by (cluster, namespace, workload).
+    workload_nodes: dict[WorkloadKey, set[str]]
+
+    @property
+    def members(self) -> list[ContainerRef]:
+        return list(self.mean)
+
+    @classmethod
+    def of(cls, rows: list[tuple[dict[str, str], float]], pods: Mapping[PodKey, PodInfo],
+           namespace: str | None, th: Thresholds) -> _Users:
+        mean = {_cref(lab): v for lab, v in rows if lab.get("namespace")}
+        input_pods = {
+            lab.get("pod", "") for lab, m in rows
+            if lab.get("namespace") and th.input_low <= m <= th.input_high
+            and (namespace is None or lab.get("namespace") == namespace)}
+        sharers: dict[GpuRef, int] = {}
+        workload_nodes: dict[WorkloadKey, set[str]] = {}
+        for c in mean:
+            gpu = c.gpu
+            sharers[gpu] = sharers.get(gpu, 0) + 1
+            pod = pods.get(c.pod_key)
+            if pod is not None and pod.workload:
+                workload_nodes.setdefault((node_parts(c.node)[0], c.namespace, pod.workload),
+                                          set()).add(c.node)
+        return cls(mean, input_pods, {g for g, n in sharers.items() if n >= 2},
+                   workload_nodes)
+
+    def follow_up(self, now: Now) -> FollowUp:
+        """What the second round asks of the nodes and pods the first one singled out
+        (``idle_nodes``: added where the summaries are not used)."""
+        nodes_of = self.workload_nodes
+        return FollowUp(
+            idle={g.node for g in now.idle},
+            shared={g.node for g in self.shared},
+            shared_devices={g.uuid for g in self.shared},
+            spinning={g.node for g in now.spin},
+            held=now.held_nodes,
+            candidates={n for k in now.judged for n in nodes_of.get(k, ())},
+            slow={n for k in now.slow for n in nodes_of.get(k, ())},
+            input=self.input_pods,
+        )
+
+
+@dataclass(frozen=True)
+class _Trail:
+    """The run summaries as :meth:`PrometheusData._summary_round` read them: their rows,
+    the findings they hold whole, and the trailing ones' answers (None: none asked)."""
+
+    rows: list[tuple[dict[str, str], float]]
+    runs: _FullRuns
+    answers: _Answers | None
+    steps: int
+    minutes: int
+
+
+@dataclass(frozen=True)
+class _Whole:
+    """What :meth:`PrometheusData._whole_round` gives the page: the stragglers' groups
+    held whole (their containers, with no steps, and their devices), the third round's
+    queries and answers, and the findings for the verdicts."""
+
+    containers: dict[ContainerRef, Series]
+    devices: set[GpuRef]
+    extra: dict[str, str]
+    answers: _Answers | None
+    summary: Runs
+
+
+def _idle_nodes_now(gpus: Mapping[GpuRef, GpuInfo], now: Now) -> set[str]:
+    """The nodes idle at the end: every whole GPU, or every slice of one in MIG mode,
+    idle or spinning (``now``)."""
+    slices_of: dict[GpuRef, list[GpuRef]] = {}
+    for info in gpus.values():
+        if not info.is_physical:
+            slices_of.setdefault(GpuRef(info.node, info.parent_uuid), []).append(info.ref)
+    node_idle: dict[str, bool] = {}
+    for info in gpus.values():
+        if info.is_physical:
+            parts = slices_of.get(info.ref) or [info.ref]
+            node_idle[info.node] = node_idle.get(info.node, True) and all(
+                p in now.idle or p in now.spin for p in parts)
+    return {n for n, idle in node_idle.items() if idle}
 
 
 class PrometheusData(PlanQueries):
@@ -119,19 +224,9 @@ class PrometheusData(PlanQueries):
             namespace = validate_namespace(namespace)
         rules, checks = self._check_rules(window)
         th = self.thresholds
-        # Where the verdicts' run records cover the page's history (the usual one, the
-        # store older than the window), the idle devices, nodes and slices and the
-        # allocated-idle containers come from them (``dashboard/plan/entities.py``): one
-        # query per table, whatever the fleet's state, and the findings of the nodes the
-        # page shows. Over the rules' own window (the default hour: the price shares'
-        # records are over it) and the whole fleet.
         assumed = self.assumed_start(window)
-        recorded = False
-        if (records and self.read_records and self.prices is not None
-                and self.lean(window, namespace, rules)):
-            checks += 1
-            since = self.runs_recorded_since(window)
-            recorded = since is not None and since <= assumed and bounded(window, assumed, th)
+        recorded, checked = self._records_cover(window, namespace, rules, assumed, records)
+        checks += checked
         queries = self.fleet_queries(window, namespace, rules, recorded)
         if recorded:
             queries.update(entity_queries(window, assumed, th))
@@ -145,18 +240,9 @@ class PrometheusData(PlanQueries):
             first_res.add(self._submit(more_first, window))
 
         nodes = node_infos(first_res["nodes"])
-        first: float | None = None
-        if any(lab.get("stat") == "at_start" and v > 0 for lab, v in first_res["nodes"]):
-            first = self._full_history_at(window)
-        if first is None:  # no device reported at the window's first step
-            checks += 1
-            first = next((v for _, v in self.instant(self.first_query(window), window.end)
-                          if math.isfinite(v)), None)
+        first, checked = self._data_begins(window, first_res)
+        checks += checked
         now = Now.parse(first_res["now"])
-        idle_now, spin_now, silent = now.idle, now.spin, now.silent
-        held_nodes, held_refs, flagged = now.held_nodes, now.held, now.flagged
-        judged, slow = now.judged, now.slow
-
         hs = self._history_start(window, first)
         entity_rows: list[tuple[dict[str, str], float]] = []
         if recorded and hs != assumed:
@@ -202,10 +288,10 @@ class PrometheusData(PlanQueries):
         # while the store still computes who is where (the heaviest answers of the round).
         # The idle devices' whole runs came in ``now`` where the history is the one it
         # assumed (the store older than the window).
-        idle_in_now = hs == self.assumed_start(window)
+        idle_in_now = hs == assumed
         run_q = self.run_queries(
-            window, hs, devices=() if recorded else {g.node for g in idle_now | spin_now},
-            held=bool(held_refs), stragglers=bool(flagged), namespace=namespace,
+            window, hs, devices=() if recorded else {g.node for g in now.idle | now.spin},
+            held=bool(now.held), stragglers=bool(now.flagged), namespace=namespace,
             idle_runs=not (idle_in_now or recorded)) if summarize else {}
         answers = self._submit(run_q, window)  # the second round joins these
 
@@ -221,20 +307,12 @@ class PrometheusData(PlanQueries):
         # With the run records: the numbers per entity, the nodes they leave open (their
         # devices' runs read meanwhile) and every allocated-idle container's run.
         entities = entities_of(entity_rows) if recorded else None
-        opened: set[str] = set()  # (the nodes whose devices are read with the records)
-        run_nodes: set[str] = set()  # (and whose devices' runs)
-        pending: tuple[Future[Devices], Future[tuple[AllocatedIdle, ...]]] | None = None
+        run_nodes: set[str] = set()  # (the nodes whose devices' runs are read)
+        opened: set[str] = set()  # (and whose devices are, with the records)
+        pending: _Pending | None = None
         if entities is not None:
-            node_price, gpus_on = self._priced(nodes, summaries)
-            # The open and MIG nodes, the first idle rows' and the heatmap's, and the first
-            # allocated-idle rows' nodes (their GPUs' index): read with the others.
-            run_nodes = shown_nodes(entities, window, hs, node_price, gpus_on, summaries,
-                                    self.first_rows, th.idle_duration)
-            pending = (self._page_pool.submit(devices_of, self.instant, window, hs, run_nodes,
-                                              {}, th, self.cluster_label),
-                       self._page_pool.submit(allocated_of, self.instant, window, hs, th))
-            opened = run_nodes | allocated_nodes(entities, node_price, gpus_on,
-                                                 self.first_rows)
+            run_nodes, opened, pending = self._read_records(window, hs, entities, nodes,
+                                                            summaries)
 
         def detail(need: set[str]) -> tuple[set[str], dict[GpuRef, GpuInfo]]:
             """The nodes whose devices are read (:func:`detail_nodes`), of those named and
@@ -250,202 +328,237 @@ class PrometheusData(PlanQueries):
             # where the straggler candidates' workloads have pods.
             need = {lab.get("node", "") for lab, _ in first_res["sharers"]}
             need |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
-            workloads = judged | {key[:3] for key in flagged}
+            workloads = now.judged | {key[:3] for key in now.flagged}
             need |= {p.node for p in pods.values()
                      if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
             on, light = detail(need | opened)
             inventory = read_devices(on, True)
-        member_rows = (inventory if lean else first_res)["members"]
-
-        # Every container in the window (with the rules over their window: on the nodes
-        # that need it); a history only where a verdict can use one.
-        # Each container's raw mean over the window (the input statistics' mean).
-        member_mean = {_cref(lab): v for lab, v in member_rows if lab.get("namespace")}
-        members = list(member_mean)
-        # Input starvation's candidates: the raw mean in the rule's range (of the namespace
-        # filtered to: the other containers on its devices are there for time-slicing).
-        input_pods = {
-            lab.get("pod", "") for lab, mean in member_rows
-            if lab.get("namespace") and th.input_low <= mean <= th.input_high
-            and (namespace is None or lab.get("namespace") == namespace)}
-
-        sharers: dict[GpuRef, int] = {}
-        for c in members:
-            gpu = c.gpu
-            sharers[gpu] = sharers.get(gpu, 0) + 1
-        shared = {g for g, n in sharers.items() if n >= 2}
-        workload_nodes: dict[tuple[str, str, str], set[str]] = {}
-        for c in members:
-            pod = pods.get(c.pod_key)
-            if pod is not None and pod.workload:
-                workload_nodes.setdefault((node_parts(c.node)[0], c.namespace, pod.workload),
-                                          set()).add(c.node)
-        history = window.end - hs
-        ask = FollowUp(
-            idle={g.node for g in idle_now},
-            # (``idle_nodes``: below, from the inventory, where the summaries are not used.)
-            shared={g.node for g in shared},
-            shared_devices={g.uuid for g in shared},
-            spinning={g.node for g in spin_now},
-            held=held_nodes,
-            candidates={n for k in judged for n in workload_nodes.get(k, ())},
-            slow={n for k in slow for n in workload_nodes.get(k, ())},
-            input=input_pods,
-        )
+        users = _Users.of((inventory if lean else first_res)["members"], pods, namespace, th)
+        ask = users.follow_up(now)
         # The stragglers' evidence is read when their rows are shown (``read_evidence``),
         # of the rows shown alone, not here of every workload that may hold one.
         if rules and not lean:
             # Who uses what came first: the devices of the nodes that need them, asked now.
             need = set(ask.shared) | set(ask.candidates)
-            need |= set(ask.slow) | {c.node for c in member_mean if c.pod in input_pods}
-            need |= {n for key in flagged for n in workload_nodes.get(key[:3], ())}
+            need |= set(ask.slow) | {c.node for c in users.mean if c.pod in users.input_pods}
+            need |= {n for key in now.flagged for n in users.workload_nodes.get(key[:3], ())}
             on, light = detail(need)
             inventory = read_devices(on, False)
-        node_models = {n: s.model for n, s in summaries.items()}
-        # The stragglers summarised whole: their groups' containers come with no steps, and
-        # their devices with no work signals, whatever else was asked about them (a node's
-        # every device comes back): the store's findings are theirs.
-        strag_containers: dict[ContainerRef, Series] = {}
-        strag_devices: set[GpuRef] = set()
-        trail_res: _Answers | None = None
+        trail: _Trail | None = None
+        more: dict[str, str] = {}
         if summarize:
-            # The stragglers' rules at the end say which workloads can hold one: their
-            # steps only where the summaries do not describe them.
-            strag_ask: dict[str, Any] = {} if not now.straggler_rules else {
-                "candidates": (), "slow": ()}
-            more = self.second_round(window, replace(
-                ask, idle=(), spinning=(), held=(), **strag_ask),
-                namespace, rules)
-            answers.add(self._submit(more, window))
-            # The summaries over the whole history (sent first in the round: in before the
-            # inventory); findings at the end they leave out, on one-minute steps: those
-            # whose runs began within the history, asked now (one more query, only then),
-            # while the store computes the rest.
-            rows = answers["runs"]
-            minutes = round((window.end - hs) / RULE_INTERVAL)
-            if idle_in_now:
-                rows = [*rows, *((lab, v) for lab, v in first_res["now"]
-                                 if lab.get("stat") == "idle" and round(v) == minutes)]
-            runs = _FullRuns.parse(rows, window, steps, minutes)
-            left = runs.fallback(idle_now, spin_now, held_refs)
-            if left.idle or left.held or (left.spinning and steps == minutes):
-                trail = self.run_queries(window, hs, held=bool(left.held), trailing=True)
-                more.update({f"trailing {k}": q for k, q in trail.items()})
-                trail_res = self._submit(trail, window)
+            more, trail = self._summary_round(window, hs, ask, now, namespace, answers,
+                                              first_res if idle_in_now else None, steps)
         # The inventory (sent after who uses what): with the summaries, read while the
         # store computes the second round.
         gpus = {**gpu_infos(inventory["gpus"]), **light}
         found: Found | None = None
+        silent = now.silent
         if entities is not None and pending is not None:
             found = self._found(window, hs, entities, pending,
                                 {r: i for r, i in gpus.items() if r.node in run_nodes}, nodes,
                                 summaries)
             silent = set(found.devices.silent)
         if not summarize:
-            # Nodes idle now (every whole GPU, or every slice of one in MIG mode, idle or
-            # spinning): the waste split asks when their devices were held.
-            slices_of: dict[GpuRef, list[GpuRef]] = {}
-            for info in gpus.values():
-                if not info.is_physical:
-                    slices_of.setdefault(GpuRef(info.node, info.parent_uuid), []).append(
-                        info.ref)
-            node_idle: dict[str, bool] = {}
-            for info in gpus.values():
-                if info.is_physical:
-                    parts = slices_of.get(info.ref) or [info.ref]
-                    node_idle[info.node] = node_idle.get(info.node, True) and all(
-                        p in idle_now or p in spin_now for p in parts)
             # The waste split (idle nodes) and an idle MIG slice's "allocated" (busy nodes)
             # need when each idle device was held: every node with an idle or spinning one.
             more = self.second_round(window, replace(
-                ask, idle_nodes={n for n, idle in node_idle.items() if idle}
-                | {g.node for g in idle_now} | {g.node for g in spin_now}),
-                namespace, rules)
+                ask, idle_nodes=_idle_nodes_now(gpus, now) | {g.node for g in now.idle}
+                | {g.node for g in now.spin}), namespace, rules)
             answers.add(self._submit(more, window))
         more.update(run_q)
         # What needs no answer of this round, while the store computes them.
-        containers: dict[ContainerRef, Series] = dict.fromkeys(members, _NO_POINTS)
-        groups = _groups(members, pods, gpus, node_models) if summarize else {}
-        summary: Runs | None = None
-        extra: dict[str, str] = {}
-        extra_res: _Answers | None = None
-        if summarize:
+        node_models = {n: s.model for n, s in summaries.items()}
+        groups = _groups(users.members, pods, gpus, node_models) if summarize else {}
+        whole: _Whole | None = None
+        if trail is not None:
             # The summaries, sent first, are in before the rest of the round: read and
             # expanded (and the third round sent) while the store computes the rest.
-            if trail_res is not None:
-                runs = runs.merged(_FullRuns.parse(trail_res["runs"], window, steps, minutes,
-                                                   trailing=True))
-            again = runs.fallback(idle_now, spin_now, held_refs)
-            strag = _StragglerRuns.parse(rows, runs.grid)
-            whole, rest = strag.split(flagged, groups, spin_now | {
-                g for g, n in sharers.items() if n >= 2})
-            rest_workloads = {key[:3] for key in rest}
-            again = replace(
-                again,
-                candidates={n for k in rest_workloads for n in workload_nodes.get(k, ())},
-                slow={n for key in rest if "slow" in flagged[key].values()
-                      for n in workload_nodes.get(key[:3], ())})
-            strag_containers = {c: _NO_POINTS for key in whole
-                                for cs in groups[key].values() for c in cs}
-            strag_devices = {g for key in whole for g in groups[key]}
-            extra = self.second_round(window, again, namespace, rules, by_node=True)
-            extra_res = self._submit(extra, window) if extra else None
-            # The findings held whole, for the verdicts (a step history asked again is
-            # judged instead).
-            summary = runs.summary(strag.whole(whole))
+            whole = self._whole_round(window, trail, now, users, groups, namespace)
+            more.update(whole.extra)
         # Each device's window mean (sent last in the first round), while the rest runs.
         gpu_mean = {_gref(lab): v for lab, v in inventory["gpu_stats"]}
         later = answers.all()
         later.pop("runs", None)
-        if extra_res is not None:
-            for role, rows in extra_res.all().items():
+        if whole is not None and whole.answers is not None:
+            for role, rows in whole.answers.all().items():
                 later.setdefault(role, []).extend(rows)
-        more.update(extra)
+        return self._assembled(
+            window, hs, later, users, pods, gpus, nodes, summaries, now, light,
+            gpu_mean=gpu_mean, rules=rules, summarize=summarize, whole=whole,
+            queries=len(queries) + len(more) + checks, silent=silent,
+            groups_checked=groups_checked, holdings=first_res["holdings"], found=found)
 
+    def _records_cover(self, window: Window, namespace: str | None, rules: bool,
+                       assumed: float, records: bool) -> tuple[bool, int]:
+        """Whether the verdicts' run records cover the page's history (the usual one, the
+        store older than the window), so that the idle devices, nodes and slices and the
+        allocated-idle containers come from them (``dashboard/plan/entities.py``: one query
+        per table, whatever the fleet's state, and the findings of the nodes the page
+        shows); and the checks that took. Over the rules' own window (the default hour: the
+        price shares' records are over it) and the whole fleet, where :attr:`read_records`."""
+        if not (records and self.read_records and self.prices is not None
+                and self.lean(window, namespace, rules)):
+            return False, 0
+        since = self.runs_recorded_since(window)
+        return (since is not None and since <= assumed
+                and bounded(window, assumed, self.thresholds)), 1
+
+    def _data_begins(self, window: Window, first: _Answers) -> tuple[float | None, int]:
+        """When the window's data begins (:meth:`_history_start`'s ``first``): the full
+        history where a device reported at the window's first step (the first round's
+        ``nodes`` say), else the first step any did (None: none), and the queries that
+        took."""
+        if any(lab.get("stat") == "at_start" and v > 0 for lab, v in first["nodes"]):
+            return self._full_history_at(window), 0
+        return next((v for _, v in self.instant(self.first_query(window), window.end)
+                     if math.isfinite(v)), None), 1
+
+    def _read_records(self, window: Window, history_start: float, entities: Entities,
+                      nodes: Mapping[str, NodeInfo], summaries: Mapping[str, NodeSummary],
+                      ) -> tuple[set[str], set[str], _Pending]:
+        """With the run records: the nodes whose devices' runs are read (the open and MIG
+        nodes, the first idle rows' and the heatmap's: :func:`shown_nodes`), those whose
+        devices are read (and the first allocated-idle rows' nodes, for their GPUs'
+        index), and those runs and every allocated-idle container's, sent in the
+        background beside the detail round."""
+        th = self.thresholds
+        node_price, gpus_on = self._priced(nodes, summaries)
+        run_nodes = shown_nodes(entities, window, history_start, node_price, gpus_on,
+                                summaries, self.first_rows, th.idle_duration)
+        pending = (self._page_pool.submit(devices_of, self.instant, window, history_start,
+                                          run_nodes, {}, th, self.cluster_label),
+                   self._page_pool.submit(allocated_of, self.instant, window, history_start,
+                                          th))
+        opened = run_nodes | allocated_nodes(entities, node_price, gpus_on, self.first_rows)
+        return run_nodes, opened, pending
+
+    def _summary_round(self, window: Window, history_start: float, ask: FollowUp, now: Now,
+                       namespace: str | None, answers: _Answers, idle_rows: _Answers | None,
+                       steps: int) -> tuple[dict[str, str], _Trail]:
+        """With the run summaries: the second round (what the summaries leave to steps),
+        sent and joined to ``answers``; the summaries read (with the idle devices' whole
+        runs of ``idle_rows``' ``now`` where it counted them); and the findings at the end
+        they leave out, on one-minute steps (those whose runs began within the history),
+        asked now (one more query, only then) while the store computes the rest. The
+        queries sent, and what :meth:`_whole_round` reads on."""
+        # The stragglers' rules at the end say which workloads can hold one: their steps
+        # only where the summaries do not describe them.
+        strag_ask: dict[str, Any] = {} if not now.straggler_rules else {
+            "candidates": (), "slow": ()}
+        more = self.second_round(window, replace(ask, idle=(), spinning=(), held=(),
+                                                 **strag_ask), namespace, True)
+        answers.add(self._submit(more, window))
+        # The summaries over the whole history (sent first in the round: in before the
+        # inventory).
+        rows = answers["runs"]
+        minutes = round((window.end - history_start) / RULE_INTERVAL)
+        if idle_rows is not None:
+            rows = [*rows, *((lab, v) for lab, v in idle_rows["now"]
+                             if lab.get("stat") == "idle" and round(v) == minutes)]
+        runs = _FullRuns.parse(rows, window, steps, minutes)
+        left = runs.fallback(now.idle, now.spin, now.held)
+        trailing: _Answers | None = None
+        if left.idle or left.held or (left.spinning and steps == minutes):
+            trail = self.run_queries(window, history_start, held=bool(left.held),
+                                     trailing=True)
+            more.update({f"trailing {k}": q for k, q in trail.items()})
+            trailing = self._submit(trail, window)
+        return more, _Trail(rows, runs, trailing, steps, minutes)
+
+    def _whole_round(self, window: Window, trail: _Trail, now: Now, users: _Users,
+                     groups: Mapping[GroupKey, Mapping[GpuRef, Sequence[ContainerRef]]],
+                     namespace: str | None) -> _Whole:
+        """The findings the summaries hold whole (the trailing ones merged in), for the
+        verdicts: the stragglers' groups they describe whole (their containers with no
+        steps, their devices with no work signals: the store's findings are theirs), and
+        the steps of the rest asked by node (a third round, usually empty)."""
+        runs = trail.runs
+        if trail.answers is not None:
+            runs = runs.merged(_FullRuns.parse(trail.answers["runs"], window, trail.steps,
+                                               trail.minutes, trailing=True))
+        again = runs.fallback(now.idle, now.spin, now.held)
+        strag = _StragglerRuns.parse(trail.rows, runs.grid)
+        whole, rest = strag.split(now.flagged, groups, now.spin | users.shared)
+        rest_workloads = {key[:3] for key in rest}
+        nodes_of = users.workload_nodes
+        again = replace(
+            again,
+            candidates={n for k in rest_workloads for n in nodes_of.get(k, ())},
+            slow={n for key in rest if "slow" in now.flagged[key].values()
+                  for n in nodes_of.get(key[:3], ())})
+        extra = self.second_round(window, again, namespace, True, by_node=True)
+        return _Whole(
+            containers={c: _NO_POINTS for key in whole for cs in groups[key].values()
+                        for c in cs},
+            devices={g for key in whole for g in groups[key]},
+            extra=extra,
+            answers=self._submit(extra, window) if extra else None,
+            # The findings held whole, for the verdicts (a step history asked again is
+            # judged instead).
+            summary=runs.summary(strag.whole(whole)))
+
+    def _assembled(self, window: Window, history_start: float,
+                   later: Mapping[str, list[Any]], users: _Users,
+                   pods: dict[PodKey, PodInfo], gpus: dict[GpuRef, GpuInfo],
+                   nodes: dict[str, NodeInfo], summaries: dict[str, NodeSummary], now: Now,
+                   light: Mapping[GpuRef, GpuInfo], *, gpu_mean: dict[GpuRef, float],
+                   rules: bool, summarize: bool, whole: _Whole | None, queries: int,
+                   silent: Collection[GpuRef], groups_checked: int | None,
+                   holdings: list[tuple[dict[str, str], float]], found: Found | None,
+                   ) -> FleetData:
+        """The page's :class:`FleetData` from the rounds' answers (``later``, by role)."""
+        th = self.thresholds
+        # Every container in the window (with the rules over their window: on the nodes
+        # that need it); a history only where a verdict can use one.
+        containers: dict[ContainerRef, Series] = dict.fromkeys(users.mean, _NO_POINTS)
         containers.update({_cref(lab): s for lab, s in later.get("containers", [])
                            if lab.get("namespace")})
         # (Asked by uuid: a device of that uuid on another node is not this one.)
         containers.update({ref: s for lab, s in later.get("shared_containers", [])
-                           if lab.get("namespace") and (ref := _cref(lab)).gpu in shared})
-        containers.update(strag_containers)
-        stats = util_stats(later.get("stats", []), member_mean)
+                           if lab.get("namespace") and (ref := _cref(lab)).gpu in users.shared})
+        if whole is not None:
+            containers.update(whole.containers)
         busy_max, idle_signal = idle_steps(later.get("idle_steps", []))
         usage, usage_signal = _merge_signals(
             (_cref(lab), lab.get("signal", "utilization"), s)
             for lab, s in later.get("held_idle", []) if lab.get("namespace"))
         signals = work_signals_of(
-            [*later.get("spinning", []), *later.get("workload_signals", [])], strag_devices)
+            [*later.get("spinning", []), *later.get("workload_signals", [])],
+            whole.devices if whole is not None else set())
         bare_nodes(nodes, {g.node for g in gpus} | set(summaries))
+        history = window.end - history_start
         return FleetData(
             window=window,
-            history_start=hs,
+            history_start=history_start,
             gpus=gpus,
             nodes=nodes,
             gpu_busy_max=busy_max,
             gpu_mean=gpu_mean,
             gpu_step_mean={_gref(lab): s for lab, s in later.get("shared", [])
-                           if _gref(lab) in shared},
+                           if _gref(lab) in users.shared},
             allocated={_gref(lab): s for lab, s in later.get("allocated", [])},
             containers=containers,
-            container_stats=stats,
+            container_stats=util_stats(later.get("stats", []), users.mean),
             pods=pods,
             idle_signal=idle_signal,
             signals=signals,
-            read_spinning=partial(self.read_spinning, window, hs) if summarize else None,
+            read_spinning=partial(self.read_spinning, window, history_start)
+            if summarize else None,
             read_evidence=partial(self.read_evidence, window,
                                   min(th.straggler_duration, window.seconds, max(history, 0.0)),
                                   rules),
             held_usage=usage,
             held_signal=usage_signal,
-            queries=len(queries) + len(more) + checks,
+            queries=queries,
             silent=frozenset(silent),
             notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else
                    (RAW_NOTE.format(nodes=len(nodes), most=RAW_NODES),)
                    if len(nodes) > RAW_NODES else ()),
             node_summaries=summaries,
             workloads_checked=groups_checked,
-            holdings=_holdings(first_res["holdings"]),
-            runs=summary,
+            holdings=_holdings(holdings),
+            runs=whole.summary if whole is not None else None,
             # With the rules, the devices the heatmap draws are read then.
             partial_nodes={n: summaries[n].gpus for n in {g.node for g in light}},
             read_devices=partial(self.read_devices, window) if rules else None,
