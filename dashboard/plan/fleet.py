@@ -265,19 +265,7 @@ class PrometheusData(PlanQueries):
         # With the rules: each node's numbers, and the devices of the nodes that need them
         # (read before the second round's groups need the models).
         summaries: dict[str, NodeSummary] = {}
-        inventory = first_res
-        # The nodes a finding at the end names (their devices are read with the rules).
-        named = now.named()
         lean = self.lean(window, namespace, rules)
-
-        def read_devices(on: Collection[str], members: bool) -> _Answers:
-            """:meth:`detail_queries` of ``on``, and the means of those of its nodes the
-            rules have no numbers for (:meth:`means_queries`), sent (and counted)."""
-            detail = {**self.detail_queries(window, on, members),
-                      **self.means_queries(window, [n for n in on if n not in summaries])}
-            queries.update(detail)
-            return self._submit(detail, window)
-
         if rules:
             # The nodes' numbers, and who uses what from the rules, to say which nodes'
             # devices and containers to read.
@@ -301,9 +289,6 @@ class PrometheusData(PlanQueries):
             summaries = _summaries(first_res["node_summary"])
             if lean:
                 groups_checked = int(next((v for _, v in first_res["groups"]), 0))
-        # The nodes only idle or silent devices name: their devices as ``now`` says them
-        # (the rest are busy), neither their inventory nor who uses what read.
-        light: dict[GpuRef, GpuInfo] = {}
         # With the run records: the numbers per entity, the nodes they leave open (their
         # devices' runs read meanwhile) and every allocated-idle container's run.
         entities = entities_of(entity_rows) if recorded else None
@@ -313,37 +298,9 @@ class PrometheusData(PlanQueries):
         if entities is not None:
             run_nodes, opened, pending = self._read_records(window, hs, entities, nodes,
                                                             summaries)
-
-        def detail(need: set[str]) -> tuple[set[str], dict[GpuRef, GpuInfo]]:
-            """The nodes whose devices are read (:func:`detail_nodes`), of those named and
-            ``need`` (who uses what there matters), and the devices of those
-            :func:`partial_nodes` leaves aside (none of them read)."""
-            aside = partial_nodes(now, need, summaries) if summarize else {}
-            on = detail_nodes((named | need) - {g.node for g in aside}, summaries)
-            return on, {ref: info for ref, info in aside.items() if ref.node not in on}
-
-        if lean:
-            # Who uses what is read on the nodes that need it, known before it is: where the
-            # rules saw a device shared or a container near the input-starved range, and
-            # where the straggler candidates' workloads have pods.
-            need = {lab.get("node", "") for lab, _ in first_res["sharers"]}
-            need |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
-            workloads = now.judged | {key[:3] for key in now.flagged}
-            need |= {p.node for p in pods.values()
-                     if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
-            on, light = detail(need | opened)
-            inventory = read_devices(on, True)
-        users = _Users.of((inventory if lean else first_res)["members"], pods, namespace, th)
-        ask = users.follow_up(now)
-        # The stragglers' evidence is read when their rows are shown (``read_evidence``),
-        # of the rows shown alone, not here of every workload that may hold one.
-        if rules and not lean:
-            # Who uses what came first: the devices of the nodes that need them, asked now.
-            need = set(ask.shared) | set(ask.candidates)
-            need |= set(ask.slow) | {c.node for c in users.mean if c.pod in users.input_pods}
-            need |= {n for key in now.flagged for n in users.workload_nodes.get(key[:3], ())}
-            on, light = detail(need)
-            inventory = read_devices(on, False)
+        inventory, light, users, ask = self._who_uses_what(
+            window, namespace, now, first_res, pods, summaries, opened, queries,
+            rules=rules, lean=lean, summarize=summarize)
         trail: _Trail | None = None
         more: dict[str, str] = {}
         if summarize:
@@ -432,6 +389,54 @@ class PrometheusData(PlanQueries):
                                           th))
         opened = run_nodes | allocated_nodes(entities, node_price, gpus_on, self.first_rows)
         return run_nodes, opened, pending
+
+    def _who_uses_what(self, window: Window, namespace: str | None, now: Now,
+                       first_res: _Answers, pods: Mapping[PodKey, PodInfo],
+                       summaries: Mapping[str, NodeSummary], opened: Collection[str],
+                       queries: dict[str, str], *, rules: bool, lean: bool, summarize: bool,
+                       ) -> tuple[_Answers, dict[GpuRef, GpuInfo], _Users, FollowUp]:
+        """Who used what over the window (:class:`_Users`), what the second round asks of
+        it, and where the devices come from: without the rules the first round (the whole
+        fleet's); with them the devices of the nodes that need them (:func:`detail_nodes`:
+        those a finding at the end names and those where who uses what matters), sent (and
+        counted in ``queries``) as soon as those are known, and the devices
+        :func:`partial_nodes` leaves aside (of the nodes only idle or silent devices name:
+        as ``now`` says them, neither their inventory nor who uses what read)."""
+        named = now.named()
+
+        def read(need: set[str], members: bool) -> tuple[_Answers, dict[GpuRef, GpuInfo]]:
+            aside = partial_nodes(now, need, summaries) if summarize else {}
+            on = detail_nodes((named | need) - {g.node for g in aside}, summaries)
+            # (and the means of those of its nodes the rules have no numbers for)
+            detail = {**self.detail_queries(window, on, members),
+                      **self.means_queries(window, [n for n in on if n not in summaries])}
+            queries.update(detail)
+            return (self._submit(detail, window),
+                    {ref: info for ref, info in aside.items() if ref.node not in on})
+
+        inventory: _Answers = first_res
+        light: dict[GpuRef, GpuInfo] = {}
+        if lean:
+            # Who uses what is read on the nodes that need it, known before it is: where the
+            # rules saw a device shared or a container near the input-starved range, and
+            # where the straggler candidates' workloads have pods.
+            need = {lab.get("node", "") for lab, _ in first_res["sharers"]}
+            need |= {lab.get("node", "") for lab, _ in first_res["input_range"]}
+            workloads = now.judged | {key[:3] for key in now.flagged}
+            need |= {p.node for p in pods.values()
+                     if (node_parts(p.node)[0], p.namespace, p.workload) in workloads}
+            inventory, light = read(need | set(opened), True)
+        users = _Users.of(inventory["members"], pods, namespace, self.thresholds)
+        ask = users.follow_up(now)
+        # The stragglers' evidence is read when their rows are shown (``read_evidence``),
+        # of the rows shown alone, not here of every workload that may hold one.
+        if rules and not lean:
+            # Who uses what came first: the devices of the nodes that need them, asked now.
+            need = set(ask.shared) | set(ask.candidates)
+            need |= set(ask.slow) | {c.node for c in users.mean if c.pod in users.input_pods}
+            need |= {n for key in now.flagged for n in users.workload_nodes.get(key[:3], ())}
+            inventory, light = read(need, False)
+        return inventory, light, users, ask
 
     def _summary_round(self, window: Window, history_start: float, ask: FollowUp, now: Now,
                        namespace: str | None, answers: _Answers, idle_rows: _Answers | None,
