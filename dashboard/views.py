@@ -64,11 +64,11 @@ from gpuscope.dashboard.verdicts.starvation import (
 )
 from gpuscope.dashboard.verdicts.starvation import share_rows as share_table
 from gpuscope.dashboard.verdicts.starvation import starved_rows as starved_table
-from gpuscope.dashboard.verdicts.stragglers import StragglerRow, stragglers
+from gpuscope.dashboard.verdicts.stragglers import StragglerReport, StragglerRow, stragglers
 from gpuscope.dashboard.verdicts.stragglers import straggler_rows as straggler_table
 from gpuscope.dashboard.verdicts.throttle import VERDICT as THROTTLE
 from gpuscope.dashboard.verdicts.totals import Found, IdleGpus, States
-from gpuscope.dashboard.verdicts.waste import waste
+from gpuscope.dashboard.verdicts.waste import WasteReport, waste
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +390,138 @@ def page_view(source: DataSource, window_seconds: float, prices: PriceTable,
                             namespace, steps, cluster)
 
 
+@dataclass(frozen=True)
+class _Prices:
+    """Each GPU node's $/hour as the price table gives it (spot where it says so; a node
+    of no known instance type: unknown), and a whole GPU's share of it."""
+
+    node: dict[str, NodePrice]
+    gpus_on: Callable[[str], int]
+
+    @classmethod
+    def of(cls, data: FleetData, prices: PriceTable, gpu_nodes: set[str],
+           gpus_on: Callable[[str], int]) -> _Prices:
+        node_price: dict[str, NodePrice] = {}
+        for node in gpu_nodes | set(data.nodes):
+            info = data.nodes.get(node)
+            node_price[node] = (prices.node_price(info.instance_type, info.capacity_type)
+                                if info is not None else NodePrice(None, "on-demand"))
+        return cls(node_price, gpus_on)
+
+    def per_gpu(self, node: str) -> float | None:
+        """A whole GPU's share of its node's $/hour."""
+        price = self.node[node].per_hour if node in self.node else None
+        n = self.gpus_on(node)
+        return price / n if price is not None and n > 0 else None
+
+
+@dataclass(frozen=True)
+class _Holding:
+    """What a container holds, and its $/hour: the allocated-idle and input-starved rows'
+    "holds" column. ``recorded``: each container's share of its GPU as the store
+    recorded it (the run records' page); ``shares``: each MIG slice's share of its GPU;
+    ``users``: who uses each device (time-slices split a GPU's price)."""
+
+    gpus: Mapping[GpuRef, GpuInfo]
+    prices: _Prices
+    recorded: Mapping[ContainerRef, float]
+    context: PageContext
+    shares: Mapping[GpuRef, float]
+    users: Mapping[GpuRef, set[ContainerRef]]
+
+    def __call__(self, c: ContainerRef) -> tuple[str, float | None]:
+        info = self.gpus.get(c.gpu)
+        per_gpu = self.prices.per_gpu(c.node)
+        share = self.recorded.get(c)
+        if share is not None and (info is None or info.is_physical):
+            n = max(1, round(1 / share)) if share > 0 else 1
+            index = self.context.index(c.gpu)
+            price = per_gpu * share if per_gpu is not None else None
+            return (f"1 of {n} time-slices of GPU {index}" if n > 1 else f"GPU {index}",
+                    price)
+        if info is not None and not info.is_physical:
+            share = self.shares.get(c.gpu, 0.0)
+            parent = self.gpus.get(GpuRef(c.node, info.parent_uuid))
+            on = f" of GPU {parent.gpu}" if parent is not None else ""
+            return (f"MIG {info.mig_profile or 'slice'} ({share * 7:.0f}/7{on})"
+                    if abs(share * 7 - round(share * 7)) < 1e-6 else
+                    f"MIG {info.mig_profile or 'slice'} ({share:.0%}{on})",
+                    per_gpu * share if per_gpu is not None else None)
+        n = max(1, sum(1 for u in self.users.get(c.gpu, ()) if u.container))
+        index = self.context.index(c.gpu)
+        if n > 1:
+            return (f"1 of {n} time-slices of GPU {index}",
+                    per_gpu / n if per_gpu is not None else None)
+        return f"GPU {index}", per_gpu
+
+
+def _kpis(data: FleetData, fleet: _Nodes, prices: _Prices, report: WasteReport,
+          verdicts: Mapping[GpuRef, GpuIdle], spinning: Collection[GpuRef],
+          found: Found | None, *, throttled: int, allocated: Sequence[AllocatedIdleRow],
+          slices: int) -> tuple[Kpis, dict[GpuRef, str]]:
+    """The page's KPIs over whole GPUs (MIG slices are parts of one), and each listed
+    device's state (busy, idle, spinning, no data: the heatmap's too)."""
+    inventory, gpu_nodes, summarised = fleet.inventory, fleet.gpu_nodes, fleet.summarised
+    whole = [info for infos in inventory.by_node.values() for info in infos]
+    states = gpu_states(data.gpus, verdicts, spinning, data.reporting(), fleet=inventory)
+    counts = {state: sum(1 for v in states.values() if v == state)
+              for state in ("busy", "idle", "spinning", "no data")}
+    priced = [p.per_hour for n, p in prices.node.items() if p.per_hour is not None
+              and n in gpu_nodes]
+    gpus = len(whole) + sum(summarised.values()) + fleet.unlisted
+    if found is not None:  # (every whole GPU by the records' states)
+        st = found.totals.states
+        counts = {"idle": st.idle, "spinning": st.spinning, "no data": st.no_data,
+                  "busy": gpus - st.idle - st.spinning - st.no_data}
+    else:
+        counts["busy"] += sum(summarised.values()) + fleet.unlisted
+    return Kpis(
+        gpus=gpus,
+        busy=counts["busy"],
+        idle=counts["idle"],
+        no_data=counts["no data"],
+        mean_utilization=fleet.mean_of(sorted(gpu_nodes)),
+        idle_nodes=len(report.nodes),
+        burning_per_hour=report.burning_per_hour,
+        wasted=report.wasted,
+        wasted_unallocated=report.wasted_unallocated,
+        wasted_allocated=report.wasted_allocated,
+        unpriced_idle_nodes=report.unpriced_nodes,
+        spinning=counts["spinning"],
+        throttled=throttled,
+        allocated_idle=len(allocated),
+        allocated_idle_per_hour=sum(r.price_per_hour or 0.0 for r in allocated),
+        idle_slices=slices,
+        wasted_spinning=report.wasted_spinning,
+        # fsum: the same total whatever order the store listed the nodes in
+        fleet_per_hour=math.fsum(priced),
+        spent=math.fsum(priced) * data.history_seconds / 3600.0,
+        unpriced_nodes=tuple(sorted(n for n, p in prices.node.items()
+                                    if p.per_hour is None and n in gpu_nodes)),
+        spot_nodes=sum(1 for n in gpu_nodes if (i := data.nodes.get(n)) is not None
+                       and i.capacity_type == "spot"),
+    ), states
+
+
+def _pickers(data: FleetData, context: PageContext, straggler_rows: Sequence[StragglerRow],
+             strag: StragglerReport) -> tuple[list[str], list[str], str | None]:
+    """The pod and workload pickers' choices (of the namespace filtered to), and the
+    workload shown first: a straggler's (slow first), else a group of two devices or
+    more, else the first."""
+    wanted = context.wanted
+    pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
+                       | {f"{c.namespace}/{c.pod}" for c in data.containers if wanted(c.namespace)})
+    workloads = sorted({f"{p.namespace}/{p.workload}" for p in data.pods.values()
+                        if p.workload and wanted(p.namespace)})
+    default_workload = next(
+        (f"{r.namespace}/{r.workload}" for kind in ("slow", "stalled")
+         for r in straggler_rows if r.kind == kind),
+        next((f"{g.key[1]}/{g.key[2]}" for g in strag.groups
+              if len(g.devices) >= 2 and wanted(g.key[1])), workloads[0] if workloads else None),
+    )
+    return pod_names, workloads, default_workload
+
+
 def _build_fleet_view(
     data: FleetData,
     prices: PriceTable,
@@ -401,26 +533,13 @@ def _build_fleet_view(
     window, hs = data.window, data.history_start
     signals, runs = data.signals, data.runs
 
-    # Prices: per node (spot where the price file says so), per whole GPU, per slice.
     inventory = fleet_of(data.gpus, data.partial_nodes)  # the passes over every device, once
-    by_node = inventory.by_node
     summaries = data.node_summaries
     fleet = _Nodes(inventory, summaries, data.gpu_mean)
-    summarised, gpu_nodes = fleet.summarised, fleet.gpu_nodes
-    gpus_on, mean_of = fleet.gpus_on, fleet.mean_of
-
-    node_price: dict[str, NodePrice] = {}
-    for node in gpu_nodes | set(data.nodes):
-        info = data.nodes.get(node)
-        node_price[node] = (prices.node_price(info.instance_type, info.capacity_type)
-                            if info is not None else NodePrice(None, "on-demand"))
-
-    def gpu_price(node: str) -> float | None:
-        """A whole GPU's share of its node's $/hour."""
-        price = node_price[node].per_hour if node in node_price else None
-        n = gpus_on(node)
-        return price / n if price is not None and n > 0 else None
-
+    gpu_nodes, gpus_on = fleet.gpu_nodes, fleet.gpus_on
+    # Prices: per node (spot where the price file says so), per whole GPU, per slice.
+    priced = _Prices.of(data, prices, gpu_nodes, gpus_on)
+    node_price, gpu_price = priced.node, priced.per_gpu
     shares = inventory.shares
 
     # How much of what it holds each holder used per step: the store's measure (the
@@ -496,32 +615,8 @@ def _build_fleet_view(
             return per_gpu * shares.get(ref, 0.0)
         return per_gpu
 
-    def holding(c: ContainerRef) -> tuple[str, float | None]:
-        """What the container holds, and its $/hour (its share of its GPU as the store
-        recorded it, where it did)."""
-        info = data.gpus.get(c.gpu)
-        per_gpu = gpu_price(c.node)
-        share = found.shares.get(c) if found is not None else None
-        if share is not None and (info is None or info.is_physical):
-            n = max(1, round(1 / share)) if share > 0 else 1
-            index = context.index(c.gpu)
-            price = per_gpu * share if per_gpu is not None else None
-            return (f"1 of {n} time-slices of GPU {index}" if n > 1 else f"GPU {index}",
-                    price)
-        if info is not None and not info.is_physical:
-            share = shares.get(c.gpu, 0.0)
-            parent = data.gpus.get(GpuRef(c.node, info.parent_uuid))
-            on = f" of GPU {parent.gpu}" if parent is not None else ""
-            return (f"MIG {info.mig_profile or 'slice'} ({share * 7:.0f}/7{on})"
-                    if abs(share * 7 - round(share * 7)) < 1e-6 else
-                    f"MIG {info.mig_profile or 'slice'} ({share:.0%}{on})",
-                    per_gpu * share if per_gpu is not None else None)
-        n = max(1, sum(1 for u in users.get(c.gpu, ()) if u.container))
-        index = context.index(c.gpu)
-        if n > 1:
-            return (f"1 of {n} time-slices of GPU {index}",
-                    per_gpu / n if per_gpu is not None else None)
-        return f"GPU {index}", per_gpu
+    holding = _Holding(data.gpus, priced, found.shares if found is not None else {},
+                       context, shares, users)
 
     allocated_rows = allocated_table(
         found.allocated if found is not None else
@@ -536,46 +631,9 @@ def _build_fleet_view(
     if namespace is not None:
         owners = tuple(o for o in owners if o.namespace == namespace)
 
-    # KPIs over whole GPUs (MIG slices are parts of one).
-    whole = [info for infos in by_node.values() for info in infos]
-    states = gpu_states(data.gpus, verdicts, spinning, data.reporting(), fleet=inventory)
-    counts = {state: sum(1 for v in states.values() if v == state)
-              for state in ("busy", "idle", "spinning", "no data")}
-    priced = [p.per_hour for n, p in node_price.items() if p.per_hour is not None
-              and n in gpu_nodes]
-    gpus = len(whole) + sum(summarised.values()) + fleet.unlisted
-    if found is not None:  # (every whole GPU by the records' states)
-        st = found.totals.states
-        counts = {"idle": st.idle, "spinning": st.spinning, "no data": st.no_data,
-                  "busy": gpus - st.idle - st.spinning - st.no_data}
-    else:
-        counts["busy"] += sum(summarised.values()) + fleet.unlisted
-    kpis = Kpis(
-        gpus=gpus,
-        busy=counts["busy"],
-        idle=counts["idle"],
-        no_data=counts["no data"],
-        mean_utilization=mean_of(sorted(gpu_nodes)),
-        idle_nodes=len(report.nodes),
-        burning_per_hour=report.burning_per_hour,
-        wasted=report.wasted,
-        wasted_unallocated=report.wasted_unallocated,
-        wasted_allocated=report.wasted_allocated,
-        unpriced_idle_nodes=report.unpriced_nodes,
-        spinning=counts["spinning"],
-        throttled=len({t.ref for t in findings[THROTTLE.name]}),
-        allocated_idle=len(allocated_rows),
-        allocated_idle_per_hour=sum(r.price_per_hour or 0.0 for r in allocated_rows),
-        idle_slices=len(slices_idle),
-        wasted_spinning=report.wasted_spinning,
-        # fsum: the same total whatever order the store listed the nodes in
-        fleet_per_hour=math.fsum(priced),
-        spent=math.fsum(priced) * data.history_seconds / 3600.0,
-        unpriced_nodes=tuple(sorted(n for n, p in node_price.items()
-                                    if p.per_hour is None and n in gpu_nodes)),
-        spot_nodes=sum(1 for n in gpu_nodes if (i := data.nodes.get(n)) is not None
-                       and i.capacity_type == "spot"),
-    )
+    kpis, states = _kpis(data, fleet, priced, report, verdicts, spinning, found,
+                         throttled=len({t.ref for t in findings[THROTTLE.name]}),
+                         allocated=allocated_rows, slices=len(slices_idle))
 
     idle_rows = idle_table(report, context, data.nodes)
     if found is not None and found.read_nodes is not None:
@@ -616,17 +674,7 @@ def _build_fleet_view(
                               found.totals.per_node if found is not None else None)
     notes = (*notes, *problems)
 
-    wanted = context.wanted
-    pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
-                       | {f"{c.namespace}/{c.pod}" for c in data.containers if wanted(c.namespace)})
-    workloads = sorted({f"{p.namespace}/{p.workload}" for p in data.pods.values()
-                        if p.workload and wanted(p.namespace)})
-    default_workload = next(
-        (f"{r.namespace}/{r.workload}" for kind in ("slow", "stalled")
-         for r in straggler_rows if r.kind == kind),
-        next((f"{g.key[1]}/{g.key[2]}" for g in strag.groups
-              if len(g.devices) >= 2 and wanted(g.key[1])), workloads[0] if workloads else None),
-    )
+    pod_names, workloads, default_workload = _pickers(data, context, straggler_rows, strag)
     all_nodes = tuple(sorted(gpu_nodes | set(data.nodes) | set(summaries)))
     return FleetView(
         window=window,
