@@ -512,6 +512,10 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
     prices = load_prices()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steps")
     fetch, build, render = [], [], []
+    # The dashboard's own CPU (this process, every thread: the page's queries are read in a
+    # pool) while it fetches and while it analyses: on one machine with the store, the
+    # page's wall time is bounded below by the two CPUs together over the cores.
+    fetch_cpu, build_cpu = [], []
     shows: list[float] = []  # showback() within each run's analysis (build)
     parts: list[dict[str, float]] = []  # section_times of each run's view
     # Per page, the store's CPU seconds, the garbage collections it completed and the bytes
@@ -531,13 +535,13 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                 with gc_paused():
                     got = (source.answer_bytes_total, source.answer_series_total)
                     roles = {k: list(v) for k, v in source.answers_by_role.items()}
-                    t0 = time.perf_counter()
+                    t0, p0 = time.perf_counter(), time.process_time()
                     shown = source.window(args.window)
                     steps = pool.submit(source.step_series, registry.step_queries(),
                                         args.window, shown)
                     data = source.fleet(args.window, args.namespace, shown)
                     answers = steps.result()
-                    t1 = time.perf_counter()
+                    t1, p1 = time.perf_counter(), time.process_time()
                     received.append((source.answer_bytes_total - got[0],
                                      source.answer_series_total - got[1]))
                     by_role = role_counts(roles, source.answers_by_role)
@@ -545,13 +549,15 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                                             args.cluster)
                     queries, runs = data.queries, data.runs
                     del data  # freed before the collector is back on, as the service does
-                    t2 = time.perf_counter()
+                    t2, p2 = time.perf_counter(), time.process_time()
                 heatmap_figure(view.heatmap).to_json()
                 json.dumps({f"{k[0]}.{k[1]}": v for k, v in sections.fill(view, {}).items()},
                            default=str)
                 t3 = time.perf_counter()
                 parts.append(section_times(view))  # again, part by part, outside the timings
                 fetch.append(t1 - t0)
+                fetch_cpu.append(p1 - p0)
+                build_cpu.append(p2 - p1)
                 build.append(t2 - t1)
                 render.append(t3 - t2)
                 cpu.append(store.cpu_seconds())
@@ -589,6 +595,9 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
                               for role, (b, n, a) in by_role.items()},
             fetch_s=statistics.median(fetch[1:]), analysis_s=statistics.median(build[1:]),
             render_s=statistics.median(render[1:]),
+            # The dashboard's CPU seconds a page (median of the runs after the first).
+            python_cpu_s={"fetch": round(statistics.median(fetch_cpu[1:]), 3),
+                          "analysis": round(statistics.median(build_cpu[1:]), 3)},
             # Each run's whole page: a store's garbage collector makes some pages much
             # slower than the median (docs/benchmarks.md, ninth pass).
             page_s=[round(f + b + r, 3)
@@ -625,7 +634,9 @@ def measure(store: Store, meta: dict[str, Any], expected: dict[str, Any],
               f"{result['load_1m_before']:.2f} before, {result['load_1m_after']:.2f} after; "
               f"whole pages {min(result['page_s']):.2f}-{max(result['page_s']):.2f}s; "
               f"received {result['received_mib']:.1f} MiB of JSON, "
-              f"{result['received_series']:,} series a page", flush=True)
+              f"{result['received_series']:,} series a page; the dashboard's CPU "
+              f"{result['python_cpu_s']['fetch']:.2f} CPU-s fetching, "
+              f"{result['python_cpu_s']['analysis']:.2f} analysing", flush=True)
         print(f"{store.kind} received by role (MiB, series, answers): " + ", ".join(
             f"{role} {v['mib']:.2f} {v['series']:,} {v['answers']}"
             for role, v in list(result["received_by_role"].items())[:10]), flush=True)

@@ -177,6 +177,11 @@ def test_the_bench_times_the_showback_and_checks_its_totals(
     assert sum(v["mib"] for v in roles.values()) == pytest.approx(
         result["received_mib"], abs=0.05 + 0.01 * len(roles))
     assert "received by role" in run.stdout
+    # The dashboard's own CPU a page: some while it fetches (decoding the answers) and
+    # while it analyses, never more than the two cores' time the page took.
+    cpu = result["python_cpu_s"]
+    assert 0 < cpu["fetch"] and 0 < cpu["analysis"] <= 2 * max(result["page_s"]) + 0.1
+    assert "CPU-s fetching" in run.stdout
     assert result.get("cluster") == cluster
     if cluster:
         exp = dashboard_bench.cluster_expected(fleet.load_meta(two_clusters), cluster)
