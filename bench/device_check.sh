@@ -20,7 +20,8 @@
 #   mps       bench/real_gpu_check.py --only mps: an MPS daemon and two clients, raw NVML
 #   soak      (only when asked for, GPUSCOPE_CHECK_STEPS) bench/real_gpu_check.py --only soak
 #             --soak-seconds GPUSCOPE_SOAK_SECONDS: the exporter on the driver while PyTorch
-#             processes come and go, its RSS, fds, threads and scrapes every 10 s
+#             processes come and go, its RSS, fds, threads and scrapes every 10 s; with
+#             GPUSCOPE_SOAK_MPS=1 (--soak-mps) the processes are one MPS daemon's clients
 #   collect   everything into $OUT (at most 8 files, flat):
 #             summary.log (all of the above), real-gpu.tar.gz (every raw output), and copies of
 #             comparison.json, health.json, work-signals.json, gpm-cost.json, metrics.txt,
@@ -33,7 +34,8 @@
 # nvidia-smi, PyTorch or MPS report themselves skipped); GPUSCOPE_CHECK_BUDGET; GPUSCOPE_WINDOW
 # (seconds of work signals, 30); GPUSCOPE_CHECK_STEPS (of check, mps, soak, comma-separated;
 # default check,mps: e.g. soak alone); GPUSCOPE_SOAK_SECONDS (240; with soak, the default budget
-# grows by it and 90 s more); GPUSCOPE_SKIP_COPIES (file names not to copy to $OUT, e.g.
+# grows by it and 90 s more); GPUSCOPE_SOAK_MPS (1: the soak's processes as MPS clients);
+# GPUSCOPE_SKIP_COPIES (file names not to copy to $OUT, e.g.
 # "metrics.txt,mps.json": what is in the tarball anyway); PYTHON (python3).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +51,8 @@ for s in ${steps//,/ }; do
   esac
 done
 soak_seconds=${GPUSCOPE_SOAK_SECONDS:-240}
+soak_mps=${GPUSCOPE_SOAK_MPS:-}
+[[ $soak_mps == 1 || -z $soak_mps ]] || { echo "GPUSCOPE_SOAK_MPS: 1 or unset, not $soak_mps" >&2; exit 2; }
 # The budget: 250 s with check or mps (as ever); else 105 s for versions and install. The soak
 # adds its seconds and 90 s more (the exporter's start, the last processes' stop, the summary).
 budget=105
@@ -213,7 +217,8 @@ mps() {
 
 soak() {
   PYTHONPATH=$SITE:$NSPATH exec "$PYTHON" bench/real_gpu_check.py --out "$RESULTS/soak" \
-    --only soak --soak-seconds "$soak_seconds" ${library:+--library "$library"}
+    --only soak --soak-seconds "$soak_seconds" ${soak_mps:+--soak-mps} \
+    ${library:+--library "$library"}
 }
 
 collect() {
@@ -241,7 +246,7 @@ EOF
   ls -l "$OUT"
 }
 
-export library window soak_seconds
+export library window soak_seconds soak_mps
 export -f versions install check mps soak
 
 main() {

@@ -53,7 +53,10 @@ Part 6, soak (``--only soak``, off by default; ``--soak-seconds``, 240): the exp
 short-lived PyTorch processes come and go on GPU 0; every 10 s its RSS, fds, threads, CPU, the
 scrapes' latency and its own ``gpu_exporter_*`` series, and at the end the figures after a
 warm-up and each process's PID against the ``gpu_process_*`` series, to ``soak.json``. Without
-PyTorch or with ``--library`` it runs without the processes (reported as skipped).
+PyTorch or with ``--library`` it runs without the processes (reported as skipped). With
+``--soak-mps`` the processes are the clients of one MPS control daemon started for the soak
+(quit after it), and each scrape also records whether the exporter serves the GPUs as shared
+through MPS and the MPS server's memory (``mps`` in ``soak.json``).
 
 Every step has a time limit, and one that fails does not stop the next. ``--only`` picks
 steps (``exporter,health,work,gpm,mps,soak``). Every missing tool is reported as skipped, not as a
@@ -158,6 +161,10 @@ def main() -> int:
                         help="seconds of NVML samples while the MPS clients run (default 8)")
     parser.add_argument("--soak-seconds", type=float, default=240.0,
                         help="seconds of the soak step (only with --only ...,soak; default 240)")
+    parser.add_argument("--soak-mps", action="store_true",
+                        help="the soak's processes as the clients of one MPS control daemon "
+                             "(as pods sharing a GPU through MPS are); reported as skipped "
+                             "without nvidia-cuda-mps-control")
     parser.add_argument("--only", metavar="STEPS",
                         help=f"comma-separated steps to run, of {','.join(STEPS)} "
                              "(default: exporter,health,work,gpm, and mps with --mps)")
@@ -1568,6 +1575,40 @@ def read_soak_metrics(text: str) -> tuple[dict[int, set[str]], dict[str, float],
     return pids, own, gpm
 
 
+def read_mps_series(text: str) -> tuple[int, int]:
+    """From one /metrics: how many GPUs the exporter serves as shared through MPS
+    (``gpu_sharing_info{sharing="mps"}``), and how many MPS servers' memory series
+    (``gpu_mps_server_memory_used_bytes``) it serves."""
+    shared = servers = 0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "gpu_sharing_info" and s.labels.get("sharing") == "mps" and s.value:
+                shared += 1
+            elif s.name == "gpu_mps_server_memory_used_bytes":
+                servers += 1
+    return shared, servers
+
+
+def start_soak_mps(workdir: Path, env: dict[str, str]) -> dict[str, Any]:
+    """An MPS control daemon for the soak's processes, its pipe and log folders under
+    ``workdir`` (set in ``env``, which the children get); what starting it answered, or why
+    it was skipped."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        return {"skipped": "nvidia-cuda-mps-control not installed"}
+    for name, var in (("pipe", "CUDA_MPS_PIPE_DIRECTORY"), ("log", "CUDA_MPS_LOG_DIRECTORY")):
+        (workdir / name).mkdir(exist_ok=True)
+        env[var] = str(workdir / name)
+    return {"control": control, "daemon_start": run_all([control, "-d"], timeout=15, env=env),
+            "scrapes": 0, "scrapes_shared": 0, "server_series_max": 0}
+
+
+def stop_soak_mps(mps: dict[str, Any], env: dict[str, str]) -> None:
+    """Quits the soak's MPS control daemon (its server with it), if one was started."""
+    if "control" in mps:
+        mps["daemon_quit"] = run_all([mps["control"]], stdin="quit\n", timeout=15, env=env)
+
+
 def slope_per_minute(points: list[tuple[float, float]]) -> float | None:
     """Least-squares slope of (seconds, value), per minute; None for fewer than 2 points."""
     if len(points) < 2:
@@ -1677,6 +1718,15 @@ def soak_summary(result: dict[str, Any]) -> dict[str, Any]:
             errors.append("churn: no child got to its GPU work")
         elif not seen:
             errors.append("churn: no child's PID appeared in the gpu_process_* series")
+    mps = result.get("mps")
+    if mps is not None:
+        summary["mps"] = {k: mps[k] for k in ("skipped", "scrapes", "scrapes_shared",
+                                              "server_series_max") if k in mps}
+        start = mps.get("daemon_start")
+        if isinstance(start, dict) and start.get("rc") != 0:
+            errors.append(f"MPS: the control daemon did not start: {start}")
+        elif "skipped" not in mps and "skipped" not in churn and not mps.get("scrapes_shared"):
+            errors.append("MPS: no scrape served a GPU as shared through MPS")
     summary["errors"] = errors
     return summary
 
@@ -1730,6 +1780,12 @@ def check_soak(args: argparse.Namespace, shared: Shared) -> int:
         return time.monotonic() - t0
 
     bad = 0
+    env = without_pythonpath()
+    mps: dict[str, Any] | None = None
+    if getattr(args, "soak_mps", False):
+        mps = result["mps"] = (start_soak_mps(workdir, env) if skip is None
+                               else {"skipped": f"no processes to share it ({skip})"})
+        print(f"  MPS: {mps.get('skipped') or mps['daemon_start']}", flush=True)
     try:
         with exporter_process(args, "exporter-soak.log") as (port, exporter):
             if port is None:
@@ -1737,7 +1793,6 @@ def check_soak(args: argparse.Namespace, shared: Shared) -> int:
                 return 1
             result["exporter"]["pid"] = exporter.pid
             url = f"http://127.0.0.1:{port}/metrics"
-            env = without_pythonpath()
             t0 = time.monotonic()
             window: list[float] = []
             durations: dict[str, float] = {}
@@ -1783,6 +1838,11 @@ def check_soak(args: argparse.Namespace, shared: Shared) -> int:
                         result["last_sample_age_max"] = max(
                             age, result["last_sample_age_max"] or 0.0)
                     result["gpm_series"] = gpm
+                    if mps is not None and "control" in mps:
+                        mps_gpus, servers = read_mps_series(text)
+                        mps["scrapes"] += 1
+                        mps["scrapes_shared"] += mps_gpus > 0
+                        mps["server_series_max"] = max(mps["server_series_max"], servers)
                 if skip is None:
                     running = [c for c in children if c.running()]
                     for c in running:
@@ -1821,6 +1881,8 @@ def check_soak(args: argparse.Namespace, shared: Shared) -> int:
     finally:
         for c in children:
             c.stop()
+        if mps is not None:
+            stop_soak_mps(mps, env)
         result["children"] = [c.report() for c in children]
         result["pids"] = {str(pid): {"first": e["first"], "last": e["last"],
                                      "series": sorted(e["series"])}
@@ -1881,6 +1943,12 @@ def print_soak(result: dict[str, Any]) -> None:
               f"{p['other_pids']}")
         print(f"  appeared after ready (s): {p['appeared_after_ready_s']}; gone after exit (s): "
               f"{p['gone_after_exit_s']}; stale {p['stale']}, not judged {p['not_judged']}")
+    m = s.get("mps")
+    if m is not None:
+        print("  MPS: " + (f"skipped ({m['skipped']})" if "skipped" in m else
+                           f"{m.get('scrapes_shared')} of {m.get('scrapes')} scrapes served a "
+                           f"GPU as shared through MPS; MPS servers' memory series at most "
+                           f"{m.get('server_series_max')}"))
     print(f"  errors: {s['errors'] or 'none'}")
 
 

@@ -218,3 +218,79 @@ def test_soak_summary_judges_the_children() -> None:
                                                    "max": 2.0}
     assert summary["errors"] == ["1 exited child(ren) still in gpu_process_* series more than "
                                  "5 s later: [102]"]
+
+
+MPS_CHILD = """
+import os, sys, time
+time.sleep(0.2)
+print("ready", os.getpid(), 0, flush=True)
+print("pipe", os.environ.get("CUDA_MPS_PIPE_DIRECTORY", ""), flush=True)
+time.sleep(float(sys.argv[2]) / 4)
+print("done", 1, flush=True)
+"""
+
+# A stand-in for nvidia-cuda-mps-control: "-d" starts (it notes its pipe folder), "quit" on
+# stdin stops; each call appended to the file named by MPS_CALLS.
+FAKE_CONTROL = """#!/bin/sh
+if [ "$1" = "-d" ]; then echo "start $CUDA_MPS_PIPE_DIRECTORY" >> "$MPS_CALLS"; exit 0; fi
+read line; echo "$line $CUDA_MPS_PIPE_DIRECTORY" >> "$MPS_CALLS"
+"""
+
+
+def test_the_mps_soak_runs_its_processes_as_one_daemons_clients(
+    library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--soak-mps``: the control daemon started before the processes and quit after them,
+    each process with its pipe folder; on the double no GPU is served as shared through MPS,
+    which the soak reports as an error (beside the churn the exporter never saw)."""
+    for name, value in library_env(1, 1).items():
+        monkeypatch.setenv(name, value)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(FAKE_CONTROL)
+    control.chmod(0o755)
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("MPS_CALLS", str(calls))
+    monkeypatch.setattr(real_gpu_check, "SOAK_CHILD", MPS_CHILD)
+    monkeypatch.setattr(real_gpu_check, "SOAK_SPAWN_EVERY", 1.0)
+    monkeypatch.setattr(real_gpu_check, "SOAK_QUIET_END", 2.0)
+    monkeypatch.setattr(real_gpu_check, "SOAK_EVERY", 2.0)
+    monkeypatch.setattr(real_gpu_check, "soak_churn_skipped", lambda args: None)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = argparse.Namespace(library=library, out=out, soak_seconds=6.0, soak_mps=True)
+    bad = real_gpu_check.check_soak(args, real_gpu_check.Shared())
+    result = json.loads((out / "soak.json").read_text())
+    start, quit_ = calls.read_text().splitlines()
+    pipe = start.removeprefix("start ")
+    assert pipe.endswith("/pipe") and quit_ == f"quit {pipe}"
+    assert result["mps"]["daemon_start"]["rc"] == 0 and result["mps"]["daemon_quit"]["rc"] == 0
+    assert result["children"] and all(f"pipe {pipe}" in c["stdout"]
+                                      for c in result["children"])
+    mps = result["summary"]["mps"]
+    assert mps["scrapes"] >= 5 and mps["scrapes_shared"] == 0 and mps["server_series_max"] == 0
+    assert result["summary"]["errors"] == [
+        "churn: no child's PID appeared in the gpu_process_* series",
+        "MPS: no scrape served a GPU as shared through MPS"]
+    assert bad == 2
+
+
+def test_the_mps_soak_is_skipped_without_the_control_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No nvidia-cuda-mps-control: skipped, not an error; and MPS series are counted."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert real_gpu_check.start_soak_mps(tmp_path, {}) == {
+        "skipped": "nvidia-cuda-mps-control not installed"}
+    summary = real_gpu_check.soak_summary({
+        "warmup_seconds": 1.0, "error": None, "churn": {"spawn_every_s": 5.0}, "points": [],
+        "scrape_seconds": [], "scrape_errors": [], "pids": {}, "children": [],
+        "mps": {"skipped": "nvidia-cuda-mps-control not installed"}})
+    assert summary["mps"] == {"skipped": "nvidia-cuda-mps-control not installed"}
+    assert not any("MPS" in e for e in summary["errors"])
+    text = ('gpu_sharing_info{gpu="0",sharing="mps",uuid="GPU-a"} 1.0\n'
+            'gpu_sharing_info{gpu="1",sharing="none",uuid="GPU-b"} 1.0\n'
+            'gpu_mps_server_memory_used_bytes{gpu="0",uuid="GPU-a"} 6.9e+07\n')
+    assert real_gpu_check.read_mps_series(text) == (1, 1)
