@@ -118,6 +118,7 @@ class _Users:
 
     @property
     def members(self) -> list[ContainerRef]:
+        """The containers, in the answer's order."""
         return list(self.mean)
 
     @classmethod
