@@ -9,7 +9,6 @@ import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
-from functools import partial
 from typing import Any
 
 from gpuscope.dashboard.data.http import PromApi
@@ -21,7 +20,6 @@ from gpuscope.dashboard.data.prometheus import (
     _util_step,
 )
 from gpuscope.dashboard.data.promql import (
-    any_of,
     duration,
     escape_label_value,
     labelled,
@@ -44,8 +42,10 @@ from gpuscope.dashboard.data.recorded import (
 from gpuscope.dashboard.data.source import (
     DataError,
 )
+from gpuscope.dashboard.plan import second
 from gpuscope.dashboard.plan.rules import LEAN_WINDOW, _stat
 from gpuscope.dashboard.plan.runs import FollowUp, _Answers
+from gpuscope.dashboard.plan.second import _step_minutes, every_minute
 from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import (
     Window,
@@ -57,19 +57,6 @@ from gpuscope.dashboard.verdicts.spinning import (
     spinning_runs_promql,
 )
 from gpuscope.dashboard.verdicts.stragglers import straggler_runs_promql
-
-
-def _step_minutes(window: Window) -> int:
-    """The recorded minutes in one of ``window``'s steps (at least one)."""
-    return max(1, round(window.step / RULE_INTERVAL))
-
-
-def every_minute(rec: str, by: str, fn: str, r: str, minutes: int) -> str:
-    """The sparse recorded series ``rec`` (a selector) over a step's range ``r`` (``fn``,
-    aggregated ``by``) where it has a sample at each of the step's ``minutes``: a step of
-    several minutes meets a recorded rule where each of its minutes did."""
-    return (f"max by ({by}) ({fn}({rec}[{r}])) and on ({by})"
-            f" (count_over_time({rec}[{r}]) >= {minutes})")
 
 
 class PlanQueries(PrometheusStore):
@@ -407,147 +394,12 @@ class PlanQueries(PrometheusStore):
         ``ask.evidence_seconds``.
         With ``rules``, the idle and held-idle steps are the recorded sparse
         series themselves, asked without a list (they hold only what meets the rule), or
-        (``by_node``: the few findings :meth:`run_queries` could not summarise) by node."""
+        (``by_node``: the few findings :meth:`run_queries` could not summarise) by node.
+        Each part is a function of :mod:`.second`."""
         r, rr = self._r(window)
-        w = duration(window.seconds)
-        th = self.thresholds
-        out: dict[str, str] = {}
-
-        def each(role: str, nodes: Collection[str], build: Callable[[Steps], str],
-                 label: str = "node") -> None:
-            for i, q in enumerate(_split(sorted(set(nodes)), lambda names: build(
-                    Steps(r, rr, rules, node_matchers(names, self.cluster_label)
-                           if label == "node" else {label: f'=~"{any_of(names)}"'})))):
-                out[role if i == 0 else f"{role}#{i}"] = q
-
-        def signal(expr: str, name: str) -> str:
-            return labelled(expr, "signal", name)
-
-        if rules:
-            # Every minute of the step met the rule (a step of several minutes).
-            minutes = _step_minutes(window)
-
-            def sparse(st: Steps, key: str, by: str, fn: str) -> str:
-                return every_minute(st.sel(RULES[key]), by, fn, r, minutes)
-
-            for role, key, nodes, by, fn in (
-                    ("idle_steps", "idle", ask.idle, f"{GBY}, signal", "max_over_time"),
-                    ("held_idle", "held_idle", ask.held, f"{CBY}, signal", "avg_over_time")):
-                if not nodes:
-                    continue
-                if by_node:
-                    each(role, nodes, partial(sparse, key=key, by=by, fn=fn))
-                else:
-                    out[role] = sparse(Steps(r, rr, rules), key, by, fn)
-        else:
-            each("idle_steps", ask.idle, lambda st: " or ".join(idle.idle_promql(st, th)))
-            each("held_idle", ask.held,
-                 lambda st: " or ".join(allocated.held_idle_promql(st, th)))
-        each("allocated", ask.idle_nodes, lambda st: (
-            f"max by (node, uuid) (max_over_time("
-            f"{st.sel('container_gpu_allocated', {'namespace': NOT_EMPTY})}[{r}]))"))
-        at = f"{window.end:.3f}"
-
-        # The time-sliced devices by uuid where the first round's ``members`` name them,
-        # else by node: then their nodes' other devices and containers are not read.
-        shared, by = (ask.shared_devices, "uuid") if ask.shared_devices else (ask.shared, "node")
-
-        def shared_only(st: Steps) -> str:
-            """Asked by node: the devices two containers or more used in the window (the
-            first round's ``members``' sharing, read once at its end: ``@``), so that of a
-            node with one time-sliced device its other devices' steps are not sent. Asked
-            by uuid: those devices are the ones listed."""
-            if by == "uuid":
-                return ""
-            cutil = st.sel("container_gpu_utilization_ratio", {"namespace": NOT_EMPTY})
-            return (f" and on (node, uuid) (count by (node, uuid)"
-                    f" (last_over_time({cutil}[{w}] @ {at})) >= 2)")
-
-        each("shared", shared, lambda st: (
-            f"max by ({GBY}) (avg_over_time({st.sel('gpu_utilization_ratio')}[{r}]))"
-            + shared_only(st)), by)
-
-        def containers(st: Steps, only_shared: bool = False) -> str:
-            steps = st.cutil() + (shared_only(st) if only_shared else "")
-            if namespace is None:
-                return steps
-            mine = selector("container_gpu_utilization_ratio", st.match, namespace=namespace)
-            return (f"{steps} and on (node, uuid)"
-                    f" max by (node, uuid) (max_over_time({mine}[{r}]))")
-
-        # Every container of the candidates' nodes (a straggler group's devices), and those
-        # on the time-sliced devices of the nodes that have one.
-        # (Two roles: a node in both lists has its time-sliced devices' containers in each.)
-        each("containers", ask.candidates, containers)
-        each("shared_containers", shared, partial(containers, only_shared=True), by)
-
-        def spinning(st: Steps) -> str:
-            # With the rules, only the devices spinning at the end (of the nodes listed,
-            # read once: ``@``); without, every device of those nodes (the rule written out
-            # in each signal's filter would make the query too long for VictoriaMetrics).
-            # Power and its limit only where there is no GPM (the rule's fallback).
-            now = (f" and on (node, uuid) last_over_time({st.sel(RULES['spin'])}[{r}] @ {at})"
-                   if rules else "")
-            gpm = st.sel("gpu_sm_active_seconds_total")
-            return " or ".join(
-                f"{signal(expr, name)}{now}" for name, expr in (
-                    ("utilization", st.util()), ("sm", st.active("sm")),
-                    ("tensor", st.active("tensor")), ("dram", st.active("dram")),
-                    ("power", f"{st.power()} unless on (node, uuid) {gpm}"),
-                    ("limit", f"{st.limit()} unless on (node, uuid) {gpm}")))
-
-        def workload_signals(st: Steps) -> str:
-            gpm = st.sel("gpu_sm_active_seconds_total")
-            return " or ".join(signal(expr, name) for name, expr in (
-                ("utilization", st.util()), ("sm", st.active("sm")),
-                ("power", f"{st.power()} unless on (node, uuid) {gpm}"),
-                ("limit", f"{st.limit()} unless on (node, uuid) {gpm}")))
-
-        each("spinning", ask.spinning, spinning)
-        each("workload_signals", ask.slow, workload_signals)
-
-        def stats(st: Steps) -> str:
-            ns = {"namespace": NOT_EMPTY} if namespace is None else {}
-            eq = {} if namespace is None else {"namespace": namespace}
-            util = selector("container_gpu_utilization_ratio", {**st.match, **ns}, **eq)
-            mem = selector("container_gpu_memory_used_bytes", {**st.match, **ns}, **eq)
-            return " or ".join(
-                # (the mean: the first round's ``members``)
-                labelled(expr, "stat", name) for name, expr in (
-                    ("stddev", f"avg by ({CBY}) (stddev_over_time({util}[{w}]))"),
-                    ("count", f"max by ({CBY}) (count_over_time({util}[{w}]))"),
-                    ("memory", f"max by ({CBY}) (max_over_time({mem}[{w}]))")))
-
-        # By pod name, not node: the candidates' own series only (1,400 of the 29,000
-        # containers at 5,000 nodes, on 1,100 nodes holding 12,000 others; the few other
-        # containers of their pods, not candidates, are left out by the analysis' own test
-        # of the mean): 0.21-0.26 s of the store's time instead of 0.52-0.61 s.
-        each("stats", ask.input, stats, "pod")
-        if ask.evidence_seconds > 0:
-            d = duration(ask.evidence_seconds)
-            evidence = ask.candidates if ask.evidence is None else ask.evidence
-            # Throttling over the last ``d``: the counters' rate, or with the rules the mean
-            # of the recorded minutes where it was above 0 (absent minutes count 0; each
-            # minute's value is the rate over two): 11 reasons' counters per device are 90 %
-            # of the evidence's cost in the store (0.8 s at 5,000 nodes), the sparse series
-            # almost nothing.
-            minutes = max(1, round(ask.evidence_seconds / RULE_INTERVAL))
-            dm = duration(minutes * RULE_INTERVAL - EDGE)
-
-            def throttling(st: Steps) -> str:
-                if st.rules:
-                    return (f"max by ({GBY}, reason) (sum_over_time("
-                            f"{st.sel(RULES['throttling'])}[{dm}])) / {minutes}")
-                return stragglers.throttling_promql(st, d)
-
-            each("evidence", evidence, lambda st: " or ".join([
-                f'label_replace({throttling(st)}, "stat", "throttle", "", "")',
-                f'label_replace(max by ({GBY}) (avg_over_time('
-                f'{st.sel("gpu_sm_clock_hertz")}[{d}])), "stat", "sm_clock", "", "")',
-                f'label_replace(max by ({GBY}) (avg_over_time('
-                f'{st.sel("gpu_temperature_celsius")}[{d}])), "stat", "temperature", "", "")',
-            ]))
-        return out
+        return second.second_round(
+            second.Round(window, r, rr, rules, self.cluster_label, self.thresholds, namespace),
+            ask, by_node)
 
     def run_queries(self, window: Window, history_start: float,
                     devices: Collection[str] = (),
