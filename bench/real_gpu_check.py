@@ -1328,10 +1328,7 @@ def check_mps(args: argparse.Namespace, shared: Shared) -> int:
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="gpuscope-mps-"))
     env = without_pythonpath()
-    env["CUDA_MPS_PIPE_DIRECTORY"] = str(workdir / "pipe")
-    env["CUDA_MPS_LOG_DIRECTORY"] = str(workdir / "log")
-    (workdir / "pipe").mkdir()
-    (workdir / "log").mkdir()
+    mps_folders(workdir, env)
     before = mps_processes()
     result: dict[str, Any] = {"mps_processes_before": before, "pipe_directory": str(workdir),
                               "clients": [], "snapshots": []}
@@ -1589,6 +1586,15 @@ def read_mps_series(text: str) -> tuple[int, int]:
     return shared, servers
 
 
+def mps_folders(workdir: Path, env: dict[str, str]) -> None:
+    """An MPS control daemon's pipe and log folders under ``workdir``, made and named in
+    ``env`` (``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY``), which the daemon and
+    its clients are started with."""
+    for name, var in (("pipe", "CUDA_MPS_PIPE_DIRECTORY"), ("log", "CUDA_MPS_LOG_DIRECTORY")):
+        (workdir / name).mkdir(exist_ok=True)
+        env[var] = str(workdir / name)
+
+
 def start_soak_mps(workdir: Path, env: dict[str, str]) -> dict[str, Any]:
     """An MPS control daemon for the soak's processes, its pipe and log folders under
     ``workdir`` (set in ``env``, which the children get); what starting it answered, or why
@@ -1596,9 +1602,7 @@ def start_soak_mps(workdir: Path, env: dict[str, str]) -> dict[str, Any]:
     control = shutil.which("nvidia-cuda-mps-control")
     if control is None:
         return {"skipped": "nvidia-cuda-mps-control not installed"}
-    for name, var in (("pipe", "CUDA_MPS_PIPE_DIRECTORY"), ("log", "CUDA_MPS_LOG_DIRECTORY")):
-        (workdir / name).mkdir(exist_ok=True)
-        env[var] = str(workdir / name)
+    mps_folders(workdir, env)
     return {"control": control, "daemon_start": run_all([control, "-d"], timeout=15, env=env),
             "scrapes": 0, "scrapes_shared": 0, "server_series_max": 0}
 

@@ -45,7 +45,6 @@ from gpuscope.dashboard.data.source import (
 from gpuscope.dashboard.plan import second
 from gpuscope.dashboard.plan.rules import LEAN_WINDOW, _stat
 from gpuscope.dashboard.plan.runs import FollowUp, _Answers
-from gpuscope.dashboard.plan.second import _step_minutes, every_minute
 from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import (
     Window,
@@ -129,13 +128,13 @@ class PlanQueries(PrometheusStore):
         def recorded(key: str, by: str) -> str:
             return f"max by ({by}) (last_over_time({RULES[key]}[{r}]))"
 
-        minutes = _step_minutes(window)
+        minutes = second.step_minutes(window)
 
         def at_end(key: str, by: str) -> str:
             """The sparse series ``key`` at the last step: at each of its minutes."""
             if minutes == 1:
                 return recorded(key, by)
-            return every_minute(RULES[key], by, "last_over_time", r, minutes)
+            return second.every_minute(RULES[key], by, "last_over_time", r, minutes)
 
         if rules:
             now = [

@@ -32,7 +32,7 @@ from gpuscope.dashboard.series import Window
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, stragglers
 
 
-def _step_minutes(window: Window) -> int:
+def step_minutes(window: Window) -> int:
     """The recorded minutes in one of ``window``'s steps (at least one)."""
     return max(1, round(window.step / RULE_INTERVAL))
 
@@ -100,7 +100,7 @@ def _idle_and_held(rnd: Round, ask: FollowUp, by_node: bool) -> None:
                  lambda st: " or ".join(allocated.held_idle_promql(st, th)))
         return
     # Every minute of the step met the rule (a step of several minutes).
-    minutes = _step_minutes(rnd.window)
+    minutes = step_minutes(rnd.window)
 
     def sparse(st: Steps, key: str, by: str, fn: str) -> str:
         return every_minute(st.sel(RULES[key]), by, fn, rnd.r, minutes)
