@@ -35,16 +35,21 @@ def kpi_cards(view: FleetView) -> list[Component]:
         )
 
     share = k.idle_share
+    # How long the idle verdict asks, as the tables say: min(D, window, history).
+    idle_for = min(view.thresholds.idle_duration, view.window.seconds, view.history_seconds)
     fleet_sub = "every node of known price"
     if k.spot_nodes:
         fleet_sub += f", {k.spot_nodes} spot"
+        if k.spot_at_on_demand:
+            fleet_sub += (f" ({k.spot_at_on_demand} priced on demand: no spot price"
+                          " in the price file)")
     if k.unpriced_nodes:
         fleet_sub += f"; {len(k.unpriced_nodes)} of unknown price left out"
     return [
         card("GPUs", str(k.gpus), f"{k.no_data} without utilization" if k.no_data else ""),
         card("Busy / idle / spinning", f"{k.busy} / {k.idle} / {k.spinning}",
              f"idle: < {fmt.pct(view.thresholds.idle_utilization)} for "
-             f"{fmt.duration(view.thresholds.idle_duration)}; spinning: busy, no work"),
+             f"{fmt.duration(idle_for)}; spinning: busy, no work"),
         card("Mean utilization", fmt.pct(k.mean_utilization), "over the window"),
         card("Fleet cost", fmt.money(k.fleet_per_hour, per_hour=True),
              f"{fmt.money(k.spent)} over the window; {fleet_sub}"),
@@ -151,7 +156,7 @@ def run_totals_note(t: RunTotals | None) -> str:
     """The workload view's line of the run's own numbers (the showback's, for one run)."""
     if t is None:
         return ""
-    spent = ("unknown ($ of unknown price)" if t.spent == 0 and t.unpriced_gpu_hours > 0
+    spent = ("$ unknown (nodes of unknown price)" if t.spent == 0 and t.unpriced_gpu_hours > 0
              else fmt.money(t.spent))
     seen = (f"; seen {fmt.clock(t.first_seen)} to {fmt.clock(t.last_seen)}"
             if t.first_seen is not None and t.last_seen is not None else "")

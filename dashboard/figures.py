@@ -228,7 +228,7 @@ def workload_figure(detail: WorkloadDetail, stragglers: Collection[GpuRef] = (),
         else:
             fig.update_yaxes(rangemode="tozero", row=row, col=1)
     fig.update_layout(
-        title=_title(f"{name}: {len(detail.devices)} GPUs"
+        title=_title(f"{name}: {len(detail.devices)} GPU{'s' if len(detail.devices) != 1 else ''}"
                      + (f" of {detail.total_devices}"
                         if detail.total_devices > len(detail.devices) else "")
                      + (", straggler marked ★" if stragglers else ", no straggler")),

@@ -53,12 +53,17 @@ def _slices(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
 
 def _allocated(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
     rows = v.allocated_idle_rows
+    # A row is a container on one device: a container that holds two GPUs has two rows,
+    # and is one container.
+    containers = len({(r.node, r.namespace, r.pod, r.container) for r in rows})
+    note = components.count_note(containers, "allocated-idle container",
+                                 "allocated-idle containers",
+                                 "No container holds a GPU it does not use.")
+    if containers != len(rows):
+        note = f"{note[:-1]}, on {len(rows)} devices."
     return (allocated.allocated_data(rows[:limit], s),
-            components.count_note(len(rows), "allocated-idle container",
-                                  "allocated-idle containers",
-                                  "No container holds a GPU it does not use.")
-            + (f" Together {fmt.money(v.kpis.allocated_idle_per_hour, per_hour=True)}."
-               if rows else ""), len(rows))
+            note + (f" Together {fmt.money(v.kpis.allocated_idle_per_hour, per_hour=True)}."
+                    if rows else ""), len(rows))
 
 
 def _spinning(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
@@ -95,9 +100,12 @@ def _owners(level: str) -> Filler:
     def fill(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:
         rows = (v.owners if level == "workload" else
                 owners.rollup(v.owners, by_namespace=level == "namespace"))
+        # The rows' own sums: with a namespace filter the rows are that namespace's, and
+        # the page's idle KPI is the fleet's.
         total = math.fsum(r.spent for r in rows)
+        idle_total = math.fsum(r.idle for r in rows)
         note = (f"{len(rows):,} {level}{'s' if len(rows) != 1 else ''}; together "
-                f"{fmt.money(total)} spent and {fmt.money(v.kpis.wasted)} idle in the "
+                f"{fmt.money(total)} spent and {fmt.money(idle_total)} idle in the "
                 f"window." if rows else "Nothing held or priced in this window.")
         return owners.owner_rows(rows[:limit], v.kpis.wasted, s), note, len(rows)
     return fill
@@ -217,5 +225,6 @@ def csv_text(view: FleetView, table_id: str) -> str:
     writer.writerow([c.name for c in columns])
     for row in rows:
         writer.writerow([_LINK.sub(r"\1", v) if isinstance(v, str) else
-                         ("" if v is None else v) for v in (row.get(c.id) for c in columns)])
+                         ("" if v is None else v)
+                         for v in (row.get(c.csv or c.id) for c in columns)])
     return buffer.getvalue()

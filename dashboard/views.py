@@ -93,6 +93,8 @@ class Kpis:
     fleet_per_hour: float = 0.0            # every priced node, busy or not
     unpriced_nodes: tuple[str, ...] = ()   # nodes of unknown price (not in fleet_per_hour)
     spot_nodes: int = 0
+    #: Of ``spot_nodes``, those priced on demand: the price file has no spot price for them.
+    spot_at_on_demand: int = 0
     #: $ the priced nodes cost over the history in the window (``fleet_per_hour`` x hours):
     #: what the showback's $ spent add up to.
     spent: float = 0.0
@@ -500,6 +502,8 @@ def _kpis(data: FleetData, fleet: _Nodes, prices: _Prices, report: WasteReport,
                                     if p.per_hour is None and n in gpu_nodes)),
         spot_nodes=sum(1 for n in gpu_nodes if (i := data.nodes.get(n)) is not None
                        and i.capacity_type == "spot"),
+        spot_at_on_demand=sum(1 for n, p in prices.node.items()
+                              if n in gpu_nodes and p.basis == "on-demand (no spot price)"),
     ), states
 
 

@@ -620,10 +620,16 @@ class EmbeddedData:
                 if lab.get("namespace") == namespace and lab.get("workload") == workload
                 and (cluster is None or node_parts(lab["node"])[0] == cluster)}
         on: dict[GpuRef, set[str]] = {}
-        for lab, _, _ in self._select("container_gpu_utilization_ratio", window, rng,
-                                      namespace=namespace):
-            if (lab["node"], lab.get("pod", "")) in pods:
-                on.setdefault(gref(lab), set()).add(lab.get("pod", ""))
+        # The devices its containers used or held: a MIG slice has no per-container
+        # utilization (NVML gives none per process there), its holder is on it all the same.
+        used_or_held = self._select_many(
+            ("container_gpu_utilization_ratio", "container_gpu_allocated"), window, rng,
+            namespace=namespace)
+        for name, rows in used_or_held.items():
+            for lab, _, values in rows:
+                if ((lab["node"], lab.get("pod", "")) in pods
+                        and (name != "container_gpu_allocated" or max(values) > 0)):
+                    on.setdefault(gref(lab), set()).add(lab.get("pod", ""))
         info = {(lab["node"], lab.get("uuid", "")): lab
                 for lab in self._infos("gpu_info", window.start)}
         devices = pick_devices(

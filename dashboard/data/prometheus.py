@@ -555,10 +555,16 @@ class PrometheusStore:
         # two runs.
         mine = {} if cluster is None else {self.cluster_label: cluster}
         cutil = selector("container_gpu_utilization_ratio", None, namespace=namespace, **mine)
+        held = selector("container_gpu_allocated", None, namespace=namespace, **mine)
         pods = selector("gpu_pod_info", None, namespace=namespace, workload=workload, **mine)
         out = {
+            # The devices its containers used or held: a MIG slice has no per-container
+            # utilization (NVML gives none per process there), its holder is on it all the
+            # same.
             "members": (
-                f"max by (node, uuid, pod) (last_over_time({cutil}[{w}])"
+                f"max by (node, uuid, pod) ((max by (node, namespace, pod, uuid)"
+                f" (last_over_time({cutil}[{w}]))"
+                f" or max by (node, namespace, pod, uuid) (max_over_time({held}[{w}]) > 0))"
                 f" * on (node, namespace, pod) group_left ()"
                 f" max by (node, namespace, pod) (last_over_time({pods}[{w}])))"),
         }

@@ -20,7 +20,10 @@ verdicts:
 - **$ spinning**: the part of $ idle in which the GPUs spun (busy by utilization, no work),
   shared the same way.
 - **Mean use**: device-seconds used over device-seconds held (the containers'
-  utilization), at most 100 % (a time-slice's holder can use more than its slice).
+  utilization), at most 100 % (a time-slice's holder can use more than its slice), of whole
+  GPUs alone: NVML gives no per-process utilization on a MIG slice, so a slice's holder has
+  no measured use (its hours are left out of the mean; n/a where it held slices only), never
+  0 % as if it had not worked.
 
 A node of unknown price adds GPU-hours and no dollars (never $0 as if free).
 """
@@ -60,12 +63,17 @@ class OwnerCost:
     idle: float = 0.0
     spinning: float = 0.0
     unpriced_gpu_hours: float = 0.0  # of ``gpu_hours``, on nodes of unknown price
+    #: Of ``gpu_hours``, those whose use is measured (whole GPUs: a MIG slice's holder has
+    #: no per-container utilization).
+    measured_gpu_hours: float = 0.0
 
     @property
     def mean_use(self) -> float | None:
-        """Device-seconds used over held, at most 1 (a time-slice's holder that used more
-        than its slice used all of it); None: it held nothing."""
-        return min(1.0, self.used_gpu_hours / self.gpu_hours) if self.gpu_hours > 0 else None
+        """Device-seconds used over held where use is measured, at most 1 (a time-slice's
+        holder that used more than its slice used all of it); None: it held nothing whose
+        use is measured (MIG slices only)."""
+        return (min(1.0, self.used_gpu_hours / self.measured_gpu_hours)
+                if self.measured_gpu_hours > 0 else None)
 
 
 def showback(
@@ -86,11 +94,11 @@ def showback(
     acc: dict[tuple[str, str, str], list[list[float]]] = {}
 
     def add(node: str, namespace: str, workload: str, *values: float) -> None:
-        """Adds (gpu-hours, used hours, spent, idle, spinning, unpriced hours) from the
-        start."""
+        """Adds (gpu-hours, used hours, spent, idle, spinning, unpriced hours, measured
+        hours) from the start."""
         terms = acc.get((cluster := node_parts(node)[0], namespace, workload))
         if terms is None:
-            terms = acc[(cluster, namespace, workload)] = [[] for _ in range(6)]
+            terms = acc[(cluster, namespace, workload)] = [[] for _ in range(7)]
         for i, v in enumerate(values):
             if v:
                 terms[i].append(v)
@@ -106,7 +114,8 @@ def showback(
         held[owner] = held.get(owner, 0.0) + h.held * weight
         hours = h.held * weight / 3600.0
         add(key.node, *owner, hours, h.used * weight / 3600.0, 0.0, 0.0, 0.0,
-            hours if node_price.get(key.node) is None else 0.0)
+            hours if node_price.get(key.node) is None else 0.0,
+            0.0 if key.uuid else hours)  # a slice's use is not measured
         if key.uuid:
             mine = on_slice.setdefault(GpuRef(key.node, key.uuid), {})
             mine[owner] = mine.get(owner, 0.0) + h.held
@@ -169,9 +178,9 @@ def rollup(rows: Iterable[OwnerCost], by_namespace: bool) -> tuple[OwnerCost, ..
     acc: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         key = (r.cluster, r.namespace if by_namespace else "")
-        sums = acc.setdefault(key, [0.0] * 6)
+        sums = acc.setdefault(key, [0.0] * 7)
         for i, v in enumerate((r.gpu_hours, r.used_gpu_hours, r.spent, r.idle, r.spinning,
-                               r.unpriced_gpu_hours)):
+                               r.unpriced_gpu_hours, r.measured_gpu_hours)):
             sums[i] += v
     return tuple(sorted((OwnerCost(c, ns, "", *sums) for (c, ns), sums in acc.items()),
                         key=_order))

@@ -57,11 +57,14 @@ class Threshold:
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column of a verdict's table: its id (the row's key), header and kind."""
+    """One column of a verdict's table: its id (the row's key), header and kind; ``csv``:
+    the row's key the CSV reads instead, where the page shows a number as text (a value in
+    % or W by its row's measure): the CSV's amounts are numbers."""
 
     id: str
     name: str
     kind: ColumnKind = "text"
+    csv: str = ""
 
 
 @dataclass(frozen=True, slots=True)

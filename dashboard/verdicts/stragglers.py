@@ -408,8 +408,10 @@ STRAGGLER_COLUMNS = (
     Column("node", "Node", "link"),
     Column("gpu", "GPU"),
     Column("measure", "Compared"),
-    Column("value", "Value"),
-    Column("median", "Workload median"),
+    # On the page in % (utilization, SM activity) or W (power); in the CSV as numbers (a
+    # fraction, or watts: the "Compared" column says which).
+    Column("value", "Value", csv="value_number"),
+    Column("median", "Workload median", csv="median_number"),
     Column("ratio", "Ratio", "ratio"),
     Column("for", "For"),
     Column("evidence", "Evidence"),
@@ -486,7 +488,7 @@ class StragglerRow:
         return self.value / self.median if self.median > 0 else 0.0
 
 
-_MEASURES = {"utilization": "utilization", "sm": "SM activity", "power": "power"}
+_MEASURES = {"utilization": "utilization", "sm": "SM activity", "power": "power (W)"}
 
 
 def _measure(signal: str, value: float) -> str:
@@ -579,6 +581,7 @@ def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> 
             "node": node_link(r.node, state), "gpu": r.gpu,
             "measure": _MEASURES.get(r.signal, r.signal) + (f" ({r.model})" if r.model else ""),
             "value": _measure(r.signal, r.value), "median": _measure(r.signal, r.median),
+            "value_number": r.value, "median_number": r.median,
             "ratio": r.ratio,
             "for": for_cell(r.seconds, r.required_seconds),
             "evidence": evidence_text(r.evidence),

@@ -3,13 +3,15 @@ findings, and only them; plus the service's fallback when the backend fails."""
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
 import pytest
 
-from gpuscope.dashboard import ids, sections
+from gpuscope.dashboard import components, ids, sections
 from gpuscope.dashboard.data import DataError, EmbeddedData, Sample, StepQuery
 from gpuscope.dashboard.demo import DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
@@ -159,6 +161,31 @@ def test_allocated_idle_containers_on_every_node(view: FleetView) -> None:
     assert carol.price_per_hour == pytest.approx(SLICE)
     assert got[("ip-10-0-5-90.ec2.internal", "dev-erin-0", "0", "utilization")
                ].price_per_hour == pytest.approx(0.8048)
+
+
+def test_the_allocated_idle_note_counts_containers_not_rows(view: FleetView) -> None:
+    # jupyter-dana holds two GPUs: two rows, one container.
+    _, note, n = sections.table_rows(view, ids.ALLOCATED_IDLE_TABLE, {}, 50)
+    assert n == 4 and note.startswith("3 allocated-idle containers, on 4 devices."), note
+
+
+def test_the_stragglers_csv_writes_numbers(view: FleetView) -> None:
+    table = list(csv.DictReader(io.StringIO(sections.csv_text(view, ids.STRAGGLERS_TABLE))))
+    by_pod = {r["Pod"]: r for r in table}
+    slow = by_pod["mixtral-pretrain-worker-3"]
+    assert slow["Compared"].startswith("SM activity")
+    assert 0.85 <= float(slow["Value"]) <= 0.95 and 0.3 <= float(slow["Workload median"]) <= 0.4
+    # On the page, in %.
+    [row] = [r for r in sections.table_rows(view, ids.STRAGGLERS_TABLE, {}, 50)[0]
+             if "mixtral" in str(r["workload"])]
+    assert str(row["value"]).endswith("%")
+
+
+def test_a_short_windows_idle_card_says_the_duration_the_tables_use(
+        demo: tuple[DemoFleet, EmbeddedData]) -> None:
+    short = page_view(demo[1], 900, bundled_prices())
+    text = str(components.kpi_cards(short))
+    assert "for 15m;" in text and "for 30m" not in text
 
 
 def test_idle_mig_slices_leave_their_node_busy_and_count_as_waste(view: FleetView) -> None:

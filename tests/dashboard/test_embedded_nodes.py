@@ -195,7 +195,8 @@ def test_a_job_of_one_name_in_two_clusters_is_two_runs(serve: Serve) -> None:
         assert all('cluster="a"' in q for q in prom.pod_queries("ml", "train-0", window,
                                                                 "a").values())
         members = prom.workload_queries("ml", "PyTorchJob/llama", window, cluster="a")["members"]
-        assert 'cluster="a"' in members and members.count('cluster="a"') == 2
+        # Each selector scoped: the containers' utilization, their holdings, the pods.
+        assert members.count('cluster="a"') == 3
         assert "cluster" not in prom.workload_queries("ml", "PyTorchJob/llama",
                                                       window)["members"]
     finally:

@@ -94,6 +94,24 @@ def test_a_mig_slice_costs_its_share_of_its_gpu() -> None:
     assert owner(rows, UNALLOCATED).spent == pytest.approx(4.0)
 
 
+def test_a_mig_slices_use_is_not_measured_so_not_zero() -> None:
+    # NVML gives no per-process utilization on a MIG slice: a holder of slices alone has no
+    # mean use (n/a, not 0 %), and one holding a whole GPU as well is measured on it alone.
+    slice_ref = GpuRef("n", "MIG-1")
+    holdings = {HoldingKey("n", "ml", "Job/mig", "MIG-1"): Holding(HOUR, 0.0),
+                HoldingKey("n", "ml", "Job/both", "MIG-1"): Holding(HOUR, 0.0),
+                HoldingKey("n", "ml", "Job/both"): Holding(HOUR, 0.8 * HOUR)}
+    rows = showback(holdings, {"n": 8.0}, lambda n: 2, {slice_ref: 3 / 7}, HOUR,
+                    waste({}, {}))
+    mig, both = owner(rows, "ml", "Job/mig"), owner(rows, "ml", "Job/both")
+    assert mig.gpu_hours == pytest.approx(3 / 7) and mig.mean_use is None
+    assert both.gpu_hours == pytest.approx(1 + 3 / 7) and both.mean_use == pytest.approx(0.8)
+    [ns] = rollup([mig, both], by_namespace=True)
+    assert ns.mean_use == pytest.approx(0.8)  # the slices' hours left out of the mean
+    [row] = owner_rows([mig], 0.0, {})
+    assert row["mean_use"] is None
+
+
 def test_unknown_price_is_unknown_not_free() -> None:
     rows = showback({HoldingKey("dgx", "ml", "Job/a"): Holding(HOUR)}, {"dgx": None},
                     lambda n: 8, {}, HOUR, waste({}, {}))
@@ -171,6 +189,26 @@ def test_a_namespace_filter_keeps_its_own_owners(demo_store: EmbeddedData,
             for o in narrowed.owners} == want
 
 
+def test_a_namespace_pages_footers_are_its_rows_sums(demo_store: EmbeddedData) -> None:
+    # The page's idle KPI is the fleet's; the tables' footers add up their own rows.
+    narrowed = page_view(demo_store, HOUR, bundled_prices(), namespace="serving")
+    for table in (ids.COST_BY_CLUSTER_TABLE, ids.COST_BY_NAMESPACE_TABLE,
+                  ids.COST_BY_WORKLOAD_TABLE):
+        rows, note, _ = sections.table_rows(narrowed, table, {}, 50)
+        spent = math.fsum(float(r["spent"] or 0.0) for r in rows)
+        idle = math.fsum(float(r["idle"] or 0.0) for r in rows)
+        assert (f"together {fmt.money(spent)} spent and {fmt.money(idle)} idle"
+                in note), note
+    assert math.fsum(o.idle for o in narrowed.owners) < narrowed.kpis.wasted
+
+
+def test_on_the_demo_the_mig_service_is_not_shown_as_unused(demo: FleetView) -> None:
+    # p5-mixed.yaml: Deployment/asr-api serves from two MIG slices, busy: its use is not
+    # measured (n/a), not 0 %.
+    asr = owner(demo.owners, "serving", "Deployment/asr-api")
+    assert asr.gpu_hours > 0 and asr.mean_use is None
+
+
 def test_the_workload_view_gains_the_runs_own_totals(demo_store: EmbeddedData) -> None:
     service = DashboardService(demo_store, bundled_prices())
     try:
@@ -199,3 +237,7 @@ def test_the_workload_view_gains_the_runs_own_totals(demo_store: EmbeddedData) -
 def test_the_fleet_cost_card_says_what_the_window_cost(demo: FleetView) -> None:
     text = str(components.kpi_cards(demo))
     assert f"{fmt.money(demo.kpis.spent)} over the window" in text
+    # The demo's spot g6.xlarge: the bundled price file has no spot price, so it is priced
+    # on demand, and the card says so.
+    assert demo.kpis.spot_nodes == demo.kpis.spot_at_on_demand == 1
+    assert "1 spot (1 priced on demand: no spot price in the price file)" in text

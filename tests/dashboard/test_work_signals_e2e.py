@@ -233,6 +233,11 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         assert all(d.model for d in work.devices)
         assert set(work.utilization) == set(work.power) == {d.ref for d in work.devices}
         assert work.sm == {}
+        # A workload on a MIG slice: held, with no per-container utilization (NVML gives
+        # none per process there), is on its slice all the same, drawn by its SM activity.
+        mig = prom.workload_detail("serving", "Deployment/mig-busy-api", WINDOW)
+        assert [(d.gpu, d.pods) for d in mig.devices] == [("0/2", ("mig-busy-api",))]
+        assert mig.utilization == {} and set(mig.sm) == {d.ref for d in mig.devices}
     finally:
         prom.close()
 
@@ -247,4 +252,7 @@ def test_both_data_modes_give_the_same_verdicts(fleet: Fleet) -> None:
     assert embedded.kpis.burning_per_hour == pytest.approx(view.kpis.burning_per_hour)
     work = fleet.embedded.workload_detail("ml", "PyTorchJob/ddp", WINDOW)
     assert [d.gpu for d in work.devices] == ["0", "1", "2", "3"]
+    mig = fleet.embedded.workload_detail("serving", "Deployment/mig-busy-api", WINDOW)
+    assert [(d.gpu, d.pods) for d in mig.devices] == [("0/2", ("mig-busy-api",))]
+    assert mig.utilization == {} and set(mig.sm) == {d.ref for d in mig.devices}
     assert time.monotonic() - fleet.began < 60
