@@ -100,8 +100,15 @@ def sync_state(trigger: Any, search: Any, window: Any, namespace: Any, cluster: 
         target = (_window(wanted.get("window")) or DEFAULT_WINDOW, wanted.get("namespace"),
                   wanted.get("cluster"), wanted.get("node"), wanted.get("pod"),
                   wanted.get("workload"))
-        return (no_update, *(t if t != c else no_update
-                             for t, c in zip(target, current, strict=True)))
+        fixed: Any = no_update
+        if "window" in wanted and _window(wanted["window"]) is None:
+            # A window the page does not offer shows the default: the URL says so too
+            # (a link copied from it then opens what was shown).
+            state = dict(zip(links.URL_KEYS, target, strict=True))
+            state["window"] = None
+            fixed = links.query_string(state)
+        return (fixed, *(t if t != c else no_update
+                         for t, c in zip(target, current, strict=True)))
     state = dict(zip(links.URL_KEYS, current, strict=True))
     if state["window"] == DEFAULT_WINDOW:
         state["window"] = None
@@ -400,7 +407,12 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
                         f"one gone for longer than the window.")
         return [
             _graph(ids.POD_UTIL_GRAPH, timeseries_figure(
-                detail.utilization, f"{name}: GPU utilization by container")),
+                detail.utilization, f"{name}: GPU utilization by container")
+                if detail.utilization else empty_figure(
+                    # Memory and no utilization: NVML gives no per-process utilization on
+                    # a MIG slice. Say so, and where its work shows.
+                    f"{name}: no per-container utilization (a MIG slice reports none; "
+                    "the node drill-down shows the slice's SM activity)", 120)),
             _graph(ids.POD_MEMORY_GRAPH, timeseries_figure(
                 detail.memory_used, f"{name}: GPU memory by container", unit="bytes")),
         ], ""

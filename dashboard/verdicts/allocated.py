@@ -240,7 +240,8 @@ def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None)
         {
             "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, state),
             "container": r.container,
-            "workload": workload_link(r.namespace, r.workload, state),
+            # A pod no controller owns: said, as the cost-by-owner table says "(bare pods)".
+            "workload": workload_link(r.namespace, r.workload, state) or "(bare pod)",
             "node": node_link(r.node, state), "holds": r.holds, "usage": r.usage,
             "for": for_cell(r.seconds, r.required_seconds), "price": r.price_per_hour,
             "signal": signal_cell(r.signal, r.price_basis),

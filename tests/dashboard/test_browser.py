@@ -266,6 +266,11 @@ def test_a_link_sets_the_controls_with_or_without_a_referrer(
         assert _url_callbacks(sent) == 1 and _fleet_callbacks(sent) >= 1
     finally:
         page.unroute("**/_dash-layout")
+    # A window the page does not offer: the default hour, and the URL says so.
+    open_page(page, demo_dashboard.url + "?window=bogus&namespace=ml-train")
+    page.wait_for_url(lambda url: "bogus" not in url)
+    assert "namespace=ml-train" in page.url
+    expect(page.locator(f"#{ids.WINDOW_SELECT}")).to_contain_text("1h")
 
 
 def test_a_dropdown_offers_what_is_typed(page: Page, demo_dashboard: DashboardProcess) -> None:
@@ -317,6 +322,12 @@ def test_pod_drill_down_and_window_selector(page: Page, demo_dashboard: Dashboar
     assert page.inner_text(f"#{ids.IDLE_NOTE}") == "4 idle nodes."
     page.wait_for_url("**window=15m**")
     assert "pod=vision%2Fresnet-finetune-8kq2x" in page.url
+    # A pod on a MIG slice: its memory, and why there is no utilization line.
+    choose(page, ids.POD_SELECT, "serving/asr-api-5d6c7b8a9-gg4hh")
+    page.wait_for_function(
+        f"document.getElementById('{ids.POD_UTIL_GRAPH}').innerText"
+        ".includes('no per-container utilization (a MIG slice reports none')")
+    page.wait_for_selector(f"#{ids.POD_MEMORY_GRAPH} .scatterlayer .trace", state="attached")
 
 
 # -- Prometheus mode: injection through the UI -------------------------------------------------

@@ -101,3 +101,16 @@ def test_the_names_are_the_shown_views_read_on_the_server() -> None:
     assert shown_choices(LastViews(None), {"window": "1h"}) is None
     assert choice_options(shown_choices(LastViews(None), {}), "n", None, None) == (
         no_update, no_update, no_update)
+
+
+def test_a_window_the_page_does_not_offer_is_corrected_in_the_url() -> None:
+    # ?window=bogus shows the default hour, and the URL then says what is shown, keeping
+    # the rest of the view.
+    synced = callbacks.sync_state(None, "?window=bogus&namespace=ml&node=n1", "1h", None,
+                                  None, "", "", "")
+    assert synced[0] == "?namespace=ml&node=n1"
+    assert synced[1] is no_update and synced[2] == "ml" and synced[4] == "n1"
+    # A valid one, or none, leaves the URL as it is.
+    assert callbacks.sync_state(None, "?window=6h", "1h", None, None, "", "", "")[:2] == (
+        no_update, "6h")
+    assert callbacks.sync_state(None, "", "1h", None, None, "", "", "")[0] is no_update

@@ -169,6 +169,16 @@ def test_the_allocated_idle_note_counts_containers_not_rows(view: FleetView) -> 
     assert n == 4 and note.startswith("3 allocated-idle containers, on 4 devices."), note
 
 
+def test_a_bare_pod_is_said_so(view: FleetView) -> None:
+    rows, _, _ = sections.table_rows(view, ids.ALLOCATED_IDLE_TABLE, {}, 50)
+    # jupyter-dana and notebook-carol: no controller owns them.
+    bare = {str(r["workload"]) for r in rows if "jupyter-dana" in str(r["pod"])
+            or "notebook-carol" in str(r["pod"])}
+    assert bare == {"(bare pod)"}
+    [dev] = [r for r in rows if "dev-erin-0" in str(r["pod"])]
+    assert "StatefulSet/dev-erin" in str(dev["workload"])
+
+
 def test_the_stragglers_csv_writes_numbers(view: FleetView) -> None:
     table = list(csv.DictReader(io.StringIO(sections.csv_text(view, ids.STRAGGLERS_TABLE))))
     by_pod = {r["Pod"]: r for r in table}
