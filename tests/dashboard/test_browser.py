@@ -267,9 +267,10 @@ def test_a_link_sets_the_controls_with_or_without_a_referrer(
     finally:
         page.unroute("**/_dash-layout")
     # A window the page does not offer: the default hour, and the URL says so.
-    open_page(page, demo_dashboard.url + "?window=bogus&namespace=ml-train")
+    # (A node kept, not a namespace: no other view for the demo's server to compute.)
+    open_page(page, demo_dashboard.url + "?window=bogus&node=ip-10-0-4-18.ec2.internal")
     page.wait_for_url(lambda url: "bogus" not in url)
-    assert "namespace=ml-train" in page.url
+    assert "node=ip-10-0-4-18.ec2.internal" in page.url
     expect(page.locator(f"#{ids.WINDOW_SELECT}")).to_contain_text("1h")
 
 
