@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuscope.exporter.files import TooLarge, read_text
+
 if TYPE_CHECKING:  # Flask only where the hook is installed: the hash command does not need it
     from flask import Flask
 
@@ -136,10 +138,15 @@ def parse_credentials(lines: Iterable[str], source: str = "credentials") -> dict
     return users
 
 
+#: The largest basic-auth file read, in bytes (a line a user).
+MAX_AUTH_FILE_BYTES = 1 << 20
+
+
 def load_credentials(path: str) -> BasicAuth:
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_text(path, MAX_AUTH_FILE_BYTES)
+    except TooLarge as exc:
+        raise AuthFileError(f"{path}: {exc}") from None
     except OSError as exc:
         raise AuthFileError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

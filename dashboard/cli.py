@@ -26,6 +26,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpuscope.alerts.render import RenderError
@@ -53,9 +54,9 @@ from gpuscope.exporter.flags import (
     StartupError,
     boolean,
     log_level,
-    positive_seconds,
     read_flags,
     run_main,
+    seconds_between,
     version,
 )
 from gpuscope.exporter.flags import build_parser as _build_parser
@@ -184,10 +185,14 @@ def parse_count(value: str) -> int:
     return int(text)
 
 
-def parse_names(value: str) -> tuple[str, ...]:
+def parse_names(value: str, choices: Sequence[str] = ()) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     if not names or not all(re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n) for n in names):
         raise ValueError(f"expected comma-separated names such as power,thermal, got {value!r}")
+    unknown = [n for n in names if choices and n not in choices]
+    if unknown:
+        raise ValueError(f"unknown {', '.join(map(repr, unknown))}: expected some of "
+                         f"{', '.join(choices)}")
     return names
 
 
@@ -208,7 +213,8 @@ def _default_text(spec: Threshold) -> str:
 
 #: The verdicts' thresholds, one flag each, from the registry (``--idle-utilization``...).
 THRESHOLD_FLAGS: tuple[Flag, ...] = tuple(
-    Flag(spec.flag, _PARSE[spec.kind], _default_text(spec), spec.help)
+    Flag(spec.flag, partial(parse_names, choices=spec.choices) if spec.kind == "names"
+         else _PARSE[spec.kind], _default_text(spec), spec.help)
     for spec in registry.THRESHOLDS)
 
 _FLAGS: tuple[Flag, ...] = (
@@ -222,10 +228,10 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--listen", parse_listen, "127.0.0.1:8050", "HOST:PORT to serve the dashboard on"),
     Flag("--prices", str, None, "YAML of instance type -> on-demand $/hour (overrides the "
           "bundled table)"),
-    Flag("--refresh", positive_seconds, "30", "auto-refresh interval of the page in seconds "
-          "(demo: 10)"),
-    Flag("--scrape-interval", positive_seconds, "15",
-          "embedded mode: seconds between scrapes of the targets (demo: 5)"),
+    Flag("--refresh", seconds_between(1.0, 86400.0), "30",
+         "auto-refresh interval of the page in seconds, 1 to 86400 (demo: 10)"),
+    Flag("--scrape-interval", seconds_between(0.1, 3600.0), "15",
+         "embedded mode: seconds between scrapes of the targets, 0.1 to 3600 (demo: 5)"),
     Flag("--log-level", log_level, "info", "debug, info, warning or error"),
     Flag("--basic-auth-file", str, None, "require HTTP basic auth: file of user:HASH lines "
           "(make them with: python -m gpuscope.dashboard.auth hash USER)"),

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from gpuscope.dashboard.data.promql import any_of
+from gpuscope.exporter.files import TooLarge, read_text
 
 BUNDLED = "prices.yaml"
 
@@ -231,6 +232,11 @@ def bundled_prices() -> PriceTable:
     return parse_prices(yaml.safe_load(text), BUNDLED)
 
 
+
+#: The largest price file read, in bytes (a line an instance type).
+MAX_PRICE_FILE_BYTES = 16 << 20
+
+
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     """The bundled table, with the entries of ``path`` (if given) winning."""
     table = bundled_prices()
@@ -238,8 +244,9 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
         return table
     name = os.fspath(path)
     try:
-        with open(name, encoding="utf-8") as f:
-            text = f.read()
+        text = read_text(name, MAX_PRICE_FILE_BYTES)
+    except TooLarge as exc:
+        raise PriceError(f"{name}: {exc}") from None
     except OSError as exc:
         raise PriceError(f"{name}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

@@ -23,6 +23,7 @@ from gpuscope.exporter.flags import (
     log_level,
     positive_seconds,
     read_flags,
+    seconds_between,
     text,
 )
 from gpuscope.exporter.flags import (
@@ -179,7 +180,8 @@ def names(value: str) -> tuple[str, ...]:
 _FLAGS: tuple[Flag, ...] = (
     Flag("--listen", parse_listen, "0.0.0.0:9463",
           "HOST:PORT to serve /metrics, /healthz, /readyz"),
-    Flag("--interval", positive_seconds, "1", "sampling interval in seconds"),
+    Flag("--interval", seconds_between(0.1, 3600.0), "1",
+         "sampling interval in seconds (0.1 to 3600)"),
     Flag("--source", choice("nvml", "simulated"), "nvml", "where samples come from"),
     Flag("--scenario", text, None, "YAML scenario for --source simulated (default: built-in)"),
     Flag("--node-name", text, None, "this node's name (default: $NODE_NAME, else the hostname)"),

@@ -43,6 +43,18 @@ def positive_seconds(value: str) -> float:
     return seconds
 
 
+def seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """A converter of seconds in ``[low, high]``: an interval outside it is a mistake (a
+    day-long sampling interval overflows the clocks the threads wait on; a microsecond one
+    spins a core)."""
+    def convert(value: str) -> float:
+        seconds = positive_seconds(value)
+        if not low <= seconds <= high:
+            raise ValueError(f"expected {low:g} to {high:g} seconds, got {value!r}")
+        return seconds
+    return convert
+
+
 def boolean(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):

@@ -69,6 +69,8 @@ from gpuscope.dashboard.series import (
 #: The stragglers' default duration (``verdicts.stragglers.STRAGGLER_DURATION``, which a test
 #: keeps equal): how far back the stragglers' evidence looks.
 STRAGGLER_DURATION = 10 * 60.0
+#: The largest exporter page a scrape reads, in bytes (one is kilobytes to a few MiB).
+MAX_SCRAPE_BYTES = 64 << 20
 
 log = logging.getLogger(__name__)
 
@@ -316,12 +318,23 @@ class EmbeddedData:
         try:
             req = urllib.request.Request(target.url, headers={"Accept": "text/plain"})
             with self._opener.open(req, timeout=self.timeout) as resp:
-                text = resp.read().decode("utf-8")
+                raw = resp.read(MAX_SCRAPE_BYTES + 1)
+            if len(raw) > MAX_SCRAPE_BYTES:
+                # An exporter's page is kilobytes; a target that streams without end costs
+                # its scrape, not the dashboard's memory.
+                raise ValueError(f"answer larger than {MAX_SCRAPE_BYTES >> 20} MiB")
+            text = raw.decode("utf-8")
             samples = _parse(text)
         except Exception as exc:  # any failure marks the target down; the loop goes on
+            was_up = not state.last_error
             state.last_error = str(getattr(exc, "reason", exc)) or type(exc).__name__
-            log.debug("scrape of %s failed: %s", target.url, state.last_error)
+            # Logged when it goes down (a warning once, not every interval), as the page
+            # says it.
+            log.log(logging.WARNING if was_up else logging.DEBUG, "scrape of %s failed: %s",
+                    target.url, state.last_error)
             return None
+        if state.last_error:
+            log.info("scrape of %s answers again", target.url)
         state.last_success = started
         state.last_error = ""
         return started, samples

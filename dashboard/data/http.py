@@ -57,6 +57,11 @@ REREAD_SECONDS = 60.0
 MAX_SECRET = 64 * 1024
 #: A server's error text is cut to this many characters (one line) in a DataError.
 MAX_DETAIL = 300
+
+#: The largest answer read from the store, in bytes: a 5,000-node fleet page's largest is a
+#: few MiB (docs/benchmarks.md); past this a query fails with one line (an answer without
+#: end, from a broken proxy or a server that is not Prometheus, would exhaust the memory).
+MAX_ANSWER_BYTES = 256 << 20
 #: Amazon Managed Service for Prometheus: the region is the host's second label.
 AMP_HOST = re.compile(r"^aps-workspaces(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 
@@ -491,10 +496,12 @@ class PromApi:
 
     def __init__(self, url: str, *, timeout: float = 10.0, auth: Auth | None = None,
                  tls: TlsConfig | None = None, description: str | None = None,
-                 user_agent: str | None = None) -> None:
+                 user_agent: str | None = None,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         reject_credentials_in_url(url)
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
         self.auth = auth
         self.tls = tls
         self.description = description or f"Prometheus {self.url}"
@@ -555,7 +562,12 @@ class PromApi:
                 raise DataError(f"{self.description}: {exc}") from None
             try:
                 with self._opener.open(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
+                    # Read up to the cap: a server that streams without end (or a huge
+                    # answer) costs one failed query, not the process's memory.
+                    raw = resp.read(self.max_answer_bytes + 1)
+                if len(raw) > self.max_answer_bytes:
+                    raise DataError(f"{self.description}: answer larger than "
+                                    f"{self.max_answer_bytes >> 20} MiB: not read")
                 break
             except urllib.error.HTTPError as exc:
                 if (exc.code == 401 and attempt == 1 and self.auth is not None

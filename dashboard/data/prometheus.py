@@ -114,6 +114,10 @@ def _decoder(shape: Any) -> Callable[[bytes], Any]:
     return decode
 
 
+#: What reading an answer of another shape raises (a label set that is not an object, a
+#: point that is not a pair, a value that is not a number): one line, never a traceback.
+_MALFORMED = (TypeError, KeyError, ValueError, AttributeError, IndexError)
+
 _DECODE_RANGE = _decoder(_RangeAnswer)
 _DECODE_INSTANT = _decoder(_InstantAnswer)
 
@@ -314,8 +318,12 @@ class PrometheusStore:
                                            "time": f"{at:.3f}", "nocache": "1"})
         if data.get("resultType") != "vector":
             raise DataError(f"{self.description}: expected a vector, got {data.get('resultType')}")
-        return [(self._keyed(_labels(r["metric"])), float(r["value"][1]))
-                for r in data["result"]]
+        try:
+            return [(self._keyed(_labels(r["metric"])), float(r["value"][1]))
+                    for r in data["result"]]
+        except _MALFORMED:
+            raise DataError(f"{self.description}: malformed answer (not a Prometheus "
+                            "vector)") from None
 
     def _keyed(self, labels: dict[str, str]) -> dict[str, str]:
         """A series' labels with its node as its node key (``cluster/node``, where it has a
@@ -335,13 +343,17 @@ class PrometheusStore:
             "step": f"{window.step:.3f}",
         })
         out = []
-        for r in data["result"]:
-            # Columns first, each converted in one C-level pass (a fleet page can bring
-            # back millions of points).
-            times, values = zip(*r["values"], strict=True) if r["values"] else ((), ())
-            if values and not isinstance(values[0], float):  # json.loads: strings
-                times, values = tuple(map(float, times)), tuple(map(float, values))
-            out.append((self._keyed(_labels(r["metric"])), Series(times, values)))
+        try:
+            for r in data["result"]:
+                # Columns first, each converted in one C-level pass (a fleet page can bring
+                # back millions of points).
+                times, values = zip(*r["values"], strict=True) if r["values"] else ((), ())
+                if values and not isinstance(values[0], float):  # json.loads: strings
+                    times, values = tuple(map(float, times)), tuple(map(float, values))
+                out.append((self._keyed(_labels(r["metric"])), Series(times, values)))
+        except _MALFORMED:
+            raise DataError(f"{self.description}: malformed answer (not a Prometheus "
+                            "matrix)") from None
         return out
 
     # -- queries ---------------------------------------------------------------------------

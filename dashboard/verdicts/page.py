@@ -49,6 +49,9 @@ class Threshold:
     field: str
     kind: ThresholdKind
     help: str
+    #: ``names``: the names it may be (none: any name): a name no exporter writes would
+    #: never match, silently.
+    choices: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:

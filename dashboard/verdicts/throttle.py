@@ -36,6 +36,7 @@ from gpuscope.dashboard.verdicts.page import (
     Threshold,
     device_ref,
 )
+from gpuscope.exporter.model import THROTTLE_REASONS as EXPORTER_REASONS
 
 if TYPE_CHECKING:  # the package's __init__ imports this module's defaults
     from gpuscope.dashboard.verdicts import Thresholds
@@ -49,7 +50,8 @@ THRESHOLDS = (
               "a GPU is throttled for a reason held down this share of the time or more"),
     Threshold("throttle_duration", "seconds", "... for at least this long"),
     Threshold("throttle_reasons", "names",
-              "the throttle reasons that count (gpu_throttle_seconds_total's reason label)"),
+              "the throttle reasons that count (gpu_throttle_seconds_total's reason label)",
+              choices=EXPORTER_REASONS),
 )
 
 

@@ -100,6 +100,10 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         (["--interval", "abc"], {}, "--interval: expected a number of seconds"),
         (["--interval", "-1"], {}, "--interval: expected a positive number"),
         (["--interval", "nan"], {}, "--interval: expected a positive number"),
+        # A day-long interval overflows the clock the sampler waits on; a microsecond one
+        # spins a core.
+        (["--interval", "1e10"], {}, "--interval: expected 0.1 to 3600 seconds"),
+        (["--interval", "0.0000001"], {}, "--interval: expected 0.1 to 3600 seconds"),
         (["--listen", "9463"], {}, "--listen: expected HOST:PORT"),
         (["--listen", "0.0.0.0:70000"], {}, "--listen: port must be 0..65535"),
         (["--source", "dcgm"], {}, "--source: expected one of nvml, simulated"),

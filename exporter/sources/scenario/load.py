@@ -6,10 +6,10 @@ from __future__ import annotations
 import importlib.resources
 import os
 import re
-from pathlib import Path
 
 import yaml
 
+from gpuscope.exporter.files import TooLarge, read_text
 from gpuscope.exporter.sources.scenario.model import Scenario, ScenarioError, one_line
 from gpuscope.exporter.sources.scenario.parse import scenario_from_dict
 
@@ -149,6 +149,11 @@ def _show_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+#: The largest scenario file read, in bytes (the largest allowed, 1,024 GPUs with their
+#: processes, is well under a MiB).
+MAX_SCENARIO_BYTES = 16 << 20
+
+
 def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:
     """Load and validate the scenario file at ``path``; ``None`` loads the built-in default.
 
@@ -158,7 +163,9 @@ def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:
         return load_default_scenario()
     source = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path, MAX_SCENARIO_BYTES)
+    except TooLarge as exc:
+        raise ScenarioError(one_line(f"{source}: {exc}")) from None
     except UnicodeDecodeError:
         raise ScenarioError(one_line(f"{source}: cannot read: not UTF-8 text")) from None
     except OSError as exc:
