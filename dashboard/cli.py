@@ -198,8 +198,15 @@ def parse_names(value: str, choices: Sequence[str] = ()) -> tuple[str, ...]:
 
 _PARSE: dict[ThresholdKind, Callable[[str], Any]] = {
     "ratio": parse_ratio, "factor": parse_factor, "seconds": parse_duration,
-    "count": parse_count, "names": parse_names,
+    "count": parse_count,
 }
+
+
+def _converter(spec: Threshold) -> Callable[[str], Any]:
+    """A threshold flag's parser, by its kind; names among the threshold's own choices."""
+    if spec.kind == "names":
+        return partial(parse_names, choices=spec.choices)
+    return _PARSE[spec.kind]
 
 
 def _default_text(spec: Threshold) -> str:
@@ -213,8 +220,7 @@ def _default_text(spec: Threshold) -> str:
 
 #: The verdicts' thresholds, one flag each, from the registry (``--idle-utilization``...).
 THRESHOLD_FLAGS: tuple[Flag, ...] = tuple(
-    Flag(spec.flag, partial(parse_names, choices=spec.choices) if spec.kind == "names"
-         else _PARSE[spec.kind], _default_text(spec), spec.help)
+    Flag(spec.flag, _converter(spec), _default_text(spec), spec.help)
     for spec in registry.THRESHOLDS)
 
 _FLAGS: tuple[Flag, ...] = (

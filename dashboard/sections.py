@@ -56,14 +56,14 @@ def _allocated(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]
     # A row is a container on one device: a container that holds two GPUs has two rows,
     # and is one container.
     containers = len({(r.node, r.namespace, r.pod, r.container) for r in rows})
-    note = components.count_note(containers, "allocated-idle container",
-                                 "allocated-idle containers",
-                                 "No container holds a GPU it does not use.")
-    if containers != len(rows):
-        note = f"{note[:-1]}, on {len(rows)} devices."
-    return (allocated.allocated_data(rows[:limit], s),
-            note + (f" Together {fmt.money(v.kpis.allocated_idle_per_hour, per_hour=True)}."
-                    if rows else ""), len(rows))
+    if not rows:
+        note = "No container holds a GPU it does not use."
+    else:
+        devices = f", on {len(rows)} devices" if containers != len(rows) else ""
+        note = (f"{containers} allocated-idle container{'s' if containers != 1 else ''}"
+                f"{devices}. Together "
+                f"{fmt.money(v.kpis.allocated_idle_per_hour, per_hour=True)}.")
+    return allocated.allocated_data(rows[:limit], s), note, len(rows)
 
 
 def _spinning(v: FleetView, s: State, limit: int) -> tuple[list[Row], str, int]:

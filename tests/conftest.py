@@ -6,8 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,37 @@ def promtool() -> str:
 @pytest.fixture(scope="session")
 def prometheus_bin() -> str:
     return _debian_tool("prometheus")
+
+
+#: What a test's HTTP server does with each request (GET, or POST with its body read).
+HttpHandler = Callable[[BaseHTTPRequestHandler], None]
+
+
+@pytest.fixture
+def http_server() -> Iterator[Callable[[HttpHandler], str]]:
+    """``start(handle)`` -> the base URL of a real HTTP server on 127.0.0.1 that answers
+    every GET and POST with ``handle``; stopped after the test."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(handle: HttpHandler) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                handle(self)
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                handle(self)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

@@ -9,10 +9,9 @@ expositions over real HTTP."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from gpuscope.dashboard.data.prometheus import PrometheusStore
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import FleetData, GpuRef
 from gpuscope.dashboard.views import build_fleet_view
-from tests.conftest import ExporterProcess
+from tests.conftest import ExporterProcess, HttpHandler
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -66,33 +65,20 @@ def exposition(uuid: str, utilization: float, node_name: str | None) -> str:
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[str | Callable[[], str]], str]]:
+def serve(http_server: Callable[[HttpHandler], str]
+          ) -> Callable[[str | Callable[[], str]], str]:
     """``serve(text)`` -> the URL of a real HTTP server answering ``text`` (or what a
     callable returns at each request) on /metrics."""
-    servers: list[ThreadingHTTPServer] = []
-
     def start(text: str | Callable[[], str]) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = (text() if callable(text) else text).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/metrics"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+        def answer(h: BaseHTTPRequestHandler) -> None:
+            body = (text() if callable(text) else text).encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "text/plain; version=0.0.4")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+        return http_server(answer) + "/metrics"
+    return start
 
 
 Serve = Callable[[str | Callable[[], str]], str]

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -18,8 +17,7 @@ from gpuscope.dashboard.data import DataError, EmbeddedData, Target
 from gpuscope.dashboard.data import embedded as embedded_module
 from gpuscope.dashboard.data.http import PromApi
 from gpuscope.dashboard.data.prometheus import PrometheusStore
-
-Handler = Callable[[BaseHTTPRequestHandler], None]
+from tests.conftest import HttpHandler
 
 
 def endless(h: BaseHTTPRequestHandler) -> None:
@@ -35,7 +33,7 @@ def endless(h: BaseHTTPRequestHandler) -> None:
         return
 
 
-def answering(body: object) -> Handler:
+def answering(body: object) -> HttpHandler:
     def handle(h: BaseHTTPRequestHandler) -> None:
         raw = json.dumps(body).encode()
         h.send_response(200)
@@ -46,37 +44,9 @@ def answering(body: object) -> Handler:
     return handle
 
 
-@pytest.fixture
-def server() -> Iterator[Callable[[Handler], str]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(handle: Handler) -> str:
-        class H(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                handle(self)
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                handle(self)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        httpd.daemon_threads = True
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        servers.append(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}"
-
-    yield start
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
-
-
 def test_an_endless_answer_fails_its_query_at_the_cap(
-        server: Callable[[Handler], str]) -> None:
-    url = server(endless)
+        http_server: Callable[[HttpHandler], str]) -> None:
+    url = http_server(endless)
     api = PromApi(url, timeout=10.0, max_answer_bytes=4 << 20)
     began = time.monotonic()
     with pytest.raises(DataError) as info:
@@ -92,9 +62,9 @@ def test_an_endless_answer_fails_its_query_at_the_cap(
     [{"metric": {"node": "n"}}],                    # no value
     [7],
 ])
-def test_a_vector_of_the_wrong_shape_is_one_line(server: Callable[[Handler], str],
+def test_a_vector_of_the_wrong_shape_is_one_line(http_server: Callable[[HttpHandler], str],
                                                  result: list[object]) -> None:
-    url = server(answering({"status": "success",
+    url = http_server(answering({"status": "success",
                             "data": {"resultType": "vector", "result": result}}))
     store = PrometheusStore(url, clock=lambda: 1e9)
     try:
@@ -106,8 +76,8 @@ def test_a_vector_of_the_wrong_shape_is_one_line(server: Callable[[Handler], str
         store.close()
 
 
-def test_a_matrix_of_the_wrong_shape_is_one_line(server: Callable[[Handler], str]) -> None:
-    url = server(answering({"status": "success", "data": {"resultType": "matrix", "result": [
+def test_a_matrix_of_the_wrong_shape_is_one_line(http_server: Callable[[HttpHandler], str]) -> None:
+    url = http_server(answering({"status": "success", "data": {"resultType": "matrix", "result": [
         {"metric": {"node": "n"}, "values": [[1.0, "1", "extra"]]}]}}))
     store = PrometheusStore(url, clock=lambda: 1e9)
     try:
@@ -119,10 +89,10 @@ def test_a_matrix_of_the_wrong_shape_is_one_line(server: Callable[[Handler], str
 
 
 def test_an_endless_exporter_page_fails_its_scrape_and_the_rest_goes_on(
-        server: Callable[[Handler], str], monkeypatch: pytest.MonkeyPatch,
+        http_server: Callable[[HttpHandler], str], monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(embedded_module, "MAX_SCRAPE_BYTES", 2 << 20)
-    url = server(endless) + "/metrics"
+    url = http_server(endless) + "/metrics"
     store = EmbeddedData([Target(url, "n1")], interval=1.0, timeout=10.0)
     try:
         with caplog.at_level(logging.DEBUG, logger=embedded_module.__name__):
