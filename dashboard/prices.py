@@ -6,8 +6,9 @@ plain ``instance-type: price`` mapping. Spot prices come only from the user's fi
 change by the hour and by zone): a table with ``capacity_type: spot``, or a ``spot:``
 mapping next to the plain entries; a node whose ``capacity_type`` is ``spot`` is priced at
 its spot price where there is one, else on demand, and the dashboard says which. A bad file
-raises :class:`PriceError` with one line. Lookups of unknown types return None: the
-dashboard shows "unknown", never $0.
+raises :class:`PriceError` with one line; the files are YAML as :mod:`gpuscope.exporter.yaml12`
+reads it (a duplicate key is an error, ``1e1`` a number). Lookups of unknown types return
+None: the dashboard shows "unknown", never $0.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from gpuscope.dashboard.data.promql import any_of
 from gpuscope.exporter.files import TooLarge, read_text
+from gpuscope.exporter.yaml12 import YamlError, load
 
 BUNDLED = "prices.yaml"
 
@@ -229,7 +229,7 @@ def parse_prices(data: Any, source: str) -> PriceTable:
 
 def bundled_prices() -> PriceTable:
     text = resources.files("gpuscope.dashboard").joinpath(BUNDLED).read_text(encoding="utf-8")
-    return parse_prices(yaml.safe_load(text), BUNDLED)
+    return parse_prices(load(text, BUNDLED), BUNDLED)
 
 
 
@@ -254,16 +254,7 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     except ValueError as exc:  # "embedded null byte" in the path
         raise PriceError(f"{name!r}: cannot read: {exc}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}: " if mark is not None else ""
-        raise PriceError(f"{name}: {at}invalid YAML") from None
-    except RecursionError:
-        raise PriceError(f"{name}: invalid YAML (nested too deeply)") from None
-    except Exception:  # whatever PyYAML raises, the text is not valid YAML
-        # PyYAML's constructors raise ValueError, KeyError, IndexError, AttributeError ...
-        # for some bad scalars: an integer of more than 4300 digits, '!!float x', '!!int',
-        # '!!bool x', '!!timestamp x'.
-        raise PriceError(f"{name}: invalid YAML (a value that cannot be read)") from None
+        data = load(text, name)
+    except YamlError as exc:
+        raise PriceError(str(exc)) from None
     return table.merged(parse_prices(data, name))

@@ -65,6 +65,10 @@ def test_override_in_table_format(tmp_path: Path) -> None:
     ("p5: [\n", "invalid YAML"),
     ("currency: EUR\np5.48xlarge: 3\n", "only USD"),
     ("tables: 3\n", "tables: expected a list"),
+    # A key written twice was the last one silently: which price did the user mean?
+    ("p5.48xlarge: 30\ng5.xlarge: 1\np5.48xlarge: 40\n",
+     "line 3, column 1: invalid YAML: duplicate key 'p5.48xlarge'"),
+    ("spot:\n  g6.xlarge: 0.3\n  g6.xlarge: 0.4\n", "duplicate key 'g6.xlarge'"),
 ])
 def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "prices.yaml"
@@ -74,6 +78,19 @@ def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, message: str) -
     assert message in str(info.value)
     assert "\n" not in str(info.value)
     assert str(f) in str(info.value)
+
+
+def test_numbers_as_yaml_1_2_reads_them(tmp_path: Path) -> None:
+    """``1e1`` is a number (YAML 1.1, PyYAML's default, reads it as text: "expected a
+    number"); a quoted price stays text and is refused."""
+    f = tmp_path / "prices.yaml"
+    f.write_text("p5.48xlarge: 1e1\ng5.xlarge: 2.5E-1\n")
+    table = load_prices(f)
+    assert table.per_hour("p5.48xlarge") == 10.0
+    assert table.per_hour("g5.xlarge") == 0.25
+    f.write_text("p5.48xlarge: '10'\n")
+    with pytest.raises(PriceError, match="p5.48xlarge: expected a number"):
+        load_prices(f)
 
 
 def test_missing_file(tmp_path: Path) -> None:

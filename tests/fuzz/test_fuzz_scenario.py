@@ -39,8 +39,8 @@ from gpuscope.exporter.sources.scenario import (
     scenario_from_dict,
     scenario_from_yaml,
 )
-from gpuscope.exporter.sources.scenario.load import _Loader
 from gpuscope.exporter.sources.simulated import SimulatedSource
+from gpuscope.exporter.yaml12 import Loader
 from tests.conftest import REPO
 from tests.fuzz._profile import fuzz
 from tests.fuzz._strategies import SCALARS, yaml_like
@@ -60,7 +60,7 @@ VALID_TEXTS = {
     "demo-p5-train": (REPO / "dashboard" / "demo" / "p5-train.yaml").read_text(),
 }
 # Loaded as the loader reads them (YAML 1.2: `on` is a key, not true; merges resolved).
-VALID_DOCS = {name: yaml.load(text, Loader=_Loader) for name, text in VALID_TEXTS.items()}
+VALID_DOCS = {name: yaml.load(text, Loader=Loader) for name, text in VALID_TEXTS.items()}
 
 _PATH = r"[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])*(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])*)*"
 
