@@ -308,6 +308,9 @@ def parse_config(argv: Sequence[str] | None = None,
         raise ConfigError("choose a data source: --prometheus URL, --targets URL,... or --demo")
     if len(modes) > 1:
         raise ConfigError(f"choose one data source, got {' and '.join(modes)}")
+    if "cluster_label" in explicit and values["prometheus"] is None:
+        # The exporters scraped directly carry no cluster label: one cluster.
+        raise ConfigError("--cluster-label needs --prometheus URL (or --print-rules)")
     env = os.environ if environ is None else environ
     values["prometheus_basic_auth_password"] = _check_prometheus_access(values, env)
     if values["demo"]:

@@ -165,6 +165,10 @@ PW_ENV = "GPUSCOPE_PROMETHEUS_BASIC_AUTH_PASSWORD"
      "--prometheus-ca-file needs --prometheus URL"),
     (["--targets", "http://h:9463", "--prometheus-sigv4"], {},
      "--prometheus-sigv4 needs --prometheus URL"),
+    # Was ignored: the exporters scraped directly carry no cluster label.
+    (["--targets", "http://h:9463", "--cluster-label", "k8s_cluster"], {},
+     "--cluster-label needs --prometheus URL (or --print-rules)"),
+    (["--demo"], {"GPUSCOPE_CLUSTER_LABEL": "k8s_cluster"}, "--cluster-label needs --prometheus"),
     ([*P, "--prometheus-bearer-token-file", "t", "--prometheus-sigv4"], {},
      "choose one way to authenticate to Prometheus, got --prometheus-bearer-token-file and "
      "--prometheus-sigv4"),

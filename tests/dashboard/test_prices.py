@@ -89,7 +89,7 @@ def test_numbers_as_yaml_1_2_reads_them(tmp_path: Path) -> None:
     assert table.per_hour("p5.48xlarge") == 10.0
     assert table.per_hour("g5.xlarge") == 0.25
     f.write_text("p5.48xlarge: '10'\n")
-    with pytest.raises(PriceError, match="p5.48xlarge: expected a number"):
+    with pytest.raises(PriceError, match=r"p5\.48xlarge: expected a number"):
         load_prices(f)
 
 
