@@ -333,8 +333,9 @@ _SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "gpu_exporter_collector_errors_total", "counter",
-        "Failures of the collector since the exporter started (kubelet List() and "
-        "GetAllocatableResources() calls, API-server requests, unreadable /proc files).",
+        "Failures of the collector since the exporter started: sampling rounds in which it "
+        "failed (nvml_devices, nvml_processes, xid, simulated, attribution), kubelet List() "
+        "and GetAllocatableResources() calls, API-server requests, unreadable /proc files.",
         "errors", ("collector",), "exporter",
     ),
     MetricSpec(

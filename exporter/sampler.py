@@ -8,6 +8,7 @@ snapshot on the sampler thread, and must be quick (append to a buffer and return
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -51,6 +52,9 @@ class Sampler:
         self.rounds = 0
         self.missed_rounds = 0
         self.errors = 0
+        # Failed rounds per part of the source's work (``nvml_devices``, ...), since start:
+        # ``gpu_exporter_collector_errors_total``. Sources report each round's success only.
+        self._part_errors: dict[str, int] = {}
 
     # -- reading (any thread, never blocks) -------------------------------------------------
     def latest(self) -> Snapshot | None:
@@ -84,6 +88,7 @@ class Sampler:
             self.errors += 1
             log.exception("source %s failed to sample", self.source.name)
             snap = Snapshot(timestamp=self._clock(), source_up=False)
+        snap = self._count_part_errors(snap)
         self._latest = snap
         for listener in self._listeners:
             try:
@@ -95,6 +100,21 @@ class Sampler:
         self.rounds += 1
         self._heartbeat = self._monotonic()
         return snap
+
+    def _count_part_errors(self, snap: Snapshot) -> Snapshot:
+        """The snapshot with each part's ``errors_total``: the rounds in which that part
+        failed since the sampler started (a part that keeps its own count keeps it)."""
+        if not snap.parts:
+            return snap
+        parts = []
+        for part in snap.parts:
+            if not part.success:
+                self._part_errors[part.name] = self._part_errors.get(part.name, 0) + 1
+            counted = self._part_errors.get(part.name, 0)
+            if part.errors_total == 0 and counted:
+                part = dataclasses.replace(part, errors_total=counted)
+            parts.append(part)
+        return dataclasses.replace(snap, parts=tuple(parts))
 
     def start(self) -> None:
         if self._thread is not None:

@@ -401,6 +401,7 @@ class Attributor:
         self._monotonic = monotonic
         self._latest: Attribution | None = None
         self._lock = threading.Lock()
+        self._failures = 0  # rounds whose join failed, since start
 
     def latest(self) -> Attribution | None:
         return self._latest
@@ -425,7 +426,8 @@ class Attributor:
             log.exception("attribution failed")
             result = Attribution(timestamp=snapshot.timestamp)
             ok = False
-        part = PartResult("attribution", ok, self._monotonic() - started)
+            self._failures += 1
+        part = PartResult("attribution", ok, self._monotonic() - started, self._failures)
         parts = (part, *self._inputs.parts())
         with self._lock:
             self._latest = Attribution(

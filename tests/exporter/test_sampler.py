@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 import time
 
-from gpuscope.exporter.model import Snapshot
+from gpuscope.exporter.model import PartResult, Snapshot
 from gpuscope.exporter.sampler import Sampler
 
 
@@ -76,6 +76,38 @@ def test_a_raising_source_does_not_kill_the_loop() -> None:
     snap = sampler.run_once()
     assert snap.source_up is False
     assert sampler.errors == 1
+
+
+def test_failed_rounds_of_each_part_are_counted_in_errors_total() -> None:
+    # gpu_exporter_collector_errors_total{collector="nvml_devices"} must grow while a GPU is
+    # down (success 0 every round), not stay at 0: the source reports success per round and
+    # the sampler keeps the count since start.
+    outcomes = iter([(True, True), (False, True), (False, False), (True, True)])
+
+    class Flaky:
+        name = "flaky"
+
+        def sample(self) -> Snapshot:
+            devices_ok, processes_ok = next(outcomes)
+            return Snapshot(timestamp=0.0, source_up=True, parts=(
+                PartResult("nvml_devices", devices_ok, 0.01),
+                PartResult("nvml_processes", processes_ok, 0.01),
+            ))
+
+        def close(self) -> None:
+            pass
+
+    sampler = Sampler(Flaky(), interval=1.0)
+    totals = []
+    for _ in range(4):
+        snap = sampler.run_once()
+        totals.append({p.name: (p.success, p.errors_total) for p in snap.parts})
+    assert totals == [
+        {"nvml_devices": (True, 0), "nvml_processes": (True, 0)},
+        {"nvml_devices": (False, 1), "nvml_processes": (True, 0)},
+        {"nvml_devices": (False, 2), "nvml_processes": (False, 1)},
+        {"nvml_devices": (True, 2), "nvml_processes": (True, 1)},
+    ]
 
 
 def test_background_loop_samples_on_interval_and_reports_alive() -> None:

@@ -405,3 +405,12 @@ def test_attributor_contains_failures() -> None:
     latest = attributor.latest()
     assert latest is not None and latest.containers == ()
     assert [(p.name, p.success) for p in attributor.parts()] == [("attribution", False)]
+
+
+def test_attributor_counts_its_failures_since_start() -> None:
+    attributor = Attributor(BrokenInputs())
+    for _ in range(3):
+        attributor(snap(gpu("0", G0)))
+    assert [(p.name, p.success, p.errors_total) for p in attributor.parts()] == [
+        ("attribution", False, 3)
+    ]

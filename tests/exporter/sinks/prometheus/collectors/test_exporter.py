@@ -61,3 +61,30 @@ def test_source_down_reports_nvml_up_zero() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ExporterCollector(sampler))
     assert values(registry)[("gpu_exporter_nvml_up", "")] == 0.0
+
+
+def test_errors_total_of_a_round_part_grows_while_it_fails() -> None:
+    # A GPU down for three rounds: nvml_devices' success is 0 and its errors counter says
+    # 3 (it stayed at 0 while success was 0), then success 1 and the count kept.
+    rounds = iter([False, False, False, True])
+
+    class Source:
+        name = "nvml"
+
+        def sample(self) -> Snapshot:
+            return Snapshot(timestamp=1.0, source_up=True,
+                            parts=(PartResult("nvml_devices", next(rounds), 0.001),))
+
+        def close(self) -> None:
+            pass
+
+    sampler = Sampler(Source(), interval=1.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExporterCollector(sampler))
+    seen = []
+    for _ in range(4):
+        sampler.run_once()
+        got = values(registry)
+        seen.append((got[("gpu_exporter_collector_success", "nvml_devices")],
+                     got[("gpu_exporter_collector_errors_total", "nvml_devices")]))
+    assert seen == [(0.0, 1.0), (0.0, 2.0), (0.0, 3.0), (1.0, 3.0)]
