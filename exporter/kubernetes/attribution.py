@@ -485,6 +485,9 @@ class LiveInputs:
             PodResourcesClient(kubelet_socket, resource_names=names), interval=kubelet_interval
         )
         self._resolver = PidResolver(proc_root)
+        # The last round's cgroup reads: whether every file read, and how long they took.
+        self._proc_ok = True
+        self._proc_seconds = 0.0
         self._metadata = metadata_watcher
         self._node_name = node_name
         # The DRA device index, rebuilt only when the slices changed (they rarely do).
@@ -509,7 +512,12 @@ class LiveInputs:
         return self._kubelet.latest_assignments().allocatable
 
     def containers_of(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:
-        return self._resolver.resolve(pids)
+        errors = self._resolver.stats().read_errors
+        started = time.monotonic()
+        containers = self._resolver.resolve(pids)
+        self._proc_seconds = time.monotonic() - started
+        self._proc_ok = self._resolver.stats().read_errors == errors
+        return containers
 
     def metadata(self) -> MetadataSnapshot:
         return self._metadata.snapshot() if self._metadata is not None else MetadataSnapshot()
@@ -520,7 +528,7 @@ class LiveInputs:
             "kubelet", bool(status.success), status.duration_seconds or 0.0, status.errors_total
         )]
         resolver = self._resolver.stats()
-        parts.append(PartResult("proc", True, 0.0, resolver.read_errors))
+        parts.append(PartResult("proc", self._proc_ok, self._proc_seconds, resolver.read_errors))
         if self._metadata is not None:
             meta = self._metadata.snapshot()
             stats = meta.stats

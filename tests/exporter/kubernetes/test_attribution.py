@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -13,12 +14,13 @@ from gpuscope.exporter.kubernetes.attribution import (
     Attributor,
     ContainerKey,
     DeviceSharing,
+    LiveInputs,
     attribute,
 )
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
 from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import parse_device_id
-from gpuscope.exporter.model import DeviceSample, ProcessSample, Snapshot
+from gpuscope.exporter.model import DeviceSample, PartResult, ProcessSample, Snapshot
 
 GIB = 1024**3
 G0 = "GPU-00000000-0000-0000-0000-000000000000"
@@ -414,3 +416,32 @@ def test_attributor_counts_its_failures_since_start() -> None:
     assert [(p.name, p.success, p.errors_total) for p in attributor.parts()] == [
         ("attribution", False, 3)
     ]
+
+
+def test_live_inputs_proc_part_reports_the_rounds_cgroup_reads(tmp_path: Path) -> None:
+    # gpu_exporter_collector_{success,duration_seconds}{collector="proc"} were 1 and 0 in
+    # every round, unreadable cgroup files or not: they are the last round's reads.
+    from tests.exporter.kubernetes.test_cgroups import stat_line, write_proc
+
+    proc = tmp_path / "proc"
+    write_proc(proc, 4242, "0::/kubepods.slice/kubepods-pod" + "1" * 8 + ".slice\n", 100)
+    broken = proc / "4343"
+    (broken / "cgroup").mkdir(parents=True)  # exists, cannot be read as a file
+    (broken / "stat").write_text(stat_line(4343, "python3", 200))
+    inputs = LiveInputs(kubelet_socket=str(tmp_path / "absent.sock"), proc_root=str(proc),
+                        metadata_watcher=None)
+    try:
+        def part() -> PartResult:
+            return next(p for p in inputs.parts() if p.name == "proc")
+
+        inputs.containers_of([4242])
+        good = part()
+        assert good.success and good.errors_total == 0 and good.duration_seconds > 0
+        inputs.containers_of([4242, 4343])
+        bad = part()
+        assert not bad.success and bad.errors_total >= 1 and bad.duration_seconds > 0
+        inputs.containers_of([4242])
+        again = part()
+        assert again.success and again.errors_total == bad.errors_total
+    finally:
+        inputs.close()
