@@ -135,6 +135,13 @@ class GpmSampler:
         if target is not None:
             target.previous_at = None
 
+    def forget(self, key: object) -> None:
+        """The target is gone (a destroyed MIG GPU instance): free its buffers. A target
+        created later under the same key starts afresh."""
+        target = self._targets.pop(key, None)
+        if target is not None:
+            self._free(target)
+
     def close(self) -> None:
         """Free every sample buffer (NVML errors ignored: the driver may be gone)."""
         for target in self._targets.values():

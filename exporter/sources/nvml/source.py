@@ -1,8 +1,10 @@
 """The NVML source: every GPU, MIG slice and GPU process on this node, read through pynvml.
 
-NVML is initialised once and device handles are cached; each :meth:`NvmlSource.sample` reads
-the current values and converts them to base units (``calls.ratio``, ``calls.watts``, ... are
-the only place units change). Faults never escape ``sample()``:
+NVML is initialised once and device handles are cached (each GPU's MIG mode and slices are
+read again every ``mig_layout_interval_seconds``: MIG is reconfigured without a driver
+reload); each :meth:`NvmlSource.sample` reads the current values and converts them to base
+units (``calls.ratio``, ``calls.watts``, ... are the only place units change).
+Faults never escape ``sample()``:
 
 * a value the device does not report (``NOT_SUPPORTED``, ``NO_PERMISSION``, a symbol the
   driver lacks) is ``None``, and its series is absent;
@@ -76,6 +78,11 @@ log = logging.getLogger(__name__)
 #: GPM cadence: at most every 10 s, and GPM takes at most 0.5 % of one core (docs/metrics.md).
 DEFAULT_GPM_INTERVAL_SECONDS = 10.0
 DEFAULT_GPM_CPU_BUDGET = 0.005
+
+#: How often each GPU's MIG mode and slices are read again: they change without a driver
+#: reload (``nvidia-smi mig``, the GPU operator's MIG manager), and a slice found at nvmlInit
+#: may be gone, another one created in its place (docs/metrics.md).
+DEFAULT_MIG_LAYOUT_INTERVAL_SECONDS = 10.0
 
 # How far back the per-process utilization cursor starts: the driver keeps a buffer of older
 # samples, which belong to before the exporter started and must not be counted.
@@ -201,6 +208,7 @@ class NvmlSource:
         gpm_interval_seconds: float = DEFAULT_GPM_INTERVAL_SECONDS,
         gpm_cpu_budget: float = DEFAULT_GPM_CPU_BUDGET,
         proc_root: str | None = None,
+        mig_layout_interval_seconds: float = DEFAULT_MIG_LAYOUT_INTERVAL_SECONDS,
     ) -> None:
         self._library_loader = library_loader
         self._library: object | None = None
@@ -221,6 +229,8 @@ class NvmlSource:
         self._gpm_interval = gpm_interval_seconds
         self._gpm_budget = gpm_cpu_budget
         self._next_gpm_at = 0.0
+        self._mig_layout_interval = mig_layout_interval_seconds
+        self._next_layout_at = 0.0
         self._gpm_due = False
         self._gpm_seconds = 0.0  # time spent in GPM calls this round
         # GPM means by target this round: the MIG devices of one GPU instance share them.
@@ -281,6 +291,7 @@ class NvmlSource:
             devices = [_Device(index=str(i), nvml_index=i) for i in range(count)]
             for dev in devices:
                 self._identify(dev)
+            self._next_layout_at = self._monotonic() + self._mig_layout_interval
             session = _Session(driver_version=driver_version, devices=devices)
             if self._gpm:
                 session.gpm = GpmSampler(self._monotonic)
@@ -346,6 +357,47 @@ class NvmlSource:
             self._start_cursor(mig)
             slices.append(mig)
         return slices
+
+    def _follow_mig_layout(self, gpu: _Device, session: _Session) -> None:
+        """Read the GPU's MIG mode and slices again and take the new layout when it changed:
+        slices still there keep their state (utilization cursor, up), new ones are added,
+        destroyed ones dropped with their GPM buffers and counters. A device fault leaves the
+        layout as it was (the round's reads mark the GPU down); driver faults propagate."""
+        try:
+            enabled = bool(read(calls.mig_enabled, gpu.handle))
+            slices = self._mig_slices(gpu) if enabled else []
+        except NvmlFault as fault:
+            if fault.fault is Fault.DRIVER:
+                raise
+            return
+        def same(m: _Device) -> tuple[object, ...]:
+            return m.index, m.uuid, m.key, m.mig_profile
+
+        if enabled == gpu.mig_enabled and list(map(same, slices)) == list(map(same, gpu.slices)):
+            return
+        known = {same(m): m for m in gpu.slices}
+        for mig in slices:
+            was = known.pop(same(mig), None)
+            if was is not None:  # the same slice: it keeps its state
+                mig.util_cursor_us = max(mig.util_cursor_us, was.util_cursor_us)
+                mig.up = was.up
+        uuids = {m.uuid for m in slices}
+        for gone in known.values():
+            if gone.uuid not in uuids:
+                self._counters.pop(gone.uuid, None)
+                self._util_cursors.pop(gone.uuid, None)
+            if session.gpm is not None:  # a new instance under its id starts afresh
+                session.gpm.forget(gone.gpm_key)
+        gpu.mig_enabled = enabled
+        gpu.slices = slices
+        if session.xid is not None:
+            session.xid.set_mig_slices(gpu.key, {
+                m.gpu_instance_id: m.uuid for m in slices if m.gpu_instance_id is not None
+            })
+        log.info(
+            "MIG layout of GPU %s changed: %s", gpu.uuid,
+            ", ".join(f"{m.index} {m.mig_profile}" for m in slices) or "MIG mode off",
+        )
 
     def _gpm_supported(self, dev: _Device) -> bool:
         """Whether NVML says the GPU has GPM; a GPU that fails the question has none."""
@@ -465,6 +517,11 @@ class NvmlSource:
         self._gpm_due = session.gpm is not None and round_started >= self._next_gpm_at
         self._gpm_seconds = 0.0
         self._gpm_results = {}
+        if round_started >= self._next_layout_at:
+            self._next_layout_at = round_started + self._mig_layout_interval
+            for gpu in session.devices:
+                if gpu.identified:
+                    self._follow_mig_layout(gpu, session)
         xid_started = self._monotonic()
         xids = self._xid_counts.by_device()
         xid_seconds = self._monotonic() - xid_started

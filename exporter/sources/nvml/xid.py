@@ -109,6 +109,12 @@ class XidWatcher:
                 self._log.flush()  # a quiet moment: sum up a storm that has ended
         self._log.flush(force=True)
 
+    def set_mig_slices(self, gpu_key: int, slices: dict[int, str]) -> None:
+        """A GPU's MIG layout changed: its GPU instance ids and their slices' UUIDs now."""
+        mapping = {k: v for k, v in self._mig_slices.items() if k[0] != gpu_key}
+        mapping.update({(gpu_key, gi): uuid for gi, uuid in slices.items()})
+        self._mig_slices = mapping  # one assignment: the event thread sees either map whole
+
     def _count(self, handle: object, xid: int, gpu_instance_id: int) -> None:
         key = handle_key(handle)
         uuid = self._mig_slices.get((key, gpu_instance_id)) or self._gpus.get(key)

@@ -1071,6 +1071,14 @@ class FakeNvml:
         parent.mig_slices.append(mig)
         return mig
 
+    def remove_mig_slice(self, mig: FakeMigSlice) -> None:
+        """Destroy a MIG slice (its GPU instance), as ``nvidia-smi mig -dci -dgi`` or the GPU
+        operator's MIG manager does without a driver reload: it leaves its GPU's slots and
+        its handle answers INVALID_ARGUMENT. MIG mode stays on."""
+        if mig.parent is not None:
+            mig.parent.mig_slices.remove(mig)
+        self._by_address.pop(mig.address, None)
+
     def _register(self, dev: _FakeDevice) -> None:
         # A real (tiny) allocation per handle: distinct, stable addresses that stay valid.
         dev._token = ctypes.create_string_buffer(1)

@@ -623,6 +623,57 @@ def test_lost_mig_parent_takes_its_slices_down(
     assert by_uuid(snap, mig.uuid).up and by_uuid(snap, mig.uuid).memory_total_bytes == 20 * GIB
 
 
+def test_mig_layout_changed_while_running_is_followed(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    # MIG is reconfigured without a driver reload (nvidia-smi mig, the GPU operator's MIG
+    # manager): the exporter kept the slices it found at nvmlInit until it restarted, so a
+    # destroyed slice stayed (down: gpu_up 0 for a slice that no longer exists) and the new
+    # ones, with the pods' processes on them, were never reported.
+    parent = fake.gpus[1]
+    old = fake.add_mig_slice(parent, "3g.40gb", gpu_instance_id=1)
+    source = make_source()
+    snap = source.sample()
+    assert [d.index for d in snap.devices] == ["0", "1", "1/1"]
+
+    fake.remove_mig_slice(old)
+    small = fake.add_mig_slice(parent, "1g.10gb", gpu_instance_id=7)
+    other = fake.add_mig_slice(parent, "2g.20gb", gpu_instance_id=8)
+    small.add_process(700, used_memory=3 * GIB)
+    mono.advance(30.0)
+    snap = source.sample()
+    assert [(d.index, d.uuid, d.mig_profile, d.up) for d in snap.devices] == [
+        ("0", fake.gpus[0].uuid, None, True),
+        ("1", parent.uuid, None, True),
+        ("1/7", small.uuid, "1g.10gb", True),
+        ("1/8", other.uuid, "2g.20gb", True),
+    ]
+    assert [(p.pid, p.memory_used_bytes) for p in by_uuid(snap, small.uuid).processes] == [
+        (700, 3 * GIB)
+    ]
+    assert parts(snap)["nvml_devices"]
+
+    # An XID on a new GPU instance is counted for its slice.
+    fake.inject_xid(parent, 43, gpu_instance_id=8)
+    snap = sample_until(source, lambda s: fake.pending_events() == 0 and any(
+        d.xid_errors for d in s.devices))
+    assert by_uuid(snap, other.uuid).xid_errors == (XidCount(43, 1),)
+
+    # MIG mode turned on for GPU 0 (a reset, no driver reload), off again for GPU 1.
+    whole = fake.add_mig_slice(0, "7g.80gb", gpu_instance_id=0)
+    fake.remove_mig_slice(small)
+    fake.remove_mig_slice(other)
+    parent.mig_enabled = False
+    parent.add_process(800, used_memory=GIB)
+    mono.advance(30.0)
+    snap = source.sample()
+    assert [(d.index, d.uuid, d.up) for d in snap.devices] == [
+        ("0", fake.gpus[0].uuid, True), ("0/0", whole.uuid, True), ("1", parent.uuid, True),
+    ]
+    assert by_uuid(snap, fake.gpus[0].uuid).processes == ()  # listed on its slice
+    assert [p.pid for p in by_uuid(snap, parent.uuid).processes] == [800]
+
+
 # --- XID events
 
 

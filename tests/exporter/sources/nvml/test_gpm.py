@@ -114,6 +114,34 @@ def test_gpm_per_mig_gpu_instance(
     assert fake.gpm_samples_allocated() == 6
 
 
+def test_a_destroyed_mig_instance_frees_its_gpm_buffers_and_a_new_one_starts_afresh(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    gpu = hopper(fake.gpus[0], dict(BUSY))
+    old = fake.add_mig_slice(gpu, "3g.40gb", gpu_instance_id=1)
+    old.gpm = dict(BUSY)
+    source = make_source(mig_layout_interval_seconds=5.0)
+    source.sample()
+    mono.advance(1.5)
+    source.sample()
+    assert fake.gpm_samples_allocated() == 4  # the GPU's two buffers, the instance's two
+
+    # The instance is destroyed and another created under the same GPU-instance id (MIG
+    # reconfigured, no driver reload): its first GPM interval starts at its first sample.
+    fake.remove_mig_slice(old)
+    new = fake.add_mig_slice(gpu, "1g.10gb", gpu_instance_id=1,
+                             uuid="MIG-5e1f0a2b-3c4d-4e5f-8a6b-7c8d9e0f1a2b")
+    new.gpm = {**BUSY, SM: 10.0}
+    mono.advance(5.0)
+    snap = source.sample()
+    assert [d.uuid for d in snap.devices if d.is_mig] == [new.uuid]
+    assert gpm_values(by_uuid(snap, new.uuid)) == dict.fromkeys(GPM_SIGNALS)
+    assert fake.gpm_samples_allocated() == 4  # the old instance's two freed, two new
+    mono.advance(1.5)
+    snap = source.sample()
+    assert by_uuid(snap, new.uuid).sm_active_seconds == pytest.approx(0.10 * 1.5)
+
+
 def test_a_gpu_without_gpm_has_no_gpm_series(
     fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
 ) -> None:
