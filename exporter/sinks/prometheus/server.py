@@ -229,12 +229,15 @@ class _HTTPServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     server_version = "gpuscope"
-    sys_version = ""
     protocol_version = "HTTP/1.1"
     # TCP_NODELAY on every connection: a response goes out as two writes (headers, body), and
     # with Nagle the body waited for the ACK of the headers, which a client delays by up to
     # 40 ms: a /metrics right after another request on a kept-alive connection took 43-47 ms.
     disable_nagle_algorithm = True
+
+    def version_string(self) -> str:
+        """The ``Server`` header: the program's name, not the Python version behind it."""
+        return self.server_version
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]

@@ -37,6 +37,9 @@ def test_metrics_text_format(server: str) -> None:
     assert r.status_code == 200
     assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     assert 'gpu_up{gpu="1",uuid="GPU-66666666-7777-8888-9999-000000000000"} 0.0' in r.text
+    # Was "gpuscope " (BaseHTTPRequestHandler joins the Python version, emptied, with a
+    # space); nothing about the Python behind it.
+    assert r.headers["Server"] == "gpuscope"
 
 
 def test_metrics_gzip_when_asked(server: str) -> None:
