@@ -55,6 +55,18 @@ CLUSTER_VARIABLE = query_variable(
                 "All where there is none.")
 DEVICE_STATES = [(0, "working", "green"), (1, "idle", "red"), (2, "spinning", "orange")]
 
+# Raw series are read by their identity (``max by`` the labels that name a device or a
+# container, and a counter's rate per device before any sum over devices or reasons): an HA
+# pair's two copies of a series in a store that keeps both (docs/alerts.md, "HA pairs")
+# count once, as in the rules.
+WHOLE_GPUS = 'max by (node, uuid) (gpu_info{parent_uuid=""})'
+
+
+def per_container(metric: str, matchers: str = "") -> str:
+    """``metric`` (a ``container_gpu_*`` series) once per container and device."""
+    selector = ", ".join(m for m in (matchers, 'pod!=""') if m)
+    return f"max by (node, namespace, pod, container, uuid) ({metric}{{{selector}}})"
+
 
 def _scoped(layout: Layout, matchers: dict[str, str]) -> Layout:
     """Narrows every query of ``layout`` to the dashboard's variables."""
@@ -118,7 +130,7 @@ def fleet(rules: Rules) -> Json:
         Query(f"count(\n{rules.expr('GpuAllocatedButIdle')}\n)", instant=True),
         color="orange"), 4, 4)
     lay.add(stat("GPUs", "Physical GPUs reporting (MIG slices not counted).",
-                 Query('count(gpu_info{parent_uuid=""})', instant=True), color="blue"), 4, 4)
+                 Query(f"count({WHOLE_GPUS})", instant=True), color="blue"), 4, 4)
 
     lay.row("Over time")
     lay.add(timeseries("Idle $/hour", (
@@ -200,9 +212,10 @@ def node(rules: Rules) -> Json:
                  Query(f"sum({NODE_PRICE})", instant=True), unit="currencyUSD",
                  no_value="unknown", decimals=2), 4, 4)
     lay.add(stat("GPUs", "Physical GPUs.",
-                 Query('count(gpu_info{parent_uuid=""})', instant=True), color="blue"), 3, 4)
+                 Query(f"count({WHOLE_GPUS})", instant=True), color="blue"), 3, 4)
     lay.add(stat("MIG slices", "MIG devices (each its own device, with its parent GPU).",
-                 Query('count(gpu_info{parent_uuid!=""})', instant=True), color="blue"), 3, 4)
+                 Query('count(max by (node, uuid) (gpu_info{parent_uuid!=""}))', instant=True),
+                 color="blue"), 3, 4)
     lay.add(stat("Idle devices", "Idle or spinning GPUs and MIG slices "
                  "(`node:gpu_idle_devices:count`).",
                  Query(f"sum({rules.series('node:gpu_idle_devices:count')})", instant=True),
@@ -268,11 +281,12 @@ def node(rules: Rules) -> Json:
         "max by (node, gpu, uuid) (gpu_sm_clock_hertz)", DEVICE)], unit="hertz"), 12, 8)
     lay.add(timeseries("Throttled time by reason", "Seconds per second the node's GPUs "
                        "had their clocks held down, summed over its GPUs, by reason.",
-                       [Query("sum by (node, reason) "
-                              "(rate(gpu_throttle_seconds_total[$__rate_interval]))",
+                       [Query("sum by (node, reason) (max by (node, gpu, uuid, reason) "
+                              "(rate(gpu_throttle_seconds_total[$__rate_interval])))",
                               "{{reason}}")], unit="percentunit", min_value=0), 12, 8)
     lay.add(timeseries("PCIe and NVLink", "Bytes per second, summed over the node's GPUs.", [
-        Query(f"sum by (node) (rate({name}[$__rate_interval]))", label)
+        Query(f"sum by (node) (max by (node, gpu, uuid) (rate({name}[$__rate_interval])))",
+              label)
         for name, label in (("gpu_pcie_receive_bytes_total", "PCIe receive"),
                             ("gpu_pcie_transmit_bytes_total", "PCIe transmit"),
                             ("gpu_nvlink_receive_bytes_total", "NVLink receive"),
@@ -334,8 +348,8 @@ def workload(rules: Rules) -> Json:
         ("SM clock", "max by (node, gpu, uuid) (gpu_sm_clock_hertz)", "hertz"),
         ("Temperature", "max by (node, gpu, uuid) (gpu_temperature_celsius)", "celsius"),
         ("Throttled (power, thermal, reliability, board limit)",
-         f"sum by (node, gpu, uuid) (rate(gpu_throttle_seconds_total{{{SLOWING}}}"
-         "[$__rate_interval]))", "percentunit"),
+         f"sum by (node, gpu, uuid) (max by (node, gpu, uuid, reason) "
+         f"(rate(gpu_throttle_seconds_total{{{SLOWING}}}[$__rate_interval])))", "percentunit"),
     ):
         lay.add(timeseries(title, "One series per rank (a pod's GPU).",
                            [Query(per_rank(signal), RANK)], unit=unit), 12, 8)
@@ -369,7 +383,7 @@ def pods(rules: Rules) -> Json:
     lay.row("Now")
     lay.add(stat("GPUs and slices held", "Devices (GPUs, MIG slices, time-slicing "
                  "replicas) held by the selected pods' containers.",
-                 Query(f'count(container_gpu_allocated{{{pod_filter}, pod!=""}} == 1)',
+                 Query(f"count({per_container('container_gpu_allocated', pod_filter)} == 1)",
                        instant=True), color="blue"), 6, 4)
     lay.add(stat("Allocated-idle containers", "Holding a GPU or slice and using less than "
                  "5 % of it (GpuAllocatedButIdle without its `for`).",
@@ -392,8 +406,7 @@ def pods(rules: Rules) -> Json:
         "Each container's device (GPU, MIG slice, or a time-slicing replica), how much of "
         "it the container uses, its memory, and its pod's workload."), [
         Query(_gpu_of(held, "gpu, model"), instant=True),
-        Query(of_pods('max by (node, namespace, pod, container, uuid) '
-                      '(container_gpu_memory_used_bytes{pod!=""})'), instant=True),
+        Query(of_pods(per_container("container_gpu_memory_used_bytes")), instant=True),
         Query(f"max by (node, namespace, pod, workload) (gpu_pod_info{{{pod_filter}}})",
               instant=True),
     ], {"Value #A": "usage of what it holds", "Value #B": "memory used"},
@@ -401,8 +414,9 @@ def pods(rules: Rules) -> Json:
         units={"usage of what it holds": "percentunit", "memory used": "bytes"}), 24, 9)
     lay.add(timeseries("GPU utilization per container", "A container's share of its "
                        "device's time (per process, summed).",
-                       [Query(_gpu_of(of_pods('container_gpu_utilization_ratio{pod!=""}')),
-                              CONTAINER)], unit="percentunit", min_value=0), 12, 8)
+                       [Query(_gpu_of(of_pods(per_container(
+                           "container_gpu_utilization_ratio"))), CONTAINER)],
+                       unit="percentunit", min_value=0), 12, 8)
     lay.add(timeseries("Usage of what it holds", (
         "`container:gpu_held_usage:ratio`: the device's SM activity where GPM gives it and "
         "the container holds it alone; else its utilization times the holders; on a MIG "
@@ -410,7 +424,7 @@ def pods(rules: Rules) -> Json:
         [Query(_gpu_of(held), CONTAINER)], unit="percentunit", min_value=0), 12, 8)
     lay.add(timeseries("GPU memory used per container", "",
                        [Query(_gpu_of(of_pods(
-                           'container_gpu_memory_used_bytes{pod!=""}')), CONTAINER)],
+                           per_container("container_gpu_memory_used_bytes"))), CONTAINER)],
                        unit="bytes", min_value=0), 12, 8)
     lay.add(timeseries("Share of a shared GPU (1 = fair)", (
         "On a time-sliced GPU: the container's share of the summed utilization, against the "

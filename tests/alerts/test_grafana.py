@@ -370,12 +370,18 @@ class OpenMetricsWriter:
             text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(lab.items()))
             self.families.setdefault(name, []).append(f"{name}{{{text}}} {value!r} {at:.3f}\n")
 
-    def write(self, path: Path) -> int:
+    def write(self, path: Path, replicas: tuple[str, ...] = ()) -> int:
+        """The samples, once, or once per HA replica (``prometheus_replica``: two
+        Prometheus servers scraping the same exporters into a store that keeps both)."""
         with path.open("w", encoding="utf-8") as f:
             for lines in self.families.values():
-                f.writelines(lines)
+                if not replicas:
+                    f.writelines(lines)
+                for replica in replicas:
+                    f.writelines(line.replace("{", f'{{prometheus_replica="{replica}",', 1)
+                                 for line in lines)
             f.write("# EOF\n")
-        return sum(len(lines) for lines in self.families.values())
+        return sum(len(lines) for lines in self.families.values()) * max(1, len(replicas))
 
 
 def _escape(value: str) -> str:
@@ -392,10 +398,8 @@ def _query(base: str, expr: str, **params: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def demo_prometheus(prometheus_bin: str, promtool: str,
-                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Prometheus over the demo fleet's past hour, evaluating the shipped rule file."""
-    tmp = tmp_path_factory.mktemp("grafana")
+def demo_samples() -> OpenMetricsWriter:
+    """The demo fleet's past hour, as its exporters would have served it."""
     fleet = DemoFleet(history=HISTORY)
     store = OpenMetricsWriter()
     try:
@@ -403,7 +407,30 @@ def demo_prometheus(prometheus_bin: str, promtool: str,
         fleet.backfill(store, step=STEP)  # type: ignore[arg-type]
     finally:
         fleet.stop()
-    assert store.write(tmp / "fleet.om") > 100_000
+    return store
+
+
+@pytest.fixture(scope="module")
+def demo_prometheus(prometheus_bin: str, promtool: str, demo_samples: OpenMetricsWriter,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prometheus over the demo fleet's past hour, evaluating the shipped rule file."""
+    yield from _serve(prometheus_bin, promtool, demo_samples,
+                      tmp_path_factory.mktemp("grafana"), ())
+
+
+@pytest.fixture(scope="module")
+def demo_prometheus_ha(prometheus_bin: str, promtool: str, demo_samples: OpenMetricsWriter,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same, with every raw series twice, as an HA pair's two Prometheus servers write
+    it into a store that does not deduplicate (docs/alerts.md, "HA pairs"), and the rules
+    evaluated once, by the store's ruler."""
+    yield from _serve(prometheus_bin, promtool, demo_samples,
+                      tmp_path_factory.mktemp("grafana-ha"), ("0", "1"))
+
+
+def _serve(prometheus_bin: str, promtool: str, store: OpenMetricsWriter, tmp: Path,
+           replicas: tuple[str, ...]) -> Iterator[str]:
+    assert store.write(tmp / "fleet.om", replicas) > 100_000
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
                     str(tmp / "fleet.om"), str(tmp / "tsdb")],
                    check=True, capture_output=True, timeout=120)
@@ -618,3 +645,42 @@ def test_allocated_idle_dollars_are_the_held_gpus_share_of_their_node(
             whole += 1
     assert whole >= 2  # the demo's p4d node (2 held, unused) and the g6 dev pod
     assert float(got["value"][1]) == pytest.approx(expected)
+
+
+def _by_labels(result: list[dict[str, Any]], where: str) -> dict[str, dict[float, float]]:
+    """Each series' points by timestamp, by its labels but the replica label; a series
+    that comes twice (once per replica) fails."""
+    out: dict[str, dict[float, float]] = {}
+    for r in result:
+        key = json.dumps({k: v for k, v in r["metric"].items() if k != "prometheus_replica"},
+                         sort_keys=True)
+        assert key not in out, (where, "a series twice", key)
+        points = r["values"] if "values" in r else [r["value"]]
+        out[key] = {float(t): float(v) for t, v in points}
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_an_ha_pair_s_two_copies_count_once(name: str, demo_prometheus: str,
+                                            demo_prometheus_ha: str) -> None:
+    """Every query answers the same series, with the same values, whether the store holds
+    each raw series once or twice (an HA pair written into a store that keeps both, the
+    rules evaluated once): no GPU, container, throttled second or byte counted twice."""
+    board = dashboards()[name]
+    now = time.time()
+    values = VALUES[name][0]
+    for panel in panels(board):
+        for target in panel.get("targets", []):
+            once = _run(demo_prometheus, target, values, now)
+            twice = _run(demo_prometheus_ha, target, values, now)
+            where = f"{panel['title']} / {target['refId']}"
+            a, b = _by_labels(once, where), _by_labels(twice, where)
+            assert a.keys() == b.keys(), where
+            for key in a:
+                # At the steps both have (recorded series begin when each server started),
+                # the same values. (The two servers evaluated the rules a second or so
+                # apart.)
+                common = sorted(a[key].keys() & b[key].keys())
+                assert common, (where, key)
+                assert [b[key][t] for t in common] == pytest.approx(
+                    [a[key][t] for t in common], rel=0.1, abs=1e-9), (where, key)
