@@ -322,7 +322,7 @@ class _ListWatch(Generic[T]):
         """An optional resource the API server does not serve (404) or lets us read (403):
         no objects, healthy, asked again after ``unserved_retry_s``."""
         why = ("not served by this API server" if error.status == 404
-               else "not allowed by RBAC (get/list/watch needed)")
+               else "not allowed by RBAC (list/watch needed)")
         if not self._unserved_logged:
             log.log(logging.INFO if error.status == 404 else logging.WARNING,
                     "%s %s: off, asking again every %.0f s (%s)", self.name, why,
