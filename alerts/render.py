@@ -306,13 +306,16 @@ def _rename_label(expr: str, old: str, new: str) -> str:
 
 
 def _rename_replicas(expr: str, old: Sequence[str], new: Sequence[str]) -> str:
-    """``expr`` with every ``without (...)`` list that is exactly ``old`` made ``new``."""
+    """``expr`` with every ``without (...)`` list that is ``old``, or ends with it (``without
+    (instance, job, <old>)``: the alerts keyed by a device or container, not by the exporter
+    pod's address), made ``new`` there."""
 
     def swap(m: re.Match[str]) -> str:
         labels = [x.strip() for x in m.group(2).split(",") if x.strip()]
-        if labels != list(old):
+        keep = len(labels) - len(old)
+        if not old or keep < 0 or labels[keep:] != list(old):
             return m.group(0)
-        return f"without{m.group(1)}({', '.join(new)})"
+        return f"without{m.group(1)}({', '.join([*labels[:keep], *new])})"
 
     return _WITHOUT.sub(swap, expr)
 
