@@ -370,10 +370,15 @@ class NvmlSource:
             if fault.fault is Fault.DRIVER:
                 raise
             return
+
         def same(m: _Device) -> tuple[object, ...]:
-            return m.index, m.uuid, m.key, m.mig_profile
+            # A slice is its UUID (a new one at each creation), index and profile; not the
+            # address of its handle, an opaque pointer nothing promises to keep.
+            return m.index, m.uuid, m.mig_profile
 
         if enabled == gpu.mig_enabled and list(map(same, slices)) == list(map(same, gpu.slices)):
+            for kept, fresh in zip(gpu.slices, slices, strict=True):
+                kept.handle, kept.key = fresh.handle, fresh.key
             return
         known = {same(m): m for m in gpu.slices}
         for mig in slices:

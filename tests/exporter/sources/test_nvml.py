@@ -7,8 +7,10 @@ pointer cache, init refcount) so other tests see pynvml untouched.
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -621,6 +623,27 @@ def test_lost_mig_parent_takes_its_slices_down(
     fake.gpus[0].lost = False
     snap = source.sample()
     assert by_uuid(snap, mig.uuid).up and by_uuid(snap, mig.uuid).memory_total_bytes == 20 * GIB
+
+
+def test_a_mig_slice_under_a_new_handle_is_the_same_slice(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The layout is read again every 10 s; a slice is known by its UUID, index and profile,
+    # not by the address of the handle NVML hands out (an opaque pointer that no document
+    # promises to stay the same), so an unchanged layout is not taken for a new one (which
+    # would drop the slices' state and GPM buffers every 10 s).
+    mig = fake.add_mig_slice(fake.gpus[1], "3g.40gb", gpu_instance_id=1)
+    source = make_source()
+    source.sample()
+    token = ctypes.create_string_buffer(1)  # a second, valid address for the same slice
+    mig.address = ctypes.addressof(token)
+    fake._by_address[mig.address] = mig
+    with caplog.at_level(logging.INFO, logger="gpuscope.exporter.sources.nvml.source"):
+        mono.advance(30.0)
+        snap = source.sample()
+    assert not [r for r in caplog.records if "MIG layout" in r.getMessage()]
+    assert by_uuid(snap, mig.uuid).up
 
 
 def test_mig_layout_changed_while_running_is_followed(
