@@ -25,6 +25,10 @@ The rules, and why:
   the device reports per-process utilization (allocated-but-idle is a finding, not a gap);
   on a device that cannot report it (a MIG slice without GPM) utilization stays absent.
 - Several time-slicing replicas of one GPU held by one container count once (allocated 1).
+- A pod that ended (phase ``Succeeded`` or ``Failed``, from the API server) holds nothing:
+  kubelets before 1.34 go on listing its devices in ``List()`` after handing them on to the
+  next pod, which would count one GPU for two pods and show the ended one as
+  allocated-but-idle.
 - A process whose cgroup names no pod is a host process: summed per device under empty
   namespace/pod/container labels. So is a pod process whose pod the API server does not
   (yet) know: it is counted in ``unnamed_processes`` rather than guessed at, and an
@@ -186,6 +190,13 @@ def attribute(
     ``None`` where unknown; they give the replicas per device."""
     devices = {d.uuid: d for d in snapshot.devices if d.uuid}
     pod_uids = {(p.namespace, p.name): p.uid for p in metadata.pods.values()}
+    # Pods that ended (Succeeded, Failed): kubelets before 1.34 go on listing them in List()
+    # with the devices they held, which the kubelet has handed on to other pods
+    # (kubernetes/kubernetes#119423, fixed by #132028). A name also held by a live pod is
+    # the live pod's.
+    ended = {(p.namespace, p.name) for p in metadata.pods.values() if p.terminal}
+    if ended:
+        ended -= {(p.namespace, p.name) for p in metadata.pods.values() if not p.terminal}
 
     rows: dict[tuple[ContainerKey, str], _Row] = {}
     unresolved = 0
@@ -196,6 +207,8 @@ def attribute(
     # Per device handed out as replicas: the highest replica number allocated + 1.
     replicas_seen: dict[str, int] = {}
     for alloc in allocations:
+        if ended and (alloc.namespace, alloc.pod) in ended:
+            continue
         uuid = resolve(alloc.device, snapshot.devices)
         if uuid is None:
             unresolved += 1

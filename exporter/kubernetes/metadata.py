@@ -38,7 +38,8 @@ class PodInfo:
     """What the exporter needs of one pod. ``containers`` maps a bare container ID (64 hex, no
     ``containerd://`` prefix, as :mod:`gpuscope.exporter.kubernetes.cgroups` returns it) to the
     container's name, for regular, init and ephemeral containers, including the previous
-    instance of a restarted container."""
+    instance of a restarted container. ``phase`` is ``status.phase`` (``""`` when absent):
+    ``Succeeded`` and ``Failed`` are terminal, the pod's containers stopped for good."""
 
     uid: str
     namespace: str
@@ -47,6 +48,13 @@ class PodInfo:
     owners: tuple[OwnerRef, ...] = ()
     workload: str = ""
     containers: Mapping[str, str] = field(default_factory=_empty_mapping)
+    phase: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        """True for a pod in phase ``Succeeded`` or ``Failed``: its containers stopped for
+        good and the kubelet has handed its devices on."""
+        return self.phase in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)

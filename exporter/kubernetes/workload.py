@@ -1,8 +1,8 @@
 """What a pod and a node mean to the exporter, from their API objects: pure functions, no I/O.
 
 - :func:`pod_from_json`: a Pod object (JSON, as the API server sends it) → :class:`PodInfo`:
-  namespace, name, labels, owners, ``workload``, and the container-ID → container-name map
-  (regular, init and ephemeral containers, and the previous instance of a restarted one).
+  namespace, name, labels, owners, ``workload``, phase, and the container-ID → container-name
+  map (regular, init and ephemeral containers, and the previous instance of a restarted one).
 - :func:`derive_workload`: ``<Kind>/<name>`` of a pod's top owner, from its owner references
   and labels only (no API reads, so no RBAC on ReplicaSets or Jobs).
 - :func:`node_info_from_labels`: instance type, zone and capacity type from a Node's labels
@@ -163,6 +163,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo | None:
         owners=owners,
         workload=derive_workload(owners, labels),
         containers=MappingProxyType(containers),
+        phase=phase if isinstance(phase := status.get("phase"), str) else "",
     )
 
 

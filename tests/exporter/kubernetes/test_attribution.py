@@ -20,6 +20,7 @@ from gpuscope.exporter.kubernetes.attribution import (
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
 from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import parse_device_id
+from gpuscope.exporter.kubernetes.workload import pod_from_json
 from gpuscope.exporter.model import DeviceSample, PartResult, ProcessSample, Snapshot
 
 GIB = 1024**3
@@ -155,6 +156,54 @@ def test_process_in_unknown_pod_is_counted_not_guessed() -> None:
     assert got[(HOST, G0)] == (False, 0.6, GIB)
     # The allocated container may be the one running PID 5: unknown, not allocated-idle.
     assert got[(ContainerKey("ns", "p", "c"), G0)] == (True, None, None)
+
+
+def api_pod(uid: str, ns: str, name: str, containers: dict[str, str], phase: str,
+            annotations: dict[str, str] | None = None) -> PodInfo:
+    """A PodInfo read from a Pod object as the API server sends it."""
+    pod = pod_from_json({
+        "metadata": {"uid": uid, "namespace": ns, "name": name,
+                     "annotations": annotations or {}},
+        "status": {"phase": phase, "containerStatuses": [
+            {"name": n, "containerID": f"containerd://{c}"} for c, n in containers.items()]},
+    })
+    assert pod is not None
+    return pod
+
+
+def test_an_ended_pod_the_kubelet_still_lists_holds_no_gpu() -> None:
+    # Kubelets before 1.34 list a Succeeded or Failed pod with the devices it held after
+    # handing them on (kubernetes/kubernetes#119423): the GPU is the new pod's alone.
+    s = snap(gpu("0", G0, proc(7, 0.8, 10 * GIB)), gpu("1", G1, util=0.0))
+    result = attribute(
+        s,
+        [alloc("ml", "etl-28911", "main", G0), alloc("ml", "train", "main", G0),
+         alloc("ml", "crashed", "main", f"{G1}::3"), alloc("ml", "nb", "main", f"{G1}::0")],
+        {7: ContainerRef("u-train", cid(2), "containerd")},
+        metadata(api_pod("u-etl", "ml", "etl-28911", {cid(1): "main"}, "Succeeded"),
+                 api_pod("u-train", "ml", "train", {cid(2): "main"}, "Running"),
+                 api_pod("u-crash", "ml", "crashed", {cid(3): "main"}, "Failed"),
+                 api_pod("u-nb", "ml", "nb", {cid(4): "main"}, "Running")),
+    )
+    assert by_key(result) == {
+        (ContainerKey("ml", "nb", "main"), G1): (True, 0.0, 0),
+        (ContainerKey("ml", "train", "main"), G0): (True, 0.8, 10 * GIB),
+    }
+    assert [p.pod for p in result.pods] == ["nb", "train"]
+    assert result.unresolved_allocations == 0
+    # One holder: exclusive, not time-sliced; the ended pod's replica ::3 is no lower bound.
+    assert [(d.sharing, d.replicas) for d in result.sharing] == [
+        ("exclusive", None), ("time-sliced", 1)]
+
+
+def test_a_pod_name_held_by_a_live_and_an_ended_pod_is_the_live_one_s() -> None:
+    s = snap(gpu("0", G0))
+    result = attribute(
+        s, [alloc("ml", "web-0", "main", G0)], {},
+        metadata(api_pod("u-old", "ml", "web-0", {cid(1): "main"}, "Failed"),
+                 api_pod("u-new", "ml", "web-0", {cid(2): "main"}, "Pending")),
+    )
+    assert by_key(result) == {(ContainerKey("ml", "web-0", "main"), G0): (True, 0.0, 0)}
 
 
 def test_unresolvable_allocations_are_counted() -> None:

@@ -289,3 +289,15 @@ def test_pod_from_json_tolerates_odd_fields() -> None:
     assert (pod.name, pod.workload, dict(pod.labels), dict(pod.containers)) == (
         "odd", "Job/j", {}, {}
     )
+
+
+@pytest.mark.parametrize(("phase", "terminal"), [
+    ("Pending", False), ("Running", False), ("Succeeded", True), ("Failed", True),
+    ("Unknown", False), (None, False), (7, False),
+])
+def test_pod_from_json_phase(phase: object, terminal: bool) -> None:
+    pod = pod_from_json({"metadata": {"uid": UID_A, "name": "p", "namespace": "ml"},
+                         "status": {"phase": phase}})
+    assert pod is not None
+    assert pod.phase == (phase if isinstance(phase, str) else "")
+    assert pod.terminal is terminal
