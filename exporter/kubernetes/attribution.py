@@ -62,7 +62,7 @@ from typing import Any, Literal, Protocol
 from gpuscope.exporter.cardinality import CONTAINER_FAMILY, DroppedSeries, cap_containers
 from gpuscope.exporter.kubernetes.cgroups import ContainerRef
 from gpuscope.exporter.kubernetes.dra import DeviceIndex, allocations_from_claims
-from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, NodeInfo
+from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, NodeInfo, PodInfo
 from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import DeviceRef, resolve
 from gpuscope.exporter.model import DeviceSample, PartResult, Snapshot
@@ -236,6 +236,9 @@ def attribute(
     # Each container's key, looked up once per join rather than once per process (a node
     # runs many processes per container): None for a process we cannot name.
     keys: dict[tuple[str, str], ContainerKey | None] = {}
+    # Static pods: their cgroups carry the kubelet's UID for them (the config hash), the API
+    # server knows their mirror pods by another UID. Built on the first miss only.
+    mirrors: dict[str, PodInfo] | None = None
     for dev in snapshot.devices:
         if not dev.up:
             continue
@@ -250,6 +253,11 @@ def attribute(
                     named = keys[ids]
                 else:
                     pod = metadata.pods.get(ref.pod_uid)
+                    if pod is None:
+                        if mirrors is None:
+                            mirrors = {p.mirror_of: p for p in metadata.pods.values()
+                                       if p.mirror_of}
+                        pod = mirrors.get(ref.pod_uid)
                     name = pod.containers.get(ref.container_id) if pod is not None else None
                     named = keys[ids] = None
                     if pod is not None and name is not None:

@@ -23,7 +23,8 @@ scope naming, ``proc(5)`` and ``cgroups(7)``):
   a prefix such as ``/kubelet.slice/kubelet-kubepods.slice/...`` or ``/docker/<id>/kubepods/
   ...``. So the parser looks for the pod component anywhere in the path instead of anchoring
   at ``/kubepods``.
-- Static (mirror) pods carry the kubelet's config hash as UID: 32 hex digits, no dashes.
+- Static pods carry the kubelet's config hash as UID: 32 hex digits, no dashes (their mirror
+  pods in the API server have another UID; see ``PodInfo.mirror_of``).
 
 The parser returns the container ID as bare lowercase hex, which is how the API server's
 ``status.containerStatuses[].containerID`` reads once its ``<runtime>://`` prefix is removed.

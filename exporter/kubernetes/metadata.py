@@ -39,7 +39,10 @@ class PodInfo:
     ``containerd://`` prefix, as :mod:`gpuscope.exporter.kubernetes.cgroups` returns it) to the
     container's name, for regular, init and ephemeral containers, including the previous
     instance of a restarted container. ``phase`` is ``status.phase`` (``""`` when absent):
-    ``Succeeded`` and ``Failed`` are terminal, the pod's containers stopped for good."""
+    ``Succeeded`` and ``Failed`` are terminal, the pod's containers stopped for good.
+    ``mirror_of``: for the mirror pod of a static pod, the UID the kubelet runs the static
+    pod under (its config hash, 32 hex digits: the ``pod<uid>`` of its cgroups), from the
+    ``kubernetes.io/config.mirror`` annotation; ``""`` for any other pod."""
 
     uid: str
     namespace: str
@@ -49,6 +52,7 @@ class PodInfo:
     workload: str = ""
     containers: Mapping[str, str] = field(default_factory=_empty_mapping)
     phase: str = ""
+    mirror_of: str = ""
 
     @property
     def terminal(self) -> bool:

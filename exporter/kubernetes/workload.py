@@ -2,7 +2,8 @@
 
 - :func:`pod_from_json`: a Pod object (JSON, as the API server sends it) → :class:`PodInfo`:
   namespace, name, labels, owners, ``workload``, phase, and the container-ID → container-name
-  map (regular, init and ephemeral containers, and the previous instance of a restarted one).
+  map (regular, init and ephemeral containers, and the previous instance of a restarted one);
+  for a static pod's mirror, the UID its cgroups carry (``kubernetes.io/config.mirror``).
 - :func:`derive_workload`: ``<Kind>/<name>`` of a pod's top owner, from its owner references
   and labels only (no API reads, so no RBAC on ReplicaSets or Jobs).
 - :func:`node_info_from_labels`: instance type, zone and capacity type from a Node's labels
@@ -164,7 +165,21 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo | None:
         workload=derive_workload(owners, labels),
         containers=MappingProxyType(containers),
         phase=phase if isinstance(phase := status.get("phase"), str) else "",
+        mirror_of=_mirror_of(_mapping(meta.get("annotations"))),
     )
+
+
+# The kubelet's annotation on the mirror pod of a static pod: the static pod's UID as the
+# kubelet runs it (an MD5 config hash in hex), which its cgroups name, not the mirror's UID.
+_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+_CONFIG_HASH = re.compile(r"[0-9a-f]{32}")
+
+
+def _mirror_of(annotations: Mapping[str, Any]) -> str:
+    value = annotations.get(_MIRROR_ANNOTATION)
+    if isinstance(value, str) and _CONFIG_HASH.fullmatch(value.lower()):
+        return value.lower()
+    return ""
 
 
 # --------------------------------------------------------------------------------------

@@ -206,6 +206,27 @@ def test_a_pod_name_held_by_a_live_and_an_ended_pod_is_the_live_one_s() -> None:
     assert by_key(result) == {(ContainerKey("ml", "web-0", "main"), G0): (True, 0.0, 0)}
 
 
+def test_a_static_pod_s_processes_are_named_through_its_mirror_pod() -> None:
+    # The kubelet runs a static pod under its config hash (the pod<hash> of its cgroups);
+    # the API server has its mirror pod under another UID, the hash in an annotation.
+    config_hash = "6f1c0e9d8b7a4c3e2f1a0b9c8d7e6f5a"
+    s = snap(gpu("0", G0, proc(7, 0.8, 10 * GIB)))
+    result = attribute(
+        s, [alloc("kube-system", "infer-node-1", "server", G0)],
+        {7: ContainerRef(config_hash, cid(1), "containerd")},
+        metadata(api_pod("5d1e3c2b-0a9f-4e8d-b7c6-a5f4e3d2c1b0", "kube-system", "infer-node-1",
+                         {cid(1): "server"}, "Running",
+                         {"kubernetes.io/config.mirror": config_hash,
+                          "kubernetes.io/config.hash": config_hash,
+                          "kubernetes.io/config.source": "file"})),
+    )
+    assert result.unnamed_processes == 0
+    assert by_key(result) == {
+        (ContainerKey("kube-system", "infer-node-1", "server"), G0): (True, 0.8, 10 * GIB)}
+    assert [(p.pod, p.uid) for p in result.pods] == [
+        ("infer-node-1", "5d1e3c2b-0a9f-4e8d-b7c6-a5f4e3d2c1b0")]
+
+
 def test_unresolvable_allocations_are_counted() -> None:
     s = snap(gpu("0", G0))
     result = attribute(s, [alloc("ns", "p", "c", G2), alloc("ns", "p", "c", "bogus-id")], {},

@@ -301,3 +301,18 @@ def test_pod_from_json_phase(phase: object, terminal: bool) -> None:
     assert pod is not None
     assert pod.phase == (phase if isinstance(phase, str) else "")
     assert pod.terminal is terminal
+
+
+@pytest.mark.parametrize(("annotations", "expected"), [
+    ({"kubernetes.io/config.mirror": "6F1C0E9D8B7A4C3E2F1A0B9C8D7E6F5A"},
+     "6f1c0e9d8b7a4c3e2f1a0b9c8d7e6f5a"),
+    ({"kubernetes.io/config.hash": "6f1c0e9d8b7a4c3e2f1a0b9c8d7e6f5a"}, ""),  # not a mirror
+    ({"kubernetes.io/config.mirror": "not-a-hash"}, ""),
+    ({"kubernetes.io/config.mirror": 5}, ""),
+    (None, ""),
+])
+def test_pod_from_json_mirror_of(annotations: object, expected: str) -> None:
+    pod = pod_from_json({"metadata": {"uid": UID_A, "name": "etcd-n1", "namespace": "kube-system",
+                                      "annotations": annotations}})
+    assert pod is not None
+    assert pod.mirror_of == expected
