@@ -108,6 +108,9 @@ class DeviceSample:
 
     ``index`` is the value of the ``gpu`` label: ``"0"`` for a GPU, ``"<parent>/<gi>"`` for a
     MIG slice (parent GPU index and GPU-instance id, as nvidia-smi shows them).
+    ``minor_number`` is the ``N`` of the GPU's ``/dev/nvidia<N>`` (a slice carries its
+    GPU's), which device plugins that name GPUs by their device file use (GKE's
+    ``nvidia<N>``); it need not equal the index. ``None`` where not known.
 
     Work signals (what tells work from waiting) are counters that never go backwards while
     the exporter runs, through GPU loss and driver reloads included, so that a rate over any
@@ -165,6 +168,7 @@ class DeviceSample:
     xid_errors: tuple[XidCount, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     mps_client_utilization_reported: bool | None = None
+    minor_number: int | None = None
 
     @property
     def is_mig(self) -> bool:

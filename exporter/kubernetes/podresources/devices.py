@@ -14,7 +14,8 @@ NVIDIA k8s-device-plugin (EKS, AKS, self-managed; also the GPU operator)
                                    GPU-instance id, compute-instance id (older plugins; the
                                    format dcgm-exporter's older releases parse).
 GKE's own device plugin
-    ``nvidia<N>``                  GPU index N (the ``/dev/nvidia<N>`` minor).
+    ``nvidia<N>``                  the GPU whose device file is ``/dev/nvidia<N>`` (its minor
+                                   number, not necessarily its NVML index).
     ``nvidia<N>/gi<M>``            MIG slice: GPU-instance M on GPU N.
     ``nvidia<N>/vgpu<K>``          time-sharing replica K of GPU N.
     ``nvidia<N>/gi<M>/vgpu<K>``    time-sharing replica K of a MIG slice.
@@ -109,7 +110,8 @@ class DeviceIdentity(Protocol):
 
     ``exporter.model.DeviceSample`` satisfies it, and so does :class:`NodeDevice`.
     ``index`` is ``"<N>"`` for a GPU and ``"<N>/<gi>"`` for a MIG slice (parent GPU index and
-    GPU-instance id); ``parent_uuid`` is set for MIG slices only.
+    GPU-instance id); ``parent_uuid`` is set for MIG slices only; ``minor_number`` is the
+    GPU's ``/dev/nvidia<N>`` (None: not known, taken to be the index).
     """
 
     @property
@@ -121,6 +123,9 @@ class DeviceIdentity(Protocol):
     @property
     def parent_uuid(self) -> str | None: ...
 
+    @property
+    def minor_number(self) -> int | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class NodeDevice:
@@ -129,6 +134,7 @@ class NodeDevice:
     index: str
     uuid: str
     parent_uuid: str | None = None
+    minor_number: int | None = None
 
 
 def parse_device_id(raw: str) -> DeviceRef:
@@ -210,11 +216,17 @@ def resolve(ref: DeviceRef, devices: Iterable[DeviceIdentity]) -> str | None:
                 return device.uuid
         return None
     if ref.gpu_index is not None:
+        # GKE's plugin names a GPU by its device file, /dev/nvidia<N>: its minor number,
+        # which NVML's index need not equal; the index where the minor is not known.
         want_mig = ref.gpu_instance_id is not None
         for device in devices:
             if (device.parent_uuid is not None) != want_mig:
                 continue
-            if _split_index(device.index) == (ref.gpu_index, ref.gpu_instance_id):
+            position = _split_index(device.index)
+            if position is None:
+                continue
+            number = device.minor_number if device.minor_number is not None else position[0]
+            if (number, position[1]) == (ref.gpu_index, ref.gpu_instance_id):
                 return device.uuid
         return None
     return None

@@ -146,6 +146,11 @@ def pci_bus_id(handle: object) -> str:
     return _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
 
 
+def minor_number(handle: object) -> int:
+    """nvmlDeviceGetMinorNumber: the ``N`` of the GPU's ``/dev/nvidia<N>``."""
+    return int(pynvml.nvmlDeviceGetMinorNumber(handle))
+
+
 def architecture(handle: object) -> int:
     """nvmlDeviceGetArchitecture: an ``NVML_DEVICE_ARCH_*`` value."""
     return int(pynvml.nvmlDeviceGetArchitecture(handle))

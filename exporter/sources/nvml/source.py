@@ -122,6 +122,7 @@ class _Device:
     model: str = ""
     pci_bus_id: str = ""
     architecture: str | None = None
+    minor_number: int | None = None  # /dev/nvidia<N>; a slice has its GPU's
     parent: _Device | None = None
     mig_profile: str | None = None
     gpu_instance_id: int | None = None
@@ -316,6 +317,7 @@ class NvmlSource:
             dev.uuid = read(calls.uuid, dev.handle) or ""
             dev.model = read(calls.name, dev.handle) or ""
             dev.pci_bus_id = read(calls.pci_bus_id, dev.handle) or ""
+            dev.minor_number = read(calls.minor_number, dev.handle)
             arch = read(calls.architecture, dev.handle)
             dev.architecture = None if arch is None else _ARCHITECTURES.get(arch)
             dev.mig_enabled = bool(read(calls.mig_enabled, dev.handle))
@@ -348,6 +350,7 @@ class NvmlSource:
                 model=gpu.model,
                 pci_bus_id=gpu.pci_bus_id,
                 architecture=gpu.architecture,
+                minor_number=gpu.minor_number,
                 parent=gpu,
                 mig_profile=match.group(1) if match else None,
                 gpu_instance_id=gi,
@@ -640,6 +643,7 @@ class NvmlSource:
             parent_uuid=dev.parent.uuid if dev.parent else None,
             mig_profile=dev.mig_profile,
             architecture=dev.architecture,
+            minor_number=dev.minor_number,
             utilization_ratio=None if util is None else ratio(util[0]),
             memory_utilization_ratio=None if util is None else ratio(util[1]),
             memory_used_bytes=None if memory is None else memory[0],
@@ -734,6 +738,7 @@ class NvmlSource:
             parent_uuid=dev.parent.uuid if dev.parent else None,
             mig_profile=dev.mig_profile,
             architecture=dev.architecture,
+            minor_number=dev.minor_number,
             xid_errors=xids.get(dev.uuid, ()),
         )
 

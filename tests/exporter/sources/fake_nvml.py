@@ -242,6 +242,7 @@ class FakeGpu(_FakeDevice):
 
     index: int = 0
     pci_bus_id: str = ""
+    minor: int | None = None  # /dev/nvidia<minor>; None: the index
     architecture: int | None = pynvml.NVML_DEVICE_ARCH_AMPERE
     util_gpu: int | None = 50  # percent
     util_memory: int | None = 20  # percent
@@ -440,6 +441,13 @@ def nvmlDeviceGetPciInfo_v3(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | 
     gpu = _board(dev)
     out._obj.busId = gpu.pci_bus_id.encode()
     out._obj.busIdLegacy = gpu.pci_bus_id.encode()[:15]
+    return None
+
+
+@_device_entry
+def nvmlDeviceGetMinorNumber(lib: FakeNvml, dev: _FakeDevice, out: Any) -> int | None:
+    gpu = _gpu_only(dev)
+    _write(out, gpu.index if gpu.minor is None else gpu.minor)
     return None
 
 

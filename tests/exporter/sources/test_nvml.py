@@ -148,6 +148,7 @@ def test_every_device_metric_in_base_units(fake: FakeNvml, make_source: SourceFa
         model="NVIDIA H100 80GB HBM3",
         up=True,
         pci_bus_id="00000000:10:00.0",
+        minor_number=0,
         parent_uuid=None,
         mig_profile=None,
         architecture="Hopper",
@@ -623,6 +624,20 @@ def test_lost_mig_parent_takes_its_slices_down(
     fake.gpus[0].lost = False
     snap = source.sample()
     assert by_uuid(snap, mig.uuid).up and by_uuid(snap, mig.uuid).memory_total_bytes == 20 * GIB
+
+
+def test_each_device_carries_its_device_files_minor_number(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    # What GKE's device plugin names a GPU by (nvidia<N>: /dev/nvidia<N>), which need not be
+    # NVML's index; a MIG slice carries its GPU's.
+    fake.gpus[0].minor = 1
+    fake.gpus[1].minor = 0
+    mig = fake.add_mig_slice(fake.gpus[1], "3g.40gb", gpu_instance_id=2)
+    snap = make_source().sample()
+    assert [(d.index, d.minor_number) for d in snap.devices] == [
+        ("0", 1), ("1", 0), ("1/2", 0)]
+    assert by_uuid(snap, mig.uuid).minor_number == 0
 
 
 def test_a_mig_slice_under_a_new_handle_is_the_same_slice(

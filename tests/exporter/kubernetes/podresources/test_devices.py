@@ -156,6 +156,24 @@ def test_resolve_does_not_confuse_a_gpu_with_a_slice_of_the_same_numbers() -> No
     assert resolve(parse_device_id("nvidia1/gi3"), only_gpus) is None
 
 
+def test_gke_ids_name_the_device_file_not_the_nvml_index() -> None:
+    # GKE's plugin names a GPU by its /dev/nvidia<N>, whose minor number NVML's index (PCI
+    # order) need not equal: here GPU 0 is /dev/nvidia1 and GPU 1 is /dev/nvidia0. Matched
+    # by the index, each pod's usage went to the other's GPU.
+    swapped = [
+        NodeDevice("0", GPU0, minor_number=1),
+        NodeDevice("1", GPU1, minor_number=0),
+        NodeDevice("1/3", MIG_A, parent_uuid=GPU1, minor_number=0),
+    ]
+    assert resolve(parse_device_id("nvidia1"), swapped) == GPU0
+    assert resolve(parse_device_id("nvidia0"), swapped) == GPU1
+    assert resolve(parse_device_id("nvidia0/gi3"), swapped) == MIG_A
+    assert resolve(parse_device_id("nvidia1/gi3"), swapped) is None
+    assert resolve(parse_device_id("nvidia1/vgpu2"), swapped) == GPU0
+    # UUIDs are not touched by it.
+    assert resolve(parse_device_id(GPU0), swapped) == GPU0
+
+
 def test_resolve_skips_devices_with_malformed_index() -> None:
     odd = [NodeDevice("x", GPU0), NodeDevice("1/y", MIG_A, parent_uuid=GPU1)]
     assert resolve(parse_device_id("nvidia0"), odd) is None
