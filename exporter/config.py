@@ -207,7 +207,7 @@ _FLAGS: tuple[Flag, ...] = (
           boolean=True),
     Flag("--cloudwatch-namespace", cloudwatch_namespace, "CWAgent", "CloudWatch namespace"),
     Flag("--cloudwatch-region", aws_region, None,
-          "AWS region (default: the AWS environment, e.g. AWS_REGION)"),
+          "AWS region (default: AWS_REGION, else AWS_DEFAULT_REGION or the AWS profile)"),
     Flag("--cloudwatch-endpoint-url", endpoint_url, None,
           "CloudWatch endpoint (VPC endpoints, tests)"),
     Flag("--cloudwatch-interval", publish_interval, "60",
@@ -263,6 +263,13 @@ def parse_config(
         raise ConfigError("--tls-cert-file and --tls-key-file go together: give both or neither")
     if values["tls_client_ca_file"] is not None and values["tls_cert_file"] is None:
         raise ConfigError("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+    if values["cloudwatch"] and values["cloudwatch_region"] is None and env.get("AWS_REGION"):
+        # botocore reads AWS_DEFAULT_REGION (and the profile) but not AWS_REGION, the
+        # variable every other AWS SDK reads first and the one documented here.
+        try:
+            values["cloudwatch_region"] = aws_region(env["AWS_REGION"])
+        except ValueError as exc:
+            raise ConfigError(f"AWS_REGION: {exc}") from None
     given = values.pop("node_name") or env.get("NODE_NAME")
     return Config(listen_host=host, listen_port=port, node_name=given or hostname(),
                   node_name_is_hostname=not given, **values)

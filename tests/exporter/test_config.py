@@ -85,6 +85,22 @@ def test_cloudwatch_flags_from_env_and_flags() -> None:
     assert cfg.cloudwatch_region == "us-gov-west-1"
 
 
+def test_cloudwatch_region_from_AWS_REGION() -> None:
+    # botocore reads AWS_DEFAULT_REGION only; AWS_REGION (documented, and what most other
+    # SDKs read) was ignored: --cloudwatch with it alone exited 2, "no region given".
+    assert parse(["--cloudwatch"], {"AWS_REGION": "eu-central-1"}
+                 ).cloudwatch_region == "eu-central-1"
+    env = {"AWS_REGION": "eu-central-1", "AWS_DEFAULT_REGION": "us-west-2"}
+    assert parse(["--cloudwatch"], env).cloudwatch_region == "eu-central-1"
+    assert parse(["--cloudwatch", "--cloudwatch-region", "us-east-2"], env
+                 ).cloudwatch_region == "us-east-2"
+    assert parse(["--cloudwatch"], {"AWS_DEFAULT_REGION": "us-west-2"}
+                 ).cloudwatch_region is None  # botocore's own chain resolves it
+    assert parse([], {"AWS_REGION": "eu-central-1"}).cloudwatch_region is None
+    with pytest.raises(ConfigError, match="AWS_REGION: expected an AWS region"):
+        parse(["--cloudwatch"], {"AWS_REGION": "Frankfurt"})
+
+
 def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
     assert parse([], {"NODE_NAME": "from-downward-api"}).node_name == "from-downward-api"
     assert parse(["--node-name", "explicit"], {"NODE_NAME": "x"}).node_name == "explicit"

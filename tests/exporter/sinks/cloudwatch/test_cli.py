@@ -104,6 +104,23 @@ def test_live_exporter_publishes_and_flushes_on_sigterm(
         requests.get(exp.url + "/healthz", timeout=1)
 
 
+def test_region_from_AWS_REGION_alone(
+    moto: MotoServer, proxy: WireProxy, start_exporter: Callable[..., ExporterProcess],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the README and the eks-cloudwatch overlay document: AWS_REGION, no
+    # AWS_DEFAULT_REGION (botocore reads only the latter).
+    monkeypatch.delenv("AWS_DEFAULT_REGION")  # set by the autouse aws_env fixture
+    env = {**no_aws_env(tmp_path), "AWS_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    start_exporter(
+        "--source", "simulated", "--interval", "0.2", "--cloudwatch",
+        "--cloudwatch-endpoint-url", proxy.url, "--cloudwatch-interval", "1",
+        "--node-name", "node-region", env=env,
+    )
+    wait_until(lambda: len(proxy.put_requests(ok=True)) >= 1, 60, "a PutMetricData")
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
