@@ -114,12 +114,18 @@ class NodeMetrics:
     gpu_memory: list[Dimensions] = field(default_factory=list)
     node_sm_active: list[Dimensions] = field(default_factory=list)
     node_tensor_active: list[Dimensions] = field(default_factory=list)
+    #: ``nvidia_smi_memory_used`` under the agent's own set only (``host``, ``index``,
+    #: ``name``, ``arch``: no ``ClusterName``), looked up for a node whose per-GPU metrics
+    #: carry no ``ClusterName`` (``--cloudwatch-device-dimensions agent``). Used only to
+    #: find MIG GPUs, never for an alarm's metrics (another cluster may have a node of the
+    #: same name).
+    agent_gpu_memory: list[Dimensions] = field(default_factory=list)
 
     def mig_gpus(self) -> list[str]:
         """GPUs in MIG mode: those with slices (index ``<gpu>/<instance>``), which publish
         memory whether or not they report utilization. A MIG GPU reports no utilization of
         its own, so the node's activity is not known."""
-        return sorted({index.split("/")[0] for d in self.gpu_memory
+        return sorted({index.split("/")[0] for d in self.gpu_memory + self.agent_gpu_memory
                        if "/" in (index := dict(d).get("index", ""))}, key=_index_number)
 
 
@@ -185,6 +191,17 @@ def discover(cw: CloudWatch, opts: Options) -> dict[str, NodeMetrics]:
             if dims not in series:
                 series.append(dims)
     for entry in nodes.values():
+        if entry.node_utilization and not entry.gpu_memory:
+            # Node rollups but no per-GPU series with ClusterName: the exporter publishes the
+            # agent's dimension set only. Its MIG slices must still be seen, or the node's
+            # rollup (which has no MIG GPU in it) reads idle while a slice works.
+            for metric in _pages(cw.list_metrics, "Metrics", Namespace=opts.namespace,
+                                 MetricName=GPU_MEMORY_USED,
+                                 Dimensions=[{"Name": "host", "Value": entry.node}],
+                                 RecentlyActive="PT3H"):
+                dims = _dims(metric)
+                if "ClusterName" not in dict(dims) and dims not in entry.agent_gpu_memory:
+                    entry.agent_gpu_memory.append(dims)
         for series in (entry.node_utilization, entry.gpu_utilization, entry.gpu_temperature,
                        entry.gpu_memory, entry.node_sm_active, entry.node_tensor_active):
             series.sort(key=_gpu_order)
@@ -276,6 +293,10 @@ def desired_alarms(opts: Options, nodes: dict[str, NodeMetrics]) -> tuple[
         elif m.gpu_temperature:
             notes.append(f"{node}: no GpuTemperatureHigh alarm: {len(m.gpu_temperature)} "
                          f"{GPU_TEMPERATURE} series, more than {MAX_GPU_QUERIES}")
+        elif not m.gpu_memory and not m.gpu_utilization:
+            notes.append(f"{node}: no GpuTemperatureHigh alarm: its per-GPU metrics carry no "
+                         "ClusterName (the exporter's --cloudwatch-device-dimensions is "
+                         "'agent'; 'both' or 'extended' adds it)")
         # Nodes without GPM activity (before Hopper, or no node rollups) get no spinning
         # alarm; nor do MIG nodes (their slices report no utilization).
         if (not mig and len(m.node_utilization) == 1 and len(m.node_sm_active) == 1

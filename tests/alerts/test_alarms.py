@@ -39,14 +39,17 @@ def client(url: str) -> Any:
 
 def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True,
             mig_slices: tuple[str, ...] = (), instance_type: str = "g5.12xlarge",
-            gpm: bool = False, instance_id: str | None = None) -> None:
+            gpm: bool = False, instance_id: str | None = None,
+            agent_only: bool = False) -> None:
     """One sampling minute of a node, as the sink publishes it with ``--cluster-name`` and
     its default device dimensions ("both": the agent's set and the extended one).
     ``mig_slices`` ("<gpu>/<instance>") are slices without utilization (no GPM): they publish
     memory only, and their parent GPU no utilization. ``gpm``: the GPUs publish SM and
     tensor activity (Hopper and newer), and the node their rollups. A node rollup goes out
     under the node's set, the cluster's, and with ``instance_id`` (``--instance-id``)
-    Container Insights' node set too; the extended device set then has ``InstanceId``."""
+    Container Insights' node set too; the extended device set then has ``InstanceId``.
+    ``agent_only``: the device metrics under the agent's set only
+    (``--cloudwatch-device-dimensions agent``: no ``ClusterName`` on them)."""
     parents = {s.split("/")[0] for s in mig_slices}
     data: list[dict[str, Any]] = []
 
@@ -62,7 +65,7 @@ def publish(url: str, cluster: str, node: str, gpus: int, *, rollup: bool = True
         return out
 
     for index in [str(i) for i in range(gpus)] + list(mig_slices):
-        for extended in (False, True):
+        for extended in (False,) if agent_only else (False, True):
             d = dims(index, extended)
             data.append({"MetricName": "nvidia_smi_memory_used", "Dimensions": d,
                          "Value": 512.0})
@@ -258,6 +261,27 @@ def test_mig_node_gets_no_idle_alarm(moto: str) -> None:
         f"note: {NODE_A}: no GpuNodeUnderutilized alarm: GPU 1 in MIG mode report(s) no "
         "utilization, so the node is never called idle",
         f"+ create  gpuscope/prod/{NODE_A}/GpuTemperatureHigh",
+        "Plan: 1 to create, 0 to update, 0 to delete, 0 unchanged.",
+    ]
+
+
+def test_agent_dimensions_mig_node_gets_no_idle_alarm_and_notes_say_why(moto: str) -> None:
+    # --cloudwatch-device-dimensions agent: the per-GPU series carry no ClusterName, the node
+    # rollup does. The MIG node's rollup holds its idle whole GPU only (slices report no
+    # utilization): an alarm on it fired while the slices worked.
+    publish(moto, "prod", NODE_A, 2, mig_slices=("1/1", "1/2"), agent_only=True, gpm=True)
+    publish(moto, "prod", NODE_B, 1, agent_only=True)
+    lines = ok(alarms_cli(moto, "plan", "--cluster", "prod"))
+    assert lines == [
+        f"note: {NODE_A}: no GpuNodeUnderutilized alarm: GPU 1 in MIG mode report(s) no "
+        "utilization, so the node is never called idle",
+        f"note: {NODE_A}: no GpuTemperatureHigh alarm: its per-GPU metrics carry no "
+        "ClusterName (the exporter's --cloudwatch-device-dimensions is 'agent'; 'both' or "
+        "'extended' adds it)",
+        f"note: {NODE_B}: no GpuTemperatureHigh alarm: its per-GPU metrics carry no "
+        "ClusterName (the exporter's --cloudwatch-device-dimensions is 'agent'; 'both' or "
+        "'extended' adds it)",
+        f"+ create  gpuscope/prod/{NODE_B}/GpuNodeUnderutilized",
         "Plan: 1 to create, 0 to update, 0 to delete, 0 unchanged.",
     ]
 
