@@ -298,27 +298,34 @@ class Observer:
         # A pod's value on each device it holds or runs on: the sum over its containers
         # (time-sliced containers of one pod add up). One observation per (pod, device),
         # as Container Insights publishes one value per GPU under the pod dimensions.
-        util: dict[tuple[str, str, str], float] = {}
-        memory: dict[tuple[str, str, str], float] = {}
+        # A sum with an unknown term is unknown (docs/attribution.md): a pod whose MPS
+        # client's utilization the driver does not report, beside a container of the same
+        # pod that holds a replica and runs nothing (a known 0), has no value, not 0.
+        util: dict[tuple[str, str, str], float | None] = {}
+        memory: dict[tuple[str, str, str], float | None] = {}
         for usage in attribution.containers:
             if usage.key == HOST or not usage.key.pod:
                 continue
             k = (usage.key.namespace, usage.key.pod, usage.uuid)
-            if usage.utilization_ratio is not None:
-                util[k] = util.get(k, 0.0) + usage.utilization_ratio
-            if usage.memory_used_bytes is not None:
-                memory[k] = memory.get(k, 0.0) + float(usage.memory_used_bytes)
+            ratio, n_bytes = usage.utilization_ratio, usage.memory_used_bytes
+            if k not in util or util[k] is not None:
+                u = util.get(k, 0.0)
+                util[k] = None if ratio is None or u is None else u + ratio
+            if k not in memory or memory[k] is not None:
+                m = memory.get(k, 0.0)
+                memory[k] = None if n_bytes is None or m is None else m + float(n_bytes)
         # The same observation under the pod's, its namespace's and its cluster's dimension
         # sets: the namespace and cluster series hold one value per (pod, device), so their
         # Average is the mean per pod and GPU, their Maximum the busiest pod's GPU.
         for (namespace, pod, _uuid), ratio in util.items():
-            value = percent(min(ratio, 1.0))
+            value = None if ratio is None else percent(min(ratio, 1.0))
             if value is not None:
                 for dims in pod_dimension_sets(cluster, namespace, pod):
                     yield (POD_UTILIZATION, dims), value
-        for (namespace, pod, _uuid), n_bytes in memory.items():
-            for dims in pod_dimension_sets(cluster, namespace, pod):
-                yield (POD_MEMORY_USED, dims), n_bytes
+        for (namespace, pod, _uuid), total in memory.items():
+            if total is not None:
+                for dims in pod_dimension_sets(cluster, namespace, pod):
+                    yield (POD_MEMORY_USED, dims), total
 
 
 def pod_dimension_sets(cluster: str, namespace: str, pod: str) -> tuple[Dims, Dims, Dims]:

@@ -168,6 +168,29 @@ def test_pod_rollups_sum_containers_per_device() -> None:
     assert sorted(obs[(NODE_UTILIZATION, cluster)]) == [20.0, 90.0]
 
 
+def test_pod_rollup_with_an_unknown_container_is_unknown_not_a_partial_sum() -> None:
+    # An MPS client whose utilization the driver does not report (None) and a container of
+    # the same pod holding another replica, running nothing (0): the pod's utilization on
+    # that GPU is unknown. It was published as 0 % (idle) while the client ran at 90 %.
+    a, b = gpu(0, 0.9), gpu(1, 0.5)
+    usages = [
+        usage("ml", "infer", a.uuid, None, 8 * GIB, container="server"),
+        usage("ml", "infer", a.uuid, 0.0, 0, container="warmup"),
+        usage("ml", "infer", b.uuid, 0.5, 2 * GIB, container="server"),
+        usage("ml", "named-late", b.uuid, 0.25, None, container="a"),  # memory unknown
+        usage("ml", "named-late", b.uuid, 0.25, 1 * GIB, container="b"),
+    ]
+    obs = as_dict(Observer(Identity(host="h", cluster_name="c")).observe(
+        snapshot(9.0, [a, b]), attribution(9.0, usages)))
+    infer = (("ClusterName", "c"), ("Namespace", "ml"), ("PodName", "infer"))
+    late = (("ClusterName", "c"), ("Namespace", "ml"), ("PodName", "named-late"))
+    assert obs[(POD_UTILIZATION, infer)] == [50.0]  # GPU 1 only: GPU 0's is unknown
+    assert sorted(obs[(POD_MEMORY_USED, infer)]) == [2.0 * GIB, 8.0 * GIB]
+    assert obs[(POD_UTILIZATION, late)] == [50.0]
+    assert (POD_MEMORY_USED, late) not in obs
+    assert sorted(obs[(POD_UTILIZATION, (("ClusterName", "c"),))]) == [50.0, 50.0]
+
+
 def test_every_rollup_dimension_set_carries_the_cluster() -> None:
     # Container Insights' pod_gpu_* sets [ClusterName], [ClusterName, Namespace],
     # [ClusterName, Namespace, PodName]; its node_gpu_* sets [ClusterName] and
