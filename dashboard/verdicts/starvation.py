@@ -288,6 +288,15 @@ def share_rows(shares: Iterable[ShareVerdict], ctx: PageContext) -> tuple[ShareR
     )
 
 
+def _fair_basis(r: ShareRow) -> str:
+    """What a row's fair share is taken from: 1/n of its n containers, or on a GPU shared by
+    CUDA MPS the clients' active-thread share, 1/replicas (then not 1/n)."""
+    if r.fair_share > 0 and abs(r.fair_share * r.sharers - 1.0) > 1e-9:
+        return (f"MPS active-thread share, 1/{round(1.0 / r.fair_share)} replicas; "
+                f"{r.sharers} containers")
+    return f"{r.sharers} containers"
+
+
 def starved_rows(shares: Sequence[ShareVerdict], inputs: Iterable[InputStarved],
                  ctx: PageContext,
                  holding: Callable[[ContainerRef], tuple[str, float | None]],
@@ -301,7 +310,7 @@ def starved_rows(shares: Sequence[ShareVerdict], inputs: Iterable[InputStarved],
             kind="time-slice", namespace=r.namespace, pod=r.pod, container=r.container,
             node=r.node, gpu=r.gpu, utilization=r.utilization,
             detail=(f"share {fmt.pct(r.share)} of the GPU's container load vs fair share "
-                    f"{fmt.pct(r.fair_share)} ({r.sharers} containers), GPU "
+                    f"{fmt.pct(r.fair_share)} ({_fair_basis(r)}), GPU "
                     f"{fmt.pct(r.gpu_utilization)} busy"),
             seconds=r.starving_seconds, required_seconds=r.required_seconds,
             price_per_hour=holding(s.ref)[1],

@@ -31,7 +31,7 @@ from gpuscope.dashboard.verdicts.mps import (
     active_thread_shares,
 )
 from gpuscope.dashboard.verdicts.page import PageContext
-from gpuscope.dashboard.verdicts.starvation import timeslice_shares
+from gpuscope.dashboard.verdicts.starvation import starved_rows, timeslice_shares
 from gpuscope.dashboard.views import FleetView, build_fleet_view
 from tests.conftest import ExporterProcess, wait_for
 from tests.dashboard.conftest import T0, make_series, make_window
@@ -110,8 +110,16 @@ def test_starvation_under_mps_is_judged_against_the_active_thread_share() -> Non
     assert not mps[b].starved and mps[b].fair_share == 0.1
     # At 4 % of the work it is starved under MPS too.
     containers[b] = make_series([0.03] * 61)
-    assert {v.ref: v for v in timeslice_shares(containers, {G: busy}, w, T0,
-                                               fair_shares=shares)}[b].starved
+    verdicts = timeslice_shares(containers, {G: busy}, w, T0, fair_shares=shares)
+    assert {v.ref: v for v in verdicts}[b].starved
+    # Its row names what the 10 % is: it read "fair share 10% (2 containers)", as if 1/n.
+    rows = starved_rows(verdicts, (), ctx(), lambda ref: ("GPU", None))
+    assert [r.pod for r in rows] == ["infer-b"]
+    assert "vs fair share 10% (MPS active-thread share, 1/10 replicas; 2 containers)" in (
+        rows[0].detail)
+    sliced_rows = starved_rows(timeslice_shares(containers, {G: busy}, w, T0), (), ctx(),
+                               lambda ref: ("GPU", None))
+    assert "vs fair share 50% (2 containers)" in sliced_rows[0].detail
 
 
 @pytest.fixture(scope="module")
