@@ -282,8 +282,9 @@ def desired_alarms(opts: Options, nodes: dict[str, NodeMetrics]) -> tuple[
                          "series")
         if 0 < len(m.gpu_temperature) <= MAX_GPU_QUERIES:
             hot = _base(opts, f"{opts.alarm_prefix}{node}/GpuTemperatureHigh", (
-                f"gpuscope: a GPU on node {node} (cluster {opts.cluster}) has been above "
-                f"{opts.temperature:g} °C for 10 minutes. Runbook: {RUNBOOK}"))
+                f"gpuscope: a GPU on node {node} (cluster {opts.cluster}) went above "
+                f"{opts.temperature:g} °C in each of the last two 5-minute periods (their "
+                f"maximum; not necessarily throughout). Runbook: {RUNBOOK}"))
             hot.update({"EvaluationPeriods": 2, "DatapointsToAlarm": 2,
                         "Threshold": opts.temperature,
                         "ComparisonOperator": "GreaterThanThreshold",
