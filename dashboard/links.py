@@ -9,6 +9,7 @@ import urllib.parse
 from collections.abc import Mapping
 
 from gpuscope.dashboard import ids
+from gpuscope.dashboard.data.promql import node_parts
 
 #: Query parameters of the page URL, in the order a link writes them.
 URL_KEYS = ("window", "namespace", "cluster", "node", "pod", "workload")
@@ -39,6 +40,18 @@ def link(text: str, state: Mapping[str, str | None], **target: str) -> str:
                          "cluster": state.get("cluster"), **target}) + "#" + SECTIONS[kind]
     label = text.replace("[", "(").replace("]", ")")
     return f"[{label}]({href.replace(')', '%29').replace(' ', '%20')})"
+
+
+def in_cluster(state: Mapping[str, str | None], cluster: str) -> Mapping[str, str | None]:
+    """``state`` for a row of ``cluster``'s: where the page shows every cluster (no cluster
+    picked), a pod or workload link names the row's cluster, or it would open the pod or run
+    of that name in every cluster (a node's key names its cluster itself)."""
+    return state if state.get("cluster") or not cluster else {**state, "cluster": cluster}
+
+
+def at_node(state: Mapping[str, str | None], node: str) -> Mapping[str, str | None]:
+    """:func:`in_cluster` for a row on ``node`` (a ``cluster/node`` key, or a bare name)."""
+    return in_cluster(state, node_parts(node)[0])
 
 
 def node_link(node: str, state: Mapping[str, str | None]) -> str:

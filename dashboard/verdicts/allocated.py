@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import ids
 from gpuscope.dashboard.data.recorded import CBY, NOT_EMPTY, RULE_R, RULES, History, Steps
-from gpuscope.dashboard.links import node_link, pod_link, workload_link
+from gpuscope.dashboard.links import at_node, node_link, pod_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window
 from gpuscope.dashboard.verdicts.cells import for_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
@@ -238,10 +238,11 @@ def allocated_data(rows: Sequence[AllocatedIdleRow], state: State | None = None)
     state = state or {}
     return [
         {
-            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, state),
+            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, at_node(state, r.node)),
             "container": r.container,
             # A pod no controller owns: said, as the cost-by-owner table says "(bare pods)".
-            "workload": workload_link(r.namespace, r.workload, state) or "(bare pod)",
+            "workload": workload_link(r.namespace, r.workload, at_node(state, r.node))
+            or "(bare pod)",
             "node": node_link(r.node, state), "holds": r.holds, "usage": r.usage,
             "for": for_cell(r.seconds, r.required_seconds), "price": r.price_per_hour,
             "signal": signal_cell(r.signal, r.price_basis),

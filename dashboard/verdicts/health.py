@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data.steps import StepQuery
-from gpuscope.dashboard.links import node_link, pod_link
+from gpuscope.dashboard.links import at_node, node_link, pod_link
 from gpuscope.dashboard.series import GpuRef, Series, index_key
 from gpuscope.dashboard.verdicts.page import (
     Column,
@@ -216,7 +216,8 @@ class Health(StepVerdict):
             what = "; ".join(
                 p.what + (f" ({p.count:g})" if p.count else "")
                 + ("" if p.now else f", last {fmt.clock(p.last)}") for p in h.problems)
-            pods = ", ".join(pod_link(*p.partition("/")[::2], state) for p in h.pods)
+            pods = ", ".join(pod_link(*p.partition("/")[::2], at_node(state, h.ref.node))
+                             for p in h.pods)
             rows.append({
                 "node": node_link(h.ref.node, state), "gpu": h.gpu, "what": what,
                 "since": fmt.clock(h.since - ctx.window.step)

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data.steps import StepQuery
-from gpuscope.dashboard.links import node_link, pod_link
+from gpuscope.dashboard.links import at_node, node_link, pod_link
 from gpuscope.dashboard.series import GpuRef, index_key
 from gpuscope.dashboard.verdicts.page import (
     Column,
@@ -121,7 +121,7 @@ class MpsUnjudged(StepVerdict):
              ) -> list[Row]:
         return [{
             "node": node_link(u.ref.node, state), "gpu": u.gpu,
-            "clients": ", ".join(pod_link(*c.pod.partition("/")[::2], state,
+            "clients": ", ".join(pod_link(*c.pod.partition("/")[::2], at_node(state, u.ref.node),
                                           text=f"{c.pod.partition('/')[2]}/{c.container}")
                                  for c in u.clients) or "(no container)",
             "memory": ", ".join(fmt.gib(c.memory_bytes) for c in u.clients),

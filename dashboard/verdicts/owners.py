@@ -231,7 +231,9 @@ def owner_rows(rows: Iterable[OwnerCost], total_idle: float, state: State) -> li
         out.append({
             "cluster": r.cluster or "(this store)",
             "namespace": r.namespace,
-            "workload": (links.workload_link(r.namespace, r.workload, state) if r.workload
+            "workload": (links.workload_link(r.namespace, r.workload,
+                                              links.in_cluster(state, r.cluster))
+                         if r.workload
                          else "(bare pods)" if r.namespace != UNALLOCATED else ""),
             "gpu_hours": r.gpu_hours,
             "mean_use": r.mean_use,

@@ -24,7 +24,7 @@ from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.promql import selector
 from gpuscope.dashboard.data.recorded import GBY, History, Steps
 from gpuscope.dashboard.data.source import DataError
-from gpuscope.dashboard.links import node_link, workload_link
+from gpuscope.dashboard.links import at_node, node_link, workload_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
@@ -415,9 +415,10 @@ def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> li
             work = f"power {fmt.pct(r.power_ratio)} of its limit"
         else:
             work = "not read (see the page's notes)"
+        here = at_node(state, r.node)  # a pod's or workload's link names the row's cluster
         out.append({
-            "node": node_link(r.node, state), "gpu": r.gpu, "pods": pods_cell(r.pods, state),
-            "workload": ", ".join(workload_link(w.partition("/")[0], w.partition("/")[2], state)
+            "node": node_link(r.node, state), "gpu": r.gpu, "pods": pods_cell(r.pods, here),
+            "workload": ", ".join(workload_link(w.partition("/")[0], w.partition("/")[2], here)
                                   for w in r.workloads),
             "utilization": r.utilization, "work": work,
             "for": for_cell(r.seconds, r.required_seconds), "price": r.price_per_hour,

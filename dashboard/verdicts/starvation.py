@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.links import node_link, pod_link
+from gpuscope.dashboard.links import at_node, node_link, pod_link
 from gpuscope.dashboard.series import ContainerRef, GpuRef, Series, UtilStats, Window
 from gpuscope.dashboard.verdicts.cells import for_cell
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
@@ -340,7 +340,7 @@ def starved_data(rows: Sequence[StarvedRow], state: State | None = None) -> list
         {
             "kind": "time-slice starved" if r.kind == "time-slice" else
                     "input-starved (suspected)",
-            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, state),
+            "namespace": r.namespace, "pod": pod_link(r.namespace, r.pod, at_node(state, r.node)),
             "container": r.container, "node": node_link(r.node, state),
             "gpu": r.gpu, "utilization": r.utilization,
             "for": (for_cell(r.seconds, r.required_seconds)

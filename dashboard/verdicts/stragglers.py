@@ -34,7 +34,7 @@ from gpuscope.dashboard.data.recorded import (
     History,
     Steps,
 )
-from gpuscope.dashboard.links import node_link, pod_link, workload_link
+from gpuscope.dashboard.links import at_node, node_link, pod_link, workload_link
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
@@ -575,9 +575,9 @@ def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> 
         {
             "kind": ("slow: its peers wait for it" if r.kind == "slow"
                      else "stalled: waits while its peers work"),
-            "workload": workload_link(r.namespace, r.workload, state),
+            "workload": workload_link(r.namespace, r.workload, at_node(state, r.node)),
             "namespace": r.namespace,
-            "pods": ", ".join(pod_link(r.namespace, p, state) for p in r.pods),
+            "pods": ", ".join(pod_link(r.namespace, p, at_node(state, r.node)) for p in r.pods),
             "node": node_link(r.node, state), "gpu": r.gpu,
             "measure": _MEASURES.get(r.signal, r.signal) + (f" ({r.model})" if r.model else ""),
             "value": _measure(r.signal, r.value), "median": _measure(r.signal, r.median),

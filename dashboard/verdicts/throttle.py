@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.data.steps import StepQuery
-from gpuscope.dashboard.links import node_link, pod_link
+from gpuscope.dashboard.links import at_node, node_link, pod_link
 from gpuscope.dashboard.series import GpuRef, Series, Window, index_key
 from gpuscope.dashboard.verdicts.common import holds, is_fresh, required_seconds, trailing_run
 from gpuscope.dashboard.verdicts.page import (
@@ -196,7 +196,8 @@ class Throttle(StepVerdict):
              ) -> list[Row]:
         return [{
             "node": node_link(t.ref.node, state), "gpu": t.gpu,
-            "pods": ", ".join(pod_link(*p.partition("/")[::2], state) for p in t.pods)
+            "pods": ", ".join(pod_link(*p.partition("/")[::2], at_node(state, t.ref.node))
+                          for p in t.pods)
             or "(no pod)",
             "reason": t.reason, "ratio": t.ratio,
             "for": f"{fmt.duration(t.seconds)} (needs {fmt.duration(t.required_seconds)})",

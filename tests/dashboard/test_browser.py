@@ -19,12 +19,15 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from gpuscope.dashboard import fmt, ids
 from gpuscope.dashboard.app import DashboardServer, create_app
-from gpuscope.dashboard.data import DataError, StepQuery
+from gpuscope.dashboard.data import DataError, EmbeddedData, StepQuery
+from gpuscope.dashboard.demo import DemoFleet, scenario_files
+from gpuscope.dashboard.demo import _samples as demo_samples
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series, Window
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts import registry
+from gpuscope.exporter.sources.simulated import SimulatedSource
 from tests.dashboard.conftest import DashboardProcess, one_idle_gpu_fleet
 
 INJECTION = '"}) or vector(1) or up{x="'
@@ -432,3 +435,67 @@ def test_backend_down_shows_a_banner_over_the_last_data(
     assert "Traceback" not in page.content()
     source.fail = False
     banner.wait_for(state="hidden")
+
+
+# -- Many clusters: a row's links keep its cluster ----------------------------------------------
+
+
+@pytest.fixture
+def two_clusters_store() -> Iterator[EmbeddedData]:
+    """The demo's g6-dev node (a dev pod holding its GPU and doing nothing: allocated-idle,
+    ``research/dev-erin-0`` of ``StatefulSet/dev-erin``) in two clusters, ``prod`` and
+    ``dev``, under one node name: an hour of its past in an embedded store, keyed
+    ``cluster/node`` as a store of many clusters keys it."""
+    scenario = next(p for p in scenario_files() if p.name == "g6-dev.yaml")
+    fleet = DemoFleet([scenario], history=3600.0)
+    fleet.start()
+    store = EmbeddedData([], interval=15.0, extra_metrics=registry.step_metrics())
+    try:
+        node = fleet.nodes[0]
+        start = time.time() - 3600.0
+        for cluster in ("prod", "dev"):
+            past = SimulatedSource(node.scenario, start=start)
+            for i in range(1, 240):
+                at = i * 15.0
+                store.ingest(f"{cluster}/{node.name}",
+                             demo_samples(past.sample_at(at, start + at), node), start + at)
+        yield store
+    finally:
+        fleet.stop()
+        store.close()
+
+
+def test_a_rows_pod_and_workload_links_keep_its_cluster(
+    page: Page, serve: Callable[[DashboardService, float], str],
+    two_clusters_store: EmbeddedData,
+) -> None:
+    """With every cluster shown, the allocated-idle row of ``dev``'s pod links to ``dev``'s
+    pod and run (``cluster=dev``), not to the pod and run of that name in every cluster (the
+    same pod names and Helm releases in two clusters are the rule, not the exception); the
+    cost-by-workload row of ``dev``'s workload likewise."""
+    url = serve(DashboardService(two_clusters_store, bundled_prices()), 30.0)
+    open_page(page, url)
+    node = "dev/ip-10-0-5-90.ec2.internal"
+    table = rows(page, ids.ALLOCATED_IDLE_TABLE, ids.ALLOCATED_IDLE_NOTE)
+    assert sorted(r[4] for r in table) == ["dev/ip-10-0-5-90.ec2.internal",
+                                           "prod/ip-10-0-5-90.ec2.internal"]
+    row = page.locator(f"#{ids.ALLOCATED_IDLE_TABLE} tr:has(td.dash-cell)", has_text=node)
+    for column, wanted in (("pod", "pod=research%2Fdev-erin-0"),
+                           ("workload", "workload=research%2FStatefulSet%2Fdev-erin")):
+        href = row.locator(f"td[data-dash-column={column}] a").get_attribute("href") or ""
+        assert wanted in href and "cluster=dev" in href, (column, href)
+    workload = page.locator(f"#{ids.COST_BY_WORKLOAD_TABLE} tr:has(td.dash-cell)",
+                            has_text="dev").filter(has_text="StatefulSet/dev-erin")
+    for r in workload.all():
+        cluster = r.locator("td[data-dash-column=cluster]").inner_text().strip()
+        href = r.locator("td[data-dash-column=workload] a").get_attribute("href") or ""
+        assert f"cluster={cluster}" in href, (cluster, href)
+    # Followed, the link opens dev's pod alone, the picker on dev.
+    row.locator("td[data-dash-column=pod] a").click()
+    page.wait_for_url("**cluster=dev**")
+    expect(page.locator(f"#{ids.CLUSTER_SELECT}")).to_contain_text("dev")
+    page.wait_for_selector(f"#{ids.POD_UTIL_GRAPH} .scatterlayer .trace", state="attached")
+    traces = page.evaluate(
+        f"() => document.querySelector('#{ids.POD_UTIL_GRAPH} .js-plotly-plot')"
+        ".data.map(t => t.name)")
+    assert traces and all(node in t for t in traces), traces
