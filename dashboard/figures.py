@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from gpuscope.dashboard import fmt
 from gpuscope.dashboard.series import GpuRef, Series, WorkloadDetail
 from gpuscope.dashboard.views import Heatmap
 
@@ -204,6 +205,11 @@ def workload_figure(detail: WorkloadDetail, stragglers: Collection[GpuRef] = (),
     panels = [("Utilization", detail.utilization, True), ("SM activity (GPM)", detail.sm, True),
               ("Power (W)", detail.power, False)]
     panels = [p for p in panels if p[1]]
+    if not panels:
+        # Its GPUs are known (who held them) but none has a point in the window: a store
+        # younger than one step of a long window (the 7 d window's 2 h 48 m on its first day).
+        return empty_figure(f"{name}: its GPUs have no point in this window yet (a step is "
+                            f"{fmt.duration(detail.window.step)})", 200)
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         subplot_titles=[p[0] for p in panels])
     for row, (_, data, ratio) in enumerate(panels, start=1):

@@ -17,6 +17,8 @@ from gpuscope.dashboard.callbacks import (
     choices_of,
     shown_choices,
 )
+from gpuscope.dashboard.figures import workload_figure
+from gpuscope.dashboard.series import GpuRef, Window, WorkloadDetail, WorkloadDevice
 
 NODES = [f"gpu-node-{i:05d}" for i in range(5000)]
 PODS = [f"ml/train-{i}" for i in range(300)]
@@ -114,3 +116,15 @@ def test_a_window_the_page_does_not_offer_is_corrected_in_the_url() -> None:
     assert callbacks.sync_state(None, "?window=6h", "1h", None, None, "", "", "")[:2] == (
         no_update, "6h")
     assert callbacks.sync_state(None, "", "1h", None, None, "", "", "")[0] is no_update
+
+
+def test_a_workload_whose_gpus_have_no_point_in_the_window_draws_no_error() -> None:
+    """Its GPUs known (who held them) but no series point in the window (a store younger
+    than one step of the 7 d window, 2 h 48 m): a figure that says so, not a callback error
+    (``make_subplots(rows=0)`` raised, the workload view stayed on "Loading...")."""
+    w = Window(start=0.0, end=7 * 86400.0, step=10080.0)
+    ref = GpuRef("dev/ip-10-1-1-12.ec2.internal", "GPU-0")
+    detail = WorkloadDetail("ml-train", "PyTorchJob/gpt-sft", w,
+                            devices=(WorkloadDevice(ref, "0"),))
+    text = workload_figure(detail).layout.annotations[0].text
+    assert "no point in this window yet" in text and "2h 48m" in text
