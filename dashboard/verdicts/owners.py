@@ -11,8 +11,9 @@ verdicts:
   the window is its $/hour over the history the page has (``history_seconds``); the part no
   container held is its cluster's **(unallocated)** row, so the owners' $ spent add up to
   the fleet's cost in the window (``Kpis.spent``) to the cent. Where the store counts more
-  held time than the node's history (steps at the window's edges), the holders' shares are
-  scaled down to the node's cost.
+  held time than the node's history (steps at the window's edges, a store younger than a
+  step of a long window), the holders' shares are scaled down to the node's cost, and their
+  GPU-hours to what its whole GPUs can hold over the history.
 - **$ idle**: the idle capacity's waste (:mod:`.waste`, the page's ``Wasted`` KPI), each
   idle node's allocated-idle part shared among the node's holders by how much each held
   there, its unallocated part the cluster's (unallocated) row; an idle MIG slice's waste
@@ -103,17 +104,29 @@ def showback(
             if v:
                 terms[i].append(v)
 
+    def weight_of(key: HoldingKey) -> float:
+        return 1.0 if not key.uuid else slice_share.get(
+            GpuRef(key.node, key.uuid), UNKNOWN_SLICE_SHARE)
+
+    # What a node's whole GPUs can hold over the history, against what the store counted
+    # (more at a long window's coarse steps over a younger store): the hours' scale.
+    counted: dict[str, float] = {}
+    for key, h in holdings.items():
+        counted[key.node] = counted.get(key.node, 0.0) + h.held * weight_of(key)
+    fits = {node: min(1.0, gpus_on(node) * history_seconds / seconds)
+            for node, seconds in counted.items() if seconds > 0 and gpus_on(node) > 0}
+
     # Each node's holders, by device-seconds weighted to whole GPUs (a slice by its share).
     on_node: dict[str, dict[tuple[str, str], float]] = {}
     on_slice: dict[GpuRef, dict[tuple[str, str], float]] = {}
     for key, h in holdings.items():
-        weight = 1.0 if not key.uuid else slice_share.get(
-            GpuRef(key.node, key.uuid), UNKNOWN_SLICE_SHARE)
+        weight = weight_of(key)
         owner = (key.namespace, key.workload)
         held = on_node.setdefault(key.node, {})
         held[owner] = held.get(owner, 0.0) + h.held * weight
-        hours = h.held * weight / 3600.0
-        add(key.node, *owner, hours, h.used * weight / 3600.0, 0.0, 0.0, 0.0,
+        fit = fits.get(key.node, 1.0)
+        hours = h.held * weight * fit / 3600.0
+        add(key.node, *owner, hours, h.used * weight * fit / 3600.0, 0.0, 0.0, 0.0,
             hours if node_price.get(key.node) is None else 0.0,
             0.0 if key.uuid else hours)  # a slice's use is not measured
         if key.uuid:

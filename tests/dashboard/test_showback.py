@@ -82,6 +82,22 @@ def test_held_time_beyond_the_history_is_scaled_to_the_nodes_cost() -> None:
     rows = showback({HoldingKey("n", "ml", "Job/a"): Holding(HOUR + 60.0)}, {"n": 4.0},
                     lambda n: 1, {}, HOUR, waste({}, {}))
     assert owner(rows, "ml", "Job/a").spent == 4.0 and owner(rows, UNALLOCATED).spent == 0.0
+    assert owner(rows, "ml", "Job/a").gpu_hours == 1.0  # (not 1.0167: one GPU, one hour)
+
+
+def test_held_hours_fit_what_the_node_can_hold_over_the_history() -> None:
+    # A 24-hour window's steps over a store of 48 minutes: the store counted an hour held on
+    # both GPUs of a 2-GPU node. GPU-hours were 2.0 beside $ spent for 0.8 h (a cluster of
+    # 66 GPUs "held" 66.5 GPU-hours in 48 minutes); both are the history's now, the mean
+    # use unchanged.
+    holdings = {HoldingKey(NODE, "ml", "Job/a"): Holding(HOUR, 0.5 * HOUR),
+                HoldingKey(NODE, "ml", "Job/b"): Holding(HOUR, 0.25 * HOUR)}
+    rows = showback(holdings, {NODE: 10.0}, lambda n: 2, {}, 0.8 * HOUR, waste({}, {}))
+    a, b = owner(rows, "ml", "Job/a"), owner(rows, "ml", "Job/b")
+    assert (a.gpu_hours, b.gpu_hours) == (pytest.approx(0.8), pytest.approx(0.8))
+    assert (a.spent, b.spent) == (pytest.approx(4.0), pytest.approx(4.0))
+    assert (a.mean_use, b.mean_use) == (pytest.approx(0.5), pytest.approx(0.25))
+    assert math.fsum(r.gpu_hours for r in rows) <= 2 * 0.8 + 1e-9
 
 
 def test_a_mig_slice_costs_its_share_of_its_gpu() -> None:
