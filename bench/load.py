@@ -22,10 +22,11 @@ A. Exporter. ``python -m gpuscope.exporter --source simulated --scenario FILE --
 B. Dashboard main page at 10 concurrent users (``wrk -t2 -c10``): ``GET /`` and the fleet
    view's callback ``POST /_dash-update-component`` (its body built from the running app's
    ``/_dash-dependencies`` and ``/_dash-layout``, as the browser builds it), as separate wrk
-   runs, in two modes: ``gpuscope-dashboard --demo`` (embedded: 7 simulated exporters
-   scraped in-process) and ``gpuscope-dashboard --prometheus URL`` on a real Prometheus
-   holding a simulated fleet's last hour (``--nodes``, default 50 x 8 GPUs; built with
-   ``bench/dashboard_bench.py``'s generator and ``promtool``: backfilled, not scraped).
+   runs, in two modes: ``gpuscope-dashboard --demo`` (embedded: one simulated exporter
+   per bundled demo scenario, scraped in-process) and ``gpuscope-dashboard --prometheus
+   URL`` on a real Prometheus holding a simulated fleet's last hour (``--nodes``, default
+   50 x 8 GPUs; built with ``bench/dashboard_bench.py``'s generator and ``promtool``:
+   backfilled, not scraped).
    The callback's answer is checked with urllib before and after each run (every output,
    a heatmap with a row per node) and by wrk on every response (200 and the heatmap in the
    body). Fails when p99 exceeds ``--p99-limit`` (2 s); then the dashboard is profiled with
@@ -63,6 +64,7 @@ if str(REPO) not in sys.path:
 
 from bench import exporter_bench as eb  # noqa: E402
 from gpuscope.dashboard import ids  # noqa: E402
+from gpuscope.dashboard.demo import scenario_files  # noqa: E402
 
 WRK = "wrk"
 MARK = "LOAD_JSON "  # the line the wrk script prints its numbers on
@@ -572,7 +574,8 @@ def fleet_callback_body(base: str) -> dict[str, Any]:
 
 def check_fleet_answer(answer: Any, body: dict[str, Any], nodes: int) -> list[str]:
     """Problems with a fleet callback's answer: every output present, no error banner, a
-    heatmap with one row per node, KPI cards, as many nodes in the node picker."""
+    heatmap with one row per node, KPI cards. (The node picker's options are not in it:
+    its own callback sends the names matching what is typed, at most 100.)"""
     try:
         response = answer["response"]
         missing = [f"{o['id']}.{o['property']}" for o in body["outputs"]
@@ -590,9 +593,6 @@ def check_fleet_answer(answer: Any, body: dict[str, Any], nodes: int) -> list[st
             problems.append(f"heatmap has {rows} node rows, expected {nodes}")
         if not response[ids.FLEET_KPIS]["children"]:
             problems.append("no KPI cards")
-        options = len(response[ids.NODE_SELECT]["options"])
-        if options != nodes:
-            problems.append(f"node picker lists {options} nodes, expected {nodes}")
         return problems
     except (KeyError, TypeError, IndexError) as exc:
         return [f"unexpected answer shape: {type(exc).__name__}: {exc}"]
@@ -753,7 +753,7 @@ def dashboard_runs(args: argparse.Namespace, mode: str, workdir: Path) -> list[D
     log = workdir / f"dashboard-{mode}.log"
     try:
         prom_url = None
-        nodes = 7  # the demo fleet (dashboard/demo/*.yaml)
+        nodes = len(scenario_files())  # the demo fleet: a node per dashboard/demo/*.yaml
         watched: dict[str, int] = {}
         if mode == "prometheus":
             nodes = args.nodes
