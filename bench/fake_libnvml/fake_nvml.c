@@ -753,6 +753,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
     WRITE(index, dev->index);
 }
 
+/* The N of /dev/nvidia<N>: FakeNvml's default (no minor given), the index. This double has
+ * no MIG slices, whose handles the real call refuses. */
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) {
+    DEVICE_ENTRY(device, dev);
+    WRITE(minor, dev->index);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
     DEVICE_ENTRY(device, dev);
     if (pci == NULL)
