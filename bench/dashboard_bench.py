@@ -3,10 +3,10 @@
 
     python bench/dashboard_bench.py                 # 500 nodes, 15 s step, Prometheus, 1 h
     python bench/dashboard_bench.py --nodes 100 --no-browser
-    python bench/dashboard_bench.py --data /work/fleet5000 --store both --no-browser
-    python bench/dashboard_bench.py --data /work/fleet5000-rules --store prometheus \
+    python bench/dashboard_bench.py --data $SETS/f57 --store both --no-browser
+    python bench/dashboard_bench.py --data $SETS/f57-rules --store prometheus \
         --no-browser [--namespace research-0] [--raw] [--drill-downs]  # + the rules backfilled
-    python bench/dashboard_bench.py --data /work/fleet5000-vmalert --head --store prometheus \
+    python bench/dashboard_bench.py --data $SETS/f57-vmalert --head --store prometheus \
         --no-browser [--store-gogc 200]   # the hour in Prometheus' head (bench/head.py)
 
 1. The fleet (``bench/fleet.py``): nodes playing the demo scenarios through the exporter's
@@ -840,7 +840,7 @@ def main() -> int:
     ap.add_argument("--head", action="store_true",
                     help="Prometheus on the data set's head/ (bench/head.py: the hour in its "
                     "head, as a running Prometheus holds it) instead of its blocks")
-    ap.add_argument("--data", help="a data set bench/fleet.py built (e.g. /work/fleet5000): "
+    ap.add_argument("--data", help="a data set bench/fleet.py built (e.g. $SETS/f57): "
                     "use it as it is (--nodes, --step and --window are its own)")
     args = ap.parse_args()
     if (args.nodes < 1 or args.step <= 0 or args.window < args.step or args.runs < 1

@@ -2,7 +2,7 @@
 """A large simulated GPU fleet as stored samples, and the verdicts the dashboard must find in it.
 
     python bench/fleet.py --nodes 200 --out /tmp/fleet200            # both stores, 15 s step
-    python bench/fleet.py --nodes 5000 --step 60 --out /work/fleet5000
+    python bench/fleet.py --nodes 5000 --step 60 --out $SETS/f57
 
 Every node plays one of the demo fleet's scenarios (``dashboard/demo/*.yaml``, each with its
 planted findings, see :data:`TEMPLATES`) through the exporter's own ``SimulatedSource``,

@@ -2,7 +2,7 @@
 """A data set's hour moved into the head of an empty Prometheus, as a running Prometheus holds
 it, for the scale benchmark (``bench/dashboard_bench.py --head``).
 
-    python bench/head.py --data /work/fleet5000-vmalert          # writes DATA/head
+    python bench/head.py --data $SETS/f57-vmalert          # writes DATA/head
 
 Why: a running Prometheus answers for its last two to three hours from its head (the series
 in memory, the samples in its write-ahead log and head chunks), not from the persisted blocks

@@ -956,7 +956,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, help="Prometheus-mode fleet size, 8 GPUs each "
                    "(default 50; --quick 20)")
     p.add_argument("--process-metrics", action="store_true",
-                   help="also run the exporter with --process-metrics (512 more series)")
+                   help="also run the exporter with --process-metrics (768 more series)")
     p.add_argument("--interval", type=float, default=1.0, help="exporter sampling interval")
     p.add_argument("--exporter-connections", type=int, default=100)
     p.add_argument("--dashboard-users", type=int, default=10)

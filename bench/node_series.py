@@ -3,8 +3,8 @@
 page reads today: the measurement behind the leaner data model (``docs/benchmarks.md``,
 fleet scale, fourteenth pass).
 
-    python bench/node_series.py --data /work/sets/f15-vmalert --out /work/sets/f15-nodes
-    python bench/query_cost.py --data /work/sets/f15-nodes --store victoriametrics \\
+    python bench/node_series.py --data $SETS/f15-vmalert --out $SETS/f15-nodes
+    python bench/query_cost.py --data $SETS/f15-nodes --store victoriametrics \\
         --queries bench/node_series.promql
 
 Copies a data set ``bench/fleet.py`` built (its VictoriaMetrics folder, ``meta.json`` and

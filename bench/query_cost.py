@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What each of the fleet page's queries costs the store, replayed one at a time.
 
-    python bench/query_cost.py --data /work/sets/f57-vmalert --head      # Prometheus' head
-    python bench/query_cost.py --data /work/sets/f57a-rules              # Prometheus' blocks
-    python bench/query_cost.py --data /work/sets/f57-vmalert --store victoriametrics
+    python bench/query_cost.py --data $SETS/f57-vmalert --head      # Prometheus' head
+    python bench/query_cost.py --data $SETS/f57a-rules              # Prometheus' blocks
+    python bench/query_cost.py --data $SETS/f57-vmalert --store victoriametrics
     python bench/query_cost.py --data SET --head --queries variants.promql [--json]
 
 Starts the store on a data set ``bench/fleet.py`` built (as ``bench/dashboard_bench.py``

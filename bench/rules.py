@@ -2,8 +2,8 @@
 """The ``gpuscope-dashboard`` recording rules over a ``bench/fleet.py`` data set, as a store
 that had evaluated them all along would hold them, for the scale benchmark.
 
-    python bench/rules.py --data /work/sets/f15 --out /work/sets/f15-rules --store prometheus
-    python bench/rules.py --data /work/sets/f15 --out /work/sets/f15-vmalert --store victoriametrics
+    python bench/rules.py --data $SETS/f15 --out $SETS/f15-rules --store prometheus
+    python bench/rules.py --data $SETS/f15 --out $SETS/f15-vmalert --store victoriametrics
 
 - ``prometheus``: ``OUT/tsdb`` is the set's blocks (hard links) with the rules backfilled by
   ``promtool tsdb create-blocks-from rules``, one dependency level at a time (a rule that reads

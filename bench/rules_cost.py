@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What the ``gpuscope-dashboard`` recording rules cost the Prometheus that evaluates them.
 
-    python bench/rules_cost.py --data /work/fleet5000-rules4 [--runs 3] [--json]
-    python bench/rules_cost.py --data /work/fleet5000-vmalert --store victoriametrics
+    python bench/rules_cost.py --data $SETS/f57-rules [--runs 3] [--json]
+    python bench/rules_cost.py --data $SETS/f57-vmalert --store victoriametrics
 
 Starts Debian's ``prometheus`` on a data set ``bench/fleet.py`` built (with the rules
 backfilled: the rules that read other rules read their recorded series, as in a running
