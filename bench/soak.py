@@ -734,7 +734,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.warmup is None:
         args.warmup = min(300.0, max(30.0, args.duration * 0.1))
     if args.duration <= args.warmup + 4 * args.measure_every:
-        p.error("--duration must leave a few measurements after the warm-up")
+        p.error(f"--duration must leave a few measurements after the warm-up: more than "
+                f"{args.warmup + 4 * args.measure_every:g} s ({args.warmup:g} s of warm-up, "
+                f"4 x --measure-every {args.measure_every:g} s)")
     if not 0 < args.pod_lifetime[0] <= args.pod_lifetime[1]:
         p.error("--pod-lifetime needs 0 < MIN <= MAX")
     if args.replicas * 3 > MAX_PROCESSES_PER_GPU:
