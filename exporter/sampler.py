@@ -111,7 +111,7 @@ class Sampler:
             if not part.success:
                 self._part_errors[part.name] = self._part_errors.get(part.name, 0) + 1
             counted = self._part_errors.get(part.name, 0)
-            if part.errors_total == 0 and counted:
+            if counted > part.errors_total:  # (never below a count the part keeps itself)
                 part = dataclasses.replace(part, errors_total=counted)
             parts.append(part)
         return dataclasses.replace(snap, parts=tuple(parts))

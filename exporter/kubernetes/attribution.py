@@ -189,7 +189,9 @@ def attribute(
     ``allocatable``: the GPU devices the kubelet advertises (``GetAllocatableResources()``),
     ``None`` where unknown; they give the replicas per device."""
     devices = {d.uuid: d for d in snapshot.devices if d.uuid}
-    pod_uids = {(p.namespace, p.name): p.uid for p in metadata.pods.values()}
+    # A name held by a live pod and an ended one is the live one's (its UID, its workload).
+    pod_uids = {(p.namespace, p.name): p.uid
+                for p in sorted(metadata.pods.values(), key=lambda p: not p.terminal)}
     # Pods that ended (Succeeded, Failed): kubelets before 1.34 go on listing them in List()
     # with the devices they held, which the kubelet has handed on to other pods
     # (kubernetes/kubernetes#119423, fixed by #132028). A name also held by a live pod is

@@ -110,6 +110,27 @@ def test_failed_rounds_of_each_part_are_counted_in_errors_total() -> None:
     ]
 
 
+def test_a_parts_own_error_count_never_makes_the_total_go_back() -> None:
+    # A part that keeps a count of its own (a worker's failed calls) reports the larger of
+    # the two: a counter must not go back from the sampler's tally to the part's.
+    rounds = iter([(False, 0), (False, 0), (False, 1), (True, 5)])
+
+    class Counting:
+        name = "counting"
+
+        def sample(self) -> Snapshot:
+            ok, own = next(rounds)
+            return Snapshot(timestamp=0.0, source_up=True,
+                            parts=(PartResult("kubelet", ok, 0.01, own),))
+
+        def close(self) -> None:
+            pass
+
+    sampler = Sampler(Counting(), interval=1.0)
+    totals = [sampler.run_once().parts[0].errors_total for _ in range(4)]
+    assert totals == [1, 2, 3, 5]
+
+
 def test_background_loop_samples_on_interval_and_reports_alive() -> None:
     source = CountingSource(FakeClock())
     sampler = Sampler(source, interval=0.05)

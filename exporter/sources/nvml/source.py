@@ -317,7 +317,7 @@ class NvmlSource:
             dev.uuid = read(calls.uuid, dev.handle) or ""
             dev.model = read(calls.name, dev.handle) or ""
             dev.pci_bus_id = read(calls.pci_bus_id, dev.handle) or ""
-            dev.minor_number = read(calls.minor_number, dev.handle)
+            dev.minor_number = self._minor_number(dev)
             arch = read(calls.architecture, dev.handle)
             dev.architecture = None if arch is None else _ARCHITECTURES.get(arch)
             dev.mig_enabled = bool(read(calls.mig_enabled, dev.handle))
@@ -330,6 +330,18 @@ class NvmlSource:
             return
         dev.identified = True
         self._start_cursor(dev)
+
+    @staticmethod
+    def _minor_number(dev: _Device) -> int | None:
+        """The GPU's ``/dev/nvidia<N>``, None where it does not answer: it only names the
+        GPU for GKE's device ids (the index stands in), so a failure of it is no fault of
+        the GPU's."""
+        try:
+            return read(calls.minor_number, dev.handle)
+        except NvmlFault as fault:
+            if fault.fault is Fault.DRIVER:
+                raise
+            return None
 
     def _mig_slices(self, gpu: _Device) -> list[_Device]:
         slices: list[_Device] = []
@@ -363,11 +375,17 @@ class NvmlSource:
 
     def _follow_mig_layout(self, gpu: _Device, session: _Session) -> None:
         """Read the GPU's MIG mode and slices again and take the new layout when it changed:
-        slices still there keep their state (utilization cursor, up), new ones are added,
-        destroyed ones dropped with their GPM buffers and counters. A device fault leaves the
-        layout as it was (the round's reads mark the GPU down); driver faults propagate."""
+        a slice still there is the same object (its cursor, what it supports, its counters),
+        new ones are added, destroyed ones dropped with the GPM buffers no kept slice shares.
+        A device fault, or a mode or slot count the GPU does not answer, leaves the layout
+        as it was (the round's reads mark the GPU down); driver faults propagate. Counters of
+        a slice that is gone are kept: its UUID coming back (a transient answer) continues
+        them, never from 0."""
         try:
-            enabled = bool(read(calls.mig_enabled, gpu.handle))
+            mode = read(calls.mig_enabled, gpu.handle)
+            if mode is None or (mode and read(calls.max_mig_devices, gpu.handle) is None):
+                return  # unknown: not a change
+            enabled = bool(mode)
             slices = self._mig_slices(gpu) if enabled else []
         except NvmlFault as fault:
             if fault.fault is Fault.DRIVER:
@@ -379,32 +397,36 @@ class NvmlSource:
             # address of its handle, an opaque pointer nothing promises to keep.
             return m.index, m.uuid, m.mig_profile
 
-        if enabled == gpu.mig_enabled and list(map(same, slices)) == list(map(same, gpu.slices)):
-            for kept, fresh in zip(gpu.slices, slices, strict=True):
-                kept.handle, kept.key = fresh.handle, fresh.key
-            return
         known = {same(m): m for m in gpu.slices}
-        for mig in slices:
-            was = known.pop(same(mig), None)
-            if was is not None:  # the same slice: it keeps its state
-                mig.util_cursor_us = max(mig.util_cursor_us, was.util_cursor_us)
-                mig.up = was.up
-        uuids = {m.uuid for m in slices}
-        for gone in known.values():
-            if gone.uuid not in uuids:
-                self._counters.pop(gone.uuid, None)
-                self._util_cursors.pop(gone.uuid, None)
-            if session.gpm is not None:  # a new instance under its id starts afresh
-                session.gpm.forget(gone.gpm_key)
+        layout: list[_Device] = []
+        still: set[tuple[object, ...]] = set()  # the GPM targets of the slices kept
+        for fresh in slices:
+            kept = known.pop(same(fresh), None)
+            if kept is None:
+                layout.append(fresh)
+            else:  # the same slice, under the handle NVML gives now
+                kept.handle, kept.key = fresh.handle, fresh.key
+                layout.append(kept)
+                still.add(kept.gpm_key)
+        if enabled == gpu.mig_enabled and not known and len(layout) == len(gpu.slices):
+            return
+        if session.gpm is not None:
+            # A GPU instance's compute instances share its GPM target: freed unless a kept
+            # slice still reads it (a new instance under the same id starts afresh).
+            for gone in known.values():
+                if gone.gpm_key not in still:
+                    session.gpm.forget(gone.gpm_key)
+        if enabled != gpu.mig_enabled:
+            self._interrupt(gpu)  # the mode changed with a GPU reset: not integrated over
         gpu.mig_enabled = enabled
-        gpu.slices = slices
+        gpu.slices = layout
         if session.xid is not None:
             session.xid.set_mig_slices(gpu.key, {
-                m.gpu_instance_id: m.uuid for m in slices if m.gpu_instance_id is not None
+                m.gpu_instance_id: m.uuid for m in layout if m.gpu_instance_id is not None
             })
         log.info(
             "MIG layout of GPU %s changed: %s", gpu.uuid,
-            ", ".join(f"{m.index} {m.mig_profile}" for m in slices) or "MIG mode off",
+            ", ".join(f"{m.index} {m.mig_profile}" for m in layout) or "MIG mode off",
         )
 
     def _gpm_supported(self, dev: _Device) -> bool:

@@ -196,14 +196,17 @@ def test_an_ended_pod_the_kubelet_still_lists_holds_no_gpu() -> None:
         ("exclusive", None), ("time-sliced", 1)]
 
 
-def test_a_pod_name_held_by_a_live_and_an_ended_pod_is_the_live_one_s() -> None:
+@pytest.mark.parametrize("ended_first", [True, False])
+def test_a_pod_name_held_by_a_live_and_an_ended_pod_is_the_live_one_s(
+        ended_first: bool) -> None:
     s = snap(gpu("0", G0))
-    result = attribute(
-        s, [alloc("ml", "web-0", "main", G0)], {},
-        metadata(api_pod("u-old", "ml", "web-0", {cid(1): "main"}, "Failed"),
-                 api_pod("u-new", "ml", "web-0", {cid(2): "main"}, "Pending")),
-    )
+    pods = [api_pod("u-old", "ml", "web-0", {cid(1): "main"}, "Failed"),
+            api_pod("u-new", "ml", "web-0", {cid(2): "main"}, "Pending")]
+    result = attribute(s, [alloc("ml", "web-0", "main", G0)], {},
+                       metadata(*(pods if ended_first else pods[::-1])))
     assert by_key(result) == {(ContainerKey("ml", "web-0", "main"), G0): (True, 0.0, 0)}
+    # Its UID is the live pod's whichever the API server listed last.
+    assert [(p.pod, p.uid) for p in result.pods] == [("web-0", "u-new")]
 
 
 def test_a_static_pod_s_processes_are_named_through_its_mirror_pod() -> None:

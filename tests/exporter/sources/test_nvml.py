@@ -640,6 +640,39 @@ def test_each_device_carries_its_device_files_minor_number(
     assert by_uuid(snap, mig.uuid).minor_number == 0
 
 
+def test_a_failed_minor_number_is_unknown_not_a_gpu_fault(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    # The minor number only names the GPU for GKE's device ids (the index stands in): its
+    # failure took the whole GPU down, every round.
+    fake.gpus[0].errors["nvmlDeviceGetMinorNumber"] = UNKNOWN
+    snap = make_source().sample()
+    gpu = snap.devices[0]
+    assert (gpu.up, gpu.minor_number, gpu.utilization_ratio) == (True, None, 0.5)
+
+
+def test_an_unanswered_mig_mode_leaves_the_layout_and_its_counters(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    # A mode the GPU does not answer for a while (NOT_SUPPORTED, NO_PERMISSION) is not
+    # "MIG off": its slices stay, and their counters go on (they restarted from 0).
+    parent = fake.gpus[1]
+    mig = fake.add_mig_slice(parent, "3g.40gb", gpu_instance_id=1, util_gpu=80,
+                             busy_samples_supported=True)
+    source = make_source()
+    source.sample()
+    mono.advance(20.0)
+    before = by_uuid(source.sample(), mig.uuid).busy_seconds
+    parent.errors["nvmlDeviceGetMigMode"] = NO_PERMISSION
+    mono.advance(20.0)
+    snap = source.sample()
+    assert [d.uuid for d in snap.devices if d.is_mig] == [mig.uuid]
+    del parent.errors["nvmlDeviceGetMigMode"]
+    mono.advance(20.0)
+    after = by_uuid(source.sample(), mig.uuid).busy_seconds
+    assert before is not None and after is not None and after >= before
+
+
 def test_a_mig_slice_under_a_new_handle_is_the_same_slice(
     fake: FakeNvml, make_source: SourceFactory, mono: FakeClock,
     caplog: pytest.LogCaptureFixture,
@@ -651,7 +684,8 @@ def test_a_mig_slice_under_a_new_handle_is_the_same_slice(
     mig = fake.add_mig_slice(fake.gpus[1], "3g.40gb", gpu_instance_id=1)
     source = make_source()
     source.sample()
-    token = ctypes.create_string_buffer(1)  # a second, valid address for the same slice
+    token = ctypes.create_string_buffer(1)  # another address for the same slice; the old
+    del fake._by_address[mig.address]       # one answers no more: the new one must be used
     mig.address = ctypes.addressof(token)
     fake._by_address[mig.address] = mig
     with caplog.at_level(logging.INFO, logger="gpuscope.exporter.sources.nvml.source"):
@@ -659,6 +693,7 @@ def test_a_mig_slice_under_a_new_handle_is_the_same_slice(
         snap = source.sample()
     assert not [r for r in caplog.records if "MIG layout" in r.getMessage()]
     assert by_uuid(snap, mig.uuid).up
+    assert by_uuid(snap, mig.uuid).memory_total_bytes is not None  # read under the new one
 
 
 def test_mig_layout_changed_while_running_is_followed(

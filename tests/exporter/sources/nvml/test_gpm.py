@@ -142,6 +142,28 @@ def test_a_destroyed_mig_instance_frees_its_gpm_buffers_and_a_new_one_starts_afr
     assert by_uuid(snap, new.uuid).sm_active_seconds == pytest.approx(0.10 * 1.5)
 
 
+def test_a_destroyed_compute_instance_leaves_its_siblings_gpm(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    # Two compute instances of one GPU instance read its GPM target: destroying one freed
+    # the buffers the other still read (its counter then lost an interval).
+    gpu = hopper(fake.gpus[0], dict(BUSY))
+    one = fake.add_mig_slice(gpu, "3g.40gb", gpu_instance_id=1)
+    two = fake.add_mig_slice(gpu, "3g.40gb", gpu_instance_id=1,
+                             uuid="MIG-6e1f0a2b-3c4d-4e5f-8a6b-7c8d9e0f1a2b")
+    one.gpm = two.gpm = dict(BUSY)
+    source = make_source(mig_layout_interval_seconds=5.0)
+    source.sample()
+    mono.advance(1.5)
+    first = by_uuid(source.sample(), two.uuid).sm_active_seconds
+    fake.remove_mig_slice(one)
+    mono.advance(5.0)
+    snap = source.sample()
+    assert [d.uuid for d in snap.devices if d.is_mig] == [two.uuid]
+    assert first is not None
+    assert by_uuid(snap, two.uuid).sm_active_seconds == pytest.approx(first + 0.40 * 5.0)
+
+
 def test_a_gpu_without_gpm_has_no_gpm_series(
     fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
 ) -> None:
