@@ -91,8 +91,9 @@ def test_a_rule_change_changes_the_dashboards_and_check_fails(tmp_path: Path,
     changed.write_text(text.replace("(uuid:gpu_activity:ratio < bool 0.05)",
                                     "(uuid:gpu_activity:ratio < bool 0.1)"))
     assert cli.main(["--rules", str(changed), "--check"]) == 0  # a recorded rule: same panels
-    alert = "container:gpu_held_usage:ratio < 0.05"
-    changed.write_text(text.replace(alert, "container:gpu_held_usage:ratio < 0.02"))
+    alert = "container:gpu_held_usage:ratio[2m]) < 0.05"
+    assert text.count(alert) == 1
+    changed.write_text(text.replace(alert, "container:gpu_held_usage:ratio[2m]) < 0.02"))
     assert cli.main(["--rules", str(changed), "--check"]) == 1
     err = capsys.readouterr().err
     assert "gpuscope-fleet.json is out of date" in err

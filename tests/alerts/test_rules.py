@@ -122,4 +122,4 @@ def test_idle_threshold_is_written_once_for_devices_and_once_for_containers() ->
     assert "0.05" not in rules["GpuNodeUnderutilized"]["expr"]
     assert "uuid:gpu_activity:ratio < bool 0.05" in rules["uuid:gpu_idle:bool"]["expr"]
     assert "uuid:gpu_idle:bool" in rules["node:gpu_idle_devices:count"]["expr"]
-    assert "container:gpu_held_usage:ratio < 0.05" in rules["GpuAllocatedButIdle"]["expr"]
+    assert "container:gpu_held_usage:ratio[2m]) < 0.05" in rules["GpuAllocatedButIdle"]["expr"]

@@ -29,12 +29,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
     try:
         yield f"http://127.0.0.1:{port}", proc, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        load.stop_quietly(proc)
 
 
 def test_the_demo_fleet_view_passes_the_load_tests_check(
