@@ -72,6 +72,8 @@ class ShareVerdict:
     starved_since: float | None
     starved_seconds: float
     required_seconds: float
+    #: The device is shared by CUDA MPS: ``fair_share`` is the active-thread share.
+    mps: bool = False
 
 
 def timeslice_shares(
@@ -152,6 +154,7 @@ def timeslice_shares(
                 starved_since=run.start if run else None,
                 starved_seconds=run.seconds if run else 0.0,
                 required_seconds=required,
+                mps=fair_gpu is not None,
             ))
     out.sort(key=lambda v: (v.ref.node, v.ref.uuid, v.ref.namespace, v.ref.pod, v.ref.container))
     return out
@@ -270,6 +273,7 @@ class ShareRow:
     starved: bool
     starving_seconds: float
     required_seconds: float
+    mps: bool = False
 
 
 
@@ -282,6 +286,7 @@ def share_rows(shares: Iterable[ShareVerdict], ctx: PageContext) -> tuple[ShareR
             share=s.share, fair_share=s.fair_share, sharers=s.sharers,
             gpu_utilization=s.gpu_utilization, starved=s.starved,
             starving_seconds=s.starved_seconds, required_seconds=s.required_seconds,
+            mps=s.mps,
         )
         for s in shares
         if ctx.wanted(s.ref.namespace)
@@ -290,8 +295,8 @@ def share_rows(shares: Iterable[ShareVerdict], ctx: PageContext) -> tuple[ShareR
 
 def _fair_basis(r: ShareRow) -> str:
     """What a row's fair share is taken from: 1/n of its n containers, or on a GPU shared by
-    CUDA MPS the clients' active-thread share, 1/replicas (then not 1/n)."""
-    if r.fair_share > 0 and abs(r.fair_share * r.sharers - 1.0) > 1e-9:
+    CUDA MPS the clients' active-thread share, 1/replicas (which may or may not be 1/n)."""
+    if r.mps and r.fair_share > 0:
         return (f"MPS active-thread share, 1/{round(1.0 / r.fair_share)} replicas; "
                 f"{r.sharers} containers")
     return f"{r.sharers} containers"

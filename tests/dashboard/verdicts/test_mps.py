@@ -120,6 +120,13 @@ def test_starvation_under_mps_is_judged_against_the_active_thread_share() -> Non
     sliced_rows = starved_rows(timeslice_shares(containers, {G: busy}, w, T0), (), ctx(),
                                lambda ref: ("GPU", None))
     assert "vs fair share 50% (2 containers)" in sliced_rows[0].detail
+    # Two replicas and two clients: 1/2 either way, and still the MPS share (it read as
+    # time-slicing's 1/n, the basis guessed from the numbers).
+    two = active_thread_shares({REPLICAS: [(lab(G), series({T[-1]: 2.0}))]})
+    rows = starved_rows(timeslice_shares(containers, {G: busy}, w, T0, fair_shares=two), (),
+                        ctx(), lambda ref: ("GPU", None))
+    assert "vs fair share 50% (MPS active-thread share, 1/2 replicas; 2 containers)" in (
+        rows[0].detail)
 
 
 @pytest.fixture(scope="module")
