@@ -157,6 +157,11 @@ def _dims(metric: dict[str, Any]) -> Dimensions:
     return tuple(sorted((d["Name"], d["Value"]) for d in metric.get("Dimensions", [])))
 
 
+#: Up to this many nodes publishing the agent's per-GPU set alone are looked up by host, one
+#: ``ListMetrics`` each; more, with one listing of every host's.
+AGENT_LOOKUPS_BY_HOST = 3
+
+
 def discover(cw: CloudWatch, opts: Options) -> dict[str, NodeMetrics]:
     """Nodes of the cluster with recent GPU metrics, by node name (``NodeName``, or the
     per-GPU metrics' ``host``: the sink sets both to the Kubernetes node name).
@@ -190,18 +195,24 @@ def discover(cw: CloudWatch, opts: Options) -> dict[str, NodeMetrics]:
             series: list[Dimensions] = getattr(entry, attr)
             if dims not in series:
                 series.append(dims)
+    # Node rollups but no per-GPU series with ClusterName: the exporter publishes the agent's
+    # dimension set only. Its MIG slices must still be seen, or the node's rollup (which has
+    # no MIG GPU in it) reads idle while a slice works. A few such nodes: asked by host; more:
+    # one listing of every host's (ListMetrics allows some 25 calls a second).
+    agent = {e.node: e for e in nodes.values() if e.node_utilization and not e.gpu_memory}
+    by_host = ([[{"Name": "host", "Value": node}] for node in agent]
+               if len(agent) <= AGENT_LOOKUPS_BY_HOST else [[]])
+    for dimensions in by_host:
+        for metric in _pages(cw.list_metrics, "Metrics", Namespace=opts.namespace,
+                             MetricName=GPU_MEMORY_USED, Dimensions=dimensions,
+                             RecentlyActive="PT3H"):
+            dims = _dims(metric)
+            named = dict(dims)
+            holder = agent.get(named.get("host", ""))
+            if (holder is not None and "ClusterName" not in named
+                    and dims not in holder.agent_gpu_memory):
+                holder.agent_gpu_memory.append(dims)
     for entry in nodes.values():
-        if entry.node_utilization and not entry.gpu_memory:
-            # Node rollups but no per-GPU series with ClusterName: the exporter publishes the
-            # agent's dimension set only. Its MIG slices must still be seen, or the node's
-            # rollup (which has no MIG GPU in it) reads idle while a slice works.
-            for metric in _pages(cw.list_metrics, "Metrics", Namespace=opts.namespace,
-                                 MetricName=GPU_MEMORY_USED,
-                                 Dimensions=[{"Name": "host", "Value": entry.node}],
-                                 RecentlyActive="PT3H"):
-                dims = _dims(metric)
-                if "ClusterName" not in dict(dims) and dims not in entry.agent_gpu_memory:
-                    entry.agent_gpu_memory.append(dims)
         for series in (entry.node_utilization, entry.gpu_utilization, entry.gpu_temperature,
                        entry.gpu_memory, entry.node_sm_active, entry.node_tensor_active):
             series.sort(key=_gpu_order)

@@ -286,6 +286,31 @@ def test_agent_dimensions_mig_node_gets_no_idle_alarm_and_notes_say_why(moto: st
     ]
 
 
+def test_many_agent_dimension_nodes_share_one_listing(moto: str) -> None:
+    # Each node publishing the agent's per-GPU set alone was looked up with a ListMetrics
+    # call of its own: 500 sequential calls for 500 nodes (some 25 a second are allowed).
+    nodes = [f"ip-10-0-9-{i}.ec2.internal" for i in range(6)]
+    for node in nodes[:5]:
+        publish(moto, "prod", node, 1, agent_only=True)
+    publish(moto, "prod", nodes[5], 2, mig_slices=("1/1",), agent_only=True)
+    publish(moto, "dev", "ip-10-0-9-99.ec2.internal", 1, mig_slices=("0/1",), agent_only=True)
+    calls: list[dict[str, Any]] = []
+    cw = client(moto)
+
+    class Counting:
+        def list_metrics(self, **kwargs: Any) -> Any:
+            calls.append(kwargs)
+            return cw.list_metrics(**kwargs)
+
+    found = discover(Counting(), Options(command="plan", cluster="prod"))  # type: ignore[arg-type]
+    lookups = [c for c in calls if c["MetricName"] == "nvidia_smi_memory_used"
+               and not any(d["Name"] == "ClusterName" for d in c["Dimensions"])]
+    assert [c["Dimensions"] for c in lookups] == [[]]
+    assert sorted(found) == nodes
+    assert [dict(d)["index"] for d in found[nodes[5]].agent_gpu_memory] == ["0", "1", "1/1"]
+    assert all(len(found[n].agent_gpu_memory) == 1 for n in nodes[:5])
+
+
 def test_gpm_node_gets_a_spinning_alarm(moto: str) -> None:
     # An H100 node with GPM and the node rollups; the A100 node beside it has no GPM.
     publish(moto, "prod", NODE_A, 8, gpm=True, instance_type="p5.48xlarge")
