@@ -34,15 +34,18 @@ v25.8.0, v25.12.0, v0.4.0 and main of 2026-05-15, ``cmd/gpu-kubelet-plugin/devic
   feature, created on                                                   ``parentUUID``,
   allocation)                                                           ``profile``; **no**
                                                                         ``uuid``
-  GPU for passthrough     ``gpu-vfio-<index>``                          ``type="vfio"``,
-                                                                        ``uuid="GPU-…"``
+  GPU for passthrough     ``gpu-vfio-<index>`` (v25.12+)                ``type="vfio"``,
+                                                                        ``uuid`` not NVML's:
+                                                                        a bare UUIDv5 (SHA-1)
+                                                                        of the PCI address
   ======================  ============================================  =====================
 
   A DynamicMIG device has no MIG UUID before it is created, so the slice cannot carry one:
   it resolves only through ``mig_uuids`` (parent UUID, GPU-instance profile ID and placement
   start, as NVML's ``nvmlGpuInstanceGetInfo`` reports them) that the caller supplies.
   A passthrough (vfio) GPU is bound to ``vfio-pci`` and invisible to the host's NVML: it is
-  indexed but never resolved.
+  indexed (its ``uuid``, the driver's own ``uuid.NewSHA1(NameSpaceDNS, <PCI address>)``
+  in ``nvlib.go``, is not kept) but never resolved.
 - The CDI device names the driver hands the kubelet are
   ``k8s.gpu.nvidia.com/claim=<claim UID>-<device name>`` (all versions) and, up to v25.8,
   also ``k8s.gpu.nvidia.com/device=<device name>``. They carry the device name but no UUID
@@ -154,7 +157,8 @@ class DraDevice:
     ``kind`` is the device's ``type`` attribute (``gpu``, ``mig``, ``vfio``), or inferred
     from the UUID's prefix when the attribute is absent, or ``""`` when neither says.
     ``uuid`` is the NVML UUID (``GPU-…`` or ``MIG-…``), ``None`` for a DynamicMIG device
-    (created only when allocated). ``parent_uuid`` and ``profile`` are set for MIG devices
+    (created only when allocated) and for a passthrough (``vfio``) GPU, whose ``uuid``
+    attribute is not an NVML UUID. ``parent_uuid`` and ``profile`` are set for MIG devices
     when published; ``placement`` for a MIG device without a UUID whose name gives it.
     """
 
@@ -309,9 +313,11 @@ def _parse_device(raw: object, driver: str, pool: str) -> DraDevice | None:
         return None
 
     uuid = _string_attribute(attributes, driver, "uuid")
-    if uuid is not None and not _nvml_uuid(uuid):
-        return None  # a uuid attribute that NVML would never print: do not guess
     kind = _bounded(_string_attribute(attributes, driver, "type"))
+    if kind == "vfio":
+        uuid = None  # the driver's own UUID of the PCI address, no NVML UUID: nothing to keep
+    elif uuid is not None and not _nvml_uuid(uuid):
+        return None  # a uuid attribute that NVML would never print: do not guess
     if kind is None:
         kind = "gpu" if uuid and uuid.startswith("GPU-") else "mig" if uuid else ""
 

@@ -267,18 +267,29 @@ def test_type_missing_is_inferred_from_the_uuid() -> None:
     assert [(d.kind, d.uuid) for d in parsed.devices] == [("gpu", GPU0), ("mig", MIG_A)]
 
 
+# VfioDeviceInfo.GetDevice (deviceinfo.go): the ``uuid`` attribute is no NVML UUID but the
+# driver's uuid.NewSHA1(uuid.NameSpaceDNS, <PCI address>) (nvlib.go, getVfioDeviceInfo; v25.12.0
+# 0882da87, v0.4.0 6910a2be, main 22407113), i.e. Python's uuid5(NAMESPACE_DNS, address).
+VFIO_UUID = "b53eaf43-551f-5a8d-9ac3-5dd2fd504061"  # of 0000:3a:00.0
+
+
 def test_vfio_passthrough_gpu_is_indexed_but_never_resolved() -> None:
     vfio = {"name": "gpu-vfio-0", "attributes": {
-        "type": {"string": "vfio"}, "uuid": {"string": GPU2},
+        "type": {"string": "vfio"}, "uuid": {"string": VFIO_UUID},
         "deviceID": {"string": "0x2330"}, "vendorID": {"string": "0x10de"},
-        "numa": {"int": 0}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        "numa": {"int": 0}, "productName": {"string": "GH100 [H100 SXM5 80GB]"},
         "iommuFDEnabled": {"bool": False},
-        "resource.kubernetes.io/pciBusID": {"string": "0000:3a:00.0"}},
+        "resource.kubernetes.io/pciBusID": {"string": "0000:3a:00.0"},
+        "resource.kubernetes.io/pcieRoot": {"string": "pci0000:36"}},
         "capacity": {"addressableMemory": {"value": "80Gi"}}}
-    index = DeviceIndex.from_slices([resource_slice([vfio])])
+    index = DeviceIndex.from_slices([resource_slice([gpu_device(0, GPU0, "0000:18:00.0"),
+                                                     vfio])])
+    assert index.skipped_devices == 0  # a real device of the driver, not a malformed one
     device = index.lookup(DEFAULT_DRIVER, NODE, "gpu-vfio-0")
     assert device is not None and device.kind == "vfio" and not device.measurable
+    assert device.uuid is None  # not an NVML UUID: never matched against NVML's
     assert index.resolve(claim("gpu-vfio-0")) is None
+    assert index.resolve(claim("gpu-0")) == GPU0
 
 
 # --- DynamicMIG and partitionable devices (split slices, Kubernetes 1.35+) ------------------
