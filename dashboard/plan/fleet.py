@@ -40,7 +40,7 @@ from gpuscope.dashboard.plan.entities import (
     with_gpus,
 )
 from gpuscope.dashboard.plan.queries import PlanQueries
-from gpuscope.dashboard.plan.rules import RAW_NODES, RAW_NOTE
+from gpuscope.dashboard.plan.rules import RAW_NODES, raw_note
 from gpuscope.dashboard.plan.runs import (
     _NO_POINTS,
     FollowUp,
@@ -559,7 +559,7 @@ class PrometheusData(PlanQueries):
             queries=queries,
             silent=frozenset(silent),
             notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else
-                   (RAW_NOTE.format(nodes=len(nodes), most=RAW_NODES),)
+                   (raw_note(len(nodes), RAW_NODES, self.thresholds, self.cluster_label),)
                    if len(nodes) > RAW_NODES else ()),
             node_summaries=summaries,
             workloads_checked=groups_checked,

@@ -23,12 +23,20 @@ from gpuscope.dashboard.data.recorded import (
     RULES_VERSION,
     Steps,
 )
-from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
+from gpuscope.dashboard.verdicts import (
+    Thresholds,
+    allocated,
+    idle,
+    registry,
+    spinning,
+    stragglers,
+)
 from gpuscope.dashboard.verdicts.mig import compute_slices_promql
 from gpuscope.dashboard.verdicts.runs import runs_since
 
 __all__ = ["CBY", "GBY", "GROUP", "MEMBER", "NOT_EMPTY", "RULES", "RULES_VERSION",
-           "RULE_INTERVAL", "RULE_R", "RULE_RR", "Steps", "recording_rules", "rules_yaml"]
+           "RULE_INTERVAL", "RULE_R", "RULE_RR", "Steps", "print_rules_command", "raw_note",
+           "recording_rules", "rules_yaml"]
 
 
 def _stat(expr: str, name: str) -> str:
@@ -143,8 +151,36 @@ RAW_NODES = 250
 RAW_NOTE = ("This fleet has {nodes:,} nodes: without the gpuscope-dashboard recording rules the "
             "page reads every device's raw series, which grows slow beyond {most:,} nodes. Load "
             "the rules made for this page's thresholds into your Prometheus or vmalert "
-            "(gpuscope-dashboard --print-rules prints them; docs/dashboard.md, \"Recording "
-            "rules\").")
+            "({command} prints them; docs/dashboard.md, \"Recording rules\").")
+
+
+def print_rules_command(thresholds: Thresholds | None = None,
+                        cluster: str = CLUSTER_LABEL) -> str:
+    """The ``gpuscope-dashboard --print-rules`` command line that prints the rules a page
+    of ``thresholds`` and ``cluster`` label reads: every threshold that is not its default,
+    and the cluster label, as flags (rules printed for other thresholds carry another
+    ``thresholds`` key, and the page does not read them)."""
+    th = thresholds or Thresholds()
+    default = Thresholds()
+    words = ["gpuscope-dashboard", "--print-rules"]
+    if cluster != CLUSTER_LABEL:
+        words.append(f"--cluster-label {cluster}")
+    for spec in registry.THRESHOLDS:
+        value = getattr(th, spec.field)
+        if value == getattr(default, spec.field):
+            continue
+        text = (",".join(value) if spec.kind == "names" else str(int(value))
+                if spec.kind == "count" else repr(float(value)))
+        words.append(f"{spec.flag} {text}")
+    return " ".join(words)
+
+
+def raw_note(nodes: int, most: int = RAW_NODES, thresholds: Thresholds | None = None,
+             cluster: str = CLUSTER_LABEL) -> str:
+    """The page's line for a fleet of ``nodes`` above ``most`` (:data:`RAW_NODES`) read
+    without the rules, naming the command that prints the rules this page reads."""
+    return RAW_NOTE.format(nodes=nodes, most=most,
+                           command=print_rules_command(thresholds, cluster))
 
 
 def rules_yaml(thresholds: Thresholds | None = None, cluster: str = CLUSTER_LABEL) -> str:
