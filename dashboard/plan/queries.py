@@ -515,8 +515,12 @@ class PlanQueries(PrometheusStore):
     #: stores (docs/benchmarks.md), so off: for tests and the benchmark's ``--records``.
     read_records = False
 
-    #: How long a finding about the recording rules (loaded or not) is kept, in seconds.
+    #: How long a finding that the recording rules serve the window is kept, in seconds.
     RULES_CHECK_EVERY = 300.0
+    #: How long a finding that they do not is kept: one rule interval, so that a miss (a
+    #: minute whose evaluation was not written yet when the page asked) does not leave the
+    #: page on the raw series, slow at a large fleet, for :attr:`RULES_CHECK_EVERY`.
+    RULES_MISSING_CHECK_EVERY = RULE_INTERVAL
 
     def runs_recorded_since(self, window: Window) -> float | None:
         """Since when the rules have recorded the verdicts' runs without a gap
@@ -536,7 +540,8 @@ class PlanQueries(PrometheusStore):
         window began leave it to the raw series). One instant query (``count`` of each at
         both ends, pinned with ``@``), which Prometheus and VictoriaMetrics answer alike
         (VictoriaMetrics has no ``/api/v1/rules`` without vmalert); the finding is kept for
-        :attr:`RULES_CHECK_EVERY` seconds per window length."""
+        :attr:`RULES_CHECK_EVERY` seconds per window length (a negative one
+        :attr:`RULES_MISSING_CHECK_EVERY`)."""
         return self._check_rules(window)[0]
 
     def _check_rules(self, window: Window) -> tuple[bool, int]:
@@ -548,7 +553,8 @@ class PlanQueries(PrometheusStore):
         now = time.monotonic()
         with self._lock:
             found = self._rules_seen.get(key)
-        if found is not None and now - found[0] < self.RULES_CHECK_EVERY:
+        if found is not None and now - found[0] < (
+                self.RULES_CHECK_EVERY if found[1] else self.RULES_MISSING_CHECK_EVERY):
             return found[1], 0
         probe = duration(RULE_INTERVAL)
         # The dense series (the sparse ones may rightly be empty: nothing spins), of each

@@ -534,3 +534,31 @@ def test_the_run_summaries_are_the_verdict_modules_forms() -> None:
     assert "stalled" not in trailing and 'stat", "held"' not in trailing
     assert "spin_n" in trailing and "spin_n" not in text
     assert "unless on (node, uuid) count_over_time(uuid:gpu_spinning" not in text
+
+
+def test_a_missed_rules_check_is_asked_again_after_a_minute(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A check that found no recorded minute at the window's end (its evaluation not written
+    # yet) kept the page on the raw series for 5 minutes; a found one is kept 5 minutes.
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000.0)
+    answers = [[], [({}, 1.0)], [({}, 1.0)]]
+    asked: list[str] = []
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        return answers[len(asked) - 1]
+
+    monkeypatch.setattr(prom, "instant", instant)
+    clock = [1000.0]
+    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    window = prom.window(3600)
+    assert not prom.rules_loaded(window) and len(asked) == 1
+    clock[0] += 30
+    assert not prom.rules_loaded(window) and len(asked) == 1  # kept within the minute
+    clock[0] += 31
+    assert prom.rules_loaded(window) and len(asked) == 2      # asked again after it
+    clock[0] += 299
+    assert prom.rules_loaded(window) and len(asked) == 2      # a found one kept 5 minutes
+    clock[0] += 2
+    assert prom.rules_loaded(window) and len(asked) == 3
+
