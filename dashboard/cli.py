@@ -209,18 +209,9 @@ def _converter(spec: Threshold) -> Callable[[str], Any]:
     return _PARSE[spec.kind]
 
 
-def _default_text(spec: Threshold) -> str:
-    value = getattr(Thresholds(), spec.field)
-    if spec.kind == "names":
-        return ",".join(value)
-    if spec.kind == "seconds":
-        return f"{value / 60:g}m" if value % 60 == 0 else f"{value:g}s"
-    return f"{value:g}"
-
-
 #: The verdicts' thresholds, one flag each, from the registry (``--idle-utilization``...).
 THRESHOLD_FLAGS: tuple[Flag, ...] = tuple(
-    Flag(spec.flag, _converter(spec), _default_text(spec), spec.help)
+    Flag(spec.flag, _converter(spec), spec.text(getattr(Thresholds(), spec.field)), spec.help)
     for spec in registry.THRESHOLDS)
 
 _FLAGS: tuple[Flag, ...] = (

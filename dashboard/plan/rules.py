@@ -167,11 +167,8 @@ def print_rules_command(thresholds: Thresholds | None = None,
         words.append(f"--cluster-label {cluster}")
     for spec in registry.THRESHOLDS:
         value = getattr(th, spec.field)
-        if value == getattr(default, spec.field):
-            continue
-        text = (",".join(value) if spec.kind == "names" else str(int(value))
-                if spec.kind == "count" else repr(float(value)))
-        words.append(f"{spec.flag} {text}")
+        if value != getattr(default, spec.field):
+            words.append(f"{spec.flag} {spec.text(value)}")
     return " ".join(words)
 
 

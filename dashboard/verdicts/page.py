@@ -57,6 +57,19 @@ class Threshold:
     def flag(self) -> str:
         return "--" + self.field.replace("_", "-")
 
+    def text(self, value: Any) -> str:
+        """``value`` as its flag reads it back, exactly (rules printed for other values
+        carry another thresholds key): names comma-separated, seconds in whole minutes or
+        seconds where they are (``30m``, ``90s``), numbers in their shortest exact form."""
+        if self.kind == "names":
+            return ",".join(value)
+        if self.kind == "count":
+            return str(int(value))
+        if self.kind == "seconds" and value == int(value):
+            return f"{int(value) // 60}m" if value % 60 == 0 else f"{int(value)}s"
+        short = f"{value:g}"
+        return short if float(short) == value else repr(float(value))
+
 
 @dataclass(frozen=True, slots=True)
 class Column:
