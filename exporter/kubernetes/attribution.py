@@ -189,16 +189,19 @@ def attribute(
     ``allocatable``: the GPU devices the kubelet advertises (``GetAllocatableResources()``),
     ``None`` where unknown; they give the replicas per device."""
     devices = {d.uuid: d for d in snapshot.devices if d.uuid}
-    # A name held by a live pod and an ended one is the live one's (its UID, its workload).
-    pod_uids = {(p.namespace, p.name): p.uid
-                for p in sorted(metadata.pods.values(), key=lambda p: not p.terminal)}
     # Pods that ended (Succeeded, Failed): kubelets before 1.34 go on listing them in List()
     # with the devices they held, which the kubelet has handed on to other pods
     # (kubernetes/kubernetes#119423, fixed by #132028). A name also held by a live pod is
-    # the live pod's.
-    ended = {(p.namespace, p.name) for p in metadata.pods.values() if p.terminal}
-    if ended:
-        ended -= {(p.namespace, p.name) for p in metadata.pods.values() if not p.terminal}
+    # the live pod's (its allocations, its UID).
+    pod_uids: dict[tuple[str, str], str] = {}
+    ended: set[tuple[str, str]] = set()
+    live: set[tuple[str, str]] = set()
+    for p in metadata.pods.values():
+        pod_name = (p.namespace, p.name)
+        (ended if p.terminal else live).add(pod_name)
+        if not p.terminal or pod_name not in pod_uids:
+            pod_uids[pod_name] = p.uid
+    ended -= live
 
     rows: dict[tuple[ContainerKey, str], _Row] = {}
     unresolved = 0

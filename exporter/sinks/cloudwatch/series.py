@@ -307,13 +307,8 @@ class Observer:
             if usage.key == HOST or not usage.key.pod:
                 continue
             k = (usage.key.namespace, usage.key.pod, usage.uuid)
-            ratio, n_bytes = usage.utilization_ratio, usage.memory_used_bytes
-            if k not in util or util[k] is not None:
-                u = util.get(k, 0.0)
-                util[k] = None if ratio is None or u is None else u + ratio
-            if k not in memory or memory[k] is not None:
-                m = memory.get(k, 0.0)
-                memory[k] = None if n_bytes is None or m is None else m + float(n_bytes)
+            _add_known(util, k, usage.utilization_ratio)
+            _add_known(memory, k, usage.memory_used_bytes)
         # The same observation under the pod's, its namespace's and its cluster's dimension
         # sets: the namespace and cluster series hold one value per (pod, device), so their
         # Average is the mean per pod and GPU, their Maximum the busiest pod's GPU.
@@ -326,6 +321,13 @@ class Observer:
             if total is not None:
                 for dims in pod_dimension_sets(cluster, namespace, pod):
                     yield (POD_MEMORY_USED, dims), total
+
+
+def _add_known(sums: dict[tuple[str, str, str], float | None], key: tuple[str, str, str],
+               value: float | None) -> None:
+    """Adds ``value`` to ``sums[key]``: unknown (None) once any term is."""
+    total = sums.get(key, 0.0)
+    sums[key] = None if value is None or total is None else total + value
 
 
 def pod_dimension_sets(cluster: str, namespace: str, pod: str) -> tuple[Dims, Dims, Dims]:
