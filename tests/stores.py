@@ -205,6 +205,21 @@ class Store:
             return
         self.rewrite(selector, lambda v, t: v if t > before else None)
 
+    def delete_after(self, selector: str, after: float) -> None:
+        """Removes the samples of ``selector``'s series after ``after`` (seconds since the
+        epoch), as if they had not been written yet: Prometheus' tombstones over
+        ``(after, +1 day]``, VictoriaMetrics' series rewritten (:meth:`rewrite`)."""
+        if self.kind == "prometheus":
+            match = urllib.parse.urlencode({"match[]": selector, "start": f"{after + 0.001:.3f}",
+                                            "end": f"{after + 86_400:.3f}"})
+            request = urllib.request.Request(
+                f"{self.url}/api/v1/admin/tsdb/delete_series?{match}", method="POST")
+            with urllib.request.urlopen(request, timeout=600) as answer:
+                if answer.status != 204:
+                    raise StoreError(f"prometheus delete_series: HTTP {answer.status}")
+            return
+        self.rewrite(selector, lambda v, t: v if t <= after else None)
+
     def rewrite(self, selector: str, change: Callable[[float, float], float | None]) -> int:
         """VictoriaMetrics: every sample (value, seconds since the epoch) of ``selector``'s
         series becomes ``change(value, t)`` (None: dropped): the series exported, deleted

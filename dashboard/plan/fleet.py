@@ -215,15 +215,18 @@ class PrometheusData(PlanQueries):
         cyclic garbage collector held off (:func:`gc_paused`). With the recording rules,
         between the first two: :meth:`summary_queries` (each node's numbers, and over the
         default hour who uses what) and :meth:`detail_queries` (the devices and containers
-        of the nodes that need them, :func:`detail_nodes`)."""
-        with gc_paused():
-            return self._fleet(window or self.window(window_seconds), namespace)
-
-    def _fleet(self, window: Window, namespace: str | None, records: bool = True
-               ) -> FleetData:
-        if namespace is not None:
+        of the nodes that need them, :func:`detail_nodes`). Over the window :meth:`served`
+        gives (a minute earlier where the rules have not recorded its last yet)."""
+        if namespace is not None:  # (before any query)
             namespace = validate_namespace(namespace)
+        with gc_paused():
+            served, asked = self.served_window(window or self.window(window_seconds))
+            return self._fleet(served, namespace, asked=asked)
+
+    def _fleet(self, window: Window, namespace: str | None, records: bool = True,
+               asked: int = 0) -> FleetData:
         rules, checks = self._check_rules(window)
+        checks += asked
         th = self.thresholds
         assumed = self.assumed_start(window)
         recorded, checked = self._records_cover(window, namespace, rules, assumed, records)

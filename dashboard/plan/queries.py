@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
@@ -42,11 +43,13 @@ from gpuscope.dashboard.data.recorded import (
 from gpuscope.dashboard.data.source import (
     DataError,
 )
+from gpuscope.dashboard.data.steps import StepQuery
 from gpuscope.dashboard.plan import second
 from gpuscope.dashboard.plan.rules import LEAN_WINDOW, _stat
 from gpuscope.dashboard.plan.runs import FollowUp, _Answers
 from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import (
+    Series,
     Window,
 )
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
@@ -86,6 +89,67 @@ class PlanQueries(PrometheusStore):
         self.prices = prices
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}
+        # The window last served (:meth:`served`), by the window asked.
+        self._served_seen: dict[Window, Window] = {}
+        self._served_lock = threading.Lock()
+        self._check_lock = threading.Lock()
+
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
+                    window: Window | None = None
+                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        """:meth:`PrometheusStore.step_series` over the window the fleet page is served
+        (:meth:`served`)."""
+        return super().step_series(queries, window_seconds,
+                                   self.served(window or self.window(window_seconds)))
+
+    def served(self, window: Window) -> Window:
+        """:meth:`served_window`'s window."""
+        return self.served_window(window)[0]
+
+    def served_window(self, window: Window) -> tuple[Window, int]:
+        """The window the fleet page is served (its rows and the registry's steps):
+        ``window``, or ``window`` one rule interval earlier where the rules' last record
+        of a minute (``gpuscope:dashboard_rules:version``, the group's last rule) is at its
+        end for fewer of the store's rule sets (clusters) than a minute before: the store
+        evaluates the group at its own second of each minute, and at a large fleet one
+        evaluation takes seconds, so a page asked in between would find the minute it ends
+        at not recorded yet, the rules' check would miss and the page fall to the raw
+        series (slow, and a banner that says to load the rules). The page then ends at the
+        last minute they recorded, a minute behind. One small instant query (a series per
+        rule set), not asked where the step is not a whole number of rule intervals or the
+        rules' check found them missing for this length; its answer kept for the same
+        ``window`` (the page's rows and steps ask it side by side). And how many queries
+        that took (0 or 1)."""
+        step_ms, every_ms = round(window.step * 1000), round(RULE_INTERVAL * 1000)
+        if step_ms % every_ms:
+            return window, 0
+        with self._lock:
+            found = self._rules_seen.get(round(window.seconds))
+        if found is not None and not found[1] and (
+                time.monotonic() - found[0] < self.RULES_MISSING_CHECK_EVERY):
+            return window, 0
+        version = selector(RULES["version"], thresholds=self.thresholds.key,
+                           cluster_label=self.cluster_label)
+        ends = {"end": window.end, "before": window.end - RULE_INTERVAL}
+        query = " or ".join(
+            labelled(f"count(last_over_time({version}[{RULE_R}] @ {t:.3f}))", "at", name)
+            for name, t in ends.items())
+        with self._served_lock:
+            # (One at a time: the second caller reads the first one's answer.)
+            kept = self._served_seen.get(window)
+            if kept is not None:
+                return kept, 0
+            try:
+                counts = {lab.get("at", ""): v for lab, v in self.instant(query, window.end)}
+            except DataError:
+                # (The page's own queries say what failed: this one is only a shortcut.)
+                return window, 1
+            out = window
+            if counts.get("before", 0.0) > counts.get("end", 0.0):
+                out = Window(start=window.start - RULE_INTERVAL,
+                             end=window.end - RULE_INTERVAL, step=window.step)
+            self._served_seen = {window: out}
+            return out, 1
 
     def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
                ) -> Steps:
@@ -549,32 +613,35 @@ class PlanQueries(PrometheusStore):
         step_ms, every_ms = round(window.step * 1000), round(RULE_INTERVAL * 1000)
         if step_ms % every_ms or max(window.step, self.lookback) != window.step:
             return False, 0
-        key = round(window.seconds)
-        now = time.monotonic()
-        with self._lock:
-            found = self._rules_seen.get(key)
-        if found is not None and now - found[0] < (
-                self.RULES_CHECK_EVERY if found[1] else self.RULES_MISSING_CHECK_EVERY):
-            return found[1], 0
-        probe = duration(RULE_INTERVAL)
-        # The dense series (the sparse ones may rightly be empty: nothing spins), of each
-        # node's GPU 0 (as the first round's ``at_start``: an eighth of the series, 0.41 s
-        # of VictoriaMetrics' time less at 5,000 nodes), and the rules' version (a rule file
-        # older than the page lacks what it reads).
-        version = selector(RULES["version"], thresholds=self.thresholds.key,
-                           cluster_label=self.cluster_label)
-        probes = [(selector(RULES["util_max"], gpu="0"), ""),
-                  (selector(RULES["util"], gpu="0"), ""),
-                  (version, f" >= {RULES_VERSION}")]
-        ends = (window.start + window.step, window.end)
-        # One sample when every series is there at both ends (``and`` of the counts).
-        query = " and ".join(
-            f"count(last_over_time({sel}[{probe}] @ {t:.3f}){keep})"
-            for sel, keep in probes for t in ends)
-        loaded = len(self.instant(query, window.end)) == 1
-        with self._lock:
-            self._rules_seen[key] = (now, loaded)
-        return loaded, 1
+        # One check at a time (the page's rows and the registry's steps ask side by side):
+        # the second reads the first one's finding instead of sending the query again.
+        with self._check_lock:
+            key = round(window.seconds)
+            now = time.monotonic()
+            with self._lock:
+                found = self._rules_seen.get(key)
+            if found is not None and now - found[0] < (
+                    self.RULES_CHECK_EVERY if found[1] else self.RULES_MISSING_CHECK_EVERY):
+                return found[1], 0
+            probe = duration(RULE_INTERVAL)
+            # The dense series (the sparse ones may rightly be empty: nothing spins), of each
+            # node's GPU 0 (as the first round's ``at_start``: an eighth of the series, 0.41 s
+            # of VictoriaMetrics' time less at 5,000 nodes), and the rules' version (a rule file
+            # older than the page lacks what it reads).
+            version = selector(RULES["version"], thresholds=self.thresholds.key,
+                               cluster_label=self.cluster_label)
+            probes = [(selector(RULES["util_max"], gpu="0"), ""),
+                      (selector(RULES["util"], gpu="0"), ""),
+                      (version, f" >= {RULES_VERSION}")]
+            ends = (window.start + window.step, window.end)
+            # One sample when every series is there at both ends (``and`` of the counts).
+            query = " and ".join(
+                f"count(last_over_time({sel}[{probe}] @ {t:.3f}){keep})"
+                for sel, keep in probes for t in ends)
+            loaded = len(self.instant(query, window.end)) == 1
+            with self._lock:
+                self._rules_seen[key] = (now, loaded)
+            return loaded, 1
 
     def _submit(self, queries: Mapping[str, str], window: Window) -> _Answers:
         """Every query sent (at most :attr:`MAX_IN_FLIGHT` in flight, in this order), the

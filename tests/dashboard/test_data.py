@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -207,10 +210,13 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     assert queries == []
     # A valid filter is sent, quoted, and every query is a fixed set.
     data = prom.fleet(3600, namespace="ml")
-    # The recording rules looked for (none), the first round, when the data begins (none
-    # at the window's first step), nothing for a second round. (Who held what: two queries,
-    # held and used.)
-    assert data.queries == len(queries) == 14
+    # Whether the rules recorded the window's last minute (none), the recording rules looked
+    # for (none), the first round, when the data begins (none at the window's first step),
+    # nothing for a second round. (Who held what: two queries, held and used.)
+    assert data.queries == len(queries) == 15
+    # A second page: the rules known missing (for a minute), so not looked for again.
+    queries.clear()
+    assert prom.fleet(3600, namespace="ml").queries == len(queries) == 13
     assert any('namespace="ml"' in q for q in queries)
     prom.close()
 
@@ -562,3 +568,27 @@ def test_a_missed_rules_check_is_asked_again_after_a_minute(
     clock[0] += 2
     assert prom.rules_loaded(window) and len(asked) == 3
 
+
+
+def test_the_rows_and_the_steps_share_one_rules_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The page's rows and the registry's steps ask whether the rules serve the window side
+    # by side: the check (the heaviest of the small queries at 5,000 nodes) is sent once.
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000.0)
+    asked: list[str] = []
+    entered = threading.Event()
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        entered.set()
+        time.sleep(0.3)  # (the store computing it while the other caller asks)
+        return [({}, 1.0)]
+
+    monkeypatch.setattr(prom, "instant", instant)
+    window = prom.window(3600)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(prom.rules_loaded, window)
+        assert entered.wait(5)
+        second = pool.submit(prom.rules_loaded, window)
+        assert first.result() and second.result()
+    assert len(asked) == 1, asked

@@ -213,6 +213,8 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
              # the verdicts' labels (which rule a device or container meets at the end)
              "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
              "input",
+             # whether the rules recorded the window's last minute (PlanQueries.served)
+             "at", "end", "before",
              # the raw holdings' slice label, made from ``uuid`` and back (Steps.holdings_over)
              "slice", "uuid", "$1", "(.*)",
              # the registry's step queries, sent as one: the label that tells them apart and
