@@ -177,7 +177,11 @@ def _price_value(value: Any, where: str) -> float:
     return number
 
 
-def _entries(mapping: Any, where: str, meta: Mapping[str, str]) -> dict[str, Price]:
+def _entries(mapping: Any, where: str, meta: Mapping[str, str],
+             key_where: str | None = None) -> dict[str, Price]:
+    """``key_where``: what an entry's key follows in an error (``where`` and a dot, unless
+    given: a plain mapping's keys follow the file's name and a colon)."""
+    key_where = f"{where}." if key_where is None else key_where
     if not isinstance(mapping, dict):
         raise PriceError(f"{where}: expected a mapping of instance type to $/hour")
     out = {}
@@ -185,7 +189,7 @@ def _entries(mapping: Any, where: str, meta: Mapping[str, str]) -> dict[str, Pri
         if not isinstance(key, str) or not key.strip():
             raise PriceError(f"{where}: instance types must be non-empty strings, "
                              f"got {_show(key)}")
-        out[key] = Price(key, _price_value(value, f"{where}.{key}"), **meta)
+        out[key] = Price(key, _price_value(value, f"{key_where}{key}"), **meta)
     return out
 
 
@@ -217,7 +221,7 @@ def parse_prices(data: Any, source: str) -> PriceTable:
         prices.update(_entries(data["prices"], f"{source}: prices", {}))
     else:
         prices.update(_entries({k: v for k, v in data.items() if k not in ("currency", "spot")},
-                               source, {"source": source}))
+                               source, {"source": source}, f"{source}: "))
     if "spot" in data and "tables" not in data:
         spot.update(_entries(data["spot"], f"{source}: spot",
                              {"source": source, "capacity_type": "spot"}))

@@ -165,3 +165,21 @@ def test_the_stores_price_each_node_as_the_table_does(tmp_path: Path) -> None:
             got = {r["metric"]["node"]: NodePrice(float(r["value"][1]), r["metric"]["basis"])
                    for r in store.query(query, at)}
             assert got == expected, store.kind
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("p5.48xlarge: free\n", ": p5.48xlarge: "),
+    ("prices:\n  p5.48xlarge: free\n", ": prices.p5.48xlarge: "),
+    ("spot:\n  p5.48xlarge: free\n", ": spot.p5.48xlarge: "),
+    ("tables:\n  - prices: {p5.48xlarge: free}\n", ": tables[0].prices.p5.48xlarge: "),
+])
+def test_a_bad_price_is_named_after_the_file_then_its_key(
+        tmp_path: Path, text: str, where: str) -> None:
+    """docs/dashboard.md: ``--prices prices.yaml: p5.48xlarge: expected ...``; a plain
+    mapping's key is not joined to the file's name (``prices.yaml.p5.48xlarge``)."""
+    f = tmp_path / "prices.yaml"
+    f.write_text(text)
+    with pytest.raises(PriceError) as info:
+        load_prices(f)
+    assert str(info.value) == (
+        f"{f}{where}expected a number of dollars per hour, got 'free'")
