@@ -348,7 +348,7 @@ def test_requests_and_limits(name: str) -> None:
             for r in ("cpu", "memory"):
                 assert _quantity(res["requests"][r]) <= _quantity(res["limits"][r]), (c["name"], r)
     res = exporter_container(render(name))["resources"]
-    # docs/deploy.md#sizing: to revisit against docs/benchmarks.md.
+    # docs/deploy.md#sizing: above what docs/benchmarks.md measures.
     assert res == {"requests": {"cpu": "10m", "memory": "48Mi"},
                    "limits": {"cpu": "200m", "memory": "128Mi"}}
 
