@@ -41,7 +41,8 @@ from gpuscope.dashboard.verdicts.page import (
 )
 
 #: XIDs that mean the GPU needs a reset, a drain or a replacement (NVIDIA's XID catalog),
-#: with what each says.
+#: with what each says: the ``GpuXidCritical`` alert's codes (alerts/gpuscope-rules.yaml;
+#: a test keeps the two the same, so that the page and the alert agree about a GPU).
 CRITICAL_XIDS: Mapping[str, str] = {
     "48": "double-bit ECC error",
     "63": "ECC page retirement or row remap recorded",
@@ -52,6 +53,8 @@ CRITICAL_XIDS: Mapping[str, str] = {
     "94": "contained ECC error",
     "95": "uncontained ECC error",
     "119": "GSP RPC timeout",
+    "120": "GSP firmware error",
+    "154": "recovery action changed: reset or reboot required",
 }
 
 LOST = StepQuery("gpu_up", "min", "<", 1.0)

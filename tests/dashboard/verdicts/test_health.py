@@ -5,13 +5,17 @@ by $/hour, and the rows' links."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuscope.dashboard.data import StepQuery
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 from gpuscope.dashboard.verdicts.health import (
+    CRITICAL_XIDS,
     ECC,
     HOLDERS,
     LOST,
@@ -22,6 +26,8 @@ from gpuscope.dashboard.verdicts.health import (
     GpuHealth,
 )
 from gpuscope.dashboard.verdicts.page import PageContext
+
+RULE_FILE = Path(__file__).resolve().parents[3] / "alerts" / "gpuscope-rules.yaml"
 
 STEP = 60.0
 END = 1_800_003_600.0
@@ -164,3 +170,14 @@ def test_the_pods_on_a_broken_gpu_come_from_its_holders_too() -> None:
                    HOLDERS: [(lab(A0, namespace="ml", pod="eval-1", container="c"),
                               series({T[-1]: 1.0}))]})
     assert found[A0].pods == ("ml/eval-1", "ml/train-0")
+
+
+def test_the_page_and_the_alert_count_the_same_xids_as_critical() -> None:
+    # Two answers about one GPU: the GpuXidCritical alert paged for XIDs 120 and 154 while
+    # the page's health table did not list them.
+    rules = yaml.safe_load(RULE_FILE.read_text())
+    expr = next(r["expr"] for g in rules["groups"] for r in g["rules"]
+                if r.get("alert") == "GpuXidCritical")
+    alternatives = set(re.findall(r'xid=~"([^"]+)"', expr))
+    assert len(alternatives) == 1, alternatives
+    assert set(next(iter(alternatives)).split("|")) == set(CRITICAL_XIDS)

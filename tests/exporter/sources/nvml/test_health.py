@@ -17,7 +17,7 @@ from tests.exporter.sources.fake_nvml import (
 from tests.exporter.sources.nvml.conftest import SourceFactory, by_uuid
 
 # The XIDs the dashboard's health verdict counts as critical.
-CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119)
+CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154)
 REMAP_SERIES = ("gpu_remapped_rows", "gpu_row_remap_pending", "gpu_row_remap_failed")
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
