@@ -29,6 +29,9 @@ from typing import Any, NoReturn
 import yaml
 from yaml.nodes import ScalarNode
 
+from gpuscope.exporter import yaml12
+from gpuscope.exporter.files import TooLarge, read_text
+
 ALERTS_DIR = Path(__file__).resolve().parent
 RULES_FILE = ALERTS_DIR / "gpuscope-rules.yaml"
 GENERATED_FILE = ALERTS_DIR / "generated" / "prometheusrule.yaml"
@@ -79,20 +82,47 @@ def parse_duration(text: str) -> float:
     return sum(int(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(text))
 
 
-def load_rules(path: Path = RULES_FILE) -> dict[str, Any]:
-    """The rule file as data (``{"groups": [...]}``), checked with :func:`rule_group_errors`."""
+#: The largest rule file read, in bytes (the bundled one is under 100 KiB): a wrong path
+#: (``/dev/zero``, a log) is one error line, not the machine's memory.
+MAX_RULES_BYTES = 16 << 20
+
+
+def read_rules_text(path: Path) -> str:
+    """The rule file's text; anything that cannot be read as one (missing, a folder, not
+    UTF-8, too large) raises :class:`RenderError`, one line."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return read_text(path, MAX_RULES_BYTES)
+    except TooLarge as exc:
+        raise RenderError(f"{path}: {exc}") from None
     except OSError as exc:
         raise RenderError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise RenderError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+    except UnicodeDecodeError:
+        raise RenderError(f"{path}: cannot read: not UTF-8 text") from None
+    except ValueError as exc:  # "embedded null byte" in the path
+        raise RenderError(f"{path!r}: cannot read: {exc}") from None
+
+
+def parse_rules(text: str, where: Path | str) -> dict[str, Any]:
+    """A rule file's text as data (``{"groups": [...]}``), checked with
+    :func:`rule_group_errors`. Read as the programs read their YAML
+    (:mod:`gpuscope.exporter.yaml12`): a duplicate key is an error, as promtool makes it
+    (PyYAML's own loader kept the last one silently), and nesting past the parser's stack
+    is one error line, not a RecursionError."""
+    try:
+        data = yaml12.load(text, str(where))
+    except yaml12.YamlError as exc:
+        raise RenderError(str(exc)) from None
     if not isinstance(data, dict) or set(data) != {"groups"}:
-        raise RenderError(f"{path}: expected a mapping with exactly one key, 'groups'")
+        raise RenderError(f"{where}: expected a mapping with exactly one key, 'groups'")
     errors = rule_group_errors(data["groups"], where="groups")
     if errors:
-        raise RenderError(f"{path}: {errors[0]}")
+        raise RenderError(f"{where}: {errors[0]}")
     return data
+
+
+def load_rules(path: Path = RULES_FILE) -> dict[str, Any]:
+    """The rule file as data (``{"groups": [...]}``), checked with :func:`rule_group_errors`."""
+    return parse_rules(read_rules_text(path), path)
 
 
 def rule_group_errors(groups: object, where: str = "spec.groups") -> list[str]:

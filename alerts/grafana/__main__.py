@@ -18,7 +18,7 @@ from typing import NoReturn
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
 from gpuscope.alerts.grafana.promql import ScopeError
 from gpuscope.alerts.grafana.rules import GrafanaError, Rules, with_price_group
-from gpuscope.alerts.render import ALERTS_DIR, RULES_FILE
+from gpuscope.alerts.render import ALERTS_DIR, RULES_FILE, RenderError, parse_rules, read_rules_text
 from gpuscope.dashboard.prices import PriceError, load_prices
 
 #: Where the dashboards are written: for import by hand, and for the kustomize component
@@ -37,11 +37,9 @@ def outputs(rules_file: Path = RULES_FILE, prices_file: Path | None = None,
     the dashboards read the rule file as it will be."""
     try:
         prices = load_prices(prices_file)
-        text = rules_file.read_text(encoding="utf-8")
-    except PriceError as exc:
+        text = read_rules_text(rules_file)
+    except (PriceError, RenderError) as exc:
         raise GrafanaError(str(exc)) from None
-    except OSError as exc:
-        raise GrafanaError(f"{rules_file}: cannot read: {exc.strerror or exc}") from None
     rules_text = with_price_group(text, prices)
     files = {rules_file: rules_text}
     tmp_rules = _parse_rules(rules_text, rules_file)
@@ -53,20 +51,10 @@ def outputs(rules_file: Path = RULES_FILE, prices_file: Path | None = None,
 
 
 def _parse_rules(text: str, where: Path) -> Rules:
-    import yaml
-
-    from gpuscope.alerts.render import rule_group_errors
-
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise GrafanaError(f"{where}: invalid YAML: {' '.join(str(exc).split())}") from None
-    if not isinstance(data, dict) or set(data) != {"groups"}:
-        raise GrafanaError(f"{where}: expected a mapping with exactly one key, 'groups'")
-    errors = rule_group_errors(data["groups"], where="groups")
-    if errors:
-        raise GrafanaError(f"{where}: {errors[0]}")
-    return Rules(data)
+        return Rules(parse_rules(text, where))
+    except RenderError as exc:
+        raise GrafanaError(str(exc)) from None
 
 
 class _Parser(argparse.ArgumentParser):

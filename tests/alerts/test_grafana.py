@@ -165,6 +165,23 @@ def test_bad_input_is_one_line_and_exit_2(change: str, message: str, tmp_path: P
     assert message in err
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    (b"\xfc\x00\x81binary", "not UTF-8 text"),
+    (b"groups: []\n" + b"#" * (17 << 20), "larger than 16 MiB"),
+])
+def test_unreadable_rule_file_is_one_line_and_exit_2(
+    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rule file that is not UTF-8 text, or far too large to be one, is one error line
+    (it was a UnicodeDecodeError traceback, or the whole file in memory)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_bytes(content)
+    assert cli.main(["--rules", str(rules), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuscope-grafana: error: "), err
+    assert message in err
+
+
 # ---- valid Grafana dashboards ------------------------------------------------------------
 
 

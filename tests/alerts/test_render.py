@@ -181,6 +181,32 @@ def test_render_bad_rule_file_is_one_line_and_exit_2(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    (b"\xfc\x00\x81binary", "not UTF-8 text"),
+    (b"groups: " + b"[" * 100_000, "nested too deeply"),
+    (b"groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: up\n"
+     b"        expr: vector(1)\n", "duplicate key 'expr'"),
+    (b"groups: []\n" + b"#" * (17 << 20), "larger than 16 MiB"),
+])
+def test_render_unreadable_rule_file_is_one_line_and_exit_2(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    """Binary garbage, a file nested past the parser's stack, a duplicate key (promtool
+    refuses it; PyYAML kept the last) and a file too large for a rule file: one line each,
+    as for any other bad rule file."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_bytes(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuscope.alerts.render", "--rules", str(rules), "--output", "-"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result.stderr[-300:]
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr[-300:]
+    assert result.stderr.startswith("gpuscope-render: error: ")
+    assert message in result.stderr
+
+
 def test_cap_ranges_shortens_range_selectors_and_offsets() -> None:
     from gpuscope.alerts.render import cap_ranges
 
