@@ -12,8 +12,8 @@ of the rules with every ``for:`` capped (:func:`cap_for`) and every range select
 (:func:`cap_ranges`: a 5-minute rate of a series seconds old reads low), so a test never keeps
 a second, hand-edited rule set.
 
-Bad input (an unreadable or invalid rule file, a bad flag) ends in one
-``gpuscope-render: error: ...`` line and exit code 2.
+Bad input (an unreadable or invalid rule file, a bad flag, an output that cannot be
+written) ends in one ``gpuscope-render: error: ...`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -503,8 +503,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:  # a folder, a path under a file, a full or read-only disk
+        print(f"gpuscope-render: error: {out}: cannot write: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
     return 0
 
 

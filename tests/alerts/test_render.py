@@ -207,6 +207,20 @@ def test_render_unreadable_rule_file_is_one_line_and_exit_2(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("where", ["folder", "under-a-file"])
+def test_render_unwritable_output_is_one_line_and_exit_2(
+    tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--output naming a folder, or a path under a file: one error line, not an
+    IsADirectoryError / NotADirectoryError traceback."""
+    out = tmp_path if where == "folder" else tmp_path / "rules.yaml" / "out.yaml"
+    (tmp_path / "rules.yaml").write_text("not a folder\n")
+    assert render.main(["--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"gpuscope-render: error: {out}: cannot write: "), err
+
+
 def test_cap_ranges_shortens_range_selectors_and_offsets() -> None:
     from gpuscope.alerts.render import cap_ranges
 
