@@ -109,7 +109,12 @@ def aws_region(value: str) -> str:
 
 
 def endpoint_url(value: str) -> str:
+    """An http(s) CloudWatch endpoint without ``user:password@``: botocore never sends such
+    credentials (requests are SigV4-signed), and the URL is in every failed call's line."""
     parsed = urllib.parse.urlsplit(value)
+    if parsed.username is not None:  # first: the messages below repeat the value
+        raise ValueError("the URL must not hold credentials (user:password@); AWS requests "
+                         "are signed with the AWS credential chain")
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
     try:

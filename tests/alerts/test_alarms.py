@@ -434,6 +434,15 @@ def test_canonical_treats_aws_defaults_as_equal() -> None:
     (["plan", "--cluster", "prod", "--temperature", "200"], "--temperature: expected 30 to 120"),
     (["plan", "--cluster", "prod", "--region", "mars-1"], "--region: not an AWS region name"),
     (["plan", "--cluster", "prod", "--endpoint-url", "localhost:4566"], "--endpoint-url"),
+    # Each of these passed the prefix check and ended in a ValueError traceback in botocore
+    # (bad port, bad IPv6) or in the error line that echoed the URL (a password).
+    (["plan", "--cluster", "prod", "--endpoint-url", "http://localhost:99999"],
+     "--endpoint-url: bad port in 'http://localhost:99999'"),
+    (["plan", "--cluster", "prod", "--endpoint-url", "http://localhost:port"],
+     "--endpoint-url: bad port"),
+    (["plan", "--cluster", "prod", "--endpoint-url", "http://[::1"], "--endpoint-url: "),
+    (["plan", "--cluster", "prod", "--endpoint-url", "http://user:secret@localhost:4566"],
+     "--endpoint-url: the URL must not hold credentials"),
     (["plan", "--cluster", "prod", "--node", "a/b"], "--node: not a node name: 'a/b'"),
     (["plan", "--cluster", "prod", "--alarm-prefix", "gpu scope"], "--alarm-prefix"),
 ])
@@ -448,6 +457,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith("gpuscope-alarms: error: ")
     assert message in result.stderr
+    assert "secret" not in result.stderr
 
 
 def test_missing_region_is_one_line_and_exit_2() -> None:

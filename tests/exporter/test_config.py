@@ -134,6 +134,10 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         (["--cloudwatch-endpoint-url", "monitoring.local"], {},
          "--cloudwatch-endpoint-url: expected an http:// or https:// URL"),
         (["--cloudwatch-endpoint-url", "http://host:99999"], {}, "bad port"),
+        # botocore never uses user:password@ (requests are SigV4-signed), and the URL is in
+        # every "PutMetricData failed" warning.
+        (["--cloudwatch-endpoint-url", "https://user:secret@monitoring.local"], {},
+         "--cloudwatch-endpoint-url: the URL must not hold credentials"),
         (["--cloudwatch-interval", "0"], {}, "--cloudwatch-interval: expected a positive"),
         (["--cloudwatch-interval", "7200"], {}, "--cloudwatch-interval: expected 1 to 3600"),
         (["--cloudwatch-buffer", "-5"], {}, "--cloudwatch-buffer: expected a positive"),
@@ -152,6 +156,7 @@ def test_bad_values_give_one_line(argv: list[str], env: dict[str, str], fragment
         parse(argv, env)
     assert fragment in str(info.value)
     assert "\n" not in str(info.value)
+    assert "secret" not in str(info.value)
 
 
 def test_ipv6_and_all_interfaces() -> None:
