@@ -40,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, TextIO, cast
 
+from gpuscope.exporter.config import endpoint_url
 from gpuscope.exporter.flags import version
 
 PROG = "gpuscope-alarms"
@@ -529,8 +530,14 @@ def parse_args(argv: Sequence[str] | None, env: dict[str, str] | None = None) ->
         raise UsageError("no AWS region: pass --region or set AWS_REGION")
     if not re.match(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$", region):
         raise UsageError(f"--region: not an AWS region name: {region!r}")
-    if args.endpoint_url and not re.match(r"^https?://[^\s/]+", args.endpoint_url):
-        raise UsageError(f"--endpoint-url: expected an http(s) URL, got {args.endpoint_url!r}")
+    if args.endpoint_url:
+        # Parsed as the exporter's --cloudwatch-endpoint-url is: a prefix check let a bad
+        # port or IPv6 address through to botocore (a ValueError traceback) and a password
+        # into the error line.
+        try:
+            endpoint_url(args.endpoint_url)
+        except ValueError as exc:
+            raise UsageError(f"--endpoint-url: {exc}") from None
     if args.sns_topic_arn and not _SNS_ARN.match(args.sns_topic_arn):
         raise UsageError(f"--sns-topic-arn: not an SNS topic ARN: {args.sns_topic_arn!r}")
     if not args.namespace or len(args.namespace) > 255 or args.namespace.startswith(":"):
