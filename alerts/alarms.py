@@ -571,11 +571,17 @@ def make_client(opts: Options) -> CloudWatch:
     # boto3 is imported here, so that --help and input errors work without it.
     boto3 = importlib.import_module("boto3")
     config = importlib.import_module("botocore.config")
-    client = boto3.client(
-        "cloudwatch", region_name=opts.region, endpoint_url=opts.endpoint_url,
-        # Standard retries (3 attempts unless AWS_MAX_ATTEMPTS says otherwise).
-        config=config.Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=30),
-    )
+    try:
+        client = boto3.client(
+            "cloudwatch", region_name=opts.region, endpoint_url=opts.endpoint_url,
+            # Standard retries (3 attempts unless AWS_MAX_ATTEMPTS says otherwise).
+            config=config.Config(retries={"mode": "standard"}, connect_timeout=5,
+                                 read_timeout=30),
+        )
+    except ValueError as exc:
+        # botocore reads the AWS_* environment here and raises ValueError for a value it
+        # cannot convert (AWS_MAX_ATTEMPTS=abc): bad input, as the exporter reports it.
+        raise UsageError(f"cannot create the CloudWatch client: {exc}") from None
     return cast(CloudWatch, client)
 
 

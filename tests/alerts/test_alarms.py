@@ -468,6 +468,19 @@ def test_missing_region_is_one_line_and_exit_2() -> None:
         2, "gpuscope-alarms: error: no AWS region: pass --region or set AWS_REGION\n")
 
 
+def test_bad_aws_environment_is_one_line_and_exit_2() -> None:
+    """An AWS variable botocore cannot read (AWS_MAX_ATTEMPTS=abc) while the client is made
+    was a ValueError traceback."""
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    result = alarms_cli(url, "plan", "--cluster", "prod", env={"AWS_MAX_ATTEMPTS": "abc"})
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(
+        "gpuscope-alarms: error: cannot create the CloudWatch client: "), result.stderr
+
+
 def test_unreachable_endpoint_is_one_line_and_exit_1() -> None:
     from tests.conftest import free_port
 
