@@ -833,7 +833,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(default: one cluster, no label)")
     ap.add_argument("--out", type=Path, required=True, help="the data set's folder")
     args = ap.parse_args(argv)
-    if args.nodes < 1 or args.step <= 0 or args.window < args.step:
+    # Written so that NaN and infinity fail too (every comparison with NaN is false).
+    if args.nodes < 1 or not 0 < args.step <= args.window < math.inf:
         print("fleet: --nodes must be >= 1, --step > 0 and --window >= --step",
               file=sys.stderr)
         return 2

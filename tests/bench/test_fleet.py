@@ -294,6 +294,18 @@ def test_the_cli_refuses_a_flagged_share_outside_0_1_in_one_line(
     assert not any(tmp_path.iterdir())  # nothing built
 
 
+@pytest.mark.parametrize("args", [["--step", "nan"], ["--window", "nan"], ["--window", "inf"]])
+def test_the_cli_refuses_a_step_or_window_that_is_not_a_finite_number_in_one_line(
+        args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NaN passed the range check (every comparison with it is false) and ended later in
+    "cannot convert float NaN to integer", exit 1, an empty data set's folder left made."""
+    out = tmp_path / "set"
+    assert fleet.main(["--nodes", "10", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == "fleet: --nodes must be >= 1, --step > 0 and --window >= --step\n"
+    assert not out.exists()  # nothing built
+
+
 @pytest.mark.parametrize("args", [["--carrying", "1"], ["--carrying", "0.9", "--flagged", "0.5"]])
 def test_the_cli_refuses_a_carrying_share_outside_0_1_or_with_flagged_in_one_line(
         args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
