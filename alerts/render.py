@@ -30,7 +30,7 @@ import yaml
 from yaml.nodes import ScalarNode
 
 from gpuscope.exporter import yaml12
-from gpuscope.exporter.files import TooLarge, read_text
+from gpuscope.exporter.files import TooLarge, read_text, write_text_atomic
 
 ALERTS_DIR = Path(__file__).resolve().parent
 RULES_FILE = ALERTS_DIR / "gpuscope-rules.yaml"
@@ -505,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        write_text_atomic(out, text)  # a failed write leaves the old file whole
     except OSError as exc:  # a folder, a path under a file, a full or read-only disk
         print(f"gpuscope-render: error: {out}: cannot write: {exc.strerror or exc}",
               file=sys.stderr)

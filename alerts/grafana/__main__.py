@@ -20,6 +20,7 @@ from gpuscope.alerts.grafana.promql import ScopeError
 from gpuscope.alerts.grafana.rules import GrafanaError, Rules, with_price_group
 from gpuscope.alerts.render import ALERTS_DIR, RULES_FILE, RenderError, parse_rules, read_rules_text
 from gpuscope.dashboard.prices import PriceError, load_prices
+from gpuscope.exporter.files import write_text_atomic
 
 #: Where the dashboards are written: for import by hand, and for the kustomize component
 #: (kustomize reads only files under the component's own folder, hence the copy).
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            write_text_atomic(path, text)  # a failed write leaves the rule file whole
         except OSError as exc:
             print(f"gpuscope-grafana: error: {path}: cannot write: {exc.strerror or exc}",
                   file=sys.stderr)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,6 +20,20 @@ import pytest
 # One way to run a real moto server for the whole suite (the CloudWatch sink tests' fixture).
 from tests.exporter.sinks.cloudwatch.conftest import MotoServer
 from tests.exporter.sinks.cloudwatch.conftest import moto_server as moto_server
+
+
+def run_with_a_disk_that_fills(args: list[str], limit: int) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in the repository where no file can grow past ``limit`` bytes
+    (RLIMIT_FSIZE: a write past it fails with EFBIG part-way, as on a full disk)."""
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, preexec_fn=limit_file_size,
+    )
 
 
 def debian_tool(*names: str, package: str) -> str:

@@ -39,7 +39,7 @@ from gpuscope.alerts.grafana.rules import (
 from gpuscope.alerts.render import RULES_FILE, load_rules
 from gpuscope.dashboard.demo import DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
-from tests.alerts.conftest import REPO
+from tests.alerts.conftest import REPO, run_with_a_disk_that_fills
 from tests.conftest import free_port, wait_for
 
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -180,6 +180,25 @@ def test_unreadable_rule_file_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gpuscope-grafana: error: "), err
     assert message in err
+
+
+def test_a_failed_write_leaves_the_rule_file_whole(tmp_path: Path) -> None:
+    """The rule file is rewritten in place (its price group): a write that fails part-way
+    (here a file-size limit, as a full disk) is one error line, and the file is still the
+    old one, not cut short; no temporary file is left beside it."""
+    rules = tmp_path / "rules.yaml"
+    before = RULES_FILE.read_text(encoding="utf-8")
+    rules.write_text(before, encoding="utf-8")
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("p5.48xlarge: 40.0\n")  # the price group changes: the file is written
+    result = run_with_a_disk_that_fills(
+        ["-m", "gpuscope.alerts.grafana", "--rules", str(rules), "--prices", str(prices)],
+        limit=16 << 10)
+    assert result.returncode == 2, result.stderr[-300:]
+    assert len(result.stderr.splitlines()) == 1, result.stderr[-300:]
+    assert result.stderr.startswith(f"gpuscope-grafana: error: {rules}: cannot write: ")
+    assert rules.read_text(encoding="utf-8") == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prices.yaml", "rules.yaml"]
 
 
 # ---- valid Grafana dashboards ------------------------------------------------------------

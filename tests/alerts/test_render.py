@@ -23,7 +23,7 @@ from gpuscope.alerts.render import (
     render_generated,
     validate_prometheus_rule,
 )
-from tests.alerts.conftest import REPO
+from tests.alerts.conftest import REPO, run_with_a_disk_that_fills
 
 
 def generated() -> dict[str, Any]:
@@ -219,6 +219,27 @@ def test_render_unwritable_output_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith(f"gpuscope-render: error: {out}: cannot write: "), err
+
+
+def test_render_failed_write_leaves_the_old_output_whole(tmp_path: Path) -> None:
+    """--output is written through a temporary file in its folder: a write that fails
+    part-way (a file-size limit, as a full disk) is one error line and the old file is
+    still there whole, no temporary file beside it; a write that succeeds keeps the old
+    file's permissions."""
+    out = tmp_path / "prometheusrule.yaml"
+    out.write_text("# the old output\n")
+    out.chmod(0o640)
+    result = run_with_a_disk_that_fills(
+        ["-m", "gpuscope.alerts.render", "--output", str(out)], limit=4 << 10)
+    assert result.returncode == 2, result.stderr[-300:]
+    assert len(result.stderr.splitlines()) == 1, result.stderr[-300:]
+    assert result.stderr.startswith(f"gpuscope-render: error: {out}: cannot write: ")
+    assert out.read_text() == "# the old output\n"
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+    assert render.main(["--output", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == render_generated()
+    assert out.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
 
 
 def test_cap_ranges_shortens_range_selectors_and_offsets() -> None:

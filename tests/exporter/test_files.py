@@ -11,9 +11,33 @@ import pytest
 
 from gpuscope.dashboard.auth import AuthFileError, load_credentials
 from gpuscope.dashboard.prices import PriceError, load_prices
-from gpuscope.exporter.files import TooLarge, read_text
+from gpuscope.exporter.files import TooLarge, read_text, write_text_atomic
 from gpuscope.exporter.sources.scenario.load import load_scenario
 from gpuscope.exporter.sources.scenario.model import ScenarioError
+
+
+def test_a_file_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    """A new file gets open()'s mode, an old one keeps its own; a symbolic link is kept
+    and its target replaced; a device is written directly (never replaced by a file); a
+    write that fails leaves no temporary file."""
+    new = tmp_path / "new.txt"
+    write_text_atomic(new, "é\n")
+    assert new.read_text(encoding="utf-8") == "é\n"
+    old = tmp_path / "old.txt"
+    old.write_text("old\n")
+    old.chmod(0o600)
+    link = tmp_path / "link.txt"
+    link.symlink_to(old.name)
+    write_text_atomic(link, "new\n")
+    assert link.is_symlink() and old.read_text() == "new\n"
+    assert old.stat().st_mode & 0o777 == 0o600
+    write_text_atomic("/dev/null", "nothing\n")
+    assert Path("/dev/null").is_char_device()
+    with pytest.raises(OSError):
+        write_text_atomic(tmp_path, "a folder\n")
+    with pytest.raises(OSError):
+        write_text_atomic("/dev/full", "a full disk\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "new.txt", "old.txt"]
 
 
 def test_a_file_is_read_up_to_its_limit(tmp_path: Path) -> None:
