@@ -43,6 +43,7 @@ from gpuscope.dashboard.data.http import (
     TlsConfig,
     amp_region,
     reject_credentials_in_url,
+    reject_query_in_url,
 )
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import PriceError, PriceTable, load_prices
@@ -112,6 +113,7 @@ def parse_url(value: str) -> str:
     parts = urllib.parse.urlsplit(value.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"expected an http(s) URL such as http://prometheus:9090, got {value!r}")
+    reject_query_in_url(value.strip())
     try:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:

@@ -80,6 +80,15 @@ def reject_credentials_in_url(url: str) -> None:
                          "basic-auth user and password-file options instead")
 
 
+def reject_query_in_url(url: str) -> None:
+    """ValueError when ``url`` has a query (``?…``) or a fragment (``#…``): the API paths
+    are put after it (``url + "/api/v1/query"``), so they would land inside the query. A
+    path prefix (``http://host/prometheus``) is fine."""
+    if "?" in url or "#" in url:  # userinfo, the one other place for them, is refused
+        raise ValueError(f"expected a URL without a query or fragment (?... or #...): the "
+                         f"API paths go after it, got {url!r}")
+
+
 def amp_region(url: str) -> str | None:
     """The AWS region of an Amazon Managed Service for Prometheus URL
     (``https://aps-workspaces.<region>.amazonaws.com/workspaces/ws-…``), else None."""
@@ -499,6 +508,7 @@ class PromApi:
                  user_agent: str | None = None,
                  max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         reject_credentials_in_url(url)
+        reject_query_in_url(url)
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.max_answer_bytes = max_answer_bytes

@@ -210,6 +210,24 @@ def test_a_url_with_credentials_is_refused_without_repeating_them() -> None:
     assert "hunter2" not in str(info.value)
 
 
+@pytest.mark.parametrize("url", ["http://h:9090?x=1#frag", "http://h:9090/?x=1",
+                                 "http://h:9090#frag", "http://h/prometheus?", "http://h:9090#"])
+def test_a_prometheus_url_with_a_query_or_fragment_is_one_line_and_exit_2(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The API paths are put after --prometheus (``?x=1/api/v1/query``): a query or a
+    fragment is refused at start, named by its flag; a path prefix is not."""
+    assert main(["--prometheus", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("gpuscope-dashboard: error: --prometheus: expected a URL without a "
+                          "query or fragment"), err
+    with pytest.raises(ConfigError, match=r"^GPUSCOPE_PROMETHEUS: expected a URL without"):
+        parse_config([], environ={"GPUSCOPE_PROMETHEUS": url})
+    prefix = parse_config(["--prometheus", "http://h/prometheus/"], environ={})
+    assert prefix.prometheus == "http://h/prometheus"
+
+
 def test_sigv4_region_from_flag_url_or_environment() -> None:
     amp = "https://aps-workspaces.eu-central-1.amazonaws.com/workspaces/ws-0a1b2c"
     sigv4 = ["--prometheus-sigv4"]

@@ -574,6 +574,17 @@ def test_credentials_in_the_url_are_refused() -> None:
         PrometheusData("https://admin:hunter2@prom.example.com")
 
 
+def test_a_query_or_fragment_in_the_url_is_refused() -> None:
+    """The API paths are put after the URL: ``?x=1`` would carry them into the query."""
+    for url in ("https://prom.example.com?x=1", "https://prom.example.com/p#frag"):
+        with pytest.raises(ValueError, match="without a query or fragment"):
+            PromApi(url)
+        with pytest.raises(ValueError, match="without a query or fragment"):
+            PrometheusData(url)
+    assert PromApi("https://prom.example.com/prometheus/").url == (
+        "https://prom.example.com/prometheus")
+
+
 # -- end to end: the fleet through an authenticating proxy and over mutual TLS ---------------
 NODES = {"amp-idle": ("g5.12xlarge", 0.0), "amp-busy": ("p4d.24xlarge", 0.9)}
 
