@@ -77,11 +77,15 @@ def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port_text = value.rpartition(":")
     if not sep or not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
         raise ValueError(f"expected HOST:PORT, got {value!r}")
+    # Brackets only around the whole host, both of them: "[::1:9" is not "[::1]:9".
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if "[" in host or "]" in host:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
     port = int(port_text)
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be 0..65535, got {port}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, port
+    return host or "0.0.0.0", port
 
 
 

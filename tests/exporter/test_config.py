@@ -122,6 +122,11 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         (["--interval", "0.0000001"], {}, "--interval: expected 0.1 to 3600 seconds"),
         (["--listen", "9463"], {}, "--listen: expected HOST:PORT"),
         (["--listen", "0.0.0.0:70000"], {}, "--listen: port must be 0..65535"),
+        # A bracket without its pair was dropped: "[::1:9" listened on [::1]:9.
+        (["--listen", "[::1:9"], {}, "--listen: expected HOST:PORT"),
+        (["--listen", "::1]:9463"], {}, "--listen: expected HOST:PORT"),
+        (["--probe-listen", "[::1:9"], {}, "--probe-listen: expected HOST:PORT"),
+        (["--probe-listen", "[[::1]]:9"], {}, "--probe-listen: expected HOST:PORT"),
         (["--source", "dcgm"], {}, "--source: expected one of nvml, simulated"),
         ([], {"GPUSCOPE_INTERVAL": "soon"}, "GPUSCOPE_INTERVAL: expected a number"),
         ([], {"GPUSCOPE_PROCESS_METRICS": "maybe"}, "GPUSCOPE_PROCESS_METRICS: expected true"),
