@@ -53,6 +53,7 @@ from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
     StartupError,
+    ascii_number,
     boolean,
     log_level,
     read_flags,
@@ -181,10 +182,10 @@ def parse_factor(value: str) -> float:
 
 
 def parse_count(value: str) -> int:
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 9:
+    number = ascii_number(value, max_digits=9)
+    if number is None or number < 1:
         raise ValueError(f"expected a whole number >= 1, got {value!r}")
-    return int(text)
+    return number
 
 
 def parse_names(value: str, choices: Sequence[str] = ()) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
+    ascii_number,
     boolean,
     choice,
     log_level,
@@ -168,10 +169,9 @@ def instance_id(value: str) -> str:
 
 def series_cap(value: str) -> int:
     """A cap on label sets: an integer 1..1,000,000."""
-    text = value.strip()
-    if not text.isdigit():
+    number = ascii_number(value)
+    if number is None:
         raise ValueError(f"expected a whole number of series, got {value!r}")
-    number = int(text)
     if not 1 <= number <= 1_000_000:
         raise ValueError(f"expected 1 to 1000000, got {number}")
     return number

@@ -33,6 +33,16 @@ class StartupError(Exception):
 
 
 # -- converters: str -> value, ValueError with a short reason on bad input ------------------
+def ascii_number(value: str, max_digits: int = 18) -> int | None:
+    """``value`` (white space around it ignored) as a whole number when it is ASCII digits
+    only, at most ``max_digits`` of them; else None. ``int()`` and ``str.isdigit()`` also
+    take other scripts' digits (``"٣"`` is 3) and superscripts; a flag takes neither."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > max_digits:
+        return None
+    return int(text)
+
+
 def positive_seconds(value: str) -> float:
     try:
         seconds = float(value)

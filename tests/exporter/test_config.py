@@ -127,6 +127,11 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         (["--listen", "::1]:9463"], {}, "--listen: expected HOST:PORT"),
         (["--probe-listen", "[::1:9"], {}, "--probe-listen: expected HOST:PORT"),
         (["--probe-listen", "[[::1]]:9"], {}, "--probe-listen: expected HOST:PORT"),
+        # int() reads other scripts' digits: "٣" (Arabic-Indic three) was a cap of 3.
+        (["--max-process-series", "\u0663"], {}, "--max-process-series: expected a whole"),
+        (["--max-container-series", "\u0661\u0660"], {},
+         "--max-container-series: expected a whole number of series"),
+        ([], {"GPUSCOPE_MAX_PROCESS_SERIES": "\uff15"}, "GPUSCOPE_MAX_PROCESS_SERIES: expected"),
         (["--source", "dcgm"], {}, "--source: expected one of nvml, simulated"),
         ([], {"GPUSCOPE_INTERVAL": "soon"}, "GPUSCOPE_INTERVAL: expected a number"),
         ([], {"GPUSCOPE_PROCESS_METRICS": "maybe"}, "GPUSCOPE_PROCESS_METRICS: expected true"),

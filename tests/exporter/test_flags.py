@@ -12,6 +12,7 @@ from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
     StartupError,
+    ascii_number,
     boolean,
     build_parser,
     positive_seconds,
@@ -25,6 +26,18 @@ FLAGS = (
     Flag("--fast", boolean, "false", "go fast", boolean=True),
     Flag("--name", str, None, "a name"),
 )
+
+
+def test_a_whole_number_is_ascii_digits_only() -> None:
+    """The exporter's and the dashboard's integer flags: ``int()`` and ``str.isdigit()`` also
+    take other scripts' digits ("\u0663" is 3) and superscripts."""
+    assert ascii_number(" 2000 ") == 2000
+    assert ascii_number("007") == 7
+    for bad in ("\u0663", "1\u0660", "\uff15", "\u00b2", "", "-1", "+1", "1e3", "1_000", "1.0"):
+        assert ascii_number(bad) is None, bad
+    assert ascii_number("9" * 18) == int("9" * 18)
+    assert ascii_number("9" * 19) is None
+    assert ascii_number("1234", max_digits=3) is None
 
 
 def read(argv: list[str], env: dict[str, str]) -> tuple[dict[str, object], set[str]]:
