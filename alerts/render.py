@@ -22,6 +22,7 @@ import argparse
 import copy
 import re
 import sys
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -350,6 +351,30 @@ def _rename_replicas(expr: str, old: Sequence[str], new: Sequence[str]) -> str:
     return _WITHOUT.sub(swap, expr)
 
 
+def runbook_base_url(value: str) -> str:
+    """``--runbook-base``: an http(s) URL with a host, put in front of every relative
+    ``runbook_url`` (``BASE/docs/alerts.md#gpulost``), so no ``user:password@`` (it would
+    be in every alert's annotations), no query or fragment (the path goes after it) and no
+    white space. ``argparse.ArgumentTypeError`` otherwise, one line."""
+    try:
+        parts = urllib.parse.urlsplit(value)
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        raise argparse.ArgumentTypeError(f"not a URL: {exc}") from None
+    if parts.username is not None:  # first: the messages below repeat the value
+        raise argparse.ArgumentTypeError(
+            "the URL must not hold credentials (user:password@): it is put in every alert")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad port in {value!r}") from None
+    if (parts.scheme not in ("http", "https") or not parts.hostname or "?" in value
+            or "#" in value or not value.isprintable() or any(c.isspace() for c in value)):
+        raise argparse.ArgumentTypeError(
+            "expected an http(s) URL without a query or fragment such as "
+            f"https://git.example.com/gpuscope/blob/main/, got {value!r}")
+    return value
+
+
 def _label_list(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -464,8 +489,8 @@ def _parser() -> _Parser:
     p.add_argument("--rules", type=Path, default=RULES_FILE, help="rule file to render")
     p.add_argument("--output", "-o", type=Path, default=GENERATED_FILE,
                    help="where to write the PrometheusRule ('-' for stdout)")
-    p.add_argument("--runbook-base", default=None,
-                   help="URL put in front of relative runbook_url annotations")
+    p.add_argument("--runbook-base", type=runbook_base_url, default=None, metavar="URL",
+                   help="http(s) URL put in front of relative runbook_url annotations")
     p.add_argument("--cluster-label", default=DEFAULT_CLUSTER_LABEL, metavar="NAME",
                    help="the label that names a node's cluster in your store (default: "
                         "%(default)s)")

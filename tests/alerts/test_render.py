@@ -127,6 +127,32 @@ def test_runbook_base_makes_links_absolute() -> None:
                for u in urls)
 
 
+@pytest.mark.parametrize(("base", "message"), [
+    ("docs", "expected an http(s) URL"),
+    ("ftp://git.example.com/", "expected an http(s) URL"),
+    ("https://", "expected an http(s) URL"),
+    ("https://git.example.com/?ref=main", "without a query or fragment"),
+    ("https://git.example.com/#main", "without a query or fragment"),
+    ("https://git.example.com/my repo/", "expected an http(s) URL"),
+    ("https://git.example.com:99999/", "bad port"),
+    ("https://[::1/", "not a URL"),
+    ("https://admin:hunter2@git.example.com/", "must not hold credentials"),
+])
+def test_render_bad_runbook_base_is_one_line_and_exit_2(
+    base: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--runbook-base is put in front of every runbook_url: anything but an http(s) URL
+    (without a password, which would be in every alert, or a query or fragment, which the
+    path would go into) is one line, and nothing is written."""
+    assert render.main(["--runbook-base", base, "--output", "-"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert err.startswith("gpuscope-render: error: argument --runbook-base: "), err
+    assert message in err
+    assert "hunter2" not in err
+
+
 def test_cap_for_shortens_long_durations_only() -> None:
     rules = load_rules()
     capped = cap_for(rules, "2m")
