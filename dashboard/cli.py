@@ -59,6 +59,7 @@ from gpuscope.exporter.flags import (
     read_flags,
     run_main,
     seconds_between,
+    split_listen,
     version,
 )
 from gpuscope.exporter.flags import build_parser as _build_parser
@@ -99,14 +100,13 @@ class Config:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    host, sep, port_text = value.rpartition(":")
-    digits = port_text.isascii() and port_text.isdigit() and len(port_text) <= 5
-    if not sep or not digits or not host:
+    split = split_listen(value)
+    if split is None or not split[0]:
         raise ValueError(f"expected HOST:PORT such as 127.0.0.1:8050, got {value!r}")
-    port = int(port_text)
+    host, port = split
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be 0..65535, got {port}")
-    return host.strip("[]"), port
+    return host, port
 
 
 def parse_url(value: str) -> str:

@@ -25,6 +25,7 @@ from gpuscope.exporter.flags import (
     positive_seconds,
     read_flags,
     seconds_between,
+    split_listen,
     text,
 )
 from gpuscope.exporter.flags import (
@@ -75,15 +76,10 @@ class Config:
 
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT``."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
+    split = split_listen(value)
+    if split is None:
         raise ValueError(f"expected HOST:PORT, got {value!r}")
-    # Brackets only around the whole host, both of them: "[::1:9" is not "[::1]:9".
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if "[" in host or "]" in host:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    port = int(port_text)
+    host, port = split
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be 0..65535, got {port}")
     return host or "0.0.0.0", port

@@ -53,6 +53,10 @@ def test_environment_variables_and_flag_precedence() -> None:
     (["--prometheus", "prom:9090"], {}, "--prometheus: expected an http(s) URL"),
     (["--targets", "10.0.0.5:9463"], {}, "--targets: expected an http(s) URL"),
     (["--demo", "--listen", "8050"], {}, "--listen: expected HOST:PORT"),
+    # A bracket without its pair was dropped: "[::1:8050" listened on [::1]:8050.
+    (["--demo", "--listen", "[::1:8050"], {}, "--listen: expected HOST:PORT"),
+    (["--demo", "--listen", "::1]:8050"], {}, "--listen: expected HOST:PORT"),
+    (["--demo", "--listen", "127.0.0.1:٨٠٥٠"], {}, "--listen: expected HOST:PORT"),
     (["--demo", "--refresh", "0"], {}, "--refresh: expected a positive number"),
     (["--demo", "--refresh", "1e308"], {}, "--refresh: expected 1 to 86400 seconds"),
     (["--demo", "--scrape-interval", "1e10"], {},
@@ -317,3 +321,8 @@ def test_dashboard_queries_prometheus_over_tls_with_basic_auth(
     assert "Prometheus auth: basic auth as 'grafana', password from the environment; TLS: CA" \
         in text
     assert "pa55" not in text and expected.split()[1] not in text
+
+
+def test_an_ipv6_listen_address_is_taken_without_its_brackets() -> None:
+    cfg = parse_config(["--demo", "--listen", "[::1]:8050"], environ={})
+    assert (cfg.listen_host, cfg.listen_port) == ("::1", 8050)
