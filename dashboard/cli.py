@@ -53,6 +53,7 @@ from gpuscope.exporter.flags import (
     ConfigError,
     Flag,
     StartupError,
+    ascii_float,
     ascii_number,
     boolean,
     log_level,
@@ -164,11 +165,8 @@ def parse_duration(value: str) -> float:
 
 def _number(value: str, ok: Callable[[float], bool], expected: str) -> float:
     """``value`` as a float that ``ok`` accepts (nan never is), else ValueError."""
-    try:
-        number = float(value)
-    except ValueError:
-        number = float("nan")
-    if number != number or not ok(number):
+    number = ascii_float(value)
+    if number is None or number != number or not ok(number):
         raise ValueError(f"expected {expected}, got {value!r}")
     return number
 

@@ -59,11 +59,21 @@ def split_listen(value: str) -> tuple[str, int] | None:
     return host, port
 
 
-def positive_seconds(value: str) -> float:
+def ascii_float(value: str) -> float | None:
+    """``value`` as a float when ``float()`` reads it and it is ASCII only, else None:
+    ``float()`` also takes other scripts' digits (``"٣"`` is 3.0); a flag does not."""
+    if not value.isascii():
+        return None
     try:
-        seconds = float(value)
+        return float(value)
     except ValueError:
-        raise ValueError(f"expected a number of seconds, got {value!r}") from None
+        return None
+
+
+def positive_seconds(value: str) -> float:
+    seconds = ascii_float(value)
+    if seconds is None:
+        raise ValueError(f"expected a number of seconds, got {value!r}")
     if not 0 < seconds < float("inf"):  # also rejects nan
         raise ValueError(f"expected a positive number of seconds, got {value!r}")
     return seconds

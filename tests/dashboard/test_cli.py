@@ -56,8 +56,11 @@ def test_environment_variables_and_flag_precedence() -> None:
     # A bracket without its pair was dropped: "[::1:8050" listened on [::1]:8050.
     (["--demo", "--listen", "[::1:8050"], {}, "--listen: expected HOST:PORT"),
     (["--demo", "--listen", "::1]:8050"], {}, "--listen: expected HOST:PORT"),
-    (["--demo", "--listen", "127.0.0.1:٨٠٥٠"], {}, "--listen: expected HOST:PORT"),
+    (["--demo", "--listen", "127.0.0.1:\u0668\u0660\u0665\u0660"], {},
+     "--listen: expected HOST:PORT"),
     (["--demo", "--refresh", "0"], {}, "--refresh: expected a positive number"),
+    # float() reads other scripts' digits: Arabic-Indic "0.5" was 0.5.
+    (["--demo", "--idle-utilization", "\u0660.\u0665"], {}, "--idle-utilization: expected"),
     (["--demo", "--refresh", "1e308"], {}, "--refresh: expected 1 to 86400 seconds"),
     (["--demo", "--scrape-interval", "1e10"], {},
      "--scrape-interval: expected 0.1 to 3600 seconds"),

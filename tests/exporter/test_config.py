@@ -116,6 +116,8 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         (["--interval", "abc"], {}, "--interval: expected a number of seconds"),
         (["--interval", "-1"], {}, "--interval: expected a positive number"),
         (["--interval", "nan"], {}, "--interval: expected a positive number"),
+        # float() reads other scripts' digits too: "٣" was 3 seconds.
+        (["--interval", "\u0663"], {}, "--interval: expected a number of seconds"),
         # A day-long interval overflows the clock the sampler waits on; a microsecond one
         # spins a core.
         (["--interval", "1e10"], {}, "--interval: expected 0.1 to 3600 seconds"),
