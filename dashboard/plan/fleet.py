@@ -216,7 +216,7 @@ class PrometheusData(PlanQueries):
         between the first two: :meth:`summary_queries` (each node's numbers, and over the
         default hour who uses what) and :meth:`detail_queries` (the devices and containers
         of the nodes that need them, :func:`detail_nodes`). Over the window :meth:`served`
-        gives (a minute earlier where the rules have not recorded its last yet)."""
+        gives (a step earlier where the rules have not recorded its last minute yet)."""
         if namespace is not None:  # (before any query)
             namespace = validate_namespace(namespace)
         with gc_paused():

@@ -108,14 +108,15 @@ class PlanQueries(PrometheusStore):
 
     def served_window(self, window: Window) -> tuple[Window, int]:
         """The window the fleet page is served (its rows and the registry's steps):
-        ``window``, or ``window`` one rule interval earlier where the rules' last record
+        ``window``, or ``window`` one step earlier (the window :meth:`window` gave a step
+        before: a minute on one-minute steps) where the rules' last record
         of a minute (``gpuscope:dashboard_rules:version``, the group's last rule) is at its
         end for fewer of the store's rule sets (clusters) than a minute before: the store
         evaluates the group at its own second of each minute, and at a large fleet one
         evaluation takes seconds, so a page asked in between would find the minute it ends
         at not recorded yet, the rules' check would miss and the page fall to the raw
         series (slow, and a banner that says to load the rules). The page then ends at the
-        last minute they recorded, a minute behind. One small instant query (a series per
+        last step they recorded, a step behind. One small instant query (a series per
         rule set), not asked where the step is not a whole number of rule intervals or the
         rules' check found them missing for this length; its answer kept for the same
         ``window`` (the page's rows and steps ask it side by side). And how many queries
@@ -146,8 +147,10 @@ class PlanQueries(PrometheusStore):
                 return window, 1
             out = window
             if counts.get("before", 0.0) > counts.get("end", 0.0):
-                out = Window(start=window.start - RULE_INTERVAL,
-                             end=window.end - RULE_INTERVAL, step=window.step)
+                # A step earlier (a minute on one-minute steps): on the grid of its step,
+                # as :meth:`window` ends it (VictoriaMetrics rounds a range query to it).
+                out = Window(start=window.start - window.step,
+                             end=window.end - window.step, step=window.step)
             self._served_seen = {window: out}
             return out, 1
 

@@ -368,22 +368,28 @@ def test_victoriametrics_with_the_rules_recorded_by_vmalert(
 
 def served_a_minute_behind(store: Store, end: float) -> None:
     """The rules' group not yet written for the last minute (a large fleet's evaluation
-    takes seconds; the page asked meanwhile): the page ends a minute earlier, from the
-    rules, and gives what a page asked then gives. (It went to the raw series.)"""
-    last = math.floor(end / 60) * 60 - 60  # (the window's end on its grid, a minute before)
-    store.delete_after(RULES["version"], last)
-    late = PrometheusData(store.url, clock=lambda: end, timeout=120)
-    then = PrometheusData(store.url, clock=lambda: last, timeout=120)
-    try:
-        view = page_view(late, WINDOW, bundled_prices())
-        earlier = page_view(then, WINDOW, bundled_prices())
-    finally:
-        late.close()
-        then.close()
-    assert view.window.end == last and view.window == earlier.window
-    assert view.notes and "recording rules" in view.notes[0], view.notes
-    assert verdicts(view) == verdicts(earlier)
-    assert view.kpis == earlier.kpis
+    takes seconds; the page asked meanwhile): the page ends a step earlier (a minute on
+    one-minute steps; three on a 6 h page's kind of step, on the step's grid, which
+    VictoriaMetrics rounds a range query to), from the rules, and gives what a page asked
+    then gives. (It went to the raw series; on steps of several minutes it ended a minute
+    earlier, off the grid.)"""
+    for step in (60, 180):
+        grid = math.floor(end / step) * step  # (the window's end on its grid)
+        store.delete_after(RULES["version"], grid - 60)
+        late = PrometheusData(store.url, clock=lambda: end, timeout=120,
+                              max_points=round(WINDOW / step))
+        then = PrometheusData(store.url, clock=lambda g=grid - step: g, timeout=120,
+                              max_points=round(WINDOW / step))
+        try:
+            view = page_view(late, WINDOW, bundled_prices())
+            earlier = page_view(then, WINDOW, bundled_prices())
+        finally:
+            late.close()
+            then.close()
+        assert view.window.end == grid - step and view.window == earlier.window, step
+        assert view.notes and "recording rules" in view.notes[0], view.notes
+        assert verdicts(view) == verdicts(earlier), step
+        assert view.kpis == earlier.kpis, step
 
 
 def coarse_pages(url: str, end: float, stragglers: Collection[str]

@@ -592,3 +592,24 @@ def test_the_rows_and_the_steps_share_one_rules_check(
         second = pool.submit(prom.rules_loaded, window)
         assert first.result() and second.result()
     assert len(asked) == 1, asked
+
+
+def _late_rules(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+    """The version recorded by two rule sets a minute before the window's end, one at it."""
+    return [({"at": "end"}, 1.0), ({"at": "before"}, 2.0)]
+
+
+@pytest.mark.parametrize("max_points", [60, 20])  # one-minute and three-minute steps
+def test_a_window_served_earlier_stays_on_its_step_grid(
+        monkeypatch: pytest.MonkeyPatch, max_points: int) -> None:
+    # Served a rule interval earlier, a window of several-minute steps ended off the grid of
+    # its step, which VictoriaMetrics rounds a range query to (its last point a step before
+    # the page's end): it is served a step earlier, the page asked a step before.
+    end = 10_000_000.0
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: end, max_points=max_points)
+    monkeypatch.setattr(prom, "instant", _late_rules)
+    window = prom.window(3600)
+    earlier = PrometheusData("http://127.0.0.1:1", clock=lambda: window.end - window.step,
+                             max_points=max_points).window(3600)
+    assert prom.served_window(window) == (earlier, 1)
+    assert prom.served(window).end % window.step == 0
