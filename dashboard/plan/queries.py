@@ -117,12 +117,11 @@ class PlanQueries(PrometheusStore):
         at not recorded yet, the rules' check would miss and the page fall to the raw
         series (slow, and a banner that says to load the rules). The page then ends at the
         last step they recorded, a step behind. One small instant query (a series per
-        rule set), not asked where the step is not a whole number of rule intervals or the
-        rules' check found them missing for this length; its answer kept for the same
+        rule set), not asked where the rules cannot serve the window (:meth:`_rules_may_serve`)
+        or their check found them missing for this length; its answer kept for the same
         ``window`` (the page's rows and steps ask it side by side). And how many queries
         that took (0 or 1)."""
-        step_ms, every_ms = round(window.step * 1000), round(RULE_INTERVAL * 1000)
-        if step_ms % every_ms:
+        if not self._rules_may_serve(window):
             return window, 0
         with self._lock:
             found = self._rules_seen.get(round(window.seconds))
@@ -611,10 +610,15 @@ class PlanQueries(PrometheusStore):
         :attr:`RULES_MISSING_CHECK_EVERY`)."""
         return self._check_rules(window)[0]
 
+    def _rules_may_serve(self, window: Window) -> bool:
+        """Whether the rules could serve ``window`` at all: its step is a whole number of
+        the rules' interval, and the lookback no longer."""
+        step_ms, every_ms = round(window.step * 1000), round(RULE_INTERVAL * 1000)
+        return not step_ms % every_ms and max(window.step, self.lookback) == window.step
+
     def _check_rules(self, window: Window) -> tuple[bool, int]:
         """:meth:`rules_loaded`, and how many queries that took (0 or 1)."""
-        step_ms, every_ms = round(window.step * 1000), round(RULE_INTERVAL * 1000)
-        if step_ms % every_ms or max(window.step, self.lookback) != window.step:
+        if not self._rules_may_serve(window):
             return False, 0
         # One check at a time (the page's rows and the registry's steps ask side by side):
         # the second reads the first one's finding instead of sending the query again.

@@ -613,3 +613,20 @@ def test_a_window_served_earlier_stays_on_its_step_grid(
                              max_points=max_points).window(3600)
     assert prom.served_window(window) == (earlier, 1)
     assert prom.served(window).end % window.step == 0
+
+
+def test_a_window_the_rules_cannot_serve_is_not_served_earlier(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A lookback longer than the step (a two-minute scrape): the page is the raw series'
+    # whatever the rules recorded, so it is not served a step earlier, and nothing is asked.
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0, lookback=120)
+    asked: list[str] = []
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        return _late_rules(query, at)
+
+    monkeypatch.setattr(prom, "instant", instant)
+    window = prom.window(3600)
+    assert window.step == 60 and not prom.rules_loaded(window)
+    assert prom.served_window(window) == (window, 0) and asked == []
