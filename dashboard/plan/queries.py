@@ -89,7 +89,9 @@ class PlanQueries(PrometheusStore):
         self.prices = prices
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}
-        # The window last served (:meth:`served`), by the window asked.
+        # The windows last served (:meth:`served`), by the window asked: the latest
+        # :attr:`SERVED_KEPT` (pages of other windows asked between a page's rows and its
+        # steps leave its own).
         self._served_seen: dict[Window, Window] = {}
         self._served_lock = threading.Lock()
         self._check_lock = threading.Lock()
@@ -150,7 +152,9 @@ class PlanQueries(PrometheusStore):
                 # as :meth:`window` ends it (VictoriaMetrics rounds a range query to it).
                 out = Window(start=window.start - window.step,
                              end=window.end - window.step, step=window.step)
-            self._served_seen = {window: out}
+            self._served_seen[window] = out
+            while len(self._served_seen) > self.SERVED_KEPT:
+                del self._served_seen[next(iter(self._served_seen))]
             return out, 1
 
     def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
@@ -580,6 +584,10 @@ class PlanQueries(PrometheusStore):
     #: measured slower than the run summaries at 57 % and 95 % of 5,000 nodes on both
     #: stores (docs/benchmarks.md), so off: for tests and the benchmark's ``--records``.
     read_records = False
+
+    #: How many windows' :meth:`served` answers are kept (the page's windows, each with and
+    #: without a namespace asking the same).
+    SERVED_KEPT = 16
 
     #: How long a finding that the recording rules serve the window is kept, in seconds.
     RULES_CHECK_EVERY = 300.0

@@ -630,3 +630,24 @@ def test_a_window_the_rules_cannot_serve_is_not_served_earlier(
     window = prom.window(3600)
     assert window.step == 60 and not prom.rules_loaded(window)
     assert prom.served_window(window) == (window, 0) and asked == []
+
+
+def test_a_page_of_another_window_between_the_rows_and_the_steps_leaves_the_served_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hour's rows served a minute earlier (the rules' last minute not written yet); a
+    # 6 h page asked before the hour's steps; the rules written meanwhile: the hour's steps
+    # are served over the rows' window, not asked again (which now says the window as asked).
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0)
+    asked: list[str] = []
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        return _late_rules(query, at) if len(asked) == 1 else [
+            ({"at": "end"}, 2.0), ({"at": "before"}, 2.0)]
+
+    monkeypatch.setattr(prom, "instant", instant)
+    hour, six = prom.window(3600), prom.window(6 * 3600)
+    rows = prom.served(hour)
+    assert rows.end == hour.end - 60
+    assert prom.served(six) == six
+    assert prom.served(hour) == rows and len(asked) == 2
