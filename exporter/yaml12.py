@@ -1,7 +1,7 @@
-"""YAML as the programs read their files (a scenario, a price table): YAML 1.2 scalars
-(only true/false are booleans, ``1e1`` is a number, no sexagesimal numbers), duplicate keys
-and deep nesting refused, and any failure one line naming the file and where in it
-(:class:`YamlError`)."""
+"""YAML as the programs read their files (a scenario, a price table, a rule file): YAML 1.2
+scalars (only true/false are booleans, ``1e1`` is a number, no sexagesimal numbers, a date is
+text), duplicate keys and deep nesting refused, and any failure one line naming the file and
+where in it (:class:`YamlError`)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ _BOOL = "tag:yaml.org,2002:bool"
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _MERGE = "tag:yaml.org,2002:merge"
+# YAML 1.1 alone: a date (``2024-01-01``) and ``=`` are text in YAML 1.2 (and to Go's yaml).
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_VALUE = "tag:yaml.org,2002:value"
 
 
 # libyaml's parser when PyYAML was built with it (the wheels are): a 10,000-process
@@ -30,11 +33,13 @@ _SafeBase = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 
 class Loader(_SafeBase):  # type: ignore[misc,valid-type]
     """SafeLoader with YAML 1.2 scalars (only true/false are booleans, so a key named ``on``
-    stays a string; no sexagesimal numbers) that rejects duplicate keys."""
+    stays a string; no sexagesimal numbers, dates or ``=`` values) that rejects duplicate
+    keys."""
 
 
 Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
+    first: [(tag, rx) for tag, rx in resolvers
+            if tag not in (_BOOL, _INT, _FLOAT, _TIMESTAMP, _VALUE)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 Loader.add_implicit_resolver(

@@ -279,3 +279,16 @@ def test_cap_ranges_shortens_range_selectors_and_offsets() -> None:
     assert capped["groups"][0]["rules"][0]["expr"] == (
         "rate(x[10s]) or max_over_time(y[10s]) or z[2s] or w offset 10s or v offset 5s")
     assert rules["groups"][0]["rules"][0]["expr"].startswith("rate(x[5m])")  # a copy
+
+
+def test_label_values_prometheus_reads_as_text_load_as_strings(tmp_path: Path) -> None:
+    """YAML 1.1's booleans, octal and sexagesimal numbers, dates and ``=`` are text to
+    Prometheus (and YAML 1.2): a rule file with such label values, which promtool accepts,
+    loads with them as written (a date and ``=`` were a date and an error)."""
+    values = ["on", "yes", "No", "0755", "1:30", "2024-01-01", "2001-12-14t21:59:43.10-05:00", "="]
+    labels = "".join(f"          l{i}: {v}\n" for i, v in enumerate(values))
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("groups:\n  - name: g\n    rules:\n      - alert: A\n"
+                     "        expr: up == 0\n        labels:\n" + labels)
+    loaded = render.load_rules(rules)["groups"][0]["rules"][0]["labels"]
+    assert loaded == {f"l{i}": v for i, v in enumerate(values)}
