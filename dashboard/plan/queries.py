@@ -92,7 +92,7 @@ class PlanQueries(PrometheusStore):
         # The windows last served (:meth:`served`), by the window asked: the latest
         # :attr:`SERVED_KEPT` (pages of other windows asked between a page's rows and its
         # steps leave its own).
-        self._served_seen: dict[Window, Window] = {}
+        self._served_seen: dict[Window, tuple[float, Window]] = {}
         self._served_lock = threading.Lock()
         self._check_lock = threading.Lock()
 
@@ -121,8 +121,9 @@ class PlanQueries(PrometheusStore):
         last step they recorded, a step behind. One small instant query (a series per
         rule set), not asked where the rules cannot serve the window (:meth:`_rules_may_serve`)
         or their check found them missing for this length; its answer kept for the same
-        ``window`` (the page's rows and steps ask it side by side). And how many queries
-        that took (0 or 1)."""
+        ``window`` (the page's rows and steps ask it side by side), one that serves it
+        earlier only :attr:`SERVED_EARLIER_KEPT` seconds. And how many queries that took
+        (0 or 1)."""
         if not self._rules_may_serve(window):
             return window, 0
         with self._lock:
@@ -139,8 +140,12 @@ class PlanQueries(PrometheusStore):
         with self._served_lock:
             # (One at a time: the second caller reads the first one's answer.)
             kept = self._served_seen.get(window)
-            if kept is not None:
-                return kept, 0
+            # A window served earlier is asked again after :attr:`SERVED_EARLIER_KEPT`
+            # seconds: by then the store has usually written the minute (the next page, or
+            # the kept-warm view's refresh, is not left a step behind for the whole step).
+            if kept is not None and (kept[1] == window or time.monotonic() - kept[0]
+                                     < self.SERVED_EARLIER_KEPT):
+                return kept[1], 0
             try:
                 counts = {lab.get("at", ""): v for lab, v in self.instant(query, window.end)}
             except DataError:
@@ -152,7 +157,8 @@ class PlanQueries(PrometheusStore):
                 # as :meth:`window` ends it (VictoriaMetrics rounds a range query to it).
                 out = Window(start=window.start - window.step,
                              end=window.end - window.step, step=window.step)
-            self._served_seen[window] = out
+            self._served_seen.pop(window, None)  # (re-inserted last: the newest)
+            self._served_seen[window] = (time.monotonic(), out)
             while len(self._served_seen) > self.SERVED_KEPT:
                 del self._served_seen[next(iter(self._served_seen))]
             return out, 1
@@ -588,6 +594,9 @@ class PlanQueries(PrometheusStore):
     #: How many windows' :meth:`served` answers are kept (the page's windows, each with and
     #: without a namespace asking the same).
     SERVED_KEPT = 16
+    #: How long a window served a step earlier is kept, in seconds: long enough for a page's
+    #: rows and steps (asked side by side) to share it, short of the next page.
+    SERVED_EARLIER_KEPT = 10.0
 
     #: How long a finding that the recording rules serve the window is kept, in seconds.
     RULES_CHECK_EVERY = 300.0

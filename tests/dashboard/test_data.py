@@ -651,3 +651,29 @@ def test_a_page_of_another_window_between_the_rows_and_the_steps_leaves_the_serv
     assert rows.end == hour.end - 60
     assert prom.served(six) == six
     assert prom.served(hour) == rows and len(asked) == 2
+
+
+def test_a_window_served_earlier_is_asked_again_on_the_next_page(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A window served a minute earlier was kept for the rest of its minute: the next page
+    # (the kept-warm view's refresh) stayed a minute behind though the rules had been
+    # written. The rows and steps of one page share it; a page SERVED_EARLIER_KEPT later asks.
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0)
+    asked: list[str] = []
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        return _late_rules(query, at) if len(asked) == 1 else [
+            ({"at": "end"}, 2.0), ({"at": "before"}, 2.0)]
+
+    monkeypatch.setattr(prom, "instant", instant)
+    clock = [1000.0]
+    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    hour = prom.window(3600)
+    assert prom.served(hour).end == hour.end - 60
+    clock[0] += 1
+    assert prom.served(hour).end == hour.end - 60 and len(asked) == 1  # the same page
+    clock[0] += prom.SERVED_EARLIER_KEPT
+    assert prom.served(hour) == hour and len(asked) == 2                # the next one
+    clock[0] += 600
+    assert prom.served(hour) == hour and len(asked) == 2                # kept as asked
