@@ -92,7 +92,7 @@ class PlanQueries(PrometheusStore):
         # The windows last served (:meth:`served`), by the window asked: the latest
         # :attr:`SERVED_KEPT` (pages of other windows asked between a page's rows and its
         # steps leave its own).
-        self._served_seen: dict[Window, tuple[float, Window]] = {}
+        self._served_seen: dict[Window, tuple[float, Window, bool]] = {}
         self._served_lock = threading.Lock()
         self._check_lock = threading.Lock()
 
@@ -140,16 +140,19 @@ class PlanQueries(PrometheusStore):
         with self._served_lock:
             # (One at a time: the second caller reads the first one's answer.)
             kept = self._served_seen.get(window)
-            # A window served earlier is asked again after :attr:`SERVED_EARLIER_KEPT`
-            # seconds: by then the store has usually written the minute (the next page, or
-            # the kept-warm view's refresh, is not left a step behind for the whole step).
-            if kept is not None and (kept[1] == window or time.monotonic() - kept[0]
+            # A window served earlier (or not asked: the store failed) is asked again after
+            # :attr:`SERVED_EARLIER_KEPT` seconds: by then the store has usually written the
+            # minute (the next page, or the kept-warm view's refresh, is not left a step
+            # behind for the whole step). One served as asked is kept.
+            if kept is not None and (kept[2] or time.monotonic() - kept[0]
                                      < self.SERVED_EARLIER_KEPT):
                 return kept[1], 0
             try:
                 counts = {lab.get("at", ""): v for lab, v in self.instant(query, window.end)}
             except DataError:
-                # (The page's own queries say what failed: this one is only a shortcut.)
+                # The page's own queries say what failed (this one is only a shortcut); the
+                # page's other caller does not wait out the store's timeout a second time.
+                self._keep_served(window, window, final=False)
                 return window, 1
             out = window
             if counts.get("before", 0.0) > counts.get("end", 0.0):
@@ -157,11 +160,17 @@ class PlanQueries(PrometheusStore):
                 # as :meth:`window` ends it (VictoriaMetrics rounds a range query to it).
                 out = Window(start=window.start - window.step,
                              end=window.end - window.step, step=window.step)
-            self._served_seen.pop(window, None)  # (re-inserted last: the newest)
-            self._served_seen[window] = (time.monotonic(), out)
-            while len(self._served_seen) > self.SERVED_KEPT:
-                del self._served_seen[next(iter(self._served_seen))]
+            self._keep_served(window, out, final=out == window)
             return out, 1
+
+    def _keep_served(self, window: Window, out: Window, *, final: bool) -> None:
+        """Keeps :meth:`served_window`'s answer (``final``: for as long as ``window`` is
+        asked), the newest last, the oldest dropped beyond :attr:`SERVED_KEPT`. Called
+        with ``_served_lock`` held."""
+        self._served_seen.pop(window, None)
+        self._served_seen[window] = (time.monotonic(), out, final)
+        while len(self._served_seen) > self.SERVED_KEPT:
+            del self._served_seen[next(iter(self._served_seen))]
 
     def _steps(self, window: Window, rules: bool, match: Mapping[str, str] | None = None
                ) -> Steps:

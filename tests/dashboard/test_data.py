@@ -677,3 +677,24 @@ def test_a_window_served_earlier_is_asked_again_on_the_next_page(
     assert prom.served(hour) == hour and len(asked) == 2                # the next one
     clock[0] += 600
     assert prom.served(hour) == hour and len(asked) == 2                # kept as asked
+
+
+def test_a_failed_served_probe_is_not_waited_out_twice_by_one_page(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A store that times out: the page's rows and steps each waited out its timeout on the
+    # probe, one after the other. The second reads the first one's failure; a page after
+    # SERVED_EARLIER_KEPT asks again.
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0)
+    asked: list[str] = []
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        raise DataError("Prometheus: query timed out")
+
+    monkeypatch.setattr(prom, "instant", instant)
+    clock = [1000.0]
+    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    hour = prom.window(3600)
+    assert prom.served(hour) == hour and prom.served(hour) == hour and len(asked) == 1
+    clock[0] += prom.SERVED_EARLIER_KEPT
+    assert prom.served(hour) == hour and len(asked) == 2
