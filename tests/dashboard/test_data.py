@@ -7,7 +7,9 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -599,6 +601,28 @@ def _late_rules(query: str, at: float) -> list[tuple[dict[str, str], float]]:
     return [({"at": "end"}, 1.0), ({"at": "before"}, 2.0)]
 
 
+def _written_later(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+    """Both rule sets' version at the end and a minute before (the rules written)."""
+    return [({"at": "end"}, 2.0), ({"at": "before"}, 2.0)]
+
+
+def _probed(monkeypatch: pytest.MonkeyPatch, *answers: Callable[[str, float], Any],
+            **kwargs: Any) -> tuple[PrometheusData, list[str], list[float]]:
+    """A page's data source whose store answers the n-th query with ``answers[n]`` (the last
+    one after), the queries asked and its monotonic clock (seconds, to move on)."""
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0, **kwargs)
+    asked: list[str] = []
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        return answers[min(len(asked), len(answers)) - 1](query, at)
+
+    monkeypatch.setattr(prom, "instant", instant)
+    clock = [1000.0]
+    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    return prom, asked, clock
+
+
 @pytest.mark.parametrize("max_points", [60, 20])  # one-minute and three-minute steps
 def test_a_window_served_earlier_stays_on_its_step_grid(
         monkeypatch: pytest.MonkeyPatch, max_points: int) -> None:
@@ -619,14 +643,7 @@ def test_a_window_the_rules_cannot_serve_is_not_served_earlier(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A lookback longer than the step (a two-minute scrape): the page is the raw series'
     # whatever the rules recorded, so it is not served a step earlier, and nothing is asked.
-    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0, lookback=120)
-    asked: list[str] = []
-
-    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        asked.append(query)
-        return _late_rules(query, at)
-
-    monkeypatch.setattr(prom, "instant", instant)
+    prom, asked, _ = _probed(monkeypatch, _late_rules, lookback=120)
     window = prom.window(3600)
     assert window.step == 60 and not prom.rules_loaded(window)
     assert prom.served_window(window) == (window, 0) and asked == []
@@ -637,15 +654,7 @@ def test_a_page_of_another_window_between_the_rows_and_the_steps_leaves_the_serv
     # The hour's rows served a minute earlier (the rules' last minute not written yet); a
     # 6 h page asked before the hour's steps; the rules written meanwhile: the hour's steps
     # are served over the rows' window, not asked again (which now says the window as asked).
-    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0)
-    asked: list[str] = []
-
-    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        asked.append(query)
-        return _late_rules(query, at) if len(asked) == 1 else [
-            ({"at": "end"}, 2.0), ({"at": "before"}, 2.0)]
-
-    monkeypatch.setattr(prom, "instant", instant)
+    prom, asked, _ = _probed(monkeypatch, _late_rules, _written_later)
     hour, six = prom.window(3600), prom.window(6 * 3600)
     rows = prom.served(hour)
     assert rows.end == hour.end - 60
@@ -658,17 +667,7 @@ def test_a_window_served_earlier_is_asked_again_on_the_next_page(
     # A window served a minute earlier was kept for the rest of its minute: the next page
     # (the kept-warm view's refresh) stayed a minute behind though the rules had been
     # written. The rows and steps of one page share it; a page SERVED_EARLIER_KEPT later asks.
-    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0)
-    asked: list[str] = []
-
-    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        asked.append(query)
-        return _late_rules(query, at) if len(asked) == 1 else [
-            ({"at": "end"}, 2.0), ({"at": "before"}, 2.0)]
-
-    monkeypatch.setattr(prom, "instant", instant)
-    clock = [1000.0]
-    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    prom, asked, clock = _probed(monkeypatch, _late_rules, _written_later)
     hour = prom.window(3600)
     assert prom.served(hour).end == hour.end - 60
     clock[0] += 1
@@ -684,16 +683,10 @@ def test_a_failed_served_probe_is_not_waited_out_twice_by_one_page(
     # A store that times out: the page's rows and steps each waited out its timeout on the
     # probe, one after the other. The second reads the first one's failure; a page after
     # SERVED_EARLIER_KEPT asks again.
-    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000_000.0)
-    asked: list[str] = []
-
-    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        asked.append(query)
+    def timed_out(query: str, at: float) -> list[tuple[dict[str, str], float]]:
         raise DataError("Prometheus: query timed out")
 
-    monkeypatch.setattr(prom, "instant", instant)
-    clock = [1000.0]
-    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    prom, asked, clock = _probed(monkeypatch, timed_out)
     hour = prom.window(3600)
     assert prom.served(hour) == hour and prom.served(hour) == hour and len(asked) == 1
     clock[0] += prom.SERVED_EARLIER_KEPT
