@@ -166,7 +166,7 @@ PROCESS_CASES: dict[str, tuple[str, list[str], dict[str, str], str]] = {
                               "choose one data source"),
     "dashboard-prices": ("dashboard", ["--prometheus=http://127.0.0.1:1", "--prices=PRICES",
                                        "--listen=127.0.0.1:0"], {},
-                         "--prices PRICES.p5.48xlarge: expected a price >= 0"),
+                         "--prices PRICES: p5.48xlarge: expected a price >= 0"),
 }
 
 
