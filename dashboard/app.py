@@ -7,6 +7,7 @@ import socket
 import socketserver
 import threading
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 
 from dash import Dash
@@ -18,6 +19,8 @@ from gpuscope.dashboard import links
 from gpuscope.dashboard.callbacks import register_callbacks
 from gpuscope.dashboard.layout import layout
 from gpuscope.dashboard.service import WINDOWS, DashboardService
+
+log = logging.getLogger(__name__)
 
 
 def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> Dash:
@@ -55,6 +58,22 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
 
     app.server.before_request(prefetch_on_page_request)
 
+    def refuse_malformed_callbacks() -> tuple[str, int, dict[str, str]] | None:
+        # Dash reads a callback's body without checking it: a body that is not one of this
+        # page's callbacks (a scanner, a stale tab of another version) was an HTTP 500 and a
+        # traceback in the log for each request. One warning line and a 400 instead.
+        if request.method != "POST" or not request.path.endswith("/_dash-update-component"):
+            return None
+        problem = _callback_problem(request.get_json(silent=True), app.callback_map)
+        if problem is None:
+            return None
+        log.warning("refused a malformed callback request from %s: %s",
+                    request.remote_addr, problem)
+        return (f"malformed callback request: {problem}\n", 400,
+                {"Content-Type": "text/plain; charset=utf-8"})
+
+    app.server.before_request(refuse_malformed_callbacks)
+
     def healthz() -> tuple[str, int, dict[str, str]]:
         # For probes: answers without credentials when --basic-auth-file is on.
         return "ok\n", 200, {"Content-Type": "text/plain; charset=utf-8"}
@@ -62,6 +81,24 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
     app.server.add_url_rule("/healthz", "healthz", healthz)
     register_callbacks(app, service)
     return app
+
+
+def _callback_problem(body: object, callbacks: Mapping[str, object]) -> str | None:
+    """What makes ``body`` (a callback request's JSON) not one of ``callbacks``' (Dash's
+    ``callback_map``, by output), in a few words; None where its shape is theirs."""
+    if not isinstance(body, dict):
+        return "not a JSON object"
+    output = body.get("output")
+    if not isinstance(output, str) or output not in callbacks:
+        return "no callback of this page has that output"
+    for key in ("inputs", "state", "changedPropIds"):
+        if key in body and not isinstance(body[key], list):
+            return f"{key} is not a list"
+    if "inputs" not in body or "outputs" not in body:
+        return "no inputs or outputs"
+    if not all(isinstance(i, (dict, list)) for i in (*body["inputs"], *body.get("state", []))):
+        return "an input or state is not an object"
+    return None
 
 
 class DashboardServer:

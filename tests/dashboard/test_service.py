@@ -200,3 +200,22 @@ def test_a_page_request_prefetches_the_view_its_url_names(make: Make) -> None:
     assert set(service._inflight) == {("6h", "ml", "eks-03"), ("1h", None, None)}
     assert client.get("/?cluster=%22%7D").status_code == 200  # not a cluster: the fleet's
     assert set(service._inflight) == {("6h", "ml", "eks-03"), ("1h", None, None)}
+
+
+@pytest.mark.parametrize("body", [
+    {}, [], "x", {"output": "nope..children", "outputs": {}, "inputs": []},
+    {"output": None, "outputs": {}, "inputs": []},
+])
+def test_a_malformed_callback_request_is_a_400_and_one_log_line(
+        make: Make, body: object, caplog: pytest.LogCaptureFixture) -> None:
+    """A body that is none of this page's callbacks (a scanner, a stale tab) was an HTTP 500
+    and a traceback in the log (Dash reads ``body["output"]`` unchecked)."""
+    from gpuscope.dashboard.app import create_app
+
+    service, _, _ = make()
+    client = create_app(service).server.test_client()
+    with caplog.at_level("WARNING"):
+        answer = client.post("/_dash-update-component", json=body)
+    assert answer.status_code == 400 and b"malformed callback request" in answer.data
+    assert not any(r.exc_info for r in caplog.records)
+    assert [r.levelname for r in caplog.records if r.name.startswith("gpuscope")] == ["WARNING"]
