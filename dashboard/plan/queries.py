@@ -131,12 +131,6 @@ class PlanQueries(PrometheusStore):
         if found is not None and not found[1] and (
                 time.monotonic() - found[0] < self.RULES_MISSING_CHECK_EVERY):
             return window, 0
-        version = selector(RULES["version"], thresholds=self.thresholds.key,
-                           cluster_label=self.cluster_label)
-        ends = {"end": window.end, "before": window.end - RULE_INTERVAL}
-        query = " or ".join(
-            labelled(f"count(last_over_time({version}[{RULE_R}] @ {t:.3f}))", "at", name)
-            for name, t in ends.items())
         with self._served_lock:
             # (One at a time: the second caller reads the first one's answer.)
             kept = self._served_seen.get(window)
@@ -147,6 +141,10 @@ class PlanQueries(PrometheusStore):
             if kept is not None and (kept[2] or time.monotonic() - kept[0]
                                      < self.SERVED_EARLIER_KEPT):
                 return kept[1], 0
+            ends = {"end": window.end, "before": window.end - RULE_INTERVAL}
+            query = " or ".join(labelled(
+                f"count(last_over_time({self._version()}[{RULE_R}] @ {t:.3f}))", "at", name)
+                for name, t in ends.items())
             try:
                 counts = {lab.get("at", ""): v for lab, v in self.instant(query, window.end)}
             except DataError:
@@ -636,6 +634,12 @@ class PlanQueries(PrometheusStore):
         :attr:`RULES_MISSING_CHECK_EVERY`)."""
         return self._check_rules(window)[0]
 
+    def _version(self) -> str:
+        """The selector of the rules' version (``gpuscope:dashboard_rules:version``, the
+        group's last rule) recorded for this page's thresholds and cluster label."""
+        return selector(RULES["version"], thresholds=self.thresholds.key,
+                        cluster_label=self.cluster_label)
+
     def _rules_may_serve(self, window: Window) -> bool:
         """Whether the rules could serve ``window`` at all: its step is a whole number of
         the rules' interval, and the lookback no longer."""
@@ -661,11 +665,9 @@ class PlanQueries(PrometheusStore):
             # node's GPU 0 (as the first round's ``at_start``: an eighth of the series, 0.41 s
             # of VictoriaMetrics' time less at 5,000 nodes), and the rules' version (a rule file
             # older than the page lacks what it reads).
-            version = selector(RULES["version"], thresholds=self.thresholds.key,
-                               cluster_label=self.cluster_label)
             probes = [(selector(RULES["util_max"], gpu="0"), ""),
                       (selector(RULES["util"], gpu="0"), ""),
-                      (version, f" >= {RULES_VERSION}")]
+                      (self._version(), f" >= {RULES_VERSION}")]
             ends = (window.start + window.step, window.end)
             # One sample when every series is there at both ends (``and`` of the counts).
             query = " and ".join(
