@@ -148,6 +148,7 @@ def test_the_promtool_files_are_the_ones_doubled_here() -> None:
     assert len(ALERTING_TESTS) >= 14  # one per alert, and the two clusters
 
 
+@pytest.mark.timeout(360)  # (every promtool file in one run, as test_rules.py's)
 def test_two_replicas_of_every_promtool_case_give_the_same_results(
         promtool: str, tmp_path: Path) -> None:
     """Every alerting test file, its data written twice under a replica label: the expected

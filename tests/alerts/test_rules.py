@@ -40,6 +40,9 @@ def test_promtool_check_rules(promtool: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# Every promtool file in one promtool run: some 40 s on a quiet 2-core machine, past the
+# suite's 120 s per test on a loaded one.
+@pytest.mark.timeout(360)
 def test_promtool_unit_tests(promtool: str) -> None:
     assert PROMTOOL_TESTS, "no promtool unit tests found"
     result = run([promtool, "test", "rules", *map(str, PROMTOOL_TESTS)])

@@ -56,6 +56,12 @@ class Stores:
     fleet: F.Fleet
 
 
+# The module's fixture builds the 200-node fleet in both stores; the first test's setup is charged
+# with it. On a loaded 2-core machine that passed the suite's 120 s per test (a slow machine, not
+# a hang): the module's tests have 360 s each.
+pytestmark = pytest.mark.timeout(360)
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
     work = tmp_path_factory.mktemp("backends")

@@ -55,6 +55,12 @@ class Loaded:
     aligned: EmbeddedData            # the same samples, read on the stores' grid and ranges
 
 
+# The module's fixture builds the 200-node fleet in the embedded store and both real stores; the
+# first test's setup is charged with it. On a loaded 2-core machine that passed the suite's 120 s
+# per test (a slow machine, not a hang): the module's tests have 360 s each.
+pytestmark = pytest.mark.timeout(360)
+
+
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     # As test_backends.py: the data ends on a minute less 23 s, 5 minutes before now.
