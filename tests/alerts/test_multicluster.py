@@ -175,11 +175,11 @@ def test_without_the_replica_labels_doubled_data_counts_twice(
         spec_of(TWO_CLUSTERS), "prometheus_replica")}, tmp_path)
     assert result.returncode != 0
     report = result.stdout + result.stderr
-    # Two GPUs counted as four, a GPU's price halved, an alert sent once per replica.
+    # One container holding a GPU counted as two sharers, an alert sent once per replica.
+    # (The node's GPUs are counted by uuid, once with or without the replica labels.)
     got = report[report.index("got:"):]
-    for wrong in ('node:gpu_devices:count", cluster="a", node="ip-10-0-1-23.ec2.internal"} 4E+00',
-                  'node:gpu_device_price_dollars_per_hour:on_demand", cluster="a", '
-                  'node="ip-10-0-1-23.ec2.internal"} 1.418E+00',
+    for wrong in ('uuid:container_gpu_sharing:count", cluster="a", '
+                  'node="ip-10-0-1-23.ec2.internal", uuid="GPU-5e1f0a2b-0000"} 2E+00',
                   'pod="trainer-0", prometheus_replica="1"'):
         assert wrong in got, report[-3000:]
 
@@ -226,9 +226,9 @@ def test_cluster_label_renamed_by_the_generator(promtool: str, tmp_path: Path) -
     result = run_promtool(promtool, RULES_FILE, {"renamed_test.yaml": spec}, tmp_path)
     report = result.stdout + result.stderr
     assert result.returncode != 0 and "FAILED" in report
-    # One node of four GPUs (p4d's price over four), where there are two of two.
-    assert ('node:gpu_device_price_dollars_per_hour:on_demand", node="ip-10-0-1-23.ec2.internal"}'
-            ' 5.4894105E+00') in report[report.index("got:"):], report[-3000:]
+    # One node where there are two: cluster a's idle node hidden behind b's busy namesake.
+    assert ('node:gpu_idle_devices:count", node="ip-10-0-1-23.ec2.internal"} 0E+00'
+            ) in report[report.index("got:"):], report[-3000:]
 
 
 def test_replica_labels_renamed_by_the_generator(promtool: str, tmp_path: Path) -> None:
