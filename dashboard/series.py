@@ -460,6 +460,10 @@ class FleetData:
       the page reads the cells it shows and no others.
     - ``holdings``: who held what on every node over the window (:class:`Holding`), the
       showback's allocation; every node's, the summarised ones too, whatever the namespace.
+    - ``holdings_step``: how long the store counts each step in which a device was held
+      in ``holdings`` (the window's step; a recorded minute with the recording rules), so
+      that the showback can tell a step counted whole over a shorter history (a store
+      younger than a step of a long window); None: the held time as it was.
     - ``runs``: the findings the store summarised whole (:class:`Runs`), where it does.
     - ``workloads_checked``: how many straggler groups (a workload's devices of one model)
       had two devices or more, where the data layer counts them (the Prometheus mode with
@@ -496,6 +500,7 @@ class FleetData:
     node_summaries: Mapping[str, NodeSummary] = field(default_factory=dict)
     workloads_checked: int | None = None
     holdings: Mapping[HoldingKey, Holding] = field(default_factory=dict)
+    holdings_step: float | None = None
     runs: Runs | None = None
     partial_nodes: Mapping[str, int] = field(default_factory=dict)
     read_devices: Callable[[Collection[str], Collection[str]],

@@ -631,7 +631,8 @@ def _build_fleet_view(
 
     owners = showback(data.holdings,
                       {n: p.per_hour for n, p in node_price.items() if n in gpu_nodes},
-                      gpus_on, shares, data.history_seconds, report)
+                      gpus_on, shares, data.history_seconds, report,
+                      step_seconds=data.holdings_step)
     if namespace is not None:
         owners = tuple(o for o in owners if o.namespace == namespace)
 

@@ -576,6 +576,7 @@ class EmbeddedData:
             evidence=evidence(sel, window, min(self.straggler_duration, window.seconds)),
             held_steps=HeldSteps(held, container_max, memory_steps),
             holdings=held_by,
+            holdings_step=window.step,
             queries=0,
             notes=(*self.notes, *self.target_notes(window.end)),
         )

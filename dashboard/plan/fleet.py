@@ -567,6 +567,7 @@ class PrometheusData(PlanQueries):
             node_summaries=summaries,
             workloads_checked=groups_checked,
             holdings=_holdings(holdings),
+            holdings_step=RULE_INTERVAL if rules else window.step,
             runs=whole.summary if whole is not None else None,
             # With the rules, the devices the heatmap draws are read then.
             partial_nodes={n: summaries[n].gpus for n in {g.node for g in light}},

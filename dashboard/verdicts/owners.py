@@ -10,10 +10,13 @@ verdicts:
   node's $/hour over its whole GPUs, a MIG slice at its share of its GPU). A node's cost in
   the window is its $/hour over the history the page has (``history_seconds``); the part no
   container held is its cluster's **(unallocated)** row, so the owners' $ spent add up to
-  the fleet's cost in the window (``Kpis.spent``) to the cent. Where the store counts more
-  held time than the node's history (steps at the window's edges, a store younger than a
-  step of a long window), the holders' shares are scaled down to the node's cost, and their
-  GPU-hours to what its whole GPUs can hold over the history.
+  the fleet's cost in the window (``Kpis.spent``) to the cent. The store counts a whole
+  step for each step a device was held, so over a history shorter than the steps cover (a
+  store younger than a step of a long window) every held time is first scaled by the
+  history over the steps' time (``step_seconds``), the same for every holder, so that what
+  nobody held stays unallocated; what still counts more than the node's history (steps at
+  the window's edges) is scaled down to the node's cost, and its GPU-hours to what its
+  whole GPUs can hold over the history.
 - **$ idle**: the idle capacity's waste (:mod:`.waste`, the page's ``Wasted`` KPI), each
   idle node's allocated-idle part shared among the node's holders by how much each held
   there, its unallocated part the cluster's (unallocated) row; an idle MIG slice's waste
@@ -84,12 +87,22 @@ def showback(
     slice_share: Mapping[GpuRef, float],
     history_seconds: float,
     report: WasteReport,
+    step_seconds: float | None = None,
 ) -> tuple[OwnerCost, ...]:
     """Every owner's :class:`OwnerCost` (workloads, and each cluster's unallocated row),
     costliest waste first. ``node_price``: every node the page prices (None: unknown);
     ``gpus_on``: whole GPUs per node; ``slice_share``: each MIG slice's share of its GPU;
     ``history_seconds``: how much of the window each node is charged for; ``report``: the
-    page's idle waste."""
+    page's idle waste; ``step_seconds``: the window's step, at which the store counted the
+    held time (None: the held time is the history's)."""
+    if step_seconds and step_seconds > 0 and history_seconds > 0:
+        # The steps that cover the history, each counted whole: a device held throughout is
+        # counted that long, not the history's length. Scaled alike, before any cap, the
+        # holders keep their shares of the node and the rest stays unallocated.
+        covered = step_seconds * math.ceil(history_seconds / step_seconds - 1e-9)
+        if covered > history_seconds:
+            fit = history_seconds / covered
+            holdings = {k: Holding(h.held * fit, h.used * fit) for k, h in holdings.items()}
     # Each owner's terms by column, summed at the end (``fsum``: the same totals whatever
     # order the nodes come in).
     acc: dict[tuple[str, str, str], list[list[float]]] = {}

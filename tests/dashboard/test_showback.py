@@ -100,6 +100,37 @@ def test_held_hours_fit_what_the_node_can_hold_over_the_history() -> None:
     assert math.fsum(r.gpu_hours for r in rows) <= 2 * 0.8 + 1e-9
 
 
+def test_a_long_windows_coarse_step_keeps_the_unallocated_share() -> None:
+    # A 7-day window's step (1h 24m) over a store of 62 minutes: the store counted one whole
+    # step for each GPU held throughout. Job/a held 6 of the node's 8 GPUs the whole
+    # history: 6/8 of the node's cost is its, and 2/8 unallocated. The over-count was capped
+    # to the node's cost instead, so Job/a got all of it and the unallocated row $0 (below
+    # the idle cost an idle unallocated GPU there adds to it).
+    history, step = 3720.0, 5040.0
+    rows = showback({HoldingKey(NODE, "ml", "Job/a"): Holding(6 * step, 3 * step)},
+                    {NODE: 8.0}, lambda n: 8, {}, history, waste({}, {}), step_seconds=step)
+    cost = 8.0 * history / HOUR
+    a, rest = owner(rows, "ml", "Job/a"), owner(rows, UNALLOCATED)
+    assert a.spent == pytest.approx(cost * 6 / 8) and rest.spent == pytest.approx(cost * 2 / 8)
+    assert a.gpu_hours == pytest.approx(6 * history / HOUR)
+    assert a.mean_use == pytest.approx(0.5)
+
+
+def test_a_long_window_over_the_demos_hour_charges_no_owner_more_idle_than_spent(
+        demo_store: EmbeddedData) -> None:
+    # The demo has an hour of past; a 7-day window's steps (1h 24m) count more than that.
+    # p5-mixed's holders were charged its unallocated capacity, and the (unallocated) row's
+    # $ idle came out above its $ spent.
+    week = page_view(demo_store, 7 * 24 * HOUR, bundled_prices())
+    add_up(week)
+    for rows in (week.owners, rollup(week.owners, True)):
+        for r in rows:
+            assert r.idle <= r.spent + 0.005, r
+    hpc = owner(week.owners, "hpc", "Job/cfd-solver")  # 3 whole GPUs, all the history
+    assert hpc.gpu_hours == pytest.approx(3 * week.kpis.spent / week.kpis.fleet_per_hour,
+                                          rel=0.02)
+
+
 def test_a_mig_slice_costs_its_share_of_its_gpu() -> None:
     # A 3g slice of a 7-slice GPU on a 1-GPU node at $7/hour, held for the hour.
     ref = GpuRef("n", "MIG-1")
