@@ -25,7 +25,15 @@ from gpuscope.dashboard.data.promql import selector
 from gpuscope.dashboard.data.recorded import GBY, History, Steps
 from gpuscope.dashboard.data.source import DataError
 from gpuscope.dashboard.links import at_node, node_link, workload_link
-from gpuscope.dashboard.series import ContainerRef, GpuRef, Runs, Series, Window, WorkSignals
+from gpuscope.dashboard.series import (
+    ContainerRef,
+    GpuRef,
+    Runs,
+    Series,
+    Window,
+    WorkSignals,
+    index_key,
+)
 from gpuscope.dashboard.verdicts.cells import for_cell, pods_cell, signal_cell
 from gpuscope.dashboard.verdicts.common import (
     holds,
@@ -379,10 +387,10 @@ class SpinningRow:
 def spinning_rows(spinning: Mapping[GpuRef, Spinning], ctx: PageContext,
                   users: Mapping[GpuRef, Collection[ContainerRef]],
                   workload_of: Mapping[tuple[str, str, str], str]) -> tuple[SpinningRow, ...]:
-    """The spinning table's rows, dearest first: each device of ``spinning`` (its findings
-    that hold) with the pods and workloads of its ``users`` (containers; ``workload_of``
-    by node, namespace and pod), priced by ``ctx``; under a namespace filter, the devices
-    one of its containers uses."""
+    """The spinning table's rows, dearest first, then by node and GPU index: each device
+    of ``spinning`` (its findings that hold) with the pods and workloads of its ``users``
+    (containers; ``workload_of`` by node, namespace and pod), priced by ``ctx``; under a
+    namespace filter, the devices one of its containers uses."""
     def price(ref: GpuRef) -> float | None:
         return ctx.gpu_price.get(ref.node)
 
@@ -398,7 +406,8 @@ def spinning_rows(spinning: Mapping[GpuRef, Spinning], ctx: PageContext,
             price_per_hour=price(ref), price_basis=ctx.basis(ref.node),
         )
         for ref, v in sorted(spinning.items(), key=lambda item: (
-            -(price(item[0]) or 0.0), item[0]))
+            -(price(item[0]) or 0.0), item[0].node, index_key(ctx.index(item[0])),
+            item[0].uuid))
         if ctx.namespace is None or any(c.namespace == ctx.namespace
                                         for c in users.get(ref, ()))
     )

@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from gpuscope.dashboard.data.source import DataError
-from gpuscope.dashboard.series import GpuRef
+from gpuscope.dashboard.series import GpuInfo, GpuRef, Window
+from gpuscope.dashboard.verdicts.page import PageContext
 from gpuscope.dashboard.verdicts.spinning import (
     RowWork,
+    Spinning,
     SpinningRow,
     spinning_data,
+    spinning_rows,
     work_means,
 )
 
@@ -79,3 +82,19 @@ def test_a_store_that_fails_leaves_the_rows_unread_and_says_so() -> None:
     rows = (row("a", "GPU-a"),)
     out, problem = RowWork(store)(rows, 50)
     assert out == rows and problem is not None and "502 Bad Gateway" in problem
+
+
+def test_rows_of_one_price_come_in_node_and_gpu_order() -> None:
+    # A hung 8-GPU job (the demo's gpt-sft): every GPU at the same $/hour. The table listed
+    # them by UUID (GPU 4, 2, 0, 7, ...); an SRE reads a node's GPUs 0 to 7, and GPU 10
+    # after GPU 9.
+    uuids = {str(i): f"GPU-{u}" for i, u in enumerate(
+        ("e1", "9a", "3c", "ff", "05", "77", "c2", "4b", "aa", "01", "10"))}
+    refs = {i: GpuRef("n", u) for i, u in uuids.items()}
+    ctx = PageContext(Window(0.0, 3600.0, 60.0), 0.0,
+                      gpus={r: GpuInfo("n", i, r.uuid, "H100") for i, r in refs.items()},
+                      gpu_price={"n": 6.88})
+    spinning = {r: Spinning(r, "gpm", True, 0.0, 3600.0, 1800.0, 3600.0, 1.0, sm=0.1,
+                            tensor=0.0, dram=0.0) for r in refs.values()}
+    rows = spinning_rows(spinning, ctx, {}, {})
+    assert [r.gpu for r in rows] == [str(i) for i in range(11)]
