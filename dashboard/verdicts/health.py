@@ -213,7 +213,8 @@ class Health(StepVerdict):
     def rows(self, findings: Sequence[GpuHealth], ctx: PageContext, state: State
              ) -> list[Row]:
         first_step = ctx.window.start + ctx.window.step
-        history = max(ctx.history_start, ctx.window.start) + ctx.window.step
+        began = max(ctx.history_start, ctx.window.start)
+        history = began + ctx.window.step
         rows: list[Row] = []
         for h in findings:
             what = "; ".join(
@@ -223,7 +224,9 @@ class Health(StepVerdict):
                              for p in h.pods)
             rows.append({
                 "node": node_link(h.ref.node, state), "gpu": h.gpu, "what": what,
-                "since": fmt.clock(h.since - ctx.window.step)
+                # The start of its first step, never before the history the page has (a
+                # step of a long window over a younger store begins before it).
+                "since": fmt.clock(max(h.since - ctx.window.step, began))
                 + (" or earlier" if h.since <= max(first_step, history) else ""),
                 "now": "yes" if h.now else "no (in the window)",
                 "pods": pods or "(no pod)", "price": h.price_per_hour,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data import StepQuery
 from gpuscope.dashboard.series import GpuInfo, GpuRef, Series, Window
 from gpuscope.dashboard.verdicts.health import (
@@ -181,3 +182,24 @@ def test_the_page_and_the_alert_count_the_same_xids_as_critical() -> None:
     alternatives = set(re.findall(r'xid=~"([^"]+)"', expr))
     assert len(alternatives) == 1, alternatives
     assert set(next(iter(alternatives)).split("|")) == set(CRITICAL_XIDS)
+
+
+def test_since_is_never_before_the_history_the_page_has() -> None:
+    # A 7-day window (steps of 1h 24m) over a store of 62 minutes: the row remap pending
+    # from the store's first step is since its history's start "or earlier", as the idle
+    # nodes' rows say; it read 22 minutes before the store held any data.
+    week = Window(END - 7 * 86400.0, END, 5040.0)
+    began = END - 3720.0
+    c = PageContext(window=week, history_start=began,
+                    gpus={A0: GpuInfo("node-a", "0", A0.uuid)}, node_price={"node-a": 55.04})
+    found = VERDICT.judge({REMAP_PENDING: [(lab(A0), series({END: 1.0}))]}, c)
+    [row] = VERDICT.rows(found, c, {"window": "7d"})
+    assert row["since"] == f"{fmt.clock(began)} or earlier"
+    # Where the history is longer than the window, the window's start (as the idle rows).
+    [row] = VERDICT.rows(VERDICT.judge(
+        {REMAP_PENDING: [(lab(A0), series({t: 1.0 for t in T}))]}, ctx()), ctx(), {})
+    assert row["since"] == f"{fmt.clock(WINDOW.start)} or earlier"
+    # A problem that began within the history: the start of its first step, as before.
+    [row] = VERDICT.rows(VERDICT.judge(
+        {REMAP_PENDING: [(lab(A0), series({t: 1.0 for t in T[30:]}))]}, ctx()), ctx(), {})
+    assert row["since"] == fmt.clock(T[29])
