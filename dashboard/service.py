@@ -405,7 +405,8 @@ class DashboardService:
         stragglers = sum(1 for r in view.straggler_rows
                          if (r.namespace, r.workload) == (detail.namespace, detail.workload))
         return run_totals(view.owners, detail.namespace, detail.workload, stragglers,
-                          detail.utilization.values())
+                          detail.utilization.values(), view.window.step,
+                          max(view.history_start, view.window.start))
 
     def pod(self, pod: str | None, window: str | None, cluster_text: str | None = None
             ) -> tuple[PodDetail | None, str | None]:

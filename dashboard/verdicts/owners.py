@@ -291,16 +291,21 @@ class RunTotals:
 
 
 def run_totals(rows: Iterable[OwnerCost], namespace: str, workload: str, stragglers: int,
-               series: Iterable[Series]) -> RunTotals | None:
+               series: Iterable[Series], step: float = 0.0, began: float | None = None
+               ) -> RunTotals | None:
     """:class:`RunTotals` of ``namespace/workload`` from the page's owners, its stragglers'
-    count and its devices' series (None: the page has no such owner)."""
+    count and its devices' series (None: the page has no such owner). A series' point is
+    the mean of the ``step`` before it: the run was first seen at the start of its first
+    step, but not before ``began`` (the page's history, or its window's start)."""
     mine = [r for r in rows if (r.namespace, r.workload) == (namespace, workload)]
     if not mine:
         return None
     times = [t for s in series for t in (s.times[:1] + s.times[-1:])]
+    first = min(times) - step if times else None
+    if first is not None and began is not None:
+        first = max(first, min(began, min(times)))
     return RunTotals(
         gpu_hours=math.fsum(r.gpu_hours for r in mine), spent=math.fsum(r.spent for r in mine),
         idle=math.fsum(r.idle for r in mine), spinning=math.fsum(r.spinning for r in mine),
         unpriced_gpu_hours=math.fsum(r.unpriced_gpu_hours for r in mine),
-        stragglers=stragglers, first_seen=min(times) if times else None,
-        last_seen=max(times) if times else None)
+        stragglers=stragglers, first_seen=first, last_seen=max(times) if times else None)

@@ -19,7 +19,7 @@ from gpuscope.dashboard import components, fmt, ids, sections
 from gpuscope.dashboard.data import EmbeddedData
 from gpuscope.dashboard.demo import DEMO_SCRAPE_INTERVAL, DemoFleet
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import GpuRef, Holding, HoldingKey
+from gpuscope.dashboard.series import GpuRef, Holding, HoldingKey, Series
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.verdicts.idle import NodeIdle
@@ -28,6 +28,7 @@ from gpuscope.dashboard.verdicts.owners import (
     OwnerCost,
     owner_rows,
     rollup,
+    run_totals,
     showback,
 )
 from gpuscope.dashboard.verdicts.page import Row
@@ -129,6 +130,20 @@ def test_a_long_window_over_the_demos_hour_charges_no_owner_more_idle_than_spent
     hpc = owner(week.owners, "hpc", "Job/cfd-solver")  # 3 whole GPUs, all the history
     assert hpc.gpu_hours == pytest.approx(3 * week.kpis.spent / week.kpis.fleet_per_hour,
                                           rel=0.02)
+
+
+def test_a_run_seen_in_one_long_step_was_seen_over_the_history() -> None:
+    # A 7-day window's one step (1h 24m) over a store of 62 minutes: the run's series have
+    # one point, at the window's end. The view said "seen 10:50:24 UTC to 10:50:24 UTC"
+    # beside 9.72 GPU-hours; the point is the mean of its step, since the history began.
+    end, step, began = 1_800_000_000.0, 5040.0, 1_800_000_000.0 - 3720.0
+    rows = (OwnerCost("", "ml", "Job/a", gpu_hours=8 * 3720 / HOUR),)
+    totals = run_totals(rows, "ml", "Job/a", 0, [Series((end,), (1.0,))], step, began)
+    assert totals is not None and (totals.first_seen, totals.last_seen) == (began, end)
+    # A run that began within the history: at the start of its first step.
+    later = run_totals(rows, "ml", "Job/a", 0, [Series((end - 600, end), (1.0, 1.0))],
+                       60.0, began)
+    assert later is not None and later.first_seen == end - 660
 
 
 def test_a_mig_slice_costs_its_share_of_its_gpu() -> None:
