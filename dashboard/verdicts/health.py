@@ -7,7 +7,9 @@ A GPU is listed when, at some step of the window:
   error: off the bus, or a driver fault);
 - it raised a critical XID (``gpu_xid_errors_total`` grew for one of :data:`CRITICAL_XIDS`,
   NVIDIA's list of XIDs that need a GPU reset, a node drain or a replacement);
-- it had uncorrectable ECC errors (``gpu_ecc_uncorrected_errors_total`` grew);
+- it had uncorrectable ECC errors since its last reset (``gpu_ecc_uncorrected_errors_total``
+  above 0: the driver's volatile count, back to 0 only at a GPU reset or driver reload;
+  until then the GPU needs one, as the ``GpuEccUncorrected`` alert says);
 - a row remap is pending (``gpu_row_remap_pending``: the GPU must be reset to apply it) or
   has failed (``gpu_row_remap_failed``: the GPU should be replaced).
 
@@ -77,7 +79,8 @@ HOLDERS = StepQuery("container_gpu_allocated", "max", ">", 0.0,
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One thing seen on a GPU: what, its first and last flagged step (seconds since the
-    epoch), how much (XIDs raised or ECC errors counted in the window; 0 for states), and
+    epoch), how much (XIDs raised in the window; ECC errors counted since the GPU's last
+    reset, at its last flagged step; 0 for the other states), and
     whether it still held at the window's latest step."""
 
     what: str
@@ -179,8 +182,12 @@ class Health(StepVerdict):
                     e := _event(f"XID {xid}: {CRITICAL_XIDS[xid]}", s, start, latest, step)):
                 add(lab, e)
         for lab, s in answers.get(ECC, ()):
-            if e := _event("uncorrectable ECC errors", s, start, latest, step):
-                add(lab, e)
+            # A state, not an event: the count is since the GPU's last reset, and a GPU
+            # with any still needs one (an error from before the window too, as the alert).
+            if flagged := [(t, v) for t, v in zip(s.times, s.values, strict=True) if v > 0]:
+                add(lab, Problem("uncorrectable ECC errors since the GPU's last reset",
+                                 flagged[0][0], flagged[-1][0], flagged[-1][1],
+                                 flagged[-1][0] >= latest - 1.5 * step))
         for lab, s in answers.get(REMAP_PENDING, ()):
             if len(s):
                 add(lab, _problem("row remap pending (reset the GPU)", s, latest, step))

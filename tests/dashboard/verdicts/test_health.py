@@ -94,10 +94,21 @@ def test_near_misses_are_not_listed() -> None:
         XID: [(lab(A0, xid="13"), series({t: float(i) for i, t in enumerate(T)})),
               # A critical XID counted before the window, no rise in it.
               (lab(B0, xid="79"), series({t: 1.0 for t in T}))],
-        # Uncorrectable ECC errors from before the window, none in it.
-        ECC: [(lab(C0), series({t: 4.0 for t in T}))],
     })
     assert found == {}
+
+
+def test_uncorrectable_ecc_errors_are_listed_until_the_gpu_is_reset() -> None:
+    # The volatile count is since the GPU's last reset: 4 errors from before the window,
+    # none in it, still need a reset (as GpuEccUncorrected says); listed while above 0.
+    found = judge({ECC: [(lab(C0), series({t: 4.0 for t in T}))]})
+    (p,) = found[C0].problems
+    assert (p.first, p.count, p.now) == (T[0], 4.0, True)
+    assert "since the GPU's last reset" in p.what
+    # Reset at step 30 (back to 0, which the store's "> 0" leaves out): no longer now.
+    found = judge({ECC: [(lab(C0), series({t: 4.0 for t in T[:30]}))]})
+    (p,) = found[C0].problems
+    assert (p.last, p.now) == (T[29], False)
 
 
 def test_a_counter_present_at_the_dashboards_first_scrape_is_not_a_new_event() -> None:
@@ -110,11 +121,15 @@ def test_a_counter_present_at_the_dashboards_first_scrape_is_not_a_new_event() -
 
 
 def test_a_counter_reset_counts_from_zero() -> None:
-    # ECC counter 5, the driver reloads (back to 0), then 2 errors.
+    # An XID counter at 5, the exporter restarts (back to 0), then 2 more.
     values = {t: (5.0 if i < 20 else 0.0 if i < 40 else 2.0) for i, t in enumerate(T)}
-    found = judge({ECC: [(lab(C0), series(values))]})
+    found = judge({XID: [(lab(C0, xid="79"), series(values))]})
     (p,) = found[C0].problems
     assert p.count == 2 and p.first == T[40]
+    # The ECC count after a reset: the GPU's count now (2), flagged since the window began.
+    found = judge({ECC: [(lab(C0), series(values))]})
+    (p,) = found[C0].problems
+    assert (p.first, p.count, p.now) == (T[0], 2.0, True)
 
 
 def test_one_row_per_gpu_with_every_problem_earliest_first() -> None:
