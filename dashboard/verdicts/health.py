@@ -242,7 +242,10 @@ class Health(StepVerdict):
 
     def note(self, findings: Sequence[GpuHealth], ctx: PageContext) -> str:
         if not findings:
-            return "No GPU problems in this window."
+            # (Under a namespace filter, another namespace's GPUs may have some.)
+            return ("No GPU problems in this window." if ctx.namespace is None else
+                    f"No GPU problems in this window on the GPUs of namespace "
+                    f"{ctx.namespace}.")
         nodes = {h.ref.node: h.price_per_hour for h in findings}
         cost = sum(p for p in nodes.values() if p is not None)
         return (f"{len(findings)} GPU{'s' if len(findings) != 1 else ''} with problems on "

@@ -218,3 +218,9 @@ def test_since_is_never_before_the_history_the_page_has() -> None:
     [row] = VERDICT.rows(VERDICT.judge(
         {REMAP_PENDING: [(lab(A0), series({t: 1.0 for t in T[30:]}))]}, ctx()), ctx(), {})
     assert row["since"] == fmt.clock(T[29])
+
+
+def test_an_empty_table_under_a_namespace_filter_says_it_is_that_namespace_s() -> None:
+    assert VERDICT.note((), ctx()) == "No GPU problems in this window."
+    note = VERDICT.note((), ctx(namespace="research"))
+    assert note == "No GPU problems in this window on the GPUs of namespace research."
