@@ -44,6 +44,7 @@ from gpuscope.alerts.render import (
     relabel_rules,
 )
 from tests.alerts.conftest import REPO, Webhook
+from tests.alerts.promtool_groups import write_specs
 from tests.stores import Store, binary, free_port, start_victoriametrics
 
 PROMTOOL_DIR = Path(__file__).parent / "promtool"
@@ -116,13 +117,9 @@ def doubled(spec: dict[str, Any], label: str) -> dict[str, Any]:
 
 def run_promtool(promtool: str, rules: Path, specs: dict[str, dict[str, Any]], work: Path
                  ) -> subprocess.CompletedProcess[str]:
-    """``promtool test rules`` on ``specs`` (file name -> content), each reading ``rules``."""
-    paths = []
-    for name, spec in specs.items():
-        path = work / name
-        path.write_text(yaml.safe_dump({**spec, "rule_files": [str(rules)]}, width=1 << 16,
-                                       allow_unicode=True))
-        paths.append(str(path))
+    """``promtool test rules`` on ``specs`` (file name -> content), each reading the groups
+    of ``rules`` it names (:func:`~tests.alerts.promtool_groups.write_specs`)."""
+    paths = write_specs(specs, rules, work)
     return subprocess.run([promtool, "test", "rules", *paths], capture_output=True, text=True,
                           timeout=300, cwd=work)
 

@@ -13,6 +13,7 @@ import yaml
 
 from gpuscope.alerts.render import RULES_FILE, load_rules
 from tests.alerts.conftest import REPO
+from tests.alerts.promtool_groups import write_specs
 
 PROMTOOL_TESTS = sorted((Path(__file__).parent / "promtool").glob("*_test.yaml"))
 DOCS = REPO / "docs" / "alerts.md"
@@ -41,13 +42,37 @@ def test_promtool_check_rules(promtool: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-# Every promtool file in one promtool run: some 40 s on a quiet 2-core machine, past the
-# suite's 120 s per test on a loaded one.
+# Every promtool file in one promtool run, each on the groups it tests
+# (tests/alerts/promtool_groups.py): some 25 s on a quiet 2-core machine, more on a loaded one.
 @pytest.mark.timeout(360)
-def test_promtool_unit_tests(promtool: str) -> None:
+def test_promtool_unit_tests(promtool: str, tmp_path: Path) -> None:
     assert PROMTOOL_TESTS, "no promtool unit tests found"
-    result = run([promtool, "test", "rules", *map(str, PROMTOOL_TESTS)], timeout=330)
+    specs = {p.name: yaml.safe_load(p.read_text(encoding="utf-8")) for p in PROMTOOL_TESTS}
+    paths = write_specs(specs, RULES_FILE, tmp_path)
+    result = run([promtool, "test", "rules", *paths], timeout=330)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(specs), result.stdout
+
+
+def test_the_groups_left_out_record_nothing_the_tested_groups_read() -> None:
+    """What makes a promtool test on its own groups (``group_eval_order``) the same as on
+    the whole file: no group it names reads a series a group it leaves out records. (A test
+    that checks a left-out group's series fails instead: ``got: nil``.)"""
+    groups = load_rules()["groups"]
+    records = {g["name"]: {r["record"] for r in g["rules"] if "record" in r} for g in groups}
+    assert sum(map(len, records.values())) > 50
+    tested = {tuple(yaml.safe_load(p.read_text(encoding="utf-8"))["group_eval_order"])
+              for p in PROMTOOL_TESTS}
+    assert ("gpuscope.rules", "gpuscope.alerts") in tested
+    for names in tested:
+        left_out = {n for other, rec in records.items() if other not in names for n in rec}
+        for group in groups:
+            if group["name"] not in names:
+                continue
+            text = " ".join(r["expr"] for r in group["rules"])
+            read = sorted(n for n in left_out
+                          if re.search(rf"(?<![\w:]){re.escape(n)}(?![\w:])", text))
+            assert not read, f"{group['name']} reads {read}, which {names} leaves out"
 
 
 def test_the_issue_alerts_exist_once_each() -> None:
