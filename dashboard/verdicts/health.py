@@ -109,9 +109,11 @@ class GpuHealth:
         return any(p.now for p in self.problems)
 
 
-def _problem(what: str, series: Series, latest: float, step: float) -> Problem:
-    """A state (lost, remap pending or failed) over its flagged steps."""
-    return Problem(what, series.times[0], series.times[-1], 0.0,
+def _problem(what: str, series: Series, latest: float, step: float,
+             count: float = 0.0) -> Problem:
+    """A state (lost, uncorrectable ECC errors, remap pending or failed) over its flagged
+    steps (the store answers with those alone)."""
+    return Problem(what, series.times[0], series.times[-1], count,
                    series.times[-1] >= latest - 1.5 * step)
 
 
@@ -184,10 +186,9 @@ class Health(StepVerdict):
         for lab, s in answers.get(ECC, ()):
             # A state, not an event: the count is since the GPU's last reset, and a GPU
             # with any still needs one (an error from before the window too, as the alert).
-            if flagged := [(t, v) for t, v in zip(s.times, s.values, strict=True) if v > 0]:
-                add(lab, Problem("uncorrectable ECC errors since the GPU's last reset",
-                                 flagged[0][0], flagged[-1][0], flagged[-1][1],
-                                 flagged[-1][0] >= latest - 1.5 * step))
+            if len(s):
+                add(lab, _problem("uncorrectable ECC errors since the GPU's last reset", s,
+                                  latest, step, count=s.values[-1]))
         for lab, s in answers.get(REMAP_PENDING, ()):
             if len(s):
                 add(lab, _problem("row remap pending (reset the GPU)", s, latest, step))
