@@ -107,6 +107,14 @@ _SPECS: tuple[MetricSpec, ...] = (
         "nvmlEventSetWait on an event set registered for nvmlEventTypeXidCriticalError",
     ),
     MetricSpec(
+        "gpu_xid_last_seen_timestamp_seconds", "gauge",
+        "Wall-clock time the exporter received the last XID event of this code since it "
+        "started: unlike the counter, it tells a new event from an old count after an "
+        "exporter restart or a scrape gap.", "seconds",
+        ("gpu", "uuid", "xid"),
+        "nvmlEventSetWait (the exporter's clock when the event arrived)",
+    ),
+    MetricSpec(
         "gpu_ecc_corrected_errors_total", "counter",
         "Corrected (single-bit) ECC errors since the driver was loaded.", "errors",
         DEVICE_LABELS,

@@ -48,10 +48,15 @@ class ProcessSample:
 
 @dataclass(frozen=True, slots=True)
 class XidCount:
-    """How many XID events of one code a device has raised since the exporter started."""
+    """How many XID events of one code a device has raised since the exporter started, and
+    when the last of them was seen (wall-clock seconds, as the exporter's clock read it when
+    the event arrived; None where the source cannot tell). ``last_seen`` is left out of
+    equality: two readings of one count are the same reading, whatever clock a test ran on
+    (tests of the time read it by name)."""
 
     xid: int
     count: int
+    last_seen: float | None = field(default=None, compare=False)
 
 
 #: The reasons of ``gpu_throttle_seconds_total``: the eight perf policies of NVML

@@ -431,15 +431,21 @@ class _Gpu:
                 failed = failed or f.failed
         return RowRemapping(corr, unc, pending, failed)
 
-    def xid_counts(self, t: float) -> tuple[XidCount, ...]:
+    def xid_counts(self, t: float, start: float) -> tuple[XidCount, ...]:
+        """The XID counts at scenario time ``t``, each with its last event's wall-clock time
+        (``start`` + its scenario time)."""
         if not self.xids:
             return ()
         counts: dict[int, int] = {}
+        last: dict[int, float] = {}
         for x in self.xids:
             n = x.count_at(t)
             if n:
                 counts[x.code] = counts.get(x.code, 0) + n
-        return tuple(XidCount(code, counts[code]) for code in sorted(counts))
+                at = x.last_at(t)
+                if at is not None:
+                    last[x.code] = max(last.get(x.code, at), at)
+        return tuple(XidCount(code, counts[code], start + last[code]) for code in sorted(counts))
 
 
 class SimulatedSource:
@@ -603,7 +609,7 @@ class SimulatedSource:
 
     def _sample_gpu(self, gpu: _Gpu, t: float, energy: float, out: list[DeviceSample]) -> None:
         spec = gpu.spec
-        xid = gpu.xid_counts(t)
+        xid = gpu.xid_counts(t, self.start)
         for window in gpu.lost:
             if window.contains(t):
                 out.append(DeviceSample(

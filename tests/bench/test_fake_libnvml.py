@@ -531,11 +531,18 @@ def test_a_gpu_lost_after_a_second_keeps_its_identity_as_on_the_python_double(
     monkeypatch.setenv("FAKE_NVML_LOST", "1@1")
     monkeypatch.setenv("FAKE_NVML_XIDS", "1:79@1")
     started = time.monotonic()  # before nvmlInit (the source's first sample)
+    wall_before = time.time()
     with running_source(lib) as source:
         assert all(d.up for d in source.sample().devices)
         c_snap = sample_until(source, fallen_off)
         lost_after = time.monotonic() - started
+    wall_after = time.time()
     assert 1.0 <= lost_after < 4.0
+    # When the event arrived, by the exporter's clock (the wall clock here): the one series
+    # that differs between the two doubles' runs.
+    c_served = served(c_snap, "1")
+    last_seen = ("gpu_xid_last_seen_timestamp_seconds", (("uuid", UUID_1), ("xid", "79")))
+    assert wall_before + 1.0 <= c_served.pop(last_seen) <= wall_after
 
     dev = c_snap.devices[1]
     assert not dev.up
@@ -543,7 +550,7 @@ def test_a_gpu_lost_after_a_second_keeps_its_identity_as_on_the_python_double(
         UUID_1, "NVIDIA A100-SXM4-80GB", "00000000:11:00.0")
     assert dev.xid_errors == (XidCount(79, 1),)
     assert dev.row_remapping is None and dev.power_watts is None
-    assert served(c_snap, "1") == {
+    assert c_served == {
         ("gpu_info", LOST_GPU_1_INFO): 1.0,
         ("gpu_up", (("uuid", UUID_1),)): 0.0,
         ("gpu_xid_errors_total", (("uuid", UUID_1), ("xid", "79"))): 1.0,
@@ -560,7 +567,9 @@ def test_a_gpu_lost_after_a_second_keeps_its_identity_as_on_the_python_double(
         fake.gpus[1].lost = True
         py_snap = sample_until(source, fallen_off)
     assert py_snap.devices[1] == dev
-    assert served(py_snap, "1") == served(c_snap, "1")
+    py_served = served(py_snap, "1")
+    assert py_served.pop(last_seen) >= wall_after
+    assert py_served == c_served
 
 
 def test_a_gpu_lost_from_the_start_is_down_without_an_identity_as_on_the_python_double(

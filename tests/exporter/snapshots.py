@@ -59,7 +59,8 @@ def fixed_snapshot() -> Snapshot:
         row_remapping=RowRemapping(
             correctable_rows=2, uncorrectable_rows=1, pending=True, failed=False
         ),
-        xid_errors=(XidCount(xid=13, count=2), XidCount(xid=79, count=1)),
+        xid_errors=(XidCount(xid=13, count=2, last_seen=1_699_999_400.25),
+                    XidCount(xid=79, count=1, last_seen=1_699_999_940.5)),
         processes=(
             ProcessSample(pid=4242, kinds=("compute",), memory_used_bytes=20 * GIB,
                           sm_utilization_ratio=0.6),

@@ -222,7 +222,7 @@ class NvmlSource:
         self._process_utilization = process_utilization
         self._xid_events = xid_events
         self._xid_wait_timeout_ms = xid_wait_timeout_ms
-        self._xid_counts = XidCounts()
+        self._xid_counts = XidCounts(clock)
         # Utilization cursors by device UUID, kept across re-inits so that no sample already
         # counted is counted again after a driver reload.
         self._util_cursors: dict[str, int] = {}

@@ -23,23 +23,27 @@ _XID_LOG_WINDOW_SECONDS = 60.0
 
 
 class XidCounts:
-    """XID events per (device UUID, XID code) since the source was created. Written by the
-    event thread, read by the sampler thread."""
+    """XID events per (device UUID, XID code) since the source was created, with the
+    wall-clock time (``clock``, seconds) the last of each arrived. Written by the event
+    thread, read by the sampler thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, int], int] = {}
+        self._counts: dict[tuple[str, int], tuple[int, float]] = {}
 
     def add(self, uuid: str, xid: int) -> None:
+        now = self._clock()
         with self._lock:
-            self._counts[(uuid, xid)] = self._counts.get((uuid, xid), 0) + 1
+            count, _ = self._counts.get((uuid, xid), (0, now))
+            self._counts[(uuid, xid)] = (count + 1, now)
 
     def by_device(self) -> dict[str, tuple[XidCount, ...]]:
         with self._lock:
             items = sorted(self._counts.items())
         grouped: dict[str, list[XidCount]] = {}
-        for (uuid, xid), count in items:
-            grouped.setdefault(uuid, []).append(XidCount(xid=xid, count=count))
+        for (uuid, xid), (count, last) in items:
+            grouped.setdefault(uuid, []).append(XidCount(xid=xid, count=count, last_seen=last))
         return {uuid: tuple(counts) for uuid, counts in grouped.items()}
 
 

@@ -300,6 +300,13 @@ class XidFault:
         """Events raised up to and including scenario time ``t``."""
         return events_at(self.at, self.every, self.count, t)
 
+    def last_at(self, t: float) -> float | None:
+        """Scenario time of the last event raised up to and including ``t`` (None: none)."""
+        n = self.count_at(t)
+        if n == 0:
+            return None
+        return self.at + (n - 1) * (self.every or 0.0)
+
 
 def events_at(at: float, every: float | None, count: int | None, t: float) -> int:
     """Events of a series that starts at ``at`` and repeats every ``every`` seconds (None:

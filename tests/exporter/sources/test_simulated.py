@@ -288,6 +288,12 @@ def test_xid_counts_are_a_function_of_time() -> None:
     # a second fault with the same code adds to the same counter
     assert device(at(src, 500), "0").xid_errors == (XidCount(13, 6), XidCount(79, 1))
     assert device(at(src, 0), "1").xid_errors == ()
+    # each code's last event, in wall-clock time (start + scenario time)
+    late = SimulatedSource(scenario(FAULTS), clock=FakeClock(), start=1_000.0)
+    assert [(c.xid, c.last_seen) for c in device(at(late, 99), "0").xid_errors] == [
+        (13, 1_070.0)]
+    assert [(c.xid, c.last_seen) for c in device(at(late, 500), "0").xid_errors] == [
+        (13, 1_500.0), (79, 1_100.0)]
 
 
 def test_nvml_down_window() -> None:

@@ -68,6 +68,7 @@ class GpuCollector(Collector):
         remap_failed = new_family("gpu_row_remap_failed")
         throttle = new_family("gpu_throttle_seconds_total")
         xid = new_family("gpu_xid_errors_total")
+        xid_last = new_family("gpu_xid_last_seen_timestamp_seconds")
         mps_server = new_family("gpu_mps_server_memory_used_bytes")
         mps_reported = new_family("gpu_mps_client_utilization_reported")
         proc_util = new_family("gpu_process_utilization_ratio")
@@ -98,6 +99,8 @@ class GpuCollector(Collector):
                 throttle.add_metric([*ids, t.reason], t.seconds)
             for x in dev.xid_errors:
                 xid.add_metric([*ids, str(x.xid)], float(x.count))
+                if x.last_seen is not None:
+                    xid_last.add_metric([*ids, str(x.xid)], x.last_seen)
             if dev.runs_mps:
                 _add_mps(dev, ids, mps_server, mps_reported)
             if self._process_metrics:
@@ -110,6 +113,7 @@ class GpuCollector(Collector):
         yield remap_failed
         yield throttle
         yield xid
+        yield xid_last
         # Only on MPS nodes: no HELP/TYPE lines for families that are always empty elsewhere.
         if mps_server.samples:
             yield mps_server

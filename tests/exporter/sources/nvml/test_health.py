@@ -14,7 +14,7 @@ from tests.exporter.sources.fake_nvml import (
     FakeNvml,
     FakeRemappedRows,
 )
-from tests.exporter.sources.nvml.conftest import SourceFactory, by_uuid
+from tests.exporter.sources.nvml.conftest import FakeClock, SourceFactory, by_uuid
 
 # The XIDs the dashboard's health verdict counts as critical.
 CRITICAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154)
@@ -154,12 +154,34 @@ def test_a_gpu_fallen_off_the_bus_keeps_only_its_identity_and_xids(
                       ("pci_bus_id", gpu.pci_bus_id))),
         ("gpu_up", ()),
         ("gpu_xid_errors_total", (("xid", "79"),)),
+        ("gpu_xid_last_seen_timestamp_seconds", (("xid", "79"),)),
     }
     assert series(snap, gpu.uuid)[("gpu_up", ())] == 0.0
     assert series(snap, gpu.uuid)[("gpu_xid_errors_total", (("xid", "79"),))] == 1.0
     other = fake.gpus[1].uuid
     assert series(snap, other)[("gpu_up", ())] == 1.0
     assert remap_series(snap, other)[("gpu_row_remap_pending", ())] == 0.0
+
+
+def test_an_xid_carries_the_wall_clock_time_its_last_event_arrived(
+    fake: FakeNvml, make_source: SourceFactory, wall: FakeClock
+) -> None:
+    # What tells a new event from an old count: after an exporter restart the counter
+    # starts again at 1, as it was before; the time of its last event does not repeat.
+    gpu = fake.gpus[0]
+    source = make_source(xid_events=True)
+    first = wall.now
+    fake.inject_xid(gpu, 79)
+    snap = sample_until(source, lambda s: bool(by_uuid(s, gpu.uuid).xid_errors))
+    assert [(c.xid, c.count, c.last_seen) for c in by_uuid(snap, gpu.uuid).xid_errors] == [
+        (79, 1, first)]
+    wall.advance(600.0)
+    fake.inject_xid(gpu, 79)
+    snap = sample_until(source, lambda s: by_uuid(s, gpu.uuid).xid_errors[0].count == 2)
+    assert [(c.xid, c.count, c.last_seen) for c in by_uuid(snap, gpu.uuid).xid_errors] == [
+        (79, 2, first + 600.0)]
+    assert series(snap, gpu.uuid)[
+        ("gpu_xid_last_seen_timestamp_seconds", (("xid", "79"),))] == first + 600.0
 
 
 def test_every_critical_xid_is_counted_under_its_own_code(
