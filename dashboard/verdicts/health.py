@@ -5,8 +5,10 @@ A GPU is listed when, at some step of the window:
 
 - it was lost or failing: ``gpu_up`` below 1 (NVML answered GPU_IS_LOST or an unexpected
   error: off the bus, or a driver fault);
-- it raised a critical XID (``gpu_xid_errors_total`` grew for one of :data:`CRITICAL_XIDS`,
-  NVIDIA's list of XIDs that need a GPU reset, a node drain or a replacement);
+- it raised a critical XID (one of :data:`CRITICAL_XIDS`, NVIDIA's list of XIDs that need a
+  GPU reset, a node drain or a replacement): the exporter received the code's last event in
+  the window (``gpu_xid_last_seen_timestamp_seconds``), or, from an exporter that does not
+  serve that time, ``gpu_xid_errors_total`` grew;
 - it had uncorrectable ECC errors since its last reset (``gpu_ecc_uncorrected_errors_total``
   above 0: the driver's volatile count, back to 0 only at a GPU reset or driver reload;
   until then the GPU needs one, as the ``GpuEccUncorrected`` alert says);
@@ -22,6 +24,7 @@ page's cost does not grow with the fleet.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -69,6 +72,13 @@ XID = StepQuery("gpu_xid_errors_total", "max", ">", 0.0, by=("gpu", "uuid", "xid
 ECC = StepQuery("gpu_ecc_uncorrected_errors_total", "max", ">", 0.0)
 REMAP_PENDING = StepQuery("gpu_row_remap_pending", "max", ">", 0.0)
 REMAP_FAILED = StepQuery("gpu_row_remap_failed", "max", ">", 0.0)
+#: When the exporter received each code's last event (seconds since the epoch, by its
+#: clock), highest per step: each value in the window is an event in it. The counter cannot
+#: tell a repeat after the exporter restarted (a new counter at 1, the value the old one
+#: showed), nor, on a store younger than a step or so of the window, a count from before
+#: the window from one in it; the time does.
+XID_SEEN = StepQuery("gpu_xid_last_seen_timestamp_seconds", "max", ">", 0.0,
+                     by=("gpu", "uuid", "xid"))
 #: The containers that held each flagged GPU while it was flagged: the fleet page's own data
 #: names only the holders its other findings needed (the Prometheus path).
 HOLDERS = StepQuery("container_gpu_allocated", "max", ">", 0.0,
@@ -145,12 +155,32 @@ def _event(what: str, series: Series, start: float, latest: float,
                    rises[-1][0] >= latest - 1.5 * step)
 
 
+def _seen(what: str, seen: Series, counted: Problem | None, window_start: float,
+          latest: float, step: float) -> Problem | None:
+    """The events of one code whose times (``seen``: the last event's time, per step) fall
+    in the window (after ``window_start``, up to a step past ``latest``: an exporter's clock
+    a little ahead), each at the step it fell in, as one problem; at least as many as the
+    counter's rises (``counted``: several events of one step leave one time). None when
+    none did, whatever the counter says: the time is the exporter's own record."""
+    times = sorted({v for v in seen.values if window_start < v <= latest + step})
+    if not times:
+        return None
+
+    def at_step(t: float) -> float:
+        """The end of the window's step ``t`` fell in."""
+        return min(latest, window_start + math.ceil((t - window_start) / step) * step)
+
+    first, last = at_step(times[0]), at_step(times[-1])
+    return Problem(what, first, last, max(len(times), counted.count if counted else 0),
+                   last >= latest - 1.5 * step)
+
+
 class Health(StepVerdict):
     """The GPU-health verdict (module docstring)."""
 
     name: ClassVar[str] = "gpu-health"
-    queries: ClassVar[tuple[StepQuery, ...]] = (LOST, XID, ECC, REMAP_PENDING, REMAP_FAILED,
-                                                HOLDERS)
+    queries: ClassVar[tuple[StepQuery, ...]] = (LOST, XID, XID_SEEN, ECC, REMAP_PENDING,
+                                                REMAP_FAILED, HOLDERS)
     section: ClassVar[Section] = Section(
         id="section-gpu-health", title="GPU health",
         intro="GPUs lost or fallen off the bus, critical XID errors, uncorrectable ECC "
@@ -178,10 +208,18 @@ class Health(StepVerdict):
         for lab, s in answers.get(LOST, ()):
             if len(s):
                 add(lab, _problem("lost or failing (gpu_up 0)", s, latest, step))
+        seen = {(device_ref(lab), lab.get("xid", "")): s
+                for lab, s in answers.get(XID_SEEN, ()) if len(s)}
         for lab, s in answers.get(XID, ()):
             xid = lab.get("xid", "")
-            if xid in CRITICAL_XIDS and (
-                    e := _event(f"XID {xid}: {CRITICAL_XIDS[xid]}", s, start, latest, step)):
+            if xid not in CRITICAL_XIDS:
+                continue
+            key = (device_ref(lab), xid)
+            what = f"XID {xid}: {CRITICAL_XIDS[xid]}"
+            e = _event(what, s, start, latest, step)
+            if key in seen:  # (the exporter serves the time with the counter: it decides)
+                e = _seen(what, seen[key], e, ctx.window.start, latest, step)
+            if e is not None:
                 add(lab, e)
         for lab, s in answers.get(ECC, ()):
             # A state, not an event: the count is since the GPU's last reset, and a GPU

@@ -24,6 +24,7 @@ from gpuscope.dashboard.verdicts.health import (
     REMAP_PENDING,
     VERDICT,
     XID,
+    XID_SEEN,
     GpuHealth,
 )
 from gpuscope.dashboard.verdicts.page import PageContext
@@ -130,6 +131,52 @@ def test_a_counter_reset_counts_from_zero() -> None:
     found = judge({ECC: [(lab(C0), series(values))]})
     (p,) = found[C0].problems
     assert (p.first, p.count, p.now) == (T[0], 2.0, True)
+
+
+def test_a_repeat_after_the_exporter_restarted_is_found_by_its_time() -> None:
+    # GPU c0's XID 79 was counted before the window (1); the exporter's container restarts
+    # at step 20 (no counter until its next event) and counts XID 79 again from 1 at step
+    # 30, the value the old counter showed: no rise. Its last event's time says it is new.
+    before = WINDOW.start - 3000.0
+    event = T[29] + 10.0  # in step 30
+    counter = series({t: 1.0 for i, t in enumerate(T) if i < 20 or i >= 30})
+    times = series({t: (before if i < 20 else event) for i, t in enumerate(T)
+                    if i < 20 or i >= 30})
+    assert judge({XID: [(lab(C0, xid="79"), counter)]}) == {}  # the counter alone misses it
+    found = judge({XID: [(lab(C0, xid="79"), counter)],
+                   XID_SEEN: [(lab(C0, xid="79"), times)]})
+    (p,) = found[C0].problems
+    assert (p.first, p.last, p.count, p.now) == (T[30], T[30], 1, False)
+
+
+def test_the_time_tells_a_young_store_s_count_from_before_the_window() -> None:
+    # A 7-day window over a store 3 steps old: the counter (1) is there from the store's
+    # first sample, which the counter alone cannot place: it lists no event.
+    week = Window(END - 7 * 86400.0, END, 3600.0)
+    times = week.times()
+    young = PageContext(window=week, history_start=times[-3], gpus=ctx().gpus,
+                        node_price=ctx().node_price)
+    counter = series({t: 1.0 for t in times[-3:]})
+    assert judge({XID: [(lab(A0, xid="79"), counter)]}, young) == {}
+    old = series({t: week.start - 600.0 for t in times[-3:]})
+    assert judge({XID: [(lab(A0, xid="79"), counter)],
+                  XID_SEEN: [(lab(A0, xid="79"), old)]}, young) == {}
+    # An event 3 days ago (in the window, before the store's data): listed at its step.
+    recent = END - 3 * 86400.0 + 5.0
+    found = judge({XID: [(lab(A0, xid="79"), counter)],
+                   XID_SEEN: [(lab(A0, xid="79"), series({t: recent for t in times[-3:]}))]},
+                  young)
+    (p,) = found[A0].problems
+    assert (p.first, p.count, p.now) == (END - 3 * 86400.0 + 3600.0, 1, False)
+
+
+def test_several_events_in_one_step_count_as_the_counter_says() -> None:
+    # Two XID 79s within step 40: one time (the last), the counter up by 2.
+    counter = series({t: (0.0 if i < 40 else 2.0) for i, t in enumerate(T)})
+    times = series({t: T[39] + 20.0 for t in T[40:]})
+    found = judge({XID: [(lab(A0, xid="79"), counter)], XID_SEEN: [(lab(A0, xid="79"), times)]})
+    (p,) = found[A0].problems
+    assert (p.first, p.count) == (T[40], 2)
 
 
 def test_one_row_per_gpu_with_every_problem_earliest_first() -> None:
