@@ -189,7 +189,9 @@ class Health(StepVerdict):
         tables=(Table("gpu-health-table", "gpu-health-note", (
             Column("node", "Node", "link"), Column("gpu", "GPU"), Column("what", "What"),
             Column("since", "Since (UTC)"), Column("now", "Now"),
-            Column("pods", "Pods", "link"), Column("price", "Node $/hour", "money"),
+            # (The CSV names each pod with its namespace: the links show the pod alone.)
+            Column("pods", "Pods", "link", csv="pods_csv"),
+            Column("price", "Node $/hour", "money"),
         ), order="price"),),
     )
 
@@ -275,7 +277,8 @@ class Health(StepVerdict):
                 "since": fmt.clock(max(h.since - ctx.window.step, began))
                 + (" or earlier" if h.since <= max(first_step, history) else ""),
                 "now": "yes" if h.now else "no (in the window)",
-                "pods": pods or "(no pod)", "price": h.price_per_hour,
+                "pods": pods or "(no pod)", "pods_csv": ", ".join(h.pods) or "(no pod)",
+                "price": h.price_per_hour,
             })
         return rows
 

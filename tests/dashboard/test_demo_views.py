@@ -62,6 +62,9 @@ def test_the_broken_gpu_is_the_planted_one(view: FleetView) -> None:
         "row remap pending": (0, True)}
     assert broken.price_per_hour == 55.04
     assert 19 * 60 < view.window.end - broken.since < 21 * 60
+    # The CSV names the pod with its namespace (the page's link shows the pod alone).
+    [row] = csv.DictReader(io.StringIO(sections.csv_text(view, "gpu-health-table")))
+    assert row["Pods"] == "hpc/cfd-solver-9xk2p"
 
 
 def test_idle_nodes_are_the_planted_ones(view: FleetView) -> None:
