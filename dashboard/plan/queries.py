@@ -89,6 +89,9 @@ class PlanQueries(PrometheusStore):
         self.prices = prices
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}
+        # A check that failed (the store's error), by window length: (when, error). Those
+        # who waited for it share it instead of each waiting a timeout of their own.
+        self._rules_failed: dict[int, tuple[float, DataError]] = {}
         # The windows last served (:meth:`served`), by the window asked: the latest
         # :attr:`SERVED_KEPT` (pages of other windows asked between a page's rows and its
         # steps leave its own).
@@ -147,10 +150,13 @@ class PlanQueries(PrometheusStore):
                 for name, t in ends.items())
             try:
                 counts = {lab.get("at", ""): v for lab, v in self.instant(query, window.end)}
-            except DataError:
+            except DataError as error:
                 # The page's own queries say what failed (this one is only a shortcut); the
-                # page's other caller does not wait out the store's timeout a second time.
+                # page's other caller does not wait out the store's timeout a second time,
+                # nor does the rules' check that follows (:meth:`_check_rules`: its error).
                 self._keep_served(window, window, final=False)
+                with self._lock:
+                    self._rules_failed[round(window.seconds)] = (time.monotonic(), error)
                 return window, 1
             out = window
             if counts.get("before", 0.0) > counts.get("end", 0.0):
@@ -611,6 +617,11 @@ class PlanQueries(PrometheusStore):
     #: minute whose evaluation was not written yet when the page asked) does not leave the
     #: page on the raw series, slow at a large fleet, for :attr:`RULES_CHECK_EVERY`.
     RULES_MISSING_CHECK_EVERY = RULE_INTERVAL
+    #: How long a failed check's error answers those who asked while it ran, in seconds:
+    #: the page's rows and its steps ask side by side, and a store that timed out the first
+    #: would otherwise keep the second waiting a whole timeout more (the page's error
+    #: banner twice as late, when the store is in trouble). Short: the next page asks again.
+    RULES_FAILED_KEPT = 5.0
 
     def runs_recorded_since(self, window: Window) -> float | None:
         """Since when the rules have recorded the verdicts' runs without a gap
@@ -652,14 +663,19 @@ class PlanQueries(PrometheusStore):
             return False, 0
         # One check at a time (the page's rows and the registry's steps ask side by side):
         # the second reads the first one's finding instead of sending the query again.
+        asked = time.monotonic()
         with self._check_lock:
             key = round(window.seconds)
             now = time.monotonic()
             with self._lock:
                 found = self._rules_seen.get(key)
+                failed = self._rules_failed.get(key)
             if found is not None and now - found[0] < (
                     self.RULES_CHECK_EVERY if found[1] else self.RULES_MISSING_CHECK_EVERY):
                 return found[1], 0
+            if failed is not None and failed[0] >= asked - self.RULES_FAILED_KEPT:
+                # It failed while this caller waited for it (or just before): its error.
+                raise DataError(str(failed[1]))
             probe = duration(RULE_INTERVAL)
             # The dense series (the sparse ones may rightly be empty: nothing spins), of each
             # node's GPU 0 (as the first round's ``at_start``: an eighth of the series, 0.41 s
@@ -673,9 +689,15 @@ class PlanQueries(PrometheusStore):
             query = " and ".join(
                 f"count(last_over_time({sel}[{probe}] @ {t:.3f}){keep})"
                 for sel, keep in probes for t in ends)
-            loaded = len(self.instant(query, window.end)) == 1
+            try:
+                loaded = len(self.instant(query, window.end)) == 1
+            except DataError as error:
+                with self._lock:
+                    self._rules_failed[key] = (time.monotonic(), error)
+                raise
             with self._lock:
                 self._rules_seen[key] = (now, loaded)
+                self._rules_failed.pop(key, None)
             return loaded, 1
 
     def _submit(self, queries: Mapping[str, str], window: Window) -> _Answers:

@@ -596,6 +596,45 @@ def test_the_rows_and_the_steps_share_one_rules_check(
     assert len(asked) == 1, asked
 
 
+def test_a_failed_rules_check_fails_those_who_waited_for_it_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A store that times out the check: the page's steps, waiting behind its rows' check,
+    # sent it again and waited a whole timeout more (the error banner twice as late).
+    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000.0)
+    asked: list[str] = []
+    entered = threading.Event()
+
+    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append(query)
+        entered.set()
+        time.sleep(0.3)  # (the store's timeout)
+        raise DataError("store: timed out")
+
+    monkeypatch.setattr(prom, "instant", instant)
+    window = prom.window(3600)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(prom.rules_loaded, window)
+        assert entered.wait(5)
+        second = pool.submit(prom.rules_loaded, window)
+        for done in (first, second):
+            with pytest.raises(DataError, match="timed out"):
+                done.result()
+    assert len(asked) == 1, asked
+    # The page's first question (which window the rules serve) timed out: the rules' check
+    # after it fails with its error instead of waiting a timeout of its own.
+    asked.clear()
+    other = prom.window(6 * 3600)
+    assert prom.served_window(other) == (other, 1) and len(asked) == 1
+    with pytest.raises(DataError, match="timed out"):
+        prom.rules_loaded(other)
+    assert len(asked) == 1, asked
+    # A later page asks again.
+    clock = [time.monotonic() + prom.RULES_FAILED_KEPT + 1]
+    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr(prom, "instant", lambda query, at: [({}, 1.0)])
+    assert prom.rules_loaded(window)
+
+
 def _late_rules(query: str, at: float) -> list[tuple[dict[str, str], float]]:
     """The version recorded by two rule sets a minute before the window's end, one at it."""
     return [({"at": "end"}, 1.0), ({"at": "before"}, 2.0)]
