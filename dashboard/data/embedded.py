@@ -35,6 +35,7 @@ from gpuscope.dashboard.data.reduce import (
     mean_of,
     merged,
     rate_bucket,
+    slice_holder_lines,
     util_stats,
     work_signals,
 )
@@ -586,8 +587,9 @@ class EmbeddedData:
         window = self.window(window_seconds)
         rng = max(window.step, 2 * self.interval)
         evals = window.times()
-        index = {lab.get("uuid", ""): lab.get("gpu", "")
-                 for lab in self._infos("gpu_info", window.start) if lab["node"] == node}
+        infos = [lab for lab in self._infos("gpu_info", window.start) if lab["node"] == node]
+        index = {lab.get("uuid", ""): lab.get("gpu", "") for lab in infos}
+        slices = {lab.get("uuid", "") for lab in infos if lab.get("parent_uuid")}
         sel = self._select_many(NODE_METRICS, window, max(rng, self._rate_range(window)), node=node)
 
         def by_gpu(name: str) -> dict[str, Series]:
@@ -606,6 +608,16 @@ class EmbeddedData:
 
         def named(m: Mapping[GpuRef, Series]) -> dict[str, Series]:
             return {gpu_of.get(ref, ref.uuid[-8:]): s for ref, s in m.items()}
+
+        held: dict[tuple[str, str], Series] = {}
+        for lab, t, v in sel.get("container_gpu_allocated", []):
+            if lab.get("namespace") and lab.get("uuid", "") in slices:
+                steps = bucket(t, v, evals, rng, max)
+                kept = [i for i, x in enumerate(steps.values) if x > 0]
+                held[(f"{lab['namespace']}/{lab.get('pod')}/{lab.get('container')}",
+                      index[lab["uuid"]])] = Series(tuple(steps.times[i] for i in kept),
+                                                    tuple(1.0 for _ in kept))
+        containers.update(slice_holder_lines(held, named(signals.sm)))
 
         power_ratio = {}
         for ref, s in signals.power.items():

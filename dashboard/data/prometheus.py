@@ -30,6 +30,7 @@ from gpuscope.dashboard.data.promql import (
     scoped,
     selector,
 )
+from gpuscope.dashboard.data.reduce import slice_holder_lines
 from gpuscope.dashboard.data.source import (
     DataError,
     make_window,
@@ -509,14 +510,23 @@ class PrometheusStore:
         mem = selector("gpu_memory_used_bytes", match)
         cutil = selector("container_gpu_utilization_ratio", {**match, "namespace": '!=""'})
         info = selector("gpu_info", match)
+        slices = selector("gpu_info", {**match, "parent_uuid": '!=""'})
+        held = selector("container_gpu_allocated", {**match, "namespace": '!=""'})
         limit = selector("gpu_power_limit_watts", match)
         throttle = selector("gpu_throttle_seconds_total", match)
         return {
             "utilization": f"max by (gpu) (avg_over_time({util}[{r}]))",
             "memory": f"max by (gpu) (avg_over_time({mem}[{r}]))",
+            # Each container's utilization; and (``held="1"``) the steps at which a
+            # container held a MIG slice, which has no per-container utilization
+            # (:func:`~.reduce.slice_holder_lines` draws those by the slice's SM activity).
             "containers": (
                 f"max by (namespace, pod, container, gpu) (avg_over_time({cutil}[{r}])"
                 f" * on (node, uuid) group_left (gpu) max by (node, uuid, gpu) ({info}))"
+                f" or label_replace(max by (namespace, pod, container, gpu) ("
+                f"(max_over_time({held}[{r}]) > 0)"
+                f" * on (node, uuid) group_left (gpu) max by (node, uuid, gpu) ({slices})),"
+                f' "held", "1", "", "")'
             ),
             "activity": " or ".join(
                 f'label_replace({_rate(f"gpu_{name}_active_seconds_total", rr, match, "gpu")},'
@@ -540,9 +550,14 @@ class PrometheusStore:
             utilization={lab.get("gpu", ""): s for lab, s in res["utilization"]},
             memory_used={lab.get("gpu", ""): s for lab, s in res["memory"]},
             containers={
-                f"{lab.get('namespace')}/{lab.get('pod')}/{lab.get('container')}"
-                f" (GPU {lab.get('gpu')})": s
-                for lab, s in res["containers"]
+                **{f"{lab.get('namespace')}/{lab.get('pod')}/{lab.get('container')}"
+                   f" (GPU {lab.get('gpu')})": s
+                   for lab, s in res["containers"] if not lab.get("held")},
+                **slice_holder_lines(
+                    {(f"{lab.get('namespace')}/{lab.get('pod')}/{lab.get('container')}",
+                      lab.get("gpu", "")): s
+                     for lab, s in res["containers"] if lab.get("held")},
+                    activity.get("sm", {})),
             },
             sm=activity.get("sm", {}), tensor=activity.get("tensor", {}),
             dram=activity.get("dram", {}),

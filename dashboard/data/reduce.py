@@ -195,6 +195,26 @@ def evidence(sel: Selected, window: Window, seconds: float) -> dict[GpuRef, Evid
             for ref, p in parts.items()}
 
 
+def slice_holder_lines(held: Mapping[tuple[str, str], Series], sm: Mapping[str, Series]
+                       ) -> dict[str, Series]:
+    """The node drill-down's lines of MIG slices' holders: NVML gives no per-container
+    utilization on a MIG slice, so each holder (``held``: by (``namespace/pod/container``,
+    the slice's index), the steps at which it held the slice) is drawn by its slice's SM
+    activity (``sm``, by index; GPM) at those steps, its slice's use while it held it. A
+    slice without GPM has no measure of its use: its holders get no line (never 0)."""
+    out: dict[str, Series] = {}
+    for (name, gpu), steps in sorted(held.items()):
+        activity = sm.get(gpu)
+        if activity is None:
+            continue
+        at = dict(zip(activity.times, activity.values, strict=True))
+        times = [t for t in steps.times if t in at]
+        if times:
+            out[f"{name} (GPU {gpu}, its slice's SM activity)"] = Series(
+                tuple(times), tuple(at[t] for t in times))
+    return out
+
+
 def mean_of(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 

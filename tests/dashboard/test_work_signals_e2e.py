@@ -24,6 +24,7 @@ import requests
 from gpuscope.dashboard.data import EmbeddedData, Target
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import NodeDetail
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.views import FleetView, page_view
 from tests.conftest import ExporterProcess, free_port, wait_for
@@ -238,8 +239,23 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         mig = prom.workload_detail("serving", "Deployment/mig-busy-api", WINDOW)
         assert [(d.gpu, d.pods) for d in mig.devices] == [("0/2", ("mig-busy-api",))]
         assert mig.utilization == {} and set(mig.sm) == {d.ref for d in mig.devices}
+        # The node's drill-down: each slice's holder drawn by its slice's SM activity.
+        check_mig_holders(prom.node_detail("wsig-mig", WINDOW))
     finally:
         prom.close()
+
+
+def check_mig_holders(node: NodeDetail) -> None:
+    """The MIG node's drill-down draws each slice's holder, which has no utilization of its
+    own (NVML gives none per container there), by its slice's SM activity: the idle API's
+    line at 0, the busy one's at its slice's (the two data modes must agree)."""
+    holders = {name: s for name, s in node.containers.items() if "slice" in name}
+    assert set(holders) == {"serving/mig-idle-api/s (GPU 0/1, its slice's SM activity)",
+                            "serving/mig-busy-api/s (GPU 0/2, its slice's SM activity)"}
+    idle, busy = (holders[f"serving/mig-{n}-api/s (GPU 0/{i}, its slice's SM activity)"]
+                  for n, i in (("idle", 1), ("busy", 2)))
+    assert idle.values[-1] == 0.0 and busy.values[-1] > 0.5
+    assert busy == node.sm["0/2"] and idle == node.sm["0/1"]  # held the whole window
 
 
 def test_both_data_modes_give_the_same_verdicts(fleet: Fleet) -> None:
@@ -255,4 +271,5 @@ def test_both_data_modes_give_the_same_verdicts(fleet: Fleet) -> None:
     mig = fleet.embedded.workload_detail("serving", "Deployment/mig-busy-api", WINDOW)
     assert [(d.gpu, d.pods) for d in mig.devices] == [("0/2", ("mig-busy-api",))]
     assert mig.utilization == {} and set(mig.sm) == {d.ref for d in mig.devices}
+    check_mig_holders(fleet.embedded.node_detail("wsig-mig", WINDOW))
     assert time.monotonic() - fleet.began < 60
