@@ -8,7 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import pytest
@@ -572,10 +572,12 @@ def test_a_missed_rules_check_is_asked_again_after_a_minute(
 
 
 
-def test_the_rows_and_the_steps_share_one_rules_check(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # The page's rows and the registry's steps ask whether the rules serve the window side
-    # by side: the check (the heaviest of the small queries at 5,000 nodes) is sent once.
+def _checked_side_by_side(monkeypatch: pytest.MonkeyPatch,
+                          answer: Callable[[], list[tuple[dict[str, str], float]]],
+                          ) -> tuple[PrometheusData, list[Future[bool]], list[str]]:
+    """The page's rows and its steps ask whether the rules serve the hour side by side: the
+    second asks while the store (0.3 s) still computes the first one's check, which
+    ``answer`` ends (returns or raises). The source, both calls and the queries sent."""
     prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000.0)
     asked: list[str] = []
     entered = threading.Event()
@@ -583,8 +585,8 @@ def test_the_rows_and_the_steps_share_one_rules_check(
     def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
         asked.append(query)
         entered.set()
-        time.sleep(0.3)  # (the store computing it while the other caller asks)
-        return [({}, 1.0)]
+        time.sleep(0.3)
+        return answer()
 
     monkeypatch.setattr(prom, "instant", instant)
     window = prom.window(3600)
@@ -592,7 +594,15 @@ def test_the_rows_and_the_steps_share_one_rules_check(
         first = pool.submit(prom.rules_loaded, window)
         assert entered.wait(5)
         second = pool.submit(prom.rules_loaded, window)
-        assert first.result() and second.result()
+        wait([first, second])
+    return prom, [first, second], asked
+
+
+def test_the_rows_and_the_steps_share_one_rules_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check (the heaviest of the small queries at 5,000 nodes) is sent once.
+    _, calls, asked = _checked_side_by_side(monkeypatch, lambda: [({}, 1.0)])
+    assert all(call.result() for call in calls)
     assert len(asked) == 1, asked
 
 
@@ -600,25 +610,13 @@ def test_a_failed_rules_check_fails_those_who_waited_for_it_at_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A store that times out the check: the page's steps, waiting behind its rows' check,
     # sent it again and waited a whole timeout more (the error banner twice as late).
-    prom = PrometheusData("http://127.0.0.1:1", clock=lambda: 10_000.0)
-    asked: list[str] = []
-    entered = threading.Event()
-
-    def instant(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        asked.append(query)
-        entered.set()
-        time.sleep(0.3)  # (the store's timeout)
+    def timed_out() -> list[tuple[dict[str, str], float]]:
         raise DataError("store: timed out")
 
-    monkeypatch.setattr(prom, "instant", instant)
-    window = prom.window(3600)
-    with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(prom.rules_loaded, window)
-        assert entered.wait(5)
-        second = pool.submit(prom.rules_loaded, window)
-        for done in (first, second):
-            with pytest.raises(DataError, match="timed out"):
-                done.result()
+    prom, calls, asked = _checked_side_by_side(monkeypatch, timed_out)
+    for call in calls:
+        with pytest.raises(DataError, match="timed out"):
+            call.result()
     assert len(asked) == 1, asked
     # The page's first question (which window the rules serve) timed out: the rules' check
     # after it fails with its error instead of waiting a timeout of its own.
@@ -632,7 +630,7 @@ def test_a_failed_rules_check_fails_those_who_waited_for_it_at_once(
     clock = [time.monotonic() + prom.RULES_FAILED_KEPT + 1]
     monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
     monkeypatch.setattr(prom, "instant", lambda query, at: [({}, 1.0)])
-    assert prom.rules_loaded(window)
+    assert prom.rules_loaded(prom.window(3600))
 
 
 def _late_rules(query: str, at: float) -> list[tuple[dict[str, str], float]]:
