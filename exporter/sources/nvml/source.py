@@ -479,6 +479,24 @@ class NvmlSource:
         watcher.start()
         return watcher
 
+    def _watch_late(self, gpu: _Device, session: _Session) -> None:
+        """Watch a GPU for XID events that was identified after nvmlInit (it did not answer
+        then: lost, failing): the event set was made without it. With no event thread (no
+        GPU could register at start) one is started now."""
+        if not self._xid_events:
+            return
+        if session.xid is None:
+            try:
+                session.xid = self._watch_xid(session.devices)
+            except NvmlFault as fault:
+                if fault.fault is Fault.DRIVER:
+                    raise
+                log.warning("XID events not watched: %s", describe(fault))
+            return
+        session.xid.add_gpu(gpu.handle, gpu.uuid, {
+            m.gpu_instance_id: m.uuid for m in gpu.slices if m.gpu_instance_id is not None
+        })
+
     def _teardown(self) -> None:
         """Stop the XID thread, free its event set and shut NVML down; errors are ignored
         (this also runs after the driver has gone)."""
@@ -563,6 +581,8 @@ class NvmlSource:
         for gpu in session.devices:
             if not gpu.identified:
                 self._identify(gpu)
+                if gpu.identified:
+                    self._watch_late(gpu, session)
             for dev in (gpu, *gpu.slices):
                 started = self._monotonic()
                 sample = self._measure(dev, xids)

@@ -52,6 +52,11 @@ class XidWatcher:
 
     An event names the physical GPU's handle and, under MIG, the GPU instance it hit; it is
     counted for that MIG slice when the instance is known, else for the GPU.
+
+    A GPU identified after the set was made (it did not answer at nvmlInit) is added with
+    :meth:`add_gpu`; the event thread registers it between two waits, so that the set is only
+    ever used by one thread (NVML does not say an event set may be registered on while
+    another thread waits on it).
     """
 
     def __init__(
@@ -69,6 +74,11 @@ class XidWatcher:
         self._counts = counts
         self._wait_timeout_ms = wait_timeout_ms
         self._log = XidLog(monotonic)
+        # Writers of the two maps (the sampler thread, the event thread registering a late
+        # GPU) replace them whole under this lock; _count reads them without it.
+        self._maps_lock = threading.Lock()
+        # GPUs to register on the event set before the next wait: (handle, uuid).
+        self._pending: list[tuple[object, str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpuscope-nvml-xid", daemon=True)
 
@@ -89,6 +99,7 @@ class XidWatcher:
         failing = False  # log the first of a run of failures only
         while not self._stop.is_set():
             try:
+                self._register_pending()
                 event = read(calls.wait_xid, self.event_set, self._wait_timeout_ms)
             except NvmlFault as fault:
                 if fault.fault is Fault.DRIVER:
@@ -115,9 +126,39 @@ class XidWatcher:
 
     def set_mig_slices(self, gpu_key: int, slices: dict[int, str]) -> None:
         """A GPU's MIG layout changed: its GPU instance ids and their slices' UUIDs now."""
-        mapping = {k: v for k, v in self._mig_slices.items() if k[0] != gpu_key}
-        mapping.update({(gpu_key, gi): uuid for gi, uuid in slices.items()})
-        self._mig_slices = mapping  # one assignment: the event thread sees either map whole
+        with self._maps_lock:
+            mapping = {k: v for k, v in self._mig_slices.items() if k[0] != gpu_key}
+            mapping.update({(gpu_key, gi): uuid for gi, uuid in slices.items()})
+            self._mig_slices = mapping  # one assignment: the event thread sees either map whole
+
+    def add_gpu(self, handle: object, uuid: str, slices: dict[int, str]) -> None:
+        """Watch a GPU identified after the set was made (``slices``: its GPU instance ids
+        and their slices' UUIDs). Its events count from its registration, which the event
+        thread makes before its next wait (within ``wait_timeout_ms``)."""
+        key = handle_key(handle)
+        self.set_mig_slices(key, slices)
+        with self._maps_lock:
+            self._pending.append((handle, uuid))
+
+    def _register_pending(self) -> None:
+        """Register the GPUs :meth:`add_gpu` queued (event thread only). A GPU that cannot
+        register (NOT_SUPPORTED, lost, failing) is logged and skipped, as at start; a dead
+        driver raises :class:`NvmlFault` like the wait does."""
+        with self._maps_lock:
+            pending, self._pending = self._pending, []
+        for handle, uuid in pending:
+            try:
+                registered = read(calls.register_xid_events, handle, self.event_set)
+            except NvmlFault as fault:
+                if fault.fault is Fault.DRIVER:
+                    raise
+                registered = False
+            if not registered:
+                log.warning("GPU %s cannot report XID events; not watching it", uuid)
+                continue
+            with self._maps_lock:
+                self._gpus = {**self._gpus, handle_key(handle): uuid}
+            log.info("GPU %s identified late: watching it for XID events", uuid)
 
     def _count(self, handle: object, xid: int, gpu_instance_id: int) -> None:
         key = handle_key(handle)

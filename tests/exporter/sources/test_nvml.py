@@ -791,6 +791,45 @@ def test_gpu_that_cannot_register_events_is_skipped(
     assert parts(snap)["xid"]
 
 
+def test_gpu_identified_after_start_has_its_xid_events_counted(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    # A GPU that does not answer at nvmlInit is identified in a later round; it must then be
+    # watched for XID events like the others (and, under MIG, its slices' instances too).
+    mig = fake.add_mig_slice(1, "1g.10gb", gpu_instance_id=13)
+    fake.gpus[1].lost = True
+    source = make_source()
+    assert not source.sample().devices[1].up
+    fake.gpus[1].lost = False
+    assert by_uuid(source.sample(), fake.gpus[1].uuid).up
+
+    fake.inject_xid(1, 79)
+    fake.inject_xid(1, 43, gpu_instance_id=13)
+    snap = sample_until(source, lambda s: fake.pending_events() == 0 and sum(
+        c.count for d in s.devices for c in d.xid_errors) == 2, timeout=3.0)
+    assert by_uuid(snap, fake.gpus[1].uuid).xid_errors == (XidCount(79, 1),)
+    assert by_uuid(snap, mig.uuid).xid_errors == (XidCount(43, 1),)
+    assert parts(snap)["xid"]
+
+
+def test_xid_part_recovers_when_the_only_gpu_is_identified_after_start(
+    make_source: SourceFactory,
+) -> None:
+    # No GPU could register at start (the only one did not answer): once it answers, its
+    # events are watched and the xid part succeeds.
+    fake = FakeNvml(1)
+    fake.gpus[0].lost = True
+    source = make_source(library_loader=lambda: fake)
+    snap = source.sample()
+    assert parts(snap)["xid"] is False
+    fake.gpus[0].lost = False
+    fake.inject_xid(0, 48)
+    snap = sample_until(source, lambda s: bool(s.devices[0].xid_errors), timeout=3.0)
+    assert snap.devices[0].up
+    assert snap.devices[0].xid_errors == (XidCount(48, 1),)
+    assert parts(snap)["xid"]
+
+
 def test_no_event_support_at_all_reports_the_xid_part_failed(
     fake: FakeNvml, make_source: SourceFactory
 ) -> None:
