@@ -74,6 +74,14 @@ def _accepts_text_004(accept: str) -> bool:
 #: Seconds a client has, after connecting, to complete the TLS handshake.
 TLS_HANDSHAKE_TIMEOUT = 10.0
 
+#: Seconds a connection may stay silent (no request yet, or idle between two requests on a
+#: kept-alive connection; also one blocked send) before the server closes it. Without it a
+#: client gone without a FIN (its node crashed, a NAT or conntrack entry dropped) held a
+#: thread and a file descriptor for as long as the exporter ran. Above the usual scrape
+#: intervals, so that Prometheus keeps reusing its connection; a longer interval only costs
+#: a new connection per scrape (Go's client reconnects to a closed idle connection).
+IDLE_TIMEOUT = 300.0
+
 
 class TLSError(Exception):
     """A certificate, key or CA file that cannot be used; ``str()`` is one line."""
@@ -166,6 +174,7 @@ class _HTTPServer(ThreadingHTTPServer):
         self.ssl_context = ssl_context
         self.probes_only = probes_only
         self._render_key = render_key
+        self.idle_timeout = IDLE_TIMEOUT
         self._render_lock = threading.Lock()
         # (content type, gzip accepted) -> (render key, body, gzipped): one rendering per
         # sampling round however many clients scrape (see ExporterServer).
@@ -234,6 +243,12 @@ class _Handler(BaseHTTPRequestHandler):
     # with Nagle the body waited for the ACK of the headers, which a client delays by up to
     # 40 ms: a /metrics right after another request on a kept-alive connection took 43-47 ms.
     disable_nagle_algorithm = True
+
+    def setup(self) -> None:
+        super().setup()
+        # Every read and write of the connection then ends with TimeoutError after this
+        # long, which BaseHTTPRequestHandler answers by closing the connection.
+        self.connection.settimeout(self.server.idle_timeout)
 
     def version_string(self) -> str:
         """The ``Server`` header: the program's name, not the Python version behind it."""

@@ -183,3 +183,45 @@ def test_listen_backlog_admits_a_burst_of_connections() -> None:
         for s in socks:
             s.close()
         srv.stop()
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` (EOF or a reset) within ``within`` seconds; what
+    it sends before that (a response) is read and skipped."""
+    sock.settimeout(within)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_idle_connections_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection that sends nothing, or stays idle after its response (a keep-alive whose
+    client vanished without a FIN: a crashed node, a dropped NAT entry), is closed after
+    IDLE_TIMEOUT: each such connection held a thread and a file descriptor for good."""
+    from gpuscope.exporter.sinks.prometheus import server as server_module
+
+    monkeypatch.setattr(server_module, "IDLE_TIMEOUT", 0.5, raising=False)
+    registry = CollectorRegistry(auto_describe=False)
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True)
+    srv.start()
+    silent = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+    kept_alive = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+    try:
+        kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept_alive.recv(65536).startswith(b"HTTP/1.1 200")
+        assert _closed_by_server(silent, within=5.0)
+        assert _closed_by_server(kept_alive, within=5.0)
+        # A scrape still works, and a client that keeps talking is not cut off.
+        with requests.Session() as session:
+            for _ in range(3):
+                assert session.get(f"http://127.0.0.1:{srv.port}/metrics", timeout=5).ok
+                time.sleep(0.2)
+    finally:
+        silent.close()
+        kept_alive.close()
+        srv.stop()
