@@ -55,6 +55,14 @@ GPU_NODES: dict[str, list[tuple[str, Labels, list[Taint]]]] = {
         ("aks-gpu-pool", {"kubernetes.azure.com/accelerator": "nvidia",
                           "kubernetes.azure.com/agentpool": "gpunp"},
          [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]),
+        # A Spot node pool: AKS itself labels and taints every node of one
+        # kubernetes.azure.com/scalesetpriority=spot (the taint cannot be opted out of).
+        ("aks-spot-gpu-pool", {"kubernetes.azure.com/accelerator": "nvidia",
+                               "kubernetes.azure.com/agentpool": "gpuspot",
+                               "kubernetes.azure.com/scalesetpriority": "spot"},
+         [{"key": "sku", "value": "gpu", "effect": "NoSchedule"},
+          {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot",
+           "effect": "NoSchedule"}]),
         ("aks-nfd", {"feature.node.kubernetes.io/pci-10de.present": "true"},
          [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]),
     ],
@@ -71,6 +79,9 @@ CPU_NODES: list[tuple[str, Labels]] = [
              "node.kubernetes.io/instance-type": "e2-standard-4"}),
     ("aks", {"kubernetes.azure.com/agentpool": "nodepool1", "kubernetes.azure.com/mode": "system",
              "node.kubernetes.io/instance-type": "Standard_D4s_v5"}),
+    ("aks-spot", {"kubernetes.azure.com/agentpool": "cpuspot",
+                  "kubernetes.azure.com/scalesetpriority": "spot",
+                  "node.kubernetes.io/instance-type": "Standard_D4s_v5"}),
     ("nfd-cpu", {"feature.node.kubernetes.io/pci-10de.present": "false"}),
 ]
 
