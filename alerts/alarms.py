@@ -22,8 +22,8 @@ metrics carry the cluster's ``ClusterName``. Per GPU node of one cluster:
 Nodes are found with ``ListMetrics`` (metrics with data in the last 3 hours, dimension
 ``ClusterName``), so the alarms follow the node pool. ``plan`` prints what ``apply`` would
 change; ``apply`` creates or updates only alarms that differ from ``DescribeAlarms`` (a second
-``apply`` changes nothing). Alarms of nodes that stopped publishing are reported as stale and
-deleted only with ``--prune``.
+``apply`` changes nothing). Alarms of nodes that stopped publishing, and alarms that a node
+still publishing no longer gets, are reported as stale and deleted only with ``--prune``.
 
 Bad input ends in one ``gpuscope-alarms: error: ...`` line and exit code 2; an AWS error in one
 such line and exit code 1.
@@ -436,10 +436,15 @@ def plan(cw: CloudWatch, opts: Options) -> tuple[list[Change], list[str]]:
                            else Change("unchanged", name))
     wanted = {a["AlarmName"] for a in desired}
     for name in sorted(set(current) - wanted):
+        node = name.removeprefix(opts.alarm_prefix).split("/")[0]
         # Only alarms of nodes the run looked at: with --node, others are not ours to judge.
-        if opts.nodes and name.removeprefix(opts.alarm_prefix).split("/")[0] not in opts.nodes:
+        if opts.nodes and node not in opts.nodes:
             continue
-        changes.append(Change("delete" if opts.prune else "stale", name))
+        # A node that still publishes can lose an alarm (a GPU put in MIG mode, GPM gone):
+        # say so, rather than send the operator looking for a node that stopped publishing.
+        detail = ("its node still publishes GPU metrics, but this alarm no longer applies "
+                  "to it") if node in nodes else ""
+        changes.append(Change("delete" if opts.prune else "stale", name, detail))
     return changes, notes
 
 
@@ -448,8 +453,10 @@ _SYMBOL = {"create": "+", "update": "~", "delete": "-", "stale": "!", "unchanged
 
 def _line(change: Change) -> str:
     if change.action == "stale":
-        return f"! stale   {change.name} (its node published no GPU metrics in 3 hours; " \
-               "--prune deletes it)"
+        why = change.detail or "its node published no GPU metrics in 3 hours"
+        return f"! stale   {change.name} ({why}; --prune deletes it)"
+    if change.action == "delete":
+        return f"- delete  {change.name}"
     detail = f": {change.detail}" if change.detail else ""
     return f"{_SYMBOL[change.action]} {change.action:<7} {change.name}{detail}"
 

@@ -265,6 +265,30 @@ def test_mig_node_gets_no_idle_alarm(moto: str) -> None:
     ]
 
 
+def test_an_alarm_a_publishing_node_no_longer_gets_is_not_called_gone(moto: str) -> None:
+    # The node's GPU 1 goes into MIG mode: its idle alarm (on a rollup that now leaves the
+    # working slices out) is no longer wanted. The node still publishes: the stale line must
+    # not say it stopped, and --prune deletes the alarm.
+    publish(moto, "prod", NODE_A, 2)
+    ok(alarms_cli(moto, "apply", "--cluster", "prod"))
+    publish(moto, "prod", NODE_A, 2, mig_slices=("1/1", "1/2"))
+    idle = f"gpuscope/prod/{NODE_A}/GpuNodeUnderutilized"
+    assert ok(alarms_cli(moto, "plan", "--cluster", "prod")) == [
+        f"note: {NODE_A}: no GpuNodeUnderutilized alarm: GPU 1 in MIG mode report(s) no "
+        "utilization, so the node is never called idle",
+        f"! stale   {idle} (its node still publishes GPU metrics, but this alarm no longer "
+        "applies to it; --prune deletes it)",
+        "No changes: 1 alarm(s) up to date.",
+    ]
+    assert ok(alarms_cli(moto, "apply", "--cluster", "prod", "--prune")) == [
+        f"note: {NODE_A}: no GpuNodeUnderutilized alarm: GPU 1 in MIG mode report(s) no "
+        "utilization, so the node is never called idle",
+        f"- delete  {idle}",
+        "Applied: 0 to create, 0 to update, 1 to delete, 1 unchanged.",
+    ]
+    assert idle not in alarms(moto)
+
+
 def test_agent_dimensions_mig_node_gets_no_idle_alarm_and_notes_say_why(moto: str) -> None:
     # --cloudwatch-device-dimensions agent: the per-GPU series carry no ClusterName, the node
     # rollup does. The MIG node's rollup holds its idle whole GPU only (slices report no
