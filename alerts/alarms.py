@@ -601,6 +601,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 2
     try:
         errors = importlib.import_module("botocore.exceptions")
+        # boto3 too, here: botocore alone (the AWS CLI v1 brings it) passed this check, and
+        # make_client's import of boto3 then ended in a traceback.
+        importlib.import_module("boto3")
     except ImportError:
         print(f"{PROG}: error: boto3 is not installed (pip install boto3)", file=sys.stderr)
         return 1

@@ -533,3 +533,18 @@ def test_aws_error_is_one_line_and_exit_1(
     assert capsys.readouterr().err == (
         "gpuscope-alarms: error: AWS AccessDenied: User: arn:aws:iam::1:user/x is not "
         "authorized to perform: cloudwatch:ListMetrics\n")
+
+
+def test_botocore_without_boto3_is_one_line_and_exit_1(tmp_path: Any) -> None:
+    """botocore importable, boto3 not (an environment with the AWS CLI v1, which brings
+    botocore alone): was a ModuleNotFoundError traceback from make_client."""
+    (tmp_path / "boto3").mkdir()
+    (tmp_path / "boto3" / "__init__.py").write_text("raise ImportError('no boto3 here')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuscope.alerts.alarms", "plan", "--cluster", "prod",
+         "--region", REGION],
+        cwd=REPO, env={**ENV, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", "gpuscope-alarms: error: boto3 is not installed (pip install boto3)\n")
