@@ -419,6 +419,24 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_nothing_reaches_the_dashboard_over_the_network(name: str) -> None:
+    # The dashboard has no login by default: a policy with no ingress rule isolates its pods
+    # (port-forward and the kubelet's probes still reach it). The exporter stays reachable:
+    # Prometheus scrapes it from wherever it runs.
+    objs = render(name)
+    policies = find(objs, "NetworkPolicy")
+    dashboard = one(objs, "Deployment", "gpuscope-dashboard")["spec"]["template"]["metadata"]
+    isolating = [p for p in policies
+                 if _selects(p["spec"]["podSelector"]["matchLabels"], dashboard["labels"])]
+    assert isolating, "no NetworkPolicy selects the dashboard's pods"
+    for p in isolating:
+        assert p["spec"]["policyTypes"] == ["Ingress"] and not p["spec"].get("ingress"), p
+    pods = exporter(objs)["spec"]["template"]["metadata"]["labels"]
+    assert not [p for p in policies
+                if _selects(p["spec"]["podSelector"].get("matchLabels", {}), pods)]
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_service_exposes_metrics_port_of_the_exporter_pods(name: str) -> None:
     objs = render(name)
     svc = one(objs, "Service", "gpuscope-exporter")
