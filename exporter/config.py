@@ -78,7 +78,7 @@ def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT``."""
     split = split_listen(value)
     if split is None:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
+        raise ValueError(f"expected HOST:PORT (an IPv6 host in brackets: [::]:9463), got {value!r}")
     host, port = split
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be 0..65535, got {port}")

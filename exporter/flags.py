@@ -46,14 +46,17 @@ def ascii_number(value: str, max_digits: int = 18) -> int | None:
 def split_listen(value: str) -> tuple[str, int] | None:
     """``HOST:PORT`` (``[IPV6]:PORT``) as its host (brackets taken off, may be empty) and
     port (ASCII digits, at most 5; the range is the caller's to check); None where it is not
-    of that form: no port, or a bracket that is not one of a pair around the whole host
-    (``[::1:9`` is not ``[::1]:9``)."""
+    of that form: no port, a bracket that is not one of a pair around the whole host
+    (``[::1:9`` is not ``[::1]:9``), or an IPv6 host without its brackets (``::9463`` would
+    bind the host ``:``; ``::1:9463`` is no one address and port)."""
     host, sep, port_text = value.rpartition(":")
     port = ascii_number(port_text, 5) if port_text == port_text.strip() else None
     if not sep or port is None:
         return None
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    elif ":" in host:
+        return None
     if "[" in host or "]" in host:
         return None
     return host, port

@@ -56,6 +56,7 @@ def test_environment_variables_and_flag_precedence() -> None:
     # A bracket without its pair was dropped: "[::1:8050" listened on [::1]:8050.
     (["--demo", "--listen", "[::1:8050"], {}, "--listen: expected HOST:PORT"),
     (["--demo", "--listen", "::1]:8050"], {}, "--listen: expected HOST:PORT"),
+    (["--demo", "--listen", "::8050"], {}, "--listen: expected HOST:PORT"),
     (["--demo", "--listen", "127.0.0.1:\u0668\u0660\u0665\u0660"], {},
      "--listen: expected HOST:PORT"),
     (["--demo", "--refresh", "0"], {}, "--refresh: expected a positive number"),

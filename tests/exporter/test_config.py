@@ -127,6 +127,9 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         # A bracket without its pair was dropped: "[::1:9" listened on [::1]:9.
         (["--listen", "[::1:9"], {}, "--listen: expected HOST:PORT"),
         (["--listen", "::1]:9463"], {}, "--listen: expected HOST:PORT"),
+        # An IPv6 host without brackets (it bound the host ":", and failed at start).
+        (["--listen", "::9463"], {}, "--listen: expected HOST:PORT"),
+        (["--probe-listen", "::1:9"], {}, "--probe-listen: expected HOST:PORT"),
         (["--probe-listen", "[::1:9"], {}, "--probe-listen: expected HOST:PORT"),
         (["--probe-listen", "[[::1]]:9"], {}, "--probe-listen: expected HOST:PORT"),
         # int() reads other scripts' digits: "٣" (Arabic-Indic three) was a cap of 3.
