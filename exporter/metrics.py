@@ -318,8 +318,11 @@ _SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "gpu_exporter_attribution_unnamed_processes", "gauge",
-        "GPU processes in a pod the API server has not named (yet); counted as host "
-        "processes (last round).", "processes", (), "/proc/<pid>/cgroup and the API server",
+        "GPU processes whose pod the exporter cannot name: in a pod the API server has not "
+        "named (yet), or whose /proc entry it could not read (exited after NVML listed it, "
+        "or hidden by hidepid); counted as host processes, and the containers allocated their "
+        "GPU with no process of their own get no usage values (last round).", "processes",
+        (), "/proc/<pid>/cgroup and the API server",
     ),
     MetricSpec(
         "gpu_exporter_nvml_up", "gauge",

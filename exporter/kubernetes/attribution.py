@@ -31,9 +31,10 @@ The rules, and why:
   allocated-but-idle.
 - A process whose cgroup names no pod is a host process: summed per device under empty
   namespace/pod/container labels. So is a pod process whose pod the API server does not
-  (yet) know: it is counted in ``unnamed_processes`` rather than guessed at, and an
-  allocated container on that device with no named process gets no usage values (unknown)
-  rather than 0 (which would read as allocated-but-idle).
+  (yet) know, and a process whose owner could not be read (``UNKNOWN_OWNER``: it exited
+  after NVML listed it, or ``/proc`` hides it): it is counted in ``unnamed_processes``
+  rather than guessed at, and an allocated container on that device with no named process
+  gets no usage values (unknown) rather than 0 (which would read as allocated-but-idle).
 - Under CUDA MPS each client is a process of its own container (its cgroup), with its own
   memory. The MPS server (``nvidia-cuda-mps-server``, in the control daemon's pod or on the
   host) is infrastructure: it is in no container's row, not the host row either. Where the

@@ -74,6 +74,14 @@ class ContainerRef:
     runtime: str
 
 
+#: What :meth:`PidResolver.resolve` answers for a process whose owner it could not read: gone
+#: between NVML's listing and the read, an unreadable cgroup file, or a ``/proc`` that hides
+#: other users' processes (``hidepid=2``: their directories read as absent). Not a host
+#: process: its GPU's allocated containers may be the ones running it, so attribution counts
+#: it as a pod process it cannot name (their usage unknown, never 0: not allocated-idle).
+UNKNOWN_OWNER = ContainerRef(pod_uid="", container_id="", runtime="")
+
+
 def _parse_path(path: str) -> ContainerRef | None:
     if path.endswith(_DELETED_SUFFIX):
         path = path[: -len(_DELETED_SUFFIX)]
@@ -407,7 +415,7 @@ class PidResolver:
             start = self._parse_start(self._read(pid, "stat"))
         data = self._read(pid, "cgroup")
         if data is None:
-            return None
+            return UNKNOWN_OWNER
         ref = parse_cgroup(data.decode("utf-8", "replace"))
         again = None
         # _Gone: it exited just after the read; the answer is still the one NVML saw.
@@ -422,7 +430,8 @@ class PidResolver:
         return ref
 
     def resolve(self, pids: Iterable[int]) -> Mapping[int, ContainerRef | None]:
-        """Map each PID to its container, or ``None`` (host process, gone, unreadable)."""
+        """Map each PID to its container, ``None`` (a host process: its cgroup names no
+        pod) or :data:`UNKNOWN_OWNER` (gone, unreadable)."""
         with self._lock:
             out: dict[int, ContainerRef | None] = {}
             for pid in pids:
@@ -433,7 +442,7 @@ class PidResolver:
                 except _Gone:
                     self._vanished += 1
                     self._release(self._cache.pop(pid, None))
-                    out[pid] = None
+                    out[pid] = UNKNOWN_OWNER
             for stale in self._cache.keys() - out.keys():
                 self._release(self._cache.pop(stale))
             return out

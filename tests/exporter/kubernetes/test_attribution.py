@@ -17,7 +17,7 @@ from gpuscope.exporter.kubernetes.attribution import (
     LiveInputs,
     attribute,
 )
-from gpuscope.exporter.kubernetes.cgroups import ContainerRef
+from gpuscope.exporter.kubernetes.cgroups import ContainerRef, PidResolver
 from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import parse_device_id
 from gpuscope.exporter.kubernetes.workload import pod_from_json
@@ -134,6 +134,21 @@ def test_mig_slices_for_two_pods_and_no_made_up_utilization() -> None:
         (ContainerKey("a", "pa", "c"), MIG_A): (True, None, 5 * GIB),
         (ContainerKey("b", "pb", "c"), MIG_B): (True, None, 0),
     }
+
+
+def test_a_process_whose_owner_cannot_be_read_is_not_a_host_process(tmp_path: Path) -> None:
+    # NVML lists PID 5 on GPU 0, which a pod holds; /proc has no entry for it: it exited
+    # after the listing, or /proc hides other users' processes (hidepid=2, where every pod
+    # process reads as absent). Read as a host process, it left the pod's container with
+    # no process of its own: utilization 0, allocated-but-idle while it ran.
+    proc_root = tmp_path / "proc"
+    proc_root.mkdir()
+    s = snap(gpu("0", G0, proc(5, 0.6, GIB)))
+    result = attribute(s, [alloc("ns", "p", "c", G0)],
+                       PidResolver(str(proc_root)).resolve([5]), metadata())
+    assert result.unnamed_processes == 1
+    got = by_key(result)
+    assert got[(ContainerKey("ns", "p", "c"), G0)] == (True, None, None)
 
 
 def test_host_processes_are_summed_per_device() -> None:

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from gpuscope.exporter.kubernetes import cgroups
-from gpuscope.exporter.kubernetes.cgroups import ContainerRef, PidResolver, is_procfs, parse_cgroup
+from gpuscope.exporter.kubernetes.cgroups import (
+    UNKNOWN_OWNER,
+    ContainerRef,
+    PidResolver,
+    is_procfs,
+    parse_cgroup,
+)
 
 # Real-looking identifiers: 64-hex container IDs and version-4 pod UIDs.
 CID_A = "4f1c9a2be8d7c6b5a49382716f5e4d3c2b1a0f9e8d7c6b5a4938271605f4e3d2"
@@ -278,7 +284,7 @@ def test_pid_reuse_rereads(tmp_path: Path) -> None:
     assert resolver.stats().cache_misses == 3
 
 
-def test_pid_gone_is_evicted_and_none(proc: Path) -> None:
+def test_pid_gone_is_evicted_and_its_owner_unknown(proc: Path) -> None:
     resolver = PidResolver(str(proc))
     resolver.resolve([1000, 1001, 1002])
     assert resolver.stats().cached_pids == 3
@@ -288,13 +294,13 @@ def test_pid_gone_is_evicted_and_none(proc: Path) -> None:
     # 1002 exits: asked for, it resolves to None and leaves the cache.
     remove_proc(proc, 1002)
     got = resolver.resolve([1000, 1002])
-    assert got[1002] is None
+    assert got[1002] is UNKNOWN_OWNER  # not a host process: its owner is not known
     stats = resolver.stats()
     assert stats.cached_pids == 1
     assert stats.vanished == 1
     assert stats.read_errors == 0
     # The PID never existed at all.
-    assert resolver.resolve([999_999])[999_999] is None
+    assert resolver.resolve([999_999])[999_999] is UNKNOWN_OWNER
     assert resolver.stats().cached_pids == 0
 
 
@@ -306,7 +312,7 @@ def test_missing_cgroup_file_and_bad_stat(tmp_path: Path) -> None:
     (root / "11" / "stat").write_text("garbage")  # unparsable stat: error, still resolved
     resolver = PidResolver(str(root))
     got = resolver.resolve([10, 11])
-    assert got[10] is None
+    assert got[10] is UNKNOWN_OWNER
     assert got[11] == ContainerRef(UID_BESTEFFORT, CID_E, "docker")
     stats = resolver.stats()
     assert stats.vanished == 1
@@ -321,7 +327,7 @@ def test_unreadable_is_a_directory(proc: Path) -> None:
     target.unlink()
     target.mkdir()
     resolver = PidResolver(str(proc))
-    assert resolver.resolve([1000])[1000] is None
+    assert resolver.resolve([1000])[1000] is UNKNOWN_OWNER
     assert resolver.stats().read_errors == 1
 
 
@@ -419,7 +425,7 @@ def test_real_proc_reaped_process_is_looked_up_afresh(
     children[0].kill()
     children[0].wait(timeout=5)
     got = resolver.resolve(pids)
-    assert got[pids[0]] is None  # gone: no /proc entry any more
+    assert got[pids[0]] is UNKNOWN_OWNER  # gone: no /proc entry any more
     stats = resolver.stats()
     assert stats.vanished == 1
     assert (stats.cached_pids, stats.held_fds) == (1, 1)
@@ -496,7 +502,7 @@ def test_fake_trees_hold_files_and_notice_removed_or_replaced_ones(
     got = resolver.resolve([1, 2, 3])
     assert got[1] == first[1]
     assert got[2] == ContainerRef(UID_GUARANTEED, CID_C, "containerd")
-    assert got[3] is None
+    assert got[3] is UNKNOWN_OWNER
     stats = resolver.stats()
     assert (stats.cached_pids, stats.held_fds, stats.vanished) == (2, 2, 1)
     resolver.close()
