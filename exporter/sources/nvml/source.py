@@ -816,7 +816,9 @@ class NvmlSource:
         MPS, whether NVML reports the MPS clients' utilization (``None``: not known, or no
         MPS). A lost device or a dead driver raises NvmlFault; other errors give
         ``((), False, None)`` (listing failed) or utilization ``None`` for this round
-        (per-process utilization failed). A failing MPS list leaves MPS out this round."""
+        (per-process utilization failed). A failing MPS list leaves the clients unlisted this
+        round: where the server is known by its name, the other compute processes' utilization
+        is unknown (``None``) unless NVML is known to report clients'."""
         try:
             compute = self._list_processes(dev, "compute")
             graphics = self._list_processes(dev, "graphics")
@@ -826,6 +828,7 @@ class NvmlSource:
             log.warning("listing processes on %s failed: %s", dev.uuid, fault.error)
             return (), False, None
         clients, ok = self._list_mps(dev)
+        mps_listed = ok
         if not compute and not graphics and not clients:
             # No need to read utilization: samples exist only for running processes, so a
             # process that starts later finds only its own samples past the cursor.
@@ -878,10 +881,18 @@ class NvmlSource:
                 for pid, kinds in sorted(kinds_by_pid.items())
             ), ok, None
 
+        # The MPS list failed this round but the server runs (known by its name): the other
+        # compute processes are the clients NVML could not list, their work in the server's
+        # samples where the driver reports those only. Unknown, as listed clients are; read
+        # as 0 they would make busy clients look idle for as long as the list fails.
+        unlisted = not mps_listed and "server" in roles.values()
+
         def sm(pid: int) -> float | None:
             if utilization is None:
                 return None
-            if roles.get(pid) == "client" and not reported:
+            role = roles.get(pid)
+            if not reported and (role == "client" or (
+                    role is None and unlisted and "compute" in kinds_by_pid[pid])):
                 # The driver reports the MPS server's samples only (or has not shown yet
                 # which way it reports): this client's share of them is unknown, not 0.
                 return None

@@ -318,3 +318,30 @@ def test_a_failing_mps_list_leaves_mps_out_and_the_processes_in(
     snap = sample_after_tick(fake, source.sample, wall)
     assert {p.pid: p.mps for p in by_uuid(snap, gpu.uuid).processes} == {
         SERVER: "server", HEAVY: "client", LIGHT: "client"}
+
+
+def test_a_failing_mps_list_beside_a_named_server_leaves_the_clients_unknown_not_idle(
+    fake: FakeNvml, make_source: SourceFactory, proc_root: Path, wall: FakeClock
+) -> None:
+    # The server's samples carry the clients' 95 %: while the MPS list fails, the clients
+    # are unlisted compute processes beside the server, their share of it unknown (never 0,
+    # which would read as allocated-but-idle for as long as the list fails).
+    gpu = fake.gpus[0]
+    plant_mps(gpu)
+    source = make_source(proc_root=str(proc_root))
+    sample_after_tick(fake, source.sample, wall)
+    gpu.errors["nvmlDeviceGetMPSComputeRunningProcesses_v3"] = UNKNOWN
+    for _ in range(2):
+        snap = sample_after_tick(fake, source.sample, wall)
+        procs = processes(snap, gpu.uuid)
+        assert {pid: (p.mps, p.sm_utilization_ratio) for pid, p in procs.items()} == {
+            SERVER: ("server", pytest.approx(0.95)), HEAVY: (None, None), LIGHT: (None, None)}
+        assert by_uuid(snap, gpu.uuid).mps_client_utilization_reported is False
+    # Where NVML reports each client, their own samples stand while the list fails.
+    gpu.mps_client_utilization = True
+    del gpu.errors["nvmlDeviceGetMPSComputeRunningProcesses_v3"]
+    sample_after_tick(fake, source.sample, wall)
+    gpu.errors["nvmlDeviceGetMPSComputeRunningProcesses_v3"] = UNKNOWN
+    procs = processes(sample_after_tick(fake, source.sample, wall), gpu.uuid)
+    assert {pid: p.sm_utilization_ratio for pid, p in procs.items()} == {
+        SERVER: 0.0, HEAVY: pytest.approx(0.7), LIGHT: pytest.approx(0.25)}
