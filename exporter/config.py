@@ -75,14 +75,15 @@ class Config:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT``."""
+    """``HOST:PORT``, ``:PORT`` (every address, IPv6 and IPv4: ``[::]:PORT``) or
+    ``[V6]:PORT``."""
     split = split_listen(value)
     if split is None:
         raise ValueError(f"expected HOST:PORT (an IPv6 host in brackets: [::]:9463), got {value!r}")
     host, port = split
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be 0..65535, got {port}")
-    return host or "0.0.0.0", port
+    return host or "::", port
 
 
 
@@ -183,8 +184,9 @@ def names(value: str) -> tuple[str, ...]:
 
 
 _FLAGS: tuple[Flag, ...] = (
-    Flag("--listen", parse_listen, "0.0.0.0:9463",
-          "HOST:PORT to serve /metrics, /healthz, /readyz"),
+    Flag("--listen", parse_listen, "[::]:9463",
+          "HOST:PORT to serve /metrics, /healthz, /readyz ([::]: every IPv6 and IPv4 "
+          "address; IPv4 alone where the kernel has no IPv6)"),
     Flag("--interval", seconds_between(0.1, 3600.0), "1",
          "sampling interval in seconds (0.1 to 3600)"),
     Flag("--source", choice("nvml", "simulated"), "nvml", "where samples come from"),

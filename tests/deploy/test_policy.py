@@ -316,7 +316,7 @@ def test_exporter_env_is_valid_exporter_configuration(name: str) -> None:
     """Every GPUSCOPE_* variable is a real flag with a value the exporter accepts."""
     env = {k: v for k, v in _env(exporter_container(render(name))).items() if isinstance(v, str)}
     config = parse_config([], environ={**env, "NODE_NAME": "node-1"}, hostname=lambda: "unused")
-    assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9463)
+    assert (config.listen_host, config.listen_port) == ("::", 9463)
     assert config.source == "nvml"
     assert config.node_name == "node-1"
 

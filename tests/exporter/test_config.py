@@ -11,7 +11,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[n
 
 def test_defaults() -> None:
     cfg = parse([])
-    assert (cfg.listen_host, cfg.listen_port) == ("0.0.0.0", 9463)
+    assert (cfg.listen_host, cfg.listen_port) == ("::", 9463)
     assert cfg.interval == 1.0
     assert cfg.source == "nvml"
     assert cfg.node_name == "host-from-uname"
@@ -176,4 +176,4 @@ def test_bad_values_give_one_line(argv: list[str], env: dict[str, str], fragment
 
 def test_ipv6_and_all_interfaces() -> None:
     assert parse(["--listen", "[::1]:9463"]).listen_host == "::1"
-    assert parse(["--listen", ":9500"]).listen_host == "0.0.0.0"
+    assert parse(["--listen", ":9500"]).listen_host == "::"

@@ -22,6 +22,7 @@ other scrapes. Certificates are read once at start: a restart picks up rotated f
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import logging
 import socket
@@ -70,6 +71,9 @@ def _accepts_text_004(accept: str) -> bool:
             return True
     return False
 
+
+#: What creating or binding an IPv6 socket fails with where the kernel has no IPv6.
+_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
 
 #: Seconds a client has, after connecting, to complete the TLS handshake.
 TLS_HANDSHAKE_TIMEOUT = 10.0
@@ -179,7 +183,23 @@ class _HTTPServer(ThreadingHTTPServer):
         # (content type, gzip accepted) -> (render key, body, gzipped): one rendering per
         # sampling round however many clients scrape (see ExporterServer).
         self._rendered: dict[tuple[str, bool], tuple[Hashable, bytes, bool]] = {}
-        super().__init__(address, _Handler)
+        try:
+            super().__init__(address, _Handler)
+        except OSError as error:
+            # "::" (every address, IPv6 and IPv4: the default) on a kernel without IPv6
+            # (ipv6.disable=1): every IPv4 address instead, as before IPv6 was the default.
+            if address[0] != "::" or error.errno not in _NO_IPV6:
+                raise
+            log.info("IPv6 is not available (%s): listening on 0.0.0.0:%d", error, address[1])
+            self.address_family = socket.AF_INET
+            super().__init__(("0.0.0.0", address[1]), _Handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            # Dual-stack whatever net.ipv6.bindv6only says: IPv4 clients (IPv4-mapped) and
+            # IPv6 ones (an IPv6-only cluster's pod IPs) on one socket.
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     def render(
         self, content_type: str, encoder: Callable[[CollectorRegistry], bytes], gzip_ok: bool

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import gzip
 import socket
 import time
@@ -225,3 +226,57 @@ def test_idle_connections_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
         silent.close()
         kept_alive.close()
         srv.stop()
+
+
+def _has_ipv6() -> bool:
+    """Whether this machine can bind an IPv6 socket at all (CI containers may not)."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_the_default_address_serves_ipv4_and_ipv6() -> None:
+    # The default, [::]: one socket for IPv4 clients (an IPv4 or dual-stack cluster) and
+    # IPv6 ones (an IPv6-only cluster, such as EKS's IPv6 mode, where 0.0.0.0 left every
+    # scrape and probe of the pod's IPv6 address unanswered), whatever bindv6only says.
+    srv = ExporterServer("::", 0, CollectorRegistry(auto_describe=False), lambda: True,
+                         lambda: True)
+    srv.start()
+    try:
+        urls = [f"http://127.0.0.1:{srv.port}/healthz"]
+        if _has_ipv6():  # (else the server fell back to IPv4: the next test's case)
+            urls.append(f"http://[::1]:{srv.port}/healthz")
+        for url in urls:
+            assert requests.get(url, timeout=5).status_code == 200, url
+    finally:
+        srv.stop()
+
+
+def test_without_ipv6_the_default_address_is_every_ipv4_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernel booted with ipv6.disable=1: an AF_INET6 socket cannot be made at all.
+    real = socket.socket
+
+    class NoIPv6(real):  # type: ignore[misc,valid-type]
+        def __init__(self, family: int = socket.AF_INET, *args: object, **kw: object) -> None:
+            if family == socket.AF_INET6:
+                raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+            super().__init__(family, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "socket", NoIPv6)
+    srv = ExporterServer("::", 0, CollectorRegistry(auto_describe=False), lambda: True,
+                         lambda: True)
+    monkeypatch.setattr(socket, "socket", real)
+    srv.start()
+    try:
+        assert requests.get(f"http://127.0.0.1:{srv.port}/healthz", timeout=5).status_code == 200
+    finally:
+        srv.stop()
+    # Any other address is taken as given: no IPv6 there is an error, not a fallback.
+    monkeypatch.setattr(socket, "socket", NoIPv6)
+    with pytest.raises(OSError):
+        ExporterServer("::1", 0, CollectorRegistry(auto_describe=False), lambda: True,
+                       lambda: True)

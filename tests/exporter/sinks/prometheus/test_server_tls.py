@@ -202,7 +202,7 @@ def test_flags_and_environment(pki: Pki) -> None:
     assert build_tls(parse_config([], environ={})) is None
     assert parse_config([], environ={}).probe_listen is None
     assert parse_config(["--probe-listen", ":9401"], environ={}).probe_listen == (
-        "0.0.0.0", 9401)
+        "::", 9401)  # every IPv6 and IPv4 address
     cfg = parse_config(["--tls-cert-file", str(pki.server_cert),
                         "--tls-key-file", str(pki.server_key)], environ={})
     assert isinstance(build_tls(cfg), ssl.SSLContext)
