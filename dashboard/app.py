@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import socketserver
@@ -101,6 +102,10 @@ def _callback_problem(body: object, callbacks: Mapping[str, object]) -> str | No
     return None
 
 
+#: What creating an IPv6 socket fails with where the kernel has no IPv6.
+_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT})
+
+
 class DashboardServer:
     """Serves the app with werkzeug's threaded server from a background thread."""
 
@@ -109,9 +114,20 @@ class DashboardServer:
         # Bind here: werkzeug reports a busy port by printing and exiting the process; an
         # OSError from bind() lets the CLI say it in one line.
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._socket = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as error:
+            # "::" (every IPv6 and IPv4 address) on a kernel without IPv6: every IPv4 one.
+            if host != "::" or error.errno not in _NO_IPV6:
+                raise
+            host, family = "0.0.0.0", socket.AF_INET
+            self._socket = socket.socket(family, socket.SOCK_STREAM)
         try:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if host == "::":
+                # Dual-stack whatever net.ipv6.bindv6only says (an IPv6-only cluster's pod
+                # IP and IPv4 clients on one socket).
+                self._socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             self._socket.bind((host, port))
             self._socket.listen(128)
         except OSError:

@@ -1,0 +1,68 @@
+"""The dashboard's HTTP server (:class:`gpuscope.dashboard.app.DashboardServer`): the address
+it binds, IPv6 and IPv4."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import pytest
+import requests
+from dash import Dash, html
+
+from gpuscope.dashboard import app as app_module
+from gpuscope.dashboard.app import DashboardServer
+
+
+def _app() -> Dash:
+    app = Dash(__name__)
+    app.layout = html.Div("ok")
+    return app
+
+
+def _has_ipv6() -> bool:
+    """Whether this machine can bind an IPv6 socket at all (CI containers may not)."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_every_address_is_ipv6_and_ipv4_on_one_socket() -> None:
+    # `--listen [::]:8050` (the Deployment's): an IPv6-only cluster's probes reach the pod's
+    # IPv6 address, and IPv4 clients the same socket, whatever bindv6only says.
+    server = DashboardServer(_app(), "::", 0)
+    server.start()
+    try:
+        urls = [f"http://127.0.0.1:{server.port}/"]
+        if _has_ipv6():  # (else it fell back to IPv4: the next test's case)
+            urls.append(f"http://[::1]:{server.port}/")
+        for url in urls:
+            assert requests.get(url, timeout=10).status_code == 200, url
+    finally:
+        server.stop()
+
+
+def test_without_ipv6_every_address_is_every_ipv4_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernel booted with ipv6.disable=1: an AF_INET6 socket cannot be made at all.
+    real = socket.socket
+
+    def no_ipv6(family: int = socket.AF_INET, *args: object, **kw: object) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app_module.socket, "socket", no_ipv6)
+    server = DashboardServer(_app(), "::", 0)
+    monkeypatch.setattr(app_module.socket, "socket", real)
+    server.start()
+    try:
+        assert requests.get(f"http://127.0.0.1:{server.port}/", timeout=10).status_code == 200
+    finally:
+        server.stop()
+    # An address given as such is taken as given: no IPv6 for "::1" is an error.
+    monkeypatch.setattr(app_module.socket, "socket", no_ipv6)
+    with pytest.raises(OSError):
+        DashboardServer(_app(), "::1", 0)
