@@ -82,3 +82,14 @@ def free_port() -> int:
             if _bindable(port):
                 return port
     return _any_port()
+
+
+def has_ipv6() -> bool:
+    """Whether this machine can bind an IPv6 loopback socket at all (a CI container may
+    not): the servers' dual-stack tests then check the IPv4 side alone, the fallback's."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False

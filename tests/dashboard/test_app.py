@@ -12,22 +12,13 @@ from dash import Dash, html
 
 from gpuscope.dashboard import app as app_module
 from gpuscope.dashboard.app import DashboardServer
+from tests.ports import has_ipv6
 
 
 def _app() -> Dash:
     app = Dash(__name__)
     app.layout = html.Div("ok")
     return app
-
-
-def _has_ipv6() -> bool:
-    """Whether this machine can bind an IPv6 socket at all (CI containers may not)."""
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
 
 
 def test_every_address_is_ipv6_and_ipv4_on_one_socket() -> None:
@@ -37,7 +28,7 @@ def test_every_address_is_ipv6_and_ipv4_on_one_socket() -> None:
     server.start()
     try:
         urls = [f"http://127.0.0.1:{server.port}/"]
-        if _has_ipv6():  # (else it fell back to IPv4: the next test's case)
+        if has_ipv6():  # (else it fell back to IPv4: the next test's case)
             urls.append(f"http://[::1]:{server.port}/")
         for url in urls:
             assert requests.get(url, timeout=10).status_code == 200, url

@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sinks.prometheus.server import ExporterServer, _Handler
 from tests.exporter.snapshots import fixed_snapshot
+from tests.ports import has_ipv6
 
 
 class Flags:
@@ -228,16 +229,6 @@ def test_idle_connections_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
         srv.stop()
 
 
-def _has_ipv6() -> bool:
-    """Whether this machine can bind an IPv6 socket at all (CI containers may not)."""
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
 def test_the_default_address_serves_ipv4_and_ipv6() -> None:
     # The default, [::]: one socket for IPv4 clients (an IPv4 or dual-stack cluster) and
     # IPv6 ones (an IPv6-only cluster, such as EKS's IPv6 mode, where 0.0.0.0 left every
@@ -247,7 +238,7 @@ def test_the_default_address_serves_ipv4_and_ipv6() -> None:
     srv.start()
     try:
         urls = [f"http://127.0.0.1:{srv.port}/healthz"]
-        if _has_ipv6():  # (else the server fell back to IPv4: the next test's case)
+        if has_ipv6():  # (else the server fell back to IPv4: the next test's case)
             urls.append(f"http://[::1]:{srv.port}/healthz")
         for url in urls:
             assert requests.get(url, timeout=5).status_code == 200, url
