@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 import socketserver
@@ -20,6 +19,7 @@ from gpuscope.dashboard import links
 from gpuscope.dashboard.callbacks import register_callbacks
 from gpuscope.dashboard.layout import layout
 from gpuscope.dashboard.service import WINDOWS, DashboardService
+from gpuscope.exporter.flags import IPV6_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,6 @@ def _callback_problem(body: object, callbacks: Mapping[str, object]) -> str | No
     return None
 
 
-#: What creating an IPv6 socket fails with where the kernel has no IPv6.
-_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT})
-
-
 class DashboardServer:
     """Serves the app with werkzeug's threaded server from a background thread."""
 
@@ -118,7 +114,7 @@ class DashboardServer:
             self._socket = socket.socket(family, socket.SOCK_STREAM)
         except OSError as error:
             # "::" (every IPv6 and IPv4 address) on a kernel without IPv6: every IPv4 one.
-            if host != "::" or error.errno not in _NO_IPV6:
+            if host != "::" or error.errno not in IPV6_UNAVAILABLE:
                 raise
             host, family = "0.0.0.0", socket.AF_INET
             self._socket = socket.socket(family, socket.SOCK_STREAM)

@@ -9,6 +9,7 @@ or variable; :func:`run_main` prints it as ``<prog>: error: ...`` and exits 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -41,6 +42,11 @@ def ascii_number(value: str, max_digits: int = 18) -> int | None:
     if not (text.isascii() and text.isdigit()) or len(text) > max_digits:
         return None
     return int(text)
+
+
+#: What making or binding an IPv6 socket fails with where the kernel has no IPv6
+#: (``ipv6.disable=1``): the servers then take "every address" (``::``) as every IPv4 one.
+IPV6_UNAVAILABLE = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
 
 
 def split_listen(value: str) -> tuple[str, int] | None:

@@ -22,7 +22,6 @@ other scrapes. Certificates are read once at start: a restart picks up rotated f
 from __future__ import annotations
 
 import contextlib
-import errno
 import gzip
 import logging
 import socket
@@ -36,6 +35,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from gpuscope.exporter.flags import IPV6_UNAVAILABLE
 from gpuscope.exporter.sinks.prometheus.exposition import CONTENT_TYPE, generate_text
 
 log = logging.getLogger(__name__)
@@ -71,9 +71,6 @@ def _accepts_text_004(accept: str) -> bool:
             return True
     return False
 
-
-#: What creating or binding an IPv6 socket fails with where the kernel has no IPv6.
-_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
 
 #: Seconds a client has, after connecting, to complete the TLS handshake.
 TLS_HANDSHAKE_TIMEOUT = 10.0
@@ -188,7 +185,7 @@ class _HTTPServer(ThreadingHTTPServer):
         except OSError as error:
             # "::" (every address, IPv6 and IPv4: the default) on a kernel without IPv6
             # (ipv6.disable=1): every IPv4 address instead, as before IPv6 was the default.
-            if address[0] != "::" or error.errno not in _NO_IPV6:
+            if address[0] != "::" or error.errno not in IPV6_UNAVAILABLE:
                 raise
             log.info("IPv6 is not available (%s): listening on 0.0.0.0:%d", error, address[1])
             self.address_family = socket.AF_INET
