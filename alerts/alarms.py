@@ -23,7 +23,8 @@ Nodes are found with ``ListMetrics`` (metrics with data in the last 3 hours, dim
 ``ClusterName``), so the alarms follow the node pool. ``plan`` prints what ``apply`` would
 change; ``apply`` creates or updates only alarms that differ from ``DescribeAlarms`` (a second
 ``apply`` changes nothing). Alarms of nodes that stopped publishing, and alarms that a node
-still publishing no longer gets, are reported as stale and deleted only with ``--prune``.
+still publishing no longer gets, are reported as stale and deleted only with ``--prune``; only
+alarms tagged ``managed-by=gpuscope-alarms`` (as ``apply`` creates them) are ever deleted.
 
 Bad input ends in one ``gpuscope-alarms: error: ...`` line and exit code 2; an AWS error in one
 such line and exit code 1.
@@ -76,6 +77,7 @@ class CloudWatch(Protocol):
     def describe_alarms(self, **kwargs: Any) -> dict[str, Any]: ...
     def put_metric_alarm(self, **kwargs: Any) -> dict[str, Any]: ...
     def delete_alarms(self, **kwargs: Any) -> dict[str, Any]: ...
+    def list_tags_for_resource(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _index_number(index: str) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class Change:
-    action: str  # create | update | delete | stale | unchanged
+    action: str  # create | update | delete | stale | foreign | unchanged
     name: str
     detail: str = ""
     alarm: dict[str, Any] | None = None
@@ -442,19 +444,38 @@ def plan(cw: CloudWatch, opts: Options) -> tuple[list[Change], list[str]]:
             continue
         # A node that still publishes can lose an alarm (a GPU put in MIG mode, GPM gone):
         # say so, rather than send the operator looking for a node that stopped publishing.
+        # Only an alarm this program made (tagged so at creation) is ever deleted: one an
+        # operator made by hand under the same prefix is said and left alone.
+        if not ours(cw, current[name]):
+            changes.append(Change("foreign", name))
+            continue
         detail = ("its node still publishes GPU metrics, but this alarm no longer applies "
                   "to it") if node in nodes else ""
         changes.append(Change("delete" if opts.prune else "stale", name, detail))
     return changes, notes
 
 
-_SYMBOL = {"create": "+", "update": "~", "delete": "-", "stale": "!", "unchanged": "="}
+def ours(cw: CloudWatch, alarm: dict[str, Any]) -> bool:
+    """Whether ``alarm`` carries the ``managed-by`` tag :func:`execute` gives the alarms it
+    creates (``ListTagsForResource``; an alarm without an ARN is not ours)."""
+    arn = alarm.get("AlarmArn")
+    if not arn:
+        return False
+    tags = cw.list_tags_for_resource(ResourceARN=arn).get("Tags", [])
+    return any(t.get("Key") == "managed-by" and t.get("Value") == PROG for t in tags)
+
+
+_SYMBOL = {"create": "+", "update": "~", "delete": "-", "stale": "!", "foreign": "?",
+           "unchanged": "="}
 
 
 def _line(change: Change) -> str:
     if change.action == "stale":
         why = change.detail or "its node published no GPU metrics in 3 hours"
         return f"! stale   {change.name} ({why}; --prune deletes it)"
+    if change.action == "foreign":
+        return (f"? foreign {change.name} (not tagged managed-by={PROG}: not made by this "
+                f"program, never deleted by it)")
     if change.action == "delete":
         return f"- delete  {change.name}"
     detail = f": {change.detail}" if change.detail else ""

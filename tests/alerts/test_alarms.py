@@ -209,30 +209,40 @@ def test_plan_changes_nothing_and_apply_updates_only_what_differs(fleet: str) ->
 def test_new_node_is_added_and_a_gone_node_is_pruned_only_when_asked(fleet: str) -> None:
     ok(alarms_cli(fleet, "apply", "--cluster", "prod"))
     publish(fleet, "prod", "ip-10-0-3-3.ec2.internal", 2)
-    # An alarm of a node that no longer publishes, and one of another cluster's.
+    # An alarm of a node that no longer publishes (made by this program: tagged so), one of
+    # another cluster's, and one an operator made by hand under the prefix (no tag).
     cw = client(fleet)
-    for name in ("gpuscope/prod/ip-10-0-9-9.ec2.internal/GpuNodeUnderutilized",
-                 "gpuscope/prod-eu/ip-10-8-0-1.ec2.internal/GpuNodeUnderutilized"):
+    ours = [{"Key": "managed-by", "Value": "gpuscope-alarms"},
+            {"Key": "gpuscope:cluster", "Value": "prod"}]
+    hand = "gpuscope/prod/ip-10-0-7-7.ec2.internal/MyOwnAlarm"
+    for name, tags in (("gpuscope/prod/ip-10-0-9-9.ec2.internal/GpuNodeUnderutilized", ours),
+                       ("gpuscope/prod-eu/ip-10-8-0-1.ec2.internal/GpuNodeUnderutilized", ours),
+                       (hand, [])):
         cw.put_metric_alarm(AlarmName=name, Namespace="CWAgent",
                             MetricName="node_gpu_utilization", Statistic="Maximum",
                             Period=300, EvaluationPeriods=12, Threshold=5,
-                            ComparisonOperator="LessThanThreshold")
+                            ComparisonOperator="LessThanThreshold", Tags=tags)
+    foreign = (f"? foreign {hand} (not tagged managed-by=gpuscope-alarms: not made by this "
+               "program, never deleted by it)")
     lines = ok(alarms_cli(fleet, "apply", "--cluster", "prod"))
     assert lines == [
         "+ create  gpuscope/prod/ip-10-0-3-3.ec2.internal/GpuNodeUnderutilized",
         "+ create  gpuscope/prod/ip-10-0-3-3.ec2.internal/GpuTemperatureHigh",
+        foreign,
         "! stale   gpuscope/prod/ip-10-0-9-9.ec2.internal/GpuNodeUnderutilized (its node "
         "published no GPU metrics in 3 hours; --prune deletes it)",
         "Applied: 2 to create, 0 to update, 0 to delete, 4 unchanged.",
     ]
     lines = ok(alarms_cli(fleet, "apply", "--cluster", "prod", "--prune"))
-    assert lines == ["- delete  gpuscope/prod/ip-10-0-9-9.ec2.internal/GpuNodeUnderutilized",
+    assert lines == [foreign,
+                     "- delete  gpuscope/prod/ip-10-0-9-9.ec2.internal/GpuNodeUnderutilized",
                      "Applied: 0 to create, 0 to update, 1 to delete, 6 unchanged."]
     remaining = alarms(fleet)
     assert "gpuscope/prod/ip-10-0-9-9.ec2.internal/GpuNodeUnderutilized" not in remaining
     assert "gpuscope/prod-eu/ip-10-8-0-1.ec2.internal/GpuNodeUnderutilized" in remaining
+    assert hand in remaining
     assert ok(alarms_cli(fleet, "plan", "--cluster", "prod", "--prune")) == [
-        "No changes: 6 alarm(s) up to date."]
+        foreign, "No changes: 6 alarm(s) up to date."]
 
 
 def test_node_filter_and_per_gpu_metric_math_without_the_rollup(moto: str) -> None:
