@@ -15,6 +15,11 @@ scope naming, ``proc(5)`` and ``cgroups(7)``):
   <prefix>-<container-id>.scope`` with ``<prefix>`` one of ``cri-containerd`` (containerd),
   ``crio`` (cri-o) and ``docker`` (dockershim / cri-dockerd). systemd escapes ``-`` in unit
   names, so the UID's dashes appear as underscores.
+- a kubelet on the systemd driver with a runtime whose runc uses cgroupfs (containerd's
+  ``SystemdCgroup = false``, its default before 2.0, beside kubeadm's systemd default):
+  runc takes the systemd-style cgroupsPath ``<pod slice>:<prefix>:<container-id>`` as one
+  directory name below its own cgroup, e.g. ``/system.slice/containerd.service/
+  kubepods-burstable-pod<uid>.slice:cri-containerd:<id>`` (v2: below that cgroup's parent).
 - cri-o runs each container's monitor (``conmon``) in a sibling ``crio-conmon-<id>.scope``;
   conmon is not the container, so that scope maps to no container.
 - With a private cgroup namespace (the default for containers on cgroup v2) paths are
@@ -44,15 +49,21 @@ __all__ = ["ContainerRef", "PidResolver", "ResolverStats", "is_procfs", "parse_c
 # A pod component: cgroupfs ``pod<uid>``; systemd ``kubepods[-<qos>]-pod<uid>.slice``, also
 # with a prefix (kind's ``kubelet-kubepods-...``). The UID is a UUID (dashes, or underscores
 # after systemd escaping) or a static pod's 32-hex config hash.
-_POD_RE = re.compile(
-    r"^(?:[a-z0-9_.-]*-)?pod"
+_POD = (
+    r"(?:[a-z0-9_.-]*-)?pod"
     r"(?P<uid>[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_]"
     r"[0-9a-fA-F]{12}|[0-9a-fA-F]{32})"
-    r"(?:\.slice)?$"
 )
+_POD_RE = re.compile(rf"^{_POD}(?:\.slice)?$")
 # A container component directly below the pod component.
 _CONTAINER_RE = re.compile(
     r"^(?:(?P<prefix>cri-containerd|crio|docker)-)?(?P<id>[0-9a-fA-F]{64})(?:\.scope)?$"
+)
+# One component naming both, ``<pod slice>:<prefix>:<container-id>``: the systemd-style
+# cgroupsPath that a kubelet on the systemd driver hands the runtime, taken as a plain
+# directory name by a runc on cgroupfs (containerd's ``SystemdCgroup = false``).
+_POD_AND_CONTAINER_RE = re.compile(
+    rf"^{_POD}\.slice:(?P<prefix>cri-containerd|crio|docker):(?P<id>[0-9a-fA-F]{{64}})$"
 )
 _RUNTIME_BY_PREFIX = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "docker"}
 _DELETED_SUFFIX = " (deleted)"
@@ -88,8 +99,15 @@ def _parse_path(path: str) -> ContainerRef | None:
     parts = [p for p in path.split("/") if p and p != ".."]
     # Search from the leaf upwards: with nesting (kind, k3s in docker) an outer component may
     # look like a container, but the pod component is always the innermost kubepods level.
-    for i in range(len(parts) - 2, -1, -1):
-        pod = _POD_RE.match(parts[i])
+    for i in range(len(parts) - 1, -1, -1):
+        both = _POD_AND_CONTAINER_RE.match(parts[i])
+        if both is not None:
+            return ContainerRef(
+                pod_uid=both.group("uid").replace("_", "-").lower(),
+                container_id=both.group("id").lower(),
+                runtime=_RUNTIME_BY_PREFIX[both.group("prefix")],
+            )
+        pod = _POD_RE.match(parts[i]) if i < len(parts) - 1 else None
         if pod is None:
             continue
         leaf = parts[i + 1]

@@ -151,6 +151,27 @@ def test_a_process_whose_owner_cannot_be_read_is_not_a_host_process(tmp_path: Pa
     assert got[(ContainerKey("ns", "p", "c"), G0)] == (True, None, None)
 
 
+def test_a_pod_process_on_a_node_whose_runtime_uses_cgroupfs_under_a_systemd_kubelet(
+        tmp_path: Path) -> None:
+    # kubeadm's kubelet on the systemd driver, containerd's runc on cgroupfs (SystemdCgroup
+    # = false): runc puts the container in one directory named after the systemd-style
+    # cgroupsPath, under containerd's own cgroup. Read as a host process, the busy pod's
+    # container had no process of its own: utilization 0, allocated-but-idle.
+    uid = "7c3b5a1e-9f2d-4c8b-a1e3-5d6f7a8b9c0d"
+    pid_dir = tmp_path / "proc" / "5"
+    pid_dir.mkdir(parents=True)
+    (pid_dir / "stat").write_text("5 (python) S" + " 0" * 18 + " 4242 0 0\n")
+    (pid_dir / "cgroup").write_text(
+        f"0::/system.slice/containerd.service/kubepods-burstable-pod{uid.replace('-', '_')}"
+        f".slice:cri-containerd:{cid(1)}\n")
+    s = snap(gpu("0", G0, proc(5, 0.6, GIB)))
+    result = attribute(s, [alloc("ns", "p", "c", G0)],
+                       PidResolver(str(tmp_path / "proc")).resolve([5]),
+                       metadata(pod_info(uid, "ns", "p", {cid(1): "c"})))
+    assert by_key(result) == {(ContainerKey("ns", "p", "c"), G0): (True, 0.6, GIB)}
+    assert result.unnamed_processes == 0
+
+
 def test_host_processes_are_summed_per_device() -> None:
     s = snap(gpu("0", G0, proc(7, 0.2, GIB), proc(8, 0.1, 2 * GIB)),
              gpu("1", G1, proc(9, 0.4, GIB)))

@@ -166,6 +166,30 @@ CASES: dict[str, tuple[str, ContainerRef | None]] = {
         f"0::/\n4:memory:/kubepods/burstable/pod{UID_BURSTABLE}/{CID_A}\n",
         ContainerRef(UID_BURSTABLE, CID_A, ""),
     ),
+    # The kubelet on the systemd driver, containerd's runc on cgroupfs (SystemdCgroup = false,
+    # containerd's default before 2.0; kubeadm's kubelet default is systemd): runc takes the
+    # systemd-style cgroupsPath "<pod slice>:cri-containerd:<id>" as one directory name
+    # under its own cgroup (v1: the shim's, containerd.service; v2: that cgroup's parent).
+    "v1-driver-mismatch": (
+        v1_file("/system.slice/containerd.service/kubepods-besteffort-pod"
+                f"{UID_BESTEFFORT.replace('-', '_')}.slice:cri-containerd:{CID_A}"),
+        ContainerRef(UID_BESTEFFORT, CID_A, "containerd"),
+    ),
+    "v2-driver-mismatch-guaranteed": (
+        f"0::/system.slice/kubepods-pod{UID_GUARANTEED.replace('-', '_')}.slice:"
+        f"cri-containerd:{CID_C}\n",
+        ContainerRef(UID_GUARANTEED, CID_C, "containerd"),
+    ),
+    "v2-driver-mismatch-subcgroup": (
+        f"0::/system.slice/kubepods-burstable-pod{UID_SYSTEMD.replace('-', '_')}.slice:"
+        f"cri-containerd:{CID_B}/init.scope\n",
+        ContainerRef(UID_SYSTEMD, CID_B, "containerd"),
+    ),
+    "driver-mismatch-short-id": (
+        f"0::/system.slice/kubepods-pod{UID_GUARANTEED.replace('-', '_')}.slice:"
+        f"cri-containerd:{CID_C[:12]}\n",
+        None,
+    ),
     "host-sshd": ("0::/system.slice/sshd.service\n", None),
     "host-init": ("0::/init.scope\n", None),
     "host-user-session": ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
