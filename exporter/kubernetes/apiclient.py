@@ -439,10 +439,10 @@ class ApiClient:
     def _events(
         self, response: httpx2.Response, resource: type[Resource]
     ) -> Iterator[tuple[str, Object]]:
-        for line in response.iter_lines():
+        for line in _lines(response):
             if not line.strip():
                 continue
-            event = decoders.decode_watch_event(line.encode())
+            event = decoders.decode_watch_event(line)
             if event.type == "ERROR":
                 status = decoders.decode_status(event.object)
                 if status.code == 410:
@@ -472,6 +472,25 @@ class ApiClient:
         if response.status_code == 410:
             raise WatchExpired(message)
         raise ApiStatusError(response.status_code, message)
+
+
+def _lines(response: httpx2.Response) -> Iterator[bytes]:
+    """A watch stream's events: one JSON object a line, split at ``\\n`` only. Not httpx2's
+    ``iter_lines()``, which splits as ``str.splitlines()`` does, also at U+0085 (NEL),
+    U+2028, U+2029 and a few control characters: Go's encoding/json writes U+0085 raw in a
+    string (the others escaped), so one pod with it in a label, an annotation or an
+    argument cut its events in two and failed the watch at each of them."""
+    buffer = bytearray()
+    for chunk in response.iter_bytes():
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            buffer += chunk[start:end]
+            yield bytes(buffer)
+            buffer.clear()
+            start = end + 1
+        buffer += chunk[start:]
+    if buffer:
+        yield bytes(buffer)
 
 
 def _status_message(body: bytes, reason: str) -> str:

@@ -141,6 +141,13 @@ def is_watch(query: dict[str, str]) -> bool:
     return query.get("watch") in ("1", "true")  # the API server takes both
 
 
+def go_json(doc: Any) -> bytes:
+    """JSON as the API server writes it (Go's encoding/json): non-ASCII characters as raw
+    UTF-8, except U+2028 and U+2029 (escaped, as are control characters below U+0020)."""
+    text = json.dumps(doc, ensure_ascii=False)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+
+
 @dataclass
 class Seen:
     path: str
@@ -321,7 +328,7 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 super().finish()
 
         def _json(self, status: int, doc: dict[str, Any]) -> None:
-            body = json.dumps(doc).encode()
+            body = go_json(doc)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -467,7 +474,7 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 except queue.Empty:
                     continue
                 if action == "event":
-                    self._chunk(json.dumps(arg).encode() + b"\n")
+                    self._chunk(go_json(arg) + b"\n")
                 elif action == "close":  # the server's timeoutSeconds: a clean end
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
@@ -845,6 +852,34 @@ def test_list_watch_bookmark_and_rewatch(
     stats = w.snapshot().stats
     assert stats.watch_events_total == 3 and stats.watch_errors_total == 0
     assert stats.pods_success and stats.pod_lists_total == 1
+
+
+def test_watch_event_with_a_unicode_line_break_in_a_string(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]
+) -> None:
+    # Go's encoding/json writes U+0085 (NEL, what "…" becomes when cp1252 text is read
+    # as Latin-1) raw; U+2028/U+2029 escaped. Each watch event is one line ending in "\n":
+    # a line split at a NEL is two halves that are not JSON, and every event of the pod failed
+    # the watch (a relist after a backoff, its names stale and kube_pods failing meanwhile).
+    seed(api)
+    w = watcher_factory(api.url)
+    assert w.wait_synced(5)
+    wait_until(lambda: len(api.watches()) == 1, what="watch request")
+    pod = pod_json(
+        "llm-serve-7d9f8b6c5d-x2k9p",
+        UID_A,
+        labels={"pod-template-hash": "7d9f8b6c5d"},
+        owners=[rs_owner("llm-serve-7d9f8b6c5d")],
+        containers=[("server", CID[3]), ("envoy", CID[1])],
+    )
+    pod["metadata"]["annotations"]["description"] = "Llama 3\u0085 \u2028\x1c\x0b served"
+    api.put(pod, event="MODIFIED")
+    wait_until(lambda: w.snapshot().container_name(UID_A, CID[3]) == "server"
+               or w.snapshot().stats.watch_errors_total > 0, what="the event")
+    stats = w.snapshot().stats
+    assert stats.watch_errors_total == 0 and stats.pods_success
+    assert w.snapshot().container_name(UID_A, CID[3]) == "server"
+    assert len(api.watches()) == 1 and len(api.lists()) == 1
 
 
 def test_node_info_fetched_and_refreshed(
