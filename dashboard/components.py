@@ -156,10 +156,12 @@ def run_totals_note(t: RunTotals | None) -> str:
     """The workload view's line of the run's own numbers (the showback's, for one run)."""
     if t is None:
         return ""
-    spent = ("$ unknown (nodes of unknown price)" if t.spent == 0 and t.unpriced_gpu_hours > 0
-             else fmt.money(t.spent))
+    if t.spent == 0 and t.unpriced_gpu_hours > 0:  # all of it on nodes of unknown price
+        dollars = "$ unknown spent, idle and spinning (nodes of unknown price)"
+    else:
+        dollars = (f"{fmt.money(t.spent)} spent, {fmt.money(t.idle)} idle "
+                   f"({fmt.money(t.spinning)} spinning)")
     seen = (f"; seen {fmt.clock(t.first_seen)} to {fmt.clock(t.last_seen)}"
             if t.first_seen is not None and t.last_seen is not None else "")
-    return (f" In this window: {t.gpu_hours:.2f} GPU-hours, {spent} spent, "
-            f"{fmt.money(t.idle)} idle ({fmt.money(t.spinning)} spinning), "
+    return (f" In this window: {t.gpu_hours:.2f} GPU-hours, {dollars}, "
             f"{t.stragglers} straggler{'s' if t.stragglers != 1 else ''}{seen}.")

@@ -104,9 +104,13 @@ def _owners(level: str) -> Filler:
         # the page's idle KPI is the fleet's.
         total = math.fsum(r.spent for r in rows)
         idle_total = math.fsum(r.idle for r in rows)
+        unpriced = math.fsum(r.unpriced_gpu_hours for r in rows)
         note = (f"{len(rows):,} {level}{'s' if len(rows) != 1 else ''}; together "
                 f"{fmt.money(total)} spent and {fmt.money(idle_total)} idle in the "
                 f"window." if rows else "Nothing held or priced in this window.")
+        if unpriced > 0:  # (their dollars are not known: not in the sums, never $0)
+            note += (f" {unpriced:,.2f} GPU-hours on nodes of unknown price are in no "
+                     f"dollar column.")
         return owners.owner_rows(rows[:limit], v.kpis.wasted, s), note, len(rows)
     return fill
 

@@ -254,6 +254,9 @@ def owner_rows(rows: Iterable[OwnerCost], total_idle: float, state: State) -> li
     links to the workload view."""
     out: list[Row] = []
     for r in rows:
+        # Unknown, not $0, where everything it held was of unknown price: its spent, idle
+        # and spinning dollars alike (an idle node of unknown price wastes unknown dollars).
+        unknown = r.unpriced_gpu_hours >= r.gpu_hours > 0 and r.spent == 0
         out.append({
             "cluster": r.cluster or "(this store)",
             "namespace": r.namespace,
@@ -263,12 +266,10 @@ def owner_rows(rows: Iterable[OwnerCost], total_idle: float, state: State) -> li
                          else "(bare pods)" if r.namespace != UNALLOCATED else ""),
             "gpu_hours": r.gpu_hours,
             "mean_use": r.mean_use,
-            # Unknown, not $0, where everything it held was of unknown price.
-            "spent": None if r.spent == 0 and r.unpriced_gpu_hours >= r.gpu_hours > 0
-            else r.spent,
-            "idle": r.idle,
-            "spinning": r.spinning,
-            "waste_share": r.idle / total_idle if total_idle > 0 else None,
+            "spent": None if unknown else r.spent,
+            "idle": None if unknown else r.idle,
+            "spinning": None if unknown else r.spinning,
+            "waste_share": r.idle / total_idle if total_idle > 0 and not unknown else None,
         })
     return out
 

@@ -303,3 +303,32 @@ def test_the_fleet_cost_card_says_what_the_window_cost(demo: FleetView) -> None:
     # on demand, and the card says so.
     assert demo.kpis.spot_nodes == demo.kpis.spot_at_on_demand == 1
     assert "1 spot (1 priced on demand: no spot price in the price file)" in text
+
+
+def test_an_idle_owner_on_a_node_of_unknown_price_is_not_shown_0_dollars_idle() -> None:
+    # A job held the 8 GPUs of a node of unknown price, spinning all hour: its $ idle and
+    # $ spinning are unknown as its $ spent is, not $0.00 beside its 8 GPU-hours (nor 0 %
+    # of the waste); the table's note says which GPU-hours the dollars leave out.
+    idle = NodeIdle("dgx", gpus=8, idle_since=0.0, idle_gpu_seconds=8 * HOUR,
+                    allocated_gpu_seconds=8 * HOUR, allocated_gpus=8, required_seconds=1800.0,
+                    history_seconds=HOUR, spinning_gpu_seconds=8 * HOUR, spinning_gpus=8)
+    report = waste({"dgx": idle}, {"dgx": None})
+    rows = showback({HoldingKey("dgx", "ml", "Job/a"): Holding(8 * HOUR)}, {"dgx": None},
+                    lambda n: 8, {}, HOUR, report)
+    for level in (rows, rollup(rows, True), rollup(rows, False)):
+        [row] = owner_rows(level, 5.0, {})
+        assert (row["spent"], row["idle"], row["spinning"], row["waste_share"]) == (
+            None, None, None, None)
+    note = components.run_totals_note(run_totals(rows, "ml", "Job/a", 0, []))
+    assert "$0.00" not in note and "unknown" in note
+
+
+def test_the_owner_tables_note_says_what_gpu_hours_the_dollars_leave_out(
+        demo: FleetView) -> None:
+    # onprem-dgx.yaml: bert-pretrain's 8 GPU-hours are of unknown price.
+    unpriced = math.fsum(o.unpriced_gpu_hours for o in demo.owners)
+    assert unpriced >= 8.0
+    for table in (ids.COST_BY_CLUSTER_TABLE, ids.COST_BY_NAMESPACE_TABLE,
+                  ids.COST_BY_WORKLOAD_TABLE):
+        _, note, _ = sections.table_rows(demo, table, {}, 50)
+        assert f"{unpriced:,.2f} GPU-hours on nodes of unknown price" in note, note
