@@ -17,7 +17,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -115,8 +115,18 @@ class PriceTable:
         return sorted(self._spot.values(), key=lambda p: (p.provider, p.instance_type))
 
     def merged(self, override: PriceTable) -> PriceTable:
-        return PriceTable({**self._prices, **override._prices},
-                          {**self._spot, **override._spot})
+        """This table with ``override``'s entries winning, whatever case they are written
+        in: lookups fold case, so a bundled ``Standard_NC24ads_A100_v4`` left at its own
+        price beside a file's ``standard_nc24ads_a100_v4`` would still price a node
+        labelled the bundled way, by its exact match. Such an entry keeps its name (the
+        price rules match names exactly) and takes the override's price."""
+        def merge(base: Mapping[str, Price], mine: Mapping[str, Price]) -> dict[str, Price]:
+            folded = {k.lower(): v for k, v in mine.items()}
+            out = {k: (replace(folded[k.lower()], instance_type=k)
+                       if k.lower() in folded else v) for k, v in base.items()}
+            return {**out, **mine}
+        return PriceTable(merge(self._prices, override._prices),
+                          merge(self._spot, override._spot))
 
 
 #: The series whose ``instance_type`` and ``capacity_type`` labels price a node.

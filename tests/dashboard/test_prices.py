@@ -183,3 +183,26 @@ def test_a_bad_price_is_named_after_the_file_then_its_key(
         load_prices(f)
     assert str(info.value) == (
         f"{f}{where}expected a number of dollars per hour, got 'free'")
+
+
+def test_an_override_wins_whatever_case_it_is_written_in(tmp_path: Path) -> None:
+    """The bundled ``Standard_NC24ads_A100_v4`` and a file's ``standard_nc24ads_a100_v4``
+    name one instance type (looked up case-insensitively): the file's price wins for a node
+    labelled either way, on demand and spot alike, in the table and in the store's query."""
+    f = tmp_path / "prices.yaml"
+    f.write_text("standard_nc24ads_a100_v4: 2.5\nP5.48XLARGE: 40.0\n"
+                 "spot: {P5.48XLARGE: 20.0}\n")
+    table = load_prices(f)
+    for name in ("Standard_NC24ads_A100_v4", "standard_nc24ads_a100_v4"):
+        assert table.per_hour(name) == 2.5
+    assert table.node_price("p5.48xlarge", "on-demand") == NodePrice(40.0, "on-demand")
+    assert table.node_price("p5.48xlarge", "spot") == NodePrice(20.0, "spot")
+    assert "55.04" not in node_price_promql(table)
+    # Both spellings stay (the price rules match names exactly), at the file's price.
+    assert {(p.instance_type, p.per_hour) for p in table.entries()
+            if p.instance_type.lower() == "standard_nc24ads_a100_v4"} == {
+        ("Standard_NC24ads_A100_v4", 2.5), ("standard_nc24ads_a100_v4", 2.5)}
+    # Twins of the file itself keep each its own price.
+    f.write_text("Custom.GPU: 3.0\ncustom.gpu: 4.0\n")
+    table = load_prices(f)
+    assert (table.per_hour("Custom.GPU"), table.per_hour("custom.gpu")) == (3.0, 4.0)
