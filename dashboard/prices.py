@@ -203,14 +203,35 @@ def _entries(mapping: Any, where: str, meta: Mapping[str, str],
     return out
 
 
+#: The keys of a price file beside ``tables``, beside ``prices``, and of one table.
+_TOP_TABLES = ("currency", "tables")
+_TOP_PRICES = ("currency", "prices", "spot")
+_TABLE_KEYS = ("capacity_type", "date", "prices", "provider", "region", "source")
+
+
+def _known_keys(mapping: dict[Any, Any], known: tuple[str, ...], where: str, beside: str
+                ) -> None:
+    for key in mapping:
+        if key not in known:
+            raise PriceError(f"{where} unknown key {_show(key)}{beside} "
+                             f"(expected {', '.join(known)})")
+
+
 def parse_prices(data: Any, source: str) -> PriceTable:
     """Either ``{tables: [{provider, region, date, source, capacity_type, prices: {...}},
     ...]}``, or ``{prices: {...}, spot: {...}}``, or a plain ``{instance-type: price}``
-    mapping (with an optional ``spot: {instance-type: price}``)."""
+    mapping (with an optional ``spot: {instance-type: price}``); a key the form does not use
+    is an error (never dropped)."""
     if not isinstance(data, dict) or not data:
         raise PriceError(f"{source}: expected a mapping of instance types to $/hour")
     prices: dict[str, Price] = {}
     spot: dict[str, Price] = {}
+    # A key the file's form does not use is an error, not dropped: a price the user wrote
+    # would be silently left out (or a spot table read as on-demand prices).
+    for form, known in (("tables", _TOP_TABLES), ("prices", _TOP_PRICES)):
+        if form in data:
+            _known_keys(data, known, f"{source}:", f" beside {form!r}")
+            break
     if "tables" in data:
         tables = data["tables"]
         if not isinstance(tables, list):
@@ -219,6 +240,7 @@ def parse_prices(data: Any, source: str) -> PriceTable:
             where = f"{source}: tables[{i}]"
             if not isinstance(table, dict) or "prices" not in table:
                 raise PriceError(f"{where}: expected a mapping with 'prices'")
+            _known_keys(table, _TABLE_KEYS, f"{where}:", "")
             meta = {k: str(table.get(k, "")) for k in ("provider", "region", "date", "source")}
             capacity = table.get("capacity_type", "on-demand")
             if capacity not in CAPACITY_TYPES:

@@ -206,3 +206,25 @@ def test_an_override_wins_whatever_case_it_is_written_in(tmp_path: Path) -> None
     f.write_text("Custom.GPU: 3.0\ncustom.gpu: 4.0\n")
     table = load_prices(f)
     assert (table.per_hour("Custom.GPU"), table.per_hour("custom.gpu")) == (3.0, 4.0)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # Karpenter's label is karpenter.sh/capacity-type: the table's spot prices were read
+    # as on-demand ones, replacing the bundled on-demand price of every node of the type.
+    ("tables:\n  - capacity-type: spot\n    prices: {p5.48xlarge: 21.5}\n",
+     ": tables[0]: unknown key 'capacity-type' (expected capacity_type, date, prices, "
+     "provider, region, source)"),
+    # spot: beside tables: was dropped, its nodes priced on demand.
+    ("tables:\n  - prices: {p5.48xlarge: 40}\nspot:\n  p5.48xlarge: 21.5\n",
+     ": unknown key 'spot' beside 'tables' (expected currency, tables)"),
+    # An entry beside prices: was dropped, its node kept the bundled price or none.
+    ("prices:\n  p5.48xlarge: 40\nDGX-A100: 9.5\n",
+     ": unknown key 'DGX-A100' beside 'prices' (expected currency, prices, spot)"),
+])
+def test_a_key_the_file_does_not_use_is_an_error_not_dropped(
+        tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "prices.yaml"
+    f.write_text(text)
+    with pytest.raises(PriceError) as info:
+        load_prices(f)
+    assert str(info.value) == f"{f}{message}"
