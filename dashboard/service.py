@@ -22,6 +22,7 @@ from gpuscope.dashboard.data import (
     validate_namespace,
     validate_workload,
 )
+from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import GpuRef, NodeDetail, PodDetail, WorkloadDetail, gc_paused
 from gpuscope.dashboard.verdicts import Thresholds, registry
@@ -378,15 +379,21 @@ class DashboardService:
         if not chosen:
             return None, {}, None
         namespace, _, name = chosen.partition("/")
+        # The page's cluster; with every cluster shown, the default is its straggler's run
+        # (a job of one name in two clusters is two runs), one picked by name every
+        # cluster's run of that name.
+        cluster = view.cluster if view else None
+        if cluster is None and not workload and view is not None:
+            cluster = view.default_workload_cluster
         marks = {
             GpuRef(r.node, r.uuid): r.kind for r in (view.straggler_rows if view else ())
             if r.namespace == namespace and r.workload == name
+            and (cluster is None or node_parts(r.node)[0] == cluster)
         }
         try:
             validate_workload(name)
             detail = self.source.workload_detail(namespace, name, window_seconds(window),
-                                                 first=set(marks),
-                                                 cluster=view.cluster if view else None)
+                                                 first=set(marks), cluster=cluster)
             return detail, marks, None
         except (DataError, InvalidFilter) as exc:
             return None, {}, str(exc)
@@ -402,9 +409,18 @@ class DashboardService:
         view = self.latest(window, namespace_text, cluster_text)
         if view is None:
             return None
+        # Of the clusters whose run ``detail`` draws (one, where the view opened with a
+        # straggler's run while every cluster is shown).
+        drawn = {node_parts(d.ref.node)[0] for d in detail.devices}
+
+        def ours(node: str) -> bool:
+            return not drawn or node_parts(node)[0] in drawn
+
         stragglers = sum(1 for r in view.straggler_rows
-                         if (r.namespace, r.workload) == (detail.namespace, detail.workload))
-        return run_totals(view.owners, detail.namespace, detail.workload, stragglers,
+                         if (r.namespace, r.workload) == (detail.namespace, detail.workload)
+                         and ours(r.node))
+        owners = [o for o in view.owners if not drawn or o.cluster in drawn]
+        return run_totals(owners, detail.namespace, detail.workload, stragglers,
                           detail.utilization.values(), view.window.step,
                           max(view.history_start, view.window.start))
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuscope.dashboard import ids
+from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.data.source import DataError, DataSource
 from gpuscope.dashboard.evidence import (
     RowEvidence,
@@ -179,6 +180,10 @@ class FleetView:
     slice_rows: tuple[SliceRow, ...] = ()
     workloads: tuple[str, ...] = ()        # "namespace/Kind/name"
     default_workload: str | None = None     # the one the workload view opens with
+    #: The cluster of the run it opens with (its straggler's or group's; None: every
+    #: cluster's run of that name, or a store of one cluster): a job of one name in two
+    #: clusters is two runs, and the straggler's is the one to show.
+    default_workload_cluster: str | None = None
     #: The registry's own verdicts' findings, by verdict name, and what they were judged
     #: with (:mod:`gpuscope.dashboard.verdicts.page`).
     findings: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -508,22 +513,25 @@ def _kpis(data: FleetData, fleet: _Nodes, prices: _Prices, report: WasteReport,
 
 
 def _pickers(data: FleetData, context: PageContext, straggler_rows: Sequence[StragglerRow],
-             strag: StragglerReport) -> tuple[list[str], list[str], str | None]:
+             strag: StragglerReport
+             ) -> tuple[list[str], list[str], str | None, str | None]:
     """The pod and workload pickers' choices (of the namespace filtered to), and the
     workload shown first: a straggler's (slow first), else a group of two devices or
-    more, else the first."""
+    more, else the first; with the cluster of that straggler's or group's run (None for
+    the first, or in a store of one cluster)."""
     wanted = context.wanted
     pod_names = sorted({f"{p.namespace}/{p.pod}" for p in data.pods.values() if wanted(p.namespace)}
                        | {f"{c.namespace}/{c.pod}" for c in data.containers if wanted(c.namespace)})
     workloads = sorted({f"{p.namespace}/{p.workload}" for p in data.pods.values()
                         if p.workload and wanted(p.namespace)})
-    default_workload = next(
-        (f"{r.namespace}/{r.workload}" for kind in ("slow", "stalled")
+    default_workload, cluster = next(
+        ((f"{r.namespace}/{r.workload}", node_parts(r.node)[0]) for kind in ("slow", "stalled")
          for r in straggler_rows if r.kind == kind),
-        next((f"{g.key[1]}/{g.key[2]}" for g in strag.groups
-              if len(g.devices) >= 2 and wanted(g.key[1])), workloads[0] if workloads else None),
+        next(((f"{g.key[1]}/{g.key[2]}", g.key[0]) for g in strag.groups
+              if len(g.devices) >= 2 and wanted(g.key[1])),
+             (workloads[0] if workloads else None, "")),
     )
-    return pod_names, workloads, default_workload
+    return pod_names, workloads, default_workload, cluster or None
 
 
 def _build_fleet_view(
@@ -679,7 +687,8 @@ def _build_fleet_view(
                               found.totals.per_node if found is not None else None)
     notes = (*notes, *problems)
 
-    pod_names, workloads, default_workload = _pickers(data, context, straggler_rows, strag)
+    pod_names, workloads, default_workload, default_cluster = _pickers(
+        data, context, straggler_rows, strag)
     all_nodes = tuple(sorted(gpu_nodes | set(data.nodes) | set(summaries)))
     return FleetView(
         window=window,
@@ -702,6 +711,7 @@ def _build_fleet_view(
         slice_rows=slice_rows,
         workloads=tuple(workloads),
         default_workload=default_workload,
+        default_workload_cluster=default_cluster,
         findings=findings,
         context=context,
         owners=owners,

@@ -24,7 +24,7 @@ from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts.owners import rollup
 from gpuscope.dashboard.views import FleetView, page_view
 from tests.dashboard.test_showback import add_up
-from tests.stores import fleet_in_both, replay_rules
+from tests.stores import fleet_in_both, replay_rules, start_prometheus
 
 NAME = "ip-10-0-1-23.ec2.internal"
 IDLE, BUSY = node_key("a", NAME), node_key("b", NAME)
@@ -211,3 +211,46 @@ def test_a_job_of_one_name_in_two_clusters_is_two_straggler_groups(
         assert view.workloads_checked == 2, kind
         # Scoped to one cluster: its own run alone.
         assert len({r.workload for r in rows}) == 1
+
+
+def test_the_default_workload_view_is_its_straggler_s_cluster_run(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With every cluster shown, the workload view opens with the first straggler's
+    workload: that straggler's run (its cluster's 8 GPUs, its straggler marked, its $), not
+    the runs of that name in every cluster drawn as one (16 GPUs, both clusters' stragglers
+    marked, both nodes' $ as its own)."""
+    from gpuscope.dashboard.service import DashboardService
+
+    end = (time.time() // 60 - 5) * 60 - 23.0
+    job, = F.layout({"straggler": 1})
+    fleet = F.Fleet(F.Shape(2, 60.0, WINDOW, end),
+                    [replace(job, cluster="a"), replace(job, cluster="b")])
+    p5 = bundled_prices().node_price("p5.48xlarge", "on-demand").per_hour
+    blocks = tmp_path_factory.mktemp("default-run") / "tsdb"
+    F.build_blocks(fleet, blocks)
+    with start_prometheus(blocks, copy=False) as store:
+        prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+        try:
+            service = DashboardService(prom, bundled_prices(), clock=lambda: end)
+            view = service.fleet("1h", None).view
+            assert view is not None and view.cluster is None
+            first = next(r for r in view.straggler_rows
+                         if f"{r.namespace}/{r.workload}" == view.default_workload)
+            cluster = node_parts(first.node)[0]
+            detail, marks, problem = service.workload(None, "1h")
+            assert problem is None and detail is not None
+            assert {node_parts(d.ref.node)[0] for d in detail.devices} == {cluster}
+            assert len(detail.devices) == 8 and detail.total_devices == 8
+            assert {node_parts(ref.node)[0] for ref in marks} == {cluster} and len(marks) == 1
+            totals = service.run_totals(detail, "1h")
+            assert totals is not None and totals.stragglers == 1
+            assert totals.spent == pytest.approx(p5 * view.history_seconds / 3600)
+            # Picked by name with every cluster shown: the runs of that name in every
+            # cluster, their totals summed (RunTotals: over clusters, or the picked one's).
+            both, _, _ = service.workload(view.default_workload, "1h")
+            assert both is not None and len(both.devices) == 16
+            summed = service.run_totals(both, "1h")
+            assert summed is not None and summed.stragglers == 2
+            assert summed.spent == pytest.approx(2 * totals.spent)
+        finally:
+            prom.close()
