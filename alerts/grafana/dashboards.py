@@ -49,10 +49,23 @@ CONTAINER = "{{namespace}}/{{pod}}/{{container}} · {{node}} GPU {{gpu}}"
 DEVICE = "GPU {{gpu}}"
 SLICE = "GPU {{gpu}} {{mig_profile}}"
 
+# The store's cluster label, from a series only the store labels: `gpu_node_info` may carry
+# the exporters' own `cluster` (`--cluster-name`) in a cluster's own Prometheus, where no
+# other series has it, and picking that value would narrow every other series away.
 CLUSTER_VARIABLE = query_variable(
-    "cluster", "Cluster", "label_values(gpu_node_info, cluster)",
+    "cluster", "Cluster", "label_values(gpu_info, cluster)",
     description="The `cluster` label of a multi-cluster store (Thanos, Mimir, federation); "
                 "All where there is none.")
+
+
+def node_info(labels: str) -> str:
+    """``gpu_node_info`` by node and ``labels``, its cluster left out where only it has one
+    (the exporters' ``--cluster-name`` in the cluster's own Prometheus), as the price rules
+    leave it out: a join on the cluster then still finds the node."""
+    return (f"max by (node, {labels}) (\n"
+            "gpu_node_info and on (node) gpu_exporter_nvml_up\nor\n"
+            "label_replace(gpu_node_info unless on (node) gpu_exporter_nvml_up, "
+            '"cluster", "", "cluster", ".*")\n)')
 DEVICE_STATES = [(0, "working", "green"), (1, "idle", "red"), (2, "spinning", "orange")]
 
 # Raw series are read by their identity (``max by`` the labels that name a device or a
@@ -148,10 +161,9 @@ def fleet(rules: Rules) -> Json:
         DEVICE_STATES), 24, 8)
 
     lay.row("Lists")
-    node_info = "max by (node, instance_type, capacity_type) (gpu_node_info)"
     lay.add(table("Idle nodes", "Idle nodes, their instance type and on-demand price.", [
         Query(f"(\n{idle_nodes}\n)\n* on (node) group_left (instance_type, capacity_type)\n"
-              f"{node_info}", instant=True),
+              f"{node_info('instance_type, capacity_type')}", instant=True),
         Query(f"{NODE_PRICE}\nand on (node)\n(\n{idle_nodes}\n)", instant=True),
     ], {"Value #A": "busiest device utilization", "Value #B": "$/hour (on demand)"},
         hide=["provider", "region", "price_date"],
@@ -187,7 +199,7 @@ def fleet(rules: Rules) -> Json:
         "has room."),
         Query(f"sum by (instance_type) (\n{rules.series('uuid:gpu_idle:bool')}\n"
               "* on (node) group_left (instance_type)\n"
-              "max by (node, instance_type) (gpu_node_info)\n)", "{{instance_type}}",
+              f"{node_info('instance_type')}\n)", "{{instance_type}}",
               instant=True), unit="none", max_value=None,
         steps={"mode": "absolute", "steps": [{"value": None, "color": "orange"}]}), 12, 8)
     return dashboard(

@@ -578,6 +578,51 @@ def test_every_query_returns_series_on_the_demo_fleet(name: str, demo_prometheus
     assert answered >= 0.8 * sum(len(p.get("targets", [])) for p in panels(board))
 
 
+class _StatedCluster(OpenMetricsWriter):
+    """One cluster's own Prometheus whose exporters state the cluster
+    (``--cluster-name``): ``gpu_node_info`` alone carries ``cluster``, no store label does
+    (docs/metrics.md, "The cluster label")."""
+
+    def __init__(self, of: OpenMetricsWriter) -> None:
+        super().__init__()
+        self.end = of.end
+        self.families = {name: [line.replace("{", '{cluster="a",', 1) for line in lines]
+                         if name == "gpu_node_info" else lines
+                         for name, lines in of.families.items()}
+
+
+@pytest.fixture(scope="module")
+def demo_prometheus_stated(prometheus_bin: str, promtool: str, demo_samples: OpenMetricsWriter,
+                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve(prometheus_bin, promtool, _StatedCluster(demo_samples),
+                      tmp_path_factory.mktemp("grafana-stated"), ())
+
+
+def test_a_cluster_stated_on_gpu_node_info_alone_shows_the_cluster(
+        demo_prometheus_stated: str) -> None:
+    """Where only ``gpu_node_info`` has a ``cluster`` (the exporters' ``--cluster-name`` in
+    the cluster's own Prometheus), the cluster variable offers no value that would narrow
+    every other series away (it listed "a", and picking it emptied every panel), and the
+    fleet's joins to ``gpu_node_info`` still find the nodes' instance types (they were made
+    on a cluster only it has: the idle nodes' table and the idle devices per instance type
+    were empty), as the price rules do."""
+    base = demo_prometheus_stated
+    board = dashboards()["gpuscope-fleet"]
+    [variable] = [v for v in board["templating"]["list"] if v["name"] == "cluster"]
+    m = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["definition"])
+    assert m, variable["definition"]
+    listed = {r["metric"].get("cluster", "") for r in _query(
+        base, f"group by (cluster) ({m.group(1)})")}
+    assert listed == {""}, listed
+    now = time.time()
+    for title in ("Idle nodes", "Idle devices by instance type"):
+        panel = next(p for p in panels(board) if p["title"] == title and p["type"] != "stat")
+        for target in panel["targets"]:
+            result = _run(base, target, {"cluster": ".*"}, now)
+            assert result, (title, target["refId"], target["expr"])
+            assert all(r["metric"].get("instance_type") for r in result), (title, result)
+
+
 def test_the_dollars_are_the_price_table_s(demo_prometheus: str) -> None:
     """The fleet's idle $/hour is the sum of the idle nodes' prices in the price table."""
     base = demo_prometheus
