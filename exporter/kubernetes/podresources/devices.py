@@ -199,7 +199,9 @@ def resolve(ref: DeviceRef, devices: Iterable[DeviceIdentity]) -> str | None:
     slices), or ``None`` when the ID was not understood or names no device present here.
 
     A time-sharing replica resolves to the device it shares: replicas 0..n of one GPU all
-    return that GPU's UUID.
+    return that GPU's UUID. A device whose UUID is ``""`` (a GPU NVML never identified, a MIG
+    slice whose UUID it did not read) is passed over: nothing can be joined with it, so a
+    positional ID that lands on it names no device (never an empty UUID).
     """
     if ref.error is not None:
         return None
@@ -209,7 +211,7 @@ def resolve(ref: DeviceRef, devices: Iterable[DeviceIdentity]) -> str | None:
         return next((d.uuid for d in devices if d.uuid == ref.uuid), None)
     if ref.parent_uuid is not None:
         for device in devices:
-            if device.parent_uuid != ref.parent_uuid:
+            if not device.uuid or device.parent_uuid != ref.parent_uuid:
                 continue
             position = _split_index(device.index)
             if position is not None and position[1] == ref.gpu_instance_id:
@@ -220,7 +222,7 @@ def resolve(ref: DeviceRef, devices: Iterable[DeviceIdentity]) -> str | None:
         # which NVML's index need not equal; the index where the minor is not known.
         want_mig = ref.gpu_instance_id is not None
         for device in devices:
-            if (device.parent_uuid is not None) != want_mig:
+            if not device.uuid or (device.parent_uuid is not None) != want_mig:
                 continue
             position = _split_index(device.index)
             if position is None:

@@ -274,6 +274,21 @@ def test_unresolvable_allocations_are_counted() -> None:
     assert result.containers == ()
 
 
+def test_positional_ids_of_a_device_without_a_uuid_are_unresolved() -> None:
+    # A GPU NVML never identified and a MIG slice whose UUID read failed have the UUID "":
+    # GKE's nvidia<N>[/gi<M>] and the pre-R470 MIG-GPU-<uuid>/<gi>/<ci> land on them by
+    # position. They are counted unresolved, not rendered as container_gpu_allocated{uuid=""}.
+    s = snap(gpu("0", "", up=False), gpu("1", G1, util=None), gpu("1/3", "", parent=G1))
+    result = attribute(
+        s,
+        [alloc("ns", "a", "c", "nvidia0"), alloc("ns", "b", "c", "nvidia1/gi3"),
+         alloc("ns", "d", "c", f"MIG-{G1}/3/0"), alloc("ns", "e", "c", "nvidia0/vgpu1")],
+        {}, metadata())
+    assert result.unresolved_allocations == 4
+    assert result.containers == ()
+    assert all(d.uuid for d in result.sharing)
+
+
 def test_lost_device_keeps_allocation_without_values() -> None:
     s = snap(gpu("0", G0, up=False))
     result = attribute(s, [alloc("ns", "p", "c", G0)], {}, metadata())

@@ -200,3 +200,26 @@ def test_resolve_accepts_model_device_samples() -> None:
 def test_resolve_with_no_devices() -> None:
     assert resolve(parse_device_id(GPU0), []) is None
     assert resolve(parse_device_id("nvidia0"), ()) is None
+
+
+def test_a_device_without_a_uuid_resolves_to_nothing() -> None:
+    # NVML gives a GPU it never identified (its handle or UUID unreadable), and a MIG slice
+    # whose UUID read failed, the UUID "": nothing can be joined with it, so the positional
+    # forms that land on it name no device (counted unresolved, never a uuid="" series).
+    unknown = (
+        NodeDevice("0", ""),
+        NodeDevice("1", GPU1),
+        NodeDevice("1/3", "", parent_uuid=GPU1),
+    )
+    assert resolve(parse_device_id("nvidia0"), unknown) is None
+    assert resolve(parse_device_id("nvidia0/vgpu1"), unknown) is None
+    assert resolve(parse_device_id("nvidia1/gi3"), unknown) is None
+    assert resolve(parse_device_id(f"MIG-{GPU1}/3/0"), unknown) is None
+    assert resolve(parse_device_id("nvidia1"), unknown) == GPU1
+
+
+def test_an_unidentified_gpu_does_not_hide_the_gpu_with_its_device_file() -> None:
+    # GPU 0 was never identified (no minor number: its index stands in, 0); GPU 1 is
+    # /dev/nvidia0. "nvidia0" is GPU 1, not the GPU without a UUID.
+    devices = (NodeDevice("0", ""), NodeDevice("1", GPU1, minor_number=0))
+    assert resolve(parse_device_id("nvidia0"), devices) == GPU1
