@@ -561,7 +561,14 @@ class PodMetadataWatcher:
             )
             slices: tuple[Mapping[str, Any], ...] = ()
             if self._slices is not None:
-                slices = tuple(self._slices.view()[0].values())
+                items, _, sl = self._slices.view()
+                slices = tuple(items.values())
+                stats = replace(
+                    stats,
+                    resourceslices_success=sl.success,
+                    resourceslices_duration_seconds=sl.duration_seconds,
+                    resourceslices_errors_total=sl.list_errors_total + sl.watch_errors_total,
+                )
             self._snapshot = MetadataSnapshot(
                 resource_slices=slices,
                 pods=pods,

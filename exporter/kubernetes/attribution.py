@@ -557,15 +557,8 @@ class LiveInputs:
         resolver = self._resolver.stats()
         parts.append(PartResult("proc", self._proc_ok, self._proc_seconds, resolver.read_errors))
         if self._metadata is not None:
-            meta = self._metadata.snapshot()
-            stats = meta.stats
-            pods, node = meta.parts()
-            parts.append(PartResult(
-                pods.name, pods.success, pods.duration_seconds,
-                stats.pod_list_errors_total + stats.watch_errors_total,
-            ))
-            parts.append(PartResult(node.name, node.success, node.duration_seconds,
-                                    stats.node_errors_total))
+            # kube_pods, kube_node, and kube_resourceslices where DRA slices are watched.
+            parts.extend(self._metadata.snapshot().parts())
         return parts
 
     def close(self) -> None:

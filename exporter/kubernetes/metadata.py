@@ -79,6 +79,9 @@ class WatcherStats:
 
     ``pods_success``: the last list or watch attempt is healthy (False from the first
     failure until the next successful list). ``pods_duration_seconds``: the last list.
+    ``resourceslices_*``: the same for the DRA ResourceSlices' list and watch (a resource the
+    API server does not serve, or RBAC does not allow, is healthy: DRA is off);
+    ``resourceslices_success`` is ``None`` where they are not watched.
     """
 
     pod_lists_total: int = 0
@@ -92,6 +95,9 @@ class WatcherStats:
     pods_duration_seconds: float = 0.0
     node_success: bool = False
     node_duration_seconds: float = 0.0
+    resourceslices_success: bool | None = None
+    resourceslices_duration_seconds: float = 0.0
+    resourceslices_errors_total: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +124,18 @@ class MetadataSnapshot:
         return pod.containers.get(container_id) if pod is not None else None
 
     def parts(self) -> tuple[PartResult, ...]:
-        """``gpu_exporter_collector_success``/``_duration_seconds`` for ``kube_pods`` and
-        ``kube_node``."""
+        """``gpu_exporter_collector_success``/``_duration_seconds`` for ``kube_pods``,
+        ``kube_node`` and, where DRA ResourceSlices are watched, ``kube_resourceslices``;
+        ``errors_total`` as the stats count them."""
         s = self.stats
-        return (
-            PartResult("kube_pods", s.pods_success, s.pods_duration_seconds),
-            PartResult("kube_node", s.node_success, s.node_duration_seconds),
-        )
+        parts = [
+            PartResult("kube_pods", s.pods_success, s.pods_duration_seconds,
+                       s.pod_list_errors_total + s.watch_errors_total),
+            PartResult("kube_node", s.node_success, s.node_duration_seconds,
+                       s.node_errors_total),
+        ]
+        if s.resourceslices_success is not None:
+            parts.append(PartResult("kube_resourceslices", s.resourceslices_success,
+                                    s.resourceslices_duration_seconds,
+                                    s.resourceslices_errors_total))
+        return tuple(parts)

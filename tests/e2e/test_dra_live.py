@@ -170,3 +170,34 @@ def test_dra_claims_are_attributed_like_device_plugin_gpus(
     assert not [k for k in series if k[1] == "imex"]
     latest = attributor.latest()
     assert latest is not None and latest.unresolved_allocations == 0
+
+
+def test_a_failing_resource_slices_watch_reads_0_in_the_dra_part(
+    node: tuple[FakeApi, KubeletServer, Path],
+) -> None:
+    # The slices' list works, every watch of them fails: the attribution goes on with the
+    # slices listed, and gpu_exporter_collector_success{collector="kube_resourceslices"}
+    # says the watch is failing (it showed only in the log), with its errors counted.
+    api, kubelet, proc = node
+    api.resource_slices_watch_status = 500
+    watcher = PodMetadataWatcher(token_config(api.url), NODE, request_timeout_s=2.0,
+                                 backoff_initial_s=0.02, backoff_max_s=0.1)
+    inputs = LiveInputs(kubelet_socket=kubelet.path, proc_root=str(proc),
+                        metadata_watcher=watcher, kubelet_interval=0.05, node_name=NODE)
+    attributor = Attributor(inputs)
+    try:
+        deadline = time.monotonic() + 10
+        dra = None
+        while time.monotonic() < deadline:
+            attributor(snapshot())
+            dra = next((p for p in attributor.parts() if p.name == "kube_resourceslices"), None)
+            latest = attributor.latest()
+            if (dra is not None and dra.errors_total >= 2 and not dra.success
+                    and latest is not None and len(latest.containers) >= 4):
+                break
+            time.sleep(0.05)
+    finally:
+        attributor.close()
+    assert dra is not None and not dra.success and dra.errors_total >= 2
+    parts = {p.name: p.success for p in attributor.parts()}
+    assert parts["kube_pods"] and parts["kube_node"] and parts["attribution"]

@@ -178,6 +178,8 @@ class FakeApi:
         # 1.34), else these objects; resource_slices_status answers lists with an error.
         self.resource_slices: list[dict[str, Any]] | None = None
         self.resource_slices_status: int | None = None
+        # Answer the slices' watches (not their lists) with this status: a broken watch.
+        self.resource_slices_watch_status: int | None = None
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -425,6 +427,10 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                              'resourceslices.resource.k8s.io is forbidden: User '
                              '"system:serviceaccount:gpuscope:gpuscope-exporter" cannot list '
                              'resource "resourceslices" in API group "resource.k8s.io"')
+                return
+            if is_watch(query) and api.resource_slices_watch_status:
+                self._status(api.resource_slices_watch_status, "InternalError",
+                             "an error on the server has prevented the request from succeeding")
                 return
             if is_watch(query):  # an idle watch: open until the server goes down
                 self.send_response(200)
@@ -985,7 +991,8 @@ def test_api_down_at_start_then_back(watcher_factory: Callable[..., PodMetadataW
     snap = w.snapshot()
     assert not snap.synced and not snap.pods and snap.node is None
     assert not snap.stats.pods_success and snap.stats.node_errors_total >= 1
-    assert {p.name: p.success for p in snap.parts()} == {"kube_pods": False, "kube_node": False}
+    assert {p.name: p.success for p in snap.parts()} == {
+        "kube_pods": False, "kube_node": False, "kube_resourceslices": False}
     api = FakeApi(port=port)
     seed(api)
     api.start()
@@ -1466,3 +1473,45 @@ def test_resource_slices_can_be_left_out(
     assert w.wait_synced(5)
     time.sleep(0.2)
     assert api.slice_requests() == [] and w.snapshot().resource_slices == ()
+
+
+def test_resource_slices_watch_is_a_part_of_its_own(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]
+) -> None:
+    """gpu_exporter_collector_success{collector="kube_resourceslices"}: 1 while the slices
+    list and watch work, 0 while the watch fails (it showed only in the log), its failures
+    counted; the pods' and the node's parts unaffected."""
+    seed(api)
+    api.resource_slices = [nvidia_slice(NODE, [("gpu-0", "GPU-1")])]
+    w = watcher_factory(api.url)
+
+    def parts() -> dict[str, bool]:
+        return {p.name: p.success for p in w.snapshot().parts()}
+
+    wait_until(lambda: parts() == {"kube_pods": True, "kube_node": True,
+                                   "kube_resourceslices": True}, what="three good parts")
+    assert w.snapshot().stats.resourceslices_errors_total == 0
+    api.resource_slices_watch_status = 500
+    api.stop()  # breaks the open watch; the next one is answered 500
+    api.start()
+    # The restart cut the pods' watch too: they relist and recover; the slices' part stays 0.
+    wait_until(lambda: w.snapshot().stats.resourceslices_errors_total >= 2
+               and parts() == {"kube_pods": True, "kube_node": True,
+                               "kube_resourceslices": False}, what="slice watch errors")
+    assert len(w.snapshot().resource_slices) == 1  # the last known slices are kept
+    api.resource_slices_watch_status = None
+    wait_until(lambda: parts()["kube_resourceslices"], what="the slices part recovered")
+
+
+def test_resource_slices_not_served_or_left_out_are_no_failing_part(
+    api: FakeApi, watcher_factory: Callable[..., PodMetadataWatcher]
+) -> None:
+    # Before 1.34 (404) DRA is off, healthy; left out, there is no such part at all.
+    seed(api)
+    served_not = watcher_factory(api.url, unserved_retry_s=600.0)
+    wait_until(lambda: {p.name: p.success for p in served_not.snapshot().parts()}
+               == {"kube_pods": True, "kube_node": True, "kube_resourceslices": True},
+               what="a healthy DRA part")
+    left_out = watcher_factory(api.url, resource_slices=False)
+    wait_until(lambda: {p.name: p.success for p in left_out.snapshot().parts()}
+               == {"kube_pods": True, "kube_node": True}, what="no DRA part")
