@@ -41,7 +41,8 @@ class PodInfo:
     instance of a restarted container. ``phase`` is ``status.phase`` (``""`` when absent):
     ``Succeeded`` and ``Failed`` are terminal, the pod's containers stopped for good.
     ``mirror_of``: for the mirror pod of a static pod, the UID the kubelet runs the static
-    pod under (its config hash, 32 hex digits: the ``pod<uid>`` of its cgroups), from the
+    pod under (the ``pod<uid>`` of its cgroups: the manifest's own ``metadata.uid``, a UUID,
+    where it sets one, else the kubelet's 32-hex hash of the manifest), lowercase, from the
     ``kubernetes.io/config.mirror`` annotation; ``""`` for any other pod."""
 
     uid: str

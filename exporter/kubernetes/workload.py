@@ -170,14 +170,18 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo | None:
 
 
 # The kubelet's annotation on the mirror pod of a static pod: the static pod's UID as the
-# kubelet runs it (an MD5 config hash in hex), which its cgroups name, not the mirror's UID.
+# kubelet runs it, which its cgroups name, not the mirror's UID. That is the manifest's own
+# metadata.uid where it sets one (kept as written), else a hash of the manifest the kubelet
+# makes (32 hex digits: MD5, FNV-128a in newer kubelets); pkg/kubelet/config applyDefaults
+# writes it as config.hash, and the mirror client copies that into config.mirror. Only the
+# shapes a pod<uid> cgroup is read with (cgroups.py) can ever be joined.
 _MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-_CONFIG_HASH = re.compile(r"[0-9a-f]{32}")
+_RUN_UID = re.compile(r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _mirror_of(annotations: Mapping[str, Any]) -> str:
     value = annotations.get(_MIRROR_ANNOTATION)
-    if isinstance(value, str) and _CONFIG_HASH.fullmatch(value.lower()):
+    if isinstance(value, str) and _RUN_UID.fullmatch(value.lower()):
         return value.lower()
     return ""
 

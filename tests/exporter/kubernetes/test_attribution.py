@@ -266,6 +266,32 @@ def test_a_static_pod_s_processes_are_named_through_its_mirror_pod() -> None:
         ("infer-node-1", "5d1e3c2b-0a9f-4e8d-b7c6-a5f4e3d2c1b0")]
 
 
+def test_a_static_pod_with_its_own_uid_is_named_through_its_mirror_pod(tmp_path: Path) -> None:
+    # A static pod manifest that sets metadata.uid: the kubelet runs the pod under that UID
+    # (its cgroups say pod<uid>, systemd-escaped) and writes it into the mirror pod's
+    # kubernetes.io/config.mirror; the API server gives the mirror pod a UID of its own.
+    manifest_uid = "0d2f3b4a-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
+    pid_dir = tmp_path / "proc" / "7"
+    pid_dir.mkdir(parents=True)
+    (pid_dir / "stat").write_text("7 (python) S" + " 0" * 18 + " 4242 0 0\n")
+    (pid_dir / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+        f"{manifest_uid.replace('-', '_')}.slice/cri-containerd-{cid(1)}.scope\n")
+    s = snap(gpu("0", G0, proc(7, 0.8, 10 * GIB)))
+    result = attribute(
+        s, [alloc("kube-system", "infer-node-1", "server", G0)],
+        PidResolver(str(tmp_path / "proc")).resolve([7]),
+        metadata(api_pod("5d1e3c2b-0a9f-4e8d-b7c6-a5f4e3d2c1b0", "kube-system", "infer-node-1",
+                         {cid(1): "server"}, "Running",
+                         {"kubernetes.io/config.mirror": manifest_uid,
+                          "kubernetes.io/config.hash": manifest_uid,
+                          "kubernetes.io/config.source": "file"})),
+    )
+    assert result.unnamed_processes == 0
+    assert by_key(result) == {
+        (ContainerKey("kube-system", "infer-node-1", "server"), G0): (True, 0.8, 10 * GIB)}
+
+
 def test_unresolvable_allocations_are_counted() -> None:
     s = snap(gpu("0", G0))
     result = attribute(s, [alloc("ns", "p", "c", G2), alloc("ns", "p", "c", "bogus-id")], {},

@@ -307,6 +307,12 @@ def test_pod_from_json_phase(phase: object, terminal: bool) -> None:
     ({"kubernetes.io/config.mirror": "6F1C0E9D8B7A4C3E2F1A0B9C8D7E6F5A"},
      "6f1c0e9d8b7a4c3e2f1a0b9c8d7e6f5a"),
     ({"kubernetes.io/config.hash": "6f1c0e9d8b7a4c3e2f1a0b9c8d7e6f5a"}, ""),  # not a mirror
+    # A manifest that sets its own metadata.uid: the kubelet keeps that UID (it hashes only
+    # when there is none) and writes it as config.hash, then config.mirror, as it is.
+    ({"kubernetes.io/config.mirror": "0d2f3b4a-5c6d-4e7f-8a9b-0c1d2e3f4a5b"},
+     "0d2f3b4a-5c6d-4e7f-8a9b-0c1d2e3f4a5b"),
+    ({"kubernetes.io/config.mirror": "0D2F3B4A-5C6D-4E7F-8A9B-0C1D2E3F4A5B"},
+     "0d2f3b4a-5c6d-4e7f-8a9b-0c1d2e3f4a5b"),
     ({"kubernetes.io/config.mirror": "not-a-hash"}, ""),
     ({"kubernetes.io/config.mirror": 5}, ""),
     (None, ""),
