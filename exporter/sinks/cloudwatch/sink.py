@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 
 #: Reasons datums are dropped (the ``reason`` label of the dropped counter).
 DROP_REASONS = ("buffer_full", "rejected", "shutdown")
+#: Single datums refused in a row after which the rest of a refused request is dropped
+#: without sending each alone (see :meth:`CloudWatchSink._send`).
+_MAX_REFUSED_SINGLES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,12 +325,12 @@ class CloudWatchSink:
                         oldest.remaining, oldest.start,
                     )
 
-    def _candidates(self) -> list[Datum]:
+    def _candidates(self, limit: int = MAX_DATUMS_PER_REQUEST) -> list[Datum]:
         out: list[Datum] = []
         for group in self._groups:
-            need = MAX_DATUMS_PER_REQUEST - len(out)
+            need = limit - len(out)
             out.extend(group.datums[group.sent:group.sent + need])
-            if len(out) >= MAX_DATUMS_PER_REQUEST:
+            if len(out) >= limit:
                 break
         return out
 
@@ -353,12 +356,22 @@ class CloudWatchSink:
         call fails in a way worth retrying (False, backoff set)."""
         namespace = self.settings.namespace
         protocol = self._publisher.protocol
+        # CloudWatch refuses a whole request for one datum it does not take (a timestamp
+        # out of its window after a clock step, a value or dimension it refuses): the refused
+        # request is halved until the refused datums go alone, so the good ones around them
+        # are still sent. ``suspect``: datums at the head of the buffer that were in a
+        # refused request; ``singles``: single datums refused in a row. Once
+        # _MAX_REFUSED_SINGLES are, the rest of the suspects is dropped at once (everything
+        # refused, e.g. the node's clock is hours off: no request per datum).
+        limit = MAX_DATUMS_PER_REQUEST
+        suspect = 0
+        singles = 0
         while self._buffered:
             if deadline is not None and self._monotonic() >= deadline:
                 return False
             if self._abandoned:  # stop() gave up on this thread and counted the rest
                 return False
-            candidates = self._candidates()
+            candidates = self._candidates(limit)
             n, size = take_batch(candidates, namespace, protocol)
             batch = candidates[:n]
             try:
@@ -369,10 +382,23 @@ class CloudWatchSink:
                     self._failures += 1
                     self._records.append(RequestRecord(n, size, False))
                 if not exc.retryable:
-                    log.error("CloudWatch rejected %d datums, dropping them: %s", n, exc)
+                    suspect = max(suspect, n)
+                    if n == 1:
+                        singles += 1
+                    if n > 1 and singles < _MAX_REFUSED_SINGLES:
+                        limit = max(1, n // 2)
+                        continue
+                    drop = suspect if singles >= _MAX_REFUSED_SINGLES else n
+                    first = batch[0]
+                    log.error("CloudWatch rejected %d datums (%s at %s%s), dropping them: %s",
+                              drop, first["MetricName"], first["Timestamp"].isoformat(),
+                              "" if drop == 1 else " and more", exc)
                     with self._lock:
-                        self._dropped["rejected"] += n
-                    self._consume(n)
+                        self._dropped["rejected"] += drop
+                    self._consume(drop)
+                    suspect -= drop
+                    if suspect == 0:
+                        limit, singles = MAX_DATUMS_PER_REQUEST, 0
                     continue
                 self._failures_in_row += 1
                 delay = self._backoff_delay()
@@ -386,6 +412,9 @@ class CloudWatchSink:
                 self._last_success = self._clock()
                 self._records.append(RequestRecord(n, size, True))
             self._consume(n)
+            suspect = max(0, suspect - n)
+            singles = 0
+            limit = min(MAX_DATUMS_PER_REQUEST, limit * 2)
             if self._failures_in_row:
                 log.info("CloudWatch reachable again")
             self._failures_in_row = 0

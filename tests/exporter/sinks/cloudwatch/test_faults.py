@@ -4,6 +4,8 @@ the buffer bound arrives complete and in order; beyond it the oldest is dropped 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime
 
 import pytest
 
@@ -138,3 +140,46 @@ def test_the_proxy_speaks_each_protocols_error_format(protocol: str) -> None:
         {"status_code": status, "headers": headers, "body": body}, None)
     assert parsed["Error"]["Code"] == "Throttling"
     assert parsed["Error"]["Message"] == "Rate exceeded"
+
+
+def _wire_timestamp(datum: dict[str, object]) -> float:
+    value = datum["Timestamp"]
+    if isinstance(value, int | float):  # json: epoch seconds
+        return float(value)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()  # query
+
+
+def test_a_refused_datum_does_not_take_the_good_ones_with_it(
+    moto: MotoServer, proxy: WireProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    # CloudWatch refuses a whole request for one datum it does not take: here a timestamp
+    # more than two hours ahead (moto checks none; the proxy does, as CloudWatch would).
+    def plan(req: WireRequest) -> str:
+        late = time.time() + 2 * 3600
+        return "reject" if any(_wire_timestamp(d) > late for d in req.datums) else "pass"
+
+    proxy.plan = plan
+    t0 = minute_start(-5)
+    clock = FakeClock(t0 + 3 * 3600)  # the node's clock runs three hours ahead…
+    sink = moto_sink(clock, proxy.url, identity=IDENTITY, total_attempts=1)
+    caplog.set_level(logging.WARNING, "gpuscope.exporter.sinks.cloudwatch")
+    sink(snapshot(clock.t + 0.5, [gpu(0, 0.875), gpu(1, 0.5)]))
+    clock.t = t0  # … until NTP steps it back
+    for i in range(6):
+        sink(snapshot(t0 + 10 * i + 0.5, [gpu(0, 0.25), gpu(1, 0.5)]))
+    sink.stop()  # SIGTERM: both open intervals are flushed together
+
+    dims = util_series(moto)
+    got = read_aggregates(moto.client(), "CWAgent", [(UTIL, dims)], t0, t0 + 60)
+    assert got[(UTIL, frozenset(dims))] == [
+        {"Minimum": 25.0, "Maximum": 25.0, "Sum": 150.0, "SampleCount": 6.0}]
+    stats = sink.stats()
+    refused = [d for r in proxy.put_requests(ok=False) for d in r.datums]
+    sent = [d for r in proxy.put_requests(ok=True) for d in r.datums]
+    assert all(_wire_timestamp(d) == t0 for d in sent)
+    per_interval = len(sent)
+    # Only the three-hours-ahead interval's datums are dropped, and counted.
+    assert stats.dropped["rejected"] == per_interval and stats.datums_sent == per_interval
+    assert stats.buffered == 0 and stats.dropped["shutdown"] == 0
+    assert {_wire_timestamp(d) for d in refused} >= {t0 + 3 * 3600}
+    assert "rejected" in caplog.text

@@ -7,6 +7,7 @@ import io
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuscope.exporter.metrics import METRICS
 from gpuscope.exporter.model import Snapshot
 from gpuscope.exporter.sinks.cloudwatch import CloudWatchSink, Identity, SinkSettings
+from gpuscope.exporter.sinks.cloudwatch.aggregate import Datum
 from gpuscope.exporter.sinks.cloudwatch.batching import request_problems
 from gpuscope.exporter.sinks.cloudwatch.publish import PublishError
 from gpuscope.exporter.sinks.prometheus.collectors.cloudwatch import CloudWatchCollector
@@ -155,15 +157,56 @@ def test_buffer_bound_drops_the_oldest_intervals_and_counts_them() -> None:
     assert sink.stats().datums_sent == 3 * per_interval
 
 
-def test_rejected_request_is_dropped_and_counted_not_retried() -> None:
-    clock, client = FakeClock(T0), FakeCloudWatch()
-    client.fail = lambda n: client_error("InvalidParameterValue", 400) if n == 1 else None
+class RefusingCloudWatch(FakeCloudWatch):
+    """Refuses, as CloudWatch does, a whole request that holds one datum ``refuse`` says
+    it does not take."""
+
+    def __init__(self, refuse: Callable[[Datum], bool]) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.sizes: list[int] = []
+
+    def put_metric_data(self, Namespace: str, MetricData: list[Datum]) -> None:
+        self.calls += 1
+        self.sizes.append(len(MetricData))
+        if any(self.refuse(d) for d in MetricData):
+            raise client_error("InvalidParameterValue", 400)
+        self.requests.append((Namespace, list(MetricData)))
+
+
+def test_a_refused_datum_is_dropped_alone_and_not_retried() -> None:
+    clock = FakeClock(T0)
+    client = RefusingCloudWatch(lambda d: d["MetricName"] == "nvidia_smi_power_draw")
     sink = fake_sink(clock, client)
     feed_interval(sink, clock, [0.5] * 10)
     stats = sink.stats()
-    assert stats.failures == 1 and stats.dropped["rejected"] > 0 and stats.buffered == 0
+    per_interval = len(sink._observer.observe(snapshot(T0, [gpu(0, 0.5)]), None))
+    assert stats.dropped["rejected"] == 1 and stats.buffered == 0
+    assert stats.datums_sent == per_interval - 1
+    assert "nvidia_smi_power_draw" not in {d["MetricName"] for d in client.datums}
+    assert client.calls <= 2 * 4 + 1  # halving 9 datums, not one request each
+    calls = client.calls
+    client.refuse = lambda d: False
     feed_interval(sink, clock, [0.75] * 10)
-    assert util_values(client) == [(T0 + 60, {75.0: 10.0})]
+    assert client.calls == calls + 1  # nothing refused is sent again
+    assert util_values(client)[-1] == (T0 + 60, {75.0: 10.0})
+
+
+def test_everything_refused_costs_a_bounded_number_of_requests() -> None:
+    # A node whose clock is hours off: CloudWatch refuses every datum. They are dropped and
+    # counted without a request for each.
+    clock = FakeClock(T0)
+    client = RefusingCloudWatch(lambda d: True)
+    sink = fake_sink(clock, client, identity=Identity(host="h", cluster_name="c"))
+    for _ in range(3):
+        sink(snapshot(clock.t, [gpu(g, 0.5) for g in range(8)]))
+        clock.advance(60)
+    clock.advance(2.5)
+    sink.tick()
+    stats = sink.stats()
+    assert stats.buffered == 0 and stats.datums_sent == 0
+    assert stats.dropped["rejected"] > 200
+    assert client.calls <= 10 + 8 + 1
 
 
 def test_network_errors_are_retried() -> None:

@@ -116,7 +116,7 @@ def success_response(protocol: str) -> tuple[int, dict[str, str], bytes]:
 
 #: What the proxy does with a PutMetricData request: pass it to moto, fail it, or accept
 #: it without passing it on.
-Fault = str  # "pass" | "throttle" | "503" | "accept"
+Fault = str  # "pass" | "throttle" | "503" | "accept" | "reject"
 
 
 class WireProxy:
@@ -160,6 +160,11 @@ class WireProxy:
         if fault == "throttle":
             status, out_headers, body = error_response(req.protocol, 400, "Throttling",
                                                        "Rate exceeded")
+        elif fault == "reject":  # refused for its content, as CloudWatch does a whole request
+            status, out_headers, body = error_response(
+                req.protocol, 400, "InvalidParameterValue",
+                "The parameter MetricData.member.1.Timestamp must specify a time no more "
+                "than two hours in the future.")
         elif fault == "503":
             status, out_headers, body = 503, {"Content-Type": "text/plain"}, b"Slow Down"
         elif fault == "accept":  # answer success without storing (moto is slow with 100k+)
