@@ -253,7 +253,7 @@ class Observer:
     def _activities(self, device: DeviceSample, timestamp: float) -> list[float | None]:
         """Each GPM activity of ``device`` between its last round and this one, in percent:
         the counter's increase over the elapsed time (None on its first round, where the
-        counter is absent, or if it went backwards)."""
+        counter is absent, not finite, or if it went backwards)."""
         counters = tuple(getattr(device, field) for _, _, field in ACTIVITY_METRICS)
         last = self._counters.get(device.uuid)
         self._counters[device.uuid] = (timestamp, counters)
@@ -262,7 +262,9 @@ class Observer:
         elapsed = timestamp - last[0]
         out: list[float | None] = []
         for now, before in zip(counters, last[1], strict=True):
-            if now is None or before is None or now < before:
+            # A NaN or infinite counter is unknown: min(1.0, nan) would make it 100 %.
+            if (now is None or before is None or not math.isfinite(now)
+                    or not math.isfinite(before) or now < before):
                 out.append(None)
             else:
                 out.append(percent(min(1.0, (now - before) / elapsed)))

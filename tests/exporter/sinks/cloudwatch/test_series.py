@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from gpuscope.exporter.model import DeviceSample
 from gpuscope.exporter.sinks.cloudwatch.series import (
     DEVICE_METRICS,
@@ -259,3 +263,21 @@ def test_gpm_activity_is_the_counters_mean_between_rounds() -> None:
     # A device without GPM publishes none.
     third = as_dict(observer.observe(snapshot(120.0, [gpu(1, 0.5)]), None))
     assert not any(name in (SM_ACTIVE, TENSOR_ACTIVE) for name, _ in third)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_gpm_counter_gives_no_activity_not_100_percent(bad: float) -> None:
+    # min(1.0, nan) is 1.0: a NaN or infinite counter (a GPM mean NVML gave as NaN or inf is
+    # integrated into it, and stays there) must not be published as a GPU 100 % at work.
+    from gpuscope.exporter.sinks.cloudwatch.series import NODE_SM_ACTIVE, SM_ACTIVE
+
+    observer = Observer(Identity(host="h", cluster_name="c"))
+
+    def names_at(t: float, sm: float) -> set[str]:
+        dev = gpu(0, 1.0, sm_active_seconds=sm)
+        return {n for (n, _), _ in observer.observe(snapshot(t, [dev]), None)}
+
+    names_at(100.0, 500.0)
+    for t in (101.0, 102.0, 103.0):
+        names = names_at(t, bad)
+        assert SM_ACTIVE not in names and NODE_SM_ACTIVE not in names
