@@ -16,6 +16,7 @@ occupancy stays a gauge (the last interval's mean).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,11 +59,14 @@ class GpmTotals:
         present: set[str] = set()
         for metric_id, name, scale in COUNTERS:
             mean = means.get(metric_id)
-            if mean is not None:
+            # A NaN, infinite or negative mean is a bad answer, that interval's value
+            # unknown: added, NaN would hold the counter NaN and a negative mean take it back
+            # (a reset to Prometheus), for the life of the process.
+            if mean is not None and math.isfinite(mean) and mean >= 0:
                 self.values[name] = self.values.get(name, 0.0) + mean * scale * elapsed
                 present.add(name)
         occupancy = means.get(OCCUPANCY[0])
-        if occupancy is not None:
+        if occupancy is not None and math.isfinite(occupancy) and occupancy >= 0:
             self.values[OCCUPANCY[1]] = calls.ratio(occupancy)
             present.add(OCCUPANCY[1])
         self.present = frozenset(present)

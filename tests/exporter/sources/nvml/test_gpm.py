@@ -208,6 +208,28 @@ def test_one_unsupported_metric_is_absent_and_the_others_kept(
     assert gpm_values(dev) == pytest.approx(want)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -5.0])
+def test_a_non_finite_or_negative_mean_is_absent_and_does_not_poison_the_counter(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock, bad: float
+) -> None:
+    # One interval's SM mean NaN, infinite or negative (a driver's bad answer): that
+    # interval's SM is unknown (absent), and the counter goes on from what it had: NaN added
+    # once would hold it NaN, and a negative mean would take it back, for the process' life.
+    gpu = hopper(fake.gpus[0])
+    source = make_source()
+    source.sample()
+    mono.advance(1.0)
+    assert by_uuid(source.sample(), gpu.uuid).sm_active_seconds == pytest.approx(0.4)
+    gpu.gpm = {**BUSY, SM: bad}
+    mono.advance(1.0)
+    dev = by_uuid(source.sample(), gpu.uuid)
+    assert dev.sm_active_seconds is None
+    assert dev.tensor_active_seconds == pytest.approx(0.5)
+    gpu.gpm = dict(BUSY)
+    mono.advance(1.0)
+    assert by_uuid(source.sample(), gpu.uuid).sm_active_seconds == pytest.approx(0.8)
+
+
 def test_gpm_counters_never_go_back_through_gpu_loss(
     fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
 ) -> None:
