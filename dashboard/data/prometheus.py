@@ -136,9 +136,13 @@ def _rate(metric: str, r: str, match: Mapping[str, str] | None = None,
     """Per step, the mean rate of a counter (the mean of the activity it integrates), from
     the steps at which the series is at least ``r`` old: before, Prometheus divides what
     little increase there is by all of ``r`` and the rate reads low (a busy GPU would look
-    idle, a working one spinning), so those steps are left out."""
+    idle, a working one spinning), so those steps are left out. Each exporter pod's rate
+    (``instance``; HA and job copies of one pod counted once) summed: across a rollout the
+    new pod, on a new address, counts from 0, each pod's rate covers only its part of the
+    range, and their largest would read the device low for a step (a GPU spinning at 0.9
+    read 0.45, and its run began again)."""
     sel = selector(metric, match)
-    return (f"(max by ({by}) (rate({sel}[{r}]))"
+    return (f"(sum by ({by}) (max by ({by}, instance) (rate({sel}[{r}])))"
             f" and on ({by}) max by ({by}) ({sel} offset {r}))")
 
 

@@ -599,9 +599,10 @@ def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> 
 def throttling_promql(st: Steps, over: str | None = None) -> str:
     """Each device's throttle seconds per second by reason where above 0 (any reason,
     any amount: a straggler's evidence, not a verdict), over ``over`` (default: the
-    step's rate range)."""
-    return (f"max by ({GBY}, reason) (rate({st.sel('gpu_throttle_seconds_total')}"
-            f"[{over or st.rr}])) > 0")
+    step's rate range); each exporter pod's rate summed, as :func:`~gpuscope.dashboard.data.
+    prometheus._rate` sums them (a rollout)."""
+    return (f"sum by ({GBY}, reason) (max by ({GBY}, reason, instance) ("
+            f"rate({st.sel('gpu_throttle_seconds_total')}[{over or st.rr}]))) > 0")
 
 
 def candidate_promql(st: Steps, th: Thresholds) -> list[str]:
