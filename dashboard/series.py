@@ -464,6 +464,11 @@ class FleetData:
       in ``holdings`` (the window's step; a recorded minute with the recording rules), so
       that the showback can tell a step counted whole over a shorter history (a store
       younger than a step of a long window); None: the held time as it was.
+    - ``present``: how long each node that was not there for the whole history was there
+      in it (seconds, to the data's step: :func:`presence`); a node not here was there
+      throughout. Each node's cost in the window is its price over this time
+      (:meth:`present_seconds`): a node that came up (or went away) within the window is
+      charged for the time it was there, not for the whole history.
     - ``runs``: the findings the store summarised whole (:class:`Runs`), where it does.
     - ``workloads_checked``: how many straggler groups (a workload's devices of one model)
       had two devices or more, where the data layer counts them (the Prometheus mode with
@@ -501,6 +506,7 @@ class FleetData:
     workloads_checked: int | None = None
     holdings: Mapping[HoldingKey, Holding] = field(default_factory=dict)
     holdings_step: float | None = None
+    present: Mapping[str, float] = field(default_factory=dict)
     runs: Runs | None = None
     partial_nodes: Mapping[str, int] = field(default_factory=dict)
     read_devices: Callable[[Collection[str], Collection[str]],
@@ -514,6 +520,12 @@ class FleetData:
     def history_seconds(self) -> float:
         return max(0.0, self.window.end - self.history_start)
 
+    def present_seconds(self, node: str) -> float:
+        """How long ``node`` was there in the history (the whole history where
+        ``present`` does not say less)."""
+        history = self.history_seconds
+        return min(history, self.present.get(node, history))
+
     def reporting(self) -> set[GpuRef]:
         """The devices with data now: those of ``gpus`` not ``silent`` where the data layer
         says which are silent (the Prometheus mode: it sends no per-device values for the
@@ -521,6 +533,20 @@ class FleetData:
         if self.silent is not None:
             return set(self.gpus) - self.silent
         return set(self.gpu_now) | self.signals.gpm
+
+
+def presence(counts: Mapping[str, float], step: float, history: float) -> dict[str, float]:
+    """How long each node was there in a history of ``history`` seconds (:attr:`FleetData.
+    present`), from the number of steps of ``step`` seconds at which its exporter's series
+    were there (``counts``): the history less the steps it missed, against the node there at
+    the most steps (where the store counts a step more or less at the history's edges, it
+    does so for every node). Only the nodes that missed a step: one there at every step is
+    there for the whole history, to the second, and is left out."""
+    if not counts or step <= 0:
+        return {}
+    most = max(round(c) for c in counts.values())
+    return {node: max(0.0, history - (most - round(c)) * step)
+            for node, c in counts.items() if round(c) < most}
 
 
 @dataclass(frozen=True, slots=True)

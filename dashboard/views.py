@@ -502,7 +502,7 @@ def _kpis(data: FleetData, fleet: _Nodes, prices: _Prices, report: WasteReport,
         wasted_spinning=report.wasted_spinning,
         # fsum: the same total whatever order the store listed the nodes in
         fleet_per_hour=math.fsum(priced),
-        spent=math.fsum(priced) * data.history_seconds / 3600.0,
+        spent=_spent(data, prices, gpu_nodes),
         unpriced_nodes=tuple(sorted(n for n, p in prices.node.items()
                                     if p.per_hour is None and n in gpu_nodes)),
         spot_nodes=sum(1 for n in gpu_nodes if (i := data.nodes.get(n)) is not None
@@ -510,6 +510,23 @@ def _kpis(data: FleetData, fleet: _Nodes, prices: _Prices, report: WasteReport,
         spot_at_on_demand=sum(1 for n, p in prices.node.items()
                               if n in gpu_nodes and p.basis == "on-demand (no spot price)"),
     ), states
+
+
+def _spent(data: FleetData, prices: _Prices, gpu_nodes: set[str]) -> float:
+    """The fleet's cost in the window: each node of known price at its $/hour over the
+    time it was there (``FleetData.present_seconds``), those there throughout over the
+    history, summed first (as the showback's nodes are charged: its owners add up to this).
+    """
+    whole: list[float] = []
+    part: list[float] = []
+    for n, p in prices.node.items():
+        if p.per_hour is None or n not in gpu_nodes:
+            continue
+        if n in data.present:
+            part.append(p.per_hour * data.present_seconds(n))
+        else:
+            whole.append(p.per_hour)
+    return (math.fsum(whole) * data.history_seconds + math.fsum(part)) / 3600.0
 
 
 def _pickers(data: FleetData, context: PageContext, straggler_rows: Sequence[StragglerRow],
@@ -640,7 +657,7 @@ def _build_fleet_view(
     owners = showback(data.holdings,
                       {n: p.per_hour for n, p in node_price.items() if n in gpu_nodes},
                       gpus_on, shares, data.history_seconds, report,
-                      step_seconds=data.holdings_step)
+                      step_seconds=data.holdings_step, present=data.present)
     if namespace is not None:
         owners = tuple(o for o in owners if o.namespace == namespace)
 

@@ -65,6 +65,7 @@ from gpuscope.dashboard.series import (
     WorkloadDetail,
     WorkloadDevice,
     pick_devices,
+    presence,
 )
 
 #: The stragglers' default duration (``verdicts.stragglers.STRAGGLER_DURATION``, which a test
@@ -478,10 +479,14 @@ class EmbeddedData:
         idle_signal: dict[GpuRef, str] = {}
         gpu_now: dict[GpuRef, float] = {}
         gauges: dict[GpuRef, tuple[list[float], list[float]]] = {}
+        # The steps at which each node's exporter was there (any of its devices reported):
+        # the time a node that came up or went away within the window is charged for.
+        there: dict[str, set[float]] = {}
         for lab, times, values in sel.get("gpu_utilization_ratio", []):
             ref = gref(lab)
             gauges[ref] = (times, values)
             series = bucket(times, values, evals, rng, max)
+            there.setdefault(ref.node, set()).update(series.times)
             if series.times and series.times[-1] >= window.end - 1e-9:
                 gpu_now[ref] = series.values[-1]
             if ref in slices and ref in signals.gpm:
@@ -496,9 +501,12 @@ class EmbeddedData:
             evals, rng, max)
         for lab, times, values in sel.get("gpu_memory_used_bytes", []):
             ref = gref(lab)
-            if ref not in slices or ref in signals.gpm or ref in gauges:
+            if ref in gauges:
                 continue
             present = bucket(times, values, evals, rng, max)
+            there.setdefault(ref.node, set()).update(present.times)
+            if ref not in slices or ref in signals.gpm:
+                continue
             used = process_memory[ref].at() if ref in process_memory else {}
             busy_max[ref] = Series(present.times, tuple(
                 1.0 if used.get(t, 0.0) > 0 else 0.0 for t in present.times))
@@ -559,6 +567,8 @@ class EmbeddedData:
         with self._lock:
             first = self._first
         history_start = window.end if first is None else max(window.start, first)
+        counts = {node: sum(1 for t in steps if t > history_start - 1e-9)
+                  for node, steps in there.items()}
         return FleetData(
             window=window,
             history_start=history_start,
@@ -578,6 +588,7 @@ class EmbeddedData:
             held_steps=HeldSteps(held, container_max, memory_steps),
             holdings=held_by,
             holdings_step=window.step,
+            present=presence(counts, window.step, max(0.0, window.end - history_start)),
             queries=0,
             notes=(*self.notes, *self.target_notes(window.end)),
         )

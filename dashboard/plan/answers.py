@@ -5,6 +5,7 @@ input-starved candidates' statistics, the idle steps and the work signals. Pure:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -123,6 +124,20 @@ def bare_nodes(nodes: dict[str, NodeInfo], device_nodes: Collection[str]) -> Non
         bare = node_parts(key)[1]
         if bare != key and bare in device_nodes and bare not in nodes:
             nodes[bare] = replace(nodes.pop(key), node=bare)
+
+
+def node_presence(rows: Iterable[tuple[dict[str, str], float]], device_nodes: Collection[str],
+                  ) -> dict[str, float]:
+    """At how many steps each node was there (the first round's ``nodes``, its
+    ``stat="present"`` rows), keyed as :func:`bare_nodes` keys the nodes: a cluster seen on
+    ``gpu_node_info`` alone is left out of the key of a node whose devices have none."""
+    counts = {lab.get("node", ""): v for lab, v in rows
+              if lab.get("stat") == "present" and math.isfinite(v)}
+    for key in [k for k in counts if k not in device_nodes]:
+        bare = node_parts(key)[1]
+        if bare != key and bare in device_nodes and bare not in counts:
+            counts[bare] = counts.pop(key)
+    return counts
 
 
 def pod_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[PodKey, PodInfo]:

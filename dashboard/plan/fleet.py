@@ -26,6 +26,7 @@ from gpuscope.dashboard.plan.answers import (
     gpu_infos,
     idle_steps,
     node_infos,
+    node_presence,
     partial_nodes,
     pod_infos,
     util_stats,
@@ -70,6 +71,7 @@ from gpuscope.dashboard.series import (
     Series,
     Window,
     gc_paused,
+    presence,
 )
 from gpuscope.dashboard.verdicts import Thresholds
 from gpuscope.dashboard.verdicts.allocated import AllocatedIdle
@@ -348,7 +350,8 @@ class PrometheusData(PlanQueries):
             window, hs, later, users, pods, gpus, nodes, summaries, now, light,
             gpu_mean=gpu_mean, rules=rules, summarize=summarize, whole=whole,
             queries=len(queries) + len(more) + checks, silent=silent,
-            groups_checked=groups_checked, holdings=first_res["holdings"], found=found)
+            groups_checked=groups_checked, holdings=first_res["holdings"], found=found,
+            present_rows=first_res["nodes"])
 
     def _records_cover(self, window: Window, namespace: str | None, rules: bool,
                        assumed: float, records: bool) -> tuple[bool, int]:
@@ -515,6 +518,7 @@ class PrometheusData(PlanQueries):
                    rules: bool, summarize: bool, whole: _Whole | None, queries: int,
                    silent: Collection[GpuRef], groups_checked: int | None,
                    holdings: list[tuple[dict[str, str], float]], found: Found | None,
+                   present_rows: list[tuple[dict[str, str], float]],
                    ) -> FleetData:
         """The page's :class:`FleetData` from the rounds' answers (``later``, by role)."""
         th = self.thresholds
@@ -535,8 +539,10 @@ class PrometheusData(PlanQueries):
         signals = work_signals_of(
             [*later.get("spinning", []), *later.get("workload_signals", [])],
             whole.devices if whole is not None else set())
-        bare_nodes(nodes, {g.node for g in gpus} | set(summaries))
+        device_nodes = {g.node for g in gpus} | set(summaries)
+        bare_nodes(nodes, device_nodes)
         history = window.end - history_start
+        counts = node_presence(present_rows, device_nodes)
         return FleetData(
             window=window,
             history_start=history_start,
@@ -568,6 +574,8 @@ class PrometheusData(PlanQueries):
             workloads_checked=groups_checked,
             holdings=_holdings(holdings),
             holdings_step=RULE_INTERVAL if rules else window.step,
+            present=presence(counts, RULE_INTERVAL if rules else window.step,
+                             max(0.0, history)),
             runs=whole.summary if whole is not None else None,
             # With the rules, the devices the heatmap draws are read then.
             partial_nodes={n: summaries[n].gpus for n in {g.node for g in light}},

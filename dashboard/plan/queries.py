@@ -268,6 +268,10 @@ class PlanQueries(PrometheusStore):
                 # where none of them reported then, :meth:`first_query` asks of every device.
                 _stat(f"count({selector('gpu_utilization_ratio', gpu='0')}"
                      f" @ {self._full_history_at(window):.3f})", "at_start"),
+                # How many steps each node was there (its exporter's series): a node that
+                # came up or went away within the window is charged for that time alone
+                # (the holdings' steps; with the rules, its recorded minutes).
+                _stat(self.presence_query(window, rules), "present"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those
@@ -319,6 +323,18 @@ class PlanQueries(PrometheusStore):
             out["gpu_stats"] = (f"max by (node, uuid) (avg_over_time(({_util_step(rr)})"
                                 f"[{whole}:{s}]))")
         return out
+
+    def presence_query(self, window: Window, rules: bool) -> str:
+        """Per node, at how many steps its exporter's series were there in ``window``
+        (over the holdings' span): with ``rules`` its recorded minutes of whole GPUs
+        (``node:gpu_whole:count1m``, one a minute), else its ``gpu_node_info`` at the
+        window's step (a subquery of one series per node). ``max``: HA replicas' copies
+        count once."""
+        span = duration(window.seconds - window.step / 2)
+        if rules:
+            return f"max by (node) (count_over_time({RULES['node_gpus']}[{span}]))"
+        return (f"count_over_time((max by (node) (gpu_node_info))"
+                f"[{span}:{duration(window.step)}])")
 
     def holdings_queries(self, window: Window, rules: bool) -> list[str]:
         """Who held what over ``window`` (:meth:`Steps.holdings`), summed over its steps

@@ -8,8 +8,10 @@ verdicts:
 
 - **$ spent**: what the devices an owner held cost while it held them (a whole GPU at its
   node's $/hour over its whole GPUs, a MIG slice at its share of its GPU). A node's cost in
-  the window is its $/hour over the history the page has (``history_seconds``); the part no
-  container held is its cluster's **(unallocated)** row, so the owners' $ spent add up to
+  the window is its $/hour over the time it was there in the history the page has
+  (``history_seconds``, less the steps at which a node that came up or went away within it
+  was not there: ``present``); the part no container held is its cluster's
+  **(unallocated)** row, so the owners' $ spent add up to
   the fleet's cost in the window (``Kpis.spent``) to the cent. The store counts a whole
   step for each step a device was held, so over a history shorter than the steps cover (a
   store younger than a step of a long window) every held time is first scaled by the
@@ -88,13 +90,16 @@ def showback(
     history_seconds: float,
     report: WasteReport,
     step_seconds: float | None = None,
+    present: Mapping[str, float] | None = None,
 ) -> tuple[OwnerCost, ...]:
     """Every owner's :class:`OwnerCost` (workloads, and each cluster's unallocated row),
     costliest waste first. ``node_price``: every node the page prices (None: unknown);
     ``gpus_on``: whole GPUs per node; ``slice_share``: each MIG slice's share of its GPU;
     ``history_seconds``: how much of the window each node is charged for; ``report``: the
     page's idle waste; ``step_seconds``: the window's step, at which the store counted the
-    held time (None: the held time is the history's)."""
+    held time (None: the held time is the history's); ``present``: how long each node
+    that was not there for the whole history was there (``FleetData.present``), the time
+    it is charged for (a node not in it: ``history_seconds``)."""
     if step_seconds and step_seconds > 0 and history_seconds > 0:
         # The steps that cover the history, each counted whole: a device held throughout is
         # counted that long, not the history's length. Scaled alike, before any cap, the
@@ -151,7 +156,11 @@ def showback(
         n = gpus_on(node)
         if price is None or n <= 0:
             continue
-        cost = price * history_seconds / 3600.0
+        # Its price over the time it was there (a node that came up or went away within
+        # the window is not charged for the rest of the history).
+        there = history_seconds if present is None or node not in present else \
+            min(history_seconds, present[node])
+        cost = price * there / 3600.0
         held = on_node.get(node, {})
         per_second = price / n / 3600.0
         total = math.fsum(held.values()) * per_second
