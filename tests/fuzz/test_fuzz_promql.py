@@ -210,6 +210,8 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
              "utilization", "sm", "tensor", "dram", "power", "process", "gpm", "limit",
              "throttle", "sm_clock", "temperature", "util_max", "util", "slice_memory",
              "held", "used", "cutil", "cmem", "at_start",
+             # at how many steps each node was there (PlanQueries.presence_query)
+             "present",
              # the verdicts' labels (which rule a device or container meets at the end)
              "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
              "input",
