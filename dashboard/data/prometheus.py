@@ -29,6 +29,7 @@ from gpuscope.dashboard.data.promql import (
     node_matchers,
     scoped,
     selector,
+    summed_rate,
 )
 from gpuscope.dashboard.data.reduce import slice_holder_lines
 from gpuscope.dashboard.data.source import (
@@ -133,17 +134,14 @@ def _labels(metric: dict[str, str]) -> dict[str, str]:
 
 def _rate(metric: str, r: str, match: Mapping[str, str] | None = None,
           by: str = "node, gpu, uuid") -> str:
-    """Per step, the mean rate of a counter (the mean of the activity it integrates), from
-    the steps at which the series is at least ``r`` old: before, Prometheus divides what
-    little increase there is by all of ``r`` and the rate reads low (a busy GPU would look
-    idle, a working one spinning), so those steps are left out. Each exporter pod's rate
-    (``instance``; HA and job copies of one pod counted once) summed: across a rollout the
-    new pod, on a new address, counts from 0, each pod's rate covers only its part of the
-    range, and their largest would read the device low for a step (a GPU spinning at 0.9
-    read 0.45, and its run began again)."""
+    """Per step, the mean rate of a counter (the mean of the activity it integrates,
+    :func:`~gpuscope.dashboard.data.promql.summed_rate`: each exporter pod's, summed, so
+    that a rollout does not read the device low for a step), from the steps at which the
+    series is at least ``r`` old: before, Prometheus divides what little increase there is
+    by all of ``r`` and the rate reads low (a busy GPU would look idle, a working one
+    spinning), so those steps are left out."""
     sel = selector(metric, match)
-    return (f"(sum by ({by}) (max by ({by}, instance) (rate({sel}[{r}])))"
-            f" and on ({by}) max by ({by}) ({sel} offset {r}))")
+    return f"({summed_rate(sel, r, by)} and on ({by}) max by ({by}) ({sel} offset {r}))"
 
 
 def _util_step(r: str, match: Mapping[str, str] | None = None, by: str = "node, gpu, uuid"

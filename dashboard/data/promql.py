@@ -69,6 +69,25 @@ def duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
+def seconds(d: str) -> float:
+    """The seconds of a duration :func:`duration` wrote (``"3600s"``, ``"119999ms"``)."""
+    return int(d[:-2]) / 1000 if d.endswith("ms") else float(int(d.removesuffix("s")))
+
+
+def summed_rate(sel: str, r: str, by: str) -> str:
+    """A counter's mean rate per second over ``r`` (a :func:`duration`), aggregated ``by``:
+    each exporter pod's increase (``instance``; an HA pair's or a second job's copies of one
+    pod counted once), summed over the pods, over ``r``. Across a rollout the new pod, on a
+    new address, counts from 0 and each pod covers only its part of the range: their
+    largest rate read the device low for a step (Prometheus divides by the whole range), and
+    their summed rates read it high on VictoriaMetrics (which divides each by its own
+    samples' span); the summed increases over the range read the same on both, the gap's
+    part left out. At a steady rate it is ``rate()``: Prometheus' ``rate`` is its
+    ``increase`` over the range, and VictoriaMetrics' increase of regular samples spans the
+    range."""
+    return f"(sum by ({by}) (max by ({by}, instance) (increase({sel}[{r}]))) / {seconds(r)!r})"
+
+
 def labelled(expr: str, label: str, value: str) -> str:
     """``expr`` with ``label`` set to ``value`` on every series (``label_replace`` from no
     source label): how one query of several parts tells its rows apart. ``value`` escaped."""

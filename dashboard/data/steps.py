@@ -29,8 +29,10 @@ store's shortest range, 60 s by default; the embedded store uses two scrape inte
   whose range holds that sample) where Prometheus and the embedded store do not.
 - ``by``: the labels kept besides ``node``; series that differ only in others (``instance``,
   ``job``, or ``xid`` when it is not in ``by``) are aggregated: the lowest for ``min``, the
-  highest for ``max``, the sum for ``increase`` (every kind of event counted), the highest
-  for ``rate``.
+  highest for ``max``, the sum for ``increase`` (every kind of event counted), for
+  ``rate`` each exporter pod's increase (``instance``), summed, over the range
+  (:func:`~gpuscope.dashboard.data.promql.summed_rate`: across a rollout each pod covers
+  only its part of the range).
 - ``rate``: the counter's mean rate per second over the same range as ``increase`` (the
   increase over the time between the range's first and last samples; Prometheus
   extrapolates, VictoriaMetrics and the embedded store do not: at a steady rate the three
@@ -72,7 +74,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gpuscope.dashboard.data.promql import any_of, duration, selector
+from gpuscope.dashboard.data.promql import any_of, duration, selector, summed_rate
 
 Reduce = Literal["min", "max", "increase", "rate"]
 Keep = Literal["<", ">", ">=", "<="]
@@ -96,9 +98,6 @@ _VALUE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 #: name starting with ``__``: those are reserved for the store's own use (a store may drop
 #: them from an answer), and ``by`` refuses them already.
 STEP_LABEL = "gpuscope_step_query"
-
-#: The aggregation across series that differ only in labels left out of ``by``.
-_AGGREGATE = {"min": "min", "max": "max", "increase": "sum", "rate": "max"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,12 +240,14 @@ def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK,
     gauge, counter = ranges(step_seconds, lookback)
     sel = selector(q.metric, {**{label: f'=~"{any_of(values)}"' for label, values in q.match},
                               **(among or {})})
-    if q.reduce in ("increase", "rate"):
-        inner = f"{q.reduce}({sel}[{duration(counter - EDGE)}])"
+    by = ", ".join(q.labels)
+    if q.reduce == "rate":  # each pod's increase, the pods summed (module docstring)
+        expr = summed_rate(sel, duration(counter - EDGE), by)
+    elif q.reduce == "increase":
+        expr = f"sum by ({by}) (increase({sel}[{duration(counter - EDGE)}]))"
     else:
-        inner = f"{q.reduce}_over_time({sel}[{duration(gauge - EDGE)}])"
-    return (f"{_AGGREGATE[q.reduce]} by ({', '.join(q.labels)}) ({inner})"
-            f" {q.keep} {float(q.threshold)!r}")
+        expr = f"{q.reduce} by ({by}) ({q.reduce}_over_time({sel}[{duration(gauge - EDGE)}]))"
+    return f"{expr} {q.keep} {float(q.threshold)!r}"
 
 
 def combined(texts: Mapping[int, str]) -> str:

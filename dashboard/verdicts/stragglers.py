@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.promql import node_parts
+from gpuscope.dashboard.data.promql import node_parts, summed_rate
 from gpuscope.dashboard.data.recorded import (
     GBY,
     GROUP,
@@ -599,10 +599,10 @@ def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> 
 def throttling_promql(st: Steps, over: str | None = None) -> str:
     """Each device's throttle seconds per second by reason where above 0 (any reason,
     any amount: a straggler's evidence, not a verdict), over ``over`` (default: the
-    step's rate range); each exporter pod's rate summed, as :func:`~gpuscope.dashboard.data.
-    prometheus._rate` sums them (a rollout)."""
-    return (f"sum by ({GBY}, reason) (max by ({GBY}, reason, instance) ("
-            f"rate({st.sel('gpu_throttle_seconds_total')}[{over or st.rr}]))) > 0")
+    step's rate range); each exporter pod's, summed (:func:`~gpuscope.dashboard.data.
+    promql.summed_rate`: a rollout)."""
+    return (f"{summed_rate(st.sel('gpu_throttle_seconds_total'), over or st.rr, f'{GBY}, reason')}"
+            f" > 0")
 
 
 def candidate_promql(st: Steps, th: Thresholds) -> list[str]:

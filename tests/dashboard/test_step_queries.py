@@ -17,6 +17,7 @@ one query for any number of step queries within a query's size (several over it)
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -616,11 +617,14 @@ def test_every_field_is_validated(bad: dict[str, Any]) -> None:
 def test_only_the_querys_fields_reach_the_store() -> None:
     """The PromQL is built from the query's validated fields and the window's step alone
     (no parameter takes a name from the page), and has one shape; the store sends just it."""
-    shape = re.compile(
-        r"^(min|max|sum) by \(node(, [A-Za-z_][A-Za-z0-9_]*)*\) "
-        r"\((min_over_time|max_over_time|increase|rate)\([A-Za-z_:][A-Za-z0-9_:]*"
-        r'(\{[a-z_]+=~"[A-Za-z0-9_|.\\-]+"(, [a-z_]+=~"[A-Za-z0-9_|.\\-]+")*\})?\[\d+m?s\]\)\) '
-        r"(<|>|<=|>=) -?\d+\.\d+(e[+-]\d+)?$")
+    by = r"\(node(, [A-Za-z_][A-Za-z0-9_]*)*\)"
+    sel = (r'[A-Za-z_:][A-Za-z0-9_:]*'
+           r'(\{[a-z_]+=~"[A-Za-z0-9_|.\\-]+"(, [a-z_]+=~"[A-Za-z0-9_|.\\-]+")*\})?\[\d+m?s\]')
+    # (a rate: each exporter pod's increase, summed over the pods, over the range)
+    rate = (rf"\(sum by {by} \(max by \(node(, [A-Za-z_][A-Za-z0-9_]*)*, instance\) "
+            rf"\(increase\({sel}\)\)\) / \d+\.\d+\)")
+    gauge = rf"(min|max|sum) by {by} \((min_over_time|max_over_time|increase)\({sel}\)\)"
+    shape = re.compile(rf"^({gauge}|{rate}) (<|>|<=|>=) -?\d+\.\d+(e[+-]\d+)?$")
     for q in QUERIES:
         for step in (1.0, 15.0, 60.0, 86.4, 3600.0):
             assert shape.match(promql(q, step)), promql(q, step)
@@ -719,3 +723,56 @@ def test_embedded_increase_and_gaps() -> None:
     [(lab, up)] = got[every]
     assert lab == {"node": "n", "gpu": "0", "uuid": "U"}
     assert [end - t for t in up.times] == [540, 480, 420, 360, 300, 60, 0]
+
+
+class _Rollout(Planted):
+    """One GPU throttled (thermal) at 0.3 s/s throughout, its exporter rolled out half-way:
+    the old pod's last sample ``ROLLOUT_GAP`` before the new pod's first, which is on a new
+    address with its counter from 0."""
+
+    def __post_init__(self) -> None:
+        times = [self.end - HISTORY + OFFSET + INTERVAL * i
+                 for i in range(int(HISTORY // INTERVAL))]
+        cut = self.end - WINDOW / 2
+        lab = {"node": "node-r", "gpu": "0", "uuid": "GPU-r0", "reason": "thermal"}
+        old = [(t, 0.3 * (t - times[0])) for t in times if t <= cut - ROLLOUT_GAP]
+        new = [(t, 0.3 * (t - cut)) for t in times if t >= cut]
+        self.rows = [("gpu_throttle_seconds_total", {**lab, "pod": "old"}, old),
+                     ("gpu_throttle_seconds_total", {**lab, "pod": "new"}, new)]
+        self.shape = SimpleNamespace(end=self.end)
+
+    def scraped(self) -> Iterator[tuple[str, dict[str, str], list[Point]]]:
+        for name, lab, points in self.rows:
+            address = "10.0.0.1" if lab["pod"] == "old" else "10.0.0.2"
+            bare = {k: v for k, v in lab.items() if k != "pod"}
+            yield name, {**bare, "job": "gpuscope", "instance": f"{address}:9463"}, points
+
+
+ROLLOUT_GAP = 15.0
+
+
+def test_a_rate_is_summed_over_the_exporter_pods_across_a_rollout(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Throttled at 0.3 throughout: each pod's rate covers only its part of the steps around
+    # the rollout, and the largest of the two read below 0.2 there (the GPU left the
+    # throttled verdict for a step, its run began again); summed, every step is flagged.
+    q = StepQuery("gpu_throttle_seconds_total", "rate", ">=", 0.2,
+                  by=("gpu", "uuid", "reason"))
+    planted = _Rollout((time.time() // 60 - 5) * 60)
+    with fleet_in_both(planted, tmp_path_factory.mktemp("rollout")) as (prom, vm):
+        for store in (prom, vm):
+            source = PrometheusData(store.url, clock=lambda: planted.end, timeout=60)
+            try:
+                [(lab, s)] = source.step_series((q,), WINDOW)[q]
+            finally:
+                source.close()
+            assert lab["uuid"] == "GPU-r0"
+            # Every step of the window (the first one or two may lack a full range).
+            assert len(s.times) >= WINDOW // STEP - 1, (store.kind, s.times)
+            assert all(b - a == STEP for a, b in itertools.pairwise(s.times)), (
+                store.kind, [planted.end - t for t in s.times])
+            # At the rollout both stores read the rate less the missed scrape's part (their
+            # summed rates: 0.6 on VictoriaMetrics there), elsewhere the rate.
+            near = {round(planted.end - t): v for t, v in zip(s.times, s.values, strict=True)
+                    if abs(planted.end - t - WINDOW / 2) <= 2 * STEP}
+            assert all(0.2 <= v <= 0.31 for v in near.values()), (store.kind, near)
