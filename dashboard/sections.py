@@ -218,17 +218,31 @@ def fill(view: FleetView, state: State, limits: Mapping[str, int] | None = None
 
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 
+#: What a spreadsheet takes for the start of a formula (OWASP's CSV injection list): a
+#: text cell beginning with one of them (a pod, node or workload label, which nothing
+#: checks in a store) is written after a ``'``, so it opens as text, never as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: object) -> object:
+    """One CSV cell: a link as its text, text that would start a formula quoted, numbers as
+    they are (a negative number stays a number)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        return value
+    text = _LINK.sub(r"\1", value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
 
 def csv_text(view: FleetView, table_id: str) -> str:
     """Every row of one table as CSV, with a header of its column names; links as their
-    text."""
+    text, and text that a spreadsheet would run as a formula after a ``'``."""
     columns = next(t.columns for s in registry.SECTIONS for t in s.tables if t.id == table_id)
     rows = table_rows(view, table_id, {}, 1 << 30)[0]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow([c.name for c in columns])
     for row in rows:
-        writer.writerow([_LINK.sub(r"\1", v) if isinstance(v, str) else
-                         ("" if v is None else v)
-                         for v in (row.get(c.csv or c.id) for c in columns)])
+        writer.writerow([_csv_cell(row.get(c.csv or c.id)) for c in columns])
     return buffer.getvalue()
