@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dash import Dash
 from dash.development.base_component import Component
-from flask import has_request_context, request
+from flask import Response, has_request_context, request
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from gpuscope.dashboard import links
@@ -80,8 +80,28 @@ def create_app(service: DashboardService, *, refresh_seconds: float = 30.0) -> D
         return "ok\n", 200, {"Content-Type": "text/plain; charset=utf-8"}
 
     app.server.add_url_rule("/healthz", "healthz", healthz)
+    app.server.after_request(_security_headers)
     register_callbacks(app, service)
     return app
+
+
+#: Headers on every answer (pages, Dash's routes, assets, 400s, and the 401s of
+#: ``--basic-auth-file``): no other site may frame the page (clickjacking: its buttons
+#: under another page's), no answer is sniffed into another type than it says, and the
+#: page's URL (its state: namespace, pod and node names) goes to this origin only, not to
+#: a site a link leads to. Dash's layout request needs the referrer, same-origin keeps it.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def _security_headers(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
 
 
 def _callback_problem(body: object, callbacks: Mapping[str, object]) -> str | None:

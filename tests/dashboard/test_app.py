@@ -57,3 +57,47 @@ def test_without_ipv6_every_address_is_every_ipv4_one(monkeypatch: pytest.Monkey
     monkeypatch.setattr(app_module.socket, "socket", no_ipv6)
     with pytest.raises(OSError):
         DashboardServer(_app(), "::1", 0)
+
+
+#: What every answer of the dashboard says to the browser: never framed by another page
+#: (clickjacking), no content sniffing, the page's URL (its state: namespace, pod names) not
+#: sent on to another site that a link leads to.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Referrer-Policy": "same-origin",
+}
+
+
+@pytest.mark.parametrize("with_auth", [False, True])
+def test_every_answer_carries_the_security_headers(with_auth: bool) -> None:
+    from gpuscope.dashboard import auth
+    from gpuscope.dashboard.app import create_app
+    from gpuscope.dashboard.prices import bundled_prices
+    from gpuscope.dashboard.service import DashboardService
+    from tests.dashboard.test_service import Clock, Counting
+
+    clock = Clock()
+    service = DashboardService(Counting(clock), bundled_prices(), monotonic=clock)
+    try:
+        app = create_app(service)
+        headers = {}
+        if with_auth:
+            users = auth.parse_credentials(
+                [f"alice:{auth.hash_password('pw', iterations=auth.MIN_ITERATIONS)}"])
+            auth.install(app.server, auth.BasicAuth(users))
+            headers = {"Authorization": "Basic YWxpY2U6cHc="}  # alice:pw
+        client = app.server.test_client()
+        answers = [client.get("/", headers=headers), client.get("/_dash-layout", headers=headers),
+                   client.get("/healthz"), client.get("/no-such-page", headers=headers),  # the page
+                   client.post("/_dash-update-component", json={}, headers=headers)]
+        if with_auth:
+            answers.append(client.get("/"))  # the 401
+        assert [a.status_code for a in answers] == [200, 200, 200, 200, 400] + (
+            [401] if with_auth else [])
+        for answer in answers:
+            for name, value in SECURITY_HEADERS.items():
+                assert answer.headers.get(name) == value, (answer.request.path, name)
+    finally:
+        service.close()
