@@ -4,6 +4,7 @@ every time axis says so."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 from collections.abc import Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -18,8 +19,16 @@ _MARGIN = {"l": 10, "r": 10, "t": 36, "b": 10}
 _TIME_AXIS: dict[str, object] = {}  # the titles say the times are UTC
 
 
+def _plain(text: str) -> str:
+    """``text`` (a node, pod or workload name from the store) as plotly shows it, as text:
+    plotly reads its strings as a little HTML (an ``<a href>`` would be a link to another
+    site) and a hover template's ``%{...}`` as a field, so ``&``, ``<``, ``>`` and ``%``
+    are written as entities."""
+    return html.escape(text, quote=False).replace("%", "&#37;")
+
+
 def _title(text: str) -> dict[str, object]:
-    return {"text": f"{text} <span style='font-size:11px;color:#5b6475'>(UTC)</span>",
+    return {"text": f"{_plain(text)} <span style='font-size:11px;color:#5b6475'>(UTC)</span>",
             "x": 0, "font": {"size": 13}}
 
 #: Below the idle threshold a GPU is grey; at and above it, blue, darker the busier.
@@ -35,7 +44,7 @@ def empty_figure(message: str, height: int = 220) -> go.Figure:
     fig.update_layout(
         height=height, margin=_MARGIN, font=_FONT, xaxis={"visible": False},
         yaxis={"visible": False}, plot_bgcolor="white",
-        annotations=[{"text": message, "showarrow": False, "font": {"size": 14},
+        annotations=[{"text": _plain(message), "showarrow": False, "font": {"size": 14},
                       "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}],
     )
     return fig
@@ -70,7 +79,7 @@ def heatmap_figure(h: Heatmap, idle_threshold: float = 0.05) -> go.Figure:
     ]
     hover = [
         [
-            f"{node}<br>GPU {col}: "
+            f"{_plain(node)}<br>GPU {_plain(col)}: "
             + (m if m else "no utilization reported" if z is None else f"{z * 100:.0f}% mean")
             + (" (spinning: busy, no work)" if sp else " (idle)" if i else "")
             for col, z, i, sp, m in zip(h.columns, zrow, irow, srow, mrow, strict=True)
@@ -102,10 +111,13 @@ def heatmap_figure(h: Heatmap, idle_threshold: float = 0.05) -> go.Figure:
     height = max(240, min(2400, 60 + top + row * len(h.nodes)))
     fig.update_layout(
         height=height, margin={**_MARGIN, "t": top}, font=_FONT, plot_bgcolor="white",
-        title={"text": "<br>".join(summary), "x": 0, "y": 0.995, "yanchor": "top",
-               "font": {"size": 12}} if summary else None,
+        title={"text": "<br>".join(_plain(line) for line in summary), "x": 0, "y": 0.995,
+               "yanchor": "top", "font": {"size": 12}} if summary else None,
+        # The names as text on the axis; the values stay the names themselves (a click
+        # gives the node's name back: callbacks.pick_node).
         yaxis={"autorange": "reversed", "automargin": True, "showticklabels": labels,
-               "tickfont": {"size": 12 if small else 9}},
+               "tickfont": {"size": 12 if small else 9}, "tickmode": "array",
+               "tickvals": list(h.nodes), "ticktext": [_plain(n) for n in h.nodes]},
         xaxis={"side": "top"},
     )
     return fig
@@ -144,7 +156,7 @@ def timeseries_figure(
         s = series[name]
         fig.add_trace(go.Scatter(
             x=_utc(s.times), y=[v / scale for v in s.values],
-            mode="lines", name=name, connectgaps=False,
+            mode="lines", name=_plain(name), connectgaps=False,
         ))
     yaxis: dict[str, object] = {"rangemode": "tozero"}
     if unit in ("ratio", "per_second"):
@@ -198,7 +210,7 @@ def workload_figure(detail: WorkloadDetail, stragglers: Collection[GpuRef] = (),
                     kinds: Mapping[GpuRef, str] | None = None) -> go.Figure:
     """Every GPU of one workload side by side over time: utilization, SM activity and power
     in three panels, one line per GPU; stragglers drawn thick and red, their peers thin."""
-    name = f"{detail.namespace}/{detail.workload}"
+    name = f"{detail.namespace}/{detail.workload}"  # (plain text: _title, empty_figure)
     if not detail.devices:
         return empty_figure(f"{name}: no GPU of it reported in this window", 200)
     kinds = kinds or {}
@@ -218,7 +230,7 @@ def workload_figure(detail: WorkloadDetail, stragglers: Collection[GpuRef] = (),
             if s is None:
                 continue
             marked = dev.ref in stragglers
-            label = f"{dev.ref.node} GPU {dev.gpu}"
+            label = f"{_plain(dev.ref.node)} GPU {_plain(dev.gpu)}"
             if marked:
                 label = f"★ {label} ({kinds.get(dev.ref, 'straggler')} straggler)"
             fig.add_trace(go.Scatter(
