@@ -193,14 +193,19 @@ def _split(names: Sequence[str], build: Callable[[Sequence[str]], str],
     return _split(names[:half], build, limit) + _split(names[half:], build, limit)
 
 
-def index_queries(nodes: Collection[str], cluster: str = CLUSTER_LABEL) -> list[str]:
+def index_queries(nodes: Collection[str], cluster: str = CLUSTER_LABEL,
+                  within: float | None = None) -> list[str]:
     """Each device's index and model (``gpu_info``) on ``nodes`` (node keys; ``cluster``:
     the store's cluster label), in ``node=~`` lists: Prometheus looks the nodes up in its
     index, where a join with ``gpu_info`` reads every device's series of the fleet (33,400
     at 5,000 nodes: most of a drill-down's time from Prometheus' head,
-    docs/benchmarks.md)."""
+    docs/benchmarks.md). ``within``: of every device there in the last ``within`` seconds
+    (a drill-down's window: a node gone before its end still has its devices' index), not
+    only of those there at the query's instant."""
     def build(names: Sequence[str]) -> str:
         info = selector("gpu_info", node_matchers(names, cluster))
+        if within is not None:
+            info = f"last_over_time({info}[{duration(within)}])"
         return f"max by (node, uuid, gpu, model) ({info})"
 
     return _split(sorted(set(nodes)), build)
@@ -621,10 +626,11 @@ class PrometheusStore:
         pods: dict[GpuRef, set[str]] = {}
         for lab, _ in members:
             pods.setdefault(_gref(lab), set()).add(lab.get("pod", ""))
-        asked = index_queries({ref.node for ref in pods}, self.cluster_label)
+        asked = index_queries({ref.node for ref in pods}, self.cluster_label, window.seconds)
         index = self._index(asked, window.end)
-        # A device without gpu_info at the end (gone, or its slice remade) is left out, as a
-        # join with gpu_info would.
+        # A device without gpu_info in the window is left out, as a join with gpu_info
+        # would; one of a node gone before the window's end (or a slice remade) is kept,
+        # as the embedded store keeps it.
         pods = {ref: names for ref, names in pods.items() if ref in index}
         devices = pick_devices(
             [WorkloadDevice(ref, index[ref][0], index[ref][1], tuple(sorted(pods[ref])))
@@ -648,7 +654,8 @@ class PrometheusStore:
         )
 
     def _index(self, asked: Sequence[str], at: float) -> dict[GpuRef, tuple[str, str]]:
-        """Each device's index and model at ``at``, from ``asked`` (:func:`index_queries`)."""
+        """Each device's index and model at ``at`` (over the range ``asked`` gives), from
+        ``asked`` (:func:`index_queries`)."""
         futures = [self._pool.submit(self.instant, q, at) for q in asked]
         return {_gref(lab): (lab.get("gpu", ""), lab.get("model", ""))
                 for fut in futures for lab, _ in fut.result()}
@@ -678,11 +685,12 @@ class PrometheusStore:
         futures = {k: self._pool.submit(self.range, q, window) for k, q in queries.items()}
         res = {k: f.result() for k, f in futures.items()}
         asked = index_queries({lab.get("node", "") for rows in res.values() for lab, _ in rows},
-                              self.cluster_label)
+                              self.cluster_label, window.seconds)
         index = self._index(asked, window.end)
 
         def by_key(rows: list[tuple[dict[str, str], Series]]) -> dict[str, Series]:
-            # A device without gpu_info at the end is left out, as a join would.
+            # A device without gpu_info in the window is left out, as a join would (one of
+            # a node gone before its end is kept: what the pod held there).
             return {f"{lab.get('container')} ({lab.get('node')} GPU {index[ref][0]})": s
                     for lab, s in rows if (ref := _gref(lab)) in index}
 

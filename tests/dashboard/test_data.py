@@ -121,6 +121,10 @@ def test_the_drill_downs_read_gpu_info_on_their_nodes_only() -> None:
     # A node key of a cluster: its name and its cluster, each escaped.
     assert index_queries(['prod/n1', 'n2']) == [
         'max by (node, uuid, gpu, model) (gpu_info{node=~"n1|n2", cluster=~"|prod"})']
+    # Over a drill-down's window: a node gone before its end still has its devices' index.
+    assert index_queries(['n1'], within=3600) == [
+        'max by (node, uuid, gpu, model) (last_over_time(gpu_info{node=~"n1", cluster=~""}'
+        '[3600s]))']
     prom = PrometheusData("http://127.0.0.1:1")
     w = make_window(3600, 10_000.0, min_step=15, max_points=60)
     try:
