@@ -638,8 +638,10 @@ class EmbeddedData:
                     s.times, tuple(v / limit for v in s.values))
         throttle = {f"{gpu_of.get(ref, ref.uuid[-8:])} {reason}": s
                     for ref, reasons in signals.throttle.items() for reason, s in reasons.items()}
+        # Utilization as the fleet page and the workload view read it: the busy counter's
+        # rate per step (the exact mean), else the gauge's mean.
         return NodeDetail(node=node, window=window,
-                          utilization=by_gpu("gpu_utilization_ratio"),
+                          utilization=named(signals.utilization),
                           memory_used=by_gpu("gpu_memory_used_bytes"),
                           containers=containers, sm=named(signals.sm),
                           tensor=named(signals.tensor), dram=named(signals.dram),

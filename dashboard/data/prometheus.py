@@ -513,7 +513,6 @@ class PrometheusStore:
         node = validate_node(node)
         r, rr = self._r(window)
         match = node_equal(node, self.cluster_label)
-        util = selector("gpu_utilization_ratio", match)
         mem = selector("gpu_memory_used_bytes", match)
         cutil = selector("container_gpu_utilization_ratio", {**match, "namespace": '!=""'})
         info = selector("gpu_info", match)
@@ -522,7 +521,9 @@ class PrometheusStore:
         limit = selector("gpu_power_limit_watts", match)
         throttle = selector("gpu_throttle_seconds_total", match)
         return {
-            "utilization": f"max by (gpu) (avg_over_time({util}[{r}]))",
+            # As the fleet page and the workload view read it: the busy counter's rate per
+            # step (the exact mean), else the gauge's mean.
+            "utilization": f"max by (gpu) ({_util_step(rr, match)})",
             "memory": f"max by (gpu) (avg_over_time({mem}[{r}]))",
             # Each container's utilization; and (``held="1"``) the steps at which a
             # container held a MIG slice, which has no per-container utilization

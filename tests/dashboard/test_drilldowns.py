@@ -14,12 +14,16 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from gpuscope.dashboard.data import EmbeddedData
 from gpuscope.dashboard.plan import PrometheusData
+from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import GpuRef
+from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.views import page_view
 from tests.dashboard.test_step_queries import INTERVAL, STEP, WINDOW, Planted, Point
 from tests.stores import Store, fleet_in_both
 
@@ -71,6 +75,20 @@ class DrillFleet(Planted):
         super().__post_init__()
         self.rows = drill_fleet(self.end)
 
+    def embedded(self, **kw: Any) -> EmbeddedData:
+        """An embedded store that scraped these samples, keeping what the fleet page's
+        registry verdicts read too (the page is built on it)."""
+        store = EmbeddedData([], interval=INTERVAL, max_points=int(WINDOW // STEP),
+                             clock=lambda: self.end, extra_metrics=registry.step_metrics())
+        scrapes: dict[tuple[str, float], list[tuple[str, dict[str, str], float]]] = {}
+        for name, lab, points in self.rows:
+            bare = {k: v for k, v in lab.items() if k != "node"}
+            for t, v in points:
+                scrapes.setdefault((lab["node"], t), []).append((name, bare, v))
+        for (node, t), samples in sorted(scrapes.items(), key=lambda kv: kv[0][1]):
+            store.ingest(node, samples, t)
+        return store
+
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DrillFleet, list[Store]]]:
@@ -116,3 +134,23 @@ def test_a_pod_that_moved_off_a_node_gone_since_shows_both_devices(
             ("node-b", "1", ("web-1",))], kind
         assert work.total_devices == 3, kind
         assert GpuRef("node-a", "GPU-a0") in work.utilization, kind
+
+
+def test_the_node_view_draws_the_utilization_the_fleet_page_judged(
+        stores: tuple[DrillFleet, list[Store]]) -> None:
+    # node-b GPU 1: its gauge reads 1 at every scrape, its busy counter 0.25 s/s. The
+    # fleet page's heatmap and the workload view read the counter (the exact mean); the
+    # node drill-down, opened from the heatmap, must draw the same, not the gauge.
+    for kind, source in each_source(stores):
+        view = page_view(source, WINDOW, bundled_prices())
+        row = view.heatmap.nodes.index("node-b")
+        heat = view.heatmap.z[row][view.heatmap.columns.index("1")]
+        assert heat == pytest.approx(BURSTY, abs=0.01), kind
+        node = source.node_detail("node-b", WINDOW)
+        drawn = node.utilization["1"]
+        assert drawn.values and all(v == pytest.approx(BURSTY, abs=0.01)
+                                    for v in drawn.values), kind
+        work = source.workload_detail("ml", WORKLOAD, WINDOW)
+        assert drawn == work.utilization[GpuRef("node-b", "GPU-b1")], kind
+        # A GPU whose gauge and counter agree reads the same either way.
+        assert all(v == pytest.approx(0.5, abs=0.01) for v in node.utilization["0"].values)
