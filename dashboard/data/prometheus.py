@@ -542,7 +542,9 @@ class PrometheusStore:
             ),
             "power": (f"max by (gpu) ({_power_step(rr, match, 'node, gpu, uuid')}"
                       f" / on (node, uuid) group_left () max by (node, uuid) ({limit}))"),
-            "throttle": f"max by (gpu, reason) (rate({throttle}[{rr}]))",
+            # (each exporter pod's, summed, as everywhere: a rollout)
+            "throttle": (f"max by (gpu, reason) "
+                         f"({summed_rate(throttle, rr, 'node, gpu, uuid, reason')})"),
         }
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
