@@ -410,9 +410,11 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
                 detail.utilization, f"{name}: GPU utilization by container")
                 if detail.utilization else empty_figure(
                     # Memory and no utilization: NVML gives no per-process utilization on
-                    # a MIG slice. Say so, and where its work shows.
-                    f"{name}: no per-container utilization (a MIG slice reports none; "
-                    "the node drill-down shows the slice's SM activity)", 120)),
+                    # a MIG slice, nor for an MPS client where the driver reports the MPS
+                    # server's samples only. Say so, and where its work shows.
+                    f"{name}: no per-container utilization (a MIG slice reports none, nor "
+                    "a CUDA MPS client where the driver reports only the MPS server; the "
+                    "node drill-down shows the device's activity)", 120)),
             _graph(ids.POD_MEMORY_GRAPH, timeseries_figure(
                 detail.memory_used, f"{name}: GPU memory by container", unit="bytes")),
         ], ""
