@@ -161,6 +161,10 @@ class Planted:
         for name, lab, points in self.rows:
             yield name, {**lab, "job": "gpuscope", "instance": f"{lab['node']}:9463"}, points
 
+    def extra(self) -> tuple[str, ...]:
+        """The metrics the embedded store keeps beside its own (``extra_metrics``)."""
+        return EXTRA
+
     def openmetrics(self) -> Iterator[str]:
         self.series = self.samples = 0
         rows = sorted(self.scraped(), key=lambda r: r[0])
@@ -188,9 +192,10 @@ class Planted:
                    + "\n").encode()
 
     def embedded(self, **kw: Any) -> EmbeddedData:
-        """An embedded store that scraped these samples (a fake clock at the end)."""
+        """An embedded store that scraped these samples (a fake clock at the end), keeping
+        :meth:`extra` too."""
         store = EmbeddedData([], interval=INTERVAL, max_points=int(WINDOW // STEP),
-                             clock=lambda: self.end, extra_metrics=EXTRA, **kw)
+                             clock=lambda: self.end, extra_metrics=self.extra(), **kw)
         scrapes: dict[tuple[str, float], list[tuple[str, dict[str, str], float]]] = {}
         for name, lab, points in self.rows:
             bare = {k: v for k, v in lab.items() if k != "node"}
