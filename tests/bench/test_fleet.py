@@ -374,8 +374,9 @@ def test_the_dashboard_keys_a_two_cluster_fleet_as_the_expected_verdicts_do(
     with start_victoriametrics() as vm:
         fleet.import_victoriametrics(tiny, vm)
         view = page_view(vm, tiny.shape.end)
+    # (with the page's notes: a read that failed says so there)
     assert (view.kpis.idle_nodes, view.kpis.spinning, view.kpis.throttled) == (
-        len(exp.idle_nodes), len(exp.spinning), len(exp.throttled))
+        len(exp.idle_nodes), len(exp.spinning), len(exp.throttled)), view.notes
     assert {r.node for r in view.idle_rows} == set(exp.idle_nodes)
     assert all("/" in key for key in exp.idle_nodes)
     assert {(r.node, r.gpu) for r in view.spinning_rows} == set(exp.spinning)
