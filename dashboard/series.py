@@ -521,10 +521,8 @@ class FleetData:
         return max(0.0, self.window.end - self.history_start)
 
     def present_seconds(self, node: str) -> float:
-        """How long ``node`` was there in the history (the whole history where
-        ``present`` does not say less)."""
-        history = self.history_seconds
-        return min(history, self.present.get(node, history))
+        """How long ``node`` was there in the history (:func:`seconds_there`)."""
+        return seconds_there(self.present, node, self.history_seconds)
 
     def reporting(self) -> set[GpuRef]:
         """The devices with data now: those of ``gpus`` not ``silent`` where the data layer
@@ -533,6 +531,12 @@ class FleetData:
         if self.silent is not None:
             return set(self.gpus) - self.silent
         return set(self.gpu_now) | self.signals.gpm
+
+
+def seconds_there(present: Mapping[str, float], node: str, history: float) -> float:
+    """How long ``node`` was there in a history of ``history`` seconds: what ``present``
+    (:func:`presence`) says, the whole history where it says nothing or more."""
+    return min(history, present.get(node, history))
 
 
 def presence(counts: Mapping[str, float], step: float, history: float) -> dict[str, float]:

@@ -120,10 +120,23 @@ def bare_nodes(nodes: dict[str, NodeInfo], device_nodes: Collection[str]) -> Non
     cluster on ``gpu_node_info`` alone: that node's info is keyed ``cluster/node``, its
     devices (``device_nodes``) by the bare name. Such an info is made its bare node's, in
     ``nodes``."""
-    for key in [k for k in nodes if k not in device_nodes]:
+    for key, bare in bare_keys(nodes, device_nodes):
+        nodes[bare] = replace(nodes.pop(key), node=bare)
+
+
+def bare_keys(keyed: Collection[str], device_nodes: Collection[str]) -> list[tuple[str, str]]:
+    """Of the node keys ``keyed`` (of a first-round answer read by node), those that name
+    their cluster where the node's devices (``device_nodes``) do not, each with its bare
+    key (:func:`bare_nodes`): where two keys have one bare key, the first; where the bare
+    key is in ``keyed`` already, none."""
+    taken = set(keyed)
+    out: list[tuple[str, str]] = []
+    for key in [k for k in keyed if k not in device_nodes]:
         bare = node_parts(key)[1]
-        if bare != key and bare in device_nodes and bare not in nodes:
-            nodes[bare] = replace(nodes.pop(key), node=bare)
+        if bare != key and bare in device_nodes and bare not in taken:
+            taken.add(bare)
+            out.append((key, bare))
+    return out
 
 
 def node_presence(rows: Iterable[tuple[dict[str, str], float]], device_nodes: Collection[str],
@@ -133,10 +146,8 @@ def node_presence(rows: Iterable[tuple[dict[str, str], float]], device_nodes: Co
     ``gpu_node_info`` alone is left out of the key of a node whose devices have none."""
     counts = {lab.get("node", ""): v for lab, v in rows
               if lab.get("stat") == "present" and math.isfinite(v)}
-    for key in [k for k in counts if k not in device_nodes]:
-        bare = node_parts(key)[1]
-        if bare != key and bare in device_nodes and bare not in counts:
-            counts[bare] = counts.pop(key)
+    for key, bare in bare_keys(counts, device_nodes):
+        counts[bare] = counts.pop(key)
     return counts
 
 

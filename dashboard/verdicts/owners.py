@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from gpuscope.dashboard import ids, links
 from gpuscope.dashboard.data.promql import node_parts
-from gpuscope.dashboard.series import GpuRef, Holding, HoldingKey, Series
+from gpuscope.dashboard.series import GpuRef, Holding, HoldingKey, Series, seconds_there
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table
 from gpuscope.dashboard.verdicts.waste import WasteReport
 
@@ -158,9 +158,7 @@ def showback(
             continue
         # Its price over the time it was there (a node that came up or went away within
         # the window is not charged for the rest of the history).
-        there = history_seconds if present is None or node not in present else \
-            min(history_seconds, present[node])
-        cost = price * there / 3600.0
+        cost = price * seconds_there(present or {}, node, history_seconds) / 3600.0
         held = on_node.get(node, {})
         per_second = price / n / 3600.0
         total = math.fsum(held.values()) * per_second

@@ -171,12 +171,7 @@ def test_with_the_recording_rules_in_prometheus(
     shutil.copytree(tsdb, blocks, copy_function=lambda s, d: Path(d).hardlink_to(s))
     backfill_rules(blocks, fleet.shape.start, end, tmp_path)
     with start_prometheus(blocks, copy=False) as store:
-        prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
-        try:
-            view = page_view(prom, WINDOW, bundled_prices())
-            assert prom.rules_loaded(view.window)
-        finally:
-            prom.close()
+        view = page_with_the_rules(store.url, end)
     charged_for_their_time(view, "prometheus, rules")
 
 
@@ -185,10 +180,15 @@ def test_with_the_recording_rules_in_victoriametrics(
     fleet, _, end, stores = stored
     vm = stores["victoriametrics"]
     replay_rules(vm, fleet.shape.start, end, tmp_path)
-    prom = PrometheusData(vm.url, clock=lambda: end, timeout=60)
+    charged_for_their_time(page_with_the_rules(vm.url, end), "victoriametrics, rules")
+
+
+def page_with_the_rules(url: str, end: float) -> FleetView:
+    """The page of the store at ``url`` at ``end``, read from its recording rules."""
+    prom = PrometheusData(url, clock=lambda: end, timeout=60)
     try:
         view = page_view(prom, WINDOW, bundled_prices())
         assert prom.rules_loaded(view.window)
     finally:
         prom.close()
-    charged_for_their_time(view, "victoriametrics, rules")
+    return view
