@@ -445,8 +445,16 @@ class NvmlSource:
 
     def _watch_xid(self, devices: list[_Device]) -> XidWatcher | None:
         """Register every GPU for XID events on one event set and start the waiting thread.
-        A GPU that cannot register (NOT_SUPPORTED, lost, ...) is skipped."""
-        event_set = read(calls.event_set_create)
+        A GPU that cannot register (NOT_SUPPORTED, lost, ...) is skipped; an event set that
+        cannot be made (NVML answers UNKNOWN on some nodes) leaves XID events unwatched (the
+        ``xid`` part fails), never the GPUs unread. Driver faults propagate."""
+        try:
+            event_set = read(calls.event_set_create)
+        except NvmlFault as fault:
+            if fault.fault is Fault.DRIVER:
+                raise
+            log.warning("XID events not watched: nvmlEventSetCreate failed: %s", describe(fault))
+            return None
         if event_set is None:
             log.warning("XID events not supported on this node")
             return None

@@ -841,6 +841,22 @@ def test_no_event_support_at_all_reports_the_xid_part_failed(
     assert fake.calls["nvmlEventSetFree"] == 1
 
 
+def test_an_event_set_that_cannot_be_made_fails_the_xid_part_not_the_gpus(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    # nvmlEventSetCreate failing (UNKNOWN: seen after device discovery on real nodes) costs
+    # the XID counts only: every GPU still reports, NVML is not taken down and re-initialised.
+    fake.errors["nvmlEventSetCreate"] = UNKNOWN
+    source = make_source()
+    snap = source.sample()
+    assert snap.source_up and all(d.up for d in snap.devices)
+    assert snap.devices[0].power_watts == 250.0
+    assert parts(snap) == {"nvml_devices": True, "nvml_processes": True, "xid": False}
+    assert fake.calls["nvmlInitWithFlags"] == 1
+    snap = source.sample()
+    assert snap.source_up and fake.calls["nvmlInitWithFlags"] == 1
+
+
 def test_xid_disabled_starts_no_thread(fake: FakeNvml, make_source: SourceFactory) -> None:
     snap = make_source(xid_events=False).sample()
     assert "xid" not in parts(snap)
