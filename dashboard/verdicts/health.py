@@ -175,6 +175,16 @@ def _seen(what: str, seen: Series, counted: Problem | None, window_start: float,
                    last >= latest - 1.5 * step)
 
 
+def _health_ref(labels: Mapping[str, str]) -> GpuRef:
+    """The GPU a health series is about. A GPU NVML could not open when the exporter started
+    (lost: no handle, so no UUID) is served with its index and an empty ``uuid``; two such
+    GPUs of one node are told apart by their index (``gpu``), never merged into one row."""
+    ref = device_ref(labels)
+    if ref.uuid:
+        return ref
+    return GpuRef(ref.node, f"gpu {labels.get('gpu', '')}")
+
+
 class Health(StepVerdict):
     """The GPU-health verdict (module docstring)."""
 
@@ -201,7 +211,7 @@ class Health(StepVerdict):
         index: dict[GpuRef, str] = {}
 
         def add(lab: Mapping[str, str], problem: Problem) -> None:
-            ref = device_ref(lab)
+            ref = _health_ref(lab)
             found.setdefault(ref, []).append(problem)
             index.setdefault(ref, lab.get("gpu", ""))
 

@@ -196,6 +196,22 @@ def test_one_row_per_gpu_with_every_problem_earliest_first() -> None:
     assert "train-0" in str(row["pods"]) and row["price"] == 55.04
 
 
+def test_two_gpus_lost_before_the_exporter_started_are_two_rows() -> None:
+    # GPUs that NVML could not open when the exporter started (nvmlDeviceGetHandleByIndex
+    # answering GPU_IS_LOST, as after an exporter restart on a node whose GPUs fell off the
+    # bus) are served with their index and no UUID: gpu_up{gpu="2",uuid=""} 0. Two of them on
+    # one node are two broken GPUs, not one.
+    found = VERDICT.judge({LOST: [
+        ({"node": "node-a", "uuid": "", "gpu": "2"}, series({t: 0.0 for t in T[20:]})),
+        ({"node": "node-a", "uuid": "", "gpu": "5"}, series({t: 0.0 for t in T})),
+    ]}, ctx())
+    assert sorted((h.ref.node, h.gpu, len(h.problems)) for h in found) == [
+        ("node-a", "2", 1), ("node-a", "5", 1)]
+    rows = VERDICT.rows(found, ctx(), {})
+    assert sorted(str(r["gpu"]) for r in rows) == ["2", "5"]
+    assert {h.gpu: h.since for h in found} == {"2": T[20], "5": T[0]}
+
+
 def test_sorted_by_price_and_filtered_by_namespace() -> None:
     answers: Answers = {LOST: [(lab(r), series({T[-1]: 0.0})) for r in (C0, B0, A0)]}
     assert [h.ref for h in VERDICT.judge(answers, ctx())] == [A0, B0, C0]
