@@ -458,7 +458,7 @@ class NvmlSource:
         if event_set is None:
             log.warning("XID events not supported on this node")
             return None
-        gpus: dict[int, str] = {}
+        gpus: dict[int, tuple[object, str]] = {}
         mig_slices: dict[tuple[int, int], str] = {}
         for dev in devices:
             if not dev.identified:
@@ -472,7 +472,7 @@ class NvmlSource:
             if not registered:
                 log.warning("GPU %s cannot report XID events; not watching it", dev.uuid)
                 continue
-            gpus[dev.key] = dev.uuid
+            gpus[dev.key] = (dev.handle, dev.uuid)
             for mig in dev.slices:
                 if mig.gpu_instance_id is not None:
                     mig_slices[(dev.key, mig.gpu_instance_id)] = mig.uuid
@@ -627,9 +627,10 @@ class NvmlSource:
             PartResult("nvml_processes", processes_ok, process_seconds),
         ]
         if self._xid_events:
-            # Success means events are being watched: the thread runs. No GPU able to
-            # register for events (or a thread that died with the driver) is a failure.
-            alive = session.xid is not None and session.xid.alive()
+            # Success means events are being watched: the thread runs and its waits do not
+            # fail. No GPU able to register for events (or a thread that died with the
+            # driver) is a failure.
+            alive = session.xid is not None and session.xid.watching()
             parts.append(PartResult("xid", alive, xid_seconds))
         return Snapshot(
             timestamp=self._clock(),

@@ -10,12 +10,14 @@ from collections.abc import Callable
 
 from gpuscope.exporter.model import XidCount
 from gpuscope.exporter.sources.nvml import calls
-from gpuscope.exporter.sources.nvml.calls import Fault, NvmlFault, handle_key, read
+from gpuscope.exporter.sources.nvml.calls import Fault, NvmlFault, handle_key, quietly, read
 
 log = logging.getLogger(__name__)
 
 # After an unexpected event-wait error, pause before waiting again so the thread never spins.
 _XID_ERROR_PAUSE_SECONDS = 1.0
+# A GPU left out of the event set because it was lost is tried again this often.
+_XID_RETRY_SECONDS = 30.0
 # XID events logged one by one per window; beyond that (an XID storm can be thousands a
 # second) they are only counted, and one line per window sums up what was not logged.
 _XID_LOG_BURST = 10
@@ -57,19 +59,32 @@ class XidWatcher:
     :meth:`add_gpu`; the event thread registers it between two waits, so that the set is only
     ever used by one thread (NVML does not say an event set may be registered on while
     another thread waits on it).
+
+    Once a GPU of the set is lost (XID 79, fallen off the bus), the driver answers every wait
+    on the set with GPU_IS_LOST, after that GPU's own last events: no event of any other GPU
+    would arrive again. The thread then makes a new set with the GPUs that still register,
+    frees the old one, and tries the lost GPU again every ``_XID_RETRY_SECONDS`` (it answers
+    again after a reset). ``gpus``: the registered GPUs, by handle key: (handle, UUID).
     """
 
     def __init__(
         self,
         event_set: object,
-        gpus: dict[int, str],
+        gpus: dict[int, tuple[object, str]],
         mig_slices: dict[tuple[int, int], str],
         counts: XidCounts,
         wait_timeout_ms: int,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.event_set = event_set
-        self._gpus = gpus
+        self._gpus = {key: uuid for key, (_, uuid) in gpus.items()}
+        # Every GPU to watch (registered or left out for now): handle and UUID, by key.
+        self._handles = dict(gpus)
+        # GPUs left out of the set while lost, tried again from _retry_at (monotonic) on.
+        self._left_out: dict[int, tuple[object, str]] = {}
+        self._retry_at = 0.0
+        self._monotonic = monotonic
+        self._failing = False  # the last wait (or rebuild) failed: no event can arrive
         self._mig_slices = mig_slices
         self._counts = counts
         self._wait_timeout_ms = wait_timeout_ms
@@ -88,6 +103,10 @@ class XidWatcher:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def watching(self) -> bool:
+        """The thread runs and its last wait did not fail: events can arrive."""
+        return self._thread.is_alive() and not self._failing
+
     def stop(self, timeout: float) -> bool:
         """Ask the thread to stop and wait for it; True when it has ended."""
         self._stop.set()
@@ -100,29 +119,94 @@ class XidWatcher:
         while not self._stop.is_set():
             try:
                 self._register_pending()
+                self._retry_left_out()
                 event = read(calls.wait_xid, self.event_set, self._wait_timeout_ms)
             except NvmlFault as fault:
                 if fault.fault is Fault.DRIVER:
                     # The sampler notices too, shuts NVML down and starts a new watcher.
                     log.warning("XID event thread stopping: %s", fault.error)
+                    self._failing = True
                     return
+                if fault.fault is Fault.LOST and self._rebuild_safely():
+                    failing = self._failing = False
+                    continue
                 if not failing:
                     log.warning("waiting for XID events failed: %s", fault.error)
-                failing = True
+                failing = self._failing = True
                 self._stop.wait(_XID_ERROR_PAUSE_SECONDS)
                 continue
             except Exception:  # a bug must not end XID counting silently
                 if not failing:
                     log.exception("XID event thread error")
-                failing = True
+                failing = self._failing = True
                 self._stop.wait(_XID_ERROR_PAUSE_SECONDS)
                 continue
-            failing = False
+            failing = self._failing = False
             if event is not None:
                 self._count(*event)
             else:
                 self._log.flush()  # a quiet moment: sum up a storm that has ended
         self._log.flush(force=True)
+
+    def _register(self, handle: object, uuid: str, event_set: object, *,
+                  quiet: bool = False) -> bool:
+        """Register one GPU on ``event_set``; False (logged unless ``quiet``) when it cannot
+        (NOT_SUPPORTED, lost, failing); a dead driver raises :class:`NvmlFault`."""
+        try:
+            registered = read(calls.register_xid_events, handle, event_set)
+        except NvmlFault as fault:
+            if fault.fault is Fault.DRIVER:
+                raise
+            registered = False
+        if not registered and not quiet:
+            log.warning("GPU %s cannot report XID events; not watching it", uuid)
+        return bool(registered)
+
+    def _rebuild_safely(self) -> bool:
+        """:meth:`_rebuild`, False where it fails (a dead driver too: the next wait says
+        so, and the thread stops there)."""
+        try:
+            return self._rebuild()
+        except NvmlFault:
+            return False
+
+    def _rebuild(self) -> bool:
+        """A GPU of the set is lost and every wait fails: use a new set holding the GPUs that
+        still register (the others are tried again later). False, the old set kept, when no
+        set can be made or no GPU registers."""
+        event_set = read(calls.event_set_create)
+        if event_set is None:
+            return False
+        kept: list[str] = []
+        left: dict[int, tuple[object, str]] = {}
+        for key, (handle, uuid) in self._handles.items():
+            if self._register(handle, uuid, event_set):
+                kept.append(uuid)
+            else:
+                left[key] = (handle, uuid)
+        if not kept:
+            quietly(calls.event_set_free, event_set)
+            return False
+        quietly(calls.event_set_free, self.event_set)
+        self.event_set = event_set
+        self._left_out = left
+        self._retry_at = self._monotonic() + _XID_RETRY_SECONDS
+        log.warning(
+            "a GPU was lost: XID events of %s watched on a new event set; %s tried again "
+            "every %.0f s", ", ".join(kept),
+            ", ".join(uuid for _, uuid in left.values()) or "none", _XID_RETRY_SECONDS,
+        )
+        return True
+
+    def _retry_left_out(self) -> None:
+        """Register again, when their time has come, the GPUs a rebuild left out."""
+        if not self._left_out or self._monotonic() < self._retry_at:
+            return
+        self._retry_at = self._monotonic() + _XID_RETRY_SECONDS
+        for key, (handle, uuid) in list(self._left_out.items()):
+            if self._register(handle, uuid, self.event_set, quiet=True):
+                del self._left_out[key]
+                log.info("GPU %s answers again: watching it for XID events", uuid)
 
     def set_mig_slices(self, gpu_key: int, slices: dict[int, str]) -> None:
         """A GPU's MIG layout changed: its GPU instance ids and their slices' UUIDs now."""
@@ -147,15 +231,9 @@ class XidWatcher:
         with self._maps_lock:
             pending, self._pending = self._pending, []
         for handle, uuid in pending:
-            try:
-                registered = read(calls.register_xid_events, handle, self.event_set)
-            except NvmlFault as fault:
-                if fault.fault is Fault.DRIVER:
-                    raise
-                registered = False
-            if not registered:
-                log.warning("GPU %s cannot report XID events; not watching it", uuid)
+            if not self._register(handle, uuid, self.event_set):
                 continue
+            self._handles[handle_key(handle)] = (handle, uuid)
             with self._maps_lock:
                 self._gpus = {**self._gpus, handle_key(handle): uuid}
             log.info("GPU %s identified late: watching it for XID events", uuid)

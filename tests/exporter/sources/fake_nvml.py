@@ -949,12 +949,23 @@ def nvmlDeviceRegisterEvents(
 @_entry
 def nvmlEventSetWait_v2(lib: FakeNvml, event_set: Any, data: Any, timeout_ms: Any) -> int | None:
     """Hands out the oldest queued XID event for a GPU registered in this set; when there is
-    none, waits (at most ``max_event_wait_s``, so tests stay fast) and answers TIMEOUT."""
+    none, waits (at most ``max_event_wait_s``, so tests stay fast) and answers TIMEOUT.
+
+    As a real driver after XID 79: while a GPU registered in the set is lost, the wait hands
+    out that GPU's own queued events (its last XID), then answers GPU_IS_LOST at once, every
+    time, and the other GPUs' events stay queued."""
     address = _address(event_set)
     with lib._events_changed:
         if address not in lib._event_sets:
             raise _Return(INVALID_ARGUMENT)
-        event = lib._pop_event(address)
+        lost = {a for a in lib._event_sets[address].devices
+                if (dev := lib._by_address.get(a)) is not None and dev.is_lost}
+        if lost:
+            event = lib._pop_event(address, only=lost)
+            if event is None:
+                raise _Return(GPU_IS_LOST)
+        else:
+            event = lib._pop_event(address)
         if event is None:
             lib._events_changed.wait(min(timeout_ms.value / 1000, lib.max_event_wait_s))
             event = lib._pop_event(address)
@@ -1157,8 +1168,9 @@ class FakeNvml:
             raise _Return(code)
         return dev
 
-    def _pop_event(self, event_set: int) -> tuple[FakeGpu, int, int] | None:
-        registered = self._event_sets[event_set].devices
+    def _pop_event(self, event_set: int, only: set[int] | None = None
+                   ) -> tuple[FakeGpu, int, int] | None:
+        registered = self._event_sets[event_set].devices if only is None else only
         for i, event in enumerate(self._events):
             if event[0].address in registered:
                 return self._events.pop(i)

@@ -841,6 +841,44 @@ def test_no_event_support_at_all_reports_the_xid_part_failed(
     assert fake.calls["nvmlEventSetFree"] == 1
 
 
+def test_a_gpu_fallen_off_the_bus_does_not_stop_the_other_gpus_xids(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    # After XID 79 the driver answers every wait on an event set holding the lost GPU with
+    # GPU_IS_LOST: the set is rebuilt without it, the other GPUs' XIDs keep being counted,
+    # and the lost GPU is registered again once it answers (reset).
+    source = make_source()
+    fake.inject_xid(0, 79)
+    fake.gpus[0].lost = True
+    snap = sample_until(source, lambda s: bool(s.devices[0].xid_errors))
+    assert snap.devices[0].xid_errors == (XidCount(79, 1),)
+    fake.inject_xid(1, 48)
+    snap = sample_until(source, lambda s: bool(s.devices[1].xid_errors), timeout=3.0)
+    assert snap.devices[1].xid_errors == (XidCount(48, 1),)
+    assert parts(snap)["xid"]
+
+    fake.gpus[0].lost = False  # reset: it answers again
+    mono.advance(60.0)
+    fake.inject_xid(0, 94)
+    snap = sample_until(source, lambda s: len(s.devices[0].xid_errors) == 2, timeout=3.0)
+    assert snap.devices[0].xid_errors == (XidCount(79, 1), XidCount(94, 1))
+    assert parts(snap)["xid"]
+
+
+def test_an_event_wait_that_keeps_failing_fails_the_xid_part(
+    fake: FakeNvml, make_source: SourceFactory
+) -> None:
+    # The thread is alive but no event can arrive: the xid part says so.
+    source = make_source()
+    assert parts(sample_until(source, lambda s: parts(s)["xid"]))["xid"]
+    fake.errors["nvmlEventSetWait_v2"] = UNKNOWN
+    snap = sample_until(source, lambda s: not parts(s)["xid"], timeout=3.0)
+    assert not parts(snap)["xid"] and all(d.up for d in snap.devices)
+    del fake.errors["nvmlEventSetWait_v2"]
+    snap = sample_until(source, lambda s: parts(s)["xid"], timeout=5.0)
+    assert parts(snap)["xid"]
+
+
 def test_an_event_set_that_cannot_be_made_fails_the_xid_part_not_the_gpus(
     fake: FakeNvml, make_source: SourceFactory
 ) -> None:
