@@ -518,17 +518,14 @@ class EmbeddedData:
                 gpu_mean[ref] = mean_of(series.values)
         step_mean = {ref: bucket(t, v, evals, rng, mean_of) for ref, (t, v) in gauges.items()}
 
-        holders: dict[GpuRef, set[ContainerRef]] = {}
         held: dict[ContainerRef, Series] = {}
         alloc_points: list[tuple[GpuRef, list[float], list[float]]] = []
         for lab, times, values in sel.get("container_gpu_allocated", []):
             holder = cref(lab)
             if holder.namespace:
-                holders.setdefault(holder.gpu, set()).add(holder)
                 held[holder] = bucket(times, values, evals, rng, max)
             alloc_points.append((holder.gpu, times, values))
         allocated = merged(alloc_points, evals, rng, max)
-        shared = {g for g, refs in holders.items() if len(refs) >= 2}
 
         containers: dict[ContainerRef, Series] = {}
         container_max: dict[ContainerRef, Series] = {}
@@ -542,6 +539,13 @@ class EmbeddedData:
             lo = bisect.bisect_right(times, window.start)
             if lo < len(times):
                 raw[user] = values[lo:]
+        # The time-sliced devices: those two containers or more used in the window (as the
+        # Prometheus plan's ``members`` say), whether or not the kubelet allocated it to
+        # each (a pod that sees every GPU runs on one it does not hold).
+        users: dict[GpuRef, int] = {}
+        for user in containers:
+            users[user.gpu] = users.get(user.gpu, 0) + 1
+        shared = {g for g, n in users.items() if n >= 2}
         memory: dict[ContainerRef, float] = {}
         memory_steps: dict[ContainerRef, Series] = {}
         for lab, times, values in sel.get("container_gpu_memory_used_bytes", []):

@@ -41,6 +41,7 @@ from gpuscope.dashboard.series import (
     Window,
     WorkSignals,
 )
+from gpuscope.dashboard.verdicts.starvation import timeslice_shares
 from gpuscope.dashboard.verdicts.stragglers import stragglers
 from tests.dashboard.conftest import make_series
 from tests.dashboard.conftest import make_window as hand_window
@@ -289,6 +290,42 @@ def test_embedded_store_adds_node_label_and_buckets_like_prometheus() -> None:
     assert data.container_stats[cref].memory_bytes == 1024
     assert data.pods[cref.pod_key].workload == "Job/j"
     store.close()
+
+
+def test_embedded_time_slicing_is_judged_on_who_uses_a_gpu_not_who_holds_it() -> None:
+    """Two containers run on one busy GPU, one without the kubelet allocating it (a pod
+    that sees every GPU): the GPU is time-sliced between them, as the Prometheus path's
+    ``members`` say (the devices two containers or more used), so the starved one is
+    flagged in embedded mode too."""
+    end = 1_800_000_000.0
+
+    def scrape(allocated_b: bool) -> str:
+        lines = [
+            'gpu_info{gpu="0",uuid="GPU-1",model="A10G",driver_version="1",pci_bus_id="",'
+            'parent_uuid="",mig_profile=""} 1',
+            'gpu_utilization_ratio{gpu="0",uuid="GPU-1"} 0.95',
+            'container_gpu_allocated{namespace="ml",pod="a",container="c",uuid="GPU-1"} 1',
+            'container_gpu_utilization_ratio{namespace="ml",pod="a",container="c",'
+            'uuid="GPU-1"} 0.9',
+            'container_gpu_utilization_ratio{namespace="ml",pod="b",container="c",'
+            'uuid="GPU-1"} 0.02',
+        ]
+        if allocated_b:
+            lines.append('container_gpu_allocated{namespace="ml",pod="b",container="c",'
+                         'uuid="GPU-1"} 1')
+        return "\n".join(lines) + "\n"
+
+    for allocated_b in (True, False):
+        store = EmbeddedData([], interval=60, clock=lambda: end)
+        for i in range(61):
+            store.ingest_text("node-a", scrape(allocated_b), end - 3600 + i * 60)
+        data = store.fleet(3600)
+        store.close()
+        assert GpuRef("node-a", "GPU-1") in data.gpu_step_mean
+        found = {v.ref.pod: v for v in timeslice_shares(
+            data.containers, data.gpu_step_mean, data.window, data.history_start)}
+        assert found["b"].starved and not found["a"].starved
+        assert found["b"].gpu_utilization == pytest.approx(0.95)
 
 
 def test_embedded_store_is_bounded_by_count_age_and_series() -> None:
