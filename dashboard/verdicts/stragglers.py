@@ -612,17 +612,22 @@ def candidate_promql(st: Steps, th: Thresholds) -> list[str]:
     a workload is the summed utilization of the workload's containers on it. Stalled: a
     device below ``straggler_factor`` x the workload's highest (the median is at most
     that). Slow: every device busy, and the highest SM activity (else power)
-    ``slow_factor`` x the lowest or more (the median is at least the lowest)."""
+    ``slow_factor`` x the lowest or more (the median is at least the lowest), each
+    within a group (a workload's devices of one model, as the rule judges them: a workload
+    whose A100s are busy beside its idle L4s can hold a slow A100), the groups counted by
+    workload."""
     per = "by (namespace, workload)"
     devw = st.workload()
     stalled = (f"count {per} ({devw} < on (namespace, workload) group_left ()"
                f" ({th.straggler_factor!r} * max {per} ({devw})))")
     work = f"({st.active('sm')} or on (node, uuid) {st.power()})"
-    xw = f"({devw} * 0 + on (node, uuid) group_left () {work})"
-    uw = f"({devw} * 0 + on (node, uuid) group_left () {st.util()})"
-    slow = (f"count {per} ({xw}) >= 2 and on (namespace, workload)"
-            f" (max {per} ({xw}) >= {th.slow_factor!r} * min {per} ({xw}))"
-            f" and on (namespace, workload) (min {per} ({uw}) >= {th.slow_busy!r})")
+    devm = st.workload(model=True)
+    grp = f"by ({GROUP})"
+    xw = f"({devm} * 0 + on (node, uuid) group_left () {work})"
+    uw = f"({devm} * 0 + on (node, uuid) group_left () {st.util()})"
+    slow = (f"count {per} (count {grp} ({xw}) >= 2 and on ({GROUP})"
+            f" (max {grp} ({xw}) >= {th.slow_factor!r} * min {grp} ({xw}))"
+            f" and on ({GROUP}) (min {grp} ({uw}) >= {th.slow_busy!r}))")
     return [f'label_replace({stalled}, "kind", "stalled", "", "")',
             f'label_replace({slow}, "kind", "slow", "", "")']
 

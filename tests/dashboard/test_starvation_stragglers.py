@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
+import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
+from gpuscope.dashboard.data.recorded import RULE_R, RULE_RR, RULES, Steps
 from gpuscope.dashboard.series import ContainerRef, GpuRef, PodInfo, UtilStats
+from gpuscope.dashboard.verdicts import Thresholds
 from gpuscope.dashboard.verdicts.starvation import input_starved, series_stats, timeslice_shares
-from gpuscope.dashboard.verdicts.stragglers import stragglers
+from gpuscope.dashboard.verdicts.stragglers import candidate_promql, stragglers
 from tests.dashboard.conftest import T0, make_series, make_window
+from tests.stores import binary
 
 GPU = GpuRef("node-a", "GPU-0")
 HOUR = 3600.0
@@ -154,3 +160,36 @@ def test_no_straggler_when_the_whole_job_is_idle_or_alone() -> None:
 def test_pods_without_a_workload_are_not_compared() -> None:
     report = straggle({"a": [0.9] * 60, "b": [0.1] * 60}, workload="")
     assert report.stragglers == () and report.workloads_checked == 0
+
+
+def test_a_slow_rank_candidate_is_judged_per_gpu_model(tmp_path: Path) -> None:
+    """The slow-rank rule holds within a workload's GPUs of one model: a workload whose
+    A100s are all busy, one doing three times the others' work, beside its own L4s at 30 %,
+    is a slow-rank candidate (its busy A100 group is judged), though not every GPU of the
+    workload is busy. (``promtool test rules`` over the recorded minutes.)"""
+    rec = Steps(RULE_R, RULE_RR, rules=True)
+    devices = [("A1", "A100", 0.95, 0.3), ("A2", "A100", 0.95, 0.3),
+               ("A3", "A100", 0.95, 0.9), ("L1", "L4", 0.3, 0.2), ("L2", "L4", 0.3, 0.2)]
+    series = []
+    for i, (uuid, model, util, sm) in enumerate(devices):
+        dev = f'node="n1", gpu="{i}", uuid="{uuid}"'
+        series += [
+            (f'{RULES["workload"]}{{node="n1", uuid="{uuid}", namespace="ml", '
+             f'workload="Job/w", model="{model}"}}', f"{util}x10"),
+            (f"{RULES['util']}{{{dev}}}", f"{util}x10"),
+            (f"{RULES['sm']}{{{dev}}}", f"{sm}x10"),
+        ]
+    slow = candidate_promql(rec, Thresholds())[1]
+    tests = {"rule_files": ["none.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "promql_expr_test": [{
+            "expr": slow, "eval_time": "5m",
+            "exp_samples": [{"labels": '{namespace="ml", workload="Job/w", kind="slow"}',
+                             "value": 1}]}],
+    }]}
+    (tmp_path / "none.yaml").write_text("groups: []\n")
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests, width=1 << 20))
+    run = subprocess.run([binary("promtool"), "test", "rules", "test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
