@@ -2,7 +2,8 @@
 GPU's compute slices (its share of the GPU's price).
 
 A profile names its compute slices: ``3g.40gb`` is 3 of the GPU's 7 (A100, H100, H200,
-B200) or 4 (A30); a compute-instance profile ``1c.3g.40gb`` is 1 of them. A GPU whose slices
+B200), 4 (A30, RTX PRO 6000 Blackwell) or 2 (RTX PRO 5000 and 4500 Blackwell); a
+compute-instance profile ``1c.3g.40gb`` is 1 of them. A GPU whose slices
 add up to more than the model's count is divided by their sum instead, so shares never add
 up to more than the whole GPU.
 """
@@ -28,9 +29,21 @@ def compute_slices(profile: str) -> int | None:
     return n if n > 0 else None
 
 
+#: Compute slices of a whole GPU, by a part of its model's name (upper case), where it is
+#: not 7 (A100, H100, H200, H20, GH200, B200, GB200): NVIDIA's MIG user guide, "Supported
+#: GPUs" ("Max Number of Instances"). In PromQL a space of the name matches any character.
+SLICES_BY_MODEL: tuple[tuple[str, int], ...] = (
+    ("A30", 4),
+    ("RTX PRO 6000", 4),
+    ("RTX PRO 5000", 2),
+    ("RTX PRO 4500", 2),
+)
+
+
 def slices_per_gpu(model: str) -> int:
-    """Compute slices of a whole GPU of this model: 4 on an A30, 7 on every other MIG GPU."""
-    return 4 if "A30" in model.upper() else 7
+    """Compute slices of a whole GPU of this model (:data:`SLICES_BY_MODEL`, else 7)."""
+    upper = model.upper()
+    return next((n for part, n in SLICES_BY_MODEL if part in upper), 7)
 
 
 def mig_slices(gpus: Mapping[GpuRef, GpuInfo]) -> dict[GpuRef, list[GpuInfo]]:
@@ -84,13 +97,20 @@ def slice_share_promql(known: str) -> str:
     """Each MIG slice's share of its GPU (:func:`slice_shares`) as PromQL, by ``node,
     uuid``, from ``known`` (:func:`compute_slices_promql`'s answer, by ``node, uuid,
     parent_uuid``) and ``gpu_info``'s ``model``: its compute slices over the model's count
-    (4 on an A30, else 7) or the GPU's slices' sum where more; a slice of an unknown
+    (:func:`slices_per_gpu`) or the GPU's slices' sum where more; a slice of an unknown
     profile an even share of what the known ones leave."""
     on = "on (node, parent_uuid)"
     every = f"max by ({_SLICES_BY}) ({_INFO}}})"
     unknown = f"({every} unless on (node, uuid) {known})"
-    model = (f'((max by (node, parent_uuid) ({_INFO}, model=~"(?i).*A30.*"}}) * 0 + 4)'
-             f" or {on} (count by (node, parent_uuid) ({every}) * 0 + 7))")
+    # One matcher per count (no model's name holds parts of two counts).
+    parts: dict[int, list[str]] = {}
+    for part, n in SLICES_BY_MODEL:
+        parts.setdefault(n, []).append(part.replace(" ", "."))
+    counts = "".join(
+        f'(max by (node, parent_uuid) ({_INFO}, model=~"(?i).*({"|".join(names)}).*"}})'
+        f" * 0 + {n}) or {on} "
+        for n, names in parts.items())
+    model = f"({counts}(count by (node, parent_uuid) ({every}) * 0 + 7))"
     summed = f"(sum by (node, parent_uuid) ({known}) or {on} ({model} * 0))"
     total = f"(clamp_min({summed} - {on} {model}, 0) + {on} {model})"
     rest = (f"(clamp_min(1 - {summed} / {on} {total}, 0)"
