@@ -126,6 +126,9 @@ class DeviceSample:
     (the parent GPU only). ``None`` (or no ``throttle_seconds``) where the device or driver
     does not give them.
 
+    ``mig_mode`` is True for a GPU whose current MIG mode is on, with or without slices (a
+    GPU in MIG mode with none runs nothing and has no utilization); False for a slice.
+
     ``row_remapping`` is board-level too (the parent GPU only, never a MIG slice), ``None``
     where the GPU has no row remapper (before Ampere, ECC off).
 
@@ -174,6 +177,7 @@ class DeviceSample:
     processes: tuple[ProcessSample, ...] = ()
     mps_client_utilization_reported: bool | None = None
     minor_number: int | None = None
+    mig_mode: bool = False
 
     @property
     def is_mig(self) -> bool:

@@ -366,7 +366,8 @@ def _sharing(
         if not dev.up or not dev.uuid:
             continue
         sharing: Sharing
-        if dev.uuid in mig_parents or (dev.is_mig and dev.uuid not in replicated):
+        if dev.mig_mode or dev.uuid in mig_parents or (
+                dev.is_mig and dev.uuid not in replicated):
             sharing = "mig"
         elif dev.runs_mps:
             sharing = "mps"

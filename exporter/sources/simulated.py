@@ -615,6 +615,7 @@ class SimulatedSource:
                 out.append(DeviceSample(
                     index=gpu.index, uuid=spec.uuid, model=spec.model, up=False,
                     pci_bus_id=spec.pci_bus_id, architecture=spec.architecture, xid_errors=xid,
+                    mig_mode=spec.mig_enabled,
                 ))
                 for s in gpu.slices:
                     out.append(DeviceSample(
@@ -665,6 +666,7 @@ class SimulatedSource:
             model=spec.model,
             pci_bus_id=spec.pci_bus_id,
             architecture=spec.architecture,
+            mig_mode=spec.mig_enabled,
             utilization_ratio=None if "utilization_ratio" in uns else util,
             memory_utilization_ratio=None if "memory_utilization_ratio" in uns else mem_util,
             memory_used_bytes=None if "memory_used_bytes" in uns else mem_used,

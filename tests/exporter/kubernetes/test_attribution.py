@@ -595,3 +595,12 @@ def test_live_inputs_proc_part_reports_the_rounds_cgroup_reads(tmp_path: Path) -
         assert again.success and again.errors_total == bad.errors_total
     finally:
         inputs.close()
+
+
+def test_a_gpu_in_mig_mode_without_slices_is_shared_by_mig() -> None:
+    # No slice to name it as a parent: its own MIG mode says it (it is no exclusive GPU:
+    # nothing runs on it until slices are made).
+    s = snap(DeviceSample(index="0", uuid=G0, model="NVIDIA A100", mig_mode=True),
+             gpu("1", G1))
+    assert [(d.uuid, d.sharing) for d in attribute(s, [], {}, metadata()).sharing] == [
+        (G0, "mig"), (G1, "exclusive")]

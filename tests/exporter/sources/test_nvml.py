@@ -582,7 +582,7 @@ def test_mig_slices_are_devices_with_memory_and_processes(
 
     assert [d.index for d in snap.devices] == ["0", "1", "1/9", "1/2"]
     gpu = by_uuid(snap, parent.uuid)
-    assert gpu.up and not gpu.is_mig
+    assert gpu.up and not gpu.is_mig and gpu.mig_mode
     assert gpu.utilization_ratio is None and gpu.memory_utilization_ratio is None
     assert gpu.memory_used_bytes == 32 * GIB and gpu.memory_total_bytes == 80 * GIB
     assert gpu.power_watts == 250.0  # board-level readings stay on the parent
@@ -590,7 +590,7 @@ def test_mig_slices_are_devices_with_memory_and_processes(
     assert gpu.processes == ()  # reported once, on the slices
 
     one = by_uuid(snap, small.uuid)
-    assert one.uuid.startswith("MIG-")
+    assert one.uuid.startswith("MIG-") and not one.mig_mode
     assert (one.parent_uuid, one.mig_profile, one.model) == (
         parent.uuid, "1g.10gb", "NVIDIA A100-SXM4-80GB",
     )
@@ -608,6 +608,28 @@ def test_mig_slices_are_devices_with_memory_and_processes(
         (601, 10 * GIB, None),
     ]
     assert parts(snap)["nvml_devices"]
+
+
+def test_a_gpu_in_mig_mode_without_slices_says_so(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    # MIG mode on and no GPU instance made (the MIG manager failed to apply its layout, or
+    # every slice was destroyed to make new ones): nothing can run on the GPU and NVML gives
+    # it no utilization, yet it read as a GPU not in MIG mode (gpu_sharing_info "exclusive").
+    fake.gpus[1].mig_enabled = True
+    source = make_source()
+    snap = source.sample()
+    gpu = by_uuid(snap, fake.gpus[1].uuid)
+    assert gpu.up and gpu.mig_mode and gpu.utilization_ratio is None
+    assert not by_uuid(snap, fake.gpus[0].uuid).mig_mode
+    assert [d.index for d in snap.devices] == ["0", "1"]
+    # MIG mode turned on while running (no slice yet), and off again.
+    fake.gpus[0].mig_enabled = True
+    mono.advance(30.0)
+    assert by_uuid(source.sample(), fake.gpus[0].uuid).mig_mode
+    fake.gpus[0].mig_enabled = False
+    mono.advance(30.0)
+    assert not by_uuid(source.sample(), fake.gpus[0].uuid).mig_mode
 
 
 def test_lost_mig_parent_takes_its_slices_down(
