@@ -203,8 +203,9 @@ def idle_gpus(
 class NodeIdle:
     """A node all of whose GPUs are idle. ``idle_since`` is when the last of them went idle;
     the GPU-seconds are summed over its GPUs' own idle runs, a MIG slice's weighted by its
-    share of its GPU (so they are whole-GPU seconds). ``spinning_gpus`` counts the GPUs that
-    spun in their idle run, ``mig_gpus`` the GPUs in MIG mode."""
+    share of its GPU, and a MIG GPU's compute slices that no slice covers counted for the
+    run of the GPU (unallocated) (so they are whole-GPU seconds). ``spinning_gpus`` counts
+    the GPUs that spun in their idle run, ``mig_gpus`` the GPUs in MIG mode."""
 
     node: str
     gpus: int
@@ -287,9 +288,13 @@ def _gpu_part(
             return None
         idle = [(v, shares.get(s.ref, 0.0)) for v, s in zip(found, parts, strict=True)
                 if v is not None]
+        # Compute slices no slice covers (never carved) are idle with the GPU, held by
+        # nobody: the GPU's idle time is whole-GPU time however it is carved.
+        uncarved = max(0.0, 1.0 - sum(w for _, w in idle))
         return _Part(
             since=max(v.idle_since or 0.0 for v, _ in idle),
-            seconds=sum(v.idle_seconds * w for v, w in idle),
+            seconds=(sum(v.idle_seconds * w for v, w in idle)
+                     + uncarved * min(v.idle_seconds for v, _ in idle)),
             allocated=sum(v.allocated_seconds * w for v, w in idle),
             spinning=0.0,
             required=idle[0][0].required_seconds,

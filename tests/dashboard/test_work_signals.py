@@ -392,6 +392,22 @@ def test_a_mig_node_is_idle_when_every_slice_is() -> None:
     assert idle_nodes(gpus, idle_gpus(activity, w, w.start)) == {}
 
 
+def test_an_idle_mig_gpu_with_capacity_not_carved_into_slices_wastes_the_whole_gpu() -> None:
+    # Slices cover 3 of the GPU's 7 compute slices (the rest was never carved): the node is
+    # idle and burns its whole price, yet its hour's waste counted only the slices' 3/7 of
+    # the MIG GPU; the 4/7 nothing can use is idle and held by nobody.
+    gpus, activity = mig_node({"3g.40gb": 0.0})
+    w = make_window(HOUR)
+    verdicts = idle_gpus(activity, w, w.start)
+    node = idle_nodes(gpus, verdicts)["mig-node"]
+    assert node.idle_gpu_seconds == pytest.approx(2 * HOUR)
+    assert node.allocated_gpu_seconds == 0.0
+    report = waste({"mig-node": node}, {"mig-node": 10.0})
+    assert report.burning_per_hour == pytest.approx(10.0)
+    assert report.wasted == pytest.approx(10.0)
+    assert report.wasted_unallocated == pytest.approx(10.0)
+
+
 def test_a_mig_slice_without_gpm_is_idle_when_no_process_runs_on_it() -> None:
     # The activity of a slice without GPM: 1 in a step with a process on it, else 0.
     gpus, _ = mig_node({"3g.40gb": 0.0, "4g.40gb": 0.0})
