@@ -188,11 +188,19 @@ def in_cluster(serviceaccount_dir: str) -> SingleConfig:
 
 
 def _check_server(config: SingleConfig) -> None:
-    url = urllib.parse.urlsplit(config.cluster.server)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise KubeConfigError(
-            f"{describe(config)}: API server URL {config.cluster.server!r} is not http(s)://host"
-        )
+    server = config.cluster.server
+    try:
+        url = urllib.parse.urlsplit(server)  # ValueError: an unclosed IPv6 bracket
+    except ValueError:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.hostname:
+        raise KubeConfigError(f"{describe(config)}: API server URL {server!r} is not "
+                              "http(s)://host")
+    try:
+        url.port  # noqa: B018 - raises on a port past 65535 (httpx2 would wrap it round)
+    except ValueError:
+        raise KubeConfigError(f"{describe(config)}: API server URL {server!r} has a bad "
+                              "port") from None
 
 
 def _check_files(config: SingleConfig) -> None:

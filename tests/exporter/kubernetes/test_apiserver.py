@@ -634,9 +634,18 @@ def test_kubeconfig_current_context_and_relative_paths(tmp_path: Path) -> None:
             "is not http(s)://host",
         ),
         (lambda d: d["clusters"][1].update({"cluster": {"server": 7}}), "Expected `str`"),
+        # urlsplit's ValueError (a traceback, exit 1), and a port httpx2 would wrap round.
+        (
+            lambda d: d["clusters"][1]["cluster"].update({"server": "https://[::1"}),
+            "API server URL 'https://[::1' is not http(s)://host",
+        ),
+        (
+            lambda d: d["clusters"][1]["cluster"].update({"server": "https://10.0.0.1:99999"}),
+            "API server URL 'https://10.0.0.1:99999' has a bad port",
+        ),
     ],
     ids=["no-current-context", "unknown-context", "undefined-cluster", "no-clusters",
-         "auth-provider", "exec-v1", "not-http", "malformed"],
+         "auth-provider", "exec-v1", "not-http", "malformed", "bad-ipv6", "bad-port"],
 )
 def test_kubeconfig_errors(
     tmp_path: Path, mutate: Callable[[dict[str, Any]], Any], message: str
