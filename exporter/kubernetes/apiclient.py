@@ -141,8 +141,12 @@ def from_kubeconfig(path: str) -> SingleConfig:
         kubeconfig = KubeConfig.from_file(path)
     except KeyError as e:
         raise fail(f"no {e.args[0]!r} list", e) from e
-    except (ConfigError, OSError, yaml.YAMLError, msgspec.MsgspecError, TypeError, ValueError,
-            AttributeError) as e:
+    except (TypeError, AttributeError) as e:  # lightkube indexing what is not a mapping
+        raise fail(f"not a kubeconfig: expected a mapping with clusters, contexts and users "
+                   f"lists of mappings ({e})", e) from e
+    except RecursionError as e:  # PyYAML recurses once a level
+        raise fail("nested too deeply: not a kubeconfig", e) from None
+    except (ConfigError, OSError, yaml.YAMLError, msgspec.MsgspecError, ValueError) as e:
         raise fail(str(e), e) from e
     try:
         config = kubeconfig.get()

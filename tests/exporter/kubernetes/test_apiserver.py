@@ -665,6 +665,24 @@ def test_kubeconfig_unreadable(tmp_path: Path) -> None:
     (tmp_path / "bad").write_text("clusters: [\n")
     with pytest.raises(KubeConfigError, match=r"kubeconfig .*bad"):
         load_config(str(tmp_path / "bad"))
+    # PyYAML recurses once a level: a RecursionError traceback, exit 1.
+    (tmp_path / "deep").write_text("[" * 20000 + "]" * 20000 + "\n")
+    with pytest.raises(KubeConfigError, match=r"kubeconfig .*deep: nested too deeply"):
+        load_config(str(tmp_path / "deep"))
+
+
+@pytest.mark.parametrize("text", ["", "[]\n", "hello\n", "clusters: 5\n",
+                                  "clusters: [5]\n", "contexts: x\nclusters: []\n"],
+                         ids=["empty", "list", "string", "clusters-int", "cluster-int",
+                              "contexts-string"])
+def test_kubeconfig_not_of_its_shape_says_what_it_expects(tmp_path: Path, text: str) -> None:
+    """Not "'NoneType' object has no attribute 'get'": what a kubeconfig is."""
+    (tmp_path / "config").write_text(text)
+    with pytest.raises(KubeConfigError) as info:
+        load_config(str(tmp_path / "config"))
+    assert str(info.value).startswith(f"kubeconfig {tmp_path / 'config'}: not a kubeconfig: "
+                                      "expected a mapping with clusters, contexts and users "
+                                      "lists of mappings")
 
 
 def service_account(directory: Path, token: str, ca: bytes | None = b"pem") -> Path:
