@@ -44,7 +44,8 @@ def parse_targets(text: str) -> tuple[Target, ...]:
     exporter that does not state one, the URL's host (``http://10.0.0.5:9463/metrics`` ->
     ``10.0.0.5``), or ``host:port`` when several targets share a host (port-forwards to
     ``127.0.0.1``), so two targets never merge into one node. A URL without a path gets
-    ``/metrics``. A ``NODE=`` given to two targets is an error, for the same reason.
+    ``/metrics``. A ``NODE=`` given to two targets is an error, for the same reason, and so
+    is a URL with ``user:password@`` (never sent; the URL is logged and shown on the page).
     """
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
@@ -57,6 +58,10 @@ def parse_targets(text: str) -> tuple[Target, ...]:
         if sep and "://" not in head:
             node, url = head.strip(), rest.strip()
         parts = urllib.parse.urlsplit(url)
+        if parts.username is not None:  # first: the messages below repeat the URL
+            raise ValueError("the URL must not hold credentials (user:password@): the "
+                             "exporters are scraped without them, and the URL is logged and "
+                             "shown on the page")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http(s) URL such as http://10.0.0.5:9463/metrics, "
                              f"got {url!r}")

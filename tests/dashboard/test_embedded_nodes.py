@@ -48,6 +48,15 @@ def test_a_node_given_to_two_targets_is_an_error() -> None:
         parse_targets("gpu-a=http://127.0.0.1:9401/metrics,gpu-a=http://127.0.0.1:9402/metrics")
 
 
+def test_a_url_with_credentials_is_an_error_that_does_not_repeat_them() -> None:
+    """urllib never sends user:password@ (it looked the host "user:s3cret@10.0.0.5" up and
+    failed), and the URL went into the log and the page's note of exporters not answering."""
+    for text in ("http://user:s3cret@10.0.0.5:9463/metrics", "a=https://user@10.0.0.5/metrics"):
+        with pytest.raises(ValueError, match=r"must not hold credentials") as info:
+            parse_targets(text)
+        assert "s3cret" not in str(info.value) and "user@" not in str(info.value)
+
+
 # -- the scrape path, against fixed expositions over HTTP -----------------------------------
 
 
