@@ -519,8 +519,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(text)
         return 0
     if args.check:
+        # No more than it could hold (CRLF line ends read as LF, as text mode reads them),
+        # and bytes that are not UTF-8 replaced: a file that is not UTF-8, or endless
+        # (/dev/zero), is out of date, not a traceback or all the memory.
         try:
-            current = out.read_text(encoding="utf-8")
+            with out.open("rb") as f:
+                raw = f.read(2 * len(text.encode("utf-8")) + 1)
+            current: str | None = raw.decode("utf-8", "replace").replace(
+                "\r\n", "\n").replace("\r", "\n")
         except OSError:
             current = None
         if current != text:

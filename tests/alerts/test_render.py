@@ -185,6 +185,19 @@ def test_render_check_reports_a_stale_file(tmp_path: Path) -> None:
     assert render.main(["--output", str(out), "--check"]) == 1
 
 
+def test_render_check_of_a_file_not_utf8_or_endless_says_out_of_date(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--check read the whole output file as UTF-8: a file that is not was a
+    UnicodeDecodeError traceback, and /dev/zero took all memory."""
+    out = tmp_path / "prometheusrule.yaml"
+    out.write_bytes(b"\xff\xfe not the rules\n")
+    for path in (str(out), "/dev/zero"):
+        assert render.main(["--output", path, "--check"]) == 1
+        assert capsys.readouterr().err == (f"gpuscope-render: {path} is out of date: run "
+                                           "python -m gpuscope.alerts.render\n")
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("groups: [", "invalid YAML"),
     ("rules: []\n", "expected a mapping with exactly one key, 'groups'"),
