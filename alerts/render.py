@@ -508,6 +508,8 @@ def _parser() -> _Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
+        if args.check and str(args.output) == "-":
+            raise RenderError("--check compares with a file: give --output FILE, not -")
         text = render_generated(args.rules, args.runbook_base,
                                 cluster_label=args.cluster_label,
                                 replica_labels=args.replica_labels, fmt=args.format)

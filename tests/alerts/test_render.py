@@ -185,6 +185,15 @@ def test_render_check_reports_a_stale_file(tmp_path: Path) -> None:
     assert render.main(["--output", str(out), "--check"]) == 1
 
 
+def test_render_check_with_stdout_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """--check -o - wrote the rendering to stdout and exited 0: a check that always passed."""
+    assert render.main(["--output", "-", "--check"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("gpuscope-render: error: --check compares with a file: give "
+                            "--output FILE, not -\n")
+
+
 def test_render_check_of_a_file_not_utf8_or_endless_says_out_of_date(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
