@@ -142,11 +142,21 @@ def buffer_seconds(value: str) -> float:
     return seconds
 
 
+def label_text(value: str) -> str:
+    """Text that becomes a label or dimension value: UTF-8. Bytes that are not decode to
+    surrogates (argv, the environment) that no /metrics render can encode."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"expected UTF-8 text, got {value!r}") from None
+    return value
+
+
 def dimension_value(value: str) -> str:
-    """A CloudWatch dimension value: 1..1024 characters."""
+    """A CloudWatch dimension value: 1..1024 characters of UTF-8."""
     if not 1 <= len(value) <= 1024 or not value.strip():
         raise ValueError(f"expected 1 to 1024 characters, got {value!r}")
-    return value
+    return label_text(value)
 
 
 _INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
@@ -191,8 +201,9 @@ _FLAGS: tuple[Flag, ...] = (
          "sampling interval in seconds (0.1 to 3600)"),
     Flag("--source", choice("nvml", "simulated"), "nvml", "where samples come from"),
     Flag("--scenario", text, None, "YAML scenario for --source simulated (default: built-in)"),
-    Flag("--node-name", text, None, "this node's name (default: $NODE_NAME, else the hostname)"),
-    Flag("--instance-type", text, None, "instance type when node labels are unavailable"),
+    Flag("--node-name", label_text, None,
+         "this node's name (default: $NODE_NAME, else the hostname)"),
+    Flag("--instance-type", label_text, None, "instance type when node labels are unavailable"),
     Flag("--process-metrics", boolean, "false", "also export per-process series (cardinality!)",
           boolean=True),
     Flag("--kubelet-socket", text, "/var/lib/kubelet/pod-resources/kubelet.sock",
@@ -277,6 +288,11 @@ def parse_config(
             values["cloudwatch_region"] = aws_region(env["AWS_REGION"])
         except ValueError as exc:
             raise ConfigError(f"AWS_REGION: {exc}") from None
-    given = values.pop("node_name") or env.get("NODE_NAME")
+    given = values.pop("node_name")
+    if not given and env.get("NODE_NAME"):
+        try:
+            given = label_text(env["NODE_NAME"])
+        except ValueError as exc:
+            raise ConfigError(f"NODE_NAME: {exc}") from None
     return Config(listen_host=host, listen_port=port, node_name=given or hostname(),
                   node_name_is_hostname=not given, **values)

@@ -164,6 +164,13 @@ def test_node_name_falls_back_to_NODE_NAME_then_hostname() -> None:
         ([], {"GPUSCOPE_CLOUDWATCH": "sure"}, "GPUSCOPE_CLOUDWATCH: expected true or false"),
         ([], {"GPUSCOPE_CLOUDWATCH_INTERVAL": "1m"}, "GPUSCOPE_CLOUDWATCH_INTERVAL: expected"),
         (["--cloudwatch-dry-run"], {}, "--cloudwatch-dry-run only applies with --cloudwatch"),
+        # Bytes that are not UTF-8 (argv and the environment decode them to surrogates): a
+        # label value that every /metrics render failed to encode, the connection dropped.
+        (["--node-name", "n\udcff1"], {}, "--node-name: expected UTF-8 text, got 'n\\udcff1'"),
+        ([], {"GPUSCOPE_NODE_NAME": "n\udcff"}, "GPUSCOPE_NODE_NAME: expected UTF-8 text"),
+        ([], {"NODE_NAME": "n\udcff"}, "NODE_NAME: expected UTF-8 text"),
+        (["--cluster-name", "c\udcff"], {}, "--cluster-name: expected UTF-8 text"),
+        (["--instance-type", "p5\udcff"], {}, "--instance-type: expected UTF-8 text"),
     ],
 )
 def test_bad_values_give_one_line(argv: list[str], env: dict[str, str], fragment: str) -> None:
