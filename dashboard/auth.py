@@ -95,7 +95,7 @@ def parse_hash(text: str) -> PasswordHash:
     parts = text.split("$")
     if len(parts) != 4 or parts[0] != ALGORITHM:
         raise ValueError(f"expected {FORMAT}")
-    if not parts[1].isdigit():
+    if not (parts[1].isascii() and parts[1].isdigit()):  # int() refuses superscripts
         raise ValueError(f"iterations must be a whole number, got {parts[1]!r}")
     iterations = int(parts[1])
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:

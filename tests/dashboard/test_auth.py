@@ -67,6 +67,8 @@ def test_hash_matches_stdlib_pbkdf2() -> None:
     ("pbkdf2_sha256$1000$c2FsdHNhbHQ=", "expected pbkdf2_sha256$"),
     ("pbkdf2_sha256$many$c2FsdHNhbHQ=$" + "A" * 44, "iterations must be a whole number"),
     ("pbkdf2_sha256$10$c2FsdHNhbHQ=$" + "A" * 44, "iterations must be 1000..10000000"),
+    # str.isdigit() takes superscripts that int() refuses ("invalid literal for int()").
+    ("pbkdf2_sha256$1000\u00b2$c2FsdHNhbHQ=$" + "A" * 44, "iterations must be a whole number"),
     ("pbkdf2_sha256$1000$!!!$" + "A" * 44, "the salt is not base64"),
     ("pbkdf2_sha256$1000$c2FsdA==$" + "A" * 44, "the salt must be at least 8 bytes"),
     ("pbkdf2_sha256$1000$c2FsdHNhbHQ=$AAAA", "the hash must be 16 to 64 bytes"),
