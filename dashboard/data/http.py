@@ -414,8 +414,16 @@ class TlsConfig:
                 raise CredentialError(f"{ca_name} {self.ca_file}: no PEM certificate in it"
                                       ) from None
         if self.cert_file is not None and self.key_file is not None:
+            key_file = self.key_file
+
+            def refuse_password() -> str:
+                # Called by OpenSSL for an encrypted key; without it OpenSSL asks for the
+                # pass phrase on the terminal (at start-up, and at each reload).
+                raise CredentialError(f"{key_name} {key_file}: encrypted private keys are "
+                                      "not supported")
+
             try:
-                ctx.load_cert_chain(self.cert_file, self.key_file)
+                ctx.load_cert_chain(self.cert_file, self.key_file, password=refuse_password)
             except (ssl.SSLError, ValueError) as exc:
                 reason = getattr(exc, "reason", None) or "not a matching PEM certificate/key"
                 raise CredentialError(

@@ -469,6 +469,29 @@ def test_tls_files_are_checked_at_start_up(pki: Pki, tmp_path: Path) -> None:
         TlsConfig(cert_file=str(pki.client_cert))
 
 
+def test_an_encrypted_client_key_is_one_line_without_a_prompt(pki: Pki, tmp_path: Path
+                                                               ) -> None:
+    """OpenSSL asked for the pass phrase on the terminal ("Enter PEM pass phrase:"), then an
+    OSError traceback where there is none; it would ask again at each reload of the files."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pki.client_key.read_bytes(), None)
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret")))
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuscope.dashboard", "--prometheus", "https://127.0.0.1:1",
+         "--prometheus-cert-file", str(pki.client_cert),
+         "--prometheus-key-file", str(encrypted)],
+        cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        start_new_session=True,  # no terminal to prompt on
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"gpuscope-dashboard: error: --prometheus-key-file {encrypted}: "
+                             "encrypted private keys are not supported\n")
+
+
 # -- SigV4 ------------------------------------------------------------------------------------
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
