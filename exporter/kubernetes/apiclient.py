@@ -54,7 +54,7 @@ import httpx2
 import msgspec
 import yaml
 from lightkube import ConfigError, KubeConfig, SingleConfig
-from lightkube.config.client_adapter import BearerTokenFileAuth, ConnectionParams
+from lightkube.config.client_adapter import BearerTokenFileAuth, ConnectionParams, user_cert
 from lightkube.config.models import User
 from lightkube.core import decoders
 from lightkube.core.generic_client import ALL_NS, BasicRequest, GenericSyncClient
@@ -205,6 +205,32 @@ def _check_server(config: SingleConfig) -> None:
     except ValueError:
         raise KubeConfigError(f"{describe(config)}: API server URL {server!r} has a bad "
                               "port") from None
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _refuse_password() -> str:
+    # Called by OpenSSL for an encrypted key: without it OpenSSL asks on the terminal.
+    raise _EncryptedKey
+
+
+def _check_client_key(config: SingleConfig) -> None:
+    """Refuse an encrypted client key: lightkube loads it with no password callback, and
+    OpenSSL then asks for the pass phrase on the terminal. Other faults are left to the
+    load itself, which names them."""
+    cert = user_cert(config.user or User(), config.abs_file)
+    if cert is None:
+        return
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+            *cert, password=_refuse_password)
+    except _EncryptedKey:
+        raise KubeConfigError(f"{describe(config)}: client-key: encrypted private keys are "
+                              "not supported") from None
+    except (OSError, ssl.SSLError, ValueError):
+        pass
 
 
 def _check_files(config: SingleConfig) -> None:
@@ -384,6 +410,7 @@ class ApiClient:
     ) -> None:
         _check_server(config)
         _check_files(config)
+        _check_client_key(config)
         self._timeout_s = request_timeout_s
         try:
             self._lk = _Lightkube(config, request_timeout_s, token_refresh_s, clock)

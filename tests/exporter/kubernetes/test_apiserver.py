@@ -1542,3 +1542,29 @@ def test_resource_slices_not_served_or_left_out_are_no_failing_part(
     left_out = watcher_factory(api.url, resource_slices=False)
     wait_until(lambda: {p.name: p.success for p in left_out.snapshot().parts()}
                == {"kube_pods": True, "kube_node": True}, what="no DRA part")
+
+
+def test_an_encrypted_client_key_is_one_line_without_a_prompt(pki: Pki, tmp_path: Path) -> None:
+    """lightkube loads the client key without a password callback: OpenSSL asked for the pass
+    phrase on the terminal, then "[Errno 22] Invalid argument" where there is none."""
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pki.client_key, None)
+    encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(b"secret"))
+    path = write_kubeconfig(tmp_path / "config", "https://127.0.0.1:1", {
+        "client-certificate-data": base64.b64encode(pki.client_cert).decode(),
+        "client-key-data": base64.b64encode(encrypted).decode(),
+    })
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuscope.exporter", "--kubeconfig", str(path),
+         "--node-name", NODE, "--listen", "127.0.0.1:0"],
+        cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        start_new_session=True,  # no terminal to prompt on
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"gpuscope-exporter: error: --kubeconfig: kubeconfig {path} "
+                             "(context gpu-admin@prod): client-key: encrypted private keys "
+                             "are not supported\n")
