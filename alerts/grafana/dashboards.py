@@ -440,8 +440,8 @@ def pods(rules: Rules) -> Json:
                        unit="bytes", min_value=0), 12, 8)
     lay.add(timeseries("Share of a shared GPU (1 = fair)", (
         "On a shared GPU: the container's share of the summed utilization, against the fair "
-        "share: 1/n of the n holders when time-sliced, 1/replicas (the client's active-thread "
-        "share) under CUDA MPS (`container:gpu_fair_share_fraction:ratio`)."),
+        "share: 1/n of the n containers using it when time-sliced, 1/replicas (the client's "
+        "active-thread share) under CUDA MPS (`container:gpu_fair_share_fraction:ratio`)."),
         [Query(_gpu_of(of_pods(rules.series("container:gpu_fair_share_fraction:ratio"))),
                CONTAINER)], unit="none", min_value=0), 12, 8)
     namespace_variable = query_variable(
