@@ -46,6 +46,7 @@ from gpuscope.dashboard.verdicts.idle import (
 )
 from gpuscope.dashboard.verdicts.idle import idle_rows as idle_table
 from gpuscope.dashboard.verdicts.idle import slice_rows as slice_table
+from gpuscope.dashboard.verdicts.mig import slices_per_gpu
 from gpuscope.dashboard.verdicts.mps import active_thread_shares
 from gpuscope.dashboard.verdicts.owners import OwnerCost, showback
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers
@@ -450,8 +451,10 @@ class _Holding:
             share = self.shares.get(c.gpu, 0.0)
             parent = self.gpus.get(GpuRef(c.node, info.parent_uuid))
             on = f" of GPU {parent.gpu}" if parent is not None else ""
-            return (f"MIG {info.mig_profile or 'slice'} ({share * 7:.0f}/7{on})"
-                    if abs(share * 7 - round(share * 7)) < 1e-6 else
+            # In the model's compute slices (7 on most, 4 on an A30 or RTX PRO 6000).
+            k = slices_per_gpu(parent.model if parent is not None else info.model)
+            return (f"MIG {info.mig_profile or 'slice'} ({share * k:.0f}/{k}{on})"
+                    if abs(share * k - round(share * k)) < 1e-6 else
                     f"MIG {info.mig_profile or 'slice'} ({share:.0%}{on})",
                     per_gpu * share if per_gpu is not None else None)
         n = max(1, sum(1 for u in self.users.get(c.gpu, ()) if u.container))
