@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
@@ -105,6 +106,37 @@ _ARCHITECTURES: dict[int, str] = {
 _MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
 
 
+# "GPU UUID: \t GPU-8c2b5d1e-..." in the driver's per-GPU information file; older drivers
+# print "GPU-????????-????-..." when they cannot read it, which this does not match.
+_PROCFS_UUID = re.compile(
+    r"^GPU UUID:\s*(GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\s*$",
+    re.MULTILINE,
+)
+_PROCFS_EXCLUDED = re.compile(r"^GPU Excluded:\s*Yes\s*$", re.MULTILINE)
+
+
+def _procfs_uuids(proc_root: str) -> list[str] | None:
+    """The UUIDs of the GPUs the driver lists under ``<proc_root>/driver/nvidia/gpus``
+    (excluded ones left out: NVML does not enumerate them); ``None`` where the directory
+    cannot be read or a listed GPU shows no UUID."""
+    gpus = os.path.join(proc_root, "driver", "nvidia", "gpus")
+    uuids: list[str] = []
+    try:
+        for bus in sorted(os.listdir(gpus)):
+            with open(os.path.join(gpus, bus, "information"), encoding="utf-8",
+                      errors="replace") as f:
+                text = f.read()
+            if _PROCFS_EXCLUDED.search(text):
+                continue
+            match = _PROCFS_UUID.search(text)
+            if match is None:
+                return None
+            uuids.append(match.group(1))
+    except OSError:
+        return None
+    return uuids
+
+
 # ---------------------------------------------------------------------------------------------
 # Per-session state
 
@@ -144,6 +176,17 @@ class _Device:
         return ("gpu", self.key)
 
 
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What a GPU index was last identified as (its static facts)."""
+
+    uuid: str
+    model: str
+    pci_bus_id: str
+    architecture: str | None
+    minor_number: int | None
+
+
 @dataclass(slots=True)
 class _Counters:
     """One device's work-signal counters, kept by UUID across NVML sessions."""
@@ -181,8 +224,9 @@ class NvmlSource:
     than ``gpm_cpu_budget`` (a fraction of one core) of the time between two (GPM reads
     counters over PCIe: about 1.4 ms per GPU or GPU instance on an H100).
     ``proc_root`` (the host's ``/proc``, ``--proc-root``) is where the MPS server is
-    recognised by its name (:mod:`.mps`); ``None`` reads nothing there, and the server is
-    recognised by its place in NVML's process lists alone.
+    recognised by its name (:mod:`.mps`), and where a GPU NVML cannot open at init (lost)
+    finds its UUID (``driver/nvidia/gpus``, :meth:`_name_from_procfs`); ``None`` reads
+    nothing there, and the server is recognised by its place in NVML's process lists alone.
 
     The constructor never raises for a missing library or driver: it tries to initialise, and
     ``sample()`` keeps trying (with backoff) until NVML answers.
@@ -245,10 +289,16 @@ class NvmlSource:
         # The MPS list call, likewise (_v3, else _v2); MPS per device below.
         self._mps_call: Callable[[object], calls.Processes] = mps_compute_processes
         self._names = ProcessNames(proc_root)
+        self._proc_root = proc_root
         # Per device UUID, kept across re-inits: which utilization behaviour MPS has there.
         self._mps_behaviour: dict[str, MpsBehaviour] = {}
         # Devices whose MPS list failed once (logged once each).
         self._mps_failures: set[str] = set()
+        # What each GPU index was last identified as, and the GPU count then: a GPU that NVML
+        # cannot open after a re-init (lost: GPU_IS_LOST from nvmlDeviceGetHandleByIndex) is
+        # still the GPU at its index, with the same count (NVML enumerates in PCI order).
+        self._identities: dict[int, _Identity] = {}
+        self._identities_count: int | None = None
         self._session: _Session | None = None
         self._closed = False
         self._lock = threading.Lock()
@@ -292,6 +342,8 @@ class NvmlSource:
             devices = [_Device(index=str(i), nvml_index=i) for i in range(count)]
             for dev in devices:
                 self._identify(dev)
+            self._carry_identities(devices, count)
+            self._name_from_procfs(devices)
             self._next_layout_at = self._monotonic() + self._mig_layout_interval
             session = _Session(driver_version=driver_version, devices=devices)
             if self._gpm:
@@ -329,7 +381,50 @@ class NvmlSource:
             self._mark(dev, up=False, why=fault.error)
             return
         dev.identified = True
+        if dev.uuid:
+            self._identities[dev.nvml_index] = _Identity(
+                dev.uuid, dev.model, dev.pci_bus_id, dev.architecture, dev.minor_number
+            )
         self._start_cursor(dev)
+
+    def _carry_identities(self, devices: list[_Device], count: int) -> None:
+        """Name each GPU NVML could not open at this init (lost, failing) as its index was
+        known in an earlier session of this process, where the GPU count is the same (after
+        a driver reload with another count the indices may have moved: left unnamed). A GPU
+        never identified by this process keeps an empty UUID: none is invented."""
+        if count != self._identities_count:
+            # (Identified at this init: the entries _identify just wrote. The rest are stale.)
+            self._identities = {
+                d.nvml_index: self._identities[d.nvml_index]
+                for d in devices if d.identified and d.nvml_index in self._identities
+            }
+            self._identities_count = count
+            return
+        for dev in devices:
+            known = self._identities.get(dev.nvml_index)
+            if dev.identified or dev.uuid or known is None:
+                continue
+            dev.uuid, dev.model, dev.pci_bus_id = known.uuid, known.model, known.pci_bus_id
+            dev.architecture, dev.minor_number = known.architecture, known.minor_number
+            log.info("GPU %d does not answer; still reported as %s", dev.nvml_index, dev.uuid)
+
+    def _name_from_procfs(self, devices: list[_Device]) -> None:
+        """Name the one GPU NVML could not open and no earlier session named, by the UUID
+        the driver lists in ``<proc_root>/driver/nvidia/gpus/<bus>/information`` (printed
+        from the UUID the kernel module cached at probe, without asking the GPU) that no GPU
+        NVML opened holds. Only where that is unambiguous: one such GPU, the driver's
+        non-excluded GPUs as many as NVML's, each with a UUID; else it stays unnamed."""
+        unnamed = [d for d in devices if not d.identified and not d.uuid]
+        if self._proc_root is None or len(unnamed) != 1:
+            return
+        listed = _procfs_uuids(self._proc_root)
+        if listed is None or len(listed) != len(devices):
+            return
+        left = set(listed) - {d.uuid for d in devices if d.uuid}
+        if len(left) == 1:
+            unnamed[0].uuid = left.pop()
+            log.info("GPU %d does not answer NVML; the driver lists it as %s",
+                     unnamed[0].nvml_index, unnamed[0].uuid)
 
     @staticmethod
     def _minor_number(dev: _Device) -> int | None:

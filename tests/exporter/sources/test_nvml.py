@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -296,6 +297,131 @@ def test_gpu_lost_at_start_is_reported_down_then_identified(
     assert snap.devices[1].up
     assert snap.devices[1].uuid == fake.gpus[1].uuid
     assert snap.devices[1].power_watts == 250.0
+
+
+def test_gpu_lost_keeps_its_identity_through_a_reinit(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    # A GPU lost mid-run is served with the UUID it had; after NVML is initialised again
+    # (the driver went away and came back) NVML cannot open it (GPU_IS_LOST from
+    # nvmlDeviceGetHandleByIndex), and it is still the GPU at its index: the same UUID,
+    # model and bus id, never an empty UUID that would make it a new series.
+    gpu = fake.gpus[1]
+    source = make_source(xid_events=False)
+    assert all(d.up for d in source.sample().devices)
+    gpu.lost = True
+    lost = source.sample().devices[1]
+    assert not lost.up and lost.uuid == gpu.uuid
+
+    fake.driver_loaded = False
+    assert not source.sample().source_up
+    fake.driver_loaded = True
+    mono.advance(1.0)
+    snap = source.sample()
+    assert snap.source_up and fake.calls["nvmlInitWithFlags"] == 2
+    after = snap.devices[1]
+    assert not after.up
+    assert (after.index, after.uuid, after.model, after.pci_bus_id) == (
+        "1", gpu.uuid, gpu.name, gpu.pci_bus_id)
+    assert_no_measurements(after)
+
+    gpu.lost = False  # reset: it answers again, under its own UUID
+    back = source.sample().devices[1]
+    assert back.up and back.uuid == gpu.uuid
+
+
+def test_lost_gpu_identity_not_carried_when_the_device_count_changed(
+    fake: FakeNvml, make_source: SourceFactory, mono: FakeClock
+) -> None:
+    # After a driver reload with a different number of GPUs the indices may have moved: a
+    # GPU NVML cannot open is not taken for the one that had its index before.
+    source = make_source(xid_events=False)
+    source.sample()
+    fake.gpus[1].lost = True
+    source.sample()
+    fake.driver_loaded = False
+    source.sample()
+    fake.add_gpu()
+    fake.driver_loaded = True
+    mono.advance(1.0)
+    snap = source.sample()
+    assert [(d.index, d.up) for d in snap.devices] == [("0", True), ("1", False), ("2", True)]
+    assert snap.devices[1].uuid == ""
+
+
+def write_gpu_information(proc: Path, bus: str, uuid: str | None, excluded: bool = False) -> None:
+    """/proc/driver/nvidia/gpus/<bus>/information as the driver writes it (595.45: the UUID
+    line from the kernel's cached UUID, left out where the cache is not valid)."""
+    d = proc / "driver" / "nvidia" / "gpus" / bus
+    d.mkdir(parents=True)
+    lines = ["Model: \t\t NVIDIA A100-SXM4-80GB", "IRQ:   \t\t 0"]
+    if uuid is not None:
+        lines.append(f"GPU UUID: \t {uuid}")
+    lines += ["Video BIOS: \t 92.00.45.00.03", "Bus Type: \t PCIe",
+              f"Bus Location: \t {bus}", "Device Minor: \t 0",
+              f"GPU Excluded:\t {'Yes' if excluded else 'No'}"]
+    (d / "information").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def gpu_proc(tmp_path: Path, fake: FakeNvml) -> Path:
+    """The host /proc with the driver's information file of each fake GPU."""
+    proc = tmp_path / "proc"
+    for gpu in fake.gpus:
+        write_gpu_information(proc, gpu.pci_bus_id[4:].lower(), gpu.uuid)
+    return proc
+
+
+def test_gpu_lost_at_start_is_named_by_the_drivers_procfs(
+    fake: FakeNvml, make_source: SourceFactory, gpu_proc: Path
+) -> None:
+    # The exporter (re)started after GPU 1 fell off the bus: NVML cannot open it, the driver
+    # still lists it with the UUID it cached at probe. The one UUID no GPU NVML opened holds
+    # is that GPU's.
+    fake.gpus[1].lost = True
+    snap = make_source(proc_root=str(gpu_proc)).sample()
+    assert snap.devices[0].up and snap.devices[0].uuid == fake.gpus[0].uuid
+    lost = snap.devices[1]
+    assert not lost.up and (lost.index, lost.uuid) == ("1", fake.gpus[1].uuid)
+
+
+@pytest.mark.parametrize("case", [
+    "no proc root", "two lost", "placeholder uuid", "no uuid line", "more gpus in proc",
+])
+def test_gpu_lost_at_start_stays_unnamed_where_procfs_is_ambiguous(
+    fake: FakeNvml, make_source: SourceFactory, gpu_proc: Path, case: str
+) -> None:
+    fake.gpus[1].lost = True
+    proc: str | None = str(gpu_proc)
+    if case == "no proc root":
+        proc = None
+    elif case == "two lost":  # which of two unclaimed UUIDs is which GPU: not known
+        fake.add_gpu(lost=True)
+        write_gpu_information(gpu_proc, fake.gpus[2].pci_bus_id[4:].lower(), fake.gpus[2].uuid)
+    elif case == "placeholder uuid":  # what older drivers print when they cannot read it
+        info = gpu_proc / "driver/nvidia/gpus" / fake.gpus[1].pci_bus_id[4:].lower()
+        (info / "information").unlink()
+        info.rmdir()
+        write_gpu_information(gpu_proc, fake.gpus[1].pci_bus_id[4:].lower(),
+                              "GPU-????????-????-????-????-????????????")
+    elif case == "no uuid line":  # the driver's UUID cache was not valid, or an empty file
+        info = gpu_proc / "driver/nvidia/gpus" / fake.gpus[1].pci_bus_id[4:].lower()
+        (info / "information").write_text("")
+    elif case == "more gpus in proc":  # a GPU this container's NVML does not see
+        write_gpu_information(gpu_proc, "0000:99:00.0", "GPU-deadbeef-0000-0000-0000-000000000099")
+    snap = make_source(proc_root=proc).sample()
+    lost = [d for d in snap.devices if not d.up]
+    assert lost and all(d.uuid == "" for d in lost)
+
+
+def test_an_excluded_gpu_in_procfs_is_no_candidate(
+    fake: FakeNvml, make_source: SourceFactory, gpu_proc: Path
+) -> None:
+    # NVreg_ExcludedGpus: the driver lists the GPU (GPU Excluded: Yes), NVML does not.
+    write_gpu_information(gpu_proc, "0000:99:00.0", "GPU-deadbeef-0000-0000-0000-000000000099",
+                          excluded=True)
+    fake.gpus[1].lost = True
+    assert make_source(proc_root=str(gpu_proc)).sample().devices[1].uuid == fake.gpus[1].uuid
 
 
 def test_library_missing_at_start_recovers_after_backoff(
