@@ -185,6 +185,29 @@ def _health_ref(labels: Mapping[str, str]) -> GpuRef:
     return GpuRef(ref.node, f"gpu {labels.get('gpu', '')}")
 
 
+def _fold_unnamed(found: dict[GpuRef, list[Problem]], index: dict[GpuRef, str]) -> None:
+    """A GPU lost while an exporter ran (its UUID on its series) and served without a UUID
+    after the exporter restarted (its index alone, :func:`_health_ref`) is one GPU: the
+    unnamed one's problems go to the one named GPU of its node and index in the window
+    (none where two named GPUs had that index), a state seen under both names as one."""
+    named: dict[tuple[str, str], list[GpuRef]] = {}
+    for ref in found:
+        if not ref.uuid.startswith("gpu "):
+            named.setdefault((ref.node, index[ref]), []).append(ref)
+    for ref in [r for r in found if r.uuid.startswith("gpu ")]:
+        into = named.get((ref.node, index[ref]), [])
+        if len(into) != 1:
+            continue
+        merged = {p.what: p for p in found[into[0]]}
+        for p in found.pop(ref):
+            q = merged.get(p.what)
+            merged[p.what] = p if q is None else Problem(
+                p.what, min(p.first, q.first), max(p.last, q.last), max(p.count, q.count),
+                p.now or q.now)
+        found[into[0]] = list(merged.values())
+        del index[ref]
+
+
 class Health(StepVerdict):
     """The GPU-health verdict (module docstring)."""
 
@@ -245,6 +268,7 @@ class Health(StepVerdict):
         for lab, s in answers.get(REMAP_FAILED, ()):
             if len(s):
                 add(lab, _problem("row remap failed (replace the GPU)", s, latest, step))
+        _fold_unnamed(found, index)
         holders: dict[GpuRef, set[str]] = {}
         for lab, s in answers.get(HOLDERS, ()):
             if len(s) and lab.get("namespace"):

@@ -287,3 +287,19 @@ def test_an_empty_table_under_a_namespace_filter_says_it_is_that_namespace_s() -
     assert VERDICT.note((), ctx()) == "No GPU problems in this window."
     note = VERDICT.note((), ctx(namespace="research"))
     assert note == "No GPU problems in this window on the GPUs of namespace research."
+
+
+def test_a_gpu_lost_before_an_exporter_restart_is_one_row_since_it_was_lost() -> None:
+    # Lost while the exporter ran (gpu_up{gpu="2",uuid="GPU-…"} 0), then served without its
+    # UUID by the exporter that started after it (gpu_up{gpu="2",uuid=""} 0): one GPU, one
+    # row, lost since the first step; another node's unnamed GPU 2 stays its own row.
+    found = VERDICT.judge({LOST: [
+        ({"node": "node-a", "uuid": "GPU-a2", "gpu": "2"}, series({t: 0.0 for t in T[5:20]})),
+        ({"node": "node-a", "uuid": "", "gpu": "2"}, series({t: 0.0 for t in T[21:]})),
+        ({"node": "node-b", "uuid": "", "gpu": "2"}, series({t: 0.0 for t in T[30:]})),
+    ]}, ctx())
+    assert sorted((h.ref.node, h.ref.uuid, h.gpu) for h in found) == [
+        ("node-a", "GPU-a2", "2"), ("node-b", "gpu 2", "2")]
+    a = next(h for h in found if h.ref.node == "node-a")
+    assert [(p.first, p.last, p.now) for p in a.problems] == [(T[5], T[-1], True)]
+    assert a.since == T[5]
