@@ -230,13 +230,19 @@ def run(cfg: Config, stop: threading.Event) -> int:
     server.stop()
     if probes is not None:
         probes.stop()
-    sampler.stop()
+    # A round stuck in the driver holds the source (NVML's lock): closing it would wait for
+    # that call forever, and the process would never exit. Exiting frees it all the same.
+    sampler_stopped = sampler.stop()
+    if not sampler_stopped:
+        log.warning("the sampler is still inside a sampling round (a %s call that does not "
+                    "return); exiting without closing the source and attribution", cfg.source)
     if cloudwatch is not None:
         # No more samples: close the open interval and send what is buffered, bounded by
         # the sink's shutdown timeout (10 s, within Kubernetes' default 30 s grace period).
         cloudwatch.stop()
-    attributor.close()
-    source.close()
+    if sampler_stopped:  # else the hung round may hold their locks (the /proc reader's too)
+        attributor.close()
+        source.close()
     return 0
 
 

@@ -123,10 +123,14 @@ class Sampler:
         self._thread = threading.Thread(target=self._loop, name="gpuscope-sampler", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Ends the loop after its current round, waiting at most ``timeout`` seconds. False
+        when the thread is still inside a round (a source call that never returns)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _loop(self) -> None:
         next_due = self._monotonic()

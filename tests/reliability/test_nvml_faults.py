@@ -128,6 +128,67 @@ def test_library_absent_at_start_then_installed_whole_exporter(
 
 
 # ---------------------------------------------------------------------------------------------
+# 2. An NVML call that never returns, then SIGTERM
+
+
+def test_shutdown_with_an_nvml_call_hung_ends_within_its_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call stuck in the driver holds NvmlSource's lock: closing the source behind it
+    (nvmlShutdown) waited for it forever, so the exporter never exited on SIGTERM (the
+    kubelet's SIGKILL after the grace period ended it; a Ctrl-C never did)."""
+    fake = FakeNvml(2)
+    hang, entered, release = threading.Event(), threading.Event(), threading.Event()
+    check = fake._check
+
+    def hanging_check(name: str) -> None:
+        if hang.is_set() and name == "nvmlDeviceGetPowerUsage":
+            entered.set()
+            release.wait(60)
+        check(name)
+
+    monkeypatch.setattr(fake, "_check", hanging_check)
+    monkeypatch.setattr(gpuscope.exporter.sources.nvml, "NvmlSource", functools.partial(
+        NvmlSource, library_loader=lambda: fake, xid_wait_timeout_ms=50,
+    ))
+    port = free_port()
+    cfg = parse_config([
+        "--source", "nvml", "--interval", "0.1", "--listen", f"127.0.0.1:{port}",
+        "--node-name", "node-a", "--kubelet-socket", str(tmp_path / "no-kubelet.sock"),
+        "--proc-root", str(tmp_path),
+    ], environ={})
+    stop = threading.Event()
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(cli.run(cfg, stop)), daemon=True)
+    runner.start()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return requests.get(url + "/readyz", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(ready, 30, "/readyz 200")
+        hang.set()
+        assert entered.wait(10), "the sampler never reached the hanging call"
+        wait_for(lambda: not ready(), 10, "/readyz 503 while the round hangs")
+        stop.set()  # what SIGTERM does
+        started = time.monotonic()
+        runner.join(15)
+        took = time.monotonic() - started
+        assert not runner.is_alive(), "cli.run() still running 15 s after SIGTERM"
+        assert result == [0]
+        assert took < 10, took  # the sampler's 5 s join, then no wait on the hung call
+        assert any("still inside a sampling round" in r.getMessage() for r in caplog.records)
+    finally:
+        stop.set()
+        release.set()
+        runner.join(15)
+
+
+# ---------------------------------------------------------------------------------------------
 # 3. XID storm: 1000 events/s for 3 s
 
 
