@@ -72,6 +72,11 @@ def _accepts_text_004(accept: str) -> bool:
     return False
 
 
+#: Renderings of ``/metrics`` kept for the current round besides the text format's two
+#: (plain and gzipped): the content type echoes the client's ``Accept`` (its version and
+#: escaping), so the variants a client can ask for are unbounded.
+MAX_OTHER_RENDERINGS = 8
+
 #: Seconds a client has, after connecting, to complete the TLS handshake.
 TLS_HANDSHAKE_TIMEOUT = 10.0
 
@@ -177,9 +182,11 @@ class _HTTPServer(ThreadingHTTPServer):
         self._render_key = render_key
         self.idle_timeout = IDLE_TIMEOUT
         self._render_lock = threading.Lock()
-        # (content type, gzip accepted) -> (render key, body, gzipped): one rendering per
-        # sampling round however many clients scrape (see ExporterServer).
-        self._rendered: dict[tuple[str, bool], tuple[Hashable, bytes, bool]] = {}
+        # (content type, gzip accepted) -> (body, gzipped) for the render key in
+        # _rendered_key: one rendering per sampling round however many clients scrape (see
+        # ExporterServer); emptied when the key changes.
+        self._rendered: dict[tuple[str, bool], tuple[bytes, bool]] = {}
+        self._rendered_key: Hashable = None
         try:
             super().__init__(address, _Handler)
         except OSError as error:
@@ -209,11 +216,16 @@ class _HTTPServer(ThreadingHTTPServer):
         # instead of all 100 rendering the same bytes while fighting over the GIL.
         with self._render_lock:
             key = self._render_key()
+            if key != self._rendered_key:
+                self._rendered.clear()
+                self._rendered_key = key
             cached = self._rendered.get((content_type, gzip_ok))
-            if cached is not None and cached[0] == key:
-                return cached[1], cached[2]
+            if cached is not None:
+                return cached
             body, gzipped = _encode(self.registry, encoder, gzip_ok)
-            self._rendered[(content_type, gzip_ok)] = (key, body, gzipped)
+            others = sum(1 for kind, _ in self._rendered if kind != CONTENT_TYPE)
+            if content_type == CONTENT_TYPE or others < MAX_OTHER_RENDERINGS:
+                self._rendered[(content_type, gzip_ok)] = (body, gzipped)
             return body, gzipped
 
     def get_request(self) -> tuple[socket.socket, Any]:

@@ -153,6 +153,36 @@ def test_render_once_per_key_however_many_scrape() -> None:
         srv.stop()
 
 
+def test_renderings_kept_are_bounded_whatever_clients_accept() -> None:
+    """The content type comes from the client's Accept header (prometheus_client echoes its
+    version and escaping): every distinct one kept a rendering for the exporter's life, so a
+    client counting up the version grew memory without bound (3,000 scrapes: +160 MB)."""
+    collector = CountingCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    key = [0]
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True,
+                         render_key=lambda: key[0])
+    srv.start()
+    url = f"http://127.0.0.1:{srv.port}/metrics"
+    try:
+        with requests.Session() as session:
+            for i in range(40):
+                key[0] = i // 20  # two sampling rounds
+                accept = f"application/openmetrics-text; version=1.0.{i}"
+                got = session.get(url, headers={**PLAIN, "Accept": accept}, timeout=5)
+                assert got.status_code == 200
+        kept = srv._httpd._rendered
+        assert len(kept) <= 10, len(kept)  # the text format's 2, and 8 others
+        # The usual variants are still rendered once per round.
+        calls = collector.calls
+        for _ in range(3):
+            requests.get(url, headers=PLAIN, timeout=5)
+        assert collector.calls == calls + 1
+    finally:
+        srv.stop()
+
+
 def test_without_a_render_key_every_scrape_renders() -> None:
     collector = CountingCollector()
     registry = CollectorRegistry(auto_describe=False)
