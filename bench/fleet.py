@@ -453,7 +453,10 @@ class Shape:
 
 
 class Fleet:
-    """The samples of :func:`plan`'s nodes over ``shape``, in two formats, streamed."""
+    """The samples of :func:`plan`'s nodes over ``shape``, in two formats, streamed.
+    ``families``: those written (:data:`KEEP`; a test's fleet may add one it makes)."""
+
+    families: frozenset[str] = KEEP
 
     def __init__(self, shape: Shape, nodes: Sequence[NodePlan] | None = None, *,
                  replicas: Mapping[str, Sequence[str]] | None = None) -> None:
@@ -507,7 +510,7 @@ class Fleet:
         create-blocks-from openmetrics``. Counts :attr:`series` and :attr:`samples`."""
         stamps = [f"{t:.3f}" for t in self.shape.stamps()]
         self.series = self.samples = 0
-        for family in sorted(KEEP):
+        for family in sorted(self.families):
             counter = family.endswith("_total")
             base = family.removesuffix("_total") if counter else family
             yield f"# TYPE {base} {'counter' if counter else 'gauge'}\n"

@@ -85,6 +85,8 @@ FLEET_METRICS = frozenset({
     "gpu_utilization_ratio", "gpu_memory_used_bytes", "container_gpu_allocated",
     "container_gpu_utilization_ratio", "container_gpu_memory_used_bytes", "gpu_power_watts",
     "gpu_power_limit_watts", "gpu_sm_clock_hertz", "gpu_temperature_celsius", *WORK_COUNTERS,
+    # A GPU's mode: one in MIG mode with no slice is idle (``uncarved``, :meth:`fleet`).
+    "gpu_sharing_info",
 })
 NODE_METRICS = FLEET_METRICS
 WORKLOAD_METRICS = frozenset({
@@ -151,6 +153,39 @@ def stated_node(samples: Iterable[Sample]) -> str | None:
         if name == "gpu_node_info" and labels.get(NODE_NAME_LABEL):
             return node_key(labels.get(CLUSTER_NAME_LABEL, ""), labels[NODE_NAME_LABEL])
     return None
+
+
+def uncarved(
+    modes: Iterable[tuple[dict[str, str], list[float], list[float]]],
+    utilization: Mapping[GpuRef, Sequence[float]],
+    reported: Mapping[GpuRef, Sequence[float]],
+    infos: Iterable[Mapping[str, str]],
+    evals: Sequence[float],
+    rng: float,
+) -> dict[GpuRef, Series]:
+    """Each whole GPU in MIG mode with no MIG slice (``uncarved_promql`` of
+    :mod:`~gpuscope.dashboard.verdicts.idle`, as the stores judge it): 0 at each step at
+    which its ``gpu_sharing_info`` says ``mig``, no slice of it (``infos``: ``gpu_info``
+    over the window) reported (``reported``: each device's steps with a sample) and it had
+    no utilization of its own (``utilization``: each device's steps with one)."""
+    slices: dict[GpuRef, list[GpuRef]] = {}
+    for lab in infos:
+        if lab.get("parent_uuid"):
+            slices.setdefault(GpuRef(lab["node"], lab["parent_uuid"]), []).append(gref(lab))
+    # (Not a slice itself: a slice's mode is its GPU's.)
+    every_slice = {s for refs in slices.values() for s in refs}
+    out: dict[GpuRef, Series] = {}
+    for lab, times, values in modes:
+        ref = gref(lab)
+        if lab.get("sharing") != "mig" or ref in every_slice:
+            continue
+        carved = {t for s in slices.get(ref, ()) for t in reported.get(s, ())}
+        carved.update(utilization.get(ref, ()))
+        steps = tuple(t for t in bucket(times, values, evals, rng, max).times
+                      if t not in carved)
+        if steps:
+            out[ref] = Series(steps, tuple(0.0 for _ in steps))
+    return out
 
 
 @dataclass(slots=True)
@@ -474,7 +509,8 @@ class EmbeddedData:
                                 throttle_rates=False)
 
         # Idle activity: utilization (whole GPUs, slices that report it), SM activity (MIG
-        # slices with GPM), else whether a process holds memory on the slice.
+        # slices with GPM), else whether a process holds memory on the slice; a whole GPU
+        # in MIG mode with no slice: 0 (it can run nothing).
         busy_max: dict[GpuRef, Series] = {}
         idle_signal: dict[GpuRef, str] = {}
         gpu_now: dict[GpuRef, float] = {}
@@ -482,10 +518,13 @@ class EmbeddedData:
         # The steps at which each node's exporter was there (any of its devices reported):
         # the time a node that came up or went away within the window is charged for.
         there: dict[str, set[float]] = {}
+        # The steps at which each device reported (a MIG slice: its GPU has a slice then).
+        reported: dict[GpuRef, tuple[float, ...]] = {}
         for lab, times, values in sel.get("gpu_utilization_ratio", []):
             ref = gref(lab)
             gauges[ref] = (times, values)
             series = bucket(times, values, evals, rng, max)
+            reported[ref] = series.times
             there.setdefault(ref.node, set()).update(series.times)
             if series.times and series.times[-1] >= window.end - 1e-9:
                 gpu_now[ref] = series.values[-1]
@@ -505,12 +544,20 @@ class EmbeddedData:
                 continue
             present = bucket(times, values, evals, rng, max)
             there.setdefault(ref.node, set()).update(present.times)
+            reported[ref] = present.times
             if ref not in slices or ref in signals.gpm:
                 continue
             used = process_memory[ref].at() if ref in process_memory else {}
             busy_max[ref] = Series(present.times, tuple(
                 1.0 if used.get(t, 0.0) > 0 else 0.0 for t in present.times))
             idle_signal[ref] = "process"
+
+        for ref, series in uncarved(sel.get("gpu_sharing_info", []),
+                                    {ref: reported[ref] for ref in gauges}, reported,
+                                    self._infos("gpu_info", window.start - rng),
+                                    evals, rng).items():
+            busy_max[ref] = series
+            idle_signal[ref] = "mig"
 
         gpu_mean: dict[GpuRef, float] = {}
         for ref, series in signals.utilization.items():

@@ -30,6 +30,7 @@ def pods_cell(pods: Sequence[str], state: State) -> str:
 SIGNALS = {
     "utilization": "utilization", "sm": "SM activity (GPM)", "process": "no process (no GPM)",
     "gpm": "SM, tensor, DRAM activity (GPM)", "power": "power vs limit (no GPM)",
+    "mig": "MIG mode, no slice",
 }
 
 

@@ -9,8 +9,10 @@
   reports one, else no process held memory on it, for the same duration (the data layer
   gives each slice's per-step activity and says which signal it is).
 - idle node: every whole GPU on it is idle; a GPU in MIG mode is idle when every one of its
-  slices is. A GPU that reports nothing to judge it by (lost, not supported) cannot be shown
-  idle, so its node is not idle.
+  slices is, and one with no slice (:func:`uncarved_promql`: it can run nothing) is idle
+  at the steps it is so (the data layer gives it 0 there, signal ``mig``). A GPU that
+  reports nothing to judge it by (lost, not supported) cannot be shown idle, so its node
+  is not idle.
 """
 
 from __future__ import annotations
@@ -592,9 +594,10 @@ def slice_data(rows: Sequence[SliceRow], state: State | None = None) -> list[Row
 
 def idle_promql(st: Steps, th: Thresholds) -> list[str]:
     """Each device's idle activity below the threshold, labelled with its ``signal``:
-    utilization (whole GPUs, slices that report it without GPM), SM activity (MIG slices
-    with GPM), or (a MIG slice without either) 0 while no process holds memory on it.
-    A device meets at most one of them."""
+    utilization (whole GPUs, slices that report it without GPM), ``mig``: 0 for a GPU in
+    MIG mode with no slice (:func:`uncarved_promql`), SM activity (MIG slices with GPM),
+    or (a MIG slice without either) 0 while no process holds memory on it. A device meets
+    at most one of them."""
     idle = f"{th.idle_utilization!r}"
     util = st.sel("gpu_utilization_ratio")
     gpm = st.sel("gpu_sm_active_seconds_total")
@@ -605,6 +608,7 @@ def idle_promql(st: Steps, th: Thresholds) -> list[str]:
         f'label_replace({st.util_max()} < {idle}'
         f' unless on (node, uuid) ({gpm} and on (node, uuid) {slices}),'
         f' "signal", "utilization", "", "")',
+        f'label_replace({uncarved_promql(st)}, "signal", "mig", "", "")',
         f'label_replace({st.active("sm")} < {idle}'
         f' and on (node, uuid) {slices}, "signal", "sm", "", "")',
         f'label_replace(max by ({GBY}) (max_over_time({memory}[{st.r}]))'
@@ -615,12 +619,29 @@ def idle_promql(st: Steps, th: Thresholds) -> list[str]:
     ]
 
 
+def uncarved_promql(st: Steps) -> str:
+    """0 for each whole GPU in MIG mode (``gpu_sharing_info{sharing="mig"}``) with no MIG
+    slice in the step (none in ``gpu_info`` with it as ``parent_uuid``) and no utilization
+    of its own: it can run nothing (the MIG manager's layout not applied, or every slice
+    destroyed), a whole GPU of idle time. A GPU in MIG mode with slices is judged by them."""
+    mode = st.sel("gpu_sharing_info", {"sharing": '="mig"'})
+    slices = f"max_over_time({st.sel('gpu_info', {'parent_uuid': NOT_EMPTY})}[{st.r}])"
+    # (Not a slice itself: a slice's mode is its GPU's.)
+    return (f"max by ({GBY}) (max_over_time({mode}[{st.r}])) * 0"
+            f" unless on (node, uuid) {slices}"
+            f" unless on (node, uuid) label_replace(max by (node, parent_uuid)"
+            f' ({slices}), "uuid", "$1", "parent_uuid", "(.*)")'
+            f" unless on (node, uuid) max_over_time({st.sel('gpu_utilization_ratio')}"
+            f"[{st.r}])")
+
+
 def silent_promql(st: Steps) -> str:
-    """The devices with nothing to judge them by: no utilization sample and no SM
-    activity (GPM) in the step."""
+    """The devices with nothing to judge them by: no utilization sample, no SM activity
+    (GPM) and not in MIG mode with no slice (:func:`uncarved_promql`) in the step."""
     return (f"max by ({GBY}) ({st.sel('gpu_info')}) unless on (node, uuid)"
             f" max_over_time({st.sel('gpu_utilization_ratio')}[{st.r}])"
-            f" unless on (node, uuid) {st.active('sm')}")
+            f" unless on (node, uuid) {st.active('sm')}"
+            f" unless on (node, uuid) ({uncarved_promql(st)})")
 
 
 def idle_now_promql(hist: History) -> str:

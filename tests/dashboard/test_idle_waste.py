@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpuscope.dashboard.series import GpuInfo, GpuRef
-from gpuscope.dashboard.verdicts.idle import idle_gpus, idle_nodes
+from gpuscope.dashboard.verdicts.idle import gpu_states, idle_gpus, idle_nodes
 from gpuscope.dashboard.verdicts.waste import waste
 from tests.dashboard.conftest import T0, make_series, make_window
 
@@ -171,3 +171,39 @@ def test_first_point_trailing_the_fleet_by_a_scrape_offset_still_covers_history(
     # Three steps later is not an offset but a device that was busy or absent: no benefit.
     run = trailing_run([104.0, 105.0], [True, True], 1.0, 100.0)
     assert run is not None and run.start == 103.0
+
+
+def test_a_gpu_in_mig_mode_with_no_slice_is_idle_and_its_node_too() -> None:
+    # Two H100s in MIG mode with nothing carved: the data layer gives each 0 (signal "mig")
+    # at the steps it was so (``uncarved``); each is a whole GPU of idle time, held by
+    # nobody, and the node is idle. One whose slices went away 20 minutes ago has been idle
+    # 20 minutes: not yet.
+    gpus = {r: GpuInfo(r.node, str(i), r.uuid, "NVIDIA H100 80GB HBM3")
+            for i, r in enumerate((A, B))}
+    w = make_window(HOUR)
+    zeros = make_series([0.0] * 61)
+    verdicts = idle_gpus({A: zeros, B: zeros}, w, w.start, signal={A: "mig", B: "mig"})
+    assert all(v.idle and v.signal == "mig" and v.allocated_seconds == 0.0
+               for v in verdicts.values())
+    assert gpu_states(gpus, verdicts) == {A: "idle", B: "idle"}
+    node = idle_nodes(gpus, verdicts)["node-a"]
+    assert (node.gpus, node.allocated_gpus, node.spinning_gpus) == (2, 0, 0)
+    assert node.idle_gpu_seconds == pytest.approx(2 * HOUR)
+    assert node.unallocated_gpu_seconds == pytest.approx(2 * HOUR)
+    late = idle_gpus({A: zeros, B: make_series([0.0] * 20)}, w, w.start,
+                     signal={A: "mig", B: "mig"})
+    assert not late[B].idle and late[B].idle_seconds == pytest.approx(20 * 60)
+    assert gpu_states(gpus, late) == {A: "idle", B: "busy"}
+    assert idle_nodes(gpus, late) == {}
+
+
+def test_a_gpu_in_mig_mode_with_slices_is_judged_by_them() -> None:
+    # The GPU's slices are in the inventory: its own verdict, had it one, does not count.
+    parent = GpuInfo("node-a", "0", "GPU-a0", "NVIDIA H100 80GB HBM3")
+    s = GpuInfo("node-a", "0/1", "MIG-a0-1", "NVIDIA H100 80GB HBM3", "GPU-a0", "3g.40gb")
+    gpus = {parent.ref: parent, s.ref: s}
+    w = make_window(HOUR)
+    busy = idle_gpus({parent.ref: make_series([0.0] * 61), s.ref: make_series([0.9] * 61)},
+                     w, w.start, signal={parent.ref: "mig"})
+    assert gpu_states(gpus, busy) == {parent.ref: "busy"}
+    assert idle_nodes(gpus, busy) == {}

@@ -219,6 +219,9 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
              "at", "end", "before",
              # the raw holdings' slice label, made from ``uuid`` and back (Steps.holdings_over)
              "slice", "uuid", "$1", "(.*)",
+             # a GPU in MIG mode with no slice: its signal, and its slices found by their
+             # parent (idle.uncarved_promql)
+             "mig", "parent_uuid",
              # the registry's step queries, sent as one: the label that tells them apart and
              # each one's position
              STEP_LABEL, *(str(i) for i in range(len(registry.step_queries())))}
@@ -226,8 +229,9 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
 #: Equality matchers the code itself writes: each node's first GPU (``gpu="0"``: whether
 #: data begins at the window's start).
 #: "0", and the key of the page's thresholds (the default ones here) and its cluster label,
-#: which the recording rules' version series is matched with.
-CONSTANT_EQUALS = {"0", Thresholds().key, "cluster"}
+#: which the recording rules' version series is matched with; a GPU's mode
+#: (``gpu_sharing_info{sharing="mig"}``: one in MIG mode with no slice is idle).
+CONSTANT_EQUALS = {"0", Thresholds().key, "cluster", "mig"}
 
 
 def constant_regex(lit: Literal) -> bool:
