@@ -2,7 +2,8 @@
 in a range query: ``*_over_time`` over a step (:func:`bucket`), a counter's ``rate()`` and
 ``increase()`` (:func:`rate_bucket`, :func:`increase_bucket`; a drop is a reset), ``or``
 (:func:`either`), several series as one (:func:`merged`); the work signals and a
-straggler's evidence from them; a container's raw-sample statistics."""
+straggler's evidence from them; a container's raw-sample statistics; the steps a GPU in MIG
+mode has no slice (:func:`uncarved`)."""
 
 from __future__ import annotations
 
@@ -256,3 +257,36 @@ def holdings(held: Mapping[ContainerRef, Series], used: Mapping[ContainerRef, Se
                 sums[0] += 1.0 / counts[t]
                 sums[1] += use.get(t, 0.0)
     return {k: Holding(h * window.step, u * window.step) for k, (h, u) in out.items()}
+
+
+def uncarved(
+    modes: Iterable[tuple[dict[str, str], list[float], list[float]]],
+    utilization: Mapping[GpuRef, Sequence[float]],
+    reported: Mapping[GpuRef, Sequence[float]],
+    infos: Iterable[Mapping[str, str]],
+    evals: Sequence[float],
+    rng: float,
+) -> dict[GpuRef, Series]:
+    """Each whole GPU in MIG mode with no MIG slice (``uncarved_promql`` of
+    :mod:`~gpuscope.dashboard.verdicts.idle`, as the stores judge it): 0 at each step at
+    which its ``gpu_sharing_info`` says ``mig``, no slice of it (``infos``: ``gpu_info``
+    over the window) reported (``reported``: each device's steps with a sample) and it had
+    no utilization of its own (``utilization``: each device's steps with one)."""
+    slices: dict[GpuRef, list[GpuRef]] = {}
+    for lab in infos:
+        if lab.get("parent_uuid"):
+            slices.setdefault(GpuRef(lab["node"], lab["parent_uuid"]), []).append(gref(lab))
+    # (Not a slice itself: a slice's mode is its GPU's.)
+    every_slice = {s for refs in slices.values() for s in refs}
+    out: dict[GpuRef, Series] = {}
+    for lab, times, values in modes:
+        ref = gref(lab)
+        if lab.get("sharing") != "mig" or ref in every_slice:
+            continue
+        carved = {t for s in slices.get(ref, ()) for t in reported.get(s, ())}
+        carved.update(utilization.get(ref, ()))
+        steps = tuple(t for t in bucket(times, values, evals, rng, max).times
+                      if t not in carved)
+        if steps:
+            out[ref] = Series(steps, tuple(0.0 for _ in steps))
+    return out

@@ -26,7 +26,7 @@ import pytest
 
 import bench.fleet as F
 from gpuscope.dashboard.data import EmbeddedData
-from gpuscope.dashboard.data.embedded import uncarved
+from gpuscope.dashboard.data.reduce import uncarved
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import GpuRef
