@@ -28,6 +28,7 @@ from gpuscope.exporter.sampler import Listener, Sampler
 from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCollector
 from gpuscope.exporter.sinks.prometheus.collectors.exporter import ExporterCollector
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
+from gpuscope.exporter.sinks.prometheus.collectors.guard import Guarded, RenderErrors
 from gpuscope.exporter.sinks.prometheus.server import ExporterServer, TLSError, tls_context
 
 if TYPE_CHECKING:  # the CloudWatch sink (and boto3) is imported only when switched on
@@ -122,18 +123,22 @@ def build_registry(
     # Our own registry, never the global one: no process/platform collectors we did not ask
     # for, and tests can build as many exporters as they like in one process.
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(sampler.latest, process_metrics=cfg.process_metrics,
-                                   process_cap=process_cap))
-    registry.register(ContainerCollector(attributor.latest, node_name=cfg.node_name,
-                                         cluster=cfg.cluster_name))
+    # Each collector's fault is its own: its families left out of that scrape and counted
+    # (the exporter's own, which reports it, is not guarded).
+    errors = RenderErrors()
+    registry.register(Guarded("gpu", GpuCollector(
+        sampler.latest, process_metrics=cfg.process_metrics, process_cap=process_cap), errors))
+    registry.register(Guarded("container", ContainerCollector(
+        attributor.latest, node_name=cfg.node_name, cluster=cfg.cluster_name), errors))
     registry.register(ExporterCollector(
         sampler, extra_parts=(attributor.parts,),
         dropped_series=dropped.totals if dropped is not None else None,
+        render_errors=errors.totals,
     ))
     if cloudwatch is not None:
         from gpuscope.exporter.sinks.prometheus.collectors.cloudwatch import CloudWatchCollector
 
-        registry.register(CloudWatchCollector(cloudwatch.stats))
+        registry.register(Guarded("cloudwatch", CloudWatchCollector(cloudwatch.stats), errors))
     return registry
 
 

@@ -363,6 +363,13 @@ _SPECS: tuple[MetricSpec, ...] = (
         "exporter",
     ),
     MetricSpec(
+        "gpu_exporter_render_errors_total", "counter",
+        "Scrapes of /metrics in which rendering a collector's metrics failed (a bug): its "
+        "families were left out of that answer, the others served: gpu, container, "
+        "cloudwatch.",
+        "errors", ("collector",), "exporter",
+    ),
+    MetricSpec(
         "gpu_exporter_series_dropped_total", "counter",
         "Label sets left out of /metrics by a cardinality cap, summed over sampling rounds: "
         "gpu_process (--max-process-series), container_gpu (--max-container-series).",

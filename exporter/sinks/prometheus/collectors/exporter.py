@@ -23,10 +23,12 @@ class ExporterCollector(Collector):
     def __init__(
         self, sampler: Sampler, extra_parts: tuple[PartsProvider, ...] = (),
         dropped_series: Callable[[], Mapping[str, int]] | None = None,
+        render_errors: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._sampler = sampler
         self._extra_parts = extra_parts
         self._dropped_series = dropped_series
+        self._render_errors = render_errors
 
     def collect(self) -> Iterator[Metric]:
         snap = self._sampler.latest()
@@ -51,6 +53,11 @@ class ExporterCollector(Collector):
             for family, count in sorted(self._dropped_series().items()):
                 dropped.add_metric([family], float(count))
             yield dropped
+        if self._render_errors is not None:
+            render = new_family("gpu_exporter_render_errors_total")
+            for collector, count in sorted(self._render_errors().items()):
+                render.add_metric([collector], float(count))
+            yield render
 
         success = new_family("gpu_exporter_collector_success")
         duration = new_family("gpu_exporter_collector_duration_seconds")
