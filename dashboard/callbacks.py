@@ -439,13 +439,8 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         if detail is None:
             return (empty_figure(problem or "No workload with GPUs in this window", 160),
                     problem or "")
-        kinds = ", ".join(sorted(set(marks.values())))
-        shown = (f"{len(detail.devices)} GPUs" if detail.total_devices <= len(detail.devices)
-                 else f"{len(detail.devices)} of its {detail.total_devices} GPUs (the "
-                      f"stragglers among them)")
-        note = (f"{shown} of {detail.namespace}/{detail.workload}; "
-                + (f"straggler ({kinds}) marked ★ in red." if marks else "no straggler.")
-                + ("" if _text(workload) else " Showing the first straggler's workload.")
-                + components.run_totals_note(service.run_totals(
-                    detail, _window(window), _text(namespace), _text(cluster))))
+        note = components.workload_note(
+            detail, marks, picked=bool(_text(workload)),
+            totals=service.run_totals(detail, _window(window), _text(namespace),
+                                      _text(cluster)))
         return workload_figure(detail, set(marks), marks), note

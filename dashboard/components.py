@@ -14,6 +14,7 @@ from dash.dash_table.DataTable import DataTable
 from dash.development.base_component import Component
 
 from gpuscope.dashboard import fmt
+from gpuscope.dashboard.series import GpuRef, WorkloadDetail
 from gpuscope.dashboard.verdicts import page
 from gpuscope.dashboard.verdicts.owners import RunTotals
 from gpuscope.dashboard.views import FleetView
@@ -150,6 +151,25 @@ def count_note(n: int, singular: str, plural: str, none: str) -> str:
     if n == 0:
         return none
     return f"{n} {singular if n == 1 else plural}."
+
+
+def workload_note(detail: WorkloadDetail, marks: Mapping[GpuRef, str], picked: bool,
+                  totals: RunTotals | None = None) -> str:
+    """The line under the workload view: what it draws, its stragglers (``marks``), whether
+    it is the view's default (``picked`` False), and the run's own numbers."""
+    kinds = ", ".join(sorted(set(marks.values())))
+    n = len(detail.devices)
+    shown = (f"{n} GPU{'s' if n != 1 else ''}" if detail.total_devices <= n
+             else f"{n} of its {detail.total_devices} GPUs (the stragglers among them)")
+    # The default is a straggler's workload where the view has one, else one of several
+    # GPUs, else its first (views._pickers): never call that a straggler's.
+    if marks:
+        found = f"straggler ({kinds}) marked ★ in red." + (
+            "" if picked else " Showing the first straggler's workload.")
+    else:
+        found = ("no straggler." if picked else
+                 "no straggler in this view: a default workload (pick another above).")
+    return f"{shown} of {detail.namespace}/{detail.workload}; {found}" + run_totals_note(totals)
 
 
 def run_totals_note(t: RunTotals | None) -> str:

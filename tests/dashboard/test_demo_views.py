@@ -412,3 +412,26 @@ def test_every_priced_table_comes_costliest_first(view: FleetView) -> None:
     # containers and stragglers: their tables have rows to order.
     assert {ids.IDLE_NODES_TABLE, ids.ALLOCATED_IDLE_TABLE, ids.SPINNING_GPUS_TABLE,
             ids.STARVED_PODS_TABLE} <= set(checked), checked
+
+
+@pytest.mark.parametrize("namespace", ["research", "vision"])
+def test_the_workload_views_note_does_not_call_a_default_without_straggler_a_stragglers(
+    demo: tuple[DemoFleet, EmbeddedData], namespace: str,
+) -> None:
+    """Filtered to a namespace with no straggler, the workload view opens with its first
+    workload: its note says so, not "Showing the first straggler's workload", and counts
+    one GPU as one GPU (research: StatefulSet/dev-erin's; vision: Job/resnet-finetune's)."""
+    service = DashboardService(demo[1], bundled_prices())
+    assert service.fleet("1h", namespace).view is not None
+    detail, marks, problem = service.workload(None, "1h", namespace)
+    assert detail is not None and problem is None and not marks
+    note = components.workload_note(detail, marks, picked=False)
+    assert "no straggler" in note and "straggler's workload" not in note, note
+    assert note.startswith(f"1 GPU of {namespace}/"), note
+    # With a straggler, the default is its workload, and the note says so.
+    service.fleet("1h", "ml-train")
+    detail, marks, _ = service.workload(None, "1h", "ml-train")
+    assert detail is not None and marks
+    note = components.workload_note(detail, marks, picked=False)
+    assert note.startswith("16 GPUs of ml-train/PyTorchJob/mixtral-pretrain; straggler (slow)")
+    assert note.endswith("Showing the first straggler's workload."), note
