@@ -65,6 +65,7 @@ def heatmap_figure(h: Heatmap, idle_threshold: float = 0.05) -> go.Figure:
         return empty_figure("No GPUs reported yet")
     spinning = h.spinning or tuple((False,) * len(h.columns) for _ in h.nodes)
     mig = h.mig or tuple(("",) * len(h.columns) for _ in h.nodes)
+    absent = h.absent or tuple((False,) * len(h.columns) for _ in h.nodes)
 
     def label(idle: bool, spin: bool, slices: str) -> str:
         if spin:
@@ -79,13 +80,17 @@ def heatmap_figure(h: Heatmap, idle_threshold: float = 0.05) -> go.Figure:
     ]
     hover = [
         [
+            # A cell past a node's last GPU (a 1-GPU node beside 8-GPU ones) is no GPU of
+            # it: not one that reports nothing (a lost GPU's "no utilization reported").
+            f"{_plain(node)}<br>no GPU {_plain(col)} on this node" if a else
             f"{_plain(node)}<br>GPU {_plain(col)}: "
             + (m if m else "no utilization reported" if z is None else f"{z * 100:.0f}% mean")
             + (" (spinning: busy, no work)" if sp else " (idle)" if i else "")
-            for col, z, i, sp, m in zip(h.columns, zrow, irow, srow, mrow, strict=True)
+            for col, z, i, sp, m, a in zip(h.columns, zrow, irow, srow, mrow, arow,
+                                          strict=True)
         ]
-        for node, zrow, irow, srow, mrow in zip(h.nodes, h.z, h.idle, spinning, mig,
-                                               strict=True)
+        for node, zrow, irow, srow, mrow, arow in zip(h.nodes, h.z, h.idle, spinning, mig,
+                                                     absent, strict=True)
     ]
     labels = len(h.nodes) <= 150   # node names on the axis
     small = len(h.nodes) <= 60     # "idle"/"spin" written in the cells

@@ -124,7 +124,8 @@ class NodeGroup:
 class Heatmap:
     """Rows are nodes, columns GPU indices; ``z`` None where a GPU reports no utilization.
     ``idle`` marks idle GPUs (a MIG GPU: every slice idle), ``spinning`` GPUs that spin (busy
-    by utilization, no work), ``mig`` says how many slices of a GPU in MIG mode are idle.
+    by utilization, no work), ``mig`` says how many slices of a GPU in MIG mode are idle,
+    ``absent`` the cells of a node that has no GPU of that index (a 1-GPU node's 1-7).
 
     At most :data:`MAX_HEATMAP_NODES` rows are drawn: the nodes with idle or spinning GPUs
     first (most first), then the least busy; ``total_nodes`` says how many there are and
@@ -137,6 +138,7 @@ class Heatmap:
     spinning: tuple[tuple[bool, ...], ...] = ()
     mig: tuple[tuple[str, ...], ...] = ()
     total_nodes: int = 0
+    absent: tuple[tuple[bool, ...], ...] = ()
     groups: tuple[NodeGroup, ...] = ()
 
     @property
@@ -335,7 +337,7 @@ def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[G
                              f"cells are blank.")
     columns = tuple(sorted({g.gpu for n in node_names for g in by_node.get(n, ())},
                            key=index_key))
-    z_rows, idle_cells, spin_cells, mig_cells = [], [], [], []
+    z_rows, idle_cells, spin_cells, mig_cells, absent_cells = [], [], [], [], []
     for node in node_names:
         cells = {g.gpu: g.ref for g in by_node.get(node, ())}
         z_row: list[float | None] = []
@@ -355,10 +357,11 @@ def _heatmap(data: FleetData, nodes: _Nodes, inventory: Fleet, states: Mapping[G
         idle_cells.append(tuple(idle_row))
         spin_cells.append(tuple(spin_row))
         mig_cells.append(tuple(mig_row))
+        absent_cells.append(tuple(col not in cells for col in columns))
 
     heatmap = Heatmap(node_names, columns, tuple(z_rows), tuple(idle_cells),
                       tuple(spin_cells), tuple(mig_cells), total_nodes=len(nodes.gpu_nodes),
-                      groups=tuple(node_groups))
+                      groups=tuple(node_groups), absent=tuple(absent_cells))
     return heatmap, notes
 
 

@@ -435,3 +435,19 @@ def test_the_workload_views_note_does_not_call_a_default_without_straggler_a_str
     note = components.workload_note(detail, marks, picked=False)
     assert note.startswith("16 GPUs of ml-train/PyTorchJob/mixtral-pretrain; straggler (slow)")
     assert note.endswith("Showing the first straggler's workload."), note
+
+
+def test_the_heatmap_hovers_no_gpu_where_a_node_has_none(view: FleetView) -> None:
+    """The heatmap's columns are GPU indices 0-7 of the fleet; the one-GPU g6.xlarge's cells
+    1-7 are not GPUs of it: their hover says so, and does not call them GPUs that report no
+    utilization (as a lost GPU's does)."""
+    from gpuscope.dashboard.figures import heatmap_figure
+
+    h = view.heatmap
+    hover = heatmap_figure(h).data[0].hovertext
+    row = h.nodes.index("ip-10-0-5-90.ec2.internal")
+    assert h.columns == tuple(str(i) for i in range(8))
+    assert "GPU 0: 0% mean (idle)" in hover[row][0]
+    for col in range(1, 8):
+        assert "no utilization reported" not in hover[row][col], hover[row][col]
+        assert f"no GPU {col} on this node" in hover[row][col], hover[row][col]
