@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import textwrap
 from collections.abc import Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -39,12 +40,20 @@ def _utc(times: Sequence[float]) -> list[dt.datetime]:
     return [dt.datetime.fromtimestamp(t, tz=dt.UTC).replace(tzinfo=None) for t in times]
 
 
+#: The longest line of a figure's message: plotly never wraps an annotation, and a longer
+#: one, centred, runs past both edges of the graph on a laptop's screen.
+MESSAGE_LINE = 100
+
+
 def empty_figure(message: str, height: int = 220) -> go.Figure:
+    lines = textwrap.wrap(message, MESSAGE_LINE, break_long_words=False,
+                          break_on_hyphens=False) or [message]
     fig = go.Figure()
     fig.update_layout(
-        height=height, margin=_MARGIN, font=_FONT, xaxis={"visible": False},
-        yaxis={"visible": False}, plot_bgcolor="white",
-        annotations=[{"text": _plain(message), "showarrow": False, "font": {"size": 14},
+        height=max(height, 60 + 20 * len(lines)), margin=_MARGIN, font=_FONT,
+        xaxis={"visible": False}, yaxis={"visible": False}, plot_bgcolor="white",
+        annotations=[{"text": "<br>".join(_plain(line) for line in lines),
+                      "showarrow": False, "font": {"size": 14},
                       "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}],
     )
     return fig

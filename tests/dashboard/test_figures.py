@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import json
 
-from gpuscope.dashboard.figures import heatmap_figure, timeseries_figure, workload_figure
+from gpuscope.dashboard.figures import (
+    empty_figure,
+    heatmap_figure,
+    timeseries_figure,
+    workload_figure,
+)
 from gpuscope.dashboard.series import GpuRef, Series, Window, WorkloadDetail, WorkloadDevice
 from gpuscope.dashboard.views import Heatmap
 
@@ -43,3 +48,20 @@ def test_a_hostile_name_is_text_in_lines_titles_and_the_workload_view() -> None:
                           fig.layout.title.text]))
     # The template's own field is still there.
     assert fig.data[0].hovertemplate.endswith("%{y:.0%}<extra></extra>")
+
+
+def test_a_long_message_is_wrapped_not_cut_at_the_figures_edges() -> None:
+    """A figure's message is one annotation, centred, which plotly never wraps: the pod
+    drill-down's line for a MIG pod (about 200 characters) ran past both edges of the graph
+    in a 1400-pixel-wide Chromium ("earch/notebook-carol: ... shows the device's activ").
+    It comes in lines short enough for a laptop's screen, every word kept."""
+    message = ("research/notebook-carol: no per-container utilization (a MIG slice reports "
+               "none, nor a CUDA MPS client where the driver reports only the MPS server; the "
+               "node drill-down shows the device's activity)")
+    [note] = empty_figure(message, 120).layout.annotations
+    lines = note.text.split("<br>")
+    assert len(lines) > 1 and all(len(line) <= 100 for line in lines), lines
+    assert " ".join(lines) == message
+    # A short one stays one line.
+    [short] = empty_figure("n: no throttling in this window", 80).layout.annotations
+    assert short.text == "n: no throttling in this window"
