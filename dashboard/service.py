@@ -391,6 +391,8 @@ class DashboardService:
             and (cluster is None or node_parts(r.node)[0] == cluster)
         }
         try:
+            if not name:  # a link without its namespace: name what it gave
+                raise InvalidFilter(f"not a workload (namespace/Kind/name): {chosen[:80]!r}")
             validate_workload(name)
             detail = self.source.workload_detail(namespace, name, window_seconds(window),
                                                  first=set(marks), cluster=cluster)

@@ -451,3 +451,18 @@ def test_the_heatmap_hovers_no_gpu_where_a_node_has_none(view: FleetView) -> Non
     for col in range(1, 8):
         assert "no utilization reported" not in hover[row][col], hover[row][col]
         assert f"no GPU {col} on this node" in hover[row][col], hover[row][col]
+
+
+def test_a_workload_link_without_its_namespace_is_named_in_the_problem(
+    demo: tuple[DemoFleet, EmbeddedData],
+) -> None:
+    """``?workload=garbage`` (no ``namespace/Kind/name``): the workload view's line names
+    what the link gave, not the empty Kind/name left after its namespace ("not a workload
+    (Kind/name): ''")."""
+    service = DashboardService(demo[1], bundled_prices())
+    detail, marks, problem = service.workload("garbage", "1h")
+    assert detail is None and not marks
+    assert problem is not None and "'garbage'" in problem and "''" not in problem, problem
+    # A well-formed one still opens.
+    detail, _, problem = service.workload("ml-train/PyTorchJob/llama-pretrain", "1h")
+    assert problem is None and detail is not None and len(detail.devices) == 8
