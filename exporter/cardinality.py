@@ -9,8 +9,10 @@ them would become a series in every Prometheus that scrapes the node. Two flags 
   ones an operator would look at first; memory changes slowly, so the kept set is stable
   from round to round) and the rest are left out.
 * ``--max-container-series`` caps the (container, device) rows of ``container_gpu_*``.
-  Allocated rows come first (they are what cost and idle-allocation analysis read), then
-  the busiest unallocated rows; host processes go last.
+  Allocated rows come first (they are what cost and idle-allocation analysis read; in name
+  order), then the unallocated rows holding the most device memory; host processes go last.
+  Nothing in that order moves from round to round as utilization does, so the kept rows do
+  not flap in and out of ``/metrics``.
 
 What was left out is counted in ``gpu_exporter_series_dropped_total{family}``, once per
 sampling round (on the sampler thread, not per scrape), so ``rate()`` of it reads as "label
@@ -54,11 +56,15 @@ def keep_processes(snapshot: Snapshot, limit: int) -> tuple[ProcessKeys | None, 
     return frozenset((uuid, pid) for uuid, pid, _ in ranked[:limit]), total - limit
 
 
-def _container_rank(usage: ContainerUsage) -> tuple[bool, bool, float, str, str, str, str]:
+def _container_rank(usage: ContainerUsage) -> tuple[bool, bool, int, str, str, str, str]:
+    # Nothing that moves from round to round (utilization does, every round): a rank on it
+    # keeps a different set each round, and the rows left out flap in and out of /metrics.
+    # Allocated rows in name order (a pod's rows next to each other), then unallocated rows
+    # by device memory (slow, as for processes), host processes last.
     return (
         not usage.allocated,
         not usage.key.pod,  # host processes
-        -(usage.utilization_ratio or 0.0),
+        0 if usage.allocated else -(usage.memory_used_bytes or 0),
         usage.key.namespace, usage.key.pod, usage.key.container, usage.uuid,
     )
 

@@ -69,25 +69,27 @@ def test_cap_counts_once_per_round_not_per_scrape() -> None:
     assert dropped.totals()[PROCESS_FAMILY] == 12
 
 
-def _usage(ns: str, pod: str, uuid: str, allocated: bool, util: float | None) -> ContainerUsage:
+def _usage(ns: str, pod: str, uuid: str, allocated: bool, util: float | None,
+           memory: int = 0) -> ContainerUsage:
     key = ContainerKey(ns, pod, "main") if pod else HOST
-    return ContainerUsage(key, uuid, allocated, util, 0)
+    return ContainerUsage(key, uuid, allocated, util, memory)
 
 
-def test_container_cap_prefers_allocated_then_busy_and_host_last() -> None:
+def test_container_cap_prefers_allocated_then_memory_and_host_last() -> None:
     rows = (
-        _usage("", "", "GPU-a", False, 0.9),           # host processes
+        _usage("", "", "GPU-a", False, 0.9, 2**34),    # host processes
         _usage("a", "idle-alloc", "GPU-a", True, 0.0),
-        _usage("b", "busy-unalloc", "GPU-b", False, 0.7),
-        _usage("c", "quiet-unalloc", "GPU-b", False, 0.1),
-        _usage("d", "alloc", "GPU-c", True, 0.5),
+        _usage("b", "quiet-big-unalloc", "GPU-b", False, 0.1, 2**32),
+        _usage("c", "busy-small-unalloc", "GPU-b", False, 0.7, 2**20),
+        _usage("d", "alloc", "GPU-c", True, 0.5, 2**30),
     )
     pods = tuple(PodIdentity(u.key.namespace, u.key.pod, "", "") for u in rows if u.key.pod)
     result = Attribution(timestamp=1.0, containers=rows, pods=pods)
     capped, dropped = cap_containers(result, 3)
     assert dropped == 2
-    assert [u.key.pod for u in capped.containers] == ["idle-alloc", "busy-unalloc", "alloc"]
-    assert {p.pod for p in capped.pods} == {"idle-alloc", "busy-unalloc", "alloc"}
+    assert [u.key.pod for u in capped.containers] == ["idle-alloc", "quiet-big-unalloc",
+                                                      "alloc"]
+    assert {p.pod for p in capped.pods} == {"idle-alloc", "quiet-big-unalloc", "alloc"}
     assert cap_containers(result, 5) == (result, 0)
 
 
@@ -139,3 +141,29 @@ def test_a_node_with_ten_thousand_processes_is_capped_and_counted(
                            capture_output=True, timeout=60)
     # promtool's lint warns about nothing here; a parse error exits 3.
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_container_cap_keeps_the_same_rows_while_utilization_moves() -> None:
+    """Utilization moves every round (bursty inference, a job between steps): a cap that
+    ranked rows by it kept a different set each round, so the dropped pods' series went in
+    and out of /metrics every scrape (head churn, gaps in every query over them). The kept
+    set follows what moves slowly: allocated rows by name, unallocated rows by memory."""
+    def rows(utils: list[float]) -> Attribution:
+        allocated = [ContainerUsage(ContainerKey("ns", f"pod-{i}", "main"), f"GPU-{i}", True,
+                                    u, 2**30) for i, u in enumerate(utils)]
+        unallocated = [ContainerUsage(ContainerKey("ns", f"side-{i}", "main"), "GPU-0", False,
+                                      1.0 - u, (i + 1) * 2**20) for i, u in enumerate(utils)]
+        containers = tuple(allocated + unallocated)
+        pods = tuple(PodIdentity(u.key.namespace, u.key.pod, "", "") for u in containers)
+        return Attribution(timestamp=1.0, containers=containers, pods=pods)
+
+    def kept(result: Attribution, limit: int) -> list[str]:
+        return sorted(u.key.pod for u in cap_containers(result, limit)[0].containers)
+
+    rounds = [rows([0.9, 0.1, 0.5, 0.0]), rows([0.0, 0.8, 0.2, 0.7]),
+              rows([0.3, 0.3, 0.9, 0.1])]
+    # Allocated rows over the cap: the same two every round.
+    assert {tuple(kept(r, 2)) for r in rounds} == {("pod-0", "pod-1")}
+    # All allocated rows and two unallocated ones: the two holding the most memory.
+    assert {tuple(kept(r, 6)) for r in rounds} == {
+        ("pod-0", "pod-1", "pod-2", "pod-3", "side-2", "side-3")}
