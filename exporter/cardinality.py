@@ -17,7 +17,8 @@ them would become a series in every Prometheus that scrapes the node. Two flags 
 What was left out is counted in ``gpu_exporter_series_dropped_total{family}``, once per
 sampling round (on the sampler thread, not per scrape), so ``rate()`` of it reads as "label
 sets dropped per second". Nothing is dropped from the snapshot itself: device totals and
-container sums are still computed over every process.
+container sums are still computed over every process, and the CloudWatch sink reads the
+whole attribution (``Attributor.latest``; ``/metrics`` renders ``Attributor.series``).
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def build_registry(
     registry.register(Guarded("gpu", GpuCollector(
         sampler.latest, process_metrics=cfg.process_metrics, process_cap=process_cap), errors))
     registry.register(Guarded("container", ContainerCollector(
-        attributor.latest, node_name=cfg.node_name, cluster=cfg.cluster_name), errors))
+        attributor.series, node_name=cfg.node_name, cluster=cfg.cluster_name), errors))
     registry.register(ExporterCollector(
         sampler, extra_parts=(attributor.parts,),
         dropped_series=dropped.totals if dropped is not None else None,

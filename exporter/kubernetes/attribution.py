@@ -57,7 +57,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from gpuscope.exporter.cardinality import CONTAINER_FAMILY, DroppedSeries, cap_containers
@@ -428,11 +428,20 @@ class Attributor:
         self._dropped = dropped if dropped is not None else DroppedSeries()
         self._monotonic = monotonic
         self._latest: Attribution | None = None
+        # The same round within --max-container-series: what /metrics renders. latest()
+        # stays whole: the CloudWatch sink's pod rollups are sums over every container.
+        self._series: Attribution | None = None
         self._lock = threading.Lock()
         self._failures = 0  # rounds whose join failed, since start
 
     def latest(self) -> Attribution | None:
+        """The last round's join, every row (the CloudWatch sink reads it)."""
         return self._latest
+
+    def series(self) -> Attribution | None:
+        """The last round's join within ``--max-container-series``: the rows and pods that
+        get ``container_gpu_*`` and ``gpu_pod_info`` series."""
+        return self._series
 
     def __call__(self, snapshot: Snapshot) -> None:
         started = self._monotonic()
@@ -446,23 +455,24 @@ class Attributor:
                 node_fallback=self._node_fallback,
                 allocatable=self._inputs.allocatable(),
             )
+            capped = result
             if self._max_containers is not None:
-                result, left_out = cap_containers(result, self._max_containers)
+                capped, left_out = cap_containers(result, self._max_containers)
                 self._dropped.add(CONTAINER_FAMILY, left_out)
             ok = True
         except Exception:  # never let attribution stop device metrics
             log.exception("attribution failed")
-            result = Attribution(timestamp=snapshot.timestamp)
+            result = capped = Attribution(timestamp=snapshot.timestamp)
             ok = False
             self._failures += 1
         part = PartResult("attribution", ok, self._monotonic() - started, self._failures)
         parts = (part, *self._inputs.parts())
+        latest = replace(result, parts=parts)
+        series = latest if capped is result else replace(capped, parts=parts)
         with self._lock:
-            self._latest = Attribution(
-                timestamp=result.timestamp, containers=result.containers, pods=result.pods,
-                node=result.node, unresolved_allocations=result.unresolved_allocations,
-                unnamed_processes=result.unnamed_processes, parts=parts, sharing=result.sharing,
-            )
+            # Series first: a reader of latest() after this round finds series() of it too.
+            self._series = series
+            self._latest = latest
 
     def parts(self) -> Sequence[PartResult]:
         latest = self._latest

@@ -167,3 +167,33 @@ def test_container_cap_keeps_the_same_rows_while_utilization_moves() -> None:
     # All allocated rows and two unallocated ones: the two holding the most memory.
     assert {tuple(kept(r, 6)) for r in rounds} == {
         ("pod-0", "pod-1", "pod-2", "pod-3", "side-2", "side-3")}
+
+
+def test_container_cap_leaves_the_cloudwatch_rollups_whole() -> None:
+    """--max-container-series bounds /metrics only: the attribution the CloudWatch sink
+    builds its pod_gpu_* rollups from (Attributor.latest) keeps every row, else a capped
+    node's pods lost containers from their sums, or vanished from CloudWatch altogether."""
+    from prometheus_client import generate_latest
+
+    from gpuscope.exporter.cli import build_registry, build_source
+    from gpuscope.exporter.config import parse_config
+    from gpuscope.exporter.kubernetes.attribution import Attributor, NodeInfo
+    from gpuscope.exporter.sampler import Sampler
+
+    cfg = parse_config(["--source", "simulated", "--max-container-series", "2"], environ={})
+    source, inputs = build_source(cfg)
+    dropped = DroppedSeries()
+    attributor = Attributor(inputs, node_fallback=NodeInfo(),
+                            max_containers=cfg.max_container_series, dropped=dropped)
+    sampler = Sampler(source, cfg.interval, listeners=(attributor,))
+    registry = build_registry(cfg, sampler, attributor, dropped=dropped)
+    try:
+        sampler.run_once()
+        full = attributor.latest()
+        assert full is not None and len(full.containers) > 2
+        samples = _families(generate_latest(registry).decode())
+        assert len(samples["container_gpu_allocated"]) == 2
+        assert dropped.totals()[CONTAINER_FAMILY] == len(full.containers) - 2
+    finally:
+        attributor.close()
+        source.close()
