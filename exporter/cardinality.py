@@ -5,9 +5,10 @@ server with hundreds of clients or a leak in a serving stack can get close, and 
 them would become a series in every Prometheus that scrapes the node. Two flags bound that:
 
 * ``--max-process-series`` caps the opt-in per-process series (``gpu_process_*``). When a
-  round has more processes than that, the ones holding the most device memory are kept (the
-  ones an operator would look at first; memory changes slowly, so the kept set is stable
-  from round to round) and the rest are left out.
+  round has more processes than that, each device's (GPU's, MIG slice's) biggest device
+  memory holder is kept first, then each one's second biggest, and so on (the ones an
+  operator would look at first, on every GPU; memory changes slowly, so the kept set is
+  stable from round to round) and the rest are left out.
 * ``--max-container-series`` caps the (container, device) rows of ``container_gpu_*``.
   Allocated rows come first (they are what cost and idle-allocation analysis read; in name
   order), then the unallocated rows holding the most device memory; host processes go last.
@@ -49,12 +50,18 @@ def keep_processes(snapshot: Snapshot, limit: int) -> tuple[ProcessKeys | None, 
     total = sum(len(d.processes) for d in snapshot.devices)
     if total <= limit:
         return None, 0
-    ranked = sorted(
-        ((d.uuid, p.pid, p.memory_used_bytes or 0) for d in snapshot.devices
-         for p in d.processes),
-        key=lambda row: (-row[2], row[1], row[0]),
-    )
-    return frozenset((uuid, pid) for uuid, pid, _ in ranked[:limit]), total - limit
+    # Each device's biggest memory holder first, then each one's second, and so on: a
+    # global rank on memory (then PID) gave every slot to one GPU's processes wherever
+    # they held as much memory as the others' (identical workers), leaving the other GPUs
+    # with no process series at all.
+    ranked: list[tuple[int, int, int, str]] = []
+    for d in snapshot.devices:
+        by_memory = sorted(((p.memory_used_bytes or 0, p.pid) for p in d.processes),
+                           key=lambda row: (-row[0], row[1]))
+        ranked.extend((rank, -memory, pid, d.uuid)
+                      for rank, (memory, pid) in enumerate(by_memory))
+    ranked.sort()
+    return frozenset((uuid, pid) for _, _, pid, uuid in ranked[:limit]), total - limit
 
 
 def _container_rank(usage: ContainerUsage) -> tuple[bool, bool, int, str, str, str, str]:

@@ -215,8 +215,8 @@ _FLAGS: tuple[Flag, ...] = (
           "extra GPU resource names besides nvidia.com/gpu, nvidia.com/gpu.shared, "
           "nvidia.com/mig-* (comma-separated; a trailing * matches a prefix)"),
     Flag("--max-process-series", series_cap, "2000",
-          "most per-process series (--process-metrics) per node; the processes holding the "
-          "most device memory are kept, the rest counted in gpu_exporter_series_dropped_total"),
+          "most per-process series (--process-metrics) per node; each GPU's biggest device "
+          "memory holders are kept, the rest counted in gpu_exporter_series_dropped_total"),
     Flag("--max-container-series", series_cap, "2000",
           "most (container, device) rows of container_gpu_* per node; allocated rows first"),
     Flag("--log-level", log_level, "info", "log verbosity"),

@@ -197,3 +197,23 @@ def test_container_cap_leaves_the_cloudwatch_rollups_whole() -> None:
     finally:
         attributor.close()
         source.close()
+
+
+def test_process_cap_keeps_every_gpus_biggest_processes() -> None:
+    """Identical workers hold identical memory (one model loaded per process, MPS clients
+    under one limit): ranked by memory, then PID, the kept processes were all on the GPU
+    with the lowest PIDs and every other GPU had no process series at all. Each device's
+    biggest holders come first now, then each one's next, and so on."""
+    snap = _snapshot({
+        "GPU-a": [(pid, 2**30) for pid in range(100, 110)],
+        "GPU-b": [(pid, 2**30) for pid in range(200, 210)],
+        "GPU-c": [(300, 2**20), (301, 2**20)],  # one small inference process, and its twin
+    })
+    kept, dropped = keep_processes(snap, 6)
+    assert dropped == 16
+    assert kept is not None
+    assert sorted(uuid for uuid, _ in kept) == ["GPU-a", "GPU-a", "GPU-b", "GPU-b",
+                                                "GPU-c", "GPU-c"]
+    # Still the biggest holders within each device, and the same set every round.
+    assert keep_processes(snap, 6)[0] == kept
+    assert {pid for uuid, pid in kept if uuid == "GPU-a"} == {100, 101}
