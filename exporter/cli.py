@@ -29,7 +29,12 @@ from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCol
 from gpuscope.exporter.sinks.prometheus.collectors.exporter import ExporterCollector
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sinks.prometheus.collectors.guard import Guarded, RenderErrors
-from gpuscope.exporter.sinks.prometheus.server import ExporterServer, TLSError, tls_context
+from gpuscope.exporter.sinks.prometheus.server import (
+    ConnectionStats,
+    ExporterServer,
+    TLSError,
+    tls_context,
+)
 
 if TYPE_CHECKING:  # the CloudWatch sink (and boto3) is imported only when switched on
     from gpuscope.exporter.sinks.cloudwatch import CloudWatchSink
@@ -119,6 +124,7 @@ def build_registry(
     cfg: Config, sampler: Sampler, attributor: Attributor,
     cloudwatch: CloudWatchSink | None = None,
     *, process_cap: ProcessSeriesCap | None = None, dropped: DroppedSeries | None = None,
+    connections: ConnectionStats | None = None,
 ) -> CollectorRegistry:
     # Our own registry, never the global one: no process/platform collectors we did not ask
     # for, and tests can build as many exporters as they like in one process.
@@ -134,6 +140,7 @@ def build_registry(
         sampler, extra_parts=(attributor.parts,),
         dropped_series=dropped.totals if dropped is not None else None,
         render_errors=errors.totals,
+        connections_closed=connections.totals if connections is not None else None,
     ))
     if cloudwatch is not None:
         from gpuscope.exporter.sinks.prometheus.collectors.cloudwatch import CloudWatchCollector
@@ -183,8 +190,10 @@ def run(cfg: Config, stop: threading.Event) -> int:
         process_cap = ProcessSeriesCap(cfg.max_process_series, dropped)
         listeners += (process_cap,)
     sampler = Sampler(source, cfg.interval, listeners=listeners)
+    connections = ConnectionStats()  # both servers' (gpu_exporter_http_connections_*)
     registry = build_registry(cfg, sampler, attributor, cloudwatch,
-                              process_cap=process_cap, dropped=dropped)
+                              process_cap=process_cap, dropped=dropped,
+                              connections=connections)
     try:
         server = ExporterServer(
             cfg.listen_host, cfg.listen_port, registry, sampler.alive, sampler.ready,
@@ -192,6 +201,7 @@ def run(cfg: Config, stop: threading.Event) -> int:
             # Re-render /metrics after each sampling round, and at least once per interval
             # (a stuck round still lets the workers' self-metrics through).
             render_key=lambda: (sampler.rounds, int(time.monotonic() // cfg.interval)),
+            max_connections=cfg.max_connections, connection_stats=connections,
         )
     except OSError as exc:
         attributor.close()
@@ -203,7 +213,9 @@ def run(cfg: Config, stop: threading.Event) -> int:
         probe_host, probe_port = cfg.probe_listen
         try:
             probes = ExporterServer(probe_host, probe_port, registry, sampler.alive,
-                                    sampler.ready, probes_only=True)
+                                    sampler.ready, probes_only=True,
+                                    max_connections=cfg.max_connections,
+                                    connection_stats=connections)
         except OSError as exc:
             server.stop()
             attributor.close()

@@ -69,6 +69,7 @@ class Config:
     tls_key_file: str | None
     tls_client_ca_file: str | None
     probe_listen: tuple[str, int] | None
+    max_connections: int
     # True when node_name is only the hostname (no --node-name, no $NODE_NAME): a simulated
     # exporter then states its scenario's node instead (gpu_node_info{node_name}).
     node_name_is_hostname: bool = False
@@ -184,6 +185,16 @@ def series_cap(value: str) -> int:
     return number
 
 
+def connection_cap(value: str) -> int:
+    """A cap on open connections: an integer 1..100,000."""
+    number = ascii_number(value)
+    if number is None:
+        raise ValueError(f"expected a whole number of connections, got {value!r}")
+    if not 1 <= number <= 100_000:
+        raise ValueError(f"expected 1 to 100000, got {number}")
+    return number
+
+
 def names(value: str) -> tuple[str, ...]:
     """A comma-separated list, e.g. extended resource names ``example.com/gpu,acme/mig-*``."""
     items = tuple(v.strip() for v in value.split(",") if v.strip())
@@ -251,6 +262,9 @@ _FLAGS: tuple[Flag, ...] = (
     Flag("--probe-listen", parse_listen, None,
           "HOST:PORT to also serve /healthz and /readyz, and nothing else, over plain HTTP "
           "(kubelet probes cannot present a client certificate)"),
+    Flag("--max-connections", connection_cap, "64",
+          "most connections open at once on each port (a thread each); a new one at the cap "
+          "closes the one idle the longest, or is closed when none is idle"),
 )
 
 

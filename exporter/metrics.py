@@ -370,6 +370,16 @@ _SPECS: tuple[MetricSpec, ...] = (
         "errors", ("collector",), "exporter",
     ),
     MetricSpec(
+        "gpu_exporter_http_connections_closed_total", "counter",
+        "Connections to /metrics, /healthz, /readyz the exporter closed to protect itself "
+        "(on --listen and --probe-listen together): evicted (the one idle the longest, for a "
+        "new one at --max-connections), refused (a new one at --max-connections, none idle), "
+        "timeout (a request's line and headers not in within 10 s of its first byte, a TLS "
+        "handshake not done within 10 s, a response not sent within 30 s), too_large "
+        "(request line and headers over 64 KiB). Connections idle for 300 s are not counted.",
+        "connections", ("reason",), "exporter HTTP server",
+    ),
+    MetricSpec(
         "gpu_exporter_series_dropped_total", "counter",
         "Label sets left out of /metrics by a cardinality cap, summed over sampling rounds: "
         "gpu_process (--max-process-series), container_gpu (--max-container-series).",

@@ -17,18 +17,30 @@ over TLS 1.2 or newer, and with ``--tls-client-ca-file`` only to clients present
 certificate signed by that CA. The handshake runs in the connection's own thread with a
 timeout, never in the accept loop, so a client that connects and sends nothing cannot hold up
 other scrapes. Certificates are read once at start: a restart picks up rotated files.
+
+Clients that hold connections cannot exhaust the pod's memory or its threads: at most
+``max_connections`` connections are open (one thread each); a new one at the cap evicts the
+connection idle the longest (waiting for a request, none of whose bytes has arrived yet), or
+is closed at once when none is idle. A request's line and headers have REQUEST_TIMEOUT in all
+from their first byte and at most MAX_REQUEST_BYTES, a TLS handshake TLS_HANDSHAKE_TIMEOUT in
+all from the connection, a response SEND_TIMEOUT: a client trickling bytes cannot hold its
+slot, and idle ones are what gets evicted, so Prometheus' scrapes and the kubelet's probes
+are answered under a flood of either (``tests/.../test_server_limits.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import logging
+import select
 import socket
 import ssl
 import sys
 import threading
-from collections.abc import Callable, Hashable
+import time
+from collections.abc import Callable, Hashable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -81,12 +93,130 @@ MAX_OTHER_RENDERINGS = 8
 TLS_HANDSHAKE_TIMEOUT = 10.0
 
 #: Seconds a connection may stay silent (no request yet, or idle between two requests on a
-#: kept-alive connection; also one blocked send) before the server closes it. Without it a
+#: kept-alive connection) before the server closes it. Without it a
 #: client gone without a FIN (its node crashed, a NAT or conntrack entry dropped) held a
 #: thread and a file descriptor for as long as the exporter ran. Above the usual scrape
 #: intervals, so that Prometheus keeps reusing its connection; a longer interval only costs
 #: a new connection per scrape (Go's client reconnects to a closed idle connection).
 IDLE_TIMEOUT = 300.0
+
+#: Seconds a request's line and headers have, in all, from their first byte: a client that
+#: trickles them (slowloris: one byte every few seconds reset a per-read timeout) is cut off
+#: then. Idle time before the first byte is IDLE_TIMEOUT's (and evictable at the cap).
+REQUEST_TIMEOUT = 10.0
+
+#: Bytes a request's line and headers may take, in all (the standard library's own limits,
+#: 100 lines of 64 KiB, let one connection hold 6.5 MB). Prometheus sends well under 1 KiB.
+MAX_REQUEST_BYTES = 64 * 1024
+
+#: Seconds one response has to be sent, in all (the headers and body; a client that does not
+#: read it holds its slot no longer). Three times Prometheus' default scrape timeout.
+SEND_TIMEOUT = 30.0
+
+#: Connections open at once (``--max-connections``), each with its own thread (~25 KB).
+MAX_CONNECTIONS = 64
+
+#: Why the server closed a connection itself (``gpu_exporter_http_connections_closed_total``).
+CLOSE_REASONS = ("evicted", "refused", "timeout", "too_large")
+
+
+class ConnectionStats:
+    """Connections closed by the server to protect itself, by reason (CLOSE_REASONS); one
+    object may count for several servers (the metrics port and ``--probe-listen``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(CLOSE_REASONS, 0)
+
+    def count(self, reason: str) -> None:
+        with self._lock:
+            self._counts[reason] += 1
+
+    def totals(self) -> Mapping[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class _Conn:
+    """One open connection's state, changed under the server's connections lock:
+    ``idle_since`` (monotonic) while it waits for a request none of whose bytes has arrived,
+    None while busy; ``deadline`` for the request being read; ``send_deadline`` for the
+    response being sent."""
+
+    __slots__ = ("deadline", "idle_since", "received", "send_deadline", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.idle_since: float | None = time.monotonic()
+        self.deadline: float | None = None
+        self.send_deadline = 0.0
+        self.received = 0
+
+
+class _RequestTooLarge(Exception):
+    pass
+
+
+class _ConnReader(io.RawIOBase):
+    """The connection's reads, for the handler's buffered ``rfile``: while the connection is
+    idle, each read may wait IDLE_TIMEOUT; from a request's first byte, all reads until its
+    headers are parsed share one deadline, and its bytes are counted."""
+
+    def __init__(self, server: _HTTPServer, conn: _Conn) -> None:
+        self._server = server
+        self._conn = conn
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        conn, sock = self._conn, self._conn.sock
+        if conn.deadline is None:
+            sock.settimeout(self._server.idle_timeout)
+        else:
+            left = conn.deadline - time.monotonic()
+            if left <= 0:
+                self._server.connection_stats.count("timeout")
+                raise TimeoutError(f"request line and headers took over {REQUEST_TIMEOUT:g} s")
+            sock.settimeout(left)
+        try:
+            n = sock.recv_into(buffer)
+        except TimeoutError:
+            if conn.deadline is not None:
+                self._server.connection_stats.count("timeout")
+            raise
+        if n:
+            self._server.busy(conn)
+            conn.received += n
+            if conn.received > MAX_REQUEST_BYTES:
+                self._server.connection_stats.count("too_large")
+                raise _RequestTooLarge
+        return n
+
+
+class _ConnWriter(io.BufferedIOBase):
+    """The connection's writes, for the handler's ``wfile``: all of a response's share one
+    deadline (SSLSocket.sendall's timeout is per send, not for the whole)."""
+
+    def __init__(self, server: _HTTPServer, conn: _Conn) -> None:
+        self._server = server
+        self._conn = conn
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        sock = self._conn.sock
+        with memoryview(data) as view, view.cast("B") as octets:
+            sent = 0
+            while sent < len(octets):
+                left = self._conn.send_deadline - time.monotonic()
+                if left <= 0:
+                    self._server.connection_stats.count("timeout")
+                    raise TimeoutError(f"response not sent within {SEND_TIMEOUT:g} s")
+                sock.settimeout(left)
+                sent += sock.send(octets[sent:])
+            return sent
 
 
 class TLSError(Exception):
@@ -171,9 +301,15 @@ class _HTTPServer(ThreadingHTTPServer):
         ssl_context: ssl.SSLContext | None = None,
         probes_only: bool = False,
         render_key: Callable[[], Hashable] | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        connection_stats: ConnectionStats | None = None,
     ) -> None:
         if ":" in address[0]:  # an IPv6 literal such as "::"
             self.address_family = socket.AF_INET6
+        self.max_connections = max_connections
+        self.connection_stats = connection_stats or ConnectionStats()
+        self._conns_lock = threading.Lock()
+        self._conns: dict[socket.socket, _Conn] = {}
         self.registry = registry
         self.healthy = healthy
         self.ready = ready
@@ -241,15 +377,79 @@ class _HTTPServer(ThreadingHTTPServer):
                 raise
         return sock, address
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """In the accept loop: admit the connection (a thread of its own), evicting the
+        longest-idle one at the cap, or close it at once when none is idle."""
+        conn = _Conn(request)
+        victim = None
+        with self._conns_lock:
+            full = len(self._conns) >= self.max_connections
+            if full:
+                idle = [c for c in self._conns.values() if c.idle_since is not None]
+                victim = min(idle, key=lambda c: c.idle_since or 0.0, default=None)
+                if victim is not None:
+                    del self._conns[victim.sock]
+            if not full or victim is not None:
+                self._conns[request] = conn
+        if full and victim is None:
+            self.connection_stats.count("refused")
+            log.debug("%d connections, none idle: refused %s", self.max_connections,
+                      client_address[0])
+            self.shutdown_request(request)
+            return
+        if victim is not None:
+            self.connection_stats.count("evicted")
+            # Its thread, waiting in recv() or poll(), sees the end of the stream and ends.
+            # On the plain socket: an SSLSocket's own shutdown() drops its TLS state, which
+            # that thread is using.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(victim.sock, socket.SHUT_RDWR)
+        super().process_request(request, client_address)
+
+    def connection(self, sock: socket.socket) -> _Conn:
+        with self._conns_lock:
+            return self._conns.get(sock) or _Conn(sock)  # (evicted already: on its own)
+
+    def idle(self, conn: _Conn) -> None:
+        """``conn`` waits for a request: evictable from now on."""
+        with self._conns_lock:
+            conn.idle_since, conn.deadline, conn.received = time.monotonic(), None, 0
+
+    def busy(self, conn: _Conn) -> None:
+        """A request's (or handshake's) first bytes arrived: not evictable, and the request
+        deadline runs."""
+        if conn.idle_since is not None:
+            with self._conns_lock:
+                conn.idle_since = None
+                conn.deadline = time.monotonic() + REQUEST_TIMEOUT
+                # (for an error answered before the request is parsed)
+                conn.send_deadline = conn.deadline + SEND_TIMEOUT
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.pop(request, None)
+        super().shutdown_request(request)
+
     def finish_request(self, request: Any, client_address: Any) -> None:
         if isinstance(request, ssl.SSLSocket):
             # A client that connects and never finishes its handshake (or speaks plain HTTP)
-            # holds only this thread, and only for TLS_HANDSHAKE_TIMEOUT seconds.
+            # holds only this thread, and only for TLS_HANDSHAKE_TIMEOUT seconds in all (the
+            # standard library's handshake timeout is a deadline over its reads). Until its
+            # first byte it is idle, and evictable at the cap.
+            deadline = time.monotonic() + TLS_HANDSHAKE_TIMEOUT
+            conn = self.connection(request)
             try:
-                request.settimeout(TLS_HANDSHAKE_TIMEOUT)
+                poll = select.poll()
+                poll.register(request, select.POLLIN)
+                if not poll.poll(TLS_HANDSHAKE_TIMEOUT * 1000):
+                    raise TimeoutError("nothing sent")
+                self.busy(conn)
+                request.settimeout(max(deadline - time.monotonic(), 0.001))
                 request.do_handshake()
                 request.settimeout(None)
             except OSError as exc:  # ssl.SSLError, TimeoutError, a reset
+                if isinstance(exc, TimeoutError) and conn.idle_since is None:
+                    self.connection_stats.count("timeout")
                 log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
                 return
         super().finish_request(request, client_address)
@@ -266,6 +466,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
+    _conn: _Conn
     server_version = "gpuscope"
     protocol_version = "HTTP/1.1"
     # TCP_NODELAY on every connection: a response goes out as two writes (headers, body), and
@@ -275,9 +476,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        # Every read and write of the connection then ends with TimeoutError after this
-        # long, which BaseHTTPRequestHandler answers by closing the connection.
-        self.connection.settimeout(self.server.idle_timeout)
+        # Every read and write of the connection ends with TimeoutError when its time is
+        # up (_ConnReader, _ConnWriter), which BaseHTTPRequestHandler answers by closing
+        # the connection.
+        self._conn = self.server.connection(self.connection)
+        self.rfile.close()
+        self.rfile = io.BufferedReader(_ConnReader(self.server, self._conn))
+        self.wfile = _ConnWriter(self.server, self._conn)
+
+    def handle_one_request(self) -> None:
+        self.server.idle(self._conn)
+        try:
+            super().handle_one_request()
+        except _RequestTooLarge:
+            self.log_error("request line and headers over %d bytes", MAX_REQUEST_BYTES)
+            self.close_connection = True
+
+    def parse_request(self) -> bool:
+        self.server.busy(self._conn)  # (a request read ahead, already in rfile's buffer)
+        parsed = super().parse_request()  # reads the headers; may answer an error
+        self._conn.send_deadline = time.monotonic() + SEND_TIMEOUT
+        return parsed
 
     def version_string(self) -> str:
         """The ``Server`` header: the program's name, not the Python version behind it."""
@@ -355,12 +574,18 @@ class ExporterServer:
         ssl_context: ssl.SSLContext | None = None,
         probes_only: bool = False,
         render_key: Callable[[], Hashable] | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        connection_stats: ConnectionStats | None = None,
     ) -> None:
         self._httpd = _HTTPServer((host, port), registry, healthy, ready, ssl_context,
-                                  probes_only, render_key)
+                                  probes_only, render_key, max_connections, connection_stats)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="gpuscope-http", daemon=True
         )
+
+    @property
+    def connection_stats(self) -> ConnectionStats:
+        return self._httpd.connection_stats
 
     @property
     def port(self) -> int:

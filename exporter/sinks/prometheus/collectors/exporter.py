@@ -24,7 +24,9 @@ class ExporterCollector(Collector):
         self, sampler: Sampler, extra_parts: tuple[PartsProvider, ...] = (),
         dropped_series: Callable[[], Mapping[str, int]] | None = None,
         render_errors: Callable[[], Mapping[str, int]] | None = None,
+        connections_closed: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
+        self._connections_closed = connections_closed
         self._sampler = sampler
         self._extra_parts = extra_parts
         self._dropped_series = dropped_series
@@ -58,6 +60,11 @@ class ExporterCollector(Collector):
             for collector, count in sorted(self._render_errors().items()):
                 render.add_metric([collector], float(count))
             yield render
+        if self._connections_closed is not None:
+            closed = new_family("gpu_exporter_http_connections_closed_total")
+            for reason, count in sorted(self._connections_closed().items()):
+                closed.add_metric([reason], float(count))
+            yield closed
 
         success = new_family("gpu_exporter_collector_success")
         duration = new_family("gpu_exporter_collector_duration_seconds")
