@@ -32,6 +32,7 @@ from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import GpuRef
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.views import FleetView, page_view
+from tests.dashboard.test_node_presence import page_with_the_rules
 from tests.stores import Store, backfill_rules, fleet_in_both, replay_rules, start_prometheus
 
 WINDOW = 3600.0
@@ -196,16 +197,6 @@ def test_in_prometheus_and_victoriametrics(
     finally:
         prom.close()
     judged(view, kind)
-
-
-def page_with_the_rules(url: str, end: float) -> FleetView:
-    prom = PrometheusData(url, clock=lambda: end, timeout=60)
-    try:
-        view = page_view(prom, WINDOW, bundled_prices())
-        assert prom.rules_loaded(view.window)
-    finally:
-        prom.close()
-    return view
 
 
 def test_with_the_recording_rules_in_prometheus(
