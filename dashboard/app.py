@@ -13,7 +13,7 @@ from pathlib import Path
 from dash import Dash
 from dash.development.base_component import Component
 from flask import Response, has_request_context, request
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from gpuscope.dashboard import links
 from gpuscope.dashboard.callbacks import register_callbacks
@@ -122,6 +122,13 @@ def _callback_problem(body: object, callbacks: Mapping[str, object]) -> str | No
     return None
 
 
+class _Handler(WSGIRequestHandler):
+    def version_string(self) -> str:
+        """The ``Server`` header: the program's name, not werkzeug's and Python's versions
+        (which tell a scanner what to try)."""
+        return "gpuscope-dashboard"
+
+
 class DashboardServer:
     """Serves the app with werkzeug's threaded server from a background thread."""
 
@@ -150,7 +157,8 @@ class DashboardServer:
             self._socket.close()
             raise
         self._httpd: BaseWSGIServer = make_server(
-            host, port, app.server, threaded=True, fd=self._socket.fileno()
+            host, port, app.server, threaded=True, fd=self._socket.fileno(),
+            request_handler=_Handler,
         )
         if isinstance(self._httpd, socketserver.ThreadingMixIn):
             # Do not wait for browsers' keep-alive connections when stopping.

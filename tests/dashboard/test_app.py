@@ -31,7 +31,10 @@ def test_every_address_is_ipv6_and_ipv4_on_one_socket() -> None:
         if has_ipv6():  # (else it fell back to IPv4: the next test's case)
             urls.append(f"http://[::1]:{server.port}/")
         for url in urls:
-            assert requests.get(url, timeout=10).status_code == 200, url
+            answer = requests.get(url, timeout=10)
+            assert answer.status_code == 200, url
+            # The program's name, not werkzeug's and Python's versions.
+            assert answer.headers["Server"] == "gpuscope-dashboard"
     finally:
         server.stop()
 
