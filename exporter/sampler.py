@@ -45,6 +45,9 @@ class Sampler:
         self._monotonic = monotonic
         self._listeners = listeners
         self._latest: Snapshot | None = None
+        # Monotonic time the latest snapshot's round began (its age for /readyz: the wall
+        # clock may step back under NTP while a round hangs).
+        self._latest_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Monotonic time the loop last finished a round (or started): the liveness heartbeat.
@@ -73,15 +76,17 @@ class Sampler:
         return self._monotonic() - self._heartbeat < 3 * self.interval + 30.0
 
     def ready(self) -> bool:
-        """A sample from a working source, newer than three intervals (``/readyz``)."""
+        """A sample from a working source, newer than three intervals (``/readyz``), by the
+        monotonic clock: a wall clock stepped back would keep a stuck sampler ready."""
         snap = self._latest
         if snap is None or not snap.source_up:
             return False
-        return self._clock() - snap.timestamp < 3 * self.interval
+        return self._monotonic() - self._latest_at < 3 * self.interval
 
     # -- running ----------------------------------------------------------------------------
     def run_once(self) -> Snapshot:
         """Take one sample now, publish it and notify listeners. Never raises."""
+        began = self._monotonic()
         try:
             snap = self.source.sample()
         except Exception:  # a source bug must not kill the loop; the next round retries
@@ -89,7 +94,7 @@ class Sampler:
             log.exception("source %s failed to sample", self.source.name)
             snap = Snapshot(timestamp=self._clock(), source_up=False)
         snap = self._count_part_errors(snap)
-        self._latest = snap
+        self._latest, self._latest_at = snap, began
         for listener in self._listeners:
             try:
                 listener(snap)

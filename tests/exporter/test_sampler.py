@@ -44,7 +44,7 @@ class BrokenSource:
 def test_ready_needs_a_fresh_sample_from_a_working_source() -> None:
     clock = FakeClock()
     source = CountingSource(clock)
-    sampler = Sampler(source, interval=1.0, clock=clock)
+    sampler = Sampler(source, interval=1.0, clock=clock, monotonic=clock)
     assert not sampler.ready()
     sampler.run_once()
     assert sampler.ready()
@@ -54,6 +54,18 @@ def test_ready_needs_a_fresh_sample_from_a_working_source() -> None:
     assert not sampler.ready()
     source.up = False
     sampler.run_once()
+    assert not sampler.ready()
+
+
+def test_ready_reads_the_age_on_the_monotonic_clock() -> None:
+    # NTP steps the wall clock back an hour while the next round hangs: the last sample is
+    # still three intervals old by the monotonic clock, so not ready.
+    wall, mono = FakeClock(), FakeClock(50.0)
+    sampler = Sampler(CountingSource(wall), interval=1.0, clock=wall, monotonic=mono)
+    sampler.run_once()
+    assert sampler.ready()
+    wall.t -= 3600.0
+    mono.t += 3.1
     assert not sampler.ready()
 
 
