@@ -155,13 +155,7 @@ def test_in_the_embedded_store() -> None:
 def test_in_prometheus_and_victoriametrics(
         stored: tuple[F.Fleet, Path, float, dict[str, Store]], kind: str) -> None:
     _, _, end, urls = stored
-    prom = PrometheusData(urls[kind].url, clock=lambda: end, timeout=60)
-    try:
-        view = page_view(prom, WINDOW, bundled_prices())
-        assert not prom.rules_loaded(view.window)
-    finally:
-        prom.close()
-    charged_for_their_time(view, kind)
+    charged_for_their_time(store_page(urls[kind].url, end, rules=False), kind)
 
 
 def test_with_the_recording_rules_in_prometheus(
@@ -183,12 +177,18 @@ def test_with_the_recording_rules_in_victoriametrics(
     charged_for_their_time(page_with_the_rules(vm.url, end), "victoriametrics, rules")
 
 
-def page_with_the_rules(url: str, end: float) -> FleetView:
-    """The page of the store at ``url`` at ``end``, read from its recording rules."""
+def store_page(url: str, end: float, rules: bool) -> FleetView:
+    """The page of the store at ``url`` at ``end``, read from its recording rules or (where
+    it has none) from the raw series."""
     prom = PrometheusData(url, clock=lambda: end, timeout=60)
     try:
         view = page_view(prom, WINDOW, bundled_prices())
-        assert prom.rules_loaded(view.window)
+        assert prom.rules_loaded(view.window) is rules
     finally:
         prom.close()
     return view
+
+
+def page_with_the_rules(url: str, end: float) -> FleetView:
+    """The page of the store at ``url`` at ``end``, read from its recording rules."""
+    return store_page(url, end, rules=True)
