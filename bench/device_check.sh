@@ -16,7 +16,8 @@
 #   versions  driver, CUDA, nvidia-smi, Python, PyTorch, the machine's own pynvml and protobuf
 #   install   the wheels, then which modules the check imports and from where
 #   check     bench/real_gpu_check.py --load --window 30: exporter vs nvidia-smi, health (row
-#             remapping, ECC), work signals, what the GPM calls cost (idle and under load)
+#             remapping, ECC), identity (UUIDs in the driver's procfs, MIG mode, XID watch),
+#             work signals, what the GPM calls cost (idle and under load)
 #   mps       bench/real_gpu_check.py --only mps: an MPS daemon and two clients, raw NVML
 #   soak      (only when asked for, GPUSCOPE_CHECK_STEPS) bench/real_gpu_check.py --only soak
 #             --soak-seconds GPUSCOPE_SOAK_SECONDS: the exporter on the driver while PyTorch
@@ -24,9 +25,9 @@
 #             GPUSCOPE_SOAK_MPS=1 (--soak-mps) the processes are one MPS daemon's clients
 #   collect   everything into $OUT (at most 8 files, flat):
 #             summary.log (all of the above), real-gpu.tar.gz (every raw output), and copies of
-#             comparison.json, health.json, work-signals.json, gpm-cost.json, metrics.txt,
-#             mps.json, soak.json, in that order, while there is room for them (less those
-#             named in GPUSCOPE_SKIP_COPIES)
+#             comparison.json, health.json, identity.json, work-signals.json, gpm-cost.json,
+#             metrics.txt, mps.json, soak.json, in that order, while there is room for them
+#             (less those named in GPUSCOPE_SKIP_COPIES)
 #
 # Environment: OUT (required); GPUSCOPE_WHEELS (the wheels' folder, default .whl);
 # GPUSCOPE_NVML_LIBRARY (a libnvidia-ml to load instead of the driver's, passed as --library:
@@ -231,8 +232,8 @@ EOF
   # The device tool brings back at most 8 files: summary.log, the tarball, then these in turn
   # while there is room (what does not fit is in the tarball).
   local f name copied=2 left=()
-  for f in check/comparison.json check/health.json check/work-signals.json check/gpm-cost.json \
-    check/metrics.txt mps/mps.json soak/soak.json; do
+  for f in check/comparison.json check/health.json check/identity.json check/work-signals.json \
+    check/gpm-cost.json check/metrics.txt mps/mps.json soak/soak.json; do
     name=$(basename "$f")
     [[ -f $RESULTS/$f && $skip_copies != *,$name,* ]] || continue
     if ((copied < 8)); then

@@ -58,10 +58,17 @@ PyTorch or with ``--library`` it runs without the processes (reported as skipped
 (quit after it), and each scrape also records whether the exporter serves the GPUs as shared
 through MPS and the MPS server's memory (``mps`` in ``soak.json``).
 
+Part 7, identity (``identity``, after health): who each GPU is and how it is shared, read four
+ways: NVML's UUID, bus id and MIG mode; the driver's ``/proc/driver/nvidia/gpus/*/information``
+(``--proc-root``), parsed by the exporter's own ``procfs_uuids`` (what names a GPU NVML cannot
+open at the exporter's start); ``nvidia-smi``'s ``uuid,pci.bus_id,mig.mode.current``; and the
+exporter's ``gpu_sharing_info`` and its XID watch (``gpu_exporter_collector_success
+{collector="xid"}``), to ``identity.json``.
+
 Every step has a time limit, and one that fails does not stop the next. ``--only`` picks
-steps (``exporter,health,work,gpm,mps,soak``). Every missing tool is reported as skipped, not as a
-failure. Raw outputs go to ``--out`` (``steps.json`` lists what ran, how long, and what
-failed); the exit status is 1 on any mismatch or failed step.
+steps (``exporter,health,identity,work,gpm,mps,soak``). Every missing tool is reported as
+skipped, not as a failure. Raw outputs go to ``--out`` (``steps.json`` lists what ran, how
+long, and what failed); the exit status is 1 on any mismatch or failed step.
 """
 
 from __future__ import annotations
@@ -134,7 +141,7 @@ def get(url: str) -> tuple[int, str]:
         return 0, str(e)
 
 
-STEPS = ("exporter", "health", "work", "gpm", "mps", "soak")
+STEPS = ("exporter", "health", "identity", "work", "gpm", "mps", "soak")
 
 
 @dataclasses.dataclass
@@ -168,6 +175,9 @@ def main() -> int:
     parser.add_argument("--only", metavar="STEPS",
                         help=f"comma-separated steps to run, of {','.join(STEPS)} "
                              "(default: exporter,health,work,gpm, and mps with --mps)")
+    parser.add_argument("--proc-root", type=Path, default=Path("/proc"),
+                        help="the proc file system the identity step reads the driver's "
+                             "GPU list from (default /proc)")
     parser.add_argument("--library", type=Path, metavar="SO",
                         help="load this libnvidia-ml instead of libnvidia-ml.so.1 (the "
                              "exporter through LD_LIBRARY_PATH; e.g. bench/fake_libnvml's, to "
@@ -179,7 +189,8 @@ def main() -> int:
         if unknown:
             parser.error(f"--only: unknown step(s) {', '.join(unknown)}; steps: {STEPS}")
     else:
-        steps = ["work"] if args.skip_exporter else ["exporter", "health", "work", "gpm"]
+        steps = ["work"] if args.skip_exporter else ["exporter", "health", "identity", "work",
+                                                      "gpm"]
         steps += ["mps"] if args.mps else []
     if args.library is not None:
         args.library = args.library.resolve()
@@ -196,7 +207,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop_on_signal)
     signal.signal(signal.SIGINT, stop_on_signal)
     shared = Shared()
-    functions = {"exporter": check_exporter, "health": check_health,
+    functions = {"exporter": check_exporter, "health": check_health, "identity": check_identity,
                  "work": check_work_signals, "gpm": check_gpm_cost, "mps": check_mps,
                  "soak": check_soak}
     record: list[dict[str, object]] = []
@@ -1129,6 +1140,112 @@ def check_health(args: argparse.Namespace, shared: Shared) -> int:
     (args.out / "health.json").write_text(json.dumps(
         {"rows": rows, "nvml": raw, "nvidia_smi": smi}, indent=1))
     print(f"{len(rows) - sum(not r['ok'] for r in rows)}/{len(rows)} health checks agree")
+    return bad
+
+
+# --- part 7: identity ---------------------------------------------------------------------------
+
+def procfs_gpus(proc_root: Path) -> dict[str, dict[str, Any]]:
+    """Each GPU the driver lists under ``<proc_root>/driver/nvidia/gpus``, by normalised bus id:
+    its information file's text and the UUID the exporter's pattern finds in it (None where
+    it finds none); empty where the folder cannot be read."""
+    from gpuscope.exporter.sources.nvml.source import PROCFS_UUID
+
+    gpus: dict[str, dict[str, Any]] = {}
+    folder = proc_root / "driver" / "nvidia" / "gpus"
+    with contextlib.suppress(OSError):
+        for bus in sorted(os.listdir(folder)):
+            text = (folder / bus / "information").read_text(encoding="utf-8", errors="replace")
+            found = PROCFS_UUID.search(text)
+            gpus[norm_bus_id(bus)] = {"dir": bus, "uuid": found.group(1) if found else None,
+                                      "information": text}
+    return gpus
+
+
+def smi_identity() -> dict[str, dict[str, str]]:
+    """nvidia-smi's uuid, bus id and current MIG mode per GPU, by normalised bus id."""
+    text = run_text(["nvidia-smi", "--query-gpu=uuid,pci.bus_id,mig.mode.current",
+                     "--format=csv,noheader"]) if have_smi() else None
+    rows: dict[str, dict[str, str]] = {}
+    for line in (text or "").strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 3:
+            rows[norm_bus_id(cells[1])] = {"uuid": cells[0], "mig_mode": cells[2]}
+    return rows
+
+
+def check_identity(args: argparse.Namespace, shared: Shared) -> int:
+    """Part 7: each GPU's UUID, bus id and MIG mode from NVML against the driver's procfs
+    file (through the exporter's parser), nvidia-smi, and the exporter's sharing series and
+    XID watch; the number of mismatches."""
+    from gpuscope.exporter.sources.nvml.source import procfs_uuids
+
+    text = shared.metrics
+    if text is None:
+        with exporter_running(args, "exporter-identity.log", process_metrics=False) as port:
+            if port is not None:
+                time.sleep(1.5)
+                text = get(f"http://127.0.0.1:{port}/metrics")[1]
+    with nvml_session(args) as nv:
+        enabled = getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)
+        nvml: list[dict[str, Any]] = [
+            {"index": i, "uuid": ask(nv, "nvmlDeviceGetUUID", h).get("value"),
+             "bus": norm_bus_id(str(ask(nv, "nvmlDeviceGetPciInfo", h,
+                                        then=lambda p: p.busId).get("value") or "")),
+             "mig_mode": ask(nv, "nvmlDeviceGetMigMode", h)}
+            for i, h in enumerate(gpu_handles(nv))]
+    procfs = procfs_gpus(args.proc_root)
+    listed = procfs_uuids(str(args.proc_root))
+    smi = smi_identity()
+    exported = series(text) if text is not None else {}
+    rows: list[dict[str, Any]] = []
+
+    def row(gpu: object, what: str, want: object, got: object, ok: bool | None) -> None:
+        rows.append({"gpu": gpu, "check": what, "nvml": want, "other": got, "ok": ok})
+
+    for g in nvml:
+        mode = g["mig_mode"].get("value")
+        # (current, pending); NotSupported on a GPU without MIG, which is then never in it.
+        mig = bool(mode and mode[0] == enabled)
+        entry = procfs.get(g["bus"])
+        found = entry["uuid"] if entry else None
+        row(g["index"], "procfs UUID at NVML's bus id", g["uuid"], found,
+            None if not procfs else found is not None and found == g["uuid"])
+        if g["bus"] in smi:
+            theirs = smi[g["bus"]]
+            row(g["index"], "nvidia-smi UUID", g["uuid"], theirs["uuid"],
+                theirs["uuid"] == g["uuid"])
+            row(g["index"], "MIG mode: NVML current / nvidia-smi", mode, theirs["mig_mode"],
+                (theirs["mig_mode"] == "Enabled") == mig)
+        else:
+            row(g["index"], "nvidia-smi UUID", g["uuid"], None, None if not have_smi() else False)
+        sharing = [lab.get("sharing") for lab, _ in exported.get(("gpu_sharing_info", g["uuid"]),
+                                                                   [])]
+        want = "mig" if mig else "exclusive"
+        row(g["index"], "exporter gpu_sharing_info", want, sharing,
+            None if text is None else sharing == [want])
+    # The exporter reads every listed GPU but the excluded ones, in bus order; NVML
+    # enumerates the same set (in its own order).
+    row("all", "exporter procfs_uuids() = NVML's UUIDs", sorted(str(g["uuid"]) for g in nvml),
+        listed, None if not procfs else sorted(listed or []) == sorted(str(g["uuid"])
+                                                                        for g in nvml))
+    xid = [s.value for fam in text_string_to_metric_families(text or "")
+           if fam.name == "gpu_exporter_collector_success"
+           for s in fam.samples if s.labels.get("collector") == "xid"]
+    row("all", "exporter XID watch (collector_success{collector=xid})", 1.0, xid,
+        None if text is None else xid == [1.0])
+    if not procfs:
+        print(f"{args.proc_root}/driver/nvidia/gpus: not readable; procfs not compared (skipped)")
+    for r in rows:
+        show = "skipped" if r["ok"] is None else "ok" if r["ok"] else "MISMATCH"
+        print(f"{r['gpu']!s:>3} {r['check']:<52} nvml={r['nvml']!s:<40} "
+              f"other={r['other']!s:<40} {show}")
+    bad = sum(r["ok"] is False for r in rows)
+    (args.out / "identity.json").write_text(json.dumps(
+        {"rows": rows, "nvml": nvml, "procfs": procfs, "nvidia_smi": smi}, indent=1,
+        default=str))
+    skipped = sum(r["ok"] is None for r in rows)
+    print(f"{len(rows) - bad - skipped}/{len(rows)} identity checks agree, {skipped} skipped")
     return bad
 
 

@@ -20,6 +20,7 @@ import pytest
 from bench import real_gpu_check
 from bench.nvml_c_exporter import BuildError, build_library, library_env, load_library
 from tests.exporter.sources.fake_nvml import restored_pynvml
+from tests.exporter.sources.test_nvml import write_gpu_information
 
 
 @pytest.fixture(scope="module")
@@ -294,3 +295,52 @@ def test_the_mps_soak_is_skipped_without_the_control_daemon(
             'gpu_sharing_info{gpu="1",sharing="none",uuid="GPU-b"} 1.0\n'
             'gpu_mps_server_memory_used_bytes{gpu="0",uuid="GPU-a"} 6.9e+07\n')
     assert real_gpu_check.read_mps_series(text) == (1, 1)
+
+
+# --- the identity step (part 7) ----------------------------------------------------------------
+
+def run_identity(library: Path, tmp_path: Path, uuids: list[str]) -> tuple[int, dict[str, Any]]:
+    """``--only identity`` on the double (2 GPUs) with the driver's information file of each
+    GPU, bus 00000000:1<g>:00.0, naming ``uuids[g]``."""
+    proc = tmp_path / "proc"
+    for g, uuid in enumerate(uuids):
+        write_gpu_information(proc, f"0000:{0x10 + g:02x}:00.0", uuid)
+    env = {**os.environ, **library_env(2, 1)}
+    env.pop("PYTHONPATH", None)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "real_gpu_check.py"), "--only", "identity",
+         "--library", str(library), "--proc-root", str(proc), "--out", str(out)],
+        capture_output=True, text=True, timeout=90, env=env, cwd=REPO)
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    return done.returncode, json.loads((out / "identity.json").read_text())
+
+
+DOUBLE_UUIDS = [f"GPU-00000000-0000-0000-0000-0000a100000{g}" for g in range(2)]
+
+
+def test_identity_agrees_on_the_double(library: Path, tmp_path: Path) -> None:
+    """The driver's file read by the exporter's own parser names NVML's UUID at NVML's bus
+    id; the exporter serves each GPU as exclusive (MIG off) and watches XIDs; nvidia-smi's
+    side is skipped where it is not installed."""
+    rc, result = run_identity(library, tmp_path, DOUBLE_UUIDS)
+    checks = {(r["gpu"], r["check"]): r for r in result["rows"]}
+    assert rc == 0, result["rows"]
+    for g in (0, 1):
+        assert checks[(g, "procfs UUID at NVML's bus id")]["ok"] is True
+        assert checks[(g, "procfs UUID at NVML's bus id")]["other"] == DOUBLE_UUIDS[g]
+        assert checks[(g, "exporter gpu_sharing_info")]["other"] == ["exclusive"]
+        assert checks[(g, "nvidia-smi UUID")]["ok"] is None  # no nvidia-smi here
+    assert checks[("all", "exporter procfs_uuids() = NVML's UUIDs")]["other"] == DOUBLE_UUIDS
+    assert checks[("all", "exporter XID watch (collector_success{collector=xid})")]["ok"]
+
+
+def test_identity_names_a_procfs_uuid_that_is_not_nvmls(library: Path, tmp_path: Path) -> None:
+    """A driver file naming another UUID at GPU 1's bus id is a mismatch (exit 1), on that
+    GPU's row and on the list the exporter would read."""
+    other = "GPU-00000000-0000-0000-0000-0000b1000001"
+    rc, result = run_identity(library, tmp_path, [DOUBLE_UUIDS[0], other])
+    bad = [(r["gpu"], r["check"]) for r in result["rows"] if r["ok"] is False]
+    assert rc == 1
+    assert bad == [(1, "procfs UUID at NVML's bus id"),
+                   ("all", "exporter procfs_uuids() = NVML's UUIDs")]

@@ -108,14 +108,14 @@ _MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
 
 # "GPU UUID: \t GPU-8c2b5d1e-..." in the driver's per-GPU information file; older drivers
 # print "GPU-????????-????-..." when they cannot read it, which this does not match.
-_PROCFS_UUID = re.compile(
+PROCFS_UUID = re.compile(
     r"^GPU UUID:\s*(GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\s*$",
     re.MULTILINE,
 )
 _PROCFS_EXCLUDED = re.compile(r"^GPU Excluded:\s*Yes\s*$", re.MULTILINE)
 
 
-def _procfs_uuids(proc_root: str) -> list[str] | None:
+def procfs_uuids(proc_root: str) -> list[str] | None:
     """The UUIDs of the GPUs the driver lists under ``<proc_root>/driver/nvidia/gpus``
     (excluded ones left out: NVML does not enumerate them); ``None`` where the directory
     cannot be read or a listed GPU shows no UUID."""
@@ -128,7 +128,7 @@ def _procfs_uuids(proc_root: str) -> list[str] | None:
                 text = f.read()
             if _PROCFS_EXCLUDED.search(text):
                 continue
-            match = _PROCFS_UUID.search(text)
+            match = PROCFS_UUID.search(text)
             if match is None:
                 return None
             uuids.append(match.group(1))
@@ -417,7 +417,7 @@ class NvmlSource:
         unnamed = [d for d in devices if not d.identified and not d.uuid]
         if self._proc_root is None or len(unnamed) != 1:
             return
-        listed = _procfs_uuids(self._proc_root)
+        listed = procfs_uuids(self._proc_root)
         if listed is None or len(listed) != len(devices):
             return
         left = set(listed) - {d.uuid for d in devices if d.uuid}
