@@ -503,6 +503,13 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 # -- the client -------------------------------------------------------------------------------
+#: The HTTP statuses of a server that has no Prometheus query API at the URL's path.
+_NOT_AN_API = frozenset({404, 405, 501})
+_NOT_AN_API_HINT = ("(no Prometheus query API at this URL: give the base URL of its /api/v1/ "
+                    "paths, e.g. http://prometheus:9090 or Mimir's https://mimir/prometheus; "
+                    "an exporter's address goes to --targets)")
+
+
 class PromApi:
     """POSTs form-encoded queries to ``url`` + path and returns the answer's ``data``.
 
@@ -598,6 +605,10 @@ class PromApi:
                 if 300 <= exc.code < 400:
                     where = self._redact(exc.headers.get("Location") or "?")
                     detail = f"redirect to {where} not followed: use that URL"
+                elif exc.code in _NOT_AN_API:
+                    # A Prometheus UI page's URL (…/graph), a prefix left out (Mimir's
+                    # …/prometheus), or an exporter's address (it answers POST with 501).
+                    detail = (f"{detail} " if detail else "") + _NOT_AN_API_HINT
                 raise DataError(f"{self.description}: HTTP {exc.code} {detail}".strip()
                                 ) from None
             except CredentialError as exc:  # a TLS file gone or broken since start-up

@@ -327,16 +327,20 @@ class PrometheusStore:
         if data.get("resultType") != "vector":
             raise DataError(f"{self.description}: expected a vector, got {data.get('resultType')}")
         try:
-            return [(self._keyed(_labels(r["metric"])), float(r["value"][1]))
-                    for r in data["result"]]
+            return [(labels, float(r["value"][1])) for r in data["result"]
+                    if (labels := self._keyed(_labels(r["metric"]))) is not None]
         except _MALFORMED:
             raise DataError(f"{self.description}: malformed answer (not a Prometheus "
                             "vector)") from None
 
-    def _keyed(self, labels: dict[str, str]) -> dict[str, str]:
+    def _keyed(self, labels: dict[str, str]) -> dict[str, str] | None:
         """A series' labels with its node as its node key (``cluster/node``, where it has a
         cluster) and without the cluster label; a series of no node (a workload's, a
-        straggler group's) keeps its cluster as :data:`~.promql.GROUP_CLUSTER`."""
+        straggler group's) keeps its cluster as :data:`~.promql.GROUP_CLUSTER`. None for a
+        device's or a node's series without the ``node`` label (a scrape config without the
+        relabeling): the page cannot place it (its note says how many there are)."""
+        if "node" not in labels and ("uuid" in labels or "instance_type" in labels):
+            return None
         cluster = labels.pop(self.cluster_label, "")
         if cluster and "node" in labels:
             labels["node"] = node_key(cluster, labels["node"])
@@ -358,7 +362,9 @@ class PrometheusStore:
                 times, values = zip(*r["values"], strict=True) if r["values"] else ((), ())
                 if values and not isinstance(values[0], float):  # json.loads: strings
                     times, values = tuple(map(float, times)), tuple(map(float, values))
-                out.append((self._keyed(_labels(r["metric"])), Series(times, values)))
+                labels = self._keyed(_labels(r["metric"]))
+                if labels is not None:
+                    out.append((labels, Series(times, values)))
         except _MALFORMED:
             raise DataError(f"{self.description}: malformed answer (not a Prometheus "
                             "matrix)") from None

@@ -151,6 +151,22 @@ def node_presence(rows: Iterable[tuple[dict[str, str], float]], device_nodes: Co
     return counts
 
 
+def unlabelled_note(rows: Iterable[tuple[dict[str, str], float]]) -> tuple[str, ...]:
+    """The page's note where the store holds devices whose series lack the ``node`` label
+    (the first round's ``nodes``, its ``stat="unlabelled"`` row: how many whole GPUs'
+    ``gpu_info`` series in the window): the page cannot place them on a node, so they are
+    not on it."""
+    count = next((v for lab, v in rows if lab.get("stat") == "unlabelled"
+                  and math.isfinite(v) and v > 0), 0.0)
+    if not count:
+        return ()
+    return (f"{round(count):,} GPU{'s' if round(count) != 1 else ''} in the store "
+            f"{'have' if round(count) != 1 else 'has'} no node label (gpu_info without "
+            "`node`) and are not on this page: add the label in the scrape config from the "
+            "pod's node name, as the shipped ServiceMonitor, PodMonitor and "
+            "deploy/prometheus/scrape-config.yaml do (docs/dashboard.md).",)
+
+
 def pod_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[PodKey, PodInfo]:
     """``gpu_pod_info`` by pod."""
     pods = (PodInfo.of(lab) for lab, _ in rows)

@@ -29,6 +29,7 @@ from gpuscope.dashboard.plan.answers import (
     node_presence,
     partial_nodes,
     pod_infos,
+    unlabelled_note,
     util_stats,
     work_signals_of,
 )
@@ -569,7 +570,7 @@ class PrometheusData(PlanQueries):
             silent=frozenset(silent),
             notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else
                    (raw_note(len(nodes), RAW_NODES, self.thresholds, self.cluster_label),)
-                   if len(nodes) > RAW_NODES else ()),
+                   if len(nodes) > RAW_NODES else ()) + unlabelled_note(present_rows),
             node_summaries=summaries,
             workloads_checked=groups_checked,
             holdings=_holdings(holdings),

@@ -272,6 +272,10 @@ class PlanQueries(PrometheusStore):
                 # came up or went away within the window is charged for that time alone
                 # (the holdings' steps; with the rules, its recorded minutes).
                 _stat(self.presence_query(window, rules), "present"),
+                # Devices whose series lack the ``node`` label (a scrape config of the
+                # user's own without the relabeling): not on the page, so it says so.
+                _stat(f"count(last_over_time("
+                      f"{selector('gpu_info', node='', parent_uuid='')}[{w}]))", "unlabelled"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those

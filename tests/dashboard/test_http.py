@@ -49,8 +49,9 @@ from gpuscope.dashboard.data.http import (
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import page_view
-from tests.conftest import REPO, free_port, wait_for
+from tests.conftest import REPO, ExporterProcess, free_port, wait_for
 from tests.pki import TestCA
+from tests.stores import start_prometheus
 
 VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
     {"metric": {"node": "n"}, "value": [1.0, "1"]}]}}
@@ -858,3 +859,31 @@ def test_sigv4_with_irsa_web_identity_credentials(aws_env: None, tmp_path: Path,
         assert sent.header("X-Amz-Security-Token") == (issued(m["key"]) or ("", ""))[1]
     finally:
         sts.stop()
+
+
+# -- a URL with no query API behind it (a first setup's usual slips) ---------------------------
+NOT_AN_API = ("(no Prometheus query API at this URL: give the base URL of its /api/v1/ paths, "
+              "e.g. http://prometheus:9090 or Mimir's https://mimir/prometheus; an exporter's "
+              "address goes to --targets)")
+
+
+def test_a_prometheus_page_url_says_to_give_the_api_base(prometheus_bin: str) -> None:
+    """The URL of Prometheus' own UI page (``…/graph``): its 404, with what to give instead."""
+    with start_prometheus() as prom, pytest.raises(DataError) as info:
+        PrometheusData(prom.url + "/graph", timeout=10).fleet(900)
+    assert one_line(info) == (f"Prometheus {prom.url}/graph: HTTP 404 404 page not found "
+                              f"{NOT_AN_API}")
+
+
+def test_an_exporters_address_says_it_goes_to_targets() -> None:
+    """A gpuscope exporter's address given as the store: its HTTP server answers the query's
+    POST with 501."""
+    exporter = ExporterProcess(["--source", "simulated", "--node-name", "n1"])
+    try:
+        exporter.wait_ready(60)
+        with pytest.raises(DataError) as info:
+            PrometheusData(exporter.url, timeout=10).fleet(900)
+    finally:
+        exporter.stop()
+    assert one_line(info).startswith(f"Prometheus {exporter.url}: HTTP 501")
+    assert one_line(info).endswith(NOT_AN_API)

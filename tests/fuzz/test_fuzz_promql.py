@@ -210,8 +210,9 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
              "utilization", "sm", "tensor", "dram", "power", "process", "gpm", "limit",
              "throttle", "sm_clock", "temperature", "util_max", "util", "slice_memory",
              "held", "used", "cutil", "cmem", "at_start",
-             # at how many steps each node was there (PlanQueries.presence_query)
-             "present",
+             # at how many steps each node was there (PlanQueries.presence_query); the
+             # whole GPUs without a node label (the first round's ``nodes``)
+             "present", "unlabelled",
              # the verdicts' labels (which rule a device or container meets at the end)
              "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
              "input",
@@ -230,8 +231,9 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
 #: data begins at the window's start).
 #: "0", and the key of the page's thresholds (the default ones here) and its cluster label,
 #: which the recording rules' version series is matched with; a GPU's mode
-#: (``gpu_sharing_info{sharing="mig"}``: one in MIG mode with no slice is idle).
-CONSTANT_EQUALS = {"0", Thresholds().key, "cluster", "mig"}
+#: (``gpu_sharing_info{sharing="mig"}``: one in MIG mode with no slice is idle); the empty
+#: value (``gpu_info{node="", parent_uuid=""}``: whole GPUs without a node label).
+CONSTANT_EQUALS = {"0", Thresholds().key, "cluster", "mig", ""}
 
 
 def constant_regex(lit: Literal) -> bool:
