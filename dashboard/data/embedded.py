@@ -218,7 +218,7 @@ class EmbeddedData:
         self._lock = threading.Lock()
         self._rings: dict[tuple[str, Labels], _Ring] = {}
         self._info: dict[tuple[str, Labels], float] = {}
-        self._first: float | None = None
+        self._first: float | None = None  # where history begins: first scrape, oldest kept
         self.dropped_series = 0
         # Each sample's stored key, by its node and labels as scraped: a scrape repeats the
         # last one's label sets, and building each key anew made filling the demo's hour of
@@ -251,6 +251,7 @@ class EmbeddedData:
         with self._lock:
             if self._first is None or timestamp < self._first:
                 self._first = timestamp
+            first = self._first
             for name, labels, value in samples:
                 if name in INFO_METRICS:
                     key = (name, self._key(labels, node))
@@ -266,6 +267,8 @@ class EmbeddedData:
                         continue
                     ring = self._rings[key] = _Ring()
                 ring.append(timestamp, value, self.capacity)
+                if len(ring.times) > self.capacity and ring.times[-self.capacity] > first:
+                    first = self._first = ring.times[-self.capacity]  # oldest one served
 
     def _key(self, labels: Mapping[str, str], node: str) -> Labels:
         """The stored key of a sample of ``node`` with ``labels``: sorted, with ``node``."""

@@ -29,6 +29,7 @@ from gpuscope.dashboard.data.prometheus import MAX_QUERY_BYTES, index_queries
 from gpuscope.dashboard.data.promql import any_of, labelled
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.plan.runs import FollowUp, _groups, _StragglerRuns, _summaries
+from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import (
     ContainerRef,
     GpuInfo,
@@ -43,6 +44,7 @@ from gpuscope.dashboard.series import (
 )
 from gpuscope.dashboard.verdicts.starvation import timeslice_shares
 from gpuscope.dashboard.verdicts.stragglers import stragglers
+from gpuscope.dashboard.views import build_fleet_view
 from tests.dashboard.conftest import make_series
 from tests.dashboard.conftest import make_window as hand_window
 
@@ -769,3 +771,29 @@ def test_a_failed_served_probe_is_not_waited_out_twice_by_one_page(
     assert prom.served(hour) == hour and prom.served(hour) == hour and len(asked) == 1
     clock[0] += prom.SERVED_EARLIER_KEPT
     assert prom.served(hour) == hour and len(asked) == 2
+
+
+def test_embedded_history_begins_where_the_kept_points_do() -> None:
+    """Each series keeps at most ``capacity`` points: once older ones are dropped, the
+    history the page has begins at the oldest point it still serves, not at the first
+    scrape (24 h of running at 15 s fill 1,440 points in 6 h). Else a 2 h window over 1 h
+    of kept points claimed 2 h of history: a GPU idle throughout was 'idle since' the
+    first kept point as if that were when it began, and a node that came up 30 min ago was
+    charged the 2 h history less the 30 steps it missed, 1.5 h."""
+    end = 1_800_000_000.0
+    store = EmbeddedData([], interval=60, capacity=60, clock=lambda: end)
+    for i in range(121):  # two hours of scrapes, a minute apart; 60 points kept
+        t = end - 7200 + i * 60
+        store.ingest_text("node-a", exposition(0.0, pods=False), t)
+        if t > end - 1800:  # node-b comes up 30 minutes before the end
+            store.ingest_text("node-b", exposition(0.0, uuid="GPU-2", pods=False), t)
+    data = store.fleet(7200)
+    store.close()
+    kept = end - 59 * 60  # the oldest of the 60 points each of node-a's series serves
+    assert data.history_start == pytest.approx(kept, abs=1e-3)
+    assert data.history_seconds == pytest.approx(59 * 60, abs=1e-3)
+    # node-b was there 30 minutes (29 of the history's 59 one-minute steps... to the step).
+    assert data.present["node-b"] == pytest.approx(29 * 60, abs=data.window.step)
+    view = build_fleet_view(data, bundled_prices())
+    idle = {r.node: r for r in view.idle_rows}
+    assert idle["node-a"].idle_seconds == pytest.approx(data.history_seconds, abs=1e-3)
