@@ -696,9 +696,10 @@ def _build_fleet_view(
                        duration=th.straggler_duration, slow_factor=th.slow_factor,
                        slow_busy=th.slow_busy)
     # The evidence of the rows shown, read now (where the store reads it on demand; the
-    # others' when they are asked for), else of every row from the evidence in hand.
+    # others' when they are asked for), else of every row from the evidence in hand; over
+    # the history there is, as the stores read it.
     evidence = RowEvidence(strag, data.read_evidence or (lambda _nodes: data.evidence),
-                           min(th.straggler_duration, window.seconds))
+                           min(th.straggler_duration, window.seconds, data.history_seconds))
     straggler_rows = straggler_table(strag, context, device_price)
     straggler_rows, problem = evidence(
         straggler_rows, TOP_ROWS if data.read_evidence is not None else len(straggler_rows))

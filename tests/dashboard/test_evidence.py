@@ -196,3 +196,18 @@ def test_show_all_rows_and_the_csv_read_the_rest_once(eager: FleetView) -> None:
         assert len(source.reader.calls) == 4
     finally:
         service.close()
+
+
+def test_the_evidence_says_how_far_back_it_looks_over_a_short_history() -> None:
+    """Over 4 minutes of history (a young store, an embedded dashboard just started) the
+    stores read the evidence over those 4 minutes (the Prometheus store asks for
+    min(D, window, history)): a row said it looked back the 10 minutes of
+    ``straggler_duration`` it did not have."""
+    data, evidence = fleet()
+    young = replace(data, history_start=data.window.end - 240.0)
+    for source in (replace(young, evidence=evidence), replace(young,
+                                                               read_evidence=Reader(evidence))):
+        view = build_fleet_view(source, bundled_prices())
+        row = view.straggler_rows[0]
+        assert row.evidence is not None and row.evidence.seconds == 240.0
+        assert evidence_text(row.evidence).endswith("(last 4m)")
