@@ -459,6 +459,7 @@ def run(cfg: Config, stop: threading.Event,
         # The store keeps what the registry's verdicts read besides the fleet page's series.
         embedded = EmbeddedData(targets, interval=cfg.scrape_interval, label=label,
                                 notes=notes,
+                                straggler_duration=cfg.thresholds.straggler_duration,
                                 extra_metrics=registry.step_metrics())
         if cfg.demo:
             fleet.backfill(embedded, step=cfg.scrape_interval)

@@ -7,13 +7,16 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpuscope.dashboard import cli
 from gpuscope.dashboard.cli import ConfigError, main, parse_config
-from gpuscope.dashboard.data import Target
+from gpuscope.dashboard.data import EmbeddedData, Target
 from tests.conftest import REPO, free_port, wait_for
 from tests.dashboard.test_http import CheckServer, basic_check, make_pki
 
@@ -330,3 +333,25 @@ def test_dashboard_queries_prometheus_over_tls_with_basic_auth(
 def test_an_ipv6_listen_address_is_taken_without_its_brackets() -> None:
     cfg = parse_config(["--demo", "--listen", "[::1]:8050"], environ={})
     assert (cfg.listen_host, cfg.listen_port) == ("::1", 8050)
+
+
+def test_the_embedded_store_reads_the_evidence_over_the_straggler_duration_flag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stragglers' evidence covers the last ``--straggler-duration`` (the page says so,
+    and the Prometheus store reads it so): the embedded store was made with the default
+    10 minutes whatever the flag, so with ``--straggler-duration 30m`` its rows said
+    "(last 30m)" over 10 minutes of evidence."""
+    made: list[EmbeddedData] = []
+
+    class Recorded(EmbeddedData):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(cli, "EmbeddedData", Recorded)
+    cfg = parse_config(["--targets", "http://127.0.0.1:1/metrics", "--listen", "127.0.0.1:0",
+                        "--straggler-duration", "30m"], environ={})
+    stop = threading.Event()
+    stop.set()
+    assert cli.run(cfg, stop) == 0
+    assert [m.straggler_duration for m in made] == [1800.0]
