@@ -33,6 +33,7 @@ from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data.steps import StepQuery
 from gpuscope.dashboard.links import at_node, node_link, pod_link
 from gpuscope.dashboard.series import GpuRef, Series, index_key
+from gpuscope.dashboard.verdicts.cells import first_step_cell
 from gpuscope.dashboard.verdicts.page import (
     Column,
     PageContext,
@@ -294,9 +295,6 @@ class Health(StepVerdict):
 
     def rows(self, findings: Sequence[GpuHealth], ctx: PageContext, state: State
              ) -> list[Row]:
-        first_step = ctx.window.start + ctx.window.step
-        began = max(ctx.history_start, ctx.window.start)
-        history = began + ctx.window.step
         rows: list[Row] = []
         for h in findings:
             what = "; ".join(
@@ -306,10 +304,7 @@ class Health(StepVerdict):
                              for p in h.pods)
             rows.append({
                 "node": node_link(h.ref.node, state), "gpu": h.gpu, "what": what,
-                # The start of its first step, never before the history the page has (a
-                # step of a long window over a younger store begins before it).
-                "since": fmt.clock(max(h.since - ctx.window.step, began))
-                + (" or earlier" if h.since <= max(first_step, history) else ""),
+                "since": first_step_cell(h.since, ctx),
                 "now": "yes" if h.now else "no (in the window)",
                 "pods": pods or "(no pod)", "pods_csv": ", ".join(h.pods) or "(no pod)",
                 "price": h.price_per_hour,

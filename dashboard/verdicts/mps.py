@@ -25,6 +25,7 @@ from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data.steps import StepQuery
 from gpuscope.dashboard.links import at_node, node_link, pod_link
 from gpuscope.dashboard.series import GpuRef, index_key
+from gpuscope.dashboard.verdicts.cells import first_step_cell
 from gpuscope.dashboard.verdicts.page import (
     Column,
     PageContext,
@@ -125,7 +126,7 @@ class MpsUnjudged(StepVerdict):
                                           text=f"{c.pod.partition('/')[2]}/{c.container}")
                                  for c in u.clients) or "(no container)",
             "memory": ", ".join(fmt.gib(c.memory_bytes) for c in u.clients),
-            "since": fmt.clock(u.since - ctx.window.step), "price": u.price_per_hour,
+            "since": first_step_cell(u.since, ctx), "price": u.price_per_hour,
         } for u in findings]
 
     def note(self, findings: Sequence[UnjudgedGpu], ctx: PageContext) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data import EmbeddedData, Target
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import ContainerRef, GpuInfo, GpuRef, Series, Window
@@ -181,3 +182,23 @@ def test_reported_clients_are_judged_and_the_server_is_no_container(
     assert set(shares) == {"infer-a", "infer-b"}  # the server is no one's container
     assert not [u for u in view.findings[VERDICT.name] if u.ref.node == "mps-reported"]
     assert not [r for r in view.allocated_idle_rows if r.node == "mps-reported"]
+
+
+def test_since_is_never_before_the_history_the_page_has() -> None:
+    # As the GPU-health rows: a 7-day window (steps of 1h 24m) over a store of 62 minutes,
+    # an MPS GPU unreported from the store's first step is since the history's start "or
+    # earlier"; it read 22 minutes before the store held any data, with no "or earlier".
+    week = Window(END - 7 * 86400.0, END, 5040.0)
+    began = END - 3720.0
+    c = PageContext(week, began, gpus={G: GpuInfo("node-a", "0", G.uuid)},
+                    gpu_price={"node-a": 1.006})
+    [row] = VERDICT.rows(VERDICT.judge({UNREPORTED: [(lab(G), series({END: 0.0}))]}, c), c, {})
+    assert row["since"] == f"{fmt.clock(began)} or earlier"
+    # Where the history is longer than the window: the window's start, "or earlier".
+    [row] = VERDICT.rows(VERDICT.judge(
+        {UNREPORTED: [(lab(G), series({t: 0.0 for t in T}))]}, ctx()), ctx(), {})
+    assert row["since"] == f"{fmt.clock(WINDOW.start)} or earlier"
+    # Unreported from within the history: the start of its first step.
+    [row] = VERDICT.rows(VERDICT.judge(
+        {UNREPORTED: [(lab(G), series({t: 0.0 for t in T[30:]}))]}, ctx()), ctx(), {})
+    assert row["since"] == fmt.clock(T[29])
