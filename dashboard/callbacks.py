@@ -7,6 +7,7 @@ table rows link to ``?node=...`` and friends.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, no_update
@@ -188,7 +189,11 @@ def table_csv(service: DashboardService, table_id: str, clicks: Any, window: Any
         return no_update
     view = service.detailed(view, table_id, 1 << 30, _window(window), _text(namespace),
                             _text(cluster))
-    return {"content": sections.csv_text(view, table_id), "filename": f"{table_id}.csv",
+    # The window and its end in the name: the table's amounts are over it (a 1 h and a 24 h
+    # download are two files).
+    ended = time.strftime("%Y%m%dT%H%MZ", time.gmtime(view.window.end))
+    return {"content": sections.csv_text(view, table_id),
+            "filename": f"{table_id}_{_window(window) or DEFAULT_WINDOW}_{ended}.csv",
             "type": "text/csv"}
 
 

@@ -41,5 +41,11 @@ def clock(ts: float, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", t)
 
 
+def stamp(ts: float) -> str:
+    """UTC date and time to the second (``2026-11-30 14:03:07 UTC``), whatever the day: a
+    CSV's times, read later and elsewhere."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
 def gib(value: float) -> str:
     return f"{value / 2**30:.1f} GiB"

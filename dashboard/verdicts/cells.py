@@ -4,23 +4,27 @@ pods as links, and which signal judged it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuscope.dashboard import fmt
 from gpuscope.dashboard.links import pod_link
 from gpuscope.dashboard.verdicts.page import PageContext, State
 
 
-def since_cell(ts: float, seconds: float, history: float) -> str:
-    return (f"{fmt.clock(ts)} or earlier" if seconds >= history - 1e-3 else fmt.clock(ts))
+def since_cell(ts: float, seconds: float, history: float,
+               show: Callable[[float], str] = fmt.clock) -> str:
+    """Since ``ts``, "or earlier" where the run is as long as the history; ``show``: how a
+    time reads (:func:`fmt.stamp` in a CSV: with its date)."""
+    return f"{show(ts)} or earlier" if seconds >= history - 1e-3 else show(ts)
 
 
-def first_step_cell(first: float, ctx: PageContext) -> str:
+def first_step_cell(first: float, ctx: PageContext,
+                    show: Callable[[float], str] = fmt.clock) -> str:
     """Since when something seen at the step ending at ``first`` holds: the start of that
     step, never before the history the page has (a step of a long window over a younger
     store begins before it), "or earlier" where it held from the history's first step."""
     began = max(ctx.history_start, ctx.window.start)
-    return (fmt.clock(max(first - ctx.window.step, began))
+    return (show(max(first - ctx.window.step, began))
             + (" or earlier" if first <= max(ctx.window.start, began) + ctx.window.step
                else ""))
 

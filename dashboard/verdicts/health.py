@@ -25,7 +25,7 @@ page's cost does not grow with the fleet.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -221,8 +221,9 @@ class Health(StepVerdict):
               "errors and pending or failed row remaps in the window: the node is paid for "
               "and its job cannot run there. Reset, drain or replace.",
         tables=(Table("gpu-health-table", "gpu-health-note", (
-            Column("node", "Node", "link"), Column("gpu", "GPU"), Column("what", "What"),
-            Column("since", "Since (UTC)"), Column("now", "Now"),
+            Column("node", "Node", "link"), Column("gpu", "GPU"),
+            Column("what", "What", csv="what_csv"),
+            Column("since", "Since (UTC)", csv="since_csv"), Column("now", "Now"),
             # (The CSV names each pod with its namespace: the links show the pod alone.)
             Column("pods", "Pods", "link", csv="pods_csv"),
             Column("price", "Node $/hour", "money"),
@@ -297,14 +298,17 @@ class Health(StepVerdict):
              ) -> list[Row]:
         rows: list[Row] = []
         for h in findings:
-            what = "; ".join(
-                p.what + (f" ({p.count:g})" if p.count else "")
-                + ("" if p.now else f", last {fmt.clock(p.last)}") for p in h.problems)
+            def what(show: Callable[[float], str], h: GpuHealth = h) -> str:
+                return "; ".join(
+                    p.what + (f" ({p.count:g})" if p.count else "")
+                    + ("" if p.now else f", last {show(p.last)}") for p in h.problems)
             pods = ", ".join(pod_link(*p.partition("/")[::2], at_node(state, h.ref.node))
                              for p in h.pods)
             rows.append({
-                "node": node_link(h.ref.node, state), "gpu": h.gpu, "what": what,
+                "node": node_link(h.ref.node, state), "gpu": h.gpu,
+                "what": what(fmt.clock), "what_csv": what(fmt.stamp),
                 "since": first_step_cell(h.since, ctx),
+                "since_csv": first_step_cell(h.since, ctx, fmt.stamp),
                 "now": "yes" if h.now else "no (in the window)",
                 "pods": pods or "(no pod)", "pods_csv": ", ".join(h.pods) or "(no pod)",
                 "price": h.price_per_hour,

@@ -87,7 +87,8 @@ class MpsUnjudged(StepVerdict):
         tables=(Table("mps-unjudged-table", "mps-unjudged-note", (
             Column("node", "Node", "link"), Column("gpu", "GPU"),
             Column("clients", "Clients", "link"), Column("memory", "Clients' memory"),
-            Column("since", "Since (UTC)"), Column("price", "GPU $/hour", "money"),
+            Column("since", "Since (UTC)", csv="since_csv"),
+            Column("price", "GPU $/hour", "money"),
         ), order="price"),),
     )
 
@@ -127,6 +128,7 @@ class MpsUnjudged(StepVerdict):
                                  for c in u.clients) or "(no container)",
             "memory": ", ".join(fmt.gib(c.memory_bytes) for c in u.clients),
             "since": first_step_cell(u.since, ctx), "price": u.price_per_hour,
+            "since_csv": first_step_cell(u.since, ctx, fmt.stamp),
         } for u in findings]
 
     def note(self, findings: Sequence[UnjudgedGpu], ctx: PageContext) -> str:

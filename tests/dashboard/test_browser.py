@@ -8,6 +8,7 @@ a page whose backend fails mid-way shows a banner over the last data.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -132,7 +133,8 @@ def test_a_table_downloads_as_csv(page: Page, demo_dashboard: DashboardProcess) 
     shown = {r[0] for r in rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)}
     with page.expect_download() as download:
         page.click(f"#{ids.IDLE_NODES_TABLE}-csv")
-    assert download.value.suggested_filename == f"{ids.IDLE_NODES_TABLE}.csv"
+    assert re.fullmatch(rf"{ids.IDLE_NODES_TABLE}_1h_\d{{8}}T\d{{4}}Z\.csv",
+                        download.value.suggested_filename)
     path = download.value.path()
     lines = path.read_text().splitlines() if path else []
     assert lines[0].startswith("Node,Instance type,GPUs,")

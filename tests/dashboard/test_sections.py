@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import csv
 import io
+import time
+from collections.abc import Sequence
 from typing import cast
 
 import pytest
 
-from gpuscope.dashboard import ids, links, sections
+from gpuscope.dashboard import callbacks, fmt, ids, links, sections
+from gpuscope.dashboard.data import DataSource, StepQuery
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeInfo, Series, Window
+from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts.page import Row, State
-from gpuscope.dashboard.views import FleetView
+from gpuscope.dashboard.views import FleetView, build_fleet_view
+from tests.dashboard.conftest import make_series, make_window
 
 #: Label values a store may hold (nothing checks a label pushed to Prometheus), each of which
 #: a spreadsheet opening the CSV would take for a formula.
@@ -47,3 +54,55 @@ def test_ordinary_names_are_written_as_they_are(monkeypatch: pytest.MonkeyPatch)
     [row] = csv.DictReader(io.StringIO(
         sections.csv_text(cast(FleetView, None), ids.IDLE_NODES_TABLE)))
     assert (row["Node"], row["Instance type"]) == ("ip-10-0-1-12.ec2.internal", "p5.48xlarge")
+
+
+def test_the_csv_dates_its_times_and_its_name_says_the_window() -> None:
+    """The page shows a time of today without its date ("21:34:33 UTC"); a CSV is read
+    later and elsewhere, so its "since" cells carry the date (and the seconds) whatever the
+    day, and its file name the window and when the window ended: the 1 h and 24 h
+    downloads of a table were both ``idle-nodes-table.csv``, their $ amounts over different
+    windows."""
+    end = float(int(time.time()) // 60 * 60)
+    ref = GpuRef("gpu-node-1", "GPU-1")
+    w = make_window(3600, end=end)
+    data = FleetData(
+        window=w, history_start=w.start,
+        gpus={ref: GpuInfo("gpu-node-1", "0", "GPU-1", "NVIDIA L4")},
+        nodes={"gpu-node-1": NodeInfo("gpu-node-1", "g6.xlarge")},
+        gpu_busy_max={ref: make_series([0.0] * 61, end=end)}, gpu_now={ref: 0.0},
+        gpu_mean={ref: 0.0})
+    view = build_fleet_view(data, bundled_prices())
+    [row] = csv.DictReader(io.StringIO(sections.csv_text(view, ids.IDLE_NODES_TABLE)))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(w.start))
+    assert row["Idle since (UTC)"] == f"{stamp} or earlier"
+    # The page keeps its short form.
+    [shown], _, _ = sections.table_rows(view, ids.IDLE_NODES_TABLE, {}, 10)
+    assert shown["idle_since"] == f"{fmt.clock(w.start)} or earlier"
+
+    class Source:
+        description = "one idle GPU"
+
+        def window(self, window_seconds: float) -> Window:
+            return data.window
+
+        def fleet(self, window_seconds: float, namespace: str | None = None,
+                  window: Window | None = None) -> FleetData:
+            return data
+
+        def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
+                        window: Window | None = None
+                        ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+            return {q: [] for q in queries}
+
+        def close(self) -> None:
+            pass
+
+    service = DashboardService(cast(DataSource, Source()), bundled_prices())
+    try:
+        keys = [callbacks._key(i, p) for i, p in sections.outputs()]
+        callbacks.fleet_values(service, "24h", None, keys)
+        out = callbacks.table_csv(service, ids.IDLE_NODES_TABLE, 1, "24h", None)
+        ended = time.strftime("%Y%m%dT%H%MZ", time.gmtime(end))
+        assert out["filename"] == f"{ids.IDLE_NODES_TABLE}_24h_{ended}.csv"
+    finally:
+        service.close()

@@ -725,7 +725,9 @@ def test_table_actions_send_no_query() -> None:
                 else:  # the view shown (the default one for values that are no window)
                     assert isinstance(more[0], list) and more[2] == {
                         table.id: sections.MAX_ROWS}
-                    assert csv["filename"] == f"{table.id}.csv"
+                    # (Its window: the default one for values that are no window.)
+                    assert re.fullmatch(rf"{table.id}_1h_\d{{8}}T\d{{4}}Z\.csv",
+                                        csv["filename"])
         assert page.backend.queries[sent:] == []
     finally:
         close(page)
