@@ -18,7 +18,9 @@ XID critical errors arrive as NVML events, waited for in a daemon thread of thei
 counted per (device, XID code) for as long as the source lives.
 
 Work signals (what tells work from waiting) are counters kept per device UUID across NVML
-sessions, so that they never go backwards, through GPU loss and driver reloads included:
+sessions, so that they never go backwards, through GPU loss and driver reloads included
+(a UUID no device has had for ``departed_retention_seconds``, a destroyed MIG slice, is
+forgotten):
 busy time from the driver's utilization samples (:mod:`.busy`), throttle time per reason
 (:mod:`.throttle`) every round, and GPM activity per GPU and MIG GPU instance (:mod:`.gpm`)
 at a cadence of its own (``gpm_interval_seconds``, stretched so that GPM never takes more
@@ -84,6 +86,13 @@ DEFAULT_GPM_CPU_BUDGET = 0.005
 #: reload (``nvidia-smi mig``, the GPU operator's MIG manager), and a slice found at nvmlInit
 #: may be gone, another one created in its place (docs/metrics.md).
 DEFAULT_MIG_LAYOUT_INTERVAL_SECONDS = 10.0
+
+#: How long what the source keeps per device UUID (work-signal counters, the utilization
+#: cursor, XID counts, what MPS and optional reads did there) outlives the device: a UUID
+#: back within this time (a transient answer) continues its counters; one gone longer (a
+#: destroyed MIG slice: every new slice has a new UUID) is forgotten, so a node re-carved
+#: every few minutes does not keep every slice it ever had (docs/metrics.md).
+DEFAULT_DEPARTED_RETENTION_SECONDS = 3600.0
 
 # How far back the per-process utilization cursor starts: the driver keeps a buffer of older
 # samples, which belong to before the exporter started and must not be counted.
@@ -223,6 +232,9 @@ class NvmlSource:
     ``gpm_interval_seconds`` at most (0: every round), less often when a GPM round takes more
     than ``gpm_cpu_budget`` (a fraction of one core) of the time between two (GPM reads
     counters over PCIe: about 1.4 ms per GPU or GPU instance on an H100).
+    ``departed_retention_seconds``: how long the per-UUID state of a device no longer on
+    the node is kept (a UUID back within it continues its counters), counted from the first
+    MIG layout read without it.
     ``proc_root`` (the host's ``/proc``, ``--proc-root``) is where the MPS server is
     recognised by its name (:mod:`.mps`), and where a GPU NVML cannot open at init (lost)
     finds its UUID (``driver/nvidia/gpus``, :meth:`_name_from_procfs`); ``None`` reads
@@ -254,6 +266,7 @@ class NvmlSource:
         gpm_cpu_budget: float = DEFAULT_GPM_CPU_BUDGET,
         proc_root: str | None = None,
         mig_layout_interval_seconds: float = DEFAULT_MIG_LAYOUT_INTERVAL_SECONDS,
+        departed_retention_seconds: float = DEFAULT_DEPARTED_RETENTION_SECONDS,
     ) -> None:
         self._library_loader = library_loader
         self._library: object | None = None
@@ -299,6 +312,10 @@ class NvmlSource:
         # still the GPU at its index, with the same count (NVML enumerates in PCI order).
         self._identities: dict[int, _Identity] = {}
         self._identities_count: int | None = None
+        self._departed_retention = departed_retention_seconds
+        # UUIDs with state kept above that no device of the session has now: since when
+        # (monotonic), read at each MIG layout read (_forget_departed).
+        self._departed: dict[str, float] = {}
         self._session: _Session | None = None
         self._closed = False
         self._lock = threading.Lock()
@@ -474,8 +491,8 @@ class NvmlSource:
         new ones are added, destroyed ones dropped with the GPM buffers no kept slice shares.
         A device fault, or a mode or slot count the GPU does not answer, leaves the layout
         as it was (the round's reads mark the GPU down); driver faults propagate. Counters of
-        a slice that is gone are kept: its UUID coming back (a transient answer) continues
-        them, never from 0."""
+        a slice that is gone are kept for ``departed_retention_seconds``: its UUID coming
+        back within that time (a transient answer) continues them, never from 0."""
         try:
             mode = read(calls.mig_enabled, gpu.handle)
             if mode is None or (mode and read(calls.max_mig_devices, gpu.handle) is None):
@@ -523,6 +540,34 @@ class NvmlSource:
             "MIG layout of GPU %s changed: %s", gpu.uuid,
             ", ".join(f"{m.index} {m.mig_profile}" for m in layout) or "MIG mode off",
         )
+
+    def _forget_departed(self, session: _Session, now: float) -> None:
+        """Drop the per-UUID state of devices the session has not had for
+        ``departed_retention_seconds`` (destroyed MIG slices, GPUs gone after a reload); a
+        UUID seen again before that keeps its state."""
+        present = {d.uuid for gpu in session.devices for d in (gpu, *gpu.slices) if d.uuid}
+        known = (self._counters.keys() | self._util_cursors.keys()
+                 | self._mps_behaviour.keys() | self._mps_failures
+                 | {uuid for uuid, _ in self._optional_failures}
+                 | self._xid_counts.uuids()) - {""}
+        for uuid in self._departed.keys() - known:
+            del self._departed[uuid]
+        gone: set[str] = set()
+        for uuid in known:
+            if uuid in present:
+                self._departed.pop(uuid, None)
+            elif now - self._departed.setdefault(uuid, now) >= self._departed_retention:
+                gone.add(uuid)
+        if not gone:
+            return
+        for uuid in gone:
+            del self._departed[uuid]
+            self._counters.pop(uuid, None)
+            self._util_cursors.pop(uuid, None)
+            self._mps_behaviour.pop(uuid, None)
+        self._mps_failures -= gone
+        self._optional_failures = {f for f in self._optional_failures if f[0] not in gone}
+        self._xid_counts.forget(gone)
 
     def _gpm_supported(self, dev: _Device) -> bool:
         """Whether NVML says the GPU has GPM; a GPU that fails the question has none."""
@@ -673,6 +718,7 @@ class NvmlSource:
             for gpu in session.devices:
                 if gpu.identified:
                     self._follow_mig_layout(gpu, session)
+            self._forget_departed(session, round_started)
         xid_started = self._monotonic()
         xids = self._xid_counts.by_device()
         xid_seconds = self._monotonic() - xid_started

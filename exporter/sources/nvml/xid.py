@@ -25,8 +25,9 @@ _XID_LOG_WINDOW_SECONDS = 60.0
 
 
 class XidCounts:
-    """XID events per (device UUID, XID code) since the source was created, with the
-    wall-clock time (``clock``, seconds) the last of each arrived. Written by the event
+    """XID events per (device UUID, XID code) since the source was created (a device gone
+    from the node for good forgotten: :meth:`forget`), with the wall-clock time
+    (``clock``, seconds) the last of each arrived. Written by the event
     thread, read by the sampler thread."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -39,6 +40,16 @@ class XidCounts:
         with self._lock:
             count, _ = self._counts.get((uuid, xid), (0, now))
             self._counts[(uuid, xid)] = (count + 1, now)
+
+    def uuids(self) -> set[str]:
+        """The devices with counts."""
+        with self._lock:
+            return {uuid for uuid, _ in self._counts}
+
+    def forget(self, uuids: set[str]) -> None:
+        """Drop the counts of devices that have left the node for good."""
+        with self._lock:
+            self._counts = {k: v for k, v in self._counts.items() if k[0] not in uuids}
 
     def by_device(self) -> dict[str, tuple[XidCount, ...]]:
         with self._lock:
