@@ -176,7 +176,8 @@ class Observer:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
         self._device_dims: dict[tuple[str, str, str | None, str | None], tuple[Dims, ...]] = {}
-        # Each device's last round: its timestamp and GPM counters (None where absent).
+        # Each device's last round: its timestamp and GPM counters (None where absent). Only
+        # the devices of the last snapshot: a MIG slice destroyed leaves with its UUID.
         self._counters: dict[str, tuple[float, tuple[float | None, ...]]] = {}
 
     def _instance_type(self, attribution: Attribution | None) -> str | None:
@@ -240,6 +241,9 @@ class Observer:
                 activity.append((rollup, value))
                 for dims in sets:
                     out.append(((name, dims), value))
+        if len(self._counters) > len(snapshot.devices):
+            present = {device.uuid for device in snapshot.devices}
+            self._counters = {k: v for k, v in self._counters.items() if k in present}
         cluster = self.identity.cluster_name
         if cluster:
             node_sets = self.node_dimension_sets(cluster, instance_type)
