@@ -15,10 +15,9 @@ is the interval's start.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -127,14 +126,38 @@ class Aggregator:
             return [ClosedInterval(s, self._buckets.pop(s)) for s in starts]
 
 
-@functools.lru_cache(maxsize=16384)
-def _dimension_list(dims: Dims) -> list[dict[str, str]]:
-    """The ``Dimensions`` member of a series, built once and shared by all its datums (a
-    buffer of 30 intervals would otherwise hold 30 copies; boto3 never modifies it)."""
+def dimension_list(dims: Dims) -> list[dict[str, str]]:
+    """The ``Dimensions`` member of a series."""
     return [{"Name": k, "Value": v} for k, v in dims]
 
 
-def datums_for(interval: ClosedInterval, units: Mapping[str, str | None] = UNITS
+class SharedDimensions:
+    """The ``Dimensions`` member of each series, one list shared by the series' datums of
+    consecutive intervals (a buffer of 30 intervals would otherwise hold 30 copies; boto3
+    never modifies it). It holds the lists of the last interval only (:meth:`next_interval`
+    starts the next one), so the series that ended, the pods that came and went, are not
+    kept for the life of the process. Used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self._previous: dict[Dims, list[dict[str, str]]] = {}
+        self._current: dict[Dims, list[dict[str, str]]] = {}
+
+    def __call__(self, dims: Dims) -> list[dict[str, str]]:
+        shared = self._current.get(dims)
+        if shared is None:
+            shared = self._previous.get(dims)
+            if shared is None:
+                shared = dimension_list(dims)
+            self._current[dims] = shared
+        return shared
+
+    def next_interval(self) -> None:
+        """The interval's datums are made: the next one shares its lists, no older ones."""
+        self._previous, self._current = self._current, {}
+
+
+def datums_for(interval: ClosedInterval, units: Mapping[str, str | None] = UNITS,
+               dimensions: Callable[[Dims], list[dict[str, str]]] = dimension_list,
                ) -> list[Datum]:
     """The datums of one closed interval, in a stable order (metric name, dimensions).
 
@@ -148,13 +171,13 @@ def datums_for(interval: ClosedInterval, units: Mapping[str, str | None] = UNITS
         if agg.n == 0:
             continue
         items = sorted(agg.counts.items())
-        dimensions = _dimension_list(dims)
+        shared = dimensions(dims)
         unit = units.get(name)
         for i in range(0, len(items), MAX_VALUES_PER_DATUM):
             chunk = items[i:i + MAX_VALUES_PER_DATUM]
             datum: Datum = {
                 "MetricName": name,
-                "Dimensions": dimensions,
+                "Dimensions": shared,
                 "Timestamp": timestamp,
                 "Values": [v for v, _ in chunk],
                 # ints: CPython shares the small ones, and botocore sends them as numbers

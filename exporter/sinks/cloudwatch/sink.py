@@ -46,6 +46,7 @@ from gpuscope.exporter.sinks.cloudwatch.aggregate import (
     Aggregator,
     ClosedInterval,
     Datum,
+    SharedDimensions,
     datums_for,
 )
 from gpuscope.exporter.sinks.cloudwatch.batching import MAX_DATUMS_PER_REQUEST, take_batch
@@ -167,6 +168,8 @@ class CloudWatchSink:
         self._random = random
         self._observer = Observer(identity)
         self._aggregator = Aggregator(settings.interval)
+        # The datums' Dimensions lists, shared from one interval to the next (flush thread).
+        self._dimensions = SharedDimensions()
         # An interval is closed this long after its end: a little grace for the sampler's
         # last round of the interval, plus this node's random offset within the fleet.
         grace = min(2.0, settings.interval / 4)
@@ -309,7 +312,8 @@ class CloudWatchSink:
 
     def _enqueue(self, closed: list[ClosedInterval]) -> None:
         for interval in closed:
-            datums = datums_for(interval)
+            datums = datums_for(interval, dimensions=self._dimensions)
+            self._dimensions.next_interval()
             if not datums:
                 continue
             with self._lock:
