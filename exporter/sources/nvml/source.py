@@ -307,6 +307,9 @@ class NvmlSource:
         self._mps_behaviour: dict[str, MpsBehaviour] = {}
         # Devices whose MPS list failed once (logged once each).
         self._mps_failures: set[str] = set()
+        # (device UUID, query) of the process queries failing now: logged when the failure
+        # starts and when it ends, not every round (_process_query).
+        self._process_failures: set[tuple[str, str]] = set()
         # What each GPU index was last identified as, and the GPU count then: a GPU that NVML
         # cannot open after a re-init (lost: GPU_IS_LOST from nvmlDeviceGetHandleByIndex) is
         # still the GPU at its index, with the same count (NVML enumerates in PCI order).
@@ -549,6 +552,7 @@ class NvmlSource:
         known = (self._counters.keys() | self._util_cursors.keys()
                  | self._mps_behaviour.keys() | self._mps_failures
                  | {uuid for uuid, _ in self._optional_failures}
+                 | {uuid for uuid, _ in self._process_failures}
                  | self._xid_counts.uuids()) - {""}
         for uuid in self._departed.keys() - known:
             del self._departed[uuid]
@@ -567,6 +571,7 @@ class NvmlSource:
             self._mps_behaviour.pop(uuid, None)
         self._mps_failures -= gone
         self._optional_failures = {f for f in self._optional_failures if f[0] not in gone}
+        self._process_failures = {f for f in self._process_failures if f[0] not in gone}
         self._xid_counts.forget(gone)
 
     def _gpm_supported(self, dev: _Device) -> bool:
@@ -977,8 +982,10 @@ class NvmlSource:
         except NvmlFault as fault:
             if fault.fault is not Fault.FAILED:
                 raise
-            log.warning("listing processes on %s failed: %s", dev.uuid, fault.error)
+            self._process_query(dev, "listing processes", fault)
             return (), False, None
+        if self._process_failures:
+            self._process_query(dev, "listing processes", None)
         clients, ok = self._list_mps(dev)
         mps_listed = ok
         if not compute and not graphics and not clients:
@@ -1013,8 +1020,11 @@ class NvmlSource:
             if fault.fault is not Fault.FAILED:
                 raise
             # The cursor stays where it was: these samples are read next round instead.
-            log.warning("process utilization on %s failed: %s", dev.uuid, fault.error)
+            self._process_query(dev, "process utilization", fault)
             utilization, ok = None, False
+        else:
+            if self._process_failures:
+                self._process_query(dev, "process utilization", None)
         reported: bool | None = None
         if roles:
             behaviour = self._mps_behaviour.get(dev.uuid)
@@ -1061,6 +1071,22 @@ class NvmlSource:
             for pid, kinds in sorted(kinds_by_pid.items())
         )
         return samples, ok, reported
+
+    def _process_query(self, dev: _Device, what: str, fault: NvmlFault | None) -> None:
+        """Log a process query of ``dev`` that failed (``fault``) or answered (``None``):
+        the first failure as a warning, the answer after failures as info, the failures in
+        between at debug level (the ``nvml_processes`` part counts every round)."""
+        key = (dev.uuid, what)
+        if fault is None:
+            if key in self._process_failures:
+                self._process_failures.discard(key)
+                log.info("%s on %s works again", what, dev.uuid)
+        elif key in self._process_failures:
+            log.debug("%s on %s failed again: %s", what, dev.uuid, fault.error)
+        else:
+            self._process_failures.add(key)
+            log.warning("%s on %s failed: %s (logged again when it answers)", what, dev.uuid,
+                        fault.error)
 
     def _list_mps(self, dev: _Device) -> tuple[calls.Processes, bool]:
         """The device's MPS clients (nvmlDeviceGetMPSComputeRunningProcesses) and whether the

@@ -602,6 +602,41 @@ def test_process_listing_failure_fails_the_part_not_the_device(
     assert parts(snap) == {"nvml_devices": True, "nvml_processes": False, "xid": True}
 
 
+@pytest.mark.parametrize("entry", [
+    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetProcessUtilization"])
+def test_a_process_query_failing_for_hours_is_logged_once(
+    fake: FakeNvml, make_source: SourceFactory, wall: FakeClock,
+    caplog: pytest.LogCaptureFixture, entry: str,
+) -> None:
+    # A process query failing round after round (UNKNOWN on a GPU in a bad state) logged a
+    # warning every round: 86,400 lines a day per GPU at --interval 1. The failure is
+    # logged when it starts and the recovery when it ends; the part's success and error
+    # counter say the rest.
+    gpu = fake.gpus[0]
+    gpu.add_process(100)
+    gpu.errors[entry] = UNKNOWN
+    source = make_source()
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    with caplog.at_level(logging.INFO, logger="gpuscope.exporter.sources.nvml"):
+        for _ in range(50):
+            wall.advance(1)
+            assert not parts(source.sample())["nvml_processes"]
+        assert len(warnings()) == 1 and gpu.uuid in warnings()[0]
+        del gpu.errors[entry]
+        wall.advance(1)
+        assert parts(source.sample())["nvml_processes"]
+        assert any("again" in r.getMessage() and r.levelno == logging.INFO
+                   for r in caplog.records)
+        gpu.errors[entry] = UNKNOWN  # failing again: said again
+        for _ in range(5):
+            wall.advance(1)
+            source.sample()
+        assert len(warnings()) == 2
+
+
 # --- per-process utilization
 
 
