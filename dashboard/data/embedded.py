@@ -17,7 +17,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from gpuscope.dashboard.data.reduce import (
     util_stats,
     work_signals,
 )
+from gpuscope.dashboard.data.ring import Ring
 from gpuscope.dashboard.data.source import (
     INFO_LOOKBACK,
     InvalidFilter,
@@ -105,38 +105,6 @@ NODE_NAME_LABEL = "node_name"
 CLUSTER_NAME_LABEL = "cluster"
 
 Sample = tuple[str, Mapping[str, str], float]
-
-
-class _Ring:
-    """Times and values of one series in two float arrays (16 bytes a point), oldest first."""
-
-    __slots__ = ("times", "values")
-
-    def __init__(self) -> None:
-        self.times = array("d")
-        self.values = array("d")
-
-    def append(self, t: float, v: float, capacity: int) -> None:
-        if self.times and t <= self.times[-1]:
-            return  # out of order or repeated: keep the series monotonic
-        self.times.append(t)
-        self.values.append(v)
-        excess = len(self.times) - capacity
-        if excess > max(1, capacity // 8):  # trim in chunks: amortised O(1)
-            del self.times[:excess]
-            del self.values[:excess]
-
-    def trim_before(self, t: float) -> None:
-        i = bisect.bisect_left(self.times, t)
-        if i:
-            del self.times[:i]
-            del self.values[:i]
-
-    def points(self, after: float, until: float, capacity: int) -> tuple[list[float], list[float]]:
-        """Points with ``after < t <= until`` among the newest ``capacity``."""
-        lo = max(bisect.bisect_right(self.times, after), len(self.times) - capacity)
-        hi = bisect.bisect_right(self.times, until)
-        return list(self.times[lo:hi]), list(self.values[lo:hi])
 
 
 def _parse(text: str) -> list[Sample]:
@@ -216,7 +184,7 @@ class EmbeddedData:
         #: The metrics kept as time series.
         self.ring_metrics = RING_METRICS | frozenset(extra_metrics)
         self._lock = threading.Lock()
-        self._rings: dict[tuple[str, Labels], _Ring] = {}
+        self._rings: dict[tuple[str, Labels], Ring] = {}
         self._info: dict[tuple[str, Labels], float] = {}
         self._first: float | None = None  # where history begins: first scrape, oldest kept
         self.dropped_series = 0
@@ -265,7 +233,7 @@ class EmbeddedData:
                     if len(self._rings) >= self.max_series:
                         self.dropped_series += 1
                         continue
-                    ring = self._rings[key] = _Ring()
+                    ring = self._rings[key] = Ring()
                 ring.append(timestamp, value, self.capacity)
                 if len(ring.times) > self.capacity and ring.times[-self.capacity] > first:
                     first = self._first = ring.times[-self.capacity]  # oldest one served
