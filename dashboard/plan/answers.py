@@ -9,6 +9,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data.prometheus import _cref, _gref
 from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.plan.runs import _group_key, _workload_key
@@ -23,6 +24,7 @@ from gpuscope.dashboard.series import (
     PodKey,
     Series,
     UtilStats,
+    Window,
     WorkSignals,
 )
 
@@ -165,6 +167,22 @@ def unlabelled_note(rows: Iterable[tuple[dict[str, str], float]]) -> tuple[str, 
             "`node`) and are not on this page: add the label in the scrape config from the "
             "pod's node name, as the shipped ServiceMonitor, PodMonitor and "
             "deploy/prometheus/scrape-config.yaml do (docs/dashboard.md).",)
+
+
+def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window) -> tuple[str, ...]:
+    """The page's note where the store's newest exporter sample (the first round's
+    ``nodes``, its ``stat="newest"`` row) is more than a step older than the window's end
+    (the dashboard's clock ahead of the store's, or data that reaches the store late: remote
+    write, a managed store's ingestion): the verdicts that need a point at the last step find
+    none there, so the page would lose them without a word."""
+    newest = next((v for lab, v in rows if lab.get("stat") == "newest" and math.isfinite(v)),
+                  None)
+    if newest is None or window.end - newest <= window.step:
+        return ()
+    return (f"The store's newest exporter sample is {fmt.duration(window.end - newest)} older "
+            f"than this page's end ({fmt.clock(window.end)}, the dashboard's clock): verdicts "
+            "that need a point at the last step are missing. Is the store's clock behind, or "
+            "does data reach it late (remote write, a managed store's ingestion)?",)
 
 
 def pod_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[PodKey, PodInfo]:

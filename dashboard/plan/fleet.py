@@ -25,6 +25,7 @@ from gpuscope.dashboard.plan.answers import (
     bare_nodes,
     gpu_infos,
     idle_steps,
+    lag_note,
     node_infos,
     node_presence,
     partial_nodes,
@@ -570,7 +571,8 @@ class PrometheusData(PlanQueries):
             silent=frozenset(silent),
             notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else
                    (raw_note(len(nodes), RAW_NODES, self.thresholds, self.cluster_label),)
-                   if len(nodes) > RAW_NODES else ()) + unlabelled_note(present_rows),
+                   if len(nodes) > RAW_NODES else ()) + unlabelled_note(present_rows)
+            + lag_note(present_rows, window),
             node_summaries=summaries,
             workloads_checked=groups_checked,
             holdings=_holdings(holdings),

@@ -276,6 +276,9 @@ class PlanQueries(PrometheusStore):
                 # user's own without the relabeling): not on the page, so it says so.
                 _stat(f"count(last_over_time("
                       f"{selector('gpu_info', node='', parent_uuid='')}[{w}]))", "unlabelled"),
+                # The store's newest sample of an exporter (its clock behind the dashboard's,
+                # or data that reaches it late): a verdict needs a point at the last step.
+                _stat("max(timestamp(gpu_node_info))", "newest"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those

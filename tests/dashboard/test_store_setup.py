@@ -1,11 +1,18 @@
-"""A store whose scrape config leaves out the ``node`` label (a user's own job, without the
-relabeling the shipped ServiceMonitor, PodMonitor and ``deploy/prometheus/scrape-config.yaml``
-do): the page cannot place the exporter's GPUs on a node, and says why instead of "No GPUs
-reported yet". Two real simulated exporters, one scraped with the label and one without, by
-a real Prometheus and a real VictoriaMetrics."""
+"""A store set up as a first setup often has it, and what the page says of it. Two real
+simulated exporters, one scraped with the ``node`` label and one without, by a real
+Prometheus and a real VictoriaMetrics:
+
+- a scrape config that leaves out the ``node`` label (a user's own job, without the
+  relabeling the shipped ServiceMonitor, PodMonitor and ``deploy/prometheus/
+  scrape-config.yaml`` do): the page cannot place those GPUs on a node, and says why instead
+  of "No GPUs reported yet";
+- the dashboard's clock ahead of the store's newest sample (clock skew, or data that reaches
+  the store late): the verdicts that need a point at the last step are missing, and the page
+  says why instead of losing them without a word."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -74,3 +81,26 @@ def test_the_page_says_how_many_gpus_lack_the_node_label(
         "the shipped ServiceMonitor, PodMonitor and deploy/prometheus/scrape-config.yaml do "
         "(docs/dashboard.md)."], view.notes
     assert bare_gpus >= 2
+
+
+@pytest.mark.parametrize("store", ["prometheus", "victoriametrics"])
+def test_the_page_says_when_the_stores_newest_sample_is_behind_its_clock(
+        stores: dict[str, Store], store: str) -> None:
+    s = stores[store]
+    newest = s.scalar("max(timestamp(gpu_node_info))")
+    assert newest is not None
+
+    def page(ahead: float) -> FleetView:
+        prom = PrometheusData(s.url, clock=lambda: newest + ahead, timeout=30)
+        try:
+            return page_view(prom, 900.0, bundled_prices())  # 15 s steps
+        finally:
+            prom.close()
+    assert not [n for n in page(5.0).notes if "newest exporter sample" in n]
+    notes = [n for n in page(180.0).notes if "newest exporter sample" in n]
+    # 165 to 180 s: the page's end is on its 15 s grid.
+    assert len(notes) == 1 and re.match(
+        r"The store's newest exporter sample is (2m [45]\ds|3m) older than this page's end ",
+        notes[0]), notes
+    assert notes[0].endswith("Is the store's clock behind, or does data reach it late "
+                             "(remote write, a managed store's ingestion)?")
