@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import ssl
 import sys
 import threading
 import time
@@ -29,12 +28,8 @@ from gpuscope.exporter.sinks.prometheus.collectors.container import ContainerCol
 from gpuscope.exporter.sinks.prometheus.collectors.exporter import ExporterCollector
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
 from gpuscope.exporter.sinks.prometheus.collectors.guard import Guarded, RenderErrors
-from gpuscope.exporter.sinks.prometheus.server import (
-    ConnectionStats,
-    ExporterServer,
-    TLSError,
-    tls_context,
-)
+from gpuscope.exporter.sinks.prometheus.server import ConnectionStats, ExporterServer
+from gpuscope.exporter.sinks.prometheus.tls import ReloadingContext, TLSError
 
 if TYPE_CHECKING:  # the CloudWatch sink (and boto3) is imported only when switched on
     from gpuscope.exporter.sinks.cloudwatch import CloudWatchSink
@@ -149,13 +144,13 @@ def build_registry(
     return registry
 
 
-def build_tls(cfg: Config) -> ssl.SSLContext | None:
-    """The TLS context for the endpoints with ``--tls-cert-file`` (docs/security.md), else
-    None; an unusable file is a one-line startup error."""
+def build_tls(cfg: Config) -> ReloadingContext | None:
+    """The TLS context for the endpoints with ``--tls-cert-file`` (docs/security.md), built
+    anew when its files change, else None; an unusable file is a one-line startup error."""
     if cfg.tls_cert_file is None or cfg.tls_key_file is None:
         return None
     try:
-        return tls_context(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file)
+        return ReloadingContext(cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file)
     except TLSError as exc:
         raise StartupError(str(exc)) from None
 

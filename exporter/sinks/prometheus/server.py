@@ -49,6 +49,7 @@ from prometheus_client.exposition import choose_encoder
 
 from gpuscope.exporter.flags import IPV6_UNAVAILABLE
 from gpuscope.exporter.sinks.prometheus.exposition import CONTENT_TYPE, generate_text
+from gpuscope.exporter.sinks.prometheus.tls import ReloadingContext
 
 log = logging.getLogger(__name__)
 
@@ -219,60 +220,6 @@ class _ConnWriter(io.BufferedIOBase):
             return sent
 
 
-class TLSError(Exception):
-    """A certificate, key or CA file that cannot be used; ``str()`` is one line."""
-
-
-def _refuse_password() -> str:
-    # Called by OpenSSL for an encrypted key; without it OpenSSL would prompt on the terminal.
-    raise TLSError("--tls-key-file: encrypted private keys are not supported")
-
-
-def _read(flag: str, path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise TLSError(f"{flag} {path}: {exc.strerror or exc}") from None
-
-
-def tls_context(
-    cert_file: str, key_file: str, client_ca_file: str | None = None
-) -> ssl.SSLContext:
-    """A server context for TLS 1.2 or newer with this certificate (chain) and key; with
-    ``client_ca_file``, a client certificate signed by that CA is required. Files are PEM;
-    cert and key may be the same file. Raises :class:`TLSError` with one line."""
-    if b"-----BEGIN CERTIFICATE-----" not in _read("--tls-cert-file", cert_file):
-        raise TLSError(f"--tls-cert-file {cert_file}: no PEM certificate in it")
-    if b"PRIVATE KEY-----" not in _read("--tls-key-file", key_file):
-        raise TLSError(f"--tls-key-file {key_file}: no PEM private key in it")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.options |= ssl.OP_NO_RENEGOTIATION
-    try:
-        ctx.load_cert_chain(cert_file, key_file, password=_refuse_password)
-    except ssl.SSLError as exc:
-        if exc.reason == "KEY_VALUES_MISMATCH":
-            raise TLSError(f"--tls-key-file {key_file} is not the key of the certificate in "
-                           f"--tls-cert-file {cert_file}") from None
-        raise TLSError(f"--tls-cert-file {cert_file}, --tls-key-file {key_file}: cannot load "
-                       f"them: {exc.reason or exc}") from None
-    except OSError as exc:  # removed or unreadable since it was read above
-        raise TLSError(f"--tls-cert-file {cert_file}, --tls-key-file {key_file}: "
-                       f"{exc.strerror or exc}") from None
-    if client_ca_file is not None:
-        _read("--tls-client-ca-file", client_ca_file)
-        try:
-            ctx.load_verify_locations(cafile=client_ca_file)
-        except ssl.SSLError as exc:
-            raise TLSError(f"--tls-client-ca-file {client_ca_file}: no usable PEM CA "
-                           f"certificate in it ({exc.reason or exc})") from None
-        except OSError as exc:
-            raise TLSError(f"--tls-client-ca-file {client_ca_file}: "
-                           f"{exc.strerror or exc}") from None
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
-
 
 def _encode(
     registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzip_ok: bool
@@ -298,7 +245,7 @@ class _HTTPServer(ThreadingHTTPServer):
         registry: CollectorRegistry,
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | ReloadingContext | None = None,
         probes_only: bool = False,
         render_key: Callable[[], Hashable] | None = None,
         max_connections: int = MAX_CONNECTIONS,
@@ -369,7 +316,9 @@ class _HTTPServer(ThreadingHTTPServer):
         if self.ssl_context is not None:
             # No I/O here, in the accept loop: the handshake runs in the connection's thread.
             try:
-                sock = self.ssl_context.wrap_socket(
+                ctx = (self.ssl_context if isinstance(self.ssl_context, ssl.SSLContext)
+                       else self.ssl_context.context())
+                sock = ctx.wrap_socket(
                     sock, server_side=True, do_handshake_on_connect=False
                 )
             except OSError:
@@ -571,7 +520,7 @@ class ExporterServer:
         registry: CollectorRegistry,
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | ReloadingContext | None = None,
         probes_only: bool = False,
         render_key: Callable[[], Hashable] | None = None,
         max_connections: int = MAX_CONNECTIONS,

@@ -20,11 +20,8 @@ from prometheus_client import CollectorRegistry
 from gpuscope.exporter.config import ConfigError, parse_config
 from gpuscope.exporter.sinks.prometheus import server as server_module
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
-from gpuscope.exporter.sinks.prometheus.server import (
-    ConnectionStats,
-    ExporterServer,
-    tls_context,
-)
+from gpuscope.exporter.sinks.prometheus.server import ConnectionStats, ExporterServer
+from gpuscope.exporter.sinks.prometheus.tls import tls_context
 from tests.exporter.snapshots import fixed_snapshot
 from tests.pki import TestCA
 

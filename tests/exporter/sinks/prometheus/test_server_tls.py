@@ -6,6 +6,7 @@ client certificate from the same CA, and a client certificate from another CA.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import ssl
@@ -26,7 +27,8 @@ from gpuscope.exporter.config import ConfigError, parse_config
 from gpuscope.exporter.flags import StartupError
 from gpuscope.exporter.sinks.prometheus import server as server_module
 from gpuscope.exporter.sinks.prometheus.collectors.gpu import GpuCollector
-from gpuscope.exporter.sinks.prometheus.server import ExporterServer, TLSError, tls_context
+from gpuscope.exporter.sinks.prometheus.server import ExporterServer
+from gpuscope.exporter.sinks.prometheus.tls import ReloadingContext, TLSError, tls_context
 from tests.conftest import REPO, ExporterProcess, free_port, wait_for
 from tests.exporter.snapshots import fixed_snapshot
 from tests.pki import Issued, TestCA
@@ -44,6 +46,7 @@ class Pki:
     other_ca: Path
     other_client_cert: Path
     other_client_key: Path
+    issuer: TestCA  # (the CA itself, to issue a renewed certificate)
 
 
 def _make_pki(tmp: Path) -> Pki:
@@ -61,7 +64,7 @@ def _make_pki(tmp: Path) -> Pki:
     client_cert, client_key = files("prometheus", ca.issue("prometheus", server=False))
     other_cert, other_key = files("intruder", other.issue("intruder", server=False))
     return Pki(write("gpuscope-ca.crt", ca.cert_pem), server_cert, server_key, client_cert,
-               client_key, write("other-ca.crt", other.cert_pem), other_cert, other_key)
+               client_key, write("other-ca.crt", other.cert_pem), other_cert, other_key, ca)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +208,7 @@ def test_flags_and_environment(pki: Pki) -> None:
         "::", 9401)  # every IPv6 and IPv4 address
     cfg = parse_config(["--tls-cert-file", str(pki.server_cert),
                         "--tls-key-file", str(pki.server_key)], environ={})
-    assert isinstance(build_tls(cfg), ssl.SSLContext)
+    assert isinstance(build_tls(cfg), ReloadingContext)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -339,3 +342,58 @@ def test_prometheus_scrapes_over_mutual_tls(
     finally:
         prom.terminate()
         prom.wait(15)
+
+
+# -- a renewed certificate is served without a restart ------------------------------------------
+
+def served_certificate(pki: Pki, port: int) -> bytes:
+    """The DER of the certificate the server presents to a new connection."""
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    ctx.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def der(path: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(path.read_text())
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(
+        pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The files swapped as cert-manager and the kubelet do (new files, then a rename): the
+    next connection after the check gets the new certificate; a half-done swap (the new
+    certificate beside the old key) keeps the old one, logged once, until the key follows."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(pki.server_cert.read_bytes())
+    key.write_bytes(pki.server_key.read_bytes())
+    now = [0.0]
+    tls = ReloadingContext(str(cert), str(key), str(pki.ca), check_every=10.0,
+                           clock=lambda: now[0])
+    registry = CollectorRegistry(auto_describe=False)
+    srv = ExporterServer("127.0.0.1", 0, registry, lambda: True, lambda: True, ssl_context=tls)
+    srv.start()
+    try:
+        assert served_certificate(pki, srv.port) == der(pki.server_cert)
+        renewed = pki.issuer.issue("exporter", server=True, sans=["127.0.0.1", SERVER_NAME])
+        (tmp_path / "new.crt").write_bytes(renewed.cert_pem)
+        os.replace(tmp_path / "new.crt", cert)  # the certificate first, the key not yet
+        now[0] = 11.0
+        with caplog.at_level(logging.WARNING):
+            assert served_certificate(pki, srv.port) == der(pki.server_cert)
+            now[0] = 22.0
+            assert served_certificate(pki, srv.port) == der(pki.server_cert)
+        warned = [r.getMessage() for r in caplog.records if "cannot be used" in r.getMessage()]
+        assert len(warned) == 1 and "is not the key of the certificate" in warned[0], warned
+        (tmp_path / "new.key").write_bytes(renewed.key_pem)
+        os.replace(tmp_path / "new.key", key)
+        now[0] = 25.0  # within check_every of the last check: not read yet
+        assert served_certificate(pki, srv.port) == der(pki.server_cert)
+        now[0] = 33.0
+        assert served_certificate(pki, srv.port) == ssl.PEM_cert_to_DER_cert(
+            renewed.cert_pem.decode())
+        assert tls.reloads == 1
+    finally:
+        srv.stop()
