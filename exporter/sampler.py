@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from gpuscope.exporter.model import Snapshot, Source
+from gpuscope.exporter.repeats import Repeats
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ class Sampler:
         self._clock = clock
         self._monotonic = monotonic
         self._listeners = listeners
+        # Their unexpected errors, logged without a traceback every round (repeats.py).
+        self._source_errors = Repeats(log, f"sampling source {source.name}", clock=monotonic)
+        self._listener_errors = [Repeats(log, f"snapshot listener {listener!r}", clock=monotonic)
+                                 for listener in listeners]
         self._latest: Snapshot | None = None
         # Monotonic time the latest snapshot's round began (its age for /readyz: the wall
         # clock may step back under NTP while a round hangs).
@@ -91,15 +96,19 @@ class Sampler:
             snap = self.source.sample()
         except Exception:  # a source bug must not kill the loop; the next round retries
             self.errors += 1
-            log.exception("source %s failed to sample", self.source.name)
+            self._source_errors.failed()
             snap = Snapshot(timestamp=self._clock(), source_up=False)
+        else:
+            self._source_errors.succeeded()
         snap = self._count_part_errors(snap)
         self._latest, self._latest_at = snap, began
-        for listener in self._listeners:
+        for listener, errors in zip(self._listeners, self._listener_errors, strict=True):
             try:
                 listener(snap)
             except Exception:
-                log.exception("snapshot listener %r failed", listener)
+                errors.failed()
+            else:
+                errors.succeeded()
         # Counted once the listeners (attribution) have published this round too: the HTTP
         # server re-renders /metrics when this changes.
         self.rounds += 1

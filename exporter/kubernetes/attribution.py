@@ -67,6 +67,7 @@ from gpuscope.exporter.kubernetes.metadata import MetadataSnapshot, NodeInfo, Po
 from gpuscope.exporter.kubernetes.podresources.client import AllocatableDevice, Allocation
 from gpuscope.exporter.kubernetes.podresources.devices import DeviceRef, resolve
 from gpuscope.exporter.model import DeviceSample, PartResult, Snapshot
+from gpuscope.exporter.repeats import Repeats
 
 log = logging.getLogger(__name__)
 
@@ -433,6 +434,7 @@ class Attributor:
         self._series: Attribution | None = None
         self._lock = threading.Lock()
         self._failures = 0  # rounds whose join failed, since start
+        self._errors = Repeats(log, "attribution", clock=monotonic)  # (logged, not every round)
 
     def latest(self) -> Attribution | None:
         """The last round's join, every row (the CloudWatch sink reads it)."""
@@ -460,8 +462,9 @@ class Attributor:
                 capped, left_out = cap_containers(result, self._max_containers)
                 self._dropped.add(CONTAINER_FAMILY, left_out)
             ok = True
+            self._errors.succeeded()
         except Exception:  # never let attribution stop device metrics
-            log.exception("attribution failed")
+            self._errors.failed()
             result = capped = Attribution(timestamp=snapshot.timestamp)
             ok = False
             self._failures += 1

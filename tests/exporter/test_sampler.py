@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import logging
 import threading
 import time
+
+import pytest
 
 from gpuscope.exporter.model import PartResult, Snapshot
 from gpuscope.exporter.sampler import Sampler
@@ -193,3 +196,23 @@ def test_a_hung_round_makes_liveness_fail_and_counts_missed_rounds() -> None:
     finally:
         release.set()
         sampler.stop()
+
+
+def test_a_source_and_a_listener_failing_every_round_log_one_traceback_each(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A bug that fails every round (86,400 rounds a day at --interval 1) is one traceback,
+    not one a round (exporter/repeats.py); every round still counts in ``errors``."""
+    def bad(_: Snapshot) -> None:
+        raise ValueError("listener bug")
+
+    clock = FakeClock()
+    sampler = Sampler(BrokenSource(), 1.0, clock=clock, monotonic=clock, listeners=(bad,))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(100):
+            clock.t += 1.0
+            sampler.run_once()
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info is not None]
+    assert tracebacks == [
+        "sampling source broken failed (the same error again is logged every 10 min)",
+        f"snapshot listener {bad!r} failed (the same error again is logged every 10 min)"]
+    assert sampler.errors == 100

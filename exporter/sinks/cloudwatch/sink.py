@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 from gpuscope.exporter.kubernetes.attribution import Attribution
 from gpuscope.exporter.model import Snapshot
+from gpuscope.exporter.repeats import Repeats
 from gpuscope.exporter.sinks.cloudwatch.aggregate import (
     Aggregator,
     ClosedInterval,
@@ -170,6 +171,8 @@ class CloudWatchSink:
         self._aggregator = Aggregator(settings.interval)
         # The datums' Dimensions lists, shared from one interval to the next (flush thread).
         self._dimensions = SharedDimensions()
+        # The flush thread's unexpected errors (a bug), logged without a traceback each try.
+        self._flush_errors = Repeats(log, "CloudWatch flush")
         # An interval is closed this long after its end: a little grace for the sampler's
         # last round of the interval, plus this node's random offset within the fleet.
         grace = min(2.0, settings.interval / 4)
@@ -281,8 +284,10 @@ class CloudWatchSink:
             try:
                 delay = self.tick()
             except Exception:  # a bug here must not end publishing for good
-                log.exception("CloudWatch flush failed")
+                self._flush_errors.failed()
                 delay = min(5.0, self.settings.interval)
+            else:
+                self._flush_errors.succeeded()
             self._stop.wait(delay)
         self._final_flush()
 

@@ -51,6 +51,7 @@ from gpuscope.exporter.model import (
     ThrottleTime,
     XidCount,
 )
+from gpuscope.exporter.repeats import Repeats
 from gpuscope.exporter.sources.nvml import calls
 from gpuscope.exporter.sources.nvml.busy import BusyTime
 from gpuscope.exporter.sources.nvml.calls import (
@@ -176,6 +177,9 @@ class _Device:
     util_cursor_us: int = 0
     gpm_supported: bool = False
     throttle: ThrottlePlan = field(default_factory=ThrottlePlan)
+    #: Its reads' unexpected errors (a bug, a broken binding), logged without a traceback
+    #: every round (made at the first one).
+    errors: Repeats | None = None
 
     @property
     def gpm_key(self) -> tuple[object, ...]:
@@ -827,9 +831,14 @@ class NvmlSource:
             self._mark(dev, up=False, why=fault.error)
             return self._down_sample(dev, xids)
         except Exception as exc:  # a bug or a broken binding: fail this device, not the round
-            log.exception("reading device %s failed", dev.uuid)
+            if dev.errors is None:
+                dev.errors = Repeats(log, f"reading device {dev.uuid or dev.index}",
+                                     clock=self._monotonic)
+            dev.errors.failed()
             self._mark(dev, up=False, why=exc)
             return self._down_sample(dev, xids)
+        if dev.errors is not None:
+            dev.errors.succeeded()
         self._mark(dev, up=True)
         return DeviceSample(
             index=dev.index,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from types import MappingProxyType
 
@@ -559,13 +560,16 @@ def test_attributor_contains_failures() -> None:
     assert [(p.name, p.success) for p in attributor.parts()] == [("attribution", False)]
 
 
-def test_attributor_counts_its_failures_since_start() -> None:
+def test_attributor_counts_its_failures_since_start(caplog: pytest.LogCaptureFixture) -> None:
     attributor = Attributor(BrokenInputs())
-    for _ in range(3):
-        attributor(snap(gpu("0", G0)))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            attributor(snap(gpu("0", G0)))
     assert [(p.name, p.success, p.errors_total) for p in attributor.parts()] == [
         ("attribution", False, 3)
     ]
+    # Every round counted, one traceback logged (exporter/repeats.py).
+    assert [r.exc_info is not None for r in caplog.records] == [True]
 
 
 def test_live_inputs_proc_part_reports_the_rounds_cgroup_reads(tmp_path: Path) -> None:

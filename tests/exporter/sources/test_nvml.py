@@ -1111,3 +1111,31 @@ def test_source_satisfies_the_protocol(make_source: SourceFactory) -> None:
 
     source: Source = make_source()
     assert source.name == "nvml"
+
+
+def test_a_read_failing_with_a_bug_every_round_logs_one_traceback_per_device(
+    fake: FakeNvml, make_source: SourceFactory, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in a read (not an NVML error: a broken binding, a TypeError) marks the device
+    down every round, with one traceback per device, not one per round (exporter/repeats.py);
+    the device answering again is logged once."""
+    from gpuscope.exporter.sources.nvml import calls
+
+    def broken(handle: object) -> object:
+        raise TypeError("binding returned a bad structure")
+
+    good = calls.temperature
+    monkeypatch.setattr(calls, "temperature", broken)
+    source = make_source()
+    with caplog.at_level(logging.INFO):
+        for _ in range(20):
+            snap = source.sample()
+            assert not any(d.up for d in snap.devices)
+        monkeypatch.setattr(calls, "temperature", good)
+        assert all(d.up for d in source.sample().devices)
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info is not None]
+    assert tracebacks == [f"reading device {g.uuid} failed (the same error again is logged "
+                          "every 10 min)" for g in fake.gpus]
+    assert [r.getMessage() for r in caplog.records if "works again" in r.getMessage()] == [
+        f"reading device {g.uuid} works again after 20 failure(s)" for g in fake.gpus]
