@@ -162,22 +162,25 @@ def unlabelled_note(rows: Iterable[tuple[dict[str, str], float]]) -> tuple[str, 
                   and math.isfinite(v) and v > 0), 0.0)
     if not count:
         return ()
-    return (f"{round(count):,} GPU{'s' if round(count) != 1 else ''} in the store "
-            f"{'have' if round(count) != 1 else 'has'} no node label (gpu_info without "
-            "`node`) and are not on this page: add the label in the scrape config from the "
-            "pod's node name, as the shipped ServiceMonitor, PodMonitor and "
+    one = round(count) == 1
+    return (f"{round(count):,} GPU{'' if one else 's'} in the store "
+            f"{'has' if one else 'have'} no node label (gpu_info without `node`) and "
+            f"{'is' if one else 'are'} not on this page: add the label in the scrape config "
+            "from the pod's node name, as the shipped ServiceMonitor, PodMonitor and "
             "deploy/prometheus/scrape-config.yaml do (docs/dashboard.md).",)
 
 
-def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window) -> tuple[str, ...]:
+def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window,
+             reach: float) -> tuple[str, ...]:
     """The page's note where the store's newest exporter sample (the first round's
-    ``nodes``, its ``stat="newest"`` row) is more than a step older than the window's end
-    (the dashboard's clock ahead of the store's, or data that reaches the store late: remote
-    write, a managed store's ingestion): the verdicts that need a point at the last step find
-    none there, so the page would lose them without a word."""
+    ``nodes``, its ``stat="newest"`` row) is older than the window's end by more than a
+    step's queries look back (``reach``: the step, at least the store's lookback): the
+    dashboard's clock ahead of the store's, or data that reaches the store late (remote
+    write, a managed store's ingestion). The verdicts that need a point at the last step
+    find none there, so the page would lose them without a word."""
     newest = next((v for lab, v in rows if lab.get("stat") == "newest" and math.isfinite(v)),
                   None)
-    if newest is None or window.end - newest <= window.step:
+    if newest is None or window.end - newest <= reach:
         return ()
     return (f"The store's newest exporter sample is {fmt.duration(window.end - newest)} older "
             f"than this page's end ({fmt.clock(window.end)}, the dashboard's clock): verdicts "
