@@ -1064,16 +1064,23 @@ def agree(a: Any, b: Any) -> bool:
         return False
 
 
+def shared_metrics(args: argparse.Namespace, shared: Shared, log_name: str) -> str | None:
+    """The exporter step's ``/metrics`` where it ran, else one scrape of an exporter of this
+    step's own (``log_name``; saved as ``metrics.txt`` then, and kept for the next step);
+    None where it never became ready."""
+    if shared.metrics is None:
+        with exporter_running(args, log_name, process_metrics=False) as port:
+            if port is not None:
+                time.sleep(1.5)
+                shared.metrics = get(f"http://127.0.0.1:{port}/metrics")[1]
+                (args.out / "metrics.txt").write_text(shared.metrics)
+    return shared.metrics
+
+
 def check_health(args: argparse.Namespace, shared: Shared) -> int:
     """Part 3: row remapping and ECC, the exporter and nvidia-smi against NVML; the number
     of mismatches."""
-    text = shared.metrics
-    if text is None:
-        with exporter_running(args, "exporter-health.log", process_metrics=False) as port:
-            if port is not None:
-                time.sleep(1.5)
-                text = get(f"http://127.0.0.1:{port}/metrics")[1]
-                (args.out / "metrics.txt").write_text(text)
+    text = shared_metrics(args, shared, "exporter-health.log")
     with nvml_session(args) as nv:
         raw: dict[str, Any] = {"system": system_facts(nv), "gpus": nvml_health(nv)}
     smi: dict[str, dict[str, Any]] = {}
@@ -1180,12 +1187,7 @@ def check_identity(args: argparse.Namespace, shared: Shared) -> int:
     XID watch; the number of mismatches."""
     from gpuscope.exporter.sources.nvml.source import procfs_uuids
 
-    text = shared.metrics
-    if text is None:
-        with exporter_running(args, "exporter-identity.log", process_metrics=False) as port:
-            if port is not None:
-                time.sleep(1.5)
-                text = get(f"http://127.0.0.1:{port}/metrics")[1]
+    text = shared_metrics(args, shared, "exporter-identity.log")
     with nvml_session(args) as nv:
         enabled = getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)
         nvml: list[dict[str, Any]] = [

@@ -18,6 +18,7 @@ import pytest
 import requests
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
+from gpuscope.dashboard.data.steps import StepQuery
 from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeInfo, Series, Window
 from gpuscope.dashboard.views import FleetView, with_details
 from tests.conftest import REPO, free_port, wait_for
@@ -40,6 +41,31 @@ def make_series(values: Sequence[float], *, step: float = 60.0, end: float = T0)
 
 def make_window(seconds: float, *, step: float = 60.0, end: float = T0) -> Window:
     return Window(start=end - seconds, end=end, step=step)
+
+
+class FixedSource:
+    """A data source serving one :class:`FleetData` (the service's view of a store): its
+    window, the page, and no answers to the registry's step queries."""
+
+    description = "fixed test source"
+
+    def __init__(self, data: FleetData) -> None:
+        self.data = data
+
+    def window(self, window_seconds: float) -> Window:
+        return self.data.window
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
+        return self.data
+
+    def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
+                    window: Window | None = None
+                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
+        return {q: [] for q in queries}
+
+    def close(self) -> None:
+        pass
 
 
 def one_idle_gpu_fleet() -> FleetData:

@@ -7,13 +7,12 @@ data: 80 one-node workloads of 8 GPUs, whose last GPU stalls, each its own tempe
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 import pytest
 
 from gpuscope.dashboard import callbacks, ids, sections
-from gpuscope.dashboard.data import StepQuery
 from gpuscope.dashboard.data.source import DataError
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import (
@@ -24,13 +23,11 @@ from gpuscope.dashboard.series import (
     GpuRef,
     NodeInfo,
     PodInfo,
-    Series,
-    Window,
 )
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts.stragglers import evidence_text
 from gpuscope.dashboard.views import TOP_ROWS, FleetView, build_fleet_view, with_details
-from tests.dashboard.conftest import make_series, make_window
+from tests.dashboard.conftest import FixedSource, make_series, make_window
 
 WORKLOADS = 80
 
@@ -137,7 +134,7 @@ def test_a_store_that_fails_costs_the_evidence_not_the_page(eager: FleetView) ->
         eager.straggler_rows[:TOP_ROWS]
 
 
-class Source:
+class Source(FixedSource):
     """The lazy fleet as a data source (the service's view of a store)."""
 
     description = "evidence test source"
@@ -145,22 +142,7 @@ class Source:
     def __init__(self) -> None:
         data, evidence = fleet()
         self.reader = Reader(evidence)
-        self.data = replace(data, read_evidence=self.reader)
-
-    def window(self, window_seconds: float) -> Window:
-        return self.data.window
-
-    def fleet(self, window_seconds: float, namespace: str | None = None,
-              window: Window | None = None) -> FleetData:
-        return self.data
-
-    def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
-                    window: Window | None = None
-                    ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
-        return {q: [] for q in queries}
-
-    def close(self) -> None:
-        pass
+        super().__init__(replace(data, read_evidence=self.reader))
 
 
 def test_show_all_rows_and_the_csv_read_the_rest_once(eager: FleetView) -> None:

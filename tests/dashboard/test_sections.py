@@ -6,19 +6,18 @@ from __future__ import annotations
 import csv
 import io
 import time
-from collections.abc import Sequence
 from typing import cast
 
 import pytest
 
 from gpuscope.dashboard import callbacks, fmt, ids, links, sections
-from gpuscope.dashboard.data import DataSource, StepQuery
+from gpuscope.dashboard.data import DataSource
 from gpuscope.dashboard.prices import bundled_prices
-from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeInfo, Series, Window
+from gpuscope.dashboard.series import FleetData, GpuInfo, GpuRef, NodeInfo
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts.page import Row, State
 from gpuscope.dashboard.views import FleetView, build_fleet_view
-from tests.dashboard.conftest import make_series, make_window
+from tests.dashboard.conftest import FixedSource, make_series, make_window
 
 #: Label values a store may hold (nothing checks a label pushed to Prometheus), each of which
 #: a spreadsheet opening the CSV would take for a formula.
@@ -79,25 +78,7 @@ def test_the_csv_dates_its_times_and_its_name_says_the_window() -> None:
     [shown], _, _ = sections.table_rows(view, ids.IDLE_NODES_TABLE, {}, 10)
     assert shown["idle_since"] == f"{fmt.clock(w.start)} or earlier"
 
-    class Source:
-        description = "one idle GPU"
-
-        def window(self, window_seconds: float) -> Window:
-            return data.window
-
-        def fleet(self, window_seconds: float, namespace: str | None = None,
-                  window: Window | None = None) -> FleetData:
-            return data
-
-        def step_series(self, queries: Sequence[StepQuery], window_seconds: float,
-                        window: Window | None = None
-                        ) -> dict[StepQuery, list[tuple[dict[str, str], Series]]]:
-            return {q: [] for q in queries}
-
-        def close(self) -> None:
-            pass
-
-    service = DashboardService(cast(DataSource, Source()), bundled_prices())
+    service = DashboardService(cast(DataSource, FixedSource(data)), bundled_prices())
     try:
         keys = [callbacks._key(i, p) for i, p in sections.outputs()]
         callbacks.fleet_values(service, "24h", None, keys)
