@@ -11,6 +11,12 @@ exactly once across rounds, like the per-process utilization cursor.
 Where the driver keeps no samples (NOT_SUPPORTED, or an NVML without the call), the sampled
 utilization (``nvmlDeviceGetUtilizationRates``) is integrated over the sampling interval
 instead: exact for a steady load, an estimate for a bursty one.
+
+The driver stamps its samples with the wall clock. When the wall clock steps back (NTP
+correcting a clock that was ahead), every new sample is older than the cursor, and reading past
+the cursor would find none until the clock caught up again: a cursor later than the wall clock
+(by more than :data:`CLOCK_SLACK_US`) starts again as at the first read, and samples stamped
+that far after the wall clock (taken before the step) are not counted.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from gpuscope.exporter.sources.nvml.calls import read
 # exporter stalled past the driver's buffer, or the GPU was lost and reset), and spreading
 # one sample's value over minutes would invent busy time. Drivers sample every <= 1 s.
 MAX_SAMPLE_GAP_US = 10_000_000
+# A sample or cursor later than the wall clock by more than this was stamped before the wall
+# clock stepped back.
+CLOCK_SLACK_US = 10_000_000
 
 Mode = Literal["samples", "rates"]
 
@@ -51,17 +60,23 @@ class BusyTime:
         self.last_rates_at = None
 
     def update(
-        self, handle: object, utilization_percent: int | None, start_us: int, now: float
+        self, handle: object, utilization_percent: int | None, start_us: int, now: float,
+        wall_us: int | None = None,
     ) -> float | None:
         """Read the samples newer than the cursor (the first time: newer than ``start_us``) and
         add them; or, on a device without samples, add ``utilization_percent`` x the seconds
-        since the last call (``now``, monotonic). Returns the counter, ``None`` when the device
-        gives neither. Raises :class:`~.calls.NvmlFault` like every read."""
+        since the last call (``now``, monotonic). ``wall_us``: the wall clock now (µs), where
+        known: a cursor later than it (the clock stepped back) starts again from ``start_us``
+        (module docstring). Returns the counter, ``None`` when the device gives neither.
+        Raises :class:`~.calls.NvmlFault` like every read."""
         if self.mode != "rates":
+            until = None if wall_us is None else wall_us + CLOCK_SLACK_US
+            if until is not None and self.cursor_us is not None and self.cursor_us > until:
+                self.cursor_us = None  # the wall clock stepped back
             samples = read(calls.utilization_samples, handle, self.cursor_us or start_us)
             if samples is not None:
                 self.mode = "samples"
-                self._add_samples(samples)
+                self._add_samples(samples, until)
                 return self.seconds
             self.mode = "rates"
         if utilization_percent is None:
@@ -72,9 +87,11 @@ class BusyTime:
         self.last_rates_at = now
         return self.seconds
 
-    def _add_samples(self, samples: list[tuple[int, float]]) -> None:
+    def _add_samples(self, samples: list[tuple[int, float]], until: int | None) -> None:
         previous = self.cursor_us
         for timestamp_us, percent in samples:
+            if until is not None and timestamp_us > until:
+                break  # stamped before the wall clock stepped back (samples come oldest first)
             if previous is not None and timestamp_us <= previous:
                 continue  # at or before the cursor: already counted
             if previous is not None and timestamp_us - previous <= MAX_SAMPLE_GAP_US:

@@ -890,9 +890,11 @@ class NvmlSource:
         if counters is None:
             counters = self._counters[dev.uuid] = _Counters()
         work: dict[str, float] = {}
-        start_us = int((self._clock() - _UTIL_LOOKBACK_SECONDS) * 1_000_000)
+        wall_us = int(self._clock() * 1_000_000)
+        start_us = wall_us - int(_UTIL_LOOKBACK_SECONDS * 1_000_000)
         with self._optional(dev, "busy time"):
-            busy = counters.busy.update(handle, utilization_percent, start_us, self._monotonic())
+            busy = counters.busy.update(handle, utilization_percent, start_us, self._monotonic(),
+                                        wall_us)
             if busy is not None:
                 work["busy_seconds"] = busy
         gpm = self._session.gpm if self._session is not None else None

@@ -69,7 +69,7 @@ def test_no_sample_lost_when_rounds_are_late(
 
 
 def test_a_gap_longer_than_the_driver_buffer_is_not_integrated(
-    fake: FakeNvml, make_source: SourceFactory
+    fake: FakeNvml, make_source: SourceFactory, wall: FakeClock
 ) -> None:
     gpu = fake.gpus[0]
     source = make_source()
@@ -78,6 +78,7 @@ def test_a_gap_longer_than_the_driver_buffer_is_not_integrated(
     assert by_uuid(source.sample(), gpu.uuid).busy_seconds == pytest.approx(1.0)
     gpu.add_busy_sample(T0_US + 61_000_000, 100)  # a minute without samples (GPU reset)
     gpu.add_busy_sample(T0_US + 62_000_000, 50)
+    wall.advance(62.0)
     assert by_uuid(source.sample(), gpu.uuid).busy_seconds == pytest.approx(1.5)
 
 
@@ -161,3 +162,30 @@ def test_busy_time_survives_a_driver_reload(
     mono.advance(1.0)
     # The cursor outlives the session: the old samples are not read again.
     assert by_uuid(source.sample(), gpu.uuid).busy_seconds == pytest.approx(3.0)
+
+
+def test_busy_time_keeps_counting_after_the_wall_clock_steps_back(
+    fake: FakeNvml, make_source: SourceFactory, wall: FakeClock, mono: FakeClock
+) -> None:
+    # The driver stamps its samples with the wall clock. When NTP steps it back (a node
+    # that booted with its clock an hour ahead), every new sample is older than the cursor:
+    # read past the cursor, none came for an hour, and the GPU read idle while it worked.
+    gpu = fake.gpus[0]
+    source = make_source()
+    for i in range(6):
+        gpu.add_busy_sample(T0_US + i * 200 * MS, 100)
+    wall.advance(1.0)
+    assert by_uuid(source.sample(), gpu.uuid).busy_seconds == pytest.approx(0.8)
+    stepped = T0_US + 1_000_000 - 3600 * 1_000_000  # the wall clock, an hour back
+    wall.advance(-3600.0)
+    values = []
+    for k in range(3):
+        for j in range(5):  # 100 % busy, samples every 200 ms on the new clock
+            gpu.add_busy_sample(stepped + k * 1_000_000 + (j + 1) * 200 * MS, 100)
+        wall.advance(1.0)
+        mono.advance(1.0)
+        values.append(by_uuid(source.sample(), gpu.uuid).busy_seconds)
+    # The first sample on the new clock anchors the count again (the jump back is not
+    # integrated, nor are the samples stamped before it read again); then every second
+    # busy adds a second.
+    assert values == pytest.approx([1.6, 2.6, 3.6])
