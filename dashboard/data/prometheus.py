@@ -139,9 +139,13 @@ def _rate(metric: str, r: str, match: Mapping[str, str] | None = None,
     that a rollout does not read the device low for a step), from the steps at which the
     series is at least ``r`` old: before, Prometheus divides what little increase there is
     by all of ``r`` and the rate reads low (a busy GPU would look idle, a working one
-    spinning), so those steps are left out."""
+    spinning), so those steps are left out. "Old" is any sample in the ``r`` before
+    ``t - r`` (``max_over_time``), not the one an instant selector finds at ``t - r``: a
+    failed scrape's staleness marker hides that one, and the step two ranges later had no
+    rate (a gap that began every spinning and straggler run again)."""
     sel = selector(metric, match)
-    return f"({summed_rate(sel, r, by)} and on ({by}) max by ({by}) ({sel} offset {r}))"
+    return (f"({summed_rate(sel, r, by)} and on ({by})"
+            f" max by ({by}) (max_over_time({sel}[{r}] offset {r})))")
 
 
 def _util_step(r: str, match: Mapping[str, str] | None = None, by: str = "node, gpu, uuid"
