@@ -599,11 +599,14 @@ def idle_promql(st: Steps, th: Thresholds) -> list[str]:
     utilization (whole GPUs, slices that report it without GPM), ``mig``: 0 for a GPU in
     MIG mode with no slice (:func:`uncarved_promql`), SM activity (MIG slices with GPM),
     or (a MIG slice without either) 0 while no process holds memory on it. A device meets
-    at most one of them."""
+    at most one of them. Which device is a slice, has GPM or reports utilization is read
+    over the step (``max_over_time``), not as it stands at the step's end: a failed
+    scrape's staleness marker hides every series there, and the slices had no idle step
+    (their idle runs, and their nodes', began again)."""
     idle = f"{th.idle_utilization!r}"
-    util = st.sel("gpu_utilization_ratio")
-    gpm = st.sel("gpu_sm_active_seconds_total")
-    slices = st.sel("gpu_info", {"parent_uuid": NOT_EMPTY})
+    util = f"max_over_time({st.sel('gpu_utilization_ratio')}[{st.r}])"
+    gpm = f"max_over_time({st.sel('gpu_sm_active_seconds_total')}[{st.r}])"
+    slices = f"max_over_time({st.sel('gpu_info', {'parent_uuid': NOT_EMPTY})}[{st.r}])"
     cmem = st.sel("container_gpu_memory_used_bytes")
     memory = st.sel("gpu_memory_used_bytes")
     return [
