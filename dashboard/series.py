@@ -245,6 +245,10 @@ class WorkSignals:
     - ``sm``, ``tensor``, ``dram``: ``rate(gpu_{sm,tensor,dram}_active_seconds_total)`` (GPM);
     - ``power``: watts, ``rate(gpu_energy_joules_total)``, else the mean of ``gpu_power_watts``;
     - ``power_limit``: each device's latest ``gpu_power_limit_watts``;
+    - ``power_limits``: each device's ``gpu_power_limit_watts`` per step (the highest
+      sample in the step, as the rule's PromQL reads it): the spinning rule compares each
+      step's power with that step's limit (a limit changed within the window, a power cap
+      lifted, does not judge the steps before it), the latest one where a step has none;
     - ``gpm``: the devices that have GPM series in the window (the others are judged by the
       fallbacks: power for spinning and slow ranks, processes for MIG slices);
     - ``throttle``: per device and reason, ``rate(gpu_throttle_seconds_total)``, for the
@@ -265,6 +269,7 @@ class WorkSignals:
     power_limit: Mapping[GpuRef, float] = field(default_factory=dict)
     gpm: frozenset[GpuRef] = frozenset()
     throttle: Mapping[GpuRef, Mapping[str, Series]] = field(default_factory=dict)
+    power_limits: Mapping[GpuRef, Series] = field(default_factory=dict)
 
 
 #: The most nodes the fleet page's heatmap draws: 8 GPUs x 200 nodes stays readable and light

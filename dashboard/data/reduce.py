@@ -156,6 +156,8 @@ def work_signals(sel: Selected, window: Window, evals: Sequence[float], rng: flo
             t, v, evals, rate_rng)
     limits = {gref(lab): v[-1] for lab, t, v in sel.get("gpu_power_limit_watts", [])
               if t[-1] > window.start}
+    limit_steps = {gref(lab): bucket(t, v, evals, rng, max)
+                   for lab, t, v in sel.get("gpu_power_limit_watts", [])}
     return WorkSignals(
         utilization={ref: s for ref, s in utilization.items() if s.times},
         sm={ref: s for ref, s in sm.items() if s.times},
@@ -166,6 +168,7 @@ def work_signals(sel: Selected, window: Window, evals: Sequence[float], rng: flo
         power_limit=limits,
         gpm=frozenset(ref for ref, s in sm.items() if s.times),
         throttle=throttle,
+        power_limits={ref: s for ref, s in limit_steps.items() if s.times and ref in limits},
     )
 
 

@@ -232,16 +232,17 @@ def idle_steps(rows: Iterable[tuple[dict[str, str], Series]],
 def work_signals_of(rows: Iterable[tuple[dict[str, str], Series]],
                  apart: Collection[GpuRef] = ()) -> WorkSignals:
     """The spinning devices' and slow-rank candidates' signals per step, by ``signal``
-    (``limit``: the power limit, its last value), but of the devices ``apart`` (those of
-    the straggler groups the store summarised whole)."""
+    (``limit``: the power limit, per step and its last value), but of the devices
+    ``apart`` (those of the straggler groups the store summarised whole)."""
     by_signal: dict[str, dict[GpuRef, Series]] = {}
     for lab, s in rows:
         if _gref(lab) not in apart:
             by_signal.setdefault(lab.get("signal", ""), {})[_gref(lab)] = s
-    limits = {ref: s.values[-1] for ref, s in by_signal.pop("limit", {}).items() if s.values}
+    steps = {ref: s for ref, s in by_signal.pop("limit", {}).items() if s.values}
     return WorkSignals(
         utilization=by_signal.get("utilization", {}), sm=by_signal.get("sm", {}),
         tensor=by_signal.get("tensor", {}), dram=by_signal.get("dram", {}),
-        power=by_signal.get("power", {}), power_limit=limits,
-        gpm=frozenset(by_signal.get("sm", {})),
+        power=by_signal.get("power", {}),
+        power_limit={ref: s.values[-1] for ref, s in steps.items()},
+        gpm=frozenset(by_signal.get("sm", {})), power_limits=steps,
     )

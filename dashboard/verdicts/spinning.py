@@ -7,7 +7,8 @@ utilization is >= ``busy`` (0.5) and
 - with GPM: SM activity < ``sm`` (0.3), tensor activity < ``tensor`` (0.02) and DRAM
   activity < ``dram`` (0.02) (NCCL keeps one CTA per channel spinning, so a few SMs stay
   active: SM activity alone is not zero, tensor and DRAM activity are);
-- without GPM: power < ``power`` (0.25) x the power limit;
+- without GPM: power < ``power`` (0.25) x the power limit (the step's own: a limit changed
+  within the window judges the steps after the change);
 
 and a GPU spins when its steps have for >= ``duration`` (30 min, shortened to the window and
 the history collected). Every value is a mean over its step from ``rate()`` of a counter.
@@ -107,7 +108,7 @@ def _spin_step(ref: GpuRef, signals: WorkSignals, rule: SpinRule,
         sm, tensor, dram = at["sm"].get(t), at["tensor"].get(t), at["dram"].get(t)
         return (sm is not None and tensor is not None and dram is not None
                 and sm < rule.sm and tensor < rule.tensor and dram < rule.dram)
-    limit = signals.power_limit.get(ref)
+    limit = at["limit"].get(t, signals.power_limit.get(ref))
     power = at["power"].get(t)
     return power is not None and limit is not None and limit > 0 and power < rule.power * limit
 
@@ -118,7 +119,8 @@ def _points(ref: GpuRef, signals: WorkSignals) -> dict[str, dict[float, float]]:
         return s.at() if s is not None else {}
 
     return {"utilization": of(signals.utilization), "sm": of(signals.sm),
-            "tensor": of(signals.tensor), "dram": of(signals.dram), "power": of(signals.power)}
+            "tensor": of(signals.tensor), "dram": of(signals.dram), "power": of(signals.power),
+            "limit": of(signals.power_limits)}
 
 
 def _may_spin(ref: GpuRef, util: Series, signals: WorkSignals, rule: SpinRule) -> bool:
@@ -132,8 +134,10 @@ def _may_spin(ref: GpuRef, util: Series, signals: WorkSignals, rule: SpinRule) -
         sm = signals.sm.get(ref)
         return sm is not None and any(v < rule.sm for v in sm.values)
     power, limit = signals.power.get(ref), signals.power_limit.get(ref)
-    return (power is not None and limit is not None and limit > 0
-            and any(v < rule.power * limit for v in power.values))
+    steps = signals.power_limits.get(ref)
+    highest = max(limit, *steps.values) if limit is not None and steps is not None else limit
+    return (power is not None and highest is not None and highest > 0
+            and any(v < rule.power * highest for v in power.values))
 
 
 def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None,
@@ -164,10 +168,13 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None,
                               if u >= rule.busy and s < rule.sm and x < rule.tensor
                               and d < rule.dram))
             else:
+                # Each step's power against that step's limit (else the latest).
                 powers, limit = aligned.get("power"), signals.power_limit.get(ref)
+                limits = signals.power_limits.get(ref)
+                per = limits.at() if limits is not None else {}
                 steps = frozenset() if powers is None or limit is None or limit <= 0 else (
                     frozenset(t for t, u, p in zip(util.times, util.values, powers, strict=True)
-                              if not u < rule.busy and p < rule.power * limit))
+                              if not u < rule.busy and p < rule.power * per.get(t, limit)))
             if steps:
                 out[ref] = steps
             continue

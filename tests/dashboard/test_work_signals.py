@@ -95,6 +95,60 @@ def test_the_power_rule_without_gpm(power: float, spinning: bool) -> None:
         assert v.power_ratio == pytest.approx(power / 400)
 
 
+@pytest.mark.parametrize("aligned", [True, False])
+def test_each_step_is_judged_against_its_own_power_limit(aligned: bool) -> None:
+    # A power cap of 300 W lifted to 700 W 15 minutes ago; the GPU at 100 % draws 120 W:
+    # 0.4 of its limit under the cap (not spinning), 0.17 since (spinning). Judged against
+    # the latest limit alone, the hour spun and the GPU was listed: 15 minutes is too short.
+    # (Not aligned: the power series lacks the first step, so the steps are read by time.)
+    limits = make_series([300.0] * 45 + [700.0] * 16)
+    power = flat(120.0) if aligned else make_series([120.0] * 60)
+    s = WorkSignals(utilization={G: flat(1.0)}, power={G: power},
+                    power_limit={G: 700.0}, power_limits={G: limits})
+    assert spinning_steps(s)[G] == set(limits.times[45:])
+    w = make_window(HOUR)
+    v = spinning_gpus(s, w, w.start)[G]
+    assert not v.spinning and v.seconds == pytest.approx(16 * 60)
+    # Capped for the last 15 minutes instead: the 45 minutes before spun.
+    capped = WorkSignals(utilization={G: flat(1.0)}, power={G: power}, power_limit={G: 300.0},
+                         power_limits={G: make_series([700.0] * 45 + [300.0] * 16)})
+    assert not spins(capped)
+
+
+def test_an_embedded_page_judges_a_lifted_power_cap_step_by_step() -> None:
+    # The same through the embedded store and the page: scraped every 15 s for an hour.
+    from gpuscope.dashboard.data import EmbeddedData
+    from gpuscope.dashboard.prices import bundled_prices
+    from gpuscope.dashboard.verdicts import registry
+    from gpuscope.dashboard.views import page_view
+
+    interval, n = 15.0, 240
+    end = T0 + (n - 1) * interval
+
+    def page(lifted_at: float | None) -> list[tuple[str, float]]:
+        store = EmbeddedData([], interval=interval, clock=lambda: end + 1.0,
+                             extra_metrics=registry.step_metrics())
+        lab = {"gpu": "0", "uuid": "GPU-0"}
+        for k in range(n):
+            t = k * interval
+            limit = 700.0 if lifted_at is None or t >= lifted_at else 300.0
+            store.ingest("node-a", [
+                ("gpu_info", {**lab, "model": "NVIDIA A10G", "parent_uuid": "",
+                              "mig_profile": ""}, 1.0),
+                ("gpu_node_info", {"instance_type": "g5.xlarge"}, 1.0),
+                ("gpu_utilization_ratio", lab, 1.0),
+                ("gpu_busy_seconds_total", lab, t),
+                ("gpu_power_limit_watts", lab, limit),
+                ("gpu_power_watts", lab, 120.0),
+                ("gpu_energy_joules_total", lab, 120.0 * t),
+            ], T0 + t)
+        view = page_view(store, HOUR, bundled_prices())
+        return [(r.gpu, r.seconds) for r in view.spinning_rows]
+
+    assert [g for g, _ in page(None)] == ["0"]  # 120 of 700 W all hour: spinning
+    assert page(45 * 60.0) == []  # 120 of 300 W until 15 minutes ago
+
+
 def test_with_gpm_power_does_not_decide() -> None:
     # Low power, but the GPM signals show tensor work: not spinning.
     s = gpm(1.0, 0.2, 0.4, 0.3)

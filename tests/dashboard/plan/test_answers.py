@@ -86,6 +86,7 @@ def test_idle_steps_and_work_signals_by_signal() -> None:
     assert signals.gpm == frozenset({GpuRef("n", "u")})
     assert signals.power == {GpuRef("n", "v"): watts}
     assert signals.power_limit == {GpuRef("n", "v"): 700.0}  # its last value
+    assert signals.power_limits == {GpuRef("n", "v"): watts}  # and each step's
 
 
 def test_gpu_infos_by_device() -> None:
