@@ -135,7 +135,7 @@ def _may_spin(ref: GpuRef, util: Series, signals: WorkSignals, rule: SpinRule) -
         return sm is not None and any(v < rule.sm for v in sm.values)
     power, limit = signals.power.get(ref), signals.power_limit.get(ref)
     steps = signals.power_limits.get(ref)
-    highest = max(limit, *steps.values) if limit is not None and steps is not None else limit
+    highest = max([limit, *steps.values]) if limit is not None and steps is not None else limit
     return (power is not None and highest is not None and highest > 0
             and any(v < rule.power * highest for v in power.values))
 
