@@ -180,13 +180,16 @@ class Steps:
         by = MEMBER if model else "node, uuid, namespace, workload"
         if self.rules and not compute:
             return self._recorded("avg_over_time", "workload", by)
-        pods = self.sel("gpu_pod_info", {"workload": NOT_EMPTY})
+        # Pods and models over the step (``max_over_time``), not at its end: a failed
+        # scrape's staleness markers hide every series of the node there, and the workload
+        # had no devices in that step (a gap that began every straggler run again).
+        pods = f"max_over_time({self.sel('gpu_pod_info', {'workload': NOT_EMPTY})}[{self.r}])"
         mine = (f"sum by (node, uuid, namespace, workload) ({self.cutil()}"
                 f" * on (node, namespace, pod) group_left (workload)"
                 f" topk by (node, namespace, pod) (1, {pods}))")
         if not (model or compute):
             return mine
-        info = self.sel("gpu_info")
+        info = f"max_over_time({self.sel('gpu_info')}[{self.r}])"
         models = f"topk by (node, uuid) (1, max by (node, uuid, model) ({info}))"
         return (f"({mine} * on (node, uuid) group_left (model) {models}"
                 f" or {mine} unless on (node, uuid) {info})")
