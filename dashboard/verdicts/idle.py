@@ -642,8 +642,11 @@ def uncarved_promql(st: Steps) -> str:
 
 def silent_promql(st: Steps) -> str:
     """The devices with nothing to judge them by: no utilization sample, no SM activity
-    (GPM) and not in MIG mode with no slice (:func:`uncarved_promql`) in the step."""
-    return (f"max by ({GBY}) ({st.sel('gpu_info')}) unless on (node, uuid)"
+    (GPM) and not in MIG mode with no slice (:func:`uncarved_promql`) in the step. The
+    devices are those of ``gpu_info`` over the step, not at its end, where a failed
+    scrape's staleness marker hides it (the device read as having data)."""
+    return (f"max by ({GBY}) (max_over_time({st.sel('gpu_info')}[{st.r}]))"
+            f" unless on (node, uuid)"
             f" max_over_time({st.sel('gpu_utilization_ratio')}[{st.r}])"
             f" unless on (node, uuid) {st.active('sm')}"
             f" unless on (node, uuid) ({uncarved_promql(st)})")
