@@ -172,9 +172,10 @@ def spinning_steps(signals: WorkSignals, rule: SpinRule | None = None,
                 powers, limit = aligned.get("power"), signals.power_limit.get(ref)
                 limits = signals.power_limits.get(ref)
                 per = limits.at() if limits is not None else {}
-                steps = frozenset() if powers is None or limit is None or limit <= 0 else (
-                    frozenset(t for t, u, p in zip(util.times, util.values, powers, strict=True)
-                              if not u < rule.busy and p < rule.power * per.get(t, limit)))
+                steps = frozenset() if powers is None else frozenset(
+                    t for t, u, p in zip(util.times, util.values, powers, strict=True)
+                    if not u < rule.busy and (lim := per.get(t, limit)) is not None
+                    and lim > 0 and p < rule.power * lim)
             if steps:
                 out[ref] = steps
             continue

@@ -41,6 +41,10 @@ def signals(draw: st.DrawFn) -> WorkSignals:
     has = {name: draw(st.booleans()) for name in ("sm", "tensor", "dram", "power")}
     gpm = draw(st.booleans())
     limit = draw(st.sampled_from([None, 0.0, 300.0, 700.0]))
+    # Each step's limit (a cap changed within the window), or none: the latest judges.
+    steps = draw(st.booleans())
+    limits = Series(tuple(list(times)), tuple(draw(st.sampled_from([0.0, 300.0, 700.0]))
+                                              for _ in times))
 
     def one(name: str) -> dict[GpuRef, Series]:
         return {REF: series()} if has[name] else {}
@@ -51,6 +55,7 @@ def signals(draw: st.DrawFn) -> WorkSignals:
         if has["power"] else {},
         power_limit={} if limit is None else {REF: limit},
         gpm=frozenset({REF}) if gpm else frozenset(),
+        power_limits={REF: limits} if steps and limit is not None else {},
     )
 
 
