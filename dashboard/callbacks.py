@@ -7,19 +7,24 @@ table rows link to ``?node=...`` and friends.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, dcc, no_update
+import plotly.graph_objects as go
+from dash import Dash, Input, Output, Patch, State, ctx, no_update
 
 from gpuscope.dashboard import components, fmt, ids, links, sections
 from gpuscope.dashboard.figures import (
     activity_figure,
     empty_figure,
     heatmap_figure,
+    keep_view,
     timeseries_figure,
     workload_figure,
 )
+from gpuscope.dashboard.layout import FOLDED, GRAPHS
 from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS, DashboardService
 
 
@@ -43,13 +48,54 @@ def _state(window: Any, namespace: Any, cluster: Any = None) -> dict[str, str | 
             "cluster": cl.strip() if cl else None}
 
 
-_GRAPH_CONFIG = dcc.Graph.Config(displaylogo=False, responsive=True)
+def _view(*parts: Any) -> str:
+    """The key of what a figure shows (a node, pod or workload, the window, the filters):
+    the user's zoom of a figure outlives a refresh of the same key, not a change of it."""
+    return json.dumps([p if isinstance(p, str) else None for p in parts])
 
 
-def _graph(graph_id: str, figure: Any) -> dcc.Graph:
-    """A drill-down chart, made when there is something to draw (a chart laid out while
-    hidden would come up with no size)."""
-    return dcc.Graph(id=graph_id, figure=figure, config=_GRAPH_CONFIG)
+_AXIS = re.compile(r"[xy]axis\d*")
+
+
+def redraw(figure: go.Figure, view: str, shown: Any) -> tuple[Any, str]:
+    """A graph's ``figure`` value, and the key of what it then shows, for a figure of
+    ``view`` (:func:`_view`); ``shown``: the key of what the graph shows now (the page's
+    store, any JSON). A graph that shows another view, or the same view drawn another way
+    (a message, not lines), gets the whole figure. One that shows this view gets a patch
+    of all but its axes' ranges: dcc.Graph keeps a user's zoom in its figure, so the new
+    data is drawn at the zoom the user left (a drag, a double-click back to all)."""
+    key = f"{view} {'lines' if figure.data else 'message'}"
+    keep_view(figure, view)  # (a legend entry hidden stays hidden too)
+    if shown != key:
+        return figure, key
+    whole = figure.to_plotly_json()
+    patch = Patch()
+    patch["data"] = whole["data"]
+    for name, value in whole["layout"].items():
+        if _AXIS.fullmatch(name) and isinstance(value, dict):
+            for attr, v in value.items():
+                if attr not in ("range", "autorange"):
+                    patch["layout"][name][attr] = v
+        else:
+            patch["layout"][name] = value
+    return patch, key
+
+
+def _folded(graph_ids: tuple[str, ...], banner: str) -> dict[str, Any]:
+    """A drill-down's callback values with nothing to draw: its graphs folded away (their
+    figures left as they are), one line saying why."""
+    return {"box": FOLDED, "banner": banner, "drawn": no_update,
+            **dict.fromkeys(graph_ids, no_update)}
+
+
+def _drawn(view: str, figures: dict[str, go.Figure], shown: Any) -> dict[str, Any]:
+    """A drill-down's callback values: its graphs shown (:func:`redraw`: each at the
+    user's zoom where it shows ``view`` already), and what they show (its store)."""
+    old = shown if isinstance(shown, dict) else {}
+    out: dict[str, Any] = {"box": GRAPHS, "banner": "", "drawn": {}}
+    for graph_id, figure in figures.items():
+        out[graph_id], out["drawn"][graph_id] = redraw(figure, view, old.get(graph_id))
+    return out
 
 
 #: The most options a dropdown is sent at once: those that contain what is typed in it (all
@@ -227,11 +273,12 @@ def _register_table_actions(app: Dash, service: DashboardService, table_id: str,
 
 
 def fleet_values(service: DashboardService, window: Any, namespace: Any,
-                 keys: list[str], limits: Any = None, cluster: Any = None) -> dict[str, Any]:
+                 keys: list[str], limits: Any = None, cluster: Any = None,
+                 heatmap_shown: Any = None) -> dict[str, Any]:
     """The fleet callback's values for ``keys`` (``element.prop``): everything when a view
     came, else only the banner (the page keeps what it shows). ``limits``: the tables whose
     rows were all asked for (the page's store); ``cluster``: the cluster picked (None:
-    all)."""
+    all); ``heatmap_shown``: what the heatmap shows (its store: :func:`redraw`)."""
     answer = service.fleet(_window(window), _text(namespace), _text(cluster))
     banner = answer.banner or ""
     banner_class = "banner" if banner else "banner hidden"
@@ -247,13 +294,16 @@ def fleet_values(service: DashboardService, window: Any, namespace: Any,
         # A table whose rows were all asked for: what they need read from the store.
         view = service.detailed(view, table_id, min(first, sections.MAX_ROWS),
                                 _window(window), _text(namespace), _text(cluster))
+    heatmap, drawn = redraw(heatmap_figure(view.heatmap, view.thresholds.idle_utilization),
+                            _view(_window(window), _text(namespace), _text(cluster)),
+                            heatmap_shown)
     out.update({
+        _key(ids.FLEET_HEATMAP, "figure"): heatmap,
+        _key(ids.HEATMAP_DRAWN, "data"): drawn,
         _key(ids.CLUSTER_SELECT, "options"): _options(list(view.clusters), view.cluster),
         _key(ids.FLEET_KPIS, "children"): components.kpi_cards(view),
         _key(ids.HISTORY_NOTE, "children"): components.history_note(view)
         + (" " + " ".join(view.notes) if view.notes else ""),
-        _key(ids.FLEET_HEATMAP, "figure"): heatmap_figure(view.heatmap,
-                                                          view.thresholds.idle_utilization),
         # Which view the dropdowns' names come from (read there, on the server: a large
         # fleet's names are some 0.5 MB, which the page need not carry nor send back).
         _key(ids.CHOICES, "data"): {"window": _window(window), "namespace": _text(namespace),
@@ -274,18 +324,20 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     fixed = [(ids.FLEET_KPIS, "children"), (ids.HISTORY_NOTE, "children"),
              (ids.FLEET_HEATMAP, "figure"), (ids.CHOICES, "data"), (ids.BANNER, "children"),
              (ids.BANNER, "className"), (ids.LAST_UPDATED, "children"),
-             (ids.CLUSTER_SELECT, "options")]
+             (ids.CLUSTER_SELECT, "options"), (ids.HEATMAP_DRAWN, "data")]
     fleet_outputs = {_key(i, p): Output(i, p) for i, p in [*fixed, *sections.outputs()]}
 
     @app.callback(
         output=fleet_outputs,
         inputs=[Input(ids.REFRESH, "n_intervals"), Input(ids.WINDOW_SELECT, "value"),
                 Input(ids.NAMESPACE_FILTER, "value"), Input(ids.CLUSTER_SELECT, "value")],
-        state=[State(ids.TABLE_LIMITS, "data")],
+        state=[State(ids.TABLE_LIMITS, "data"), State(ids.HEATMAP_DRAWN, "data")],
     )
     def update_fleet(_n: int | None, window: str | None, namespace: str | None,
-                     cluster: str | None = None, limits: Any = None) -> dict[str, Any]:
-        return fleet_values(service, window, namespace, list(fleet_outputs), limits, cluster)
+                     cluster: str | None = None, limits: Any = None,
+                     heatmap_shown: Any = None) -> dict[str, Any]:
+        return fleet_values(service, window, namespace, list(fleet_outputs), limits, cluster,
+                            heatmap_shown)
 
     # Each verdict table's "Show all rows" and "Download CSV", on the view the page shows
     # (never a new computation).
@@ -359,70 +411,77 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         return node if isinstance(node, str) and node != current else no_update
 
     @app.callback(
-        Output(ids.NODE_GRAPHS, "children"),
-        Output(ids.NODE_BANNER, "children"),
-        Input(ids.NODE_SELECT, "value"),
-        Input(ids.WINDOW_SELECT, "value"),
-        Input(ids.REFRESH, "n_intervals"),
+        output={"box": Output(ids.NODE_GRAPHS, "className"),
+                "banner": Output(ids.NODE_BANNER, "children"),
+                "drawn": Output(ids.NODE_DRAWN, "data"),
+                **{g: Output(g, "figure") for g in ids.NODE_GRAPH_IDS}},
+        inputs=[Input(ids.NODE_SELECT, "value"), Input(ids.WINDOW_SELECT, "value"),
+                Input(ids.REFRESH, "n_intervals")],
+        state=[State(ids.NODE_DRAWN, "data")],
     )
-    def update_node(node: str | None, window: str | None, _n: int | None) -> tuple[Any, ...]:
+    def update_node(node: str | None, window: str | None, _n: int | None,
+                    shown: Any = None) -> dict[str, Any]:
         detail, problem = service.node(_text(node), _window(window))
         if detail is None:
             # Nothing picked (or nothing to show): no empty charts, one line saying why.
-            return [], (problem or "No node selected: pick one above, or click a node in the "
-                                   "heatmap or in a table.")
+            return _folded(ids.NODE_GRAPH_IDS, problem or (
+                "No node selected: pick one above, or click a node in the heatmap or in a "
+                "table."))
         n = detail.node
         throttled = {k: s for k, s in detail.throttle.items() if any(v > 0 for v in s.values)}
-        return [
-            _graph(ids.NODE_UTIL_GRAPH, timeseries_figure(
+        return _drawn(_view(n, _window(window)), {
+            ids.NODE_UTIL_GRAPH: timeseries_figure(
                 {f"GPU {k}": s for k, s in detail.utilization.items()},
-                f"{n}: GPU utilization")),
-            _graph(ids.NODE_ACTIVITY_GRAPH, activity_figure(
-                detail.sm, detail.tensor, detail.dram, f"{n}: work signals (GPM)")),
-            _graph(ids.NODE_POWER_GRAPH, timeseries_figure(
+                f"{n}: GPU utilization"),
+            ids.NODE_ACTIVITY_GRAPH: activity_figure(
+                detail.sm, detail.tensor, detail.dram, f"{n}: work signals (GPM)"),
+            ids.NODE_POWER_GRAPH: timeseries_figure(
                 {f"GPU {k}": s for k, s in detail.power_ratio.items()},
-                f"{n}: power against its limit", limit_line=1.0)),
-            _graph(ids.NODE_THROTTLE_GRAPH, timeseries_figure(
+                f"{n}: power against its limit", limit_line=1.0),
+            ids.NODE_THROTTLE_GRAPH: timeseries_figure(
                 {f"GPU {k}": s for k, s in throttled.items()},
                 f"{n}: throttling (seconds per second, by reason)", unit="per_second")
-                if throttled else empty_figure(f"{n}: no throttling in this window", 80)),
-            _graph(ids.NODE_CONTAINERS_GRAPH, timeseries_figure(
-                detail.containers, f"{n}: utilization by container")),
-            _graph(ids.NODE_MEMORY_GRAPH, timeseries_figure(
+            if throttled else empty_figure(f"{n}: no throttling in this window", 80),
+            ids.NODE_CONTAINERS_GRAPH: timeseries_figure(
+                detail.containers, f"{n}: utilization by container"),
+            ids.NODE_MEMORY_GRAPH: timeseries_figure(
                 {f"GPU {k}": s for k, s in detail.memory_used.items()},
-                f"{n}: GPU memory used", unit="bytes")),
-        ], ""
+                f"{n}: GPU memory used", unit="bytes"),
+        }, shown)
 
     @app.callback(
-        Output(ids.POD_GRAPHS, "children"),
-        Output(ids.POD_BANNER, "children"),
-        Input(ids.POD_SELECT, "value"),
-        Input(ids.WINDOW_SELECT, "value"),
-        Input(ids.REFRESH, "n_intervals"),
-        Input(ids.CLUSTER_SELECT, "value"),
+        output={"box": Output(ids.POD_GRAPHS, "className"),
+                "banner": Output(ids.POD_BANNER, "children"),
+                "drawn": Output(ids.POD_DRAWN, "data"),
+                **{g: Output(g, "figure") for g in ids.POD_GRAPH_IDS}},
+        inputs=[Input(ids.POD_SELECT, "value"), Input(ids.WINDOW_SELECT, "value"),
+                Input(ids.REFRESH, "n_intervals"), Input(ids.CLUSTER_SELECT, "value")],
+        state=[State(ids.POD_DRAWN, "data")],
     )
     def update_pod(pod: str | None, window: str | None, _n: int | None,
-                   cluster: Any = None) -> tuple[Any, ...]:
+                   cluster: Any = None, shown: Any = None) -> dict[str, Any]:
         detail, problem = service.pod(_text(pod), _window(window), _text(cluster))
         if detail is None:
-            return [], problem or "No pod selected: pick one above, or click a pod in a table."
+            return _folded(ids.POD_GRAPH_IDS, problem or (
+                "No pod selected: pick one above, or click a pod in a table."))
         name = f"{detail.namespace}/{detail.pod}"
         if not detail.utilization and not detail.memory_used:
-            return [], (f"No GPU data for pod {name} in this window: not a pod on a GPU, or "
-                        f"one gone for longer than the window.")
-        return [
-            _graph(ids.POD_UTIL_GRAPH, timeseries_figure(
+            return _folded(ids.POD_GRAPH_IDS, (
+                f"No GPU data for pod {name} in this window: not a pod on a GPU, or one "
+                f"gone for longer than the window."))
+        return _drawn(_view(name, _window(window), _text(cluster)), {
+            ids.POD_UTIL_GRAPH: timeseries_figure(
                 detail.utilization, f"{name}: GPU utilization by container")
-                if detail.utilization else empty_figure(
-                    # Memory and no utilization: NVML gives no per-process utilization on
-                    # a MIG slice, nor for an MPS client where the driver reports the MPS
-                    # server's samples only. Say so, and where its work shows.
-                    f"{name}: no per-container utilization (a MIG slice reports none, nor "
-                    "a CUDA MPS client where the driver reports only the MPS server; the "
-                    "node drill-down shows the device's activity)", 120)),
-            _graph(ids.POD_MEMORY_GRAPH, timeseries_figure(
-                detail.memory_used, f"{name}: GPU memory by container", unit="bytes")),
-        ], ""
+            if detail.utilization else empty_figure(
+                # Memory and no utilization: NVML gives no per-process utilization on
+                # a MIG slice, nor for an MPS client where the driver reports the MPS
+                # server's samples only. Say so, and where its work shows.
+                f"{name}: no per-container utilization (a MIG slice reports none, nor "
+                "a CUDA MPS client where the driver reports only the MPS server; the "
+                "node drill-down shows the device's activity)", 120),
+            ids.POD_MEMORY_GRAPH: timeseries_figure(
+                detail.memory_used, f"{name}: GPU memory by container", unit="bytes"),
+        }, shown)
 
     # The workload view follows the fleet view it takes its default and its marks from
     # (``choices``, which the fleet callback writes with each view): the browser asks for
@@ -431,21 +490,26 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     @app.callback(
         Output(ids.WORKLOAD_VIEW, "figure"),
         Output(ids.WORKLOAD_NOTE, "children"),
+        Output(ids.WORKLOAD_DRAWN, "data"),
         Input(ids.WORKLOAD_SELECT, "value"),
         Input(ids.WINDOW_SELECT, "value"),
         Input(ids.NAMESPACE_FILTER, "value"),
         Input(ids.CHOICES, "data"),
         Input(ids.CLUSTER_SELECT, "value"),
+        State(ids.WORKLOAD_DRAWN, "data"),
     )
     def update_workload(workload: Any, window: Any, namespace: Any, _shown: Any,
-                        cluster: Any = None) -> tuple[Any, ...]:
+                        cluster: Any = None, drawn: Any = None) -> tuple[Any, ...]:
         detail, marks, problem = service.workload(_text(workload), _window(window),
                                                   _text(namespace), _text(cluster))
         if detail is None:
             return (empty_figure(problem or "No workload with GPUs in this window", 160),
-                    problem or "")
+                    problem or "", None)
         note = components.workload_note(
             detail, marks, picked=bool(_text(workload)),
             totals=service.run_totals(detail, _window(window), _text(namespace),
                                       _text(cluster)))
-        return workload_figure(detail, set(marks), marks), note
+        figure, key = redraw(workload_figure(detail, set(marks), marks),
+                             _view(f"{detail.namespace}/{detail.workload}", _window(window),
+                                   _text(namespace), _text(cluster)), drawn)
+        return figure, note, key

@@ -59,6 +59,14 @@ def empty_figure(message: str, height: int = 220) -> go.Figure:
     return fig
 
 
+def keep_view(fig: go.Figure, key: str) -> go.Figure:
+    """``fig`` drawn over the figure of the same ``key`` as that one was left: a zoom, a
+    pan or a legend entry hidden stays when the page refreshes the data; a figure of
+    another key (another node, window or filter) starts at its whole extent."""
+    fig.update_layout(uirevision=key)
+    return fig
+
+
 def heatmap_colorscale(threshold: float) -> list[list[float | str]]:
     """Grey below the idle threshold, then light to dark blue: a GPU at 6 % is visibly not
     one at 0 %."""

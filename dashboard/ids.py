@@ -31,6 +31,11 @@ WORKLOAD_SELECT = "workload-select"
 SCROLLED = "scrolled"  # a store the scroll-to-section clientside callback writes
 CHOICES = "choices"    # a store: which fleet view (window, namespace, cluster) the dropdowns name
 TABLE_LIMITS = "table-limits"  # a store: the tables whose rows were all asked for
+# Stores: what each graph shows (callbacks.redraw: a refresh of the same keeps the zoom).
+HEATMAP_DRAWN = "heatmap-drawn"
+WORKLOAD_DRAWN = "workload-drawn"
+NODE_DRAWN = "node-drawn"
+POD_DRAWN = "pod-drawn"
 
 # Status.
 BANNER = "data-banner"
@@ -67,8 +72,8 @@ COST_BY_WORKLOAD_NOTE = "cost-by-workload-note"
 SECTION_NODE = "section-node"
 SECTION_POD = "section-pod"
 
-# Drill-down graphs (each drill-down's graphs sit in one box, made when there is something
-# to draw: none while nothing is picked).
+# Drill-down graphs (each drill-down's graphs sit in one box, folded away while nothing is
+# picked; the graphs stay on the page, so a refresh redraws their data, not their zoom).
 NODE_GRAPHS = "node-graphs"
 NODE_UTIL_GRAPH = "node-util-graph"
 NODE_MEMORY_GRAPH = "node-memory-graph"
@@ -81,6 +86,10 @@ POD_GRAPHS = "pod-graphs"
 POD_UTIL_GRAPH = "pod-util-graph"
 POD_MEMORY_GRAPH = "pod-memory-graph"
 POD_BANNER = "pod-banner"
+#: Each drill-down's graphs, in page order.
+NODE_GRAPH_IDS = (NODE_UTIL_GRAPH, NODE_ACTIVITY_GRAPH, NODE_POWER_GRAPH, NODE_THROTTLE_GRAPH,
+                  NODE_CONTAINERS_GRAPH, NODE_MEMORY_GRAPH)
+POD_GRAPH_IDS = (POD_UTIL_GRAPH, POD_MEMORY_GRAPH)
 
 #: DESIGN.md's stable ids. A verdict the registry judges itself holds its ids in its own
 #: module (``gpu-health-table``: :mod:`gpuscope.dashboard.verdicts.health`); they are listed

@@ -70,6 +70,19 @@ def _verdict_section(section: Section) -> html.Section:
     return _section(section.id, section.title, section.intro, *children)
 
 
+#: A drill-down's box of graphs, shown, and folded away (nothing picked, nothing to draw):
+#: no height and hidden, not ``display: none``, so its graphs keep the page's width.
+GRAPHS, FOLDED = "graphs", "graphs folded"
+
+
+def _graphs(box_id: str, graph_ids: Sequence[str]) -> html.Div:
+    """A drill-down's graphs, folded until something is picked. They stay on the page: the
+    callback sends their figures, and a refresh redraws the data of a zoomed graph, not the
+    graph (:func:`gpuscope.dashboard.figures.keep_view`)."""
+    return html.Div([dcc.Graph(id=g, figure=empty_figure("", 60), config=_GRAPH_CONFIG)
+                     for g in graph_ids], id=box_id, className=FOLDED)
+
+
 def _picked(state: Mapping[str, str], key: str) -> tuple[str | None, list[dict[str, str]]]:
     """A dropdown's value from the URL, and options that hold it until the real ones come."""
     value = state.get(key) or None
@@ -123,6 +136,8 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
         dcc.Store(id=ids.SCROLLED),
         dcc.Store(id=ids.CHOICES),
         dcc.Store(id=ids.TABLE_LIMITS, data={}),
+        *(dcc.Store(id=i) for i in (ids.HEATMAP_DRAWN, ids.WORKLOAD_DRAWN, ids.NODE_DRAWN,
+                                    ids.POD_DRAWN)),
         header,
         html.Div("", id=ids.BANNER, className="banner hidden", role="alert"),
         dcc.Interval(id=ids.REFRESH, interval=int(refresh_seconds * 1000), n_intervals=0),
@@ -153,7 +168,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             dcc.Dropdown(id=ids.NODE_SELECT, options=node_options, value=node,
                          placeholder="Select a node"),
             html.Div("", id=ids.NODE_BANNER, className="note"),
-            html.Div([], id=ids.NODE_GRAPHS, className="graphs"),
+            _graphs(ids.NODE_GRAPHS, ids.NODE_GRAPH_IDS),
         ),
         _section(
             ids.SECTION_POD, "Pod drill-down",
@@ -162,7 +177,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             dcc.Dropdown(id=ids.POD_SELECT, options=pod_options, value=pod,
                          placeholder="Select a pod"),
             html.Div("", id=ids.POD_BANNER, className="note"),
-            html.Div([], id=ids.POD_GRAPHS, className="graphs"),
+            _graphs(ids.POD_GRAPHS, ids.POD_GRAPH_IDS),
         ),
         html.Footer("gpuscope dashboard: thresholds and definitions in docs/dashboard.md"),
     ], className="page")

@@ -77,7 +77,7 @@ def test_demo_renders_every_design_element(page: Page, demo_dashboard: Dashboard
     assert "66" in kpis and "45 / 13 / 8" in kpis, kpis  # busy / idle / spinning
     assert "Traceback" not in page.content()
     # Nothing picked: the drill-downs' empty charts are folded away, with a hint.
-    assert page.locator(f"#{ids.NODE_GRAPHS} .js-plotly-plot").count() == 0
+    expect(page.locator(f"#{ids.NODE_GRAPHS}")).to_be_hidden()
     assert "No node selected" in page.inner_text(f"#{ids.NODE_BANNER}")
     # The backfilled hour is explained on the page, and times say their zone.
     note = page.inner_text(f"#{ids.HISTORY_NOTE}")
@@ -230,7 +230,7 @@ def test_links_open_the_drill_down_and_the_url_keeps_the_view(
     open_page(page, demo_dashboard.url + "?node=ip-10-9-9-9.ec2.internal")
     expect(page.locator(f"#{ids.NODE_BANNER}")).to_contain_text(
         "No GPU data for node 'ip-10-9-9-9.ec2.internal'")
-    assert page.locator(f"#{ids.NODE_GRAPHS} .js-plotly-plot").count() == 0
+    expect(page.locator(f"#{ids.NODE_GRAPHS}")).to_be_hidden()
 
 
 def _url_callbacks(bodies: Sequence[str]) -> int:
@@ -334,6 +334,71 @@ def test_pod_drill_down_and_window_selector(page: Page, demo_dashboard: Dashboar
         f"document.getElementById('{ids.POD_UTIL_GRAPH}').innerText"
         ".includes('no per-container utilization (a MIG slice reports none')")
     page.wait_for_selector(f"#{ids.POD_MEMORY_GRAPH} .scatterlayer .trace", state="attached")
+
+
+
+def _zoom(page: Page, graph_id: str, axis: str, lo: float, hi: float) -> list[float]:
+    """Drag across a graph's plot area along ``axis`` (``xaxis`` or ``yaxis``), from ``lo``
+    to ``hi`` of its length, as a user zooms in; give the range it then shows."""
+    area = page.locator(f"#{graph_id} .nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    assert box is not None
+    if axis == "xaxis":
+        y = box["y"] + box["height"] / 2
+        start, end = (box["x"] + box["width"] * lo, y), (box["x"] + box["width"] * hi, y)
+    else:
+        x = box["x"] + box["width"] / 2
+        start, end = (x, box["y"] + box["height"] * lo), (x, box["y"] + box["height"] * hi)
+    before = _range(page, graph_id, axis)
+    page.mouse.move(*start)
+    page.mouse.down()
+    page.mouse.move(*end, steps=8)
+    page.mouse.up()
+    page.wait_for_function(
+        """([id, axis, before]) => {
+            const ax = document.querySelector('#' + id + ' .js-plotly-plot')._fullLayout[axis];
+            const [a, b] = ax.range.map(v => ax.r2l(v));
+            return Math.abs(b - a) < 0.9 * Math.abs(before[1] - before[0]);
+        }""", arg=[graph_id, axis, before])
+    return _range(page, graph_id, axis)
+
+
+def _range(page: Page, graph_id: str, axis: str) -> list[float]:
+    """The range a graph's ``axis`` shows, as numbers (a date axis's in milliseconds)."""
+    return list(page.evaluate(
+        """([id, axis]) => {
+            const ax = document.querySelector('#' + id + ' .js-plotly-plot')._fullLayout[axis];
+            return ax.range.map(v => ax.r2l(v));
+        }""", [graph_id, axis]))
+
+
+def test_a_zoom_outlives_the_auto_refresh(page: Page, demo_dashboard: DashboardProcess) -> None:
+    """A drill-down's chart, the heatmap and the workload view, zoomed in, stay zoomed when
+    the page refreshes itself (10 s in the demo): their data is redrawn, not the user's view
+    of it."""
+    node = "ip-10-0-1-13.ec2.internal"
+    open_page(page, demo_dashboard.url + f"?node={node}")
+    page.wait_for_selector(f"#{ids.NODE_UTIL_GRAPH} .scatterlayer .trace", state="attached")
+    page.wait_for_selector(f"#{ids.FLEET_HEATMAP} .heatmaplayer")
+    expect(page.locator(f"#{ids.WORKLOAD_VIEW}")).to_contain_text("mixtral-pretrain")
+    node_zoom = _zoom(page, ids.NODE_UTIL_GRAPH, "xaxis", 0.3, 0.6)
+    heat_zoom = _zoom(page, ids.FLEET_HEATMAP, "yaxis", 0.2, 0.5)
+    run_zoom = _zoom(page, ids.WORKLOAD_VIEW, "xaxis", 0.4, 0.7)
+    # Drawn anew: plotly gives each graph the layout of the figure that came, a new object.
+    graphs = [ids.NODE_UTIL_GRAPH, ids.FLEET_HEATMAP, ids.WORKLOAD_VIEW]
+    page.evaluate("ids => { window.drawn = ids.map(id => document.querySelector("
+                  "'#' + id + ' .js-plotly-plot').layout); }", graphs)
+    page.wait_for_function(
+        "ids => ids.every((id, i) => document.querySelector('#' + id + ' .js-plotly-plot')"
+        ".layout !== window.drawn[i])", arg=graphs, timeout=40_000)
+    assert _range(page, ids.NODE_UTIL_GRAPH, "xaxis") == node_zoom
+    assert _range(page, ids.FLEET_HEATMAP, "yaxis") == heat_zoom
+    assert _range(page, ids.WORKLOAD_VIEW, "xaxis") == run_zoom
+    # Another node starts at its whole window.
+    choose(page, ids.NODE_SELECT, "ip-10-0-1-14.ec2.internal")
+    expect(page.locator(f"#{ids.NODE_UTIL_GRAPH}")).to_contain_text("ip-10-0-1-14")
+    assert _range(page, ids.NODE_UTIL_GRAPH, "xaxis") != node_zoom
 
 
 # -- Prometheus mode: injection through the UI -------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from dash import no_update
+from dash import Patch, no_update
 
 from gpuscope.dashboard import callbacks
 from gpuscope.dashboard.callbacks import (
@@ -17,8 +17,9 @@ from gpuscope.dashboard.callbacks import (
     choices_of,
     shown_choices,
 )
-from gpuscope.dashboard.figures import workload_figure
+from gpuscope.dashboard.figures import empty_figure, timeseries_figure, workload_figure
 from gpuscope.dashboard.series import GpuRef, Window, WorkloadDetail, WorkloadDevice
+from tests.dashboard.conftest import make_series
 
 NODES = [f"gpu-node-{i:05d}" for i in range(5000)]
 PODS = [f"ml/train-{i}" for i in range(300)]
@@ -128,3 +129,23 @@ def test_a_workload_whose_gpus_have_no_point_in_the_window_draws_no_error() -> N
                             devices=(WorkloadDevice(ref, "0"),))
     text = workload_figure(detail).layout.annotations[0].text
     assert "no point in this window yet" in text and "2h 48m" in text
+
+
+def test_a_refresh_of_the_same_view_keeps_the_users_zoom() -> None:
+    """``callbacks.redraw``: a graph that shows another view (or a message where lines come)
+    gets the whole figure; one that shows this view a patch of all but its axes' ranges,
+    which dcc.Graph keeps at the user's zoom in its figure."""
+    lines = timeseries_figure({"GPU 0": make_series([0.1, 0.5, 0.9])}, "n1: GPU utilization")
+    first, key = callbacks.redraw(lines, "n1 1h", None)
+    assert first is lines and first.layout.uirevision == "n1 1h"
+    again, same = callbacks.redraw(lines, "n1 1h", key)
+    assert isinstance(again, Patch) and same == key
+    sent = again.to_plotly_json()["operations"]
+    paths = [op["location"] for op in sent]
+    assert ["data"] in paths and ["layout", "title"] in paths
+    assert ["layout", "yaxis", "tickformat"] in paths
+    assert not any(p[-1] in ("range", "autorange") for p in paths), paths
+    # Another node, or the same one with a message instead of lines: the whole figure.
+    assert callbacks.redraw(lines, "n2 1h", key)[0] is lines
+    message = empty_figure("n1: no data in this window")
+    assert callbacks.redraw(message, "n1 1h", key)[0] is message

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import plotly.graph_objects as go
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -405,6 +406,10 @@ INPUTS = {
     (ids.URL, "search"), (ids.CHOICES, "data"),
     (ids.NODE_SELECT, "search_value"), (ids.POD_SELECT, "search_value"),
     (ids.WORKLOAD_SELECT, "search_value"), (ids.TABLE_LIMITS, "data"),
+    # What each graph shows (callbacks.redraw): compared with a key, never in a query;
+    # fuzzed with the URL's values.
+    (ids.HEATMAP_DRAWN, "data"), (ids.WORKLOAD_DRAWN, "data"), (ids.NODE_DRAWN, "data"),
+    (ids.POD_DRAWN, "data"),
     # Each verdict table's "Show all rows" and "Download CSV": they read the view the page
     # shows, never a query (test_table_actions_send_no_query).
     *((sections.more_id(t.id), "n_clicks") for t in sections.tables()),
@@ -520,8 +525,8 @@ def cheap_figures() -> Iterator[None]:
     stand-ins that still read what they are given."""
     saved = (callbacks.heatmap_figure, callbacks.timeseries_figure, callbacks.empty_figure)
 
-    def figure(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {"data": [repr(args), repr(kwargs)]}
+    def figure(*args: Any, **kwargs: Any) -> go.Figure:
+        return go.Figure(layout={"meta": [repr(args), repr(kwargs)]})
 
     callbacks.heatmap_figure = callbacks.timeseries_figure = callbacks.empty_figure = figure
     try:
@@ -634,23 +639,23 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
             old if new is callbacks.no_update else new
             for old, new in zip((window, namespace, node, node, pod, workload), synced[1:],
                                 strict=True))
-        fleet = cbs["update_fleet"].func(n, window, namespace, cluster)
+        fleet = cbs["update_fleet"].func(n, window, namespace, cluster, None, search)
         banner = fleet[f"{ids.BANNER}.children"]
         assert "Internal error" not in str(banner), banner
         picked = cbs["pick_node"].func(click, node)
         node_value = node if picked is callbacks.no_update else picked
         sent = len(page.backend.queries)
-        node_out = cbs["update_node"].func(node_value, window, n)
+        node_out = cbs["update_node"].func(node_value, window, n, search)
         if isinstance(node_value, str) and node_value and page.backend.queries[sent:]:
             validate_node(node_value)  # a query went out: the value was valid
-        assert "Internal error" not in str(node_out[-1]), node_out[-1]
+        assert "Internal error" not in str(node_out["banner"]), node_out["banner"]
         sent = len(page.backend.queries)
-        pod_out = cbs["update_pod"].func(pod, window, n, cluster)
+        pod_out = cbs["update_pod"].func(pod, window, n, cluster, search)
         if page.backend.queries[sent:]:
             ns, _, name = str(pod).partition("/")
             validate_namespace(ns)
             validate_pod(name)
-        assert "Internal error" not in str(pod_out[-1]), pod_out[-1]
+        assert "Internal error" not in str(pod_out["banner"]), pod_out["banner"]
         # The options come from the view the page's store names and what is typed in the
         # dropdowns: any JSON, no query, never an error.
         sent = len(page.backend.queries)
@@ -663,8 +668,9 @@ def test_every_input_reaches_promql_only_validated_and_escaped(
         assert page.backend.queries[sent:] == []
         # (The workload view also asks for the fleet view; its own queries' literals are
         # checked with the rest below.)
-        work_out = cbs["update_workload"].func(workload, window, namespace, n, cluster)
-        assert "Internal error" not in str(work_out[-1]), work_out[-1]
+        work_out = cbs["update_workload"].func(workload, window, namespace, n, cluster,
+                                               search)
+        assert "Internal error" not in str(work_out[1]), work_out[1]
         user = valid_user_values(namespace, node_value, pod, workload)
         # A cluster picked scopes the workload view's queries (``cluster="c"``), validated.
         if isinstance(cluster, str):
