@@ -397,6 +397,19 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.URL, "hash"),
     )
 
+    # A heatmap cell opens its node's drill-down, pages below: bring it into view, as a
+    # table's node link does.
+    app.clientside_callback(  # type: ignore[no-untyped-call]
+        f"""function(click) {{
+            var el = document.getElementById("{ids.SECTION_NODE}");
+            if (click && el) {{ el.scrollIntoView(); }}
+            return window.dash_clientside.no_update;
+        }}""",
+        Output(ids.SCROLLED, "data", allow_duplicate=True),
+        Input(ids.FLEET_HEATMAP, "clickData"),
+        prevent_initial_call=True,
+    )
+
     @app.callback(
         Output(ids.NODE_SELECT, "value", allow_duplicate=True),
         Input(ids.FLEET_HEATMAP, "clickData"),

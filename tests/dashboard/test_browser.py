@@ -233,6 +233,25 @@ def test_links_open_the_drill_down_and_the_url_keeps_the_view(
     expect(page.locator(f"#{ids.NODE_GRAPHS}")).to_be_hidden()
 
 
+def test_a_heatmap_click_opens_the_node_in_view(page: Page,
+                                                 demo_dashboard: DashboardProcess) -> None:
+    """Clicking a node's cell in the heatmap opens its drill-down, pages below, and brings it
+    into view, as a table's node link does (the page does not stay where it was, the
+    drill-down out of sight)."""
+    open_page(page, demo_dashboard.url)
+    page.wait_for_selector(f"#{ids.FLEET_HEATMAP} .heatmaplayer")
+    section = page.locator(f"#{ids.SECTION_NODE}")
+    expect(section).not_to_be_in_viewport()
+    cells = page.locator(f"#{ids.FLEET_HEATMAP} .nsewdrag").first
+    box = cells.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + box["width"] * 0.05, box["y"] + 8)  # the first row's GPU 0
+    page.wait_for_url("**node=**")
+    expect(section).to_be_in_viewport()
+    expect(page.locator(f"#{ids.NODE_UTIL_GRAPH}")).to_contain_text("GPU utilization")
+    expect(section).to_be_in_viewport()
+
+
 def _url_callbacks(bodies: Sequence[str]) -> int:
     """How many of these callback requests were the URL's (``page-url.search`` written)."""
     return sum(1 for body in bodies if f"{ids.URL}.search" in json.loads(body)["output"])
