@@ -127,6 +127,18 @@ def _key(window: str | None, namespace_text: str | None, cluster_text: str | Non
     return (window or DEFAULT_WINDOW, namespace, cluster), problems
 
 
+def _describe(key: Key, other: Key) -> str:
+    """A view's key in words (``the 6h window, namespace ml``), its namespace and cluster
+    said where either of the two views has one."""
+    window, namespace, cluster = key
+    words = [f"the {window} window"]
+    if namespace or other[1]:
+        words.append(f"namespace {namespace}" if namespace else "every namespace")
+    if cluster or other[2]:
+        words.append(f"cluster {cluster}" if cluster else "every cluster")
+    return ", ".join(words)
+
+
 class DashboardService:
     """Computes fleet views, one computation per (window, namespace, cluster) at a time: requests
     that arrive while one is running (several browsers, or the page load's prefetch and
@@ -154,7 +166,7 @@ class DashboardService:
         self._share_for = share_for
         self._lock = threading.Lock()
         self._last: dict[Key, tuple[FleetView, float]] = {}
-        self._last_any: tuple[FleetView, float] | None = None
+        self._last_any: tuple[FleetView, float, Key] | None = None
         self._inflight: dict[Key, _Shared] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleet-view")
         self._steps_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="step-queries")
@@ -323,7 +335,7 @@ class DashboardService:
             self._last[key] = (view, now)
             while len(self._last) > MAX_CACHED_VIEWS:
                 del self._last[next(iter(self._last))]
-            self._last_any = (view, now)
+            self._last_any = (view, now, key)
         return Answer(view, " ".join(problems) or None, now)
 
     @staticmethod
@@ -342,11 +354,16 @@ class DashboardService:
 
     def _fallback(self, key: Key, problems: list[str]) -> Answer:
         with self._lock:
-            found = self._last.get(key) or self._last_any
+            mine = self._last.get(key)
+            found = (*mine, key) if mine is not None else self._last_any
         if found is None:
             return Answer(None, " ".join([*problems, "No data yet."]))
-        view, at = found
-        return Answer(view, " ".join([*problems, f"Showing the last data, from {fmt.clock(at)}."]),
+        view, at, shown = found
+        # Another view's data (the window or a filter changed while the store is down): the
+        # page's controls name one view, its numbers are another's; the banner says which.
+        which = "" if shown == key else f", of {_describe(shown, key)}, not {_describe(key, shown)}"
+        return Answer(view, " ".join([*problems,
+                                      f"Showing the last data, from {fmt.clock(at)}{which}."]),
                       at)
 
     def node(self, node: str | None, window: str | None) -> tuple[NodeDetail | None, str | None]:

@@ -298,6 +298,14 @@ def test_backend_failure_keeps_the_last_data_with_a_banner(
     assert fresh.view is None and fresh.banner and "No data yet" in fresh.banner
     # Drill-downs report problems as text, bugs included.
     assert service.node("n", "1h") == (None, "down")
+    # Another window or namespace asked for while the store is down: the last data there
+    # is, and the banner says which view that is (the picker says 6h, the page is 1h's).
+    other = service.fleet("6h", "ml")
+    assert other.view is first.view and other.banner is not None
+    assert ("Showing the last data, from " in other.banner
+            and "the 1h window, every namespace, not the 6h window, namespace ml"
+            in other.banner), other.banner
+    assert "not the" not in (service.fleet("1h", None).banner or "")
     detail, problem = service.pod("ns/p", "1h")
     assert detail is None and problem == "Internal error: RuntimeError: bug"
 
