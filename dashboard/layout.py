@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
@@ -17,10 +18,17 @@ from gpuscope.dashboard.verdicts.page import Column, Section
 _GRAPH_CONFIG = dcc.Graph.Config(displaylogo=False, responsive=True)
 
 
-def _table(table_id: str, columns: Sequence[Column], note_id: str) -> html.Div:
+def _aria(label: str) -> dict[str, Any]:
+    """An element's name for a screen reader where its text does not say enough."""
+    return {"aria-label": label}
+
+
+def _table(table_id: str, columns: Sequence[Column], note_id: str, name: str) -> html.Div:
     """A DataTable (one component however many rows: thousands of html cells make the
     browser crawl) with a note under it saying how many rows, or that there are none.
-    Names never wrap mid-name; links open in the same tab (they carry the page's state)."""
+    Names never wrap mid-name; links open in the same tab (they carry the page's state).
+    ``name``: the table's, in its buttons' names for a screen reader ("Download CSV (Idle
+    nodes)": the page has a dozen of each)."""
     return html.Div([
         DataTable(
             id=table_id, columns=components.dash_columns(columns), data=[], page_size=15,
@@ -42,9 +50,9 @@ def _table(table_id: str, columns: Sequence[Column], note_id: str) -> html.Div:
         html.P("", id=note_id, className="note"),
         html.Div([
             html.Button("Show all rows", id=sections.more_id(table_id), n_clicks=0,
-                        className="table-action"),
+                        className="table-action", **_aria(f"Show all rows ({name})")),
             html.Button("Download CSV", id=sections.csv_id(table_id), n_clicks=0,
-                        className="table-action"),
+                        className="table-action", **_aria(f"Download CSV ({name})")),
             dcc.Download(id=f"{sections.csv_id(table_id)}-file"),
         ], className="table-actions"),
     ], className="table-wrap")
@@ -66,7 +74,8 @@ def _verdict_section(section: Section) -> html.Section:
     for i, table in enumerate(section.tables):
         if i or table.heading:
             children.append(html.H3(table.heading))
-        children.append(_table(table.id, table.columns, table.note_id))
+        children.append(_table(table.id, table.columns, table.note_id,
+                               ", ".join(n for n in (section.title, table.heading) if n)))
     return _section(section.id, section.title, section.intro, *children)
 
 
@@ -155,6 +164,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             ids.SECTION_WORKLOAD, "Workload view",
             "Every GPU of one distributed run side by side over time; the straggler is marked. "
             "Opens with the first straggler's workload.",
+            html.Label("Workload", htmlFor=ids.WORKLOAD_SELECT, className="sr-only"),
             dcc.Dropdown(id=ids.WORKLOAD_SELECT, options=workload_options, value=workload,
                          placeholder="Workload (default: the first straggler's)"),
             html.Div("", id=ids.WORKLOAD_NOTE, className="note"),
@@ -165,6 +175,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             ids.SECTION_NODE, "Node drill-down",
             "Pick a node (or click it in the heatmap or a table): its GPUs and containers, "
             "their work signals, power against the limit and throttling over time.",
+            html.Label("Node", htmlFor=ids.NODE_SELECT, className="sr-only"),
             dcc.Dropdown(id=ids.NODE_SELECT, options=node_options, value=node,
                          placeholder="Select a node"),
             html.Div("", id=ids.NODE_BANNER, className="note"),
@@ -174,6 +185,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
             ids.SECTION_POD, "Pod drill-down",
             "Pick a pod (or click it in a table): each container's GPU utilization and memory "
             "over time.",
+            html.Label("Pod", htmlFor=ids.POD_SELECT, className="sr-only"),
             dcc.Dropdown(id=ids.POD_SELECT, options=pod_options, value=pod,
                          placeholder="Select a pod"),
             html.Div("", id=ids.POD_BANNER, className="note"),

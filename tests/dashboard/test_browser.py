@@ -252,6 +252,27 @@ def test_a_heatmap_click_opens_the_node_in_view(page: Page,
     expect(section).to_be_in_viewport()
 
 
+def test_every_control_says_what_it_is_for(page: Page, demo_dashboard: DashboardProcess) -> None:
+    """A screen reader's list of buttons and fields: each table's "Show all rows" and
+    "Download CSV" name their table (not 13 of each alike), and the drill-downs' and the
+    workload view's pickers have a label, as the window, namespace and cluster pickers do."""
+    open_page(page, demo_dashboard.url)
+    for section in registry.SECTIONS:
+        for table in section.tables:
+            name = ", ".join(n for n in (section.title, table.heading) if n)
+            for action in ("Show all rows", "Download CSV"):
+                expect(page.get_by_role("button", name=f"{action} ({name})", exact=True),
+                       name).to_have_count(1)
+    for label, picker in (("Window", ids.WINDOW_SELECT), ("Namespace", ids.NAMESPACE_FILTER),
+                          ("Cluster", ids.CLUSTER_SELECT), ("Workload", ids.WORKLOAD_SELECT),
+                          ("Node", ids.NODE_SELECT), ("Pod", ids.POD_SELECT)):
+        # (The label of the element a screen reader reads for the picker: a dropdown's
+        # button, the namespace's input.)
+        labels = page.evaluate(f"Array.from(document.getElementById('{picker}').labels)"
+                               ".map(l => l.textContent)")
+        assert labels == [label], (picker, labels)
+
+
 def _url_callbacks(bodies: Sequence[str]) -> int:
     """How many of these callback requests were the URL's (``page-url.search`` written)."""
     return sum(1 for body in bodies if f"{ids.URL}.search" in json.loads(body)["output"])
