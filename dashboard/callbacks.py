@@ -235,11 +235,15 @@ def table_csv(service: DashboardService, table_id: str, clicks: Any, window: Any
         return no_update
     view = service.detailed(view, table_id, 1 << 30, _window(window), _text(namespace),
                             _text(cluster))
-    # The window and its end in the name: the table's amounts are over it (a 1 h and a 24 h
-    # download are two files).
+    # The window, the filters and the window's end in the name: the table's rows are that
+    # view's (a 1 h and a 24 h download, or one namespace's and the fleet's, are two files).
+    shown, namespace_name, cluster_name = service.view_key(_window(window), _text(namespace),
+                                                           _text(cluster))
+    filters = "".join(f"_{kind}-{name}" for kind, name in (("namespace", namespace_name),
+                                                           ("cluster", cluster_name)) if name)
     ended = time.strftime("%Y%m%dT%H%MZ", time.gmtime(view.window.end))
     return {"content": sections.csv_text(view, table_id),
-            "filename": f"{table_id}_{_window(window) or DEFAULT_WINDOW}_{ended}.csv",
+            "filename": f"{table_id}_{shown}{filters}_{ended}.csv",
             "type": "text/csv"}
 
 

@@ -214,6 +214,13 @@ class DashboardService:
               cluster_text: str | None = None) -> Answer:
         return self._shared(window, namespace_text, cluster_text, claim=True).result()
 
+    @staticmethod
+    def view_key(window: str | None, namespace_text: str | None,
+                 cluster_text: str | None = None) -> Key:
+        """The view a page's controls name: window, namespace and cluster (None: all, or a
+        filter that is not a name, which the page ignores)."""
+        return _key(window, namespace_text, cluster_text)[0]
+
     def latest(self, window: str | None, namespace_text: str | None,
                cluster_text: str | None = None) -> FleetView | None:
         """The last view computed for this window, namespace and cluster (what the page

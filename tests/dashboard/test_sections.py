@@ -85,5 +85,16 @@ def test_the_csv_dates_its_times_and_its_name_says_the_window() -> None:
         out = callbacks.table_csv(service, ids.IDLE_NODES_TABLE, 1, "24h", None)
         ended = time.strftime("%Y%m%dT%H%MZ", time.gmtime(end))
         assert out["filename"] == f"{ids.IDLE_NODES_TABLE}_24h_{ended}.csv"
+        # A filtered table's file says its filter (one namespace's rows, or one cluster's,
+        # are not the fleet's, and two such downloads are two files); a filter that is not
+        # a name is ignored by the page, and by the name.
+        for namespace, cluster, part in (("ml", None, "_namespace-ml"),
+                                         (None, "prod-a", "_cluster-prod-a"),
+                                         (" ml ", "prod-a", "_namespace-ml_cluster-prod-a"),
+                                         ('"} or', None, "")):
+            callbacks.fleet_values(service, "24h", namespace, keys, cluster=cluster)
+            out = callbacks.table_csv(service, ids.IDLE_NODES_TABLE, 1, "24h", namespace,
+                                      cluster)
+            assert out["filename"] == f"{ids.IDLE_NODES_TABLE}_24h{part}_{ended}.csv"
     finally:
         service.close()
