@@ -47,7 +47,7 @@ SLOWING = 'reason=~"power|thermal|reliability|board_limit"'
 RANK = "{{namespace}}/{{pod}} · {{node}} GPU {{gpu}}"
 CONTAINER = "{{namespace}}/{{pod}}/{{container}} · {{node}} GPU {{gpu}}"
 DEVICE = "GPU {{gpu}}"
-SLICE = "GPU {{gpu}} {{mig_profile}}"
+SLICE = "GPU {{device}}"  # _profile_of's label: "0", or "6/1 3g.40gb" for a MIG slice
 
 # The store's cluster label, from a series only the store labels: `gpu_node_info` may carry
 # the exporters' own `cluster` (`--cluster-name`) in a cluster's own Prometheus, where no
@@ -97,9 +97,13 @@ def _gpu_of(expr: str, labels: str = "gpu") -> str:
 
 def _profile_of(expr: str) -> str:
     """``expr`` (by node, gpu and uuid) with the MIG profile of each device joined in
-    (empty for a whole GPU)."""
-    return (f"(\n{expr}\n)\n* on (node, uuid) group_left (mig_profile)\n"
-            "max by (node, uuid, mig_profile) (gpu_info)")
+    (none for a whole GPU), and a ``device`` label to name it by: its index, then its
+    profile where it has one (``0``, ``6/1 3g.40gb``). A legend cannot leave out a label a
+    series lacks (Grafana writes the label's name in its place), so the name is made here."""
+    joined = (f"(\n{expr}\n)\n* on (node, uuid) group_left (mig_profile)\n"
+              "max by (node, uuid, mig_profile) (gpu_info)")
+    return (f'label_replace(\nlabel_join(\n{joined},\n"device", " ", "gpu", "mig_profile"),\n'
+            '"device", "$1", "device", "(.*) ")')
 
 
 def fleet(rules: Rules) -> Json:
