@@ -44,8 +44,10 @@ NODE_BUSY = "node:gpu_busy_ratio:avg1m"
 SLOWING = 'reason=~"power|thermal|reliability|board_limit"'
 
 # Ranks, containers: a readable series name.
-RANK = "{{namespace}}/{{pod}} · {{node}} GPU {{gpu}}"
-CONTAINER = "{{namespace}}/{{pod}}/{{container}} · {{node}} GPU {{gpu}}"
+# Queries named by a node (or an instance type) wrap it in in_cluster(), whose label the
+# legend reads: "<cluster>/<node>" where the store has several clusters.
+RANK = "{{namespace}}/{{pod}} · {{cluster_node}} GPU {{gpu}}"
+CONTAINER = "{{namespace}}/{{pod}}/{{container}} · {{cluster_node}} GPU {{gpu}}"
 DEVICE = "GPU {{gpu}}"
 SLICE = "GPU {{device}}"  # _profile_of's label: "0", or "6/1 3g.40gb" for a MIG slice
 
@@ -73,6 +75,17 @@ DEVICE_STATES = [(0, "working", "green"), (1, "idle", "red"), (2, "spinning", "o
 # pair's two copies of a series in a store that keeps both (docs/alerts.md, "HA pairs")
 # count once, as in the rules.
 WHOLE_GPUS = 'max by (node, uuid) (gpu_info{parent_uuid=""})'
+
+
+def in_cluster(expr: str, label: str = "node") -> str:
+    """``expr`` with a label ``cluster_<label>`` for legends: ``<cluster>/<value of label>``
+    on a store of several clusters, the value alone where the series have no cluster. Two
+    clusters' namesake nodes (EKS names nodes after their private IP) are then two names,
+    and a cluster's own Prometheus shows no cluster (a legend cannot leave out a label a
+    series lacks: Grafana writes the label's name in its place)."""
+    name = f"cluster_{label}"
+    return (f'label_replace(\nlabel_join(\n{expr},\n"{name}", "/", "cluster", "{label}"),\n'
+            f'"{name}", "$1", "{name}", "/(.*)")')
 
 
 def per_container(metric: str, matchers: str = "") -> str:
@@ -156,12 +169,12 @@ def fleet(rules: Rules) -> Json:
         unit="currencyUSD", min_value=0, stack=True), 8, 8)
     lay.add(heatmap("GPU utilization by node", (
         f"Mean utilization of each node's whole GPUs ({heat_source}): a row per node, red "
-        "is idle."), Query(heat, "{{node}}")), 16, 8)
+        "is idle."), Query(in_cluster(heat), "{{cluster_node}}")), 16, 8)
     lay.add(state_timeline("Idle and spinning nodes", (
         "Nodes while they are idle (every device idle) or have a spinning GPU; nodes at "
         "work are left out, so the panel stays readable on a large fleet."),
-        Query(f"(\n{idle_nodes}\n) * 0 + 1\nor on (node)\n"
-              f"(max by (node) ({spinning}) * 0 + 2)", "{{node}}"),
+        Query(in_cluster(f"(\n{idle_nodes}\n) * 0 + 1\nor on (node)\n"
+                         f"(max by (node) ({spinning}) * 0 + 2)"), "{{cluster_node}}"),
         DEVICE_STATES), 24, 8)
 
     lay.row("Lists")
@@ -201,10 +214,10 @@ def fleet(rules: Rules) -> Json:
     lay.add(bargauge("Idle devices by instance type", (
         "Idle GPUs and MIG slices (`uuid:gpu_idle:bool`) per instance type: where the fleet "
         "has room."),
-        Query(f"sum by (instance_type) (\n{rules.series('uuid:gpu_idle:bool')}\n"
-              "* on (node) group_left (instance_type)\n"
-              f"{node_info('instance_type')}\n)", "{{instance_type}}",
-              instant=True), unit="none", max_value=None,
+        Query(in_cluster(f"sum by (instance_type) (\n{rules.series('uuid:gpu_idle:bool')}\n"
+                         "* on (node) group_left (instance_type)\n"
+                         f"{node_info('instance_type')}\n)", "instance_type"),
+              "{{cluster_instance_type}}", instant=True), unit="none", max_value=None,
         steps={"mode": "absolute", "steps": [{"value": None, "color": "orange"}]}), 12, 8)
     return dashboard(
         "gpuscope-fleet", "gpuscope / Fleet",
@@ -333,14 +346,15 @@ def workload(rules: Rules) -> Json:
     lay.add(bargauge("Utilization per rank", (
         "Mean utilization over the whole time range, from the busy-time counter. A rank "
         "far below its peers is stalled (it waits while they work)."),
-        Query(per_rank(busy_range), RANK, instant=True)), 8, 10)
+        Query(in_cluster(per_rank(busy_range)), RANK, instant=True)), 8, 10)
     lay.add(bargauge("Utilization against the median", (
         "Each rank's mean utilization over the time range divided by the median of the "
         "selected ranks: below 0.5 is a stalled straggler."),
         # The median per cluster (a job runs in one): the join is made on the cluster label
         # (the scoping adds it to `on`), which a median over all clusters would not carry.
-        Query(f"{per_rank(busy_range)}\n/ on () group_left ()\n"
-              f"quantile by (cluster) (0.5, {per_rank(busy_range)})", RANK, instant=True),
+        Query(in_cluster(f"{per_rank(busy_range)}\n/ on () group_left ()\n"
+                         f"quantile by (cluster) (0.5, {per_rank(busy_range)})"),
+              RANK, instant=True),
         unit="none", max_value=2,
         steps={"mode": "absolute", "steps": [{"value": None, "color": "red"},
                                              {"value": 0.5, "color": "green"},
@@ -348,8 +362,9 @@ def workload(rules: Rules) -> Json:
     lay.add(bargauge("SM activity per rank (GPM)", (
         "Mean SM activity over the time range. Among ranks that all read busy, one whose "
         "SM activity is well above the rest is the slow rank its peers spin waiting for."),
-        Query(per_rank("max by (node, gpu, uuid) "
-                       "(rate(gpu_sm_active_seconds_total[$__range]))"), RANK, instant=True)),
+        Query(in_cluster(per_rank("max by (node, gpu, uuid) "
+                                  "(rate(gpu_sm_active_seconds_total[$__range]))")),
+              RANK, instant=True)),
         8, 10)
 
     lay.row("Every rank over time")
@@ -368,7 +383,7 @@ def workload(rules: Rules) -> Json:
          f"(rate(gpu_throttle_seconds_total{{{SLOWING}}}[$__rate_interval])))", "percentunit"),
     ):
         lay.add(timeseries(title, "One series per rank (a pod's GPU).",
-                           [Query(per_rank(signal), RANK)], unit=unit), 12, 8)
+                           [Query(in_cluster(per_rank(signal)), RANK)], unit=unit), 12, 8)
     namespace_variable = query_variable(
         "namespace", "Namespace",
         'label_values(gpu_pod_info{cluster=~"$cluster", workload!=""}, namespace)')
@@ -430,24 +445,26 @@ def pods(rules: Rules) -> Json:
         units={"usage of what it holds": "percentunit", "memory used": "bytes"}), 24, 9)
     lay.add(timeseries("GPU utilization per container", "A container's share of its "
                        "device's time (per process, summed).",
-                       [Query(_gpu_of(of_pods(per_container(
-                           "container_gpu_utilization_ratio"))), CONTAINER)],
+                       [Query(in_cluster(_gpu_of(of_pods(per_container(
+                           "container_gpu_utilization_ratio")))), CONTAINER)],
                        unit="percentunit", min_value=0), 12, 8)
     lay.add(timeseries("Usage of what it holds", (
         "`container:gpu_held_usage:ratio`: the device's SM activity where GPM gives it and "
         "the container holds it alone; else its utilization times the holders; on a MIG "
         "slice without GPM, 1 while a process runs there."),
-        [Query(_gpu_of(held), CONTAINER)], unit="percentunit", min_value=0), 12, 8)
+        [Query(in_cluster(_gpu_of(held)), CONTAINER)], unit="percentunit", min_value=0),
+        12, 8)
     lay.add(timeseries("GPU memory used per container", "",
-                       [Query(_gpu_of(of_pods(
-                           per_container("container_gpu_memory_used_bytes"))), CONTAINER)],
+                       [Query(in_cluster(_gpu_of(of_pods(
+                           per_container("container_gpu_memory_used_bytes")))), CONTAINER)],
                        unit="bytes", min_value=0), 12, 8)
     lay.add(timeseries("Share of a shared GPU (1 = fair)", (
         "On a shared GPU: the container's share of the summed utilization, against the fair "
         "share: 1/n of the n containers using it when time-sliced, 1/replicas (the client's "
         "active-thread share) under CUDA MPS (`container:gpu_fair_share_fraction:ratio`)."),
-        [Query(_gpu_of(of_pods(rules.series("container:gpu_fair_share_fraction:ratio"))),
-               CONTAINER)], unit="none", min_value=0), 12, 8)
+        [Query(in_cluster(_gpu_of(of_pods(
+            rules.series("container:gpu_fair_share_fraction:ratio")))), CONTAINER)],
+        unit="none", min_value=0), 12, 8)
     namespace_variable = query_variable(
         "namespace", "Namespace", 'label_values(gpu_pod_info{cluster=~"$cluster"}, namespace)')
     pod_variable = query_variable(

@@ -466,7 +466,7 @@ def demo_prometheus_ha(prometheus_bin: str, promtool: str, demo_samples: OpenMet
 
 
 def _serve(prometheus_bin: str, promtool: str, store: OpenMetricsWriter, tmp: Path,
-           replicas: tuple[str, ...]) -> Iterator[str]:
+           replicas: tuple[str, ...], timeout: float = 60.0) -> Iterator[str]:
     assert store.write(tmp / "fleet.om", replicas) > 100_000
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
                     str(tmp / "fleet.om"), str(tmp / "tsdb")],
@@ -505,7 +505,7 @@ def _serve(prometheus_bin: str, promtool: str, store: OpenMetricsWriter, tmp: Pa
                 seen.setdefault(group["name"], set()).add(group["lastEvaluation"])
             return len(seen) == len(rules["groups"]) and min(map(len, seen.values())) > 3
 
-        wait_for(rules_evaluated, 60, "Prometheus to load the blocks and evaluate the rules")
+        wait_for(rules_evaluated, timeout, "Prometheus to load the blocks and evaluate the rules")
         yield base
     finally:
         prom.terminate()
@@ -667,8 +667,10 @@ def test_the_heatmap_uses_the_dashboard_recording_rules_where_loaded() -> None:
         {"record": "node:gpu_busy_ratio:avg1m", "expr": "vector(1)"}]})
     with_rules = next(t["expr"] for p in panels(DASHBOARDS["gpuscope-fleet"](Rules(data)))
                       if p["type"] == "heatmap" for t in p["targets"])
-    assert with_rules == ('avg_over_time(node:gpu_busy_ratio:avg1m{cluster=~"$cluster"}'
-                          "[$__rate_interval])")
+    assert with_rules == (
+        'label_replace(\nlabel_join(\navg_over_time(node:gpu_busy_ratio:avg1m{cluster=~"$cluster"}'
+        '[$__rate_interval]),\n"cluster_node", "/", "cluster", "node"),\n'
+        '"cluster_node", "$1", "cluster_node", "/(.*)")')
     assert with_rules != heatmap_expr
 
 
