@@ -174,11 +174,13 @@ def table(title: str, description: str, queries: Sequence[Query],
          "properties": [{"id": "unit", "value": unit}]}
         for name, unit in (units or {}).items()
     ]
-    # A node or workload in a row opens its dashboard, keeping the time range and source.
+    # A node or workload in a row opens its dashboard, keeping the time range, the source
+    # and the clusters chosen (`:queryparam` writes `var-cluster=a&var-cluster=b`, or
+    # `$__all`; a plain `${cluster}` in a link writes several values as one, `{a,b}`).
     for column, uid, variable in (("node", "gpuscope-node", "node"),
                                   ("workload", "gpuscope-workload", "workload")):
         url = (f"/d/{uid}/{uid}?${{__url_time_range}}&var-datasource=${{datasource}}"
-               f"&var-cluster=${{cluster}}&var-{variable}=${{__value.raw}}")
+               f"&${{cluster:queryparam}}&var-{variable}=${{__value.raw}}")
         overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [
             {"id": "links", "value": [{"title": f"Open the {variable} dashboard",
                                        "url": url}]}]})

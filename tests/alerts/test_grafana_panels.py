@@ -14,11 +14,13 @@ import re
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qsl, quote
 
 import pytest
 
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
 from tests.alerts.test_grafana import (
+    NODE,
     VALUES,
     OpenMetricsWriter,
     _run,
@@ -169,3 +171,55 @@ def test_one_cluster_of_two_is_the_cluster_alone(name: str, demo_prometheus: str
                         wrong.append(f"{where}: names repeat with {chosen}: "
                                      f"{sorted(n for n in set(names) if names.count(n) > 1)[:3]}")
     assert not wrong, "\n".join(wrong)
+
+
+# ---- drill-down links ----------------------------------------------------------------------
+
+
+def follow(url: str, variables: dict[str, list[str]], value: str) -> dict[str, list[str]]:
+    """The ``var-`` parameters of a table cell's link, interpolated as Grafana interpolates
+    a data link (``getLinkModel``: ``replaceVariables(href, vars, VariableFormatID.UriEncode)``,
+    formats of ``formatRegistry``): ``${name}`` percent-encodes one value and writes several
+    as ``{a,b}``; ``${name:queryparam}`` writes ``var-name=a&var-name=b``."""
+    def one(m: re.Match[str]) -> str:
+        name, fmt = m.group(1), m.group(2)
+        if name == "__url_time_range":
+            return "from=now-6h&to=now"
+        values = [value] if name == "__value.raw" else variables[name]
+        if fmt == "queryparam":
+            return "&".join(f"var-{name}={quote(v, safe='')}" for v in values)
+        assert fmt is None, fmt
+        return quote(values[0] if len(values) == 1 else "{" + ",".join(values) + "}",
+                     safe="")
+
+    query = re.sub(r"\$\{([\w.]+)(?::(\w+))?\}", one, url).split("?", 1)[1]
+    out: dict[str, list[str]] = {}
+    for key, got in parse_qsl(query):
+        if key.startswith("var-"):
+            out.setdefault(key.removeprefix("var-"), []).append(got)
+    return out
+
+
+def test_a_node_s_link_opens_its_dashboard_with_the_clusters_chosen(two_clusters: str) -> None:
+    """With two clusters chosen on the fleet dashboard, a node's link in a table opens the
+    node dashboard on those clusters (``${cluster}`` in a data link wrote ``{a,b}``, one
+    value no series has: every panel of the node dashboard came up empty)."""
+    fleet = dashboards()["gpuscope-fleet"]
+    node_board = dashboards()["gpuscope-node"]
+    chosen = {"datasource": ["prometheus"], "cluster": ["a", "b"]}
+    now = time.time()
+    links = [link for p in panels(fleet) if p["type"] == "table"
+             for o in p["fieldConfig"]["overrides"] for prop in o["properties"]
+             if prop["id"] == "links" for link in prop["value"]]
+    assert links
+    for link in links:
+        params = follow(link["url"], chosen, "x")
+        assert params["cluster"] == ["a", "b"], (link["url"], params)
+    node_link = next(link["url"] for link in links if "/d/gpuscope-node/" in link["url"])
+    params = follow(node_link, chosen, NODE)
+    # The node dashboard's variables as Grafana sets them from the URL: several values of a
+    # Prometheus regex matcher are written (a|b).
+    values = {"cluster": "(" + "|".join(params["cluster"]) + ")", "node": params["node"][0]}
+    devices = next(p for p in panels(node_board) if p["title"] == "Devices")
+    result = _run(two_clusters, devices["targets"][0], values, now)
+    assert {r["metric"].get("cluster") for r in result} == {"a", "b"}
