@@ -17,12 +17,14 @@ from typing import Any
 from urllib.parse import parse_qsl, quote
 
 import pytest
+import requests
 
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
 from tests.alerts.test_grafana import (
     NODE,
     VALUES,
     OpenMetricsWriter,
+    _query,
     _run,
     _serve,
     dashboards,
@@ -30,6 +32,7 @@ from tests.alerts.test_grafana import (
 )
 from tests.alerts.test_grafana import demo_prometheus as demo_prometheus
 from tests.alerts.test_grafana import demo_samples as demo_samples
+from tests.stores import start_victoriametrics
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 
@@ -223,3 +226,69 @@ def test_a_node_s_link_opens_its_dashboard_with_the_clusters_chosen(two_clusters
     devices = next(p for p in panels(node_board) if p["title"] == "Devices")
     result = _run(two_clusters, devices["targets"][0], values, now)
     assert {r["metric"].get("cluster") for r in result} == {"a", "b"}
+
+
+# ---- VictoriaMetrics as the data source ----------------------------------------------------
+
+
+def _recorded(prometheus: str, now: float) -> Iterator[dict[str, Any]]:
+    """The rules' recorded series as the Prometheus of the demo store holds them (every
+    second since it began evaluating), in VictoriaMetrics' import form."""
+    names = requests.get(prometheus + "/api/v1/label/__name__/values", timeout=30).json()["data"]
+    for name in names:
+        if ":" not in name:
+            continue
+        for r in _query(prometheus, f'{{__name__="{name}"}}', start=f"{now - 900:.3f}",
+                        end=f"{now:.3f}", step="1"):
+            yield {"metric": r["metric"],
+                   "values": [float(v) for _, v in r["values"]],
+                   "timestamps": [int(float(t) * 1000) for t, _ in r["values"]]}
+
+
+@pytest.fixture(scope="module")
+def demo_victoriametrics(demo_samples: OpenMetricsWriter, demo_prometheus: str
+                         ) -> Iterator[tuple[str, float]]:
+    """A VictoriaMetrics holding what the demo store holds: the fleet's raw samples, and
+    the recorded series of the rules (as a store's ruler, vmalert, would have written
+    them). Yields its address and the time the recorded series end."""
+    now = time.time()
+    recorded = list(_recorded(demo_prometheus, now))
+    with start_victoriametrics(cache=False, extra_args=["-search.latencyOffset=0s"]) as vm:
+        def raw() -> Iterator[bytes]:
+            for lines in demo_samples.families.values():
+                for line in lines:
+                    head, at = line.rsplit(" ", 1)
+                    yield f"{head} {int(float(at) * 1000)}\n".encode()
+        vm.import_lines(raw(), fmt="prometheus")
+        vm.import_series(recorded)
+        vm.refresh()
+        yield vm.url, now
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_every_query_answers_alike_on_victoriametrics(
+        name: str, demo_prometheus: str, demo_victoriametrics: tuple[str, float]) -> None:
+    """Every query of every panel, MetricsQL's reading of it against a VictoriaMetrics
+    holding the same samples: accepted, and the same series as Prometheus answers."""
+    vm, now = demo_victoriametrics
+    wrong = []
+    targets = answered = 0
+    for panel in panels(dashboards()[name]):
+        for target in panel.get("targets", []):
+            where = f"{panel['title']} / {target['refId']}"
+            want = {json.dumps(r["metric"], sort_keys=True)
+                    for r in _run(demo_prometheus, target, VALUES[name][0], now)}
+            try:
+                got = {json.dumps(r["metric"], sort_keys=True)
+                       for r in _run(vm, target, VALUES[name][0], now)}
+            except AssertionError as exc:
+                wrong.append(f"{where}: {str(exc)[:300]}")
+                continue
+            targets += 1
+            answered += bool(got)
+            if got != want:
+                wrong.append(f"{where}: only Prometheus {sorted(want - got)[:2]}, only "
+                             f"VictoriaMetrics {sorted(got - want)[:2]}")
+    assert not wrong, "\n".join(wrong)
+    assert answered >= 0.8 * targets, (answered, targets)
