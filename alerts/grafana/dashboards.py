@@ -88,6 +88,12 @@ def in_cluster(expr: str, label: str = "node") -> str:
             f'"{name}", "$1", "{name}", "/(.*)")')
 
 
+def containers(expr: str) -> str:
+    """The number of containers among the rows of ``expr`` (one row per container and
+    device: a container holding two GPUs is two rows and one container)."""
+    return f"count(\ncount by (node, namespace, pod, container) (\n{expr}\n)\n)"
+
+
 def per_container(metric: str, matchers: str = "") -> str:
     """``metric`` (a ``container_gpu_*`` series) once per container and device."""
     selector = ", ".join(m for m in (matchers, 'pod!=""') if m)
@@ -156,8 +162,9 @@ def fleet(rules: Rules) -> Json:
                  Query(f"count({spinning})", instant=True), color="orange"), 4, 4)
     lay.add(stat("Allocated-idle containers", (
         "Containers that hold a GPU or MIG slice and use less than 5 % of it "
-        "(GpuAllocatedButIdle without its `for`)."),
-        Query(f"count(\n{rules.expr('GpuAllocatedButIdle')}\n)", instant=True),
+        "(GpuAllocatedButIdle without its `for`); one that holds two such devices counts "
+        "once."),
+        Query(containers(rules.expr("GpuAllocatedButIdle")), instant=True),
         color="orange"), 4, 4)
     lay.add(stat("GPUs", "Physical GPUs reporting (MIG slices not counted).",
                  Query(f"count({WHOLE_GPUS})", instant=True), color="blue"), 4, 4)
@@ -417,8 +424,9 @@ def pods(rules: Rules) -> Json:
                  Query(f"count({per_container('container_gpu_allocated', pod_filter)} == 1)",
                        instant=True), color="blue"), 6, 4)
     lay.add(stat("Allocated-idle containers", "Holding a GPU or slice and using less than "
-                 "5 % of it (GpuAllocatedButIdle without its `for`).",
-                 Query(f"count(\n{allocated_idle}\n)", instant=True), color="orange"), 6, 4)
+                 "5 % of it (GpuAllocatedButIdle without its `for`); one that holds two "
+                 "such devices counts once.",
+                 Query(containers(allocated_idle), instant=True), color="orange"), 6, 4)
     lay.add(stat("Allocated-idle: $/hour", (
         "Whole GPUs held and unused, at their share of the node's on-demand price (MIG "
         "slices and time-slicing replicas are not priced here)."),

@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
+from gpuscope.alerts.grafana.rules import Rules
 from tests.alerts.test_grafana import (
     NODE,
     VALUES,
@@ -292,3 +293,21 @@ def test_every_query_answers_alike_on_victoriametrics(
                              f"VictoriaMetrics {sorted(got - want)[:2]}")
     assert not wrong, "\n".join(wrong)
     assert answered >= 0.8 * targets, (answered, targets)
+
+
+# ---- what the numbers count ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gpuscope-fleet", "gpuscope-pods"])
+def test_allocated_idle_containers_are_containers(name: str, demo_prometheus: str) -> None:
+    """"Allocated-idle containers" is the number of containers (the gpuscope dashboard's
+    "1 allocated-idle container, on 2 devices"), not of the rows of GpuAllocatedButIdle, one
+    per container and device: the demo's notebook holds two idle GPUs and counted twice."""
+    rows = _query(demo_prometheus, Rules.load().expr("GpuAllocatedButIdle"))
+    containers = {tuple(r["metric"].get(k, "") for k in ("node", "namespace", "pod",
+                                                         "container")) for r in rows}
+    assert len(containers) < len(rows)  # a container holding two devices: the case
+    stat = next(p for p in panels(dashboards()[name])
+                if p["type"] == "stat" and p["title"] == "Allocated-idle containers")
+    [got] = _run(demo_prometheus, stat["targets"][0], VALUES[name][0], time.time())
+    assert float(got["value"][1]) == len(containers)
