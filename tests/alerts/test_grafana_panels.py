@@ -239,7 +239,7 @@ def _recorded(prometheus: str, now: float) -> Iterator[dict[str, Any]]:
     for name in names:
         if ":" not in name:
             continue
-        for r in _query(prometheus, f'{{__name__="{name}"}}', start=f"{now - 900:.3f}",
+        for r in _query(prometheus, f'{{__name__="{name}"}}', start=f"{now - 2000:.3f}",
                         end=f"{now:.3f}", step="1"):
             yield {"metric": r["metric"],
                    "values": [float(v) for _, v in r["values"]],
@@ -285,6 +285,12 @@ def test_every_query_answers_alike_on_victoriametrics(
                        for r in _run(vm, target, VALUES[name][0], now)}
             except AssertionError as exc:
                 wrong.append(f"{where}: {str(exc)[:300]}")
+                continue
+            if target["range"] and not want:
+                # The demo's raw samples end when the test session began, and the rules
+                # recorded from when the store began: on a slow machine their overlap is
+                # gone before this test runs. VictoriaMetrics' rate() reads the sample
+                # before its window too, so it answers a while longer: nothing to compare.
                 continue
             targets += 1
             answered += bool(got)
