@@ -315,9 +315,10 @@ def node(rules: Rules) -> Json:
         12, 8)
     lay.add(timeseries("SM clock", "", [Query(
         "max by (node, gpu, uuid) (gpu_sm_clock_hertz)", DEVICE)], unit="hertz"), 12, 8)
-    lay.add(timeseries("Throttled time by reason", "Seconds per second the node's GPUs "
-                       "had their clocks held down, summed over its GPUs, by reason.",
-                       [Query("sum by (node, reason) (max by (node, gpu, uuid, reason) "
+    lay.add(timeseries("Throttled time by reason", "Share of the node's GPU time with "
+                       "clocks held down, by reason: the mean over its GPUs (100 % is every "
+                       "GPU held down all the time).",
+                       [Query("avg by (node, reason) (max by (node, gpu, uuid, reason) "
                               "(rate(gpu_throttle_seconds_total[$__rate_interval])))",
                               "{{reason}}")], unit="percentunit", min_value=0), 12, 8)
     lay.add(timeseries("PCIe and NVLink", "Bytes per second, summed over the node's GPUs.", [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -317,3 +318,49 @@ def test_allocated_idle_containers_are_containers(name: str, demo_prometheus: st
                 if p["type"] == "stat" and p["title"] == "Allocated-idle containers")
     [got] = _run(demo_prometheus, stat["targets"][0], VALUES[name][0], time.time())
     assert float(got["value"][1]) == len(containers)
+
+
+THROTTLED_NODE = "ip-10-0-9-99.ec2.internal"
+
+
+class _ThrottledNode(OpenMetricsWriter):
+    """The demo fleet and one more node whose eight GPUs are held down by their power limit
+    all the time (``gpu_throttle_seconds_total{reason="power"}`` growing 1 s a second)."""
+
+    def __init__(self, of: OpenMetricsWriter) -> None:
+        super().__init__()
+        self.end = of.end
+        self.families = {name: list(lines) for name, lines in of.families.items()}
+        stamps = sorted({float(line.rsplit(" ", 1)[1]) for line in of.families["gpu_node_info"]})
+        where = f'instance="{THROTTLED_NODE}:9463",job="gpuscope",node="{THROTTLED_NODE}"'
+        for gpu in range(8):
+            uuid = f"GPU-00000000-0000-0000-0000-00000000009{gpu}"
+            for at in stamps:
+                self.families["gpu_info"].append(
+                    f'gpu_info{{gpu="{gpu}",{where},mig_profile="",model="NVIDIA H100 80GB HBM3",'
+                    f'parent_uuid="",uuid="{uuid}"}} 1.0 {at:.3f}\n')
+                self.families["gpu_throttle_seconds_total"].append(
+                    f'gpu_throttle_seconds_total{{gpu="{gpu}",{where},reason="power",'
+                    f'uuid="{uuid}"}} {at - stamps[0]!r} {at:.3f}\n')
+
+
+@pytest.fixture(scope="module")
+def throttled_store(prometheus_bin: str, promtool: str, demo_samples: OpenMetricsWriter,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve(prometheus_bin, promtool, _ThrottledNode(demo_samples),
+                      tmp_path_factory.mktemp("grafana-throttled"), (), timeout=240)
+
+
+@pytest.mark.timeout(480)
+def test_a_node_s_throttled_time_is_a_share_of_its_gpu_time(throttled_store: str) -> None:
+    """The node dashboard's "Throttled time by reason" is in percent: a node whose every
+    GPU is power-throttled all the time reads 100 % power, not 800 % (the sum over its
+    eight GPUs)."""
+    board = dashboards()["gpuscope-node"]
+    panel = next(p for p in panels(board) if p["title"] == "Throttled time by reason")
+    assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    [power] = [r for r in _run(throttled_store, panel["targets"][0],
+                               {"cluster": ".*", "node": THROTTLED_NODE}, time.time())
+               if r["metric"]["reason"] == "power"]
+    values = [float(v) for _, v in power["values"]]
+    assert statistics.median(values) == pytest.approx(1.0, rel=0.05)
