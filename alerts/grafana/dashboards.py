@@ -131,6 +131,12 @@ def fleet(rules: Rules) -> Json:
     idle_dollars = f"sum(\n{NODE_PRICE}\nand on (node)\n(\n{idle_nodes}\n)\n)"
     spinning_dollars = (f"sum(\nmax by (node, uuid) ({spinning}) * 0\n"
                         f"+ on (node) group_left ()\n{DEVICE_PRICE}\n)")
+    # Stacked on the idle nodes: the spinning GPUs of the other nodes only (an idle node's
+    # spinning GPUs are in its price already); $0 while there is none.
+    spinning_at_work_dollars = (
+        f"sum(\n(\nmax by (node, uuid) ({spinning}) * 0\n"
+        f"unless on (node)\n(\n{idle_nodes}\n)\n)\n+ on (node) group_left ()\n"
+        f"{DEVICE_PRICE}\n)\nor vector(0)")
     if rules.has(NODE_BUSY):
         # The dashboard group's per-node minute means (one series per node, server-side):
         # at thousands of nodes the panel reads one series per row instead of every GPU's.
@@ -171,8 +177,11 @@ def fleet(rules: Rules) -> Json:
 
     lay.row("Over time")
     lay.add(timeseries("Idle $/hour", (
-        "Idle nodes' and spinning GPUs' cost per hour over time (the same rules as above)."),
-        [Query(idle_dollars, "idle nodes"), Query(spinning_dollars, "spinning GPUs")],
+        "What idle capacity costs per hour over time (the same rules as above), stacked: "
+        "the idle nodes, and the spinning GPUs of the nodes that are not idle (those of an "
+        "idle node are in its price)."),
+        [Query(idle_dollars, "idle nodes"),
+         Query(spinning_at_work_dollars, "spinning GPUs on other nodes")],
         unit="currencyUSD", min_value=0, stack=True), 8, 8)
     lay.add(heatmap("GPU utilization by node", (
         f"Mean utilization of each node's whole GPUs ({heat_source}): a row per node, red "

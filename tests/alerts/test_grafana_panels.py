@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
-from gpuscope.alerts.grafana.rules import Rules
+from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules
 from tests.alerts.test_grafana import (
     NODE,
     VALUES,
@@ -364,3 +364,32 @@ def test_a_node_s_throttled_time_is_a_share_of_its_gpu_time(throttled_store: str
                if r["metric"]["reason"] == "power"]
     values = [float(v) for _, v in power["values"]]
     assert statistics.median(values) == pytest.approx(1.0, rel=0.05)
+
+
+def test_the_stacked_idle_dollars_count_a_gpu_once(demo_prometheus: str) -> None:
+    """The fleet's "Idle $/hour" stacks idle nodes and spinning GPUs: a total, in which a
+    spinning GPU of an idle node is already in its node's price (the gpuscope dashboard's
+    spinning waste is a part of the idle waste). The hung p5 node, idle with eight spinning
+    GPUs, was counted twice: 55.04 $/hour more than the fleet burns."""
+    fleet = dashboards()["gpuscope-fleet"]
+    panel = next(p for p in panels(fleet) if p["title"] == "Idle $/hour")
+    rules = Rules.load()
+    idle_nodes = {r["metric"]["node"] for r in _query(
+        demo_prometheus, rules.expr("GpuNodeUnderutilized"))}
+    spinning = _query(demo_prometheus, "uuid:gpu_spinning_utilization:ratio")
+    assert {r["metric"]["node"] for r in spinning} & idle_nodes  # the case: HUNG_NODE
+    node_price = {r["metric"]["node"]: float(r["value"][1])
+                  for r in _query(demo_prometheus, NODE_PRICE)}
+    device_price = {r["metric"]["node"]: float(r["value"][1])
+                    for r in _query(demo_prometheus, DEVICE_PRICE)}
+    expected = sum(node_price[n] for n in idle_nodes if n in node_price) + sum(
+        device_price[r["metric"]["node"]] for r in spinning
+        if r["metric"]["node"] not in idle_nodes and r["metric"]["node"] in device_price)
+    total = 0.0
+    for target in panel["targets"]:
+        # The panel's range queries at one instant: its last point.
+        at_now = {**target, "instant": True}
+        total += sum(float(r["value"][1]) for r in _run(demo_prometheus, at_now,
+                                                        VALUES["gpuscope-fleet"][0],
+                                                        time.time()))
+    assert total == pytest.approx(expected)
