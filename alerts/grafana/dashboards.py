@@ -249,7 +249,11 @@ def node(rules: Rules) -> Json:
     lay.row("The node")
     lay.add(stat("Instance type", "From `gpu_node_info` (node labels, or the exporter's "
                  "`--instance-type`).",
-                 Query("max by (instance_type, capacity_type) (gpu_node_info)",
+                 # Empty labels named here: a legend writes a missing label's name.
+                 Query('label_replace(label_replace(\n'
+                       "max by (instance_type, capacity_type) (gpu_node_info),\n"
+                       '"instance_type", "unknown", "instance_type", ""),\n'
+                       '"capacity_type", "capacity type unknown", "capacity_type", "")',
                        "{{instance_type}} ({{capacity_type}})", instant=True),
                  text_mode="name", color="blue"), 6, 4)
     lay.add(stat("$/hour (on demand)", f"`{NODE_PRICE}`; \"unknown\" when the price table "

@@ -325,7 +325,8 @@ THROTTLED_NODE = "ip-10-0-9-99.ec2.internal"
 
 class _ThrottledNode(OpenMetricsWriter):
     """The demo fleet and one more node whose eight GPUs are held down by their power limit
-    all the time (``gpu_throttle_seconds_total{reason="power"}`` growing 1 s a second)."""
+    all the time (``gpu_throttle_seconds_total{reason="power"}`` growing 1 s a second), of
+    no known capacity type."""
 
     def __init__(self, of: OpenMetricsWriter) -> None:
         super().__init__()
@@ -333,6 +334,11 @@ class _ThrottledNode(OpenMetricsWriter):
         self.families = {name: list(lines) for name, lines in of.families.items()}
         stamps = sorted({float(line.rsplit(" ", 1)[1]) for line in of.families["gpu_node_info"]})
         where = f'instance="{THROTTLED_NODE}:9463",job="gpuscope",node="{THROTTLED_NODE}"'
+        # A node whose labels name no capacity type (not a spot or on-demand node pool).
+        for at in stamps:
+            self.families["gpu_node_info"].append(
+                f'gpu_node_info{{capacity_type="",{where},instance_type="p5.48xlarge",'
+                f'node_name="",zone=""}} 1.0 {at:.3f}\n')
         for gpu in range(8):
             uuid = f"GPU-00000000-0000-0000-0000-00000000009{gpu}"
             for at in stamps:
@@ -393,3 +399,17 @@ def test_the_stacked_idle_dollars_count_a_gpu_once(demo_prometheus: str) -> None
                                                         VALUES["gpuscope-fleet"][0],
                                                         time.time()))
     assert total == pytest.approx(expected)
+
+
+@pytest.mark.timeout(480)
+def test_a_node_of_no_capacity_type_is_named_without_the_label_s_name(
+        throttled_store: str) -> None:
+    """The node dashboard's instance type of a node whose labels give no capacity type
+    (``capacity_type=""``, a node pool that is neither spot nor on demand by its labels)
+    read "p5.48xlarge (capacity_type)"."""
+    board = dashboards()["gpuscope-node"]
+    panel = next(p for p in panels(board) if p["title"] == "Instance type")
+    target = panel["targets"][0]
+    [row] = _run(throttled_store, target, {"cluster": ".*", "node": THROTTLED_NODE},
+                 time.time())
+    assert legend(target["legendFormat"], row["metric"]) == "p5.48xlarge (capacity type unknown)"
