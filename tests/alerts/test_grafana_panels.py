@@ -1,6 +1,8 @@
 """The Grafana dashboards' panels as an SRE reads them, against a real Prometheus holding the
 demo fleet (the store of ``tests/alerts/test_grafana.py``): what each series is called in a
-legend, and the same panels on a store of several clusters.
+legend; the same panels on a store of two clusters, and where a table's link leads; the same
+queries on VictoriaMetrics; and what a number counts (containers, a node's throttled time,
+the stacked idle dollars), with a node added to the fleet where the demo has no such case.
 
 Legends are rendered as Grafana renders them (``renderLegendFormat`` of ``@grafana/data``:
 ``{{label}}`` is the series' value of the label, and the label's *name* where the series
