@@ -413,6 +413,22 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Input(ids.FLEET_HEATMAP, "clickData"),
         prevent_initial_call=True,
     )
+    # And again once that node's drill-down is drawn (the page above it may have grown
+    # meanwhile), once per click: a refresh redraws it without moving the page.
+    app.clientside_callback(  # type: ignore[no-untyped-call]
+        f"""function(drawn, click, done) {{
+            var key = click ? JSON.stringify(click) : null;
+            if (!key || key === done) {{ return window.dash_clientside.no_update; }}
+            var el = document.getElementById("{ids.SECTION_NODE}");
+            if (el) {{ el.scrollIntoView(); }}
+            return key;
+        }}""",
+        Output(ids.NODE_SCROLLED, "data"),
+        Input(ids.NODE_DRAWN, "data"),
+        State(ids.FLEET_HEATMAP, "clickData"),
+        State(ids.NODE_SCROLLED, "data"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output(ids.NODE_SELECT, "value", allow_duplicate=True),

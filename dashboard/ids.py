@@ -29,6 +29,7 @@ NODE_SELECT = "node-select"
 POD_SELECT = "pod-select"
 WORKLOAD_SELECT = "workload-select"
 SCROLLED = "scrolled"  # a store the scroll-to-section clientside callback writes
+NODE_SCROLLED = "node-scrolled"  # a store: the heatmap click last scrolled to its node
 CHOICES = "choices"    # a store: which fleet view (window, namespace, cluster) the dropdowns name
 TABLE_LIMITS = "table-limits"  # a store: the tables whose rows were all asked for
 # Stores: what each graph shows (callbacks.redraw: a refresh of the same keeps the zoom).

@@ -143,6 +143,7 @@ def layout(source: str = "", refresh_seconds: float = 30.0,
         # callback sets the controls.
         dcc.Location(id=ids.URL, refresh=False, search=search),
         dcc.Store(id=ids.SCROLLED),
+        dcc.Store(id=ids.NODE_SCROLLED),
         dcc.Store(id=ids.CHOICES),
         dcc.Store(id=ids.TABLE_LIMITS, data={}),
         *(dcc.Store(id=i) for i in (ids.HEATMAP_DRAWN, ids.WORKLOAD_DRAWN, ids.NODE_DRAWN,

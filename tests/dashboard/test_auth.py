@@ -284,7 +284,8 @@ def test_credentials_open_every_route(protected: DashboardProcess) -> None:
     # The heatmap's click callback, as the page itself calls it (its output id carries a
     # suffix: node-select.value is written by the URL's callback too).
     deps = requests.get(url + "_dash-dependencies", auth=GOOD, timeout=10).json()
-    pick = next(d for d in deps if any(i["id"] == "fleet-heatmap" for i in d["inputs"]))
+    pick = next(d for d in deps if any(i["id"] == "fleet-heatmap" for i in d["inputs"])
+                and "node-select" in d["output"])  # (not the clientside scroll's)
     r = requests.post(url + "_dash-update-component", auth=GOOD, timeout=10,
                       json={**PICK_NODE, "output": pick["output"]})
     assert r.status_code == 200, r.text
