@@ -17,6 +17,7 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -148,9 +149,14 @@ def test_shutdown_with_an_nvml_call_hung_ends_within_its_bounds(
         check(name)
 
     monkeypatch.setattr(fake, "_check", hanging_check)
-    monkeypatch.setattr(gpuscope.exporter.sources.nvml, "NvmlSource", functools.partial(
-        NvmlSource, library_loader=lambda: fake, xid_wait_timeout_ms=50,
-    ))
+    made: list[NvmlSource] = []
+
+    def make(*args: Any, **kwargs: Any) -> NvmlSource:
+        made.append(NvmlSource(*args, library_loader=lambda: fake, xid_wait_timeout_ms=50,
+                               **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(gpuscope.exporter.sources.nvml, "NvmlSource", make)
     port = free_port()
     cfg = parse_config([
         "--source", "nvml", "--interval", "0.1", "--listen", f"127.0.0.1:{port}",
@@ -186,6 +192,12 @@ def test_shutdown_with_an_nvml_call_hung_ends_within_its_bounds(
         stop.set()
         release.set()
         runner.join(15)
+        # run() leaves the source open (its call hung): closed here, once the call returned,
+        # so that its XID thread does not outlive the test and wait on the next test's NVML
+        # (pynvml's library is one per process): the XID storm test after it found no event
+        # set now and then.
+        for source in made:
+            source.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from gpuscope.exporter.model import (
 )
 from gpuscope.exporter.repeats import Repeats
 from gpuscope.exporter.sources.nvml import calls
-from gpuscope.exporter.sources.nvml.busy import BusyTime
+from gpuscope.exporter.sources.nvml.busy import CLOCK_SLACK_US, BusyTime
 from gpuscope.exporter.sources.nvml.calls import (
     Fault,
     NvmlFault,
@@ -1183,6 +1183,14 @@ class NvmlSource:
         exactly once. ``None`` when the device cannot report it (then never asked again)."""
         if not self._process_utilization or not dev.process_utilization_supported:
             return None
+        # The driver stamps its samples with the wall clock: a cursor later than the wall
+        # clock (it stepped back: NTP correcting a clock that was ahead) would find no sample
+        # until the clock caught up, and every process would read 0 (idle) meanwhile. It
+        # starts again as at the first read; samples stamped that far ahead of the wall
+        # clock (taken before the step) are not counted (as busy time does: busy.py).
+        until = int(self._clock() * 1_000_000) + CLOCK_SLACK_US
+        if dev.util_cursor_us > until:
+            dev.util_cursor_us = until - CLOCK_SLACK_US - int(_UTIL_LOOKBACK_SECONDS * 1e6)
         samples = read(calls.process_utilization, dev.handle, dev.util_cursor_us)
         if samples is None:
             dev.process_utilization_supported = False
@@ -1190,6 +1198,8 @@ class NvmlSource:
         totals: dict[int, tuple[int, int]] = {}
         newest = dev.util_cursor_us
         for pid, timestamp_us, sm_percent in samples:
+            if timestamp_us > until:
+                continue
             total, n = totals.get(pid, (0, 0))
             totals[pid] = (total + sm_percent, n + 1)
             newest = max(newest, timestamp_us)

@@ -679,6 +679,32 @@ def test_process_utilization_cursor_counts_every_sample_once(
     assert util() == {100: 0.0, 101: pytest.approx(0.4)}
 
 
+def test_process_utilization_goes_on_after_the_wall_clock_steps_back(
+    fake: FakeNvml, make_source: SourceFactory, wall: FakeClock
+) -> None:
+    """The driver stamps its samples with the wall clock: after NTP steps a clock that was
+    ahead back by a minute, every new sample is older than the cursor, and a busy process
+    read 0 % (idle) until the clock caught up. The cursor starts again; a sample stamped
+    before the step (far ahead of the clock now) is not counted."""
+    gpu = fake.gpus[0]
+    gpu.add_process(100)
+    source = make_source()
+
+    def util() -> dict[int, float | None]:
+        return {p.pid: p.sm_utilization_ratio for p in source.sample().devices[0].processes}
+
+    wall.advance(60)
+    gpu.add_util_sample(100, int(wall.now * 1_000_000) - 500_000, 70)
+    assert util() == {100: pytest.approx(0.7)}
+    wall.advance(-60)  # the clock was a minute ahead
+    wall.advance(1)
+    gpu.add_util_sample(100, int(wall.now * 1_000_000) - 500_000, 90)
+    assert util() == {100: pytest.approx(0.9)}
+    wall.advance(1)
+    gpu.add_util_sample(100, int(wall.now * 1_000_000) - 500_000, 80)
+    assert util() == {100: pytest.approx(0.8)}
+
+
 def test_process_utilization_failure_keeps_the_cursor(
     fake: FakeNvml, make_source: SourceFactory
 ) -> None:
