@@ -171,28 +171,24 @@ def instance_id(value: str) -> str:
     return value
 
 
-
-
+def _count(value: str, what: str, most: int) -> int:
+    """A whole number of ``what``, 1..``most``."""
+    number = ascii_number(value)
+    if number is None:
+        raise ValueError(f"expected a whole number of {what}, got {value!r}")
+    if not 1 <= number <= most:
+        raise ValueError(f"expected 1 to {most}, got {number}")
+    return number
 
 
 def series_cap(value: str) -> int:
     """A cap on label sets: an integer 1..1,000,000."""
-    number = ascii_number(value)
-    if number is None:
-        raise ValueError(f"expected a whole number of series, got {value!r}")
-    if not 1 <= number <= 1_000_000:
-        raise ValueError(f"expected 1 to 1000000, got {number}")
-    return number
+    return _count(value, "series", 1_000_000)
 
 
 def connection_cap(value: str) -> int:
     """A cap on open connections: an integer 1..100,000."""
-    number = ascii_number(value)
-    if number is None:
-        raise ValueError(f"expected a whole number of connections, got {value!r}")
-    if not 1 <= number <= 100_000:
-        raise ValueError(f"expected 1 to 100000, got {number}")
-    return number
+    return _count(value, "connections", 100_000)
 
 
 def names(value: str) -> tuple[str, ...]:
