@@ -171,21 +171,31 @@ def unlabelled_note(rows: Iterable[tuple[dict[str, str], float]]) -> tuple[str, 
 
 
 def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window,
-             reach: float) -> tuple[str, ...]:
+             reach: float, now: float) -> tuple[str, ...]:
     """The page's note where the store's newest exporter sample (the first round's
-    ``nodes``, its ``stat="newest"`` row) is older than the window's end by more than a
-    step's queries look back (``reach``: the step, at least the store's lookback): the
-    dashboard's clock ahead of the store's, or data that reaches the store late (remote
-    write, a managed store's ingestion). The verdicts that need a point at the last step
-    find none there, so the page would lose them without a word."""
+    ``nodes``, its ``stat="newest"`` row) is older than the dashboard's clock (``now``) by
+    more than a step's queries look back (``reach``: the step, at least the store's
+    lookback): the dashboard's clock ahead of the store's, or data that reaches the store
+    late (remote write, a managed store's ingestion, a backlog after an outage). The page
+    is served that many steps earlier (:meth:`~gpuscope.dashboard.plan.queries.PlanQueries.
+    served_window`), so the note says where it ends; where it could not be (the store's
+    answer older than the window's end by more than ``reach`` still), that the verdicts
+    which need a point at the last step are missing."""
     newest = next((v for lab, v in rows if lab.get("stat") == "newest" and math.isfinite(v)),
                   None)
-    if newest is None or window.end - newest <= reach:
+    if newest is None:
         return ()
-    return (f"The store's newest exporter sample is {fmt.duration(window.end - newest)} older "
-            f"than this page's end ({fmt.clock(window.end)}, the dashboard's clock): verdicts "
-            "that need a point at the last step are missing. Is the store's clock behind, or "
-            "does data reach it late (remote write, a managed store's ingestion)?",)
+    why = ("Is the store's clock behind, or does data reach it late (remote write, a managed "
+           "store's ingestion)?")
+    if window.end - newest > reach:
+        return (f"The store's newest exporter sample is {fmt.duration(window.end - newest)} "
+                f"older than this page's end ({fmt.clock(window.end)}, the dashboard's clock):"
+                f" verdicts that need a point at the last step are missing. {why}",)
+    if now - newest > reach and window.end <= now - window.step:
+        return (f"The store's newest exporter sample is {fmt.duration(now - newest)} older "
+                f"than the dashboard's clock ({fmt.clock(now)}): this page ends at "
+                f"{fmt.clock(window.end)}, where the store has data. {why}",)
+    return ()
 
 
 def pod_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[PodKey, PodInfo]:

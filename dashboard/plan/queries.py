@@ -113,27 +113,35 @@ class PlanQueries(PrometheusStore):
 
     def served_window(self, window: Window) -> tuple[Window, int]:
         """The window the fleet page is served (its rows and the registry's steps):
-        ``window``, or ``window`` one step earlier (the window :meth:`window` gave a step
-        before: a minute on one-minute steps) where the rules' last record
-        of a minute (``gpuscope:dashboard_rules:version``, the group's last rule) is at its
-        end for fewer of the store's rule sets (clusters) than a minute before: the store
-        evaluates the group at its own second of each minute, and at a large fleet one
-        evaluation takes seconds, so a page asked in between would find the minute it ends
-        at not recorded yet, the rules' check would miss and the page fall to the raw
-        series (slow, and a banner that says to load the rules). The page then ends at the
-        last step they recorded, a step behind. One small instant query (a series per
-        rule set), not asked where the rules cannot serve the window (:meth:`_rules_may_serve`)
-        or their check found them missing for this length; its answer kept for the same
-        ``window`` (the page's rows and steps ask it side by side), one that serves it
-        earlier only :attr:`SERVED_EARLIER_KEPT` seconds. And how many queries that took
-        (0 or 1)."""
-        if not self._rules_may_serve(window):
-            return window, 0
-        with self._lock:
-            found = self._rules_seen.get(round(window.seconds))
-        if found is not None and not found[1] and (
-                time.monotonic() - found[0] < self.RULES_MISSING_CHECK_EVERY):
-            return window, 0
+        ``window``, or ``window`` some steps earlier (on the grid of its step, as
+        :meth:`window` ends it: VictoriaMetrics rounds a range query to it), and how many
+        queries that took (0 or 1: the page's rows and its steps ask side by side, and the
+        first asks). One small instant query, its answer kept for the same ``window`` (one
+        that serves it earlier only :attr:`SERVED_EARLIER_KEPT` seconds), asks two things:
+
+        - The store's newest exporter sample (``max(timestamp(gpu_node_info))``, within
+          the store's lookback): where it is older than the window's end by more than a
+          step's queries look back (the step, at least :attr:`lookback`), the dashboard's
+          clock is ahead of the store's, or data reaches the store late (remote write, a
+          managed store's ingestion, a backlog after an outage), and every verdict that
+          needs a point at the last step would be missing. The page ends at the last step
+          at or before that sample (its notes say so:
+          :func:`~gpuscope.dashboard.plan.answers.lag_note`).
+        - Where the rules may serve the window (:meth:`_rules_may_serve`, and their check
+          has not found them missing for this length): whether the rules' last record of
+          a minute (``gpuscope:dashboard_rules:version``, the group's last rule) is at its
+          end for fewer of the store's rule sets (clusters) than a minute before. The
+          store evaluates the group at its own second of each minute, and at a large fleet
+          one evaluation takes seconds, so a page asked in between would find the minute
+          it ends at not recorded yet, the rules' check would miss and the page fall to
+          the raw series (slow, and a banner that says to load the rules). The page then
+          ends at the last step they recorded, a step behind."""
+        rules = self._rules_may_serve(window)
+        if rules:
+            with self._lock:
+                found = self._rules_seen.get(round(window.seconds))
+            rules = found is None or found[1] or (
+                time.monotonic() - found[0] >= self.RULES_MISSING_CHECK_EVERY)
         with self._served_lock:
             # (One at a time: the second caller reads the first one's answer.)
             kept = self._served_seen.get(window)
@@ -144,10 +152,13 @@ class PlanQueries(PrometheusStore):
             if kept is not None and (kept[2] or time.monotonic() - kept[0]
                                      < self.SERVED_EARLIER_KEPT):
                 return kept[1], 0
-            ends = {"end": window.end, "before": window.end - RULE_INTERVAL}
-            query = " or ".join(labelled(
-                f"count(last_over_time({self._version()}[{RULE_R}] @ {t:.3f}))", "at", name)
-                for name, t in ends.items())
+            parts = {"newest": "max(timestamp(gpu_node_info))"}
+            if rules:
+                parts.update({
+                    name: f"count(last_over_time({self._version()}[{RULE_R}] @ {t:.3f}))"
+                    for name, t in (("end", window.end),
+                                    ("before", window.end - RULE_INTERVAL))})
+            query = " or ".join(labelled(q, "at", name) for name, q in parts.items())
             try:
                 counts = {lab.get("at", ""): v for lab, v in self.instant(query, window.end)}
             except DataError as error:
@@ -155,15 +166,22 @@ class PlanQueries(PrometheusStore):
                 # page's other caller does not wait out the store's timeout a second time,
                 # nor does the rules' check that follows (:meth:`_check_rules`: its error).
                 self._keep_served(window, window, final=False)
-                with self._lock:
-                    self._rules_failed[round(window.seconds)] = (time.monotonic(), error)
+                if rules:
+                    with self._lock:
+                        self._rules_failed[round(window.seconds)] = (time.monotonic(), error)
                 return window, 1
-            out = window
-            if counts.get("before", 0.0) > counts.get("end", 0.0):
-                # A step earlier (a minute on one-minute steps): on the grid of its step,
-                # as :meth:`window` ends it (VictoriaMetrics rounds a range query to it).
-                out = Window(start=window.start - window.step,
-                             end=window.end - window.step, step=window.step)
+            back = int(rules and counts.get("before", 0.0) > counts.get("end", 0.0))
+            # Where the first round's reads at the end (over the step, at least the
+            # lookback, a millisecond short) would not reach the newest sample: the page
+            # ends at the last step at or before it. (Not merely within reach of it: that
+            # sample is the freshest exporter's, and the others' last ones are up to a
+            # scrape interval older; each has one within reach of a step at or before it.)
+            lag = window.end - counts.get("newest", math.nan)
+            if math.isfinite(lag) and lag >= max(window.step, self.lookback) - EDGE:
+                back = max(back, math.ceil(lag / window.step))
+            out = window if not back else Window(start=window.start - back * window.step,
+                                                 end=window.end - back * window.step,
+                                                 step=window.step)
             self._keep_served(window, out, final=out == window)
             return out, 1
 
@@ -276,9 +294,10 @@ class PlanQueries(PrometheusStore):
                 # user's own without the relabeling): not on the page, so it says so.
                 _stat(f"count(last_over_time("
                       f"{selector('gpu_info', node='', parent_uuid='')}[{w}]))", "unlabelled"),
-                # The store's newest sample of an exporter (its clock behind the dashboard's,
-                # or data that reaches it late): a verdict needs a point at the last step.
-                _stat("max(timestamp(gpu_node_info))", "newest"),
+                # The store's newest sample of an exporter, as of the dashboard's clock (the
+                # page served earlier where the store is behind it, :meth:`served_window`,
+                # says by how much): a verdict needs a point at the last step.
+                _stat(f"max(timestamp(gpu_node_info @ {self._clock():.3f}))", "newest"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those

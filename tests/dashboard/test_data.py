@@ -722,11 +722,35 @@ def test_a_window_served_earlier_stays_on_its_step_grid(
 def test_a_window_the_rules_cannot_serve_is_not_served_earlier(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A lookback longer than the step (a two-minute scrape): the page is the raw series'
-    # whatever the rules recorded, so it is not served a step earlier, and nothing is asked.
+    # whatever the rules recorded, so it is not served a step earlier; only the store's
+    # newest sample is asked (:func:`test_a_store_behind_the_clock_is_served_where_it_has_data`).
     prom, asked, _ = _probed(monkeypatch, _late_rules, lookback=120)
     window = prom.window(3600)
     assert window.step == 60 and not prom.rules_loaded(window)
-    assert prom.served_window(window) == (window, 0) and asked == []
+    assert prom.served_window(window) == (window, 1)
+    assert len(asked) == 1 and "dashboard_rules" not in asked[0] and "newest" in asked[0]
+
+
+@pytest.mark.parametrize("lookback", [60.0, 120.0])  # the rules may serve it, or not
+def test_a_store_behind_the_clock_is_served_where_it_has_data(
+        monkeypatch: pytest.MonkeyPatch, lookback: float) -> None:
+    # The store's newest exporter sample 200 s before the window's end, beyond the reach of
+    # the first round's reads there (the step, at least the lookback): the page ends at the
+    # last step at or before it (a minute's steps: 4 steps earlier), not kept for good.
+    def behind(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        return [({"at": "newest"}, at - 200.0), *_written_later(query, at)]
+
+    def current(query: str, at: float) -> list[tuple[dict[str, str], float]]:
+        return [({"at": "newest"}, at - 50.0), *_written_later(query, at)]
+    prom, asked, clock = _probed(monkeypatch, behind, current, lookback=lookback)
+    window = prom.window(3600)
+    served, queries = prom.served_window(window)
+    assert queries == 1 and served.step == window.step == 60
+    assert served.end == window.end - 4 * 60 and served.seconds == window.seconds
+    assert prom.served(window) == served and len(asked) == 1  # (the page's steps: kept)
+    # Caught up (the newest sample within a step's reach): the window as asked.
+    clock[0] += prom.SERVED_EARLIER_KEPT
+    assert prom.served(window) == window and len(asked) == 2
 
 
 def test_a_page_of_another_window_between_the_rows_and_the_steps_leaves_the_served_one(

@@ -121,11 +121,13 @@ def view_of(base: str) -> tuple[FleetView, PrometheusData]:
     prom = PrometheusData(base, min_step=1, lookback=4, max_points=900)
     data = prom.fleet(900)
     # 13 (no recording rules are looked for: one-second steps; who held what in two, held
-    # and used), one for when the data begins (it is younger than the window), and a second
-    # round by node: idle steps, allocation, time-slicing (the shared device and its
-    # containers), the straggler candidates' containers, statistics, the idle container.
+    # and used), one for when the data begins (it is younger than the window), one for the
+    # store's newest sample (``served_window``: the page ends where the store has data),
+    # and a second round by node: idle steps, allocation, time-slicing (the shared device
+    # and its containers), the straggler candidates' containers, statistics, the idle
+    # container.
     # (The straggler's evidence is read as its row is shown: ``read_evidence``.)
-    assert data.queries == 20
+    assert data.queries == 21
     return build_fleet_view(data, bundled_prices()), prom
 
 

@@ -7,8 +7,8 @@ Prometheus and a real VictoriaMetrics:
   scrape-config.yaml`` do): the page cannot place those GPUs on a node, and says why instead
   of "No GPUs reported yet";
 - the dashboard's clock ahead of the store's newest sample (clock skew, or data that reaches
-  the store late): the verdicts that need a point at the last step are missing, and the page
-  says why instead of losing them without a word."""
+  the store late): the page ends where the store has data, as many steps earlier as that
+  takes, and says so, instead of losing every verdict that needs a point at its last step."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.verdicts import Thresholds
 from gpuscope.dashboard.views import FleetView, page_view
 from tests.conftest import ExporterProcess, wait_for
 from tests.stores import Store, start_prometheus, start_victoriametrics
@@ -84,25 +85,56 @@ def test_the_page_says_how_many_gpus_lack_the_node_label(
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoriametrics"])
-def test_the_page_says_when_the_stores_newest_sample_is_behind_its_clock(
+def test_a_store_behind_the_dashboards_clock_serves_the_page_where_it_has_data(
         stores: dict[str, Store], store: str) -> None:
     s = stores[store]
-    newest = s.scalar("max(timestamp(gpu_node_info))")
-    assert newest is not None
 
-    def page(ahead: float) -> FleetView:
-        prom = PrometheusData(s.url, clock=lambda: newest + ahead, timeout=30)
+    def newest() -> float:
+        value = s.scalar("max(timestamp(gpu_node_info))")
+        assert value is not None
+        return value
+
+    # A 2-minute page on 2 s steps whose queries look back 5 s, its idle verdicts held for
+    # 20 s (the store is a minute old: a page of the defaults, a minute's lookback and
+    # 30-minute verdicts, would end before its first sample), its dashboard's clock
+    # ``ahead`` of the store's newest sample.
+    def page(ahead: float, at: float) -> FleetView:
+        prom = PrometheusData(s.url, clock=lambda: at + ahead, timeout=30, min_step=2,
+                              lookback=5, thresholds=Thresholds(idle_duration=20,
+                                                                allocated_idle_duration=20))
         try:
-            return page_view(prom, 900.0, bundled_prices())  # 15 s steps
+            return page_view(prom, 120.0, bundled_prices())
         finally:
             prom.close()
-    # Within what a step's queries look back (the step, at least a minute): no note.
-    for ahead in (5.0, 45.0):
-        assert not [n for n in page(ahead).notes if "newest exporter sample" in n]
-    notes = [n for n in page(180.0).notes if "newest exporter sample" in n]
-    # 165 to 180 s: the page's end is on its 15 s grid.
-    assert len(notes) == 1 and re.match(
-        r"The store's newest exporter sample is (2m [45]\ds|3m) older than this page's end ",
-        notes[0]), notes
-    assert notes[0].endswith("Is the store's clock behind, or does data reach it late "
-                             "(remote write, a managed store's ingestion)?")
+
+    def lag_notes(view: FleetView) -> list[str]:
+        return [n for n in view.notes if "newest exporter sample" in n]
+    at_newest: list[FleetView] = []
+
+    def drawn() -> bool:  # (until the page's history is 30 s long)
+        at_newest.append(page(0.0, newest()))
+        view = at_newest[-1]
+        return bool(view.kpis.gpus) and view.window.end - view.history_start >= 30
+    wait_for(drawn, 60, "a page with 30 s of history at the store's newest sample")
+    last = newest()
+    # Within what a step's queries look back: the page ends at the dashboard's clock.
+    assert not lag_notes(page(3.0, last))
+    # 20 s ahead (the note says 15-20 s: samples newer than the one read came in since):
+    # before, every GPU had no point at the page's last step.
+    behind = page(20.0, last)
+    # Ended where the store has data (its last read reaches the newest sample), every GPU
+    # judged there, as on the page at the newest sample.
+    kpis, then = behind.kpis, at_newest[-1].kpis
+    assert kpis.gpus == then.gpus > 0 and kpis.no_data == 0
+    # (Before: 0 idle GPUs, slices and allocated-idle containers, against 2 each.)
+    assert (kpis.idle, kpis.idle_slices, kpis.allocated_idle) == (
+        then.idle, then.idle_slices, then.allocated_idle)
+    assert then.idle > 0 and then.allocated_idle > 0
+    assert last - 5 < behind.window.end < last + 5
+    assert behind.heatmap.nodes == (LABELLED,)
+    notes = lag_notes(behind)
+    assert len(notes) == 1 and re.fullmatch(
+        r"The store's newest exporter sample is (1[5-9]|20)s older than the dashboard's clock "
+        r"\(\d\d:\d\d:\d\d UTC\): this page ends at \d\d:\d\d:\d\d UTC, where the store has "
+        r"data\. Is the store's clock behind, or does data reach it late \(remote write, a "
+        r"managed store's ingestion\)\?", notes[0]), notes

@@ -151,7 +151,9 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         # (idle devices and their nodes' allocation, spinning GPUs, idle containers, the
         # slow-rank candidate's workload: its containers and its signals). The registry's
         # verdicts (throttled GPUs, GPU health, MPS) are one more range query, and the slow
-        # rank's evidence one more as its row is shown (``read_evidence``), not counted here.
+        # rank's evidence one more as its row is shown (``read_evidence``), not counted here,
+        # nor the store's newest sample, which the registry's steps asked first
+        # (``served_window``: the page ends where the store has data).
         assert view.queries == 19
 
         r = "7999ms"  # the rates' range: two lookbacks, less a millisecond

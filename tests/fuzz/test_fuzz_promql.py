@@ -288,7 +288,8 @@ def test_fleet_queries_have_fixed_shapes_whatever_the_values(
     namespace: str | None, asked: dict[str, list[str]],
 ) -> None:
     # fleet() validates the namespace first; the builders must be safe even without that.
-    prom = PrometheusData("http://127.0.0.1:1", workers=1)
+    # (A fixed clock: the first round reads the newest sample as of it.)
+    prom = PrometheusData("http://127.0.0.1:1", workers=1, clock=lambda: WINDOW.end)
     try:
         first = prom.fleet_queries(WINDOW, namespace)
         second = prom.second_round(WINDOW, FollowUp(**asked, evidence_seconds=600), namespace)

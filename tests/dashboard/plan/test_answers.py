@@ -3,16 +3,19 @@ rows shaped as the plan's queries label them."""
 
 from __future__ import annotations
 
+import math
+
 from gpuscope.dashboard.plan.answers import (
     Now,
     bare_nodes,
     gpu_infos,
     idle_steps,
+    lag_note,
     node_infos,
     util_stats,
     work_signals_of,
 )
-from gpuscope.dashboard.series import ContainerRef, GpuRef, NodeInfo, Series
+from gpuscope.dashboard.series import ContainerRef, GpuRef, NodeInfo, Series, Window
 
 
 def _gpu(node: str, uuid: str, **more: str) -> dict[str, str]:
@@ -93,3 +96,20 @@ def test_gpu_infos_by_device() -> None:
     gpus = gpu_infos([({"node": "n", "gpu": "3", "uuid": "u", "model": "H100",
                         "parent_uuid": "", "mig_profile": ""}, 1)])
     assert gpus[GpuRef("n", "u")].gpu == "3" and gpus[GpuRef("n", "u")].model == "H100"
+
+
+def test_the_lag_note_says_where_a_page_served_earlier_ends() -> None:
+    window = Window(start=1000.0, end=1600.0, step=60.0)
+    rows = [({"stat": "newest"}, 1590.0), ({"node": "n1", "stat": "present"}, 10.0)]
+    # Served at the store's newest sample, two steps before the clock's page: says so.
+    (note,) = lag_note(rows, window, 60.0, now=1730.0)
+    assert note.startswith("The store's newest exporter sample is 2m 20s older than the "
+                           "dashboard's clock (") and ": this page ends at " in note
+    # The clock's own page (the newest sample within a step's reach): nothing to say.
+    assert lag_note(rows, window, 60.0, now=1640.0) == ()
+    assert lag_note([({"stat": "newest"}, math.nan)], window, 60.0, now=1730.0) == ()
+    # Not served earlier (the store's check failed): the verdicts at the end are missing.
+    (note,) = lag_note([({"stat": "newest"}, 1500.0)], window, 60.0, now=1610.0)
+    assert note.startswith("The store's newest exporter sample is 1m 40s older than this "
+                           "page's end (")
+    assert "verdicts that need a point at the last step are missing" in note
