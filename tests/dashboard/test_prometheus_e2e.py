@@ -190,9 +190,25 @@ def test_dashboard_numbers_equal_promql_answers(fleet: str) -> None:
     # Drill-downs.
     node = prom.node_detail("e2e-busy", 900)
     assert node.queries == 6
-    # The busy counter's rate (as the fleet page reads it): the steady gauge's value.
+    # The busy counter's rate (as the fleet page reads it) at the window's last step: the
+    # store's answer at that same instant. Not the gauge's value: Prometheus stamps each
+    # sample with the scrape's time, not the sampling round's, so a rate over 8 s moves by
+    # the change in how old the exporter's snapshot was when scraped (up to its 0.5 s
+    # interval, more when a loaded machine delays a round): 0.941 for 0.95 under CPU load.
+    gpu0 = 'gpu_busy_seconds_total{node="e2e-busy", gpu="0"}'
+    end = node.window.end
+    assert node.utilization["0"].times[-1] == end
     assert node.utilization["0"].values[-1] == pytest.approx(
-        scalar(base, 'gpu_utilization_ratio{node="e2e-busy", gpu="0"}'), abs=1e-3)
+        scalar(base, f"rate({gpu0}[7999ms])", end), rel=1e-9)
+    # What that rate integrates is the steady gauge's value on the exporter's own clock: the
+    # counter's increase over those samples per second of their sampling rounds.
+    [busy_samples] = promql(base, f"{gpu0}[7999ms]", end)
+    [round_times] = promql(base, 'gpu_exporter_last_sample_timestamp_seconds'
+                                 '{node="e2e-busy"}[7999ms]', end)
+    (_, v0), *_, (_, v1) = busy_samples["values"]
+    (_, s0), *_, (_, s1) = round_times["values"]
+    assert (float(v1) - float(v0)) / (float(s1) - float(s0)) == pytest.approx(
+        scalar(base, 'gpu_utilization_ratio{node="e2e-busy", gpu="0"}', end), rel=1e-6)
     assert {"serve/rerank/s (GPU 0)", "ml/ddp-worker-2/t (GPU 3)"} <= set(node.containers)
     pod = prom.pod_detail("serve", "rerank", 900)
     assert pod.queries == 3  # utilization, memory, then the devices' index on its node
