@@ -19,27 +19,42 @@ from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: The modules that take a minute or more on 2 cores (their fixtures build the 200-node fleet
-#: in real stores, run promtool over every rule test, or run for a while), longest first (by
-#: ``pytest --durations``). They run before the others: ``scripts/test`` hands whole files to
-#: its workers (pytest-xdist's ``--dist=loadfile``) in collection order, and one of these
-#: collected last (``tests/reliability/``) kept one worker busy alone at the end while the
-#: other had nothing left.
+#: The modules that take half a minute or more on 2 cores (their fixtures build the 200-node
+#: fleet in real stores, backfill the demo fleet's hour, run promtool over every rule test, or
+#: run for a while), longest first (by ``pytest --durations``). They run before the others:
+#: ``scripts/test`` hands whole files to its workers (pytest-xdist's ``--dist=loadfile``) in
+#: collection order (:func:`pytest_configure`), and one of these handed out last kept one
+#: worker busy alone at the end while the other had nothing left.
 SLOW_FIRST = (
     "tests/dashboard/test_backends.py",
     "tests/dashboard/test_ha_replicas.py",
     "tests/dashboard/verdicts/test_recorded_runs.py",
+    "tests/alerts/test_grafana.py",
     "tests/alerts/test_multicluster.py",
     "tests/reliability/test_leak.py",
     "tests/dashboard/test_embedded_and_stores.py",
+    "tests/dashboard/verdicts/test_health_e2e.py",
     "tests/alerts/test_rules.py",
+    "tests/dashboard/test_demo_views.py",
     "tests/dashboard/test_browser.py",
     "tests/bench/test_dashboard_bench.py",
+    "tests/e2e/test_work_signals.py",
+    "tests/dashboard/test_showback.py",
     "tests/bench/test_rules.py",
     "tests/exporter/kubernetes/podresources/test_grpcgo.py",
     "tests/exporter/sinks/cloudwatch/test_limits.py",
     "tests/reliability/test_dashboard_faults.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist's ``--dist=loadfile`` hands out files in collection order, so that
+    :data:`SLOW_FIRST` goes first. By default (``--loadscope-reorder``, xdist 3.8) it sorts
+    them by their number of tests instead, most first: slow files of few tests (the leak
+    test's 2, the health verdict's 4, one Prometheus end to end) were among the last handed
+    out, and a 2-worker run ended with one worker alone on them."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
