@@ -524,17 +524,21 @@ def record_runs(vm: Store, start: float, end: float) -> None:
     verdicts' runs) made on ``vm`` as a live rule evaluation makes them: at each of the
     rules' minutes in
     ``[start, end]`` (the interval's multiples, as vmalert's replay evaluates the others),
-    each rule in the group's order by an instant query, its answer imported before the next
-    rule and the next minute read it. After :func:`replay_rules`, which makes the flags
-    they follow."""
-    rules = [rule for level in rule_levels(runs=True) for rule in level]
+    each rule by an instant query, its answer imported before any rule after it in the
+    group that reads it (the next dependency level) and before the next minute. After
+    :func:`replay_rules`, which makes the flags they follow."""
+    levels = rule_levels(runs=True)
     t = -(-start // RULE_INTERVAL) * RULE_INTERVAL
     while t <= end + 1e-6:
-        for record, expr in rules:
-            if vm.import_series({"metric": {**row["metric"], "__name__": record},
-                                 "values": [float(row["value"][1])],
-                                 "timestamps": [round(t * 1000)]}
-                                for row in vm.query(expr, t)):
+        # A level's answers in one import: no rule reads another of its level
+        # (:func:`rule_levels`), only its own past and the levels before, made searchable
+        # before the next level reads them. (One import and flush per rule cost 25 flushes a
+        # minute where the levels need 3: a quarter of this function's time.)
+        for level in levels:
+            if vm.import_series([{"metric": {**row["metric"], "__name__": record},
+                                  "values": [float(row["value"][1])],
+                                  "timestamps": [round(t * 1000)]}
+                                 for record, expr in level for row in vm.query(expr, t)]):
                 vm.refresh()  # (searchable, and no cached answer left from before it)
         t += RULE_INTERVAL
 
