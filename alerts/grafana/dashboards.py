@@ -31,7 +31,7 @@ from gpuscope.alerts.grafana.panels import (
     timeseries,
 )
 from gpuscope.alerts.grafana.promql import scope
-from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules
+from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules, node_info
 
 CLUSTER = {"cluster": '=~"$cluster"'}
 NODE = {**CLUSTER, "node": '=~"$node"'}
@@ -60,14 +60,6 @@ CLUSTER_VARIABLE = query_variable(
                 "All where there is none.")
 
 
-def node_info(labels: str) -> str:
-    """``gpu_node_info`` by node and ``labels``, its cluster left out where only it has one
-    (the exporters' ``--cluster-name`` in the cluster's own Prometheus), as the price rules
-    leave it out: a join on the cluster then still finds the node."""
-    return (f"max by (node, {labels}) (\n"
-            "gpu_node_info and on (node) gpu_exporter_nvml_up\nor\n"
-            "label_replace(gpu_node_info unless on (node) gpu_exporter_nvml_up, "
-            '"cluster", "", "cluster", ".*")\n)')
 DEVICE_STATES = [(0, "working", "green"), (1, "idle", "red"), (2, "spinning", "orange")]
 
 # Raw series are read by their identity (``max by`` the labels that name a device or a

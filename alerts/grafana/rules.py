@@ -14,10 +14,14 @@ type, provider, region and price date as labels), and the node and per-GPU price
 from them. It is generated, like the dashboards, by ``python -m gpuscope.alerts.grafana``;
 an instance type with no price has no price series, so it is left out of dollar sums
 (never counted as $0). A node is (cluster, node), as in the alerting rules; ``max by``
-counts a node once however many HA replicas' copies of ``gpu_node_info`` a store holds. In a
-Prometheus' own rules only ``gpu_node_info`` may carry a cluster (the exporter's
-``--cluster-name``; the other series get theirs as an external label, outside): where the
-node's other series have none, the node's price is keyed without it too.
+counts a node once however many HA replicas' copies of ``gpu_node_info`` a store holds.
+
+Only ``gpu_node_info`` carries the exporter's ``--cluster-name`` (``exporter/metrics.py``);
+the store's cluster label (an external label) is on every series or on none. So the two may
+disagree: ``gpu_node_info`` with a cluster and the node's other series without (a cluster's
+own Prometheus, or a store of many clusters without external labels), or the other way
+round. :func:`node_info` keys the node's ``gpu_node_info`` as its ``gpu_exporter_nvml_up``
+is keyed, which is how every other rule keys the node, and gives each node one row.
 """
 
 from __future__ import annotations
@@ -92,6 +96,76 @@ class Rules:
         return name
 
 
+def node_info(labels: str) -> str:
+    """``gpu_node_info``'s ``labels`` (a PromQL label list such as ``"instance_type"``), one
+    row per node (value 1) keyed by the (cluster, node) of the node's
+    ``gpu_exporter_nvml_up``, whichever of the two carries a cluster label.
+
+    - Both carry the same cluster, or neither does: joined on (cluster, node).
+    - Only one carries it (``gpu_node_info``'s ``--cluster-name`` with no external label on
+      the store, or the reverse): the node's ``gpu_node_info`` that no
+      ``gpu_exporter_nvml_up`` of its (cluster, node) matches is joined by node name to the
+      ``gpu_exporter_nvml_up`` that no ``gpu_node_info`` matches, and takes its cluster.
+      The clusters are moved to other labels first (``nvml_up_cluster``,
+      ``node_info_cluster``): two clusters' namesake nodes are series alike but for
+      ``cluster``, and blanking it in place is a "vector cannot contain metrics with the
+      same labelset" error that fails the whole rule, every node's price with it.
+
+    - No ``gpu_exporter_nvml_up`` of the node's name at all (a store fed other than by the
+      exporter's scrape, as the tests' backfilled demo fleet): keyed without a cluster.
+
+    ``topk by (cluster, node) (1, ...)``: one row per node even where its exporters disagree
+    for a moment (a node replaced by another instance type of the same name), so sums over
+    nodes count each once. Every ``by``/``on`` names the cluster, so the dashboards' scoping
+    (:func:`~.promql.scope`) leaves the expression as it is."""
+    return (
+        "topk by (cluster, node) (1,\n"
+        f"  max by (cluster, node, {labels}) (\n"
+        "    gpu_node_info and on (cluster, node) gpu_exporter_nvml_up\n"
+        "    or\n"
+        "    label_replace(\n"
+        "      label_replace(\n"
+        "        label_replace(\n"
+        "          max by (cluster, node) (\n"
+        "            gpu_exporter_nvml_up unless on (cluster, node) gpu_node_info\n"
+        "          ),\n"
+        "          \"nvml_up_cluster\", \"$1\", \"cluster\", \"(.*)\"\n"
+        "        ),\n"
+        "        \"cluster\", \"\", \"\", \"\"\n"
+        "      ) * 0\n"
+        "      + on (cluster, node) group_left (" + labels + ")\n"
+        "      topk by (cluster, node) (1,\n"
+        f"        max by (cluster, node, {labels}) (\n"
+        "          label_replace(\n"
+        "            label_replace(\n"
+        "              gpu_node_info unless on (cluster, node) gpu_exporter_nvml_up,\n"
+        "              \"node_info_cluster\", \"$1\", \"cluster\", \"(.*)\"\n"
+        "            ),\n"
+        "            \"cluster\", \"\", \"\", \"\"\n"
+        "          )\n"
+        "        )\n"
+        "      ),\n"
+        "      \"cluster\", \"$1\", \"nvml_up_cluster\", \"(.*)\"\n"
+        "    )\n"
+        "    or\n"
+        "    label_replace(\n"
+        "      label_replace(gpu_node_info,\n"
+        "                    \"node_info_cluster\", \"$1\", \"cluster\", \"(.*)\"),\n"
+        "      \"cluster\", \"\", \"\", \"\"\n"
+        "    )\n"
+        "    unless on (cluster, node)\n"
+        "    max by (cluster, node) (\n"
+        "      label_replace(\n"
+        "        label_replace(gpu_exporter_nvml_up,\n"
+        "                      \"nvml_up_cluster\", \"$1\", \"cluster\", \"(.*)\"),\n"
+        "        \"cluster\", \"\", \"\", \"\"\n"
+        "      )\n"
+        "    )\n"
+        "  )\n"
+        ")"
+    )
+
+
 def price_group(prices: PriceTable) -> dict[str, Any]:
     """The ``gpuscope-grafana`` rule group for ``prices``."""
     rules: list[dict[str, Any]] = []
@@ -107,14 +181,7 @@ def price_group(prices: PriceTable) -> dict[str, Any]:
     rules.append({
         "record": NODE_PRICE,
         "expr": (
-            "max by (cluster, node, instance_type, capacity_type) (\n"
-            "  gpu_node_info and on (cluster, node) gpu_exporter_nvml_up\n"
-            "  or\n"
-            "  label_replace(\n"
-            "    gpu_node_info unless on (cluster, node) gpu_exporter_nvml_up,\n"
-            "    \"cluster\", \"\", \"cluster\", \".*\"\n"
-            "  )\n"
-            ")\n"
+            f"{node_info('instance_type, capacity_type')}\n"
             "* on (instance_type) group_left (provider, region, price_date)\n"
             f"max by (instance_type, provider, region, price_date) ({INSTANCE_PRICE})\n"
         ),

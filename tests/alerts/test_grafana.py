@@ -34,6 +34,7 @@ from gpuscope.alerts.grafana.rules import (
     INSTANCE_PRICE,
     NODE_PRICE,
     Rules,
+    node_info,
     price_group,
 )
 from gpuscope.alerts.render import RULES_FILE, load_rules
@@ -138,6 +139,19 @@ def test_the_price_group_is_the_price_table() -> None:
     priced = {r["labels"]["instance_type"]: float(r["expr"][len("vector("):-1])
               for r in group["rules"] if r["record"] == INSTANCE_PRICE}
     assert priced == {p.instance_type: p.per_hour for p in table.entries()}
+
+
+def test_the_instance_type_count_keys_gpu_node_info_as_the_price_rules() -> None:
+    """``node_instance_type:gpu_devices:count`` (hand-written in ``gpuscope.rules``) joins
+    ``gpu_node_info`` as the generated price rule does (``node_info()``): a fix to one that
+    missed the other would key a node's GPUs and its price apart
+    (``tests/alerts/promtool/multi_cluster_test.yaml`` tests what they answer)."""
+    def flat(text: str) -> str:
+        return " ".join(text.split())
+    rules = Rules.load()
+    assert flat(node_info("instance_type")) in flat(
+        rules.expr("node_instance_type:gpu_devices:count"))
+    assert flat(node_info("instance_type, capacity_type")) in flat(rules.expr(NODE_PRICE))
 
 
 @pytest.mark.parametrize(("change", "message"), [
