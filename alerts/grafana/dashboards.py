@@ -13,6 +13,7 @@ dashboard, ``node=~"$node"``), every ``by``/``on`` the ``cluster`` label.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from gpuscope.alerts.grafana.panels import (
@@ -48,8 +49,14 @@ SLOWING = 'reason=~"power|thermal|reliability|board_limit"'
 # legend reads: "<cluster>/<node>" where the store has several clusters.
 RANK = "{{namespace}}/{{pod}} · {{cluster_node}} GPU {{gpu}}"
 CONTAINER = "{{namespace}}/{{pod}}/{{container}} · {{cluster_node}} GPU {{gpu}}"
-DEVICE = "GPU {{gpu}}"
-SLICE = "GPU {{device}}"  # _profile_of's label: "0", or "6/1 3g.40gb" for a MIG slice
+# The node dashboard's devices (on_node(): "<cluster>/<node> " first where series have a
+# cluster), a GPU by its index, a MIG slice by _profile_of's "6/1 3g.40gb".
+NAMED = "{{named}}"
+GPU = ("GPU $1", ("gpu",))
+SLICE = ("GPU $1", ("device",))  # _profile_of's label: "0", or "6/1 3g.40gb"
+# A node's number in a stat: one per node of the chosen clusters, named where there are
+# several ("auto" text mode shows a name only then).
+PER_NODE = "{{cluster_node}}"
 
 # The store's cluster label, from a series only the store labels: `gpu_node_info` may carry
 # the exporters' own `cluster` (`--cluster-name`) in a cluster's own Prometheus, where no
@@ -78,6 +85,23 @@ def in_cluster(expr: str, label: str = "node") -> str:
     name = f"cluster_{label}"
     return (f'label_replace(\nlabel_join(\n{expr},\n"{name}", "/", "cluster", "{label}"),\n'
             f'"{name}", "$1", "{name}", "/(.*)")')
+
+
+def on_node(expr: str, name: str, parts: tuple[str, ...] = ()) -> str:
+    """``expr`` (by node) with a label ``named`` for the node dashboard's legends: ``name``
+    (a ``label_replace`` replacement whose ``$1``, ``$2``... are the values of ``parts``)
+    where the series have no cluster, ``<cluster>/<node> `` and ``name`` where they have
+    one. The node dashboard shows every node of the chosen clusters by the chosen name, so
+    with several clusters chosen two clusters' namesake nodes are both on it, and their
+    devices are named apart, as :func:`in_cluster` names nodes on the other dashboards.
+    (Values are joined with ``;``, which no node name, index or profile holds.)"""
+    fields = "".join(";([^;]*)" for _ in parts)
+    shifted = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 2}", name)
+    joined = "".join(f', "{p}"' for p in parts)
+    return (f'label_replace(\nlabel_replace(\nlabel_join(\n{expr},\n'
+            f'"named", ";", "cluster", "node"{joined}),\n'
+            f'"named", "$1/$2 {shifted}", "named", "([^;]+);([^;]*){fields}"),\n'
+            f'"named", "{name}", "named", ";[^;]*{fields}")')
 
 
 def containers(expr: str) -> str:
@@ -242,27 +266,31 @@ def node(rules: Rules) -> Json:
     lay.add(stat("Instance type", "From `gpu_node_info` (node labels, or the exporter's "
                  "`--instance-type`).",
                  # Empty labels named here: a legend writes a missing label's name.
-                 Query('label_replace(label_replace(\n'
-                       "max by (instance_type, capacity_type) (gpu_node_info),\n"
-                       '"instance_type", "unknown", "instance_type", ""),\n'
-                       '"capacity_type", "capacity type unknown", "capacity_type", "")',
-                       "{{instance_type}} ({{capacity_type}})", instant=True),
+                 Query(on_node('label_replace(label_replace(\n'
+                               f"{node_info('instance_type, capacity_type')},\n"
+                               '"instance_type", "unknown", "instance_type", ""),\n'
+                               '"capacity_type", "capacity type unknown", "capacity_type", "")',
+                               "$1 ($2)", ("instance_type", "capacity_type")),
+                       NAMED, instant=True),
                  text_mode="name", color="blue"), 6, 4)
     lay.add(stat("$/hour (on demand)", f"`{NODE_PRICE}`; \"unknown\" when the price table "
                  "has no price for the instance type.",
-                 Query(f"sum({NODE_PRICE})", instant=True), unit="currencyUSD",
-                 no_value="unknown", decimals=2), 4, 4)
+                 Query(in_cluster(f"sum by (node) ({NODE_PRICE})"), PER_NODE, instant=True),
+                 unit="currencyUSD", no_value="unknown", decimals=2, text_mode="auto"), 4, 4)
     lay.add(stat("GPUs", "Physical GPUs.",
-                 Query(f"count({WHOLE_GPUS})", instant=True), color="blue"), 3, 4)
+                 Query(in_cluster(f"count by (node) ({WHOLE_GPUS})"), PER_NODE, instant=True),
+                 color="blue", text_mode="auto"), 3, 4)
     lay.add(stat("MIG slices", "MIG devices (each its own device, with its parent GPU).",
-                 Query('count(max by (node, uuid) (gpu_info{parent_uuid!=""}))', instant=True),
-                 color="blue"), 3, 4)
+                 Query(in_cluster('count by (node) (max by (node, uuid) '
+                                  '(gpu_info{parent_uuid!=""}))'), PER_NODE, instant=True),
+                 color="blue", text_mode="auto"), 3, 4)
     lay.add(stat("Idle devices", "Idle or spinning GPUs and MIG slices "
                  "(`node:gpu_idle_devices:count`).",
-                 Query(f"sum({rules.series('node:gpu_idle_devices:count')})", instant=True),
-                 color="red"), 4, 4)
+                 Query(in_cluster(f"sum by (node) ({rules.series('node:gpu_idle_devices:count')})"),
+                       PER_NODE, instant=True), color="red", text_mode="auto"), 4, 4)
     lay.add(stat("Spinning GPUs", "Busy by utilization, doing no work.",
-                 Query(f"count({spinning})", instant=True), color="orange"), 4, 4)
+                 Query(in_cluster(f"count by (node) ({spinning})"), PER_NODE, instant=True),
+                 color="orange", text_mode="auto"), 4, 4)
 
     lay.row("Devices: GPUs and MIG slices")
     lay.add(table("Devices", (
@@ -282,9 +310,10 @@ def node(rules: Rules) -> Json:
     lay.add(state_timeline("Device verdicts", (
         "Each GPU and MIG slice: working, idle (below 5 %: utilization, else SM activity, "
         "else no process on a slice), or spinning (busy doing no work)."),
-        Query(f"max by (node, gpu, uuid) ({idle})\n"
-              f"+ on (node, uuid) group_left ()\n(max by (node, uuid) ({spinning}) * 0 + 1)\n"
-              f"or on (node, uuid)\nmax by (node, gpu, uuid) ({idle})", DEVICE),
+        Query(on_node(f"max by (node, gpu, uuid) ({idle})\n"
+                      "+ on (node, uuid) group_left ()\n"
+                      f"(max by (node, uuid) ({spinning}) * 0 + 1)\n"
+                      f"or on (node, uuid)\nmax by (node, gpu, uuid) ({idle})", *GPU), NAMED),
         DEVICE_STATES), 24, 8)
     lay.add(table("Who holds each device", "Containers holding a GPU or a MIG slice, and how "
                   "much of it they use (`container:gpu_held_usage:ratio`).",
@@ -296,8 +325,8 @@ def node(rules: Rules) -> Json:
     lay.row("Signals")
     lay.add(timeseries("Utilization", "Share of time a kernel ran, from the busy-time "
                        "counter (whole GPUs; a GPU in MIG mode has none).",
-                       [Query("max by (node, gpu, uuid) "
-                              "(rate(gpu_busy_seconds_total[$__rate_interval]))", DEVICE)],
+                       [Query(on_node("max by (node, gpu, uuid) "
+                              "(rate(gpu_busy_seconds_total[$__rate_interval]))", *GPU), NAMED)],
                        unit="percentunit", min_value=0, max_value=1), 12, 8)
     for title, counter in (("SM activity", "gpu_sm_active_seconds_total"),
                            ("Tensor activity", "gpu_tensor_active_seconds_total"),
@@ -305,30 +334,32 @@ def node(rules: Rules) -> Json:
         lay.add(timeseries(f"{title} (GPM)", (
             f"From `{counter}`: per GPU and per MIG instance (every slice of one GPU "
             "instance reads the same), Hopper and newer; absent elsewhere."),
-            [Query(_profile_of(f"max by (node, gpu, uuid) (rate({counter}"
-                               "[$__rate_interval]))"), SLICE)],
+            [Query(on_node(_profile_of(f"max by (node, gpu, uuid) (rate({counter}"
+                                       "[$__rate_interval]))"), *SLICE), NAMED)],
             unit="percentunit", min_value=0, max_value=1), 12, 8)
     lay.add(timeseries("Memory used", "GPU memory in use, per GPU and MIG slice.",
-                       [Query(_profile_of("max by (node, gpu, uuid) (gpu_memory_used_bytes)"),
-                              SLICE)], unit="bytes", min_value=0), 12, 8)
+                       [Query(on_node(_profile_of("max by (node, gpu, uuid) "
+                                                  "(gpu_memory_used_bytes)"), *SLICE), NAMED)],
+                       unit="bytes", min_value=0), 12, 8)
     lay.add(timeseries("Power", "Power from the energy counter.",
-                       [Query("max by (node, gpu, uuid) "
-                              "(rate(gpu_energy_joules_total[$__rate_interval]))", DEVICE)],
+                       [Query(on_node("max by (node, gpu, uuid) "
+                              "(rate(gpu_energy_joules_total[$__rate_interval]))", *GPU), NAMED)],
                        unit="watt", min_value=0), 12, 8)
-    lay.add(timeseries("Temperature", "", [Query(
-        "max by (node, gpu, uuid) (gpu_temperature_celsius)", DEVICE)], unit="celsius"),
+    lay.add(timeseries("Temperature", "", [Query(on_node(
+        "max by (node, gpu, uuid) (gpu_temperature_celsius)", *GPU), NAMED)], unit="celsius"),
         12, 8)
-    lay.add(timeseries("SM clock", "", [Query(
-        "max by (node, gpu, uuid) (gpu_sm_clock_hertz)", DEVICE)], unit="hertz"), 12, 8)
+    lay.add(timeseries("SM clock", "", [Query(on_node(
+        "max by (node, gpu, uuid) (gpu_sm_clock_hertz)", *GPU), NAMED)], unit="hertz"), 12, 8)
     lay.add(timeseries("Throttled time by reason", "Share of the node's GPU time with "
                        "clocks held down, by reason: the mean over its GPUs (100 % is every "
                        "GPU held down all the time).",
-                       [Query("avg by (node, reason) (max by (node, gpu, uuid, reason) "
-                              "(rate(gpu_throttle_seconds_total[$__rate_interval])))",
-                              "{{reason}}")], unit="percentunit", min_value=0), 12, 8)
+                       [Query(on_node("avg by (node, reason) (max by (node, gpu, uuid, reason) "
+                                      "(rate(gpu_throttle_seconds_total[$__rate_interval])))",
+                                      "$1", ("reason",)), NAMED)],
+                       unit="percentunit", min_value=0), 12, 8)
     lay.add(timeseries("PCIe and NVLink", "Bytes per second, summed over the node's GPUs.", [
-        Query(f"sum by (node) (max by (node, gpu, uuid) (rate({name}[$__rate_interval])))",
-              label)
+        Query(on_node(f"sum by (node) (max by (node, gpu, uuid) (rate({name}[$__rate_interval])))",
+                      label), NAMED)
         for name, label in (("gpu_pcie_receive_bytes_total", "PCIe receive"),
                             ("gpu_pcie_transmit_bytes_total", "PCIe transmit"),
                             ("gpu_nvlink_receive_bytes_total", "NVLink receive"),
