@@ -39,7 +39,10 @@ def test_wheel_installs_only_the_gpuscope_namespace(tmp_path: Path) -> None:
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"gpuscope"}
     for data in ("gpuscope/exporter/sources/scenarios/default.yaml",
-                 "gpuscope/dashboard/prices.yaml", "gpuscope/alerts/gpuscope-rules.yaml"):
+                 "gpuscope/dashboard/prices.yaml", "gpuscope/alerts/gpuscope-rules.yaml",
+                 # The page's assets: its style, and its tables' keyboard sorting.
+                 "gpuscope/dashboard/assets/style.css",
+                 "gpuscope/dashboard/assets/table_sort.js"):
         assert data in names
     entry = zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith("entry_points.txt"))).decode()

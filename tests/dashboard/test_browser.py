@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from gpuscope.dashboard import fmt, ids
+from gpuscope.dashboard import fmt, ids, sections
 from gpuscope.dashboard.app import DashboardServer, create_app
 from gpuscope.dashboard.data import DataError, EmbeddedData, StepQuery
 from gpuscope.dashboard.demo import DemoFleet, scenario_files
@@ -252,11 +252,68 @@ def test_a_heatmap_click_opens_the_node_in_view(page: Page,
     expect(section).to_be_in_viewport()
 
 
+def _sorts_from_the_keyboard(page: Page) -> None:
+    """On a page just opened: a table's sort arrows are reached with Tab and pressed with
+    Enter or Space, and sort as a mouse click does (assets/table_sort.js): ascending,
+    descending, then the page's own order; Tab goes on out of the table; every table's
+    arrows are buttons named for their column."""
+    table = f"#{ids.IDLE_NODES_TABLE}"
+
+    def types() -> list[str]:
+        """The instance types of the table's rows, top to bottom (one round trip)."""
+        return list(page.evaluate(
+            "t => Array.from(document.querySelectorAll(t + ' td[data-dash-column=instance_type]'))"
+            ".map(td => td.innerText.trim())", table))
+
+    rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)  # filled
+    page_order = types()
+    assert len(page_order) == 4 and page_order != sorted(page_order), page_order
+    header = page.locator(f"{table} th[data-dash-column=instance_type]")
+    control = header.locator(".column-header--sort")
+    expect(control).to_have_attribute("aria-label", "Sort by Instance type")
+
+    def tab_to(selector: str, most: int) -> None:
+        for _ in range(most):
+            page.keyboard.press("Tab")
+            if page.evaluate("s => document.activeElement.matches(s)", selector):
+                return
+        raise AssertionError(f"Tab never reached {selector}")
+
+    # Reached from the top of the page by Tab alone.
+    tab_to(f"{table} th[data-dash-column=instance_type] .column-header--sort", 40)
+
+    def sorted_by_keyboard(key: str, direction: str) -> list[str]:
+        page.keyboard.press(key)
+        expect(header).to_have_attribute("aria-sort", direction)
+        return types()
+
+    ascending = sorted_by_keyboard("Enter", "ascending")
+    assert ascending == sorted(page_order)
+    assert sorted_by_keyboard("Space", "descending") == sorted(page_order, reverse=True)
+    assert sorted_by_keyboard("Enter", "none") == page_order
+    # What the keyboard did is what a click does.
+    control.click()
+    expect(header).to_have_attribute("aria-sort", "ascending")
+    assert types() == ascending
+    # Tab goes on past the table's rows, their links, to the next table's arrows (the
+    # table's own key handling held the focus in its first row's link).
+    tab_to(f"#{ids.IDLE_SLICES_TABLE} .column-header--sort", 40)
+    # Every table's arrows: in the tab order, a button, named for its column.
+    marks = page.evaluate("""() => Array.from(document.querySelectorAll('.column-header--sort'))
+        .map(el => [el.tabIndex, el.getAttribute('role'), el.getAttribute('aria-label')])""")
+    assert len(marks) >= sum(len(t.columns) for t in sections.tables())
+    assert all(m[0] == 0 and m[1] == "button" and m[2].startswith("Sort by ")
+               for m in marks), marks
+
+
 def test_every_control_says_what_it_is_for(page: Page, demo_dashboard: DashboardProcess) -> None:
     """A screen reader's list of buttons and fields: each table's "Show all rows" and
     "Download CSV" name their table (not 13 of each alike), and the drill-downs' and the
-    workload view's pickers have a label, as the window, namespace and cluster pickers do."""
+    workload view's pickers have a label, as the window, namespace and cluster pickers do;
+    and every table's sort arrows are buttons named for their column, which the keyboard
+    reaches and presses (:func:`_sorts_from_the_keyboard`, on the same page load)."""
     open_page(page, demo_dashboard.url)
+    _sorts_from_the_keyboard(page)
     for section in registry.SECTIONS:
         for table in section.tables:
             name = ", ".join(n for n in (section.title, table.heading) if n)
