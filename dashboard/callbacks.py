@@ -227,6 +227,35 @@ def table_more(service: DashboardService, table_id: str, clicks: Any, window: An
     return rows, note, {**_limits(limits), table_id: sections.MAX_ROWS}
 
 
+def table_more_answer(service: DashboardService, table_id: str, clicks: Any, window: Any,
+                      namespace: Any, limits: Any, cluster: Any = None) -> tuple[Any, Any]:
+    """"Show all rows" as the page takes it: (answer, limits). The answer (:func:`table_more`'s
+    rows and note) carries the view it was asked for, the window, namespace and cluster as
+    the page sent them, and the page puts it in the table only while its controls still
+    name that view (:data:`MORE_GATE`): a window changed before a slow answer came would
+    otherwise have its rows replaced by the old window's (the fleet callback's answer for
+    the new window and this one race; the later wins) until the next refresh. The limits
+    are raised either way: the table was asked for whole, and a refresh keeps it so."""
+    rows, note, raised = table_more(service, table_id, clicks, window, namespace, limits,
+                                    cluster)
+    if rows is no_update:
+        return no_update, raised
+    return {"for": [window, namespace, cluster], "data": rows, "note": note}, raised
+
+
+#: The page's side of :func:`table_more_answer`: a "Show all rows" answer fills the table
+#: and its note only where it was asked for the view the controls name now (as the page
+#: sent them: compared as JSON, absent and null alike).
+MORE_GATE = """function(answer, shownWindow, namespace, cluster) {
+    var skip = window.dash_clientside.no_update;
+    if (!answer || JSON.stringify(answer["for"])
+            !== JSON.stringify([shownWindow, namespace, cluster])) {
+        return [skip, skip];
+    }
+    return [answer.data, answer.note];
+}"""
+
+
 def table_csv(service: DashboardService, table_id: str, clicks: Any, window: Any,
               namespace: Any, cluster: Any = None) -> Any:
     """"Download CSV" of one table: every row of the view the page shows."""
@@ -250,8 +279,7 @@ def table_csv(service: DashboardService, table_id: str, clicks: Any, window: Any
 def _register_table_actions(app: Dash, service: DashboardService, table_id: str,
                             note_id: str) -> None:
     @app.callback(
-        Output(table_id, "data", allow_duplicate=True),
-        Output(note_id, "children", allow_duplicate=True),
+        Output(sections.more_answer_id(table_id), "data"),
         Output(ids.TABLE_LIMITS, "data", allow_duplicate=True),
         Input(sections.more_id(table_id), "n_clicks"),
         State(ids.WINDOW_SELECT, "value"),
@@ -262,7 +290,20 @@ def _register_table_actions(app: Dash, service: DashboardService, table_id: str,
     )
     def more(clicks: Any, window: Any, namespace: Any, limits: Any,
              cluster: Any) -> tuple[Any, ...]:
-        return table_more(service, table_id, clicks, window, namespace, limits, cluster)
+        return table_more_answer(service, table_id, clicks, window, namespace, limits,
+                                 cluster)
+
+    # The answer reaches the table in the browser, and only for the view shown now.
+    app.clientside_callback(  # type: ignore[no-untyped-call]
+        MORE_GATE,
+        Output(table_id, "data", allow_duplicate=True),
+        Output(note_id, "children", allow_duplicate=True),
+        Input(sections.more_answer_id(table_id), "data"),
+        State(ids.WINDOW_SELECT, "value"),
+        State(ids.NAMESPACE_FILTER, "value"),
+        State(ids.CLUSTER_SELECT, "value"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output(f"{sections.csv_id(table_id)}-file", "data"),

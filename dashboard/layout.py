@@ -54,6 +54,7 @@ def _table(table_id: str, columns: Sequence[Column], note_id: str, name: str) ->
             html.Button("Download CSV", id=sections.csv_id(table_id), n_clicks=0,
                         className="table-action", **_aria(f"Download CSV ({name})")),
             dcc.Download(id=f"{sections.csv_id(table_id)}-file"),
+            dcc.Store(id=sections.more_answer_id(table_id)),
         ], className="table-actions"),
     ], className="table-wrap")
 

@@ -194,6 +194,13 @@ def more_id(table_id: str) -> str:
     return f"{table_id}-more"
 
 
+def more_answer_id(table_id: str) -> str:
+    """The id of the store that takes a table's "Show all rows" answer, with the view it was
+    asked for, before the page lets it into the table (a late answer for another view is
+    dropped: :func:`gpuscope.dashboard.callbacks.table_more_answer`)."""
+    return f"{table_id}-more-answer"
+
+
 def csv_id(table_id: str) -> str:
     """The id of a table's "Download CSV" button (its download: ``-file``)."""
     return f"{table_id}-csv"

@@ -68,14 +68,15 @@ class FixedSource:
         pass
 
 
-def one_idle_gpu_fleet() -> FleetData:
-    """The smallest fleet: one node (g6.xlarge) with one L4, idle over the last hour."""
-    ref = GpuRef("gpu-node-1", "GPU-1")
+def one_idle_gpu_fleet(node: str = "gpu-node-1") -> FleetData:
+    """The smallest fleet: one node (g6.xlarge, named ``node``) with one L4, idle over the
+    last hour."""
+    ref = GpuRef(node, "GPU-1")
     w = make_window(3600)
     return FleetData(
         window=w, history_start=w.start,
-        gpus={ref: GpuInfo("gpu-node-1", "0", "GPU-1", "NVIDIA L4")},
-        nodes={"gpu-node-1": NodeInfo("gpu-node-1", "g6.xlarge")},
+        gpus={ref: GpuInfo(node, "0", "GPU-1", "NVIDIA L4")},
+        nodes={node: NodeInfo(node, "g6.xlarge")},
         gpu_busy_max={ref: make_series([0.0] * 61)}, gpu_now={ref: 0.0}, gpu_mean={ref: 0.0},
     )
 

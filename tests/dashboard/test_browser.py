@@ -12,10 +12,11 @@ import re
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from gpuscope.dashboard import fmt, ids, sections
@@ -29,7 +30,7 @@ from gpuscope.dashboard.series import FleetData, NodeDetail, PodDetail, Series, 
 from gpuscope.dashboard.service import DashboardService
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.exporter.sources.simulated import SimulatedSource
-from tests.dashboard.conftest import DashboardProcess, one_idle_gpu_fleet
+from tests.dashboard.conftest import DashboardProcess, FixedSource, one_idle_gpu_fleet
 
 INJECTION = '"}) or vector(1) or up{x="'
 
@@ -601,6 +602,74 @@ def test_backend_down_shows_a_banner_over_the_last_data(
     assert "Traceback" not in page.content()
     source.fail = False
     banner.wait_for(state="hidden")
+
+
+def _idle_nodes(prefix: str, n: int) -> FleetData:
+    """``n`` one-GPU idle nodes, ``<prefix>-00`` on."""
+    fleets = [one_idle_gpu_fleet(f"{prefix}-{i:02d}") for i in range(n)]
+    return replace(fleets[0], **{name: {k: v for f in fleets for k, v in getattr(f, name).items()}
+                                 for name in ("gpus", "nodes", "gpu_busy_max", "gpu_now",
+                                              "gpu_mean")})
+
+
+class _NodesPerWindow(FixedSource):
+    """Idle nodes named for the window asked for (which view a table's rows are from, at a
+    glance): the hour's one, ``gpu-node-3600-00``; 15 minutes' 51, one more than a table
+    is sent before "Show all rows" (its note says so until then)."""
+
+    def __init__(self) -> None:
+        super().__init__(one_idle_gpu_fleet())
+        self.views = {3600: _idle_nodes("gpu-node-3600", 1), 900: _idle_nodes("gpu-node-900", 51)}
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
+        return self.views[round(window_seconds)]
+
+
+def test_a_late_show_all_rows_answer_for_another_window_is_dropped(
+    page: Page, serve: Callable[[DashboardService, float], str]
+) -> None:
+    """"Show all rows", then another window before that answer came: the answer, for the old
+    window, does not replace the new window's rows (it raced the fleet callback's answer,
+    and the later one won until the next refresh). The answer is held in the browser until
+    the new window's rows are drawn, so the order is the race's worst, every time."""
+    url = serve(DashboardService(_NodesPerWindow(), bundled_prices()), 30.0)
+    open_page(page, url)
+    table, note = page.locator(f"#{ids.IDLE_NODES_TABLE}"), page.locator(f"#{ids.IDLE_NOTE}")
+    expect(note).to_have_text("1 idle node.")
+    more = sections.more_id(ids.IDLE_NODES_TABLE)
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:
+        if more in (route.request.post_data or ""):
+            held.append(route)
+        else:
+            route.continue_()
+
+    def callbacks(url: str) -> bool:  # (Dash adds a query: a glob would not match)
+        return "/_dash-update-component" in url
+
+    page.route(callbacks, hold)
+    try:
+        page.click(f"#{more}")
+        deadline = time.monotonic() + 10.0
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
+        assert held, "the Show all rows request was never sent"
+        choose(page, ids.WINDOW_SELECT, "15m")
+        expect(note).to_contain_text("51 idle nodes. The table shows the first 50 of 51")
+        with page.expect_response(lambda r: more in (r.request.post_data or "")) as late:
+            held[0].continue_()
+        assert late.value.ok
+        page.wait_for_timeout(500)  # (before, the old window's rows were drawn at once)
+        expect(note).to_contain_text("The table shows the first 50 of 51")
+        assert "gpu-node-3600" not in table.inner_text()
+    finally:
+        page.unroute(callbacks)
+    # Asked for in the window shown, the answer fills the table.
+    page.click(f"#{more}")
+    expect(note).to_have_text("51 idle nodes.")
+    assert "gpu-node-900-00" in table.inner_text()
 
 
 # -- Many clusters: a row's links keep its cluster ----------------------------------------------
