@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import plotly.graph_objects as go
@@ -25,7 +26,7 @@ from gpuscope.dashboard.figures import (
     workload_figure,
 )
 from gpuscope.dashboard.layout import FOLDED, GRAPHS
-from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS, DashboardService
+from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS, DashboardService, ReadFailed
 
 
 # A callback request is JSON that anyone can send, whatever the page offers: a dropdown's
@@ -81,21 +82,74 @@ def redraw(figure: go.Figure, view: str, shown: Any) -> tuple[Any, str]:
     return patch, key
 
 
+#: A drill-down's line: a note (why nothing is drawn), or a banner over the charts it
+#: last drew while reading them fails (:func:`last_drawn`).
+NOTE, BANNER = "note", "banner"
+
+
 def _folded(graph_ids: tuple[str, ...], banner: str) -> dict[str, Any]:
     """A drill-down's callback values with nothing to draw: its graphs folded away (their
     figures left as they are), one line saying why."""
-    return {"box": FOLDED, "banner": banner, "drawn": no_update,
+    return {"box": FOLDED, "banner": banner, "banner_class": NOTE, "drawn": no_update,
             **dict.fromkeys(graph_ids, no_update)}
 
 
-def _drawn(view: str, figures: dict[str, go.Figure], shown: Any) -> dict[str, Any]:
+def _drawn(view: str, figures: dict[str, go.Figure], shown: Any, of: dict[str, str | None],
+           at: float) -> dict[str, Any]:
     """A drill-down's callback values: its graphs shown (:func:`redraw`: each at the
-    user's zoom where it shows ``view`` already), and what they show (its store)."""
+    user's zoom where it shows ``view`` already), and what they show (its store: each
+    graph's key, whose data they are, ``of``, and when they were drawn, ``at``: what
+    :func:`last_drawn` says over them while reading fails)."""
     old = shown if isinstance(shown, dict) else {}
-    out: dict[str, Any] = {"box": GRAPHS, "banner": "", "drawn": {}}
+    out: dict[str, Any] = {"box": GRAPHS, "banner": "", "banner_class": NOTE,
+                           "drawn": {"of": of, "at": at}}
     for graph_id, figure in figures.items():
         out[graph_id], out["drawn"][graph_id] = redraw(figure, view, old.get(graph_id))
     return out
+
+
+def _words(of: Mapping[str, Any], other: Mapping[str, Any]) -> str:
+    """Whose data a drill-down shows, in words (``node n1, the 1h window``; a namespace or
+    cluster said where either of the two views has one), as the fleet's banner says it."""
+    words = []
+    for key, value in of.items():
+        value = value if isinstance(value, str) and value else None
+        if key == "window":
+            words.append(f"the {value or DEFAULT_WINDOW} window")
+        elif key in ("namespace", "cluster"):
+            if value or other.get(key):
+                words.append(f"{key} {value}" if value else f"every {key}")
+        elif value:
+            words.append(f"{key} {value}")
+    return ", ".join(words)
+
+
+def last_drawn(problem: str | None, shown: Any, wanted: dict[str, str | None]) -> str | None:
+    """The banner over a drill-down's charts kept as they were last drawn, where ``problem``
+    is a failure to read (:class:`~gpuscope.dashboard.service.ReadFailed`: the store down,
+    a bug) and the drill-down has drawn something (``shown``: its store, any JSON from the
+    page): the problem, when they were drawn, and whose data they are, and that they are
+    not ``wanted``'s where another node, pod, workload, window or filter is picked
+    ("…, of node n1, the 1h window, not node n2, the 1h window"), as the fleet view's
+    banner says it. None otherwise: nothing to keep, or an answer (nothing there, not a
+    name) that replaces the charts."""
+    if not isinstance(problem, ReadFailed) or not isinstance(shown, dict):
+        return None
+    of, at = shown.get("of"), shown.get("at")
+    if (not isinstance(of, dict) or isinstance(at, bool) or not isinstance(at, (int, float))
+            or not 0 < at < 1e11):  # (a page's JSON: a time fmt.clock can write)
+        return None
+    same = {k: v or None for k, v in of.items()} == {k: v or None for k, v in wanted.items()}
+    which = _words(of, wanted) + ("" if same else f", not {_words(wanted, of)}")
+    stop = "" if problem.endswith(".") else "."
+    return f"{problem}{stop} Showing the last data, from {fmt.clock(at)}, of {which}."
+
+
+def _kept(graph_ids: tuple[str, ...], banner: str) -> dict[str, Any]:
+    """A drill-down's callback values while reading fails: its graphs shown as they were
+    last drawn, under ``banner`` (:func:`last_drawn`)."""
+    return {"box": GRAPHS, "banner": banner, "banner_class": BANNER, "drawn": no_update,
+            **dict.fromkeys(graph_ids, no_update)}
 
 
 #: The most options a dropdown is sent at once: those that contain what is typed in it (all
@@ -487,6 +541,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     @app.callback(
         output={"box": Output(ids.NODE_GRAPHS, "className"),
                 "banner": Output(ids.NODE_BANNER, "children"),
+                "banner_class": Output(ids.NODE_BANNER, "className"),
                 "drawn": Output(ids.NODE_DRAWN, "data"),
                 **{g: Output(g, "figure") for g in ids.NODE_GRAPH_IDS}},
         inputs=[Input(ids.NODE_SELECT, "value"), Input(ids.WINDOW_SELECT, "value"),
@@ -496,7 +551,12 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     def update_node(node: str | None, window: str | None, _n: int | None,
                     shown: Any = None) -> dict[str, Any]:
         detail, problem = service.node(_text(node), _window(window))
+        wanted = {"node": _text(node), "window": _window(window) or DEFAULT_WINDOW}
         if detail is None:
+            # The store down: the charts last drawn stay, under a banner saying whose.
+            kept = last_drawn(problem, shown, wanted)
+            if kept:
+                return _kept(ids.NODE_GRAPH_IDS, kept)
             # Nothing picked (or nothing to show): no empty charts, one line saying why.
             return _folded(ids.NODE_GRAPH_IDS, problem or (
                 "No node selected: pick one above, or click a node in the heatmap or in a "
@@ -521,11 +581,12 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
             ids.NODE_MEMORY_GRAPH: timeseries_figure(
                 {f"GPU {k}": s for k, s in detail.memory_used.items()},
                 f"{n}: GPU memory used", unit="bytes"),
-        }, shown)
+        }, shown, {**wanted, "node": n}, service.now())
 
     @app.callback(
         output={"box": Output(ids.POD_GRAPHS, "className"),
                 "banner": Output(ids.POD_BANNER, "children"),
+                "banner_class": Output(ids.POD_BANNER, "className"),
                 "drawn": Output(ids.POD_DRAWN, "data"),
                 **{g: Output(g, "figure") for g in ids.POD_GRAPH_IDS}},
         inputs=[Input(ids.POD_SELECT, "value"), Input(ids.WINDOW_SELECT, "value"),
@@ -535,7 +596,12 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
     def update_pod(pod: str | None, window: str | None, _n: int | None,
                    cluster: Any = None, shown: Any = None) -> dict[str, Any]:
         detail, problem = service.pod(_text(pod), _window(window), _text(cluster))
+        wanted = {"pod": _text(pod), "window": _window(window) or DEFAULT_WINDOW,
+                  "cluster": _text(cluster) or None}
         if detail is None:
+            kept = last_drawn(problem, shown, wanted)
+            if kept:
+                return _kept(ids.POD_GRAPH_IDS, kept)
             return _folded(ids.POD_GRAPH_IDS, problem or (
                 "No pod selected: pick one above, or click a pod in a table."))
         name = f"{detail.namespace}/{detail.pod}"
@@ -555,7 +621,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
                 "node drill-down shows the device's activity)", 120),
             ids.POD_MEMORY_GRAPH: timeseries_figure(
                 detail.memory_used, f"{name}: GPU memory by container", unit="bytes"),
-        }, shown)
+        }, shown, {**wanted, "pod": name}, service.now())
 
     # The workload view follows the fleet view it takes its default and its marks from
     # (``choices``, which the fleet callback writes with each view): the browser asks for
@@ -565,6 +631,7 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
         Output(ids.WORKLOAD_VIEW, "figure"),
         Output(ids.WORKLOAD_NOTE, "children"),
         Output(ids.WORKLOAD_DRAWN, "data"),
+        Output(ids.WORKLOAD_NOTE, "className"),
         Input(ids.WORKLOAD_SELECT, "value"),
         Input(ids.WINDOW_SELECT, "value"),
         Input(ids.NAMESPACE_FILTER, "value"),
@@ -576,14 +643,27 @@ def register_callbacks(app: Dash, service: DashboardService) -> None:
                         cluster: Any = None, drawn: Any = None) -> tuple[Any, ...]:
         detail, marks, problem = service.workload(_text(workload), _window(window),
                                                   _text(namespace), _text(cluster))
+        old = drawn if isinstance(drawn, dict) else {}
+        drawn_of = old.get("of")
+        drawn_of = drawn_of if isinstance(drawn_of, dict) else {}
+        wanted = {
+            # None picked: the default, which is the one drawn as far as the page knows.
+            "workload": _text(workload) or _text(drawn_of.get("workload")),
+            "window": _window(window) or DEFAULT_WINDOW,
+            "namespace": _text(namespace) or None, "cluster": _text(cluster) or None}
         if detail is None:
+            kept = last_drawn(problem, old, wanted)
+            if kept:  # the store down: the run last drawn stays, under a banner
+                return no_update, kept, no_update, BANNER
             return (empty_figure(problem or "No workload with GPUs in this window", 160),
-                    problem or "", None)
+                    problem or "", None, NOTE)
         note = components.workload_note(
             detail, marks, picked=bool(_text(workload)),
             totals=service.run_totals(detail, _window(window), _text(namespace),
                                       _text(cluster)))
+        name = f"{detail.namespace}/{detail.workload}"
         figure, key = redraw(workload_figure(detail, set(marks), marks),
-                             _view(f"{detail.namespace}/{detail.workload}", _window(window),
-                                   _text(namespace), _text(cluster)), drawn)
-        return figure, note, key
+                             _view(name, _window(window), _text(namespace), _text(cluster)),
+                             old.get("key"))
+        return figure, note, {"key": key, "of": {**wanted, "workload": name},
+                              "at": service.now()}, NOTE

@@ -68,6 +68,15 @@ def _with_problems(fut: Future[Answer], problems: list[str]) -> Future[Answer]:
     return out
 
 
+class ReadFailed(str):
+    """A drill-down's problem that is a failure to read it (the store unreachable, slow or
+    answering an error; a bug), not an answer about what was picked (nothing there, not a
+    name): the page keeps the charts it last drew under it, as the fleet view keeps its
+    last data under the page's banner."""
+
+    __slots__ = ()
+
+
 def window_seconds(key: str | None) -> float:
     return WINDOWS.get(key or DEFAULT_WINDOW, WINDOWS[DEFAULT_WINDOW])
 
@@ -213,6 +222,11 @@ class DashboardService:
     def fleet(self, window: str | None, namespace_text: str | None,
               cluster_text: str | None = None) -> Answer:
         return self._shared(window, namespace_text, cluster_text, claim=True).result()
+
+    def now(self) -> float:
+        """The wall clock the service stamps answers with (seconds): when a drill-down was
+        drawn, said where the page keeps it over a failed read."""
+        return self._clock()
 
     @staticmethod
     def view_key(window: str | None, namespace_text: str | None,
@@ -378,11 +392,13 @@ class DashboardService:
             return None, None
         try:
             detail = self.source.node_detail(node, window_seconds(window))
-        except (DataError, InvalidFilter) as exc:
+        except InvalidFilter as exc:
             return None, str(exc)
+        except DataError as exc:
+            return None, ReadFailed(exc)
         except Exception as exc:
             log.exception("node drill-down failed")
-            return None, f"Internal error: {type(exc).__name__}: {exc}"
+            return None, ReadFailed(f"Internal error: {type(exc).__name__}: {exc}")
         if detail.empty:
             return None, (f"No GPU data for node {node!r} in the last "
                           f"{fmt.duration(window_seconds(window))}: not a node this dashboard "
@@ -421,11 +437,13 @@ class DashboardService:
             detail = self.source.workload_detail(namespace, name, window_seconds(window),
                                                  first=set(marks), cluster=cluster)
             return detail, marks, None
-        except (DataError, InvalidFilter) as exc:
+        except InvalidFilter as exc:
             return None, {}, str(exc)
+        except DataError as exc:
+            return None, {}, ReadFailed(exc)
         except Exception as exc:
             log.exception("workload view failed")
-            return None, {}, f"Internal error: {type(exc).__name__}: {exc}"
+            return None, {}, ReadFailed(f"Internal error: {type(exc).__name__}: {exc}")
 
     def run_totals(self, detail: WorkloadDetail, window: str | None,
                    namespace_text: str | None = None, cluster_text: str | None = None
@@ -460,8 +478,10 @@ class DashboardService:
         try:
             return self.source.pod_detail(namespace, name, window_seconds(window),
                                           cluster), None
-        except (DataError, InvalidFilter) as exc:
+        except InvalidFilter as exc:
             return None, str(exc)
+        except DataError as exc:
+            return None, ReadFailed(exc)
         except Exception as exc:
             log.exception("pod drill-down failed")
-            return None, f"Internal error: {type(exc).__name__}: {exc}"
+            return None, ReadFailed(f"Internal error: {type(exc).__name__}: {exc}")

@@ -576,7 +576,10 @@ class _Switchable:
         return {q: [] for q in queries}
 
     def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
-        raise DataError("down")
+        if self.fail:
+            raise DataError("Prometheus http://prom:9090 unreachable: timed out")
+        return NodeDetail(node, self.data.window,
+                          utilization={"0": self.data.gpu_busy_max[next(iter(self.data.gpus))]})
 
     def pod_detail(self, namespace: str, pod: str, window_seconds: float,
                    cluster: str | None = None) -> PodDetail:
@@ -591,17 +594,27 @@ def test_backend_down_shows_a_banner_over_the_last_data(
 ) -> None:
     source = _Switchable()
     url = serve(DashboardService(source, bundled_prices()), 1.0)
-    open_page(page, url)
+    open_page(page, url + "?node=gpu-node-1")
     assert rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)[0][0] == "gpu-node-1"
+    trace = page.locator(f"#{ids.NODE_UTIL_GRAPH} .scatterlayer .trace")
+    trace.wait_for(state="attached")
     source.fail = True
     banner = page.locator(f"#{ids.BANNER}")
     banner.wait_for(state="visible")
     assert "unreachable: timed out" in banner.inner_text()
     assert "Showing the last data" in banner.inner_text()
     assert rows(page, ids.IDLE_NODES_TABLE, ids.IDLE_NOTE)[0][0] == "gpu-node-1"
+    # The node drill-down keeps its charts too, under a banner saying whose they are.
+    node_banner = page.locator(f"#{ids.NODE_BANNER}")
+    expect(node_banner).to_contain_text("of node gpu-node-1, the 1h window.")
+    assert "unreachable: timed out" in node_banner.inner_text()
+    expect(node_banner).to_have_class("banner")
+    expect(page.locator(f"#{ids.NODE_GRAPHS}")).to_be_visible()
+    assert trace.count() == 1
     assert "Traceback" not in page.content()
     source.fail = False
     banner.wait_for(state="hidden")
+    expect(node_banner).to_be_empty()
 
 
 def _idle_nodes(prefix: str, n: int) -> FleetData:

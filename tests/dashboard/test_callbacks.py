@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 from dash import Patch, no_update
 
-from gpuscope.dashboard import callbacks
+from gpuscope.dashboard import callbacks, fmt, ids
 from gpuscope.dashboard.callbacks import (
     MAX_OPTIONS,
     MAX_POD_CHOICES,
@@ -17,9 +18,21 @@ from gpuscope.dashboard.callbacks import (
     choices_of,
     shown_choices,
 )
+from gpuscope.dashboard.data import DataError
 from gpuscope.dashboard.figures import empty_figure, timeseries_figure, workload_figure
-from gpuscope.dashboard.series import GpuRef, Window, WorkloadDetail, WorkloadDevice
-from tests.dashboard.conftest import make_series
+from gpuscope.dashboard.layout import FOLDED, GRAPHS
+from gpuscope.dashboard.prices import bundled_prices
+from gpuscope.dashboard.series import (
+    FleetData,
+    GpuRef,
+    NodeDetail,
+    PodDetail,
+    Window,
+    WorkloadDetail,
+    WorkloadDevice,
+)
+from gpuscope.dashboard.service import DashboardService, ReadFailed
+from tests.dashboard.conftest import FixedSource, make_series, one_idle_gpu_fleet
 
 NODES = [f"gpu-node-{i:05d}" for i in range(5000)]
 PODS = [f"ml/train-{i}" for i in range(300)]
@@ -149,3 +162,119 @@ def test_a_refresh_of_the_same_view_keeps_the_users_zoom() -> None:
     assert callbacks.redraw(lines, "n2 1h", key)[0] is lines
     message = empty_figure("n1: no data in this window")
     assert callbacks.redraw(message, "n1 1h", key)[0] is message
+
+
+class _Recorder:
+    """Keeps the functions ``register_callbacks`` registers, by name, to call them as Dash
+    would (the clientside ones run in the browser only)."""
+
+    def __init__(self) -> None:
+        self.funcs: dict[str, Callable[..., Any]] = {}
+
+    def callback(self, *_deps: Any, **_kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            self.funcs.setdefault(func.__name__, func)
+            return func
+        return register
+
+    def clientside_callback(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+
+class _Drill(FixedSource):
+    """One idle node, and a node ``n1``, a pod ``ns/p`` and a run ``ml/Job/train`` to drill
+    into; every read fails with the store's error while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__(one_idle_gpu_fleet())
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise DataError("Prometheus http://prom:9090 unreachable: timed out")
+
+    def fleet(self, window_seconds: float, namespace: str | None = None,
+              window: Window | None = None) -> FleetData:
+        self._check()
+        return self.data
+
+    def node_detail(self, node: str, window_seconds: float) -> NodeDetail:
+        self._check()
+        series = {"0": make_series([0.5] * 10)} if node == "n1" else {}
+        return NodeDetail(node, self.data.window, utilization=series)
+
+    def pod_detail(self, namespace: str, pod: str, window_seconds: float,
+                   cluster: str | None = None) -> PodDetail:
+        self._check()
+        return PodDetail(namespace, pod, self.data.window,
+                         utilization={"main@n1/0": make_series([0.5] * 10)})
+
+    def workload_detail(self, namespace: str, workload: str, window_seconds: float,
+                        first: Any = (), cluster: str | None = None) -> WorkloadDetail:
+        self._check()
+        ref = GpuRef("n1", "GPU-1")
+        return WorkloadDetail(namespace, workload, self.data.window,
+                              (WorkloadDevice(ref, "0", "NVIDIA L4", ("train-0",)),),
+                              utilization={ref: make_series([0.5] * 10)}, total_devices=1)
+
+
+def test_a_failed_read_keeps_a_drill_downs_last_charts_and_says_whose() -> None:
+    """``callbacks.last_drawn``: the store down (``ReadFailed``), a drill-down keeps the
+    charts it last drew under a banner saying when they were drawn and whose they are, and
+    that they are not the view picked now where another is; an answer about what is picked
+    (not there, not a name), or nothing drawn yet, keeps nothing."""
+    at = 1_800_000_000.0
+    drawn = {"node-util-graph": "key", "of": {"node": "n1", "window": "1h"}, "at": at}
+    down = ReadFailed("Prometheus http://prom:9090 unreachable: timed out")
+    banner = callbacks.last_drawn(down, drawn, {"node": "n1", "window": "1h"})
+    assert banner == (f"Prometheus http://prom:9090 unreachable: timed out. Showing the last "
+                      f"data, from {fmt.clock(at)}, of node n1, the 1h window.")
+    assert callbacks.last_drawn(down, drawn, {"node": "n2", "window": "6h"}).endswith(
+        "of node n1, the 1h window, not node n2, the 6h window.")
+    # A filter is said where either view has one, as the fleet's banner says it.
+    pod = {"of": {"pod": "ns/p", "window": "1h", "cluster": None}, "at": at}
+    assert callbacks.last_drawn(down, pod, {"pod": "ns/p", "window": "1h",
+                                            "cluster": "dev"}).endswith(
+        "of pod ns/p, the 1h window, every cluster, not pod ns/p, the 1h window, cluster dev.")
+    # Nothing to keep: an answer, not a failure; nothing drawn; a page's JSON that is no time.
+    assert callbacks.last_drawn("No GPU data for node 'n1'", drawn, {"node": "n1"}) is None
+    assert callbacks.last_drawn(down, None, {"node": "n1"}) is None
+    assert callbacks.last_drawn(down, {"node-util-graph": "key"}, {"node": "n1"}) is None
+    for junk in (True, "now", 1e300, float("nan"), -5):
+        assert callbacks.last_drawn(down, {**drawn, "at": junk}, {"node": "n1"}) is None
+
+
+def test_the_drill_downs_keep_their_charts_while_the_store_is_down() -> None:
+    """The node, pod and workload callbacks: drawn once, then the store fails; the charts
+    are left as they are (no figure sent, the box unfolded) under the banner, and the
+    workload view keeps its run. A node that is not there still folds its charts away."""
+    source = _Drill()
+    service = DashboardService(source, bundled_prices())  # type: ignore[arg-type]
+    try:
+        app = _Recorder()
+        callbacks.register_callbacks(app, service)  # type: ignore[arg-type]
+        node, pod, run = (app.funcs[n] for n in ("update_node", "update_pod",
+                                                 "update_workload"))
+        first = node("n1", "1h", 1, None)
+        assert first["box"] == GRAPHS and first["drawn"]["of"] == {"node": "n1", "window": "1h"}
+        pod_first = pod("ns/p", "1h", 1, None, None)
+        run_first = run("ml/Job/train", "1h", None, None, None, None)
+        source.down = True
+        kept = node("n1", "1h", 2, first["drawn"])
+        assert kept["box"] == GRAPHS and kept["banner_class"] == "banner"
+        assert all(kept[g] is no_update for g in ids.NODE_GRAPH_IDS)
+        assert "unreachable" in kept["banner"] and kept["banner"].endswith(
+            "of node n1, the 1h window.")
+        kept = pod("ns/p", "1h", 2, None, pod_first["drawn"])
+        assert kept["box"] == GRAPHS and kept["banner"].endswith("of pod ns/p, the 1h window.")
+        figure, note, drawn, note_class = run("ml/Job/train", "6h", None, None, None,
+                                              run_first[2])
+        assert figure is no_update and drawn is no_update and note_class == "banner"
+        assert note.endswith("of workload ml/Job/train, the 1h window, not workload "
+                             "ml/Job/train, the 6h window."), note
+        # Not there: an answer, not a failure: folded with why, whatever was drawn.
+        source.down = False
+        gone = node("gone", "1h", 3, first["drawn"])
+        assert gone["box"] == FOLDED and gone["banner"].startswith("No GPU data for node")
+    finally:
+        service.close()
