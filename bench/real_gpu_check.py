@@ -20,10 +20,11 @@ it is installed) and compares over the same window:
 
 * busy time: the rate of ``busy_seconds`` against the mean of ``utilization.gpu`` read by
   nvidia-smi every second;
-* throttle time: the counters against ``nvidia-smi -q -d PERFORMANCE``'s clocks-event
-  counters (SW power capping, sync boost, SW/HW thermal slowdown, HW power braking, in µs;
-  drivers without them print none, and then only the reasons nvidia-smi shows as active are
-  compared: an active reason must have grown);
+* throttle time: the counters' increases against those of ``nvidia-smi -q -d PERFORMANCE``'s
+  clocks-event counters (SW power capping, sync boost, SW/HW thermal slowdown, HW power
+  braking, in µs since the driver loaded; ours count from the source's first read); drivers
+  without them print none, and then only the reasons nvidia-smi shows as active are
+  compared: an active reason must have grown;
 * GPM: the rates of SM, tensor and DRAM active seconds against ``dcgmi dmon -e
   1002,1004,1005`` (SM_ACTIVE, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE), when DCGM is installed and
   its host engine runs (DCGM reads the same GPM counters on Hopper);
@@ -627,15 +628,15 @@ def check_work_signals(args: argparse.Namespace, shared: Shared) -> int:
         before = {t.reason: t.seconds for t in d0.throttle_seconds}
         if n < len(perf_1.counters) and perf_1.counters[n]:
             for reason, theirs in perf_1.counters[n].items():
+                # Ours counts from the source's first read, nvidia-smi's since the driver
+                # loaded: only their increases over the window compare.
                 ours = ours_throttle.get(reason)
-                # Cumulative since the driver loaded on both sides, read a moment apart.
-                ok = ours is not None and abs(ours - theirs) <= 1.5 + 0.02 * theirs
-                row(gpu, f"throttle {reason} (s since driver load)", ours, theirs, ok)
                 start = perf_0.counters[n].get(reason) if n < len(perf_0.counters) else None
-                if ours is not None and start is not None and reason in before:
-                    grew, smi_grew = ours - before[reason], theirs - start
-                    row(gpu, f"throttle {reason} increase in the window", grew, smi_grew,
-                        abs(grew - smi_grew) <= 1.0 + 0.05 * args.window)
+                grew = None if ours is None or reason not in before else ours - before[reason]
+                smi_grew = None if start is None else theirs - start
+                row(gpu, f"throttle {reason} increase in the window", grew, smi_grew,
+                    grew is not None and (smi_grew is None
+                                          or abs(grew - smi_grew) <= 1.0 + 0.05 * args.window))
         else:
             seen_active = set().union(*(p.active[n] for p in actives if n < len(p.active)))
             for reason in sorted(seen_active):

@@ -209,10 +209,10 @@ _SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "gpu_throttle_seconds_total", "counter",
-        "Seconds the GPU's clocks were held down, per reason: power, thermal, sync_boost, "
-        "board_limit, low_utilization, reliability, app_clocks (any of those), base_clocks "
-        "(below base clocks); sw_thermal, hw_thermal, hw_power_brake where the driver gives "
-        "them.", "seconds", ("gpu", "uuid", "reason"),
+        "Seconds the GPU's clocks were held down since the exporter first read it, per "
+        "reason: power, thermal, sync_boost, board_limit, low_utilization, reliability, "
+        "app_clocks (any of those), base_clocks (below base clocks); sw_thermal, hw_thermal, "
+        "hw_power_brake where the driver gives them.", "seconds", ("gpu", "uuid", "reason"),
         "nvmlDeviceGetFieldValues NVML_FI_DEV_PERF_POLICY_* (74-81) and "
         "NVML_FI_DEV_CLOCKS_EVENT_REASON_*_SLOWDOWN (269-271), ns; else "
         "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_*).violationTime",

@@ -26,7 +26,9 @@
  * constant means (SM 40 %, tensor 25 %, DRAM 60 %, graphics 90 %, occupancy 30 %, PCIe rx/tx
  * 100/50 MiB/s, NVLink rx/tx 1000/2000 MiB/s; other metrics NOT_SUPPORTED); perf-policy
  * violation counters (fields 74-81 and nvmlDeviceGetViolationStatus) power 5 s, thermal 2 s,
- * the others 0; clocks-event-reason durations (fields 269-271) SW thermal 2 s, the others 0.
+ * the others 0; clocks-event-reason durations (fields 269-271) SW thermal 2 s, the others 0
+ * (until a GPU reset that FAKE_NVML_THROTTLE_RESETS plans: from then on every counter starts
+ * again from 0 and the GPU is power-capped all the time, its power counter the time since).
  * GPM sample buffers are malloc'd; a metrics request checks them as the driver does (two
  * filled buffers of one GPU, the older first).
  *
@@ -77,6 +79,15 @@
  *                                  "GPU:XID@SECONDS" (e.g. "0:79@2;1:48@4.5"), at most
  *                                  MAX_XID_EVENTS. A malformed entry is reported on stderr
  *                                  and left out.
+ *   FAKE_NVML_THROTTLE_RESETS      GPU resets as the throttle counters see them, entries
+ *                                  separated by ';': "GPU@SECONDS" (e.g. "0@0.5"): from
+ *                                  SECONDS after nvmlInit on, the GPU's violation counters
+ *                                  and clocks-event-reason durations start again from 0
+ *                                  (the driver's do after a GPU reset), and its power
+ *                                  counter (field 74, NVML_PERF_POLICY_POWER) grows by the
+ *                                  time since then (clocks held down by power all the
+ *                                  time); everything else about the GPU is unchanged. A
+ *                                  malformed entry is reported on stderr and left out.
  *   FAKE_NVML_MPS                  CUDA MPS processes, entries separated by ';':
  *                                  "GPU:server:PID:MIB" (the nvidia-cuda-mps-server, MIB of
  *                                  device memory) and "GPU:client:PID:MIB:SM" (an MPS
@@ -277,6 +288,7 @@ struct fake_device {
     int remap_supported; /* nvmlDeviceGetRemappedRows answers (else NOT_SUPPORTED) */
     unsigned int remap_correctable, remap_uncorrectable, remap_pending, remap_failed;
     unsigned long long lost_at_ns; /* lost from this time since init on; NEVER: not lost */
+    unsigned long long throttle_reset_ns; /* counters start again then (FAKE_NVML_THROTTLE_RESETS) */
     unsigned int mps;              /* MPS processes planted on it (FAKE_NVML_MPS) */
 };
 typedef struct fake_device *nvmlDevice_t;
@@ -471,6 +483,18 @@ static int set_lost(const char *entry) {
     return 1;
 }
 
+/* One FAKE_NVML_THROTTLE_RESETS entry: "GPU@SECONDS"; 0 when it is malformed. */
+static int set_throttle_reset(const char *entry) {
+    unsigned int gpu;
+    unsigned long long at_ns;
+    const char *p = entry;
+    if (!parse_uint(&p, MAX_GPUS, &gpu) || *p++ != '@' || !parse_seconds(&p, &at_ns) ||
+        *p != '\0')
+        return 0;
+    g_devices[gpu].throttle_reset_ns = at_ns;
+    return 1;
+}
+
 /* One FAKE_NVML_XIDS entry: "GPU:XID@SECONDS"; 0 when it is malformed or there are already
    MAX_XID_EVENTS. */
 static int add_xid(const char *entry) {
@@ -578,6 +602,7 @@ static void build_node(void) {
         d->remap_correctable = d->remap_uncorrectable = 0;
         d->remap_pending = d->remap_failed = 0;
         d->lost_at_ns = NEVER;
+        d->throttle_reset_ns = NEVER;
         d->mps = 0;
     }
     for (unsigned int i = 0; i < MAX_EVENT_SETS; i++)
@@ -587,6 +612,9 @@ static void build_node(void) {
                      "GPU:CORR,UNC,PENDING,FAILED (PENDING and FAILED 0 or 1, GPU below "
                      STR(MAX_GPUS) ") or GPU:unsupported");
     entries_from_env("FAKE_NVML_LOST", set_lost,
+                     "GPU@SECONDS (GPU below " STR(MAX_GPUS) ", SECONDS a decimal number of "
+                     "seconds since nvmlInit, at most " STR(MAX_FAULT_SECONDS) ")");
+    entries_from_env("FAKE_NVML_THROTTLE_RESETS", set_throttle_reset,
                      "GPU@SECONDS (GPU below " STR(MAX_GPUS) ", SECONDS a decimal number of "
                      "seconds since nvmlInit, at most " STR(MAX_FAULT_SECONDS) ")");
     entries_from_env("FAKE_NVML_XIDS", add_xid,
@@ -1178,8 +1206,25 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type,
     return NVML_SUCCESS;
 }
 
+/* The time since the GPU's planned reset (FAKE_NVML_THROTTLE_RESETS), ns; -1 before it or
+   when none is planned. */
+static long long since_throttle_reset_ns(const struct fake_device *dev) {
+    if (dev->throttle_reset_ns == NEVER)
+        return -1;
+    unsigned long long now = since_init_ns();
+    return now < dev->throttle_reset_ns ? -1 : (long long)(now - dev->throttle_reset_ns);
+}
+
 /* Violation time (ns) of a perf policy (NVML_PERF_POLICY_*), -1 when there is none. */
-static long long violation_ns(int policy) {
+static long long violation_ns(const struct fake_device *dev, int policy) {
+    long long reset = since_throttle_reset_ns(dev);
+    if (reset >= 0) {
+        switch (policy) {
+        case 0: return reset; /* power, all the time since the reset */
+        case 1: case 2: case 3: case 4: case 5: case 10: case 11: return 0;
+        default: return -1;
+        }
+    }
     switch (policy) {
     case 0: return (long long)(5 * NS); /* power */
     case 1: return (long long)(2 * NS); /* thermal */
@@ -1189,12 +1234,12 @@ static long long violation_ns(int policy) {
 }
 
 /* A field value (ns), -1 when this GPU does not have the field. */
-static long long field_ns(unsigned int field_id) {
+static long long field_ns(const struct fake_device *dev, unsigned int field_id) {
     static const int policies[] = {0, 1, 2, 3, 4, 5, 10, 11}; /* fields 74-81 */
     if (field_id >= 74 && field_id <= 81)
-        return violation_ns(policies[field_id - 74]);
+        return violation_ns(dev, policies[field_id - 74]);
     switch (field_id) {
-    case 269: return (long long)(2 * NS); /* SW thermal slowdown */
+    case 269: return since_throttle_reset_ns(dev) >= 0 ? 0 : (long long)(2 * NS); /* SW thermal */
     case 270: case 271: return 0;
     default: return -1;
     }
@@ -1203,14 +1248,13 @@ static long long field_ns(unsigned int field_id) {
 EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count,
                                               nvmlFieldValue_t *values) {
     DEVICE_ENTRY(device, dev);
-    (void)dev;
     if (values == NULL || count < 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     long long now_us = (long long)now.tv_sec * 1000000LL + now.tv_nsec / 1000;
     for (int i = 0; i < count; i++) {
-        long long ns = field_ns(values[i].fieldId);
+        long long ns = field_ns(dev, values[i].fieldId);
         values[i].timestamp = now_us;
         values[i].latencyUsec = 0;
         if (ns < 0) {
@@ -1227,10 +1271,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count,
 EXPORT nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, int policy,
                                                   nvmlViolationTime_t *out) {
     DEVICE_ENTRY(device, dev);
-    (void)dev;
     if (out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    long long ns = violation_ns(policy);
+    long long ns = violation_ns(dev, policy);
     if (ns < 0)
         return NVML_ERROR_NOT_SUPPORTED;
     struct timespec now;

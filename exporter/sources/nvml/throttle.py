@@ -6,9 +6,14 @@ plus the clocks-event-reason durations 269-271 where the driver has them), each 
 its own return code; a policy whose field the driver lacks is read with the deprecated
 ``nvmlDeviceGetViolationStatus`` instead. A reason neither answers is absent.
 
-The driver's counters start again from 0 when it reloads or the GPU is reset; the exporter's
-counter does not: it adds the driver counter's increase, or its whole value after a drop, so it
-never goes backwards while the exporter runs.
+The exporter's counter is the throttle time since it first read the GPU: it starts at 0 and
+adds the driver counter's increase at every read, or the driver's whole value after a drop
+(the driver's counters start again from 0 when it reloads or the GPU is reset), so it never
+goes backwards while the exporter runs, and it starts again from 0 when the exporter
+restarts, which Prometheus reads as a counter reset. Why not from the driver's value: after a
+GPU reset the two differ, and a restarted exporter would then begin below its predecessor's
+last value at the driver's whole count since the reset, which ``rate()`` counts as a reset
+and so as all of it in one scrape interval (far more than 100 % of it).
 """
 
 from __future__ import annotations
@@ -86,8 +91,9 @@ class ThrottlePlan:
 
 @dataclass(slots=True)
 class ThrottleTotals:
-    """One GPU's throttle counters in seconds, kept across NVML sessions: they start at the
-    driver's value (time since the driver loaded) and then only add its increases."""
+    """One GPU's throttle counters in seconds, kept across NVML sessions: 0 at the first
+    read of a reason (that read's driver value is the base), then the driver's increases
+    (module docstring)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     last_ns: dict[str, int] = field(default_factory=dict)
@@ -95,8 +101,8 @@ class ThrottleTotals:
     def update(self, raw: dict[str, int]) -> tuple[ThrottleTime, ...]:
         for reason, ns in raw.items():
             last = self.last_ns.get(reason)
-            if last is None:
-                added = ns
+            if last is None:  # the first read: counting starts here
+                added = 0
             elif ns >= last:
                 added = ns - last
             else:  # the driver's counter started again (driver reload, GPU reset)

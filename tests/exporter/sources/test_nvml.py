@@ -170,12 +170,10 @@ def test_every_device_metric_in_base_units(fake: FakeNvml, make_source: SourceFa
             correctable_rows=4, uncorrectable_rows=1, pending=True, failed=False
         ),
         # The driver keeps utilization samples (none yet) and perf-policy counters (ns since
-        # it loaded); this GPU has no GPM (the fake's default).
+        # it loaded: 2.5 s thermal, counted from this first read on); this GPU has no GPM
+        # (the fake's default).
         busy_seconds=0.0,
-        throttle_seconds=tuple(
-            ThrottleTime(reason, 2.5 if reason == "thermal" else 0.0)
-            for reason in THROTTLE_REASONS[:8]
-        ),
+        throttle_seconds=tuple(ThrottleTime(reason, 0.0) for reason in THROTTLE_REASONS[:8]),
         xid_errors=(),
         processes=(),
     )
