@@ -9,8 +9,10 @@ machine count (``power``, ``thermal``, ``reliability``, ``board_limit``): ``low_
 The registry judges it (:class:`Throttle`): the store answers :func:`queries`, the steps at
 or above the ratio for the reasons that count (with the recording rules, from the recorded
 ``uuid:gpu_throttle_any_ratio:rate2m``), and the containers that held each such GPU at
-those steps; a fleet without throttling answers nothing. One row per (GPU, reason), the
-costliest node first.
+those steps; a fleet without throttling answers nothing. A row's pods are those, and the
+pods the page saw on the GPU; for a GPU in MIG mode, which pods hold through its slices
+(throttling is board-level, the slices have none of their own), the pods the page saw on
+its slices. One row per (GPU, reason), the costliest node first.
 """
 
 from __future__ import annotations
@@ -179,9 +181,16 @@ class Throttle(StepVerdict):
             reasons=THROTTLE_REASONS if th is None else tuple(th.throttle_reasons),
             ratio=THROTTLE_RATIO if th is None else th.throttle_ratio,
             duration=THROTTLE_DURATION if th is None else th.throttle_duration)
+        # Throttling is board-level (the exporter gives it for the GPU, never its MIG
+        # slices), while a GPU in MIG mode is held through its slices: its pods are theirs.
+        devices: dict[GpuRef, list[GpuRef]] = {}
+        for info in ctx.gpus.values():
+            if info.parent_uuid:
+                devices.setdefault(GpuRef(info.node, info.parent_uuid), []).append(info.ref)
         out = []
         for t in found:
-            pods = tuple(sorted(held.get(t.ref, set()) | set(ctx.pods.get(t.ref, ()))))
+            pods = tuple(sorted({p for ref in (t.ref, *devices.get(t.ref, ()))
+                                 for p in (*held.get(ref, ()), *ctx.pods.get(ref, ()))}))
             if ctx.namespace is not None and not any(
                     p.partition("/")[0] == ctx.namespace for p in pods):
                 continue

@@ -215,8 +215,8 @@ EXPECTED_FIRING = {
     ("GpuNodeUnderutilized", "wsig-mig-nogpm"), ("GpuAllocatedButIdle", "wsig-mig-nogpm"),
     # A notebook holding a GPM GPU that does nothing; an idle MIG slice held by a pod.
     ("GpuAllocatedButIdle", "wsig-mixed"), ("GpuAllocatedButIdle", "wsig-mig"),
-    # The slow rank, throttled by heat.
-    ("GpuThrottled", "wsig-ddp"),
+    # The slow rank, throttled by heat; the MIG GPU, held down by its power limit.
+    ("GpuThrottled", "wsig-ddp"), ("GpuThrottled", "wsig-mig"),
 }
 
 
@@ -311,7 +311,8 @@ def test_dashboard_verdicts_agree_with_the_alerts(stack: Stack) -> None:
     assert {(r.node, r.gpu) for r in view.spinning_rows} == firing(
         "GpuSpinning", "node", "gpu") == {("wsig-hung", "0"), ("wsig-hung", "1")}
     assert {(r.node, r.gpu, r.reason) for r in view.findings["throttled"]} == firing(
-        "GpuThrottled", "node", "gpu", "reason") == {("wsig-ddp", "0", "thermal")}
+        "GpuThrottled", "node", "gpu", "reason") == {("wsig-ddp", "0", "thermal"),
+                                                     ("wsig-mig", "0", "power")}
     assert {(r.node, r.namespace, r.pod) for r in view.allocated_idle_rows} == firing(
         "GpuAllocatedButIdle", "node", "namespace", "pod") == {
         ("wsig-mixed", "research", "notebook-x"), ("wsig-mig", "serving", "mig-idle-api"),

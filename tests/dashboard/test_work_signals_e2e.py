@@ -5,8 +5,8 @@ exporters, gives the same verdicts.
 The nodes (``tests/dashboard/scenarios/wsig-*.yaml``): a node spinning in a hung collective
 (GPM), near misses for spinning (memory-bound, FP32) beside a notebook holding a GPU it does
 not use, a thermally throttled slow rank among peers that wait for it (no GPM: by power),
-an idle MIG slice beside a busy one (GPM) and a MIG node without GPM whose slices run
-nothing.
+an idle MIG slice beside a busy one (GPM) on a power-throttled GPU, and a MIG node without
+GPM whose slices run nothing.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ EXPECTED = {
     "idle nodes": {("wsig-hung",), ("wsig-mig-nogpm",)},
     "idle slices": {("wsig-mig", "0/1")},
     "spinning": {("wsig-hung", "0", "gpm"), ("wsig-hung", "1", "gpm")},
-    "throttled": {("wsig-ddp", "0", "thermal")},
+    "throttled": {("wsig-ddp", "0", "thermal"), ("wsig-mig", "0", "power")},
     "allocated-idle": {("wsig-mixed", "2", "notebook-x", "sm"),
                        ("wsig-mig", "0/1", "mig-idle-api", "sm"),
                        ("wsig-mig-nogpm", "0/1", "mig-notebook", "process")},
@@ -185,8 +185,10 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
         throttled = promql(base, f'rate(gpu_throttle_seconds_total{{reason=~"power|thermal|'
                                  f'reliability|board_limit"}}[{r}]) >= 0.2', at)
         assert gpus_of(throttled, "reason") == EXPECTED["throttled"]
-        [row] = view.findings["throttled"]
-        assert row.ratio == pytest.approx(float(throttled[0]["value"][1]), abs=0.02)
+        ratios = {(t["metric"]["node"], t["metric"]["gpu"]): float(t["value"][1])
+                  for t in throttled}
+        for row in view.findings["throttled"]:
+            assert row.ratio == pytest.approx(ratios[(row.node, row.gpu)], abs=0.02)
 
         # The slow rank: its power against the median of the job's four GPUs, and its cause.
         power = {m["metric"]["gpu"]: float(m["value"][1]) for m in promql(
@@ -258,6 +260,20 @@ def check_mig_holders(node: NodeDetail) -> None:
                   for n, i in (("idle", 1), ("busy", 2)))
     assert idle.values[-1] == 0.0 and busy.values[-1] > 0.5
     assert busy == node.sm["0/2"] and idle == node.sm["0/1"]  # held the whole window
+
+
+def throttled_pods(view: FleetView) -> dict[tuple[str, str], tuple[str, ...]]:
+    return {(t.node, t.gpu): t.pods for t in view.findings["throttled"]}
+
+
+#: The throttled GPUs' pods: a MIG GPU's are the pods holding its slices.
+THROTTLED_PODS = {("wsig-ddp", "0"): ("ml/ddp-worker-0",),
+                  ("wsig-mig", "0"): ("serving/mig-busy-api", "serving/mig-idle-api")}
+
+
+def test_a_throttled_mig_gpu_lists_its_slices_pods_embedded(fleet: Fleet) -> None:
+    view = page_view(fleet.embedded, WINDOW, bundled_prices(), Thresholds())
+    assert throttled_pods(view) == THROTTLED_PODS
 
 
 def test_both_data_modes_give_the_same_verdicts(fleet: Fleet) -> None:
