@@ -184,9 +184,9 @@ class Throttle(StepVerdict):
         # Throttling is board-level (the exporter gives it for the GPU, never its MIG
         # slices), while a GPU in MIG mode is held through its slices: its pods are theirs.
         devices: dict[GpuRef, list[GpuRef]] = {}
-        for info in ctx.gpus.values():
-            if info.parent_uuid:
-                devices.setdefault(GpuRef(info.node, info.parent_uuid), []).append(info.ref)
+        for part in ctx.gpus.values():
+            if part.parent_uuid:
+                devices.setdefault(GpuRef(part.node, part.parent_uuid), []).append(part.ref)
         out = []
         for t in found:
             pods = tuple(sorted({p for ref in (t.ref, *devices.get(t.ref, ()))
