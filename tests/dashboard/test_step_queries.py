@@ -450,6 +450,9 @@ def test_one_range_query_for_any_number_of_step_queries(stores: Stores, n: int) 
             # Whether the recording rules are loaded (for the queries with a recorded form)
             # is asked once per window length and kept: asked here first.
             assert prom.rules_loaded(prom.window(WINDOW)) is False
+            # The window the page is served (where the store has data: its newest sample,
+            # kept for the window), asked here first too.
+            assert prom.served(prom.window(WINDOW)) == prom.window(WINDOW)
             ons = prom._step_series_each([o for q in queries for o in q.on], WINDOW)
             flagging = [q for q in queries if q.on and any(ons[o] for o in q.on)]
             rounds = min(n, 1) + bool(flagging)
