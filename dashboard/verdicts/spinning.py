@@ -74,7 +74,8 @@ class Spinning:
     """A device whose latest steps spin. ``spinning``: for long enough (the verdict);
     ``signal``: ``gpm`` or ``power`` ("": not read yet, a run the store summarised whose
     other signals are read for the rows shown); the values are means over the spinning run
-    (``sm``/``tensor``/``dram`` with GPM, ``power_ratio`` (power / limit) without)."""
+    (``sm``/``tensor``/``dram`` with GPM; without, ``power_ratio``: the mean of each step's
+    power over that step's limit)."""
 
     ref: GpuRef
     signal: str
@@ -223,7 +224,7 @@ def _mean(at: Mapping[float, float], times: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-_SIGNALS = ("utilization", "sm", "tensor", "dram", "power")
+_SIGNALS = ("utilization", "sm", "tensor", "dram")  # power: as a share of its limit
 
 
 def _aligned(ref: GpuRef, util: Series, signals: WorkSignals
@@ -251,6 +252,18 @@ def _tail_mean(values: tuple[float, ...] | None, first: int) -> float | None:
         return None
     tail = values[first:]
     return sum(tail) / len(tail) if tail else None
+
+
+def _power_ratio(times: Sequence[float], power: Sequence[float | None],
+                 limits: Mapping[float, float], latest: float | None) -> float | None:
+    """The mean over ``times`` of each step's power (``power``, watts, by position) over
+    that step's own limit (``limits``, watts, by time; ``latest`` where a step has none), as
+    the rule compares them step by step: the mean power over the latest limit alone read a
+    run under a cap raised since as less of its limit than it was. None where no step has
+    both."""
+    ratios = [p / lim for t, p in zip(times, power, strict=True)
+              if p is not None and (lim := limits.get(t, latest)) is not None and lim > 0]
+    return sum(ratios) / len(ratios) if ratios else None
 
 
 def work_means(means: Mapping[str, float]) -> dict[str, Any]:
@@ -320,13 +333,19 @@ def spinning_gpus(
         run = trailing_run(times, [t in spins for t in times], window.step, history_start)
         if run is None:
             continue
-        # Each signal's mean over the run.
+        # Each signal's mean over the run; power as a share of each step's own limit.
+        ratio: float | None = None
         if aligned is not None:
             mean = {n: _tail_mean(aligned.get(n), run.first_index) for n in _SIGNALS}
+            powers: Sequence[float | None] | None = aligned.get("power")
         else:
             mean = {n: _mean(at[n], times[run.first_index:]) for n in _SIGNALS}
-        power = mean["power"]
-        limit = signals.power_limit.get(ref)
+            powers = [at["power"].get(t) for t in times]
+        if not gpm and powers is not None:
+            limits = signals.power_limits.get(ref)
+            ratio = _power_ratio(times[run.first_index:], powers[run.first_index:],
+                                 limits.at() if limits is not None else {},
+                                 signals.power_limit.get(ref))
         out[ref] = Spinning(
             ref=ref,
             signal="gpm" if gpm else "power",
@@ -339,7 +358,7 @@ def spinning_gpus(
             sm=mean["sm"] if gpm else None,
             tensor=mean["tensor"] if gpm else None,
             dram=mean["dram"] if gpm else None,
-            power_ratio=(power / limit if power is not None and limit else None),
+            power_ratio=ratio,
         )
     return out
 

@@ -18,7 +18,7 @@ from gpuscope.dashboard.series import (
 from gpuscope.dashboard.verdicts.allocated import allocated_idle, held_usage
 from gpuscope.dashboard.verdicts.idle import idle_gpus, idle_nodes, idle_slices
 from gpuscope.dashboard.verdicts.mig import compute_slices, slice_shares
-from gpuscope.dashboard.verdicts.spinning import spinning_gpus, spinning_steps
+from gpuscope.dashboard.verdicts.spinning import SpinningRow, spinning_gpus, spinning_steps
 from gpuscope.dashboard.verdicts.stragglers import stragglers
 from gpuscope.dashboard.verdicts.throttle import throttled_gpus
 from gpuscope.dashboard.verdicts.waste import waste
@@ -115,8 +115,11 @@ def test_each_step_is_judged_against_its_own_power_limit(aligned: bool) -> None:
     assert not spins(capped)
 
 
-def test_an_embedded_page_judges_a_lifted_power_cap_step_by_step() -> None:
-    # The same through the embedded store and the page: scraped every 15 s for an hour.
+def _embedded_spinning_rows(low: float, high: float, lifted_at: float | None,
+                            watts: float) -> list[SpinningRow]:
+    """The spinning rows of an embedded page over an hour of one GPU at 100 % drawing
+    ``watts``, its power limit ``low`` W until ``lifted_at`` seconds in and ``high`` W from
+    then on (``high`` all hour where None), scraped every 15 s."""
     from gpuscope.dashboard.data import EmbeddedData
     from gpuscope.dashboard.prices import bundled_prices
     from gpuscope.dashboard.verdicts import registry
@@ -124,29 +127,59 @@ def test_an_embedded_page_judges_a_lifted_power_cap_step_by_step() -> None:
 
     interval, n = 15.0, 240
     end = T0 + (n - 1) * interval
+    store = EmbeddedData([], interval=interval, clock=lambda: end + 1.0,
+                         extra_metrics=registry.step_metrics())
+    lab = {"gpu": "0", "uuid": "GPU-0"}
+    for k in range(n):
+        t = k * interval
+        limit = high if lifted_at is None or t >= lifted_at else low
+        store.ingest("node-a", [
+            ("gpu_info", {**lab, "model": "NVIDIA A10G", "parent_uuid": "",
+                          "mig_profile": ""}, 1.0),
+            ("gpu_node_info", {"instance_type": "g5.xlarge"}, 1.0),
+            ("gpu_utilization_ratio", lab, 1.0),
+            ("gpu_busy_seconds_total", lab, t),
+            ("gpu_power_limit_watts", lab, limit),
+            ("gpu_power_watts", lab, watts),
+            ("gpu_energy_joules_total", lab, watts * t),
+        ], T0 + t)
+    return list(page_view(store, HOUR, bundled_prices()).spinning_rows)
 
+
+def test_an_embedded_page_judges_a_lifted_power_cap_step_by_step() -> None:
+    # The same through the embedded store and the page.
     def page(lifted_at: float | None) -> list[tuple[str, float]]:
-        store = EmbeddedData([], interval=interval, clock=lambda: end + 1.0,
-                             extra_metrics=registry.step_metrics())
-        lab = {"gpu": "0", "uuid": "GPU-0"}
-        for k in range(n):
-            t = k * interval
-            limit = 700.0 if lifted_at is None or t >= lifted_at else 300.0
-            store.ingest("node-a", [
-                ("gpu_info", {**lab, "model": "NVIDIA A10G", "parent_uuid": "",
-                              "mig_profile": ""}, 1.0),
-                ("gpu_node_info", {"instance_type": "g5.xlarge"}, 1.0),
-                ("gpu_utilization_ratio", lab, 1.0),
-                ("gpu_busy_seconds_total", lab, t),
-                ("gpu_power_limit_watts", lab, limit),
-                ("gpu_power_watts", lab, 120.0),
-                ("gpu_energy_joules_total", lab, 120.0 * t),
-            ], T0 + t)
-        view = page_view(store, HOUR, bundled_prices())
-        return [(r.gpu, r.seconds) for r in view.spinning_rows]
+        return [(r.gpu, r.seconds)
+                for r in _embedded_spinning_rows(300.0, 700.0, lifted_at, 120.0)]
 
     assert [g for g, _ in page(None)] == ["0"]  # 120 of 700 W all hour: spinning
     assert page(45 * 60.0) == []  # 120 of 300 W until 15 minutes ago
+
+
+def test_the_share_of_its_limit_is_each_steps_power_over_that_steps_limit() -> None:
+    # A cap of 400 W raised to 700 W halfway through the hour; the GPU at 100 % draws 90 W:
+    # 0.225 of its limit before (spinning), 0.129 since (spinning). The run's "of its limit"
+    # is the mean of the steps' shares, about 0.18: it was the mean power over the latest
+    # limit alone, 0.129, as if the cap had been 700 W all along.
+    [row] = _embedded_spinning_rows(400.0, 700.0, 30 * 60.0, 90.0)
+    assert row.seconds == pytest.approx(HOUR, abs=120)
+    assert row.signal == "power"
+    assert row.power_ratio == pytest.approx((90 / 400 + 90 / 700) / 2, abs=0.01)
+    # The same cap all hour: the share is the one power over the one limit.
+    [steady] = _embedded_spinning_rows(400.0, 700.0, None, 90.0)
+    assert steady.power_ratio == pytest.approx(90 / 700)
+    # On steps read by position (one query's series) and by time (a power series that lacks
+    # the first step) alike.
+    limits = make_series([400.0] * 30 + [700.0] * 31)
+    for power in (flat(90.0), make_series([90.0] * 60)):
+        s = WorkSignals(utilization={G: flat(1.0)}, power={G: power},
+                        power_limit={G: 700.0}, power_limits={G: limits})
+        w = make_window(HOUR)
+        v = spinning_gpus(s, w, w.start)[G]
+        shares = [90 / lim for t, lim in zip(limits.times, limits.values, strict=True)
+                  if t in power.at() and t - w.step >= v.since]  # the run's steps
+        assert v.power_ratio == pytest.approx(sum(shares) / len(shares))
+        assert v.power_ratio > 90 / 700 + 0.03
 
 
 def test_with_gpm_power_does_not_decide() -> None:
