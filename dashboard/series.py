@@ -376,8 +376,9 @@ class Runs:
     - ``held``: devices (idle or spinning) a container held at every step;
     - ``spinning``: devices spinning at every step (or from ``spinning_from``'s, as
       ``idle_from``), with their signals' means over those steps
-      (``utilization``, and where asked ``sm``, ``tensor``, ``dram`` ratios, or ``power`` in
-      watts with ``limit``, the power limit in watts, for a device without GPM);
+      (``utilization``, and where asked ``sm``, ``tensor``, ``dram`` ratios, or
+      ``power_ratio``, each minute's power over that minute's power limit, for a device
+      without GPM);
     - ``held_idle``: allocated-idle containers, with the signal and its mean use (0-1), at
       every step or at every one from ``held_idle_from``'s (as ``idle_from``);
     - ``stragglers``: straggler groups described whole (:class:`GroupRun`).
@@ -426,7 +427,7 @@ class FleetData:
       the rows shown (``views.TOP_ROWS``), not by how many workloads have stragglers.
     - ``read_spinning``: where set, the spinning runs of ``runs`` come with their
       utilization's mean alone, and this reads the means of their other signals (``sm``,
-      ``tensor``, ``dram``; ``power`` and its ``limit`` without GPM) on the given nodes:
+      ``tensor``, ``dram``; ``power_ratio`` without GPM) on the given nodes:
       of the devices spinning over the whole history (first argument) and of those whose
       run began within it (second): what the spinning table's rows shown display.
     - ``held_usage``: per step in which the container held its device

@@ -356,3 +356,22 @@ class History:
         return (f"max by ({by}) (avg_over_time((avg_over_time({self.sel(key)}[{RULE_R}])"
                 f" and on (node, uuid) last_over_time({selector(RULES[flag])}[{RULE_R}]))"
                 f"[{self.h}:{duration(RULE_INTERVAL)}]))")
+
+    def ratio_while(self, key: str, limit: str, flag: str, by: str) -> str:
+        """The mean of each minute's ratio of the dense series ``key`` to the gauge
+        ``limit`` (its highest sample in the minute, per device: a rule comparing the two
+        minute by minute reads them so, as power against its power limit), over the minutes
+        of the history at which the sparse series ``flag`` has a sample (with
+        :attr:`to_end`; every minute of the history otherwise, each one flagged), aggregated
+        ``by``: a subquery at the rules' interval, as :meth:`mean_while`. The mean of ``key``
+        over the limit's highest in the range read a run under a limit changed within it
+        against the limit of its last minutes alone."""
+        ratio = (f"avg_over_time({self.sel(key)}[{RULE_R}]) / on (node, uuid) group_left ()"
+                 f" max by (node, uuid) (max_over_time({selector(limit, self.match)}"
+                 f"[{RULE_R}]))")
+        if self.to_end:
+            # (The sparse flag of every node: the dense series is on this history's nodes.)
+            ratio = (f"({ratio}) and on (node, uuid)"
+                     f" last_over_time({selector(RULES[flag])}[{RULE_R}])")
+        return (f"max by ({by}) (avg_over_time(({ratio})"
+                f"[{self.h}:{duration(RULE_INTERVAL)}]))")

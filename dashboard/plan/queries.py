@@ -620,7 +620,8 @@ class PlanQueries(PrometheusStore):
                                nodes: Collection[str], trailing: bool = False
                                ) -> dict[str, str]:
         """With the recording rules: the means of the spinning devices' other signals
-        (``sm``, ``tensor``, ``dram``; ``power`` and its ``limit`` where they have no GPM)
+        (``sm``, ``tensor``, ``dram``; where they have no GPM, ``power_ratio``: each minute's
+        power over that minute's limit)
         over their spinning minutes, on ``nodes`` (``node=~`` lists, split as
         :func:`_split`): of the devices spinning at every recorded minute of the history
         (:meth:`run_queries`' first form), or (``trailing``) of those whose run began within

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.dashboard import fmt, ids
-from gpuscope.dashboard.data.promql import selector
 from gpuscope.dashboard.data.recorded import GBY, History, Steps
 from gpuscope.dashboard.data.source import DataError
 from gpuscope.dashboard.links import at_node, node_link, workload_link
@@ -268,15 +267,16 @@ def _power_ratio(times: Sequence[float], power: Sequence[float | None],
 
 def work_means(means: Mapping[str, float]) -> dict[str, Any]:
     """A spinning run's fields of :class:`Spinning` from its signals' means as the store
-    summarises them (``sm``, ``tensor``, ``dram`` with GPM; ``power`` and its ``limit``,
-    watts, without): its ``signal`` ("" where neither came: not read) and means."""
-    power, limit = means.get("power"), means.get("limit")
+    summarises them (``sm``, ``tensor``, ``dram`` with GPM; without, ``power_ratio``: the
+    mean of each minute's power over that minute's limit, :func:`spinning_means_promql`):
+    its ``signal`` ("" where neither came: not read) and means."""
+    ratio = means.get("power_ratio")
     if "sm" in means:
         return {"signal": "gpm", "sm": means.get("sm"), "tensor": means.get("tensor"),
                 "dram": means.get("dram"), "power_ratio": None}
-    if power is not None:
+    if ratio is not None:
         return {"signal": "power", "sm": None, "tensor": None, "dram": None,
-                "power_ratio": power / limit if limit else None}
+                "power_ratio": ratio}
     return {"signal": "", "sm": None, "tensor": None, "dram": None, "power_ratio": None}
 
 
@@ -466,7 +466,7 @@ def spinning_data(rows: Sequence[SpinningRow], state: State | None = None) -> li
 @dataclass(frozen=True, slots=True)
 class RowWork:
     """What the spinning table's rows show of a run the store summarised beyond its verdict
-    (its SM, tensor and DRAM activity, or its power against its limit), read when the rows
+    (its SM, tensor and DRAM activity, or its power as a share of its limit), read when the rows
     are shown (:meth:`__call__`): from ``read`` (the store: the means on the given nodes of
     the devices spinning over the whole history, and of those whose run began within it,
     ``FleetData.read_spinning``) for the rows shown alone; ``trailing``: the devices whose
@@ -534,17 +534,18 @@ def spinning_minutes_promql(hist: History) -> str:
 def spinning_means_promql(hist: History) -> dict[str, str]:
     """With the recording rules, of the devices :func:`spinning_runs_promql` gives on its
     nodes: the means of their other signals over their spinning minutes in the history, by
-    signal (``sm``, ``tensor``, ``dram`` with GPM; ``power`` and its ``limit``, watts,
-    without)."""
+    signal (``sm``, ``tensor``, ``dram`` with GPM; without, ``power_ratio``: the mean of
+    each minute's power over that minute's limit, as the rule compares them minute by
+    minute (:meth:`~..data.recorded.History.ratio_while`): the mean power over the
+    range's highest limit read a run under a cap raised since as less of its limit than it
+    was)."""
     mine = hist.held("spin", GBY, everywhere=True)
     no_gpm = f"unless on (node, uuid) count_over_time({hist.sel('sm')}[{hist.h}])"
-    limit = selector("gpu_power_limit_watts", hist.match)
     return {
         **{key: f"{hist.mean_while(key, 'spin', GBY)} and on (node, uuid) {mine}"
            for key in ("sm", "tensor", "dram")},
-        "power": f"{hist.mean_while('power', 'spin', GBY)} and on (node, uuid) {mine} {no_gpm}",
-        "limit": (f"max by ({GBY}) (max_over_time({limit}[{hist.r}]))"
-                  f" and on (node, uuid) {mine} {no_gpm}"),
+        "power_ratio": (f"{hist.ratio_while('power', 'gpu_power_limit_watts', 'spin', GBY)}"
+                        f" and on (node, uuid) {mine} {no_gpm}"),
     }
 
 

@@ -31,11 +31,13 @@ import pytest
 
 from gpuscope.dashboard.data import DataError, EmbeddedData, StepQuery
 from gpuscope.dashboard.data.prometheus import EDGE, MAX_QUERY_BYTES
+from gpuscope.dashboard.data.recorded import RULES
 from gpuscope.dashboard.data.steps import EDGE as STEPS_EDGE
 from gpuscope.dashboard.data.steps import STEP_LABEL, combined, promql
 from gpuscope.dashboard.plan import PrometheusData
-from gpuscope.dashboard.series import Series
+from gpuscope.dashboard.series import GpuRef, Series
 from gpuscope.dashboard.verdicts import registry
+from gpuscope.dashboard.verdicts.spinning import work_means
 from tests.conftest import free_port
 from tests.dashboard.test_backends import spy
 from tests.stores import Store, fleet_in_both
@@ -87,6 +89,10 @@ ALLOC = StepQuery("container_gpu_allocated", "max", ">", 0.0,
 HELD = StepQuery("container_gpu_allocated", "max", ">", 0.0,
                  by=("namespace", "pod", "container", "uuid"), on=(LOST, XID))
 
+#: node-s GPU 0's power (watts) while it spins, and its power limit (watts) before and
+#: after the cap is raised halfway through the window.
+SPIN_WATTS, SPIN_LIMITS = 90.0, (400.0, 700.0)
+
 GPUS = (("node-a", "0", "GPU-a0"), ("node-a", "1", "GPU-a1"),
         ("node-b", "0", "GPU-b0"), ("node-b", "1", "GPU-b1"))
 
@@ -133,6 +139,15 @@ def plant(end: float) -> list[tuple[str, dict[str, str], list[Point]]]:
                 [(t, 1.0 * (t - times[0])) for t in times]))
     out.append(("gpu_throttle_seconds_total", {**a0, "reason": "power"},
                 [(t, 0.1 * (t - times[0])) for t in times]))
+    # node-s GPU 0 (no GPM) spinning at every minute of the history as the recording rules
+    # record it (a sample a minute, 23 s before each minute), at 90 W, its power limit
+    # raised from 400 W to 700 W halfway (the raw gauge, scraped).
+    s0 = {"node": "node-s", "gpu": "0", "uuid": "GPU-s0"}
+    minutes = [end - 23.0 - 60.0 * k for k in range(int(WINDOW // 60) - 1, -1, -1)]
+    out.append((RULES["spin"], s0, [(t, 1.0) for t in minutes]))
+    out.append((RULES["power"], s0, [(t, SPIN_WATTS) for t in minutes]))
+    out.append(("gpu_power_limit_watts", s0, [
+        (t, SPIN_LIMITS[0] if ago(t) > WINDOW / 2 else SPIN_LIMITS[1]) for t in times]))
     nodes = {uuid: node for node, _, uuid in GPUS}
     for pod, uuid, first, last in ALLOCATED:
         lab = {"node": nodes[uuid], "namespace": "ml", "pod": pod, "container": "main",
@@ -421,6 +436,31 @@ def test_the_containers_on_the_flagged_devices(stores: Stores) -> None:
         assert d.times == lost_steps[1:], kind
         assert ({k: (s.times, s.values) for k, s in keyed(answer[both]).items()}
                 == {k: (s.times, s.values) for k, s in keyed(answer[only_lost]).items()}), kind
+
+
+def test_a_summarised_spinning_runs_share_of_its_limit_is_each_minutes(stores: Stores
+                                                                        ) -> None:
+    """(``FleetData.read_spinning``, the spinning rows of runs the recording rules
+    summarised; here for this module's stores.) node-s GPU 0 spins at every recorded
+    minute without GPM, at 90 W, its cap raised from 400 W to 700 W halfway: "of its limit"
+    is the mean of each minute's power over that minute's limit, about 0.18, on both stores
+    and for both forms (the run over the whole history, and a run up to the end). It was
+    the mean power over the last step's highest limit, 0.129."""
+    end = stores.planted.end
+    ref = GpuRef("node-s", "GPU-s0")
+    want = sum(SPIN_WATTS / lim for lim in SPIN_LIMITS) / 2
+    for store in (stores.prometheus, stores.victoriametrics):
+        prom = PrometheusData(store.url, clock=lambda: end, timeout=60)
+        try:
+            window = prom.window(WINDOW)
+            for whole, trailing in ((["node-s"], []), ([], ["node-s"])):
+                means = prom.read_spinning(window, window.start, whole, trailing)
+                found = work_means(means[ref])
+                assert found["signal"] == "power", (store.kind, means)
+                assert found["power_ratio"] == pytest.approx(want, abs=0.01), (
+                    store.kind, trailing, means)
+        finally:
+            prom.close()
 
 
 def distinct(n: int) -> tuple[StepQuery, ...]:

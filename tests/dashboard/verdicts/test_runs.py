@@ -80,7 +80,7 @@ def test_a_spinning_device_summarised_whole_spins_and_counts_as_idle() -> None:
 
 
 def test_a_summarised_spinning_device_without_gpm_has_its_power_ratio() -> None:
-    runs = Runs(STEPS, spinning={GPU: {"utilization": 1.0, "power": 140.0, "limit": 700.0}})
+    runs = Runs(STEPS, spinning={GPU: {"utilization": 1.0, "power_ratio": 0.2}})
     found = spinning_gpus(WorkSignals(), WINDOW, HS, runs=runs)[GPU]
     assert found.signal == "power" and found.power_ratio == pytest.approx(0.2)
     assert found.sm is None and found.tensor is None

@@ -43,7 +43,7 @@ class Store:
 
 A, B, C = GpuRef("a", "GPU-a"), GpuRef("b", "GPU-b"), GpuRef("c", "GPU-c")
 MEANS = {A: {"utilization": 1.0, "sm": 0.1, "tensor": 0.0, "dram": 0.02},
-         B: {"power": 90.0, "limit": 300.0}, C: {"sm": 0.5, "tensor": 0.1, "dram": 0.1}}
+         B: {"power_ratio": 0.3}, C: {"sm": 0.5, "tensor": 0.1, "dram": 0.1}}
 
 
 def test_work_means_say_which_signal_judged_the_run() -> None:
