@@ -141,6 +141,18 @@ def start_exporter() -> Iterator[Callable[..., ExporterProcess]]:
         exp.stop()
 
 
+@pytest.fixture(scope="module")
+def fake_libnvml_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C double of libnvidia-ml (``bench/fake_libnvml``), built for the module's tests:
+    the real pynvml loads it in place of the driver's library."""
+    from bench.nvml_c_exporter import BuildError, build_library
+    try:
+        return build_library(tmp_path_factory.mktemp("fake_libnvml"))
+    except BuildError as exc:
+        # Not a skip: scripts/setup --test installs gcc and the libc headers.
+        pytest.fail(str(exc))
+
+
 def _debian_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:

@@ -18,17 +18,14 @@ from typing import Any
 import pytest
 
 from bench import real_gpu_check
-from bench.nvml_c_exporter import BuildError, build_library, library_env, load_library
+from bench.nvml_c_exporter import library_env, load_library
 from tests.exporter.sources.fake_nvml import restored_pynvml
 from tests.exporter.sources.test_nvml import write_gpu_information
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_library(tmp_path_factory.mktemp("fake_libnvml"))
-    except BuildError as exc:
-        pytest.fail(str(exc))  # not a skip: scripts/setup --test installs gcc
+def library(fake_libnvml_path: Path) -> Path:
+    return fake_libnvml_path
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.nvml_c_exporter import BuildError, build_library, load_library
+from bench.nvml_c_exporter import load_library
 from gpuscope.exporter.cli import build_registry
 from gpuscope.exporter.config import parse_config
 from gpuscope.exporter.kubernetes.attribution import Attributor, LiveInputs
@@ -69,12 +69,8 @@ Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    try:
-        path = build_library(tmp_path_factory.mktemp("fake_libnvml_mps"))
-    except BuildError as exc:
-        pytest.fail(str(exc))  # scripts/setup --test installs gcc
-    return load_library(path)
+def library(fake_libnvml_path: Path) -> ctypes.CDLL:
+    return load_library(fake_libnvml_path)
 
 
 class FixedMetadata:

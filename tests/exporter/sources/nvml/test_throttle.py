@@ -9,11 +9,12 @@ from __future__ import annotations
 import ctypes
 import itertools
 import time
+from pathlib import Path
 
 import pynvml
 import pytest
 
-from bench.nvml_c_exporter import BuildError, build_library, load_library
+from bench.nvml_c_exporter import load_library
 from gpuscope.exporter.model import THROTTLE_REASONS, DeviceSample
 from gpuscope.exporter.sources.nvml import NvmlSource
 from tests.exporter.sources.fake_nvml import FakeNvml
@@ -173,13 +174,8 @@ def test_a_failing_throttle_read_leaves_the_gpu_up(
 
 
 @pytest.fixture(scope="module")
-def c_library(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    try:
-        path = build_library(tmp_path_factory.mktemp("fake_libnvml"))
-    except BuildError as exc:
-        # Not a skip: scripts/setup --test installs gcc and the libc headers.
-        pytest.fail(str(exc))
-    return load_library(path)
+def c_library(fake_libnvml_path: Path) -> ctypes.CDLL:
+    return load_library(fake_libnvml_path)
 
 
 def prometheus_increase(before: float, after: float) -> float:
