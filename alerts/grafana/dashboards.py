@@ -9,10 +9,12 @@ series directly, through ``rate()`` of its counters where it has them.
 Each dashboard's expressions are written unscoped and narrowed at the end
 (:func:`~.promql.scope`): every selector gets ``cluster=~"$cluster"`` (and, on the node
 dashboard, ``node=~"$node"``), every ``by``/``on`` the ``cluster`` label.
+:func:`with_cluster_label` then renames that label for a store that calls it otherwise.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 
@@ -31,7 +33,7 @@ from gpuscope.alerts.grafana.panels import (
     table,
     timeseries,
 )
-from gpuscope.alerts.grafana.promql import scope
+from gpuscope.alerts.grafana.promql import rename_label, scope
 from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules, node_info
 
 CLUSTER = {"cluster": '=~"$cluster"'}
@@ -61,10 +63,11 @@ PER_NODE = "{{cluster_node}}"
 # The store's cluster label, from a series only the store labels: `gpu_node_info` may carry
 # the exporters' own `cluster` (`--cluster-name`) in a cluster's own Prometheus, where no
 # other series has it, and picking that value would narrow every other series away.
+CLUSTER_DESCRIPTION = ("The `{label}` label of a multi-cluster store (Thanos, Mimir, "
+                       "federation); All where there is none.")
 CLUSTER_VARIABLE = query_variable(
     "cluster", "Cluster", "label_values(gpu_info, cluster)",
-    description="The `cluster` label of a multi-cluster store (Thanos, Mimir, federation); "
-                "All where there is none.")
+    description=CLUSTER_DESCRIPTION.format(label="cluster"))
 
 
 DEVICE_STATES = [(0, "working", "green"), (1, "idle", "red"), (2, "spinning", "orange")]
@@ -522,6 +525,29 @@ def pods(rules: Rules) -> Json:
         _scoped(lay, CLUSTER),
         [datasource_variable(), CLUSTER_VARIABLE, namespace_variable, pod_variable],
         time_from="now-3h", links=links_to())
+
+
+def with_cluster_label(board: Json, label: str) -> Json:
+    """``board`` (as a builder made it, reading the label ``cluster``) with every panel
+    query and every variable query reading the label ``label`` instead (a store whose
+    cluster label is called otherwise, with the rules rendered by ``python -m
+    gpuscope.alerts.render --cluster-label``). The variable keeps its name, ``cluster``:
+    the matchers' ``"$cluster"``, the drill-down links' ``${cluster:queryparam}`` and the
+    dashboards' drop-down (which passes variables by name) stay as they are, so a link
+    between two dashboards generated for one label keeps the clusters chosen."""
+    out: Json = copy.deepcopy(board)
+    for panel in out["panels"]:
+        for inner in (panel, *panel.get("panels", [])):
+            for target in inner.get("targets", []):
+                target["expr"] = rename_label(target["expr"], "cluster", label)
+    for variable in out["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        for key in ("query", "definition"):
+            variable[key] = rename_label(variable[key], "cluster", label)
+        if variable["name"] == "cluster":
+            variable["description"] = CLUSTER_DESCRIPTION.format(label=label)
+    return out
 
 
 #: File name (without ``.json``) -> builder.

@@ -194,3 +194,68 @@ def _copy_grouping(tokens: Sequence[tuple[str, str]], i: int, out: list[str],
     missing = [label for label in add if label not in labels]
     out.append("(" + ", ".join([*missing, *labels]) + ")")
     return j + 1
+
+
+def rename_label(expr: str, old: str, new: str) -> str:
+    """``expr`` with the label ``old`` called ``new``: every identifier ``old`` (in a
+    matcher, a ``by``/``on``/``without`` list, the label of ``label_values(..., old)``) and
+    every string that is exactly ``old`` (a label name given to ``label_replace`` or
+    ``label_join``). Other strings, comments and Grafana variables are copied as they are:
+    a matcher's value ``"$cluster"`` and a ``$cluster`` outside a string still name the
+    dashboard's variable, which keeps its name whatever the label is called.
+
+    (``gpuscope.alerts.render`` renames the rules' label alike; its tokenizer does not
+    know Grafana variables, so a ``$cluster`` outside a string would be renamed there.)"""
+    for name in (old, new):
+        if not _LABEL.match(name):
+            raise ScopeError(f"not a label name: {name!r}")
+
+    def token(kind: str, text: str) -> str:
+        if kind == "ident" and text == old:
+            return new
+        if kind == "string" and text[1:-1] == old:
+            return text[0] + new + text[-1]
+        return text
+
+    return "".join(token(kind, text) for kind, text in _tokens(expr))
+
+
+#: The functions that take label names as strings, and which of their arguments are label
+#: names (from the index given on, for ``label_join``'s source labels).
+_LABEL_ARGUMENTS: dict[str, tuple[tuple[int, ...], int | None]] = {
+    "label_replace": ((1, 3), None), "label_join": ((1,), 3)}
+
+
+def labels_named(expr: str) -> set[str]:
+    """Every name ``expr`` reads or makes: its identifiers (labels, metric names, keywords,
+    functions) and the label names it gives ``label_replace`` and ``label_join`` as
+    strings (``label_join(x, "cluster_node", "/", "cluster", "node")``: ``cluster_node``,
+    ``cluster``, ``node``; not the separator, replacement or regex)."""
+    names: set[str] = set()
+    # Per open bracket: the label-taking function it calls (else None), and the index of
+    # the argument being read (a selector's braces are a bracket of their own, so the
+    # commas between its matchers are not counted as arguments).
+    calls: list[str | None] = []
+    args: list[int] = []
+    called: str | None = None
+    for kind, text in _tokens(expr):
+        if kind in ("space", "comment"):
+            continue
+        if kind == "ident":
+            names.add(text)
+            called = text if text in _LABEL_ARGUMENTS else None
+            continue
+        if text in ("(", "{"):
+            calls.append(called if text == "(" else None)
+            args.append(0)
+        elif text in (")", "}") and calls:
+            calls.pop()
+            args.pop()
+        elif text == "," and calls:
+            args[-1] += 1
+        elif kind == "string" and calls and calls[-1] is not None:
+            fixed, from_on = _LABEL_ARGUMENTS[calls[-1]]
+            if args[-1] in fixed or (from_on is not None and args[-1] >= from_on):
+                names.add(text[1:-1])
+        called = None
+    return names

@@ -28,7 +28,7 @@ import yaml
 
 from gpuscope.alerts.grafana import __main__ as cli
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
-from gpuscope.alerts.grafana.promql import ScopeError, scope
+from gpuscope.alerts.grafana.promql import ScopeError, labels_named, rename_label, scope
 from gpuscope.alerts.grafana.rules import (
     DEVICE_PRICE,
     INSTANCE_PRICE,
@@ -215,6 +215,69 @@ def test_a_failed_write_leaves_the_rule_file_whole(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prices.yaml", "rules.yaml"]
 
 
+# ---- a store whose cluster label is called otherwise -------------------------------------
+
+
+def reads_cluster(expr: str) -> bool:
+    """Whether ``expr`` reads or makes a label ``cluster``: the word outside strings (a
+    matcher, a ``by``/``on`` list, ``label_values``' label; not the variable ``$cluster``),
+    or a string that is exactly ``"cluster"`` (a label given to ``label_join``)."""
+    outside = re.sub(r'"(?:\\.|[^"\\])*"', '""', expr)
+    return bool(re.search(r"(?<![$\w])cluster\b", outside)) or '"cluster"' in expr
+
+
+def test_another_cluster_label_is_the_one_every_query_reads(tmp_path: Path) -> None:
+    """``--cluster-label k8s_cluster --output-dir DIR`` writes the four dashboards to DIR
+    (the committed ones untouched), and none of their queries or variables reads a
+    ``cluster`` label: each selector matches ``k8s_cluster=~"$cluster"`` (the variable keeps
+    its name, and so do the links that pass it); ``--check`` with the same flags passes.
+    (What they answer: ``test_grafana_panels.py``.)"""
+    committed = {p: p.read_text(encoding="utf-8") for p in sorted(GENERATED.glob("*.json"))}
+    out = tmp_path / "dashboards"
+    flags = ["--cluster-label", "k8s_cluster", "--output-dir", str(out)]
+    assert cli.main(flags) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}.json" for n in DASHBOARDS)
+    assert {p: p.read_text(encoding="utf-8") for p in committed} == committed
+    assert cli.main([*flags, "--check"]) == 0
+    for path in sorted(out.iterdir()):
+        board = json.loads(path.read_text(encoding="utf-8"))
+        exprs = [t["expr"] for p in panels(board) for t in p.get("targets", [])]
+        assert exprs
+        for expr in exprs:
+            assert not reads_cluster(expr), (path.name, expr)
+            assert '{k8s_cluster=~"$cluster"' in expr, (path.name, expr)
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert variables["cluster"]["definition"] == "label_values(gpu_info, k8s_cluster)"
+        for variable in variables.values():
+            for key in ("query", "definition") if variable["type"] == "query" else ():
+                assert not reads_cluster(variable[key]), (path.name, variable[key])
+        text = path.read_text(encoding="utf-8")
+        assert text.count("${cluster:queryparam}") == committed[GENERATED / path.name].count(
+            "${cluster:queryparam}")
+
+
+@pytest.mark.parametrize(("label", "message"), [
+    ("k8s-cluster", "not a label name: 'k8s-cluster'"),
+    ("__cluster__", "--cluster-label: '__cluster__' is reserved"),
+    ("node", "--cluster-label: 'node' is already a label, metric or keyword of the rules"),
+    ("replica", "'replica' cannot be both the cluster label and a replica label"),
+    # Labels only the dashboards' queries make (label_join's, for legends).
+    ("cluster_node", "--cluster-label: 'cluster_node' is already a label, metric or keyword "
+                     "of the dashboards' queries"),
+    ("named", "'named' is already a label, metric or keyword of the dashboards' queries"),
+])
+def test_a_bad_cluster_label_is_one_line_and_exit_2(label: str, message: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The renderer's checks and messages (``python -m gpuscope.alerts.render
+    --cluster-label``), and a name the dashboards' own queries use; nothing is written."""
+    out = tmp_path / "dashboards"
+    assert cli.main(["--cluster-label", label, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuscope-grafana: error: "), err
+    assert message in err
+    assert not out.exists()
+
+
 # ---- valid Grafana dashboards ------------------------------------------------------------
 
 
@@ -391,6 +454,38 @@ def test_scoped_expressions_are_promql_prometheus_reads(demo_prometheus: str) ->
         assert body["status"] == "success", (scoped, body)
         assert body["data"].count('cluster=~".*"') == scoped.count('cluster=~"$cluster"'), (
             scoped, body["data"])
+
+
+#: (expression, with the label ``cluster`` called ``k8s_cluster``)
+RENAMED = [
+    ('sum by (cluster, node) (x{cluster=~"$cluster"})',
+     'sum by (k8s_cluster, node) (x{k8s_cluster=~"$cluster"})'),
+    ("label_values(gpu_info, cluster)", "label_values(gpu_info, k8s_cluster)"),
+    ('label_join(x, "cluster_node", "/", "cluster", "node")',
+     'label_join(x, "cluster_node", "/", "k8s_cluster", "node")'),
+    ("a * on (cluster) group_left () b unless ignoring (cluster) c",
+     "a * on (k8s_cluster) group_left () b unless ignoring (k8s_cluster) c"),
+    # Grafana variables, other strings and comments are not the label.
+    ('x[$__rate_interval] offset ${cluster} + y{a=~"${cluster:regex}|cluster_a"} # cluster',
+     'x[$__rate_interval] offset ${cluster} + y{a=~"${cluster:regex}|cluster_a"} # cluster'),
+    ("quantile by (cluster) (0.5, x) / $cluster",
+     "quantile by (k8s_cluster) (0.5, x) / $cluster"),
+]
+
+
+@pytest.mark.parametrize(("expr", "renamed"), RENAMED)
+def test_rename_label(expr: str, renamed: str) -> None:
+    assert rename_label(expr, "cluster", "k8s_cluster") == renamed
+
+
+def test_the_labels_an_expression_names() -> None:
+    """Identifiers, and the label names given to label_replace and label_join (not their
+    separator, replacement or regex, nor a matcher's value)."""
+    expr = ('label_replace(label_join(x{a="b", c=~"d"}, "made", "/", "cluster", "node"), '
+            '"cap", "unknown", "capacity_type", "^$") > on (uuid) y')
+    assert labels_named(expr) == {"label_replace", "label_join", "x", "a", "c", "made",
+                                  "cluster", "node", "cap", "capacity_type", "on", "uuid",
+                                  "y"}
 
 
 @pytest.mark.parametrize("expr", ["sum(a", "a)", "rate(a[5m)", "a{b=\"c\""])
