@@ -575,15 +575,19 @@ def demo_prometheus_ha(prometheus_bin: str, promtool: str, demo_samples: OpenMet
 
 
 def _serve(prometheus_bin: str, promtool: str, store: OpenMetricsWriter, tmp: Path,
-           replicas: tuple[str, ...], timeout: float = 60.0) -> Iterator[str]:
+           replicas: tuple[str, ...], timeout: float = 60.0,
+           rules: dict[str, Any] | None = None) -> Iterator[str]:
+    """Prometheus over ``store``'s samples, evaluating ``rules`` (the shipped rule file
+    where None)."""
     assert store.write(tmp / "fleet.om", replicas) > 100_000
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
                     str(tmp / "fleet.om"), str(tmp / "tsdb")],
                    check=True, capture_output=True, timeout=120)
     port = free_port()
-    # The shipped rules, each group evaluated every second (a group's own `interval:` would
-    # have the test wait for its first evaluation): expressions unchanged.
-    rules = load_rules()
+    # The rules (the shipped ones unless given), each group evaluated every second (a
+    # group's own `interval:` would have the test wait for its first evaluation):
+    # expressions unchanged.
+    rules = copy.deepcopy(rules) if rules is not None else load_rules()
     for group in rules["groups"]:
         group.pop("interval", None)
     (tmp / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
