@@ -36,8 +36,11 @@ from gpuscope.dashboard.verdicts.common import EPSILON, required_seconds
 from gpuscope.dashboard.verdicts.runs import Instant, read_runs
 from gpuscope.dashboard.verdicts.totals import Devices, Entities, States
 
+#: A node's MIG slices, seen in the last minute (a failed scrape's staleness marker at the
+#: end hides them).
+SLICES = f'count by (node) (max_over_time(gpu_info{{parent_uuid!=""}}[{RULE_R}]))'
 #: The nodes without MIG slices (appended to a query ``by (node)``).
-NO_MIG = ' unless on (node) count by (node) (gpu_info{parent_uuid!=""})'
+NO_MIG = f" unless on (node) {SLICES}"
 #: The NodeRun stats read at the history's start too (where every run began by then).
 THEN = ("gpus", "since_sum", "held_sum", "spun_sum")
 
@@ -78,7 +81,7 @@ def entity_queries(window: Window, history_start: float, th: Thresholds) -> dict
                   f"{NO_MIG}", "idle"),
             _stat(f"count by (node) ({spin_hold}){NO_MIG}", "spinning"),
             _stat(f"count by (node) ({_last('silent', GBY)}){NO_MIG}", "no_data"),
-            _stat('count by (node) (gpu_info{parent_uuid!=""})', "mig"),
+            _stat(SLICES, "mig"),
         ]),
         " or ".join([*(_stat(_last(f"node_idle_{s}", "node"), s)
                        for s in idle.NODE_RUN_STATS),

@@ -94,7 +94,8 @@ def recording_rules(thresholds: Thresholds | None = None, cluster: str = CLUSTER
         (RULES["held"], rec.holdings()),
         (RULES["used"], rec.holdings(used=True)),
         (RULES["node_gpus"], f"count by (node) ({WHOLE_GPUS})"),
-        (RULES["node_models"], "count by (node, model) (max by (node, uuid, model) (gpu_info))"),
+        (RULES["node_models"], "count by (node, model) (max by (node, uuid, model) "
+                               f"(max_over_time(gpu_info[{RULE_R}])))"),
         (RULES["node_util_sum"], f"sum by (node) ({_whole_util(rec)})"),
         (RULES["node_util_count"], f"count by (node) ({_whole_util(rec)})"),
         (RULES["cmean"],
@@ -132,8 +133,12 @@ def _cmean() -> str:
     return f"max by ({CBY}) (last_over_time({RULES['cmean']}[{RULE_R}]))"
 
 
-#: Each whole GPU once (a GPU in MIG mode too; not its slices), by node and uuid.
-WHOLE_GPUS = 'max by (node, uuid) (gpu_info{parent_uuid=""})'
+#: Each whole GPU once (a GPU in MIG mode too; not its slices), by node and uuid, seen in the
+#: minute (``max_over_time``), not as ``gpu_info`` stands at its end: a failed scrape's
+#: staleness marker hides every series of the node there, and the node had no GPUs, models
+#: or utilization for the minute (a page ending then counted none of them, and its hour of
+#: presence lost a minute).
+WHOLE_GPUS = f'max by (node, uuid) (max_over_time(gpu_info{{parent_uuid=""}}[{RULE_R}]))'
 
 
 def _whole_util(st: Steps) -> str:

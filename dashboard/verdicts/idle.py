@@ -729,16 +729,20 @@ def node_run_rules() -> list[tuple[str, str]]:
     spinning minutes summed. With them the page has a node's idle GPU-seconds and their
     held and spinning parts over any history that all its runs began before or after
     (:func:`node_idle_of`), from six numbers a node instead of six a GPU."""
+    # (Which devices are MIG slices, seen in the minute: a failed scrape's staleness
+    # marker at its end hides them, and their node looked like one without MIG.)
+    slices = f'max_over_time(gpu_info{{parent_uuid!=""}}[{RULE_R}])'
+
     def whole(key: str) -> str:
         return (f"max by (node, uuid) (last_over_time({RULES[key]}[{RULE_R}]))"
-                f' unless on (node, uuid) max by (node, uuid) (gpu_info{{parent_uuid!=""}})')
+                f" unless on (node, uuid) max by (node, uuid) ({slices})")
     runs = whole("idle_run_since")
     gpus = f"max by (node) (last_over_time({RULES['node_gpus']}[{RULE_R}]))"
     # The nodes, found once (the first record): the others read it.
     node = f"max by (node) (last_over_time({RULES['node_idle_gpus']}[{RULE_R}]))"
     return [(RULES["node_idle_gpus"],
              f"(count by (node) ({runs}) == on (node) {gpus})"
-             f' unless on (node) count by (node) (gpu_info{{parent_uuid!=""}})'),
+             f" unless on (node) count by (node) ({slices})"),
             *((RULES[f"node_idle_{stat}"], f"{fn} by (node) ({of}) and on (node) {node}")
               for stat, fn, of in (("since_max", "max", runs), ("since_min", "min", runs),
                                    ("since_sum", "sum", runs),

@@ -436,12 +436,19 @@ def test_the_workload_views_note_does_not_call_a_default_without_straggler_a_str
     note = components.workload_note(detail, marks, picked=False)
     assert "no straggler" in note and "straggler's workload" not in note, note
     assert note.startswith(f"1 GPU of {namespace}/"), note
-    # With a straggler, the default is its workload, and the note says so.
-    service.fleet("1h", "ml-train")
+    # With a straggler, the default is its workload, and the note says so. (Which one is
+    # first is the page's: the demo goes on sampling in real time, and on a loaded machine
+    # its two planted stragglers' runs can lapse and come back in another order.)
+    view = service.fleet("1h", "ml-train").view
+    assert view is not None and view.default_workload
     detail, marks, _ = service.workload(None, "1h", "ml-train")
     assert detail is not None and marks
     note = components.workload_note(detail, marks, picked=False)
-    assert note.startswith("16 GPUs of ml-train/PyTorchJob/mixtral-pretrain; straggler (slow)")
+    assert view.default_workload in (
+        "ml-train/PyTorchJob/mixtral-pretrain", "ml-train/PyTorchJob/llama-pretrain"), (
+        view.default_workload)
+    assert note.startswith(f"{len(detail.devices)} GPUs of {view.default_workload}; "
+                           "straggler ("), note
     assert note.endswith("Showing the first straggler's workload."), note
 
 
