@@ -821,3 +821,17 @@ def test_embedded_history_begins_where_the_kept_points_do() -> None:
     view = build_fleet_view(data, bundled_prices())
     idle = {r.node: r for r in view.idle_rows}
     assert idle["node-a"].idle_seconds == pytest.approx(data.history_seconds, abs=1e-3)
+
+
+def test_embedded_series_that_expired_and_returns_is_stored_again() -> None:
+    """A series whose points all expired loses its ring; when its exporter serves it again,
+    it is stored in a new ring the page reads, not in the dropped one (the store remembers
+    each series' ring by its labels as scraped: ``expire`` must forget those it drops)."""
+    store = EmbeddedData([], interval=1, max_age=50, clock=lambda: 1000.0)
+    store.ingest_text("n", exposition(0.1), 600.0)
+    store.expire(1000.0)
+    assert not store._rings
+    store.ingest_text("n", exposition(0.1), 990.0)
+    assert store._rings
+    assert all(list(ring.times) == [990.0] for ring in store._rings.values())
+    store.close()
