@@ -441,11 +441,21 @@ def label_names(spec: MetricSpec, optional: Collection[str] = ()) -> tuple[str, 
     return spec.labels + tuple(label for label in known if label in optional)
 
 
+#: Each table entry's family name and its labels without optional ones, worked out once:
+#: the collectors make some 40 families per ``collect()``, and working these out each time
+#: was two thirds of :func:`new_family`'s time (the demo's hour of past makes 344,000).
+_PLAIN: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    name: (family_name(spec), label_names(spec)) for name, spec in METRICS.items()
+}
+
+
 def new_family(name: str, optional: Collection[str] = ()) -> Family:
     """A fresh, empty metric family for the table entry ``name`` (one per ``collect()``),
     with the optional labels named in ``optional`` after the fixed ones."""
     spec = METRICS[name]
-    labels = label_names(spec, optional)
+    fname, labels = _PLAIN[name]
+    if optional:
+        labels = label_names(spec, optional)
     if spec.type == "counter":
-        return CounterMetricFamily(family_name(spec), spec.help, labels=labels)
-    return GaugeMetricFamily(spec.name, spec.help, labels=labels)
+        return CounterMetricFamily(fname, spec.help, labels=labels)
+    return GaugeMetricFamily(fname, spec.help, labels=labels)
