@@ -197,6 +197,11 @@ class EmbeddedData:
         # 1.4 M such samples). Holds only rings in ``_rings``: emptied when ``expire`` drops
         # one, and when it outgrows the series (the same labels scraped in another order).
         self._routes: dict[tuple[str, str, tuple[tuple[str, str], ...]], Ring] = {}
+        # Each node's last scrape: the name, labels and ring of its time series' samples, in
+        # order. A scrape repeats the last one's series in the same order, so a sample is
+        # matched with the one at its place by comparing its labels (a tenth of building
+        # the lookup above); one that does not match is looked up. Emptied with ``_routes``.
+        self._layouts: dict[str, list[tuple[str, Mapping[str, str], Ring]]] = {}
         self._state = {t.url: _TargetState(t, t.node) for t in self.targets}
         # Which target each node name belongs to: two targets must never merge into one node
         # (a planted idle node would hide behind a busy one). Names given by hand are taken
@@ -219,13 +224,17 @@ class EmbeddedData:
 
     # -- ingest ----------------------------------------------------------------------------
     def ingest(self, node: str, samples: Iterable[Sample], timestamp: float) -> None:
-        """Store one scrape's samples of ``node`` taken at ``timestamp``."""
+        """Store one scrape's samples of ``node`` taken at ``timestamp``. The labels of the
+        node's last scrape are kept (to match the next one's with): a caller does not change
+        a mapping it has passed."""
         ring_metrics = self.ring_metrics
         routes = self._routes
         capacity = self.capacity
         with self._lock:
             if self._first is None or timestamp < self._first:
                 self._first = timestamp
+            last = self._layouts.get(node, [])
+            layout: list[tuple[str, Mapping[str, str], Ring]] = []
             for name, labels, value in samples:
                 if name not in ring_metrics:
                     if name in INFO_METRICS:
@@ -234,12 +243,17 @@ class EmbeddedData:
                     continue
                 if value != value:  # NaN (math.isnan without a call per sample): no point
                     continue
-                ring = routes.get((name, node, tuple(labels.items())))
-                if ring is None:
-                    found = self._ring(name, labels, node)
+                at = len(layout)
+                if at < len(last) and last[at][0] == name and last[at][1] == labels:
+                    ring = last[at][2]
+                else:
+                    found = routes.get((name, node, tuple(labels.items())))
                     if found is None:
-                        continue
+                        found = self._ring(name, labels, node)
+                        if found is None:
+                            continue
                     ring = found
+                layout.append((name, labels, ring))
                 times = ring.times
                 # Ring.append inlined while the ring has room (nothing to trim, nor to move
                 # the history's start): the method call was a fifth of the ingest's time.
@@ -252,6 +266,7 @@ class EmbeddedData:
                 ring.append(timestamp, value, capacity)
                 if len(times) > capacity and times[-capacity] > self._first:
                     self._first = times[-capacity]  # oldest one served
+            self._layouts[node] = layout
 
     def _ring(self, name: str, labels: Mapping[str, str], node: str) -> Ring | None:
         """The ring of the series ``name`` of ``node`` with ``labels`` (made if new), or None
@@ -296,7 +311,8 @@ class EmbeddedData:
                 ring.trim_before(cutoff)
                 if not ring.times:
                     del self._rings[key]
-                    self._routes.clear()  # it may route to the ring just dropped
+                    self._routes.clear()  # they may lead to the ring just dropped
+                    self._layouts.clear()
             for key, seen in list(self._info.items()):
                 if seen < cutoff:
                     del self._info[key]

@@ -835,3 +835,27 @@ def test_embedded_series_that_expired_and_returns_is_stored_again() -> None:
     assert store._rings
     assert all(list(ring.times) == [990.0] for ring in store._rings.values())
     store.close()
+
+
+def test_embedded_scrapes_in_another_order_store_each_sample_in_its_own_series() -> None:
+    """A scrape whose series come in another order than the node's last one (series that
+    appear, go, or swap places) stores each sample in its own series (the store matches a
+    sample with the one at its place in the last scrape when their names and labels are
+    equal, and looks the others up)."""
+    a = {"gpu": "0", "uuid": "GPU-a"}
+    b = {"gpu": "1", "uuid": "GPU-b"}
+    util, temp = "gpu_utilization_ratio", "gpu_temperature_celsius"
+    store = EmbeddedData([], interval=1)
+    store.ingest("n", [(util, a, 0.1), (util, b, 0.2), (temp, a, 30.0)], 1.0)
+    store.ingest("n", [(util, dict(b), 0.4), (util, dict(a), 0.3), (temp, dict(a), 31.0)], 2.0)
+    store.ingest("n", [(temp, dict(a), 32.0), (util, dict(b), 0.6)], 3.0)
+    store.ingest("m", [(util, dict(a), 0.9)], 3.0)
+    values = {(name, dict(labels)["uuid"], dict(labels)["node"]): list(ring.values)
+              for (name, labels), ring in store._rings.items()}
+    assert values == {
+        (util, "GPU-a", "n"): [0.1, 0.3],
+        (util, "GPU-b", "n"): [0.2, 0.4, 0.6],
+        (temp, "GPU-a", "n"): [30.0, 31.0, 32.0],
+        (util, "GPU-a", "m"): [0.9],
+    }
+    store.close()
