@@ -17,7 +17,7 @@ the series a verdict declares it reads (:class:`~.steps.StepQuery`), which every
 answers (``step_series``).
 """
 
-from gpuscope.dashboard.data.embedded import EmbeddedData, Sample
+from gpuscope.dashboard.data.embedded import EmbeddedData
 from gpuscope.dashboard.data.prometheus import PrometheusStore
 from gpuscope.dashboard.data.promql import escape_label_value, selector
 from gpuscope.dashboard.data.source import (
@@ -33,7 +33,7 @@ from gpuscope.dashboard.data.source import (
     validate_workload,
 )
 from gpuscope.dashboard.data.steps import StepQuery
-from gpuscope.dashboard.data.targets import Target, parse_targets
+from gpuscope.dashboard.data.targets import Sample, Target, parse_targets
 
 __all__ = [
     "INFO_LOOKBACK",

@@ -14,15 +14,11 @@ import logging
 import operator
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from gpuscope.dashboard.data.promql import node_key, node_parts
+from gpuscope.dashboard.data.promql import node_parts
 from gpuscope.dashboard.data.reduce import (
     bucket,
     cref,
@@ -49,7 +45,15 @@ from gpuscope.dashboard.data.source import (
     validate_workload,
 )
 from gpuscope.dashboard.data.steps import StepQuery, ranges
-from gpuscope.dashboard.data.targets import Target
+from gpuscope.dashboard.data.targets import (
+    NODE_NAME_LABEL,
+    Sample,
+    Target,
+    TargetState,
+    parse_page,
+    scrape,
+    stated_node,
+)
 from gpuscope.dashboard.series import (
     ContainerRef,
     FleetData,
@@ -71,8 +75,6 @@ from gpuscope.dashboard.series import (
 #: The stragglers' default duration (``verdicts.stragglers.STRAGGLER_DURATION``, which a test
 #: keeps equal): how far back the stragglers' evidence looks.
 STRAGGLER_DURATION = 10 * 60.0
-#: The largest exporter page a scrape reads, in bytes (one is kilobytes to a few MiB).
-MAX_SCRAPE_BYTES = 64 << 20
 
 log = logging.getLogger(__name__)
 
@@ -97,39 +99,6 @@ RING_METRICS = FLEET_METRICS
 Labels = tuple[tuple[str, str], ...]
 
 INFO_METRICS = frozenset({"gpu_info", "gpu_node_info", "gpu_pod_info"})
-#: The label of ``gpu_node_info`` in which an exporter states its own node's name (it cannot
-#: use ``node``: Prometheus' scrape config adds that one). The store turns it into ``node``.
-NODE_NAME_LABEL = "node_name"
-#: ``gpu_node_info{cluster}``: the cluster an exporter states (its ``--cluster-name``).
-CLUSTER_NAME_LABEL = "cluster"
-
-Sample = tuple[str, Mapping[str, str], float]
-
-
-def _parse(text: str) -> list[Sample]:
-    """The samples of one scrape in the Prometheus text format."""
-    return [(s.name, s.labels, s.value)
-            for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def stated_node(samples: Iterable[Sample]) -> str | None:
-    """The node an exporter states in ``gpu_node_info{node_name}``, or None (an older
-    exporter, or an empty label): its key ``cluster/node`` where the exporter states its
-    cluster too (``gpu_node_info{cluster}``, ``--cluster-name``), as a store holding several
-    clusters keys it (:func:`~.promql.node_key`)."""
-    for name, labels, _ in samples:
-        if name == "gpu_node_info" and labels.get(NODE_NAME_LABEL):
-            return node_key(labels.get(CLUSTER_NAME_LABEL, ""), labels[NODE_NAME_LABEL])
-    return None
-
-
-@dataclass(slots=True)
-class _TargetState:
-    target: Target
-    node: str  # the node its series are stored under, as of the last scrape
-    last_success: float | None = None
-    last_error: str = ""
-    clash: str = ""  # why ``node`` is not the name the exporter states, if it is not
 
 
 class EmbeddedData:
@@ -202,7 +171,7 @@ class EmbeddedData:
         # matched with the one at its place by comparing its labels (a tenth of building
         # the lookup above); one that does not match is looked up. Emptied with ``_routes``.
         self._layouts: dict[str, list[tuple[str, Mapping[str, str], Ring]]] = {}
-        self._state = {t.url: _TargetState(t, t.node) for t in self.targets}
+        self._state = {t.url: TargetState(t, t.node) for t in self.targets}
         # Which target each node name belongs to: two targets must never merge into one node
         # (a planted idle node would hide behind a busy one). Names given by hand are taken
         # from the start; the others as targets first use them (see _node_of).
@@ -300,7 +269,7 @@ class EmbeddedData:
 
     def ingest_text(self, node: str, text: str, timestamp: float) -> None:
         """Store one scrape in the Prometheus text format."""
-        self.ingest(node, _parse(text), timestamp)
+        self.ingest(node, parse_page(text), timestamp)
 
     def expire(self, now: float) -> None:
         """Drop points older than ``max_age`` and series left without points."""
@@ -338,28 +307,10 @@ class EmbeddedData:
         """One target's samples and when the scrape began; None when it failed."""
         state = self._state[target.url]
         started = self._clock()
-        try:
-            req = urllib.request.Request(target.url, headers={"Accept": "text/plain"})
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                raw = resp.read(MAX_SCRAPE_BYTES + 1)
-            if len(raw) > MAX_SCRAPE_BYTES:
-                # An exporter's page is kilobytes; a target that streams without end costs
-                # its scrape, not the dashboard's memory.
-                raise ValueError(f"answer larger than {MAX_SCRAPE_BYTES >> 20} MiB")
-            text = raw.decode("utf-8")
-            samples = _parse(text)
-        except Exception as exc:  # any failure marks the target down; the loop goes on
-            was_up = not state.last_error
-            state.last_error = str(getattr(exc, "reason", exc)) or type(exc).__name__
-            # Logged when it goes down (a warning once, not every interval), as the page
-            # says it.
-            log.log(logging.WARNING if was_up else logging.DEBUG, "scrape of %s failed: %s",
-                    target.url, state.last_error)
+        samples = scrape(self._opener, state, self.timeout)
+        if samples is None:
             return None
-        if state.last_error:
-            log.info("scrape of %s answers again", target.url)
         state.last_success = started
-        state.last_error = ""
         return started, samples
 
     def _node_of(self, target: Target, samples: Sequence[Sample]) -> str:

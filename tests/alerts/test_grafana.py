@@ -635,6 +635,21 @@ def substitute(expr: str, values: dict[str, str]) -> str:
                   expr)
 
 
+def listed_values(board: dict[str, Any], base: str, values: dict[str, str],
+                  ) -> Iterator[tuple[str, set[str], str]]:
+    """Each query variable of ``board`` (``label_values(<selector>, <label>)``): its name, the
+    values it lists on the store at ``base`` with ``values`` picked for the others, and the
+    value picked for it."""
+    for variable in board["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        m = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["definition"])
+        assert m, variable["definition"]
+        listed = {r["metric"].get(m.group(2), "") for r in _query(
+            base, f"group by ({m.group(2)}) ({substitute(m.group(1), values)})")}
+        yield variable["name"], listed, values[variable["name"]]
+
+
 #: Per dashboard, the variable settings the queries run with: a query must answer with
 #: data under at least one of them (no one node holds every finding: a count of spinning
 #: GPUs is rightly empty on a node with none, and a node with a hung job has no MIG slices).
@@ -668,16 +683,9 @@ def test_every_query_returns_series_on_the_demo_fleet(name: str, demo_prometheus
     now = time.time()
     for values in VALUES[name]:
         # The variables list the values the test picks.
-        for variable in board["templating"]["list"]:
-            if variable["type"] != "query":
-                continue
-            m = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["definition"])
-            assert m, variable["definition"]
-            listed = {r["metric"].get(m.group(2), "") for r in _query(
-                base, f"group by ({m.group(2)}) ({substitute(m.group(1), values)})")}
-            chosen = values[variable["name"]]
-            assert listed, variable["name"]
-            assert chosen == ".*" or chosen in listed, (variable["name"], listed)
+        for variable, listed, chosen in listed_values(board, base, values):
+            assert listed, variable
+            assert chosen == ".*" or chosen in listed, (variable, listed)
     empty = []
     answered = 0
     for panel in panels(board):

@@ -35,8 +35,8 @@ from tests.alerts.test_grafana import (
     _run,
     _serve,
     dashboards,
+    listed_values,
     panels,
-    substitute,
 )
 from tests.alerts.test_grafana import demo_prometheus as demo_prometheus
 from tests.alerts.test_grafana import demo_samples as demo_samples
@@ -258,16 +258,9 @@ def test_another_cluster_label_answers_as_cluster_does(name: str, two_clusters: 
             if not common or [got[key][t] for t in common] != pytest.approx(
                     [want[key][t] for t in common], rel=0.1, abs=1e-9):
                 wrong.append(f"{where}: {key} values differ")
-    for variable in board["templating"]["list"]:
-        if variable["type"] != "query":
-            continue
-        m = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["definition"])
-        assert m, variable["definition"]
-        listed = {r["metric"].get(m.group(2), "") for r in _query(
-            other_label_store, f"group by ({m.group(2)}) ({substitute(m.group(1), values)})")}
-        chosen = values[variable["name"]]
+    for variable, listed, chosen in listed_values(board, other_label_store, values):
         if not listed or (chosen != ".*" and chosen not in listed):
-            wrong.append(f"variable {variable['name']}: lists {sorted(listed)[:3]}")
+            wrong.append(f"variable {variable}: lists {sorted(listed)[:3]}")
     assert not wrong, "\n".join(wrong)
     assert answered >= 0.8 * compared, (answered, compared)
 

@@ -15,6 +15,7 @@ import pytest
 
 from gpuscope.dashboard.data import DataError, EmbeddedData, Target
 from gpuscope.dashboard.data import embedded as embedded_module
+from gpuscope.dashboard.data import targets as targets_module
 from gpuscope.dashboard.data.http import PromApi
 from gpuscope.dashboard.data.prometheus import PrometheusStore
 from tests.conftest import HttpHandler
@@ -91,7 +92,7 @@ def test_a_matrix_of_the_wrong_shape_is_one_line(http_server: Callable[[HttpHand
 def test_an_endless_exporter_page_fails_its_scrape_and_the_rest_goes_on(
         http_server: Callable[[HttpHandler], str], monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(embedded_module, "MAX_SCRAPE_BYTES", 2 << 20)
+    monkeypatch.setattr(targets_module, "MAX_SCRAPE_BYTES", 2 << 20)
     url = http_server(endless) + "/metrics"
     store = EmbeddedData([Target(url, "n1")], interval=1.0, timeout=10.0)
     try:
