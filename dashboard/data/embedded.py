@@ -712,7 +712,9 @@ class EmbeddedData:
         out, as Prometheus leaves it out). A query with ``on`` keeps a step of a series only
         where a query of its ``on`` kept that step for a series of the same ``node`` and
         ``uuid`` (one without ``uuid`` matching one without it, as ``and on (node, uuid)``
-        does); a series left without steps is left out. ValueError for a metric this store
+        does); with ``slices``, also where one kept that step for the GPU of the series'
+        MIG slice (``gpu_info`` seen in the window), such a series labelled with its
+        ``parent_uuid``; a series left without steps is left out. ValueError for a metric this store
         does not keep (not in :data:`RING_METRICS` nor ``extra_metrics``: it would read as
         healthy)."""
         metrics = {m for q in queries for m in q.metrics}
@@ -756,6 +758,17 @@ class EmbeddedData:
             done[q] = rows
             return rows
 
+        known: dict[tuple[str, str], str] = {}
+
+        def parents() -> dict[tuple[str, str], str]:
+            """Each MIG slice's GPU, (node, slice uuid) -> uuid, from the ``gpu_info`` seen
+            in the window (kept as last seen only; a slice's uuid names one GPU)."""
+            if not known:
+                for lab in self._infos("gpu_info", window.start - gauge):
+                    if lab.get("parent_uuid") and lab.get("uuid"):
+                        known[(lab.get("node", ""), lab["uuid"])] = lab["parent_uuid"]
+            return known
+
         out: dict[StepQuery, list[tuple[dict[str, str], Series]]] = {}
         for q in queries:
             if q in out:
@@ -773,5 +786,11 @@ class EmbeddedData:
                 if on:
                     rows.append((lab, Series(tuple(t for t, _ in on),
                                              tuple(v for _, v in on))))
+                parent = parents().get(device) if q.slices else None
+                on = [(t, v) for t, v in zip(s.times, s.values, strict=True)
+                      if parent and (lab["node"], parent, t) in flagged]
+                if on:
+                    rows.append(({**lab, "parent_uuid": parent or ""},
+                                 Series(tuple(t for t, _ in on), tuple(v for _, v in on))))
             out[q] = rows
         return out

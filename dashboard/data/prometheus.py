@@ -40,7 +40,7 @@ from gpuscope.dashboard.data.source import (
     validate_pod,
     validate_workload,
 )
-from gpuscope.dashboard.data.steps import STEP_LABEL, StepQuery, combined
+from gpuscope.dashboard.data.steps import STEP_LABEL, StepQuery, combined, slices_promql
 from gpuscope.dashboard.data.steps import promql as step_promql
 from gpuscope.dashboard.series import (
     ContainerRef,
@@ -419,7 +419,9 @@ class PrometheusStore:
            :data:`.steps.STEP_LABEL`, joined with ``or``, split back by that label);
         2. each query with ``on``, asked of the devices its ``on`` flagged only (their nodes
            and UUIDs as matchers), its steps then kept where one of them was flagged, as
-           ``and on (node, uuid)`` keeps them. A healthy fleet asks nothing here; a store
+           ``and on (node, uuid)`` keeps them; for a query with ``slices``, also the series
+           on those GPUs' MIG slices (:func:`.steps.slices_promql`, with ``parent_uuid``),
+           kept where their GPU was flagged. A healthy fleet asks nothing here; a store
            computes ``and``'s left side whole before it filters (every holder of every GPU
            at every step: 7 s of Prometheus' time per such query at 5,000 nodes).
 
@@ -461,14 +463,28 @@ class PrometheusStore:
 
             for p, text in enumerate(_split(devices, build)):
                 texts[f"{k}.{p}"] = text
+            if not q.slices:
+                continue
+
+            def build_slices(part: Sequence[str], q: StepQuery = q) -> str:
+                # The holders on the flagged GPUs' nodes, on the slices of those GPUs.
+                pairs = [d.split("\0") for d in part]
+                on = node_matchers([n for n, _ in pairs], self.cluster_label)
+                parents = {**on, "parent_uuid": f'=~"{any_of(sorted({u for _, u in pairs}))}"'}
+                return slices_promql(sent(q), window.step, self.lookback, on, parents)
+
+            for p, text in enumerate(_split(devices, build_slices)):
+                texts[f"{k}.s{p}"] = text
         later = self._ranged(texts, window) if texts else {}
         for k, q in enumerate(q for q in unique if q.on):
             kept = []
             for key, part in later.items():
                 if key.split(".")[0] != str(k):
                     continue
+                # A slice's series is kept where its GPU was flagged (``parent_uuid``).
+                device_label = "parent_uuid" if key.split(".")[1].startswith("s") else "uuid"
                 for lab, s in part:
-                    device = (lab["node"], lab.get("uuid", ""))
+                    device = (lab["node"], lab.get(device_label, ""))
                     on = [(t, v) for t, v in zip(s.times, s.values, strict=True)
                           if (*device, t) in flagged[q]]
                     if on:

@@ -56,14 +56,27 @@ store's shortest range, 60 s by default; the embedded store uses two scrape inte
   orders samples within a step); one that left the GPU a step before is not. The values
   are this query's; in PromQL ``(<this query>) and on (node, uuid) (<on[0]> or <on[1]>
   ...)``.
+- ``slices`` (with ``on``): also keep a kept step ``t`` of a series on a MIG slice where
+  some query of ``on`` kept ``t`` for the slice's GPU (``gpu_info``'s ``parent_uuid``, on
+  the same ``node``): a GPU in MIG mode is held through its slices, and board-level faults
+  (throttling) are the GPU's. Such a series has a ``parent_uuid`` label besides ``node``
+  and ``by`` (the GPU's uuid: a store's page may not know the slice), and is a series of
+  its own beside one kept for its own uuid. The Prometheus store reads the slice's GPU
+  from ``gpu_info`` at the step (``max_over_time`` over the step's range), the embedded
+  store, which keeps ``gpu_info`` as last seen only, from those seen in the window (a
+  slice's uuid names one GPU for good). In PromQL ``(<the above>) or ((<this query>) * on
+  (node, uuid) group_left (parent_uuid) group by (node, uuid, parent_uuid)
+  (max_over_time(gpu_info{parent_uuid!=""}[r])) and on (node, parent_uuid)
+  label_replace(<on[0]> or ..., "parent_uuid", "$1", "uuid", "(.*)"))``.
 
 The Prometheus store sends a list of step queries as one range query per round
 (:func:`combined`): each query's text tagged with its position in a label of its own,
 :data:`STEP_LABEL`, and the texts joined with ``or``; it splits the answer back by that
 label. No query's ``by`` may name that label. The queries with ``on`` go in a second round,
 asked of the devices their ``on`` flagged only (``promql(q, ..., among=...)``), their steps
-kept where a device was flagged (``PrometheusStore.step_series``); :func:`promql` of a query
-with ``on`` writes the same question in one text (``and on``).
+kept where a device was flagged (``PrometheusStore.step_series``), and for ``slices`` the
+slices of the GPUs flagged there (one more text: :func:`slices_promql`); :func:`promql` of a
+query with ``on`` writes the same question in one text (``and on``).
 """
 
 from __future__ import annotations
@@ -121,6 +134,9 @@ class StepQuery:
     #: rules are loaded for the window may answer it instead (same ``by``; the answer is
     #: keyed by this query). The embedded store has no rules and answers this query itself.
     recorded: StepQuery | None = None
+    #: With ``on``: also keep a step of a series on a MIG slice where ``on`` flagged the
+    #: slice's GPU at it, the series labelled with its ``parent_uuid`` (module docstring).
+    slices: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not _METRIC.match(self.metric):
@@ -156,6 +172,13 @@ class StepQuery:
                                  f"{other.by!r}")
         if self.on and "uuid" not in self.by:
             raise ValueError(f"a query with on must keep uuid: by {self.by!r}")
+        if not isinstance(self.slices, bool):
+            raise ValueError(f"slices must be True or False, got {str(self.slices)[:80]!r}")
+        if self.slices and not self.on:
+            raise ValueError("slices: only with on (the GPUs whose slices are kept)")
+        if self.slices and "parent_uuid" in self.by:
+            raise ValueError("slices: parent_uuid labels the series kept through a GPU, "
+                             "leave it out of by")
         if not isinstance(self.match, tuple):
             raise ValueError(f"match must be a tuple of (label, values), got {self.match!r}")
         for pair in self.match:
@@ -179,13 +202,14 @@ class StepQuery:
 
     @property
     def metrics(self) -> frozenset[str]:
-        """Every metric the query reads: its own and its :attr:`on` queries'."""
+        """Every metric the query reads as a time series: its own and its :attr:`on`
+        queries' (:attr:`slices` reads ``gpu_info`` too, which every store keeps)."""
         return frozenset({self.metric, *(q.metric for q in self.on)})
 
     @property
     def bare(self) -> StepQuery:
-        """This query without :attr:`on`."""
-        return replace(self, on=()) if self.on else self
+        """This query without :attr:`on` (nor :attr:`slices`)."""
+        return replace(self, on=(), slices=False) if self.on else self
 
     def wants(self, labels: Mapping[str, str]) -> bool:
         """Whether a series with ``labels`` is one :attr:`match` asks for."""
@@ -235,8 +259,12 @@ def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK,
         raise ValueError("step must be positive and lookback not negative")
     if q.on:
         flagged = " or ".join(promql(other, step_seconds, lookback) for other in q.on)
-        return (f"({promql(q.bare, step_seconds, lookback)}) and on (node, uuid) "
-                f"({flagged})")
+        own = f"({promql(q.bare, step_seconds, lookback)}) and on (node, uuid) ({flagged})"
+        if not q.slices:
+            return own
+        relabelled = f'label_replace({flagged}, "parent_uuid", "$1", "uuid", "(.*)")'
+        return (f"({own}) or ({slices_promql(q, step_seconds, lookback)} "
+                f"and on (node, parent_uuid) {relabelled})")
     gauge, counter = ranges(step_seconds, lookback)
     sel = selector(q.metric, {**{label: f'=~"{any_of(values)}"' for label, values in q.match},
                               **(among or {})})
@@ -248,6 +276,23 @@ def promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK,
     else:
         expr = f"{q.reduce} by ({by}) ({q.reduce}_over_time({sel}[{duration(gauge - EDGE)}]))"
     return f"{expr} {q.keep} {float(q.threshold)!r}"
+
+
+def slices_promql(q: StepQuery, step_seconds: float, lookback: float = LOOKBACK,
+                  among: Mapping[str, str] | None = None,
+                  parents: Mapping[str, str] | None = None) -> str:
+    """``q`` without its ``on`` (:attr:`~StepQuery.bare`) on MIG slices only, each series
+    labelled with its slice's GPU (``parent_uuid``, from ``gpu_info`` at the step): ``(<q's
+    text>) * on (node, uuid) group_left (parent_uuid) group by (node, uuid, parent_uuid)
+    (max_over_time(gpu_info{parent_uuid!=""}[r]))``, ``r`` the range of a ``max`` step
+    (``group`` answers 1: ``q``'s values are kept). ``among``: matchers added to ``q``'s
+    selector (as :func:`promql`'s); ``parents``: to ``gpu_info``'s (raw PromQL matcher
+    suffixes, e.g. ``{"parent_uuid": '=~"GPU-1"'}``), in place of ``parent_uuid!=""``."""
+    gauge, _ = ranges(step_seconds, lookback)
+    info = selector("gpu_info", dict(parents) if parents else {"parent_uuid": '!=""'})
+    return (f"({promql(q.bare, step_seconds, lookback, among)}) * on (node, uuid) "
+            f"group_left (parent_uuid) group by (node, uuid, parent_uuid) "
+            f"(max_over_time({info}[{duration(gauge - EDGE)}]))")
 
 
 def combined(texts: Mapping[int, str]) -> str:

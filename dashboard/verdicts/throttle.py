@@ -9,10 +9,11 @@ machine count (``power``, ``thermal``, ``reliability``, ``board_limit``): ``low_
 The registry judges it (:class:`Throttle`): the store answers :func:`queries`, the steps at
 or above the ratio for the reasons that count (with the recording rules, from the recorded
 ``uuid:gpu_throttle_any_ratio:rate2m``), and the containers that held each such GPU at
-those steps; a fleet without throttling answers nothing. A row's pods are those, and the
-pods the page saw on the GPU; for a GPU in MIG mode, which pods hold through its slices
-(throttling is board-level, the slices have none of their own), the pods the page saw on
-its slices. One row per (GPU, reason), the costliest node first.
+those steps, for a GPU in MIG mode, which pods hold through its slices (throttling is
+board-level, the slices have none of their own), those that held its slices (the step
+query's ``slices``); a fleet without throttling answers nothing. A row's pods are those,
+and the pods the page saw on the GPU or its slices. One row per (GPU, reason), the
+costliest node first.
 """
 
 from __future__ import annotations
@@ -118,13 +119,15 @@ def queries(reasons: tuple[str, ...] = THROTTLE_REASONS, ratio: float = THROTTLE
             ) -> tuple[StepQuery, StepQuery]:
     """The verdict's step queries: the throttled steps (``rate`` of the counter, or the
     recorded rate, >= ``ratio`` for ``reasons``), and the containers that held a GPU at its
-    throttled steps."""
+    throttled steps, or one of its MIG slices (``slices``: labelled with the GPU's
+    ``parent_uuid``)."""
     match = (("reason", tuple(reasons)),)
     rate = StepQuery("gpu_throttle_seconds_total", "rate", ">=", ratio, by=_BY, match=match,
                      recorded=StepQuery(RECORDED_THROTTLING, "max", ">=", ratio, by=_BY,
                                         match=match))
     holders = StepQuery("container_gpu_allocated", "max", ">", 0.0,
-                        by=("namespace", "pod", "container", "uuid"), on=(rate,))
+                        by=("namespace", "pod", "container", "uuid"), on=(rate,),
+                        slices=True)
     return rate, holders
 
 
@@ -175,7 +178,10 @@ class Throttle(StepVerdict):
         for lab, s in answers.get(holders, ()):
             if len(s) and lab.get("namespace"):
                 pod = f"{lab['namespace']}/{lab.get('pod', '')}"
-                held.setdefault(device_ref(lab), set()).add(pod)
+                # On a slice of a throttled GPU: the GPU's (``parent_uuid``).
+                ref = (GpuRef(lab.get("node", ""), lab["parent_uuid"])
+                       if lab.get("parent_uuid") else device_ref(lab))
+                held.setdefault(ref, set()).add(pod)
         found = throttled_gpus(
             series, window, ctx.history_start,
             reasons=THROTTLE_REASONS if th is None else tuple(th.throttle_reasons),

@@ -81,6 +81,7 @@ ALLOCATED = (
     ("leaving", "GPU-a1", 2002.0, 1522.0),  # left 15 s before the loss, in the loss's step
     ("healthy", "GPU-a0", None, 0.0),      # a healthy GPU throughout
     ("victim", "GPU-b0", None, 0.0),       # node-b GPU 0: its XIDs
+    ("sliced", "MIG-a0-1", None, 0.0),     # a slice of node-a GPU 0 (throttled)
 )
 ALLOC = StepQuery("container_gpu_allocated", "max", ">", 0.0,
                   by=("namespace", "pod", "container", "uuid"))
@@ -95,6 +96,11 @@ SPIN_WATTS, SPIN_LIMITS = 90.0, (400.0, 700.0)
 
 GPUS = (("node-a", "0", "GPU-a0"), ("node-a", "1", "GPU-a1"),
         ("node-b", "0", "GPU-b0"), ("node-b", "1", "GPU-b1"))
+#: A MIG slice of node-a GPU 0 (the throttled one), stated by ``gpu_info`` throughout:
+#: (node, uuid, its GPU's uuid).
+SLICES = (("node-a", "MIG-a0-1", "GPU-a0"),)
+#: Where each device is.
+NODES = {uuid: node for node, *_, uuid in (*GPUS, *((n, u) for n, u, _ in SLICES))}
 
 Point = tuple[float, float]
 
@@ -148,9 +154,12 @@ def plant(end: float) -> list[tuple[str, dict[str, str], list[Point]]]:
     out.append((RULES["power"], s0, [(t, SPIN_WATTS) for t in minutes]))
     out.append(("gpu_power_limit_watts", s0, [
         (t, SPIN_LIMITS[0] if ago(t) > WINDOW / 2 else SPIN_LIMITS[1]) for t in times]))
-    nodes = {uuid: node for node, _, uuid in GPUS}
+    for node, uuid, parent in SLICES:
+        out.append(("gpu_info", {"node": node, "gpu": "0/1", "uuid": uuid,
+                                 "parent_uuid": parent, "mig_profile": "3g.40gb"},
+                    [(t, 1.0) for t in times]))
     for pod, uuid, first, last in ALLOCATED:
-        lab = {"node": nodes[uuid], "namespace": "ml", "pod": pod, "container": "main",
+        lab = {"node": NODES[uuid], "namespace": "ml", "pod": pod, "container": "main",
                "uuid": uuid}
         out.append(("container_gpu_allocated", lab, [
             (t, 1.0) for t in times if (first is None or ago(t) <= first) and ago(t) >= last]))
@@ -375,9 +384,8 @@ def test_the_containers_on_the_flagged_devices(stores: Stores) -> None:
     seen = answers(stores, (HELD, ALLOC, LOST, XID))
 
     def pod(name: str, uuid: str) -> tuple[tuple[str, str], ...]:
-        node = {uuid: node for node, _, uuid in GPUS}[uuid]
-        return tuple(sorted({"node": node, "namespace": "ml", "pod": name, "container": "main",
-                             "uuid": uuid}.items()))
+        return tuple(sorted({"node": NODES[uuid], "namespace": "ml", "pod": name,
+                             "container": "main", "uuid": uuid}.items()))
 
     lost_steps = tuple(end - STEP * k for k in range(int(DOWN_FROM // STEP), -1, -1))
     for kind, answer in seen.items():
@@ -436,6 +444,26 @@ def test_the_containers_on_the_flagged_devices(stores: Stores) -> None:
         assert d.times == lost_steps[1:], kind
         assert ({k: (s.times, s.values) for k, s in keyed(answer[both]).items()}
                 == {k: (s.times, s.values) for k, s in keyed(answer[only_lost]).items()}), kind
+
+
+def test_the_containers_on_the_flagged_gpus_slices(stores: Stores) -> None:
+    """``slices``: the containers on a flagged GPU, and those on its MIG slices at the steps
+    it was flagged (labelled with its ``parent_uuid``), on every store; without it, none on
+    its slices (which nothing flags)."""
+    own = StepQuery(ALLOC.metric, "max", ">", 0.0, by=ALLOC.by, on=(THROTTLE,))
+    both = StepQuery(ALLOC.metric, "max", ">", 0.0, by=ALLOC.by, on=(THROTTLE,), slices=True)
+    sliced = {"node": "node-a", "namespace": "ml", "pod": "sliced", "container": "main",
+              "uuid": "MIG-a0-1", "parent_uuid": "GPU-a0"}
+    for kind, answer in answers(stores, (own, both, THROTTLE)).items():
+        [throttled] = [s for lab, s in answer[THROTTLE] if lab["uuid"] == "GPU-a0"]
+        assert {dict(k)["pod"] for k in keyed(answer[own])} == {"healthy"}, kind
+        got = keyed(answer[both])
+        [key] = set(got) - set(keyed(answer[own]))
+        assert dict(key) == sliced, kind
+        assert (got[key].times, got[key].values) == (
+            throttled.times, (1.0,) * len(throttled.times)), kind
+        assert {k: (s.times, s.values) for k, s in got.items() if k != key} == {
+            k: (s.times, s.values) for k, s in keyed(answer[own]).items()}, kind
 
 
 def test_a_summarised_spinning_runs_share_of_its_limit_is_each_minutes(stores: Stores
@@ -643,6 +671,26 @@ def test_on_is_validated(bad: dict[str, Any]) -> None:
         StepQuery(**{**fields, **bad})
     StepQuery(**{**fields, "on": ()})  # empty: no restriction
     StepQuery(**{**fields, "by": ("uuid",), "on": (LOST, XID, XID_ANY, REMAP)})
+
+
+@pytest.mark.parametrize("bad", [
+    dict(slices=True),                                         # no on: no GPU flagged
+    dict(slices=1, on=(LOST,)),
+    dict(slices=True, on=(LOST,), by=("parent_uuid", "uuid")),  # the label it adds
+])
+def test_slices_is_validated(bad: dict[str, Any]) -> None:
+    fields: dict[str, Any] = dict(metric="container_gpu_allocated", reduce="max", keep=">",
+                                  threshold=0.0, by=ALLOC.by)
+    with pytest.raises(ValueError, match="slices"):
+        StepQuery(**{**fields, **bad})
+    q = StepQuery(**{**fields, "on": (LOST,), "slices": True})
+    assert q.bare == ALLOC and q != StepQuery(**{**fields, "on": (LOST,)})
+    assert promql(q, 60.0) == (
+        f"(({promql(ALLOC, 60.0)}) and on (node, uuid) ({promql(LOST, 60.0)})) or "
+        f"(({promql(ALLOC, 60.0)}) * on (node, uuid) group_left (parent_uuid) "
+        f"group by (node, uuid, parent_uuid) "
+        f'(max_over_time(gpu_info{{parent_uuid!=""}}[59999ms])) and on (node, parent_uuid) '
+        f'label_replace({promql(LOST, 60.0)}, "parent_uuid", "$1", "uuid", "(.*)"))')
 
 
 @pytest.mark.parametrize("bad", [

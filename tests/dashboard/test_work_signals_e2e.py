@@ -189,6 +189,9 @@ def test_dashboard_verdicts_equal_the_promql_answers(fleet: Fleet) -> None:
                   for t in throttled}
         for row in view.findings["throttled"]:
             assert row.ratio == pytest.approx(ratios[(row.node, row.gpu)], abs=0.02)
+        # The throttled MIG GPU's pods: those holding its slices (the holders' step query
+        # reaches them through gpu_info's parent_uuid), as the embedded store lists them.
+        assert throttled_pods(view) == THROTTLED_PODS
 
         # The slow rank: its power against the median of the job's four GPUs, and its cause.
         power = {m["metric"]["gpu"]: float(m["value"][1]) for m in promql(
