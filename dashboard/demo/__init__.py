@@ -31,6 +31,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -182,8 +183,13 @@ class DemoFleet:
         return count
 
     def stop(self) -> None:
+        # The servers stop together: each one's shutdown waits for its serve loop's next
+        # poll (up to 0.5 s), and after a backfill, with their loops out of step, the 11
+        # nodes' one after the other took 2.4 s.
+        if self.nodes:
+            with ThreadPoolExecutor(len(self.nodes), "gpuscope-demo-stop") as pool:
+                list(pool.map(lambda node: node.server.stop(), self.nodes))
         for node in self.nodes:
-            node.server.stop()
             node.sampler.stop()
             node.attributor.close()
             node.source.close()
