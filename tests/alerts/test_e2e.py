@@ -28,7 +28,7 @@ import yaml
 
 from gpuscope.alerts.render import cap_for, cap_ranges, dump_yaml, load_rules
 from tests.alerts.conftest import REPO, Webhook
-from tests.conftest import ExporterProcess, free_port, wait_for
+from tests.conftest import ExporterProcess, free_port, stop_all, wait_for
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 WORK_SIGNAL_SCENARIOS = REPO / "tests" / "dashboard" / "scenarios"
@@ -200,8 +200,7 @@ def stack(
     finally:
         for proc in reversed(processes):
             proc.stop()
-        for exp in exporters.values():
-            exp.stop()
+        stop_all(exporters.values())
         hook.close()
 
 

@@ -13,7 +13,7 @@ from gpuscope.dashboard.data import DataError, InvalidFilter, selector
 from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.views import FleetView, build_fleet_view, page_view
-from tests.conftest import ExporterProcess, free_port, wait_for
+from tests.conftest import ExporterProcess, free_port, stop_all, wait_for
 
 IDLE = """
 version: 1
@@ -110,8 +110,7 @@ def fleet(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         if prom is not None:
             prom.terminate()
             prom.wait(15)
-        for exp in exporters:
-            exp.stop()
+        stop_all(exporters)
 
 
 def view_of(base: str) -> tuple[FleetView, PrometheusData]:

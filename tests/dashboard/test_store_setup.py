@@ -21,7 +21,7 @@ from gpuscope.dashboard.plan import PrometheusData
 from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import Thresholds
 from gpuscope.dashboard.views import FleetView, page_view
-from tests.conftest import ExporterProcess, wait_for
+from tests.conftest import ExporterProcess, stop_all, wait_for
 from tests.stores import Store, start_prometheus, start_victoriametrics
 
 LABELLED, BARE = "gpu-labelled", "gpu-bare"
@@ -50,8 +50,7 @@ def stores(prometheus_bin: str) -> Iterator[dict[str, Store]]:
                      60, "both exporters' gpu_info in both stores")
             yield {"prometheus": prom, "victoriametrics": vm}
     finally:
-        for e in exporters.values():
-            e.stop()
+        stop_all(exporters.values())
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoriametrics"])

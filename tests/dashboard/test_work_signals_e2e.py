@@ -27,7 +27,7 @@ from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.series import NodeDetail
 from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.views import FleetView, page_view
-from tests.conftest import ExporterProcess, free_port, wait_for
+from tests.conftest import ExporterProcess, free_port, stop_all, wait_for
 
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("wsig-*.yaml"))
 WINDOW = 900.0
@@ -104,8 +104,7 @@ def fleet(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         if prom is not None:
             prom.terminate()
             prom.wait(15)
-        for exp in exporters.values():
-            exp.stop()
+        stop_all(exporters.values())
 
 
 def prometheus_view(base: str) -> tuple[FleetView, PrometheusData]:

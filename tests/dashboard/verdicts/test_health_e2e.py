@@ -19,7 +19,7 @@ from gpuscope.dashboard.prices import bundled_prices
 from gpuscope.dashboard.verdicts import registry
 from gpuscope.dashboard.verdicts.health import VERDICT, GpuHealth
 from gpuscope.dashboard.views import FleetView, page_view
-from tests.conftest import ExporterProcess, wait_for
+from tests.conftest import ExporterProcess, stop_all, wait_for
 from tests.stores import Store, start_prometheus, start_victoriametrics
 
 WINDOW = 900.0
@@ -84,8 +84,7 @@ def stores(prometheus_bin: str) -> Iterator[Stores]:
     finally:
         if embedded is not None:
             embedded.close()
-        for e in exporters:
-            e.stop()
+        stop_all(exporters)
 
 
 def view_of(source: PrometheusData | EmbeddedData) -> FleetView:

@@ -34,7 +34,7 @@ from gpuscope.dashboard.verdicts.mps import (
 from gpuscope.dashboard.verdicts.page import PageContext
 from gpuscope.dashboard.verdicts.starvation import starved_rows, timeslice_shares
 from gpuscope.dashboard.views import FleetView, build_fleet_view
-from tests.conftest import ExporterProcess, wait_for
+from tests.conftest import ExporterProcess, stop_all, wait_for
 from tests.dashboard.conftest import T0, make_series, make_window
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
@@ -152,8 +152,7 @@ def views() -> Iterator[dict[str, FleetView]]:
     finally:
         if store is not None:
             store.close()
-        for e in exporters.values():
-            e.stop()
+        stop_all(exporters.values())
 
 
 def test_the_page_says_which_mps_gpus_it_cannot_judge(views: dict[str, FleetView]) -> None:
