@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 import yaml
 from yaml.nodes import ScalarNode
 
+from gpuscope.alerts.grafana.promql import rename_label
 from gpuscope.exporter import yaml12
 from gpuscope.exporter.files import TooLarge, read_text, write_text_atomic
 
@@ -303,8 +304,9 @@ def cap_ranges(rules: Mapping[str, Any], limit: str) -> dict[str, Any]:
     return out
 
 
-# PromQL tokens, as far as renaming a label needs them: string literals and comments are
-# copied untouched; an identifier is a label or metric name, a keyword or a function.
+# PromQL tokens, as far as naming a rule's identifiers needs them: string literals and
+# comments are skipped; an identifier is a label or metric name, a keyword or a function.
+# (A label is renamed by :func:`~gpuscope.alerts.grafana.promql.rename_label`.)
 _PROMQL_TOKEN = re.compile(
     r"""(?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)"""
     r"""|(?P<comment>\#[^\n]*)"""
@@ -318,22 +320,6 @@ _WITHOUT = re.compile(r"\bwithout(\s*)\(([^()]*)\)")
 
 def _identifiers(expr: str) -> set[str]:
     return {m.group() for m in _PROMQL_TOKEN.finditer(expr) if m.lastgroup == "ident"}
-
-
-def _rename_label(expr: str, old: str, new: str) -> str:
-    """``expr`` with every identifier ``old`` (a label in ``by``/``on``/``without`` lists and
-    matchers) written ``new``, and every string that is exactly ``old`` (a label name given
-    to ``label_replace()``); other strings and comments untouched."""
-
-    def token(m: re.Match[str]) -> str:
-        text = m.group()
-        if m.lastgroup == "ident" and text == old:
-            return new
-        if m.lastgroup == "string" and text[1:-1] == old:
-            return text[0] + new + text[-1]
-        return text
-
-    return "".join(token(m) for m in _PROMQL_TOKEN.finditer(expr))
 
 
 def _rename_replicas(expr: str, old: Sequence[str], new: Sequence[str]) -> str:
@@ -418,7 +404,7 @@ def relabel_rules(
     for group in out["groups"]:
         for rule in group["rules"]:
             expr = _rename_replicas(str(rule["expr"]), DEFAULT_REPLICA_LABELS, replicas)
-            rule["expr"] = _rename_label(expr, DEFAULT_CLUSTER_LABEL, cluster_label)
+            rule["expr"] = rename_label(expr, DEFAULT_CLUSTER_LABEL, cluster_label)
             annotations = rule.get("annotations", {})
             for key, text in annotations.items():
                 text = own_label.sub("$labels." + cluster_label, text)

@@ -202,10 +202,8 @@ def rename_label(expr: str, old: str, new: str) -> str:
     every string that is exactly ``old`` (a label name given to ``label_replace`` or
     ``label_join``). Other strings, comments and Grafana variables are copied as they are:
     a matcher's value ``"$cluster"`` and a ``$cluster`` outside a string still name the
-    dashboard's variable, which keeps its name whatever the label is called.
-
-    (``gpuscope.alerts.render`` renames the rules' label alike; its tokenizer does not
-    know Grafana variables, so a ``$cluster`` outside a string would be renamed there.)"""
+    dashboard's variable, which keeps its name whatever the label is called. The rules'
+    label is renamed with it too (``gpuscope.alerts.render --cluster-label``)."""
     for name in (old, new):
         if not _LABEL.match(name):
             raise ScopeError(f"not a label name: {name!r}")
