@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import plotly.graph_objects as go
@@ -26,7 +25,13 @@ from gpuscope.dashboard.figures import (
     workload_figure,
 )
 from gpuscope.dashboard.layout import FOLDED, GRAPHS
-from gpuscope.dashboard.service import DEFAULT_WINDOW, WINDOWS, DashboardService, ReadFailed
+from gpuscope.dashboard.service import (
+    DEFAULT_WINDOW,
+    WINDOWS,
+    DashboardService,
+    ReadFailed,
+    describe,
+)
 
 
 # A callback request is JSON that anyone can send, whatever the page offers: a dropdown's
@@ -108,22 +113,6 @@ def _drawn(view: str, figures: dict[str, go.Figure], shown: Any, of: dict[str, s
     return out
 
 
-def _words(of: Mapping[str, Any], other: Mapping[str, Any]) -> str:
-    """Whose data a drill-down shows, in words (``node n1, the 1h window``; a namespace or
-    cluster said where either of the two views has one), as the fleet's banner says it."""
-    words = []
-    for key, value in of.items():
-        value = value if isinstance(value, str) and value else None
-        if key == "window":
-            words.append(f"the {value or DEFAULT_WINDOW} window")
-        elif key in ("namespace", "cluster"):
-            if value or other.get(key):
-                words.append(f"{key} {value}" if value else f"every {key}")
-        elif value:
-            words.append(f"{key} {value}")
-    return ", ".join(words)
-
-
 def last_drawn(problem: str | None, shown: Any, wanted: dict[str, str | None]) -> str | None:
     """The banner over a drill-down's charts kept as they were last drawn, where ``problem``
     is a failure to read (:class:`~gpuscope.dashboard.service.ReadFailed`: the store down,
@@ -140,7 +129,7 @@ def last_drawn(problem: str | None, shown: Any, wanted: dict[str, str | None]) -
             or not 0 < at < 1e11):  # (a page's JSON: a time fmt.clock can write)
         return None
     same = {k: v or None for k, v in of.items()} == {k: v or None for k, v in wanted.items()}
-    which = _words(of, wanted) + ("" if same else f", not {_words(wanted, of)}")
+    which = describe(of, wanted) + ("" if same else f", not {describe(wanted, of)}")
     stop = "" if problem.endswith(".") else "."
     return f"{problem}{stop} Showing the last data, from {fmt.clock(at)}, of {which}."
 

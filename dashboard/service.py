@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,16 +136,27 @@ def _key(window: str | None, namespace_text: str | None, cluster_text: str | Non
     return (window or DEFAULT_WINDOW, namespace, cluster), problems
 
 
-def _describe(key: Key, other: Key) -> str:
-    """A view's key in words (``the 6h window, namespace ml``), its namespace and cluster
-    said where either of the two views has one."""
-    window, namespace, cluster = key
-    words = [f"the {window} window"]
-    if namespace or other[1]:
-        words.append(f"namespace {namespace}" if namespace else "every namespace")
-    if cluster or other[2]:
-        words.append(f"cluster {cluster}" if cluster else "every cluster")
+def describe(of: Mapping[str, Any], other: Mapping[str, Any]) -> str:
+    """A view in words, as a banner over another view's data says it (``node n1, the 1h
+    window, namespace ml``): ``of``'s parts in their order (a node, pod or workload, the
+    window, the namespace and cluster), its namespace and cluster said where either it or
+    ``other`` has one. Values not a non-empty string (JSON from the page) count as none."""
+    words = []
+    for key, value in of.items():
+        value = value if isinstance(value, str) and value else None
+        if key == "window":
+            words.append(f"the {value or DEFAULT_WINDOW} window")
+        elif key in ("namespace", "cluster"):
+            if value or other.get(key):
+                words.append(f"{key} {value}" if value else f"every {key}")
+        elif value:
+            words.append(f"{key} {value}")
     return ", ".join(words)
+
+
+def _parts(key: Key) -> dict[str, str | None]:
+    window, namespace, cluster = key
+    return {"window": window, "namespace": namespace, "cluster": cluster}
 
 
 class DashboardService:
@@ -382,7 +393,9 @@ class DashboardService:
         view, at, shown = found
         # Another view's data (the window or a filter changed while the store is down): the
         # page's controls name one view, its numbers are another's; the banner says which.
-        which = "" if shown == key else f", of {_describe(shown, key)}, not {_describe(key, shown)}"
+        asked, drawn = _parts(key), _parts(shown)
+        which = "" if shown == key else (f", of {describe(drawn, asked)}, "
+                                         f"not {describe(asked, drawn)}")
         return Answer(view, " ".join([*problems,
                                       f"Showing the last data, from {fmt.clock(at)}{which}."]),
                       at)
