@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuscope.dashboard import fmt
 from gpuscope.dashboard.data.prometheus import _cref, _gref
-from gpuscope.dashboard.data.promql import node_parts
+from gpuscope.dashboard.data.promql import GROUP_CLUSTER, node_parts
 from gpuscope.dashboard.plan.runs import _group_key, _workload_key
 from gpuscope.dashboard.series import (
     ContainerRef,
@@ -171,18 +171,23 @@ def unlabelled_note(rows: Iterable[tuple[dict[str, str], float]]) -> tuple[str, 
 
 
 def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window,
-             reach: float, now: float) -> tuple[str, ...]:
+             reach: float, now: float, far: float | None = None) -> tuple[str, ...]:
     """The page's note where the store's newest exporter sample (the first round's
-    ``nodes``, its ``stat="newest"`` row) is older than the dashboard's clock (``now``) by
-    more than a step's queries look back (``reach``: the step, at least the store's
-    lookback): the dashboard's clock ahead of the store's, or data that reaches the store
-    late (remote write, a managed store's ingestion, a backlog after an outage). The page
-    is served that many steps earlier (:meth:`~gpuscope.dashboard.plan.queries.PlanQueries.
-    served_window`), so the note says where it ends; where it could not be (the store's
-    answer older than the window's end by more than ``reach`` still), that the verdicts
-    which need a point at the last step are missing."""
-    newest = next((v for lab, v in rows if lab.get("stat") == "newest" and math.isfinite(v)),
-                  None)
+    ``nodes``, its ``stat="newest"`` rows, one per cluster) is older than the dashboard's
+    clock (``now``) by more than a step's queries look back (``reach``: the step, at least
+    the store's lookback): the dashboard's clock ahead of the store's, or data that reaches
+    the store late (remote write, a managed store's ingestion, a backlog after an outage).
+    The page is served that many steps earlier (:meth:`~gpuscope.dashboard.plan.queries.
+    PlanQueries.served_window`), so the note says where it ends; where it could not be (the
+    store's answer older than the window's end by more than ``reach`` still), that the
+    verdicts which need a point at the last step are missing. ``far``: the newest sample
+    that placed the page where the store had none within its lookback of the clock (the
+    rows have none then). Where some clusters' newest samples are beyond ``reach`` of the
+    page's end and others' are not, the note names them: their nodes have no point at the
+    page's last step."""
+    newest_of = {lab.get(GROUP_CLUSTER, ""): v for lab, v in rows
+                 if lab.get("stat") == "newest" and math.isfinite(v)}
+    newest = max(newest_of.values(), default=far)
     if newest is None:
         return ()
     why = ("Is the store's clock behind, or does data reach it late (remote write, a managed "
@@ -191,11 +196,25 @@ def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window,
         return (f"The store's newest exporter sample is {fmt.duration(window.end - newest)} "
                 f"older than this page's end ({fmt.clock(window.end)}, the dashboard's clock):"
                 f" verdicts that need a point at the last step are missing. {why}",)
+    out: tuple[str, ...] = ()
     if now - newest > reach and window.end <= now - window.step:
-        return (f"The store's newest exporter sample is {fmt.duration(now - newest)} older "
-                f"than the dashboard's clock ({fmt.clock(now)}): this page ends at "
-                f"{fmt.clock(window.end)}, where the store has data. {why}",)
-    return ()
+        out = (f"The store's newest exporter sample is {fmt.duration(now - newest)} older "
+               f"than the dashboard's clock ({fmt.clock(now)}): this page ends at "
+               f"{fmt.clock(window.end)}, where the store has data. {why}",)
+    late = sorted((c for c, v in newest_of.items() if window.end - v > reach),
+                  key=lambda c: newest_of[c])
+    if late:
+        shown = ", ".join(f"{c or '(no cluster label)'} ({fmt.duration(window.end - newest_of[c])}"
+                          " behind)" for c in late[:5])
+        more = f" and {len(late) - 5} more" if len(late) > 5 else ""
+        one = len(late) == 1
+        out += (f"Cluster{'' if one else 's'} {shown}{more}: {'its' if one else 'their'} "
+                f"newest exporter sample{'' if one else 's are'}{' is' if one else ''} older "
+                f"than this page's end ({fmt.clock(window.end)}) by more than a step's "
+                f"queries look back, so {'its' if one else 'their'} nodes' verdicts that need "
+                f"a point at the last step are missing. Is {'that cluster' if one else 'each'}'s "
+                "Prometheus or its remote write behind?",)
+    return out
 
 
 def pod_infos(rows: Iterable[tuple[dict[str, str], float]]) -> dict[PodKey, PodInfo]:

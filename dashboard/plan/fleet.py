@@ -572,7 +572,8 @@ class PrometheusData(PlanQueries):
             notes=(("Read from the gpuscope-dashboard recording rules.",) if rules else
                    (raw_note(len(nodes), RAW_NODES, self.thresholds, self.cluster_label),)
                    if len(nodes) > RAW_NODES else ()) + unlabelled_note(present_rows)
-            + lag_note(present_rows, window, max(window.step, self.lookback), self._clock()),
+            + lag_note(present_rows, window, max(window.step, self.lookback), self._clock(),
+                       self.served_newest(window)),
             node_summaries=summaries,
             workloads_checked=groups_checked,
             holdings=_holdings(holdings),

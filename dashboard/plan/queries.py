@@ -96,6 +96,10 @@ class PlanQueries(PrometheusStore):
         # :attr:`SERVED_KEPT` (pages of other windows asked between a page's rows and its
         # steps leave its own).
         self._served_seen: dict[Window, tuple[float, Window, bool]] = {}
+        # The store's newest exporter sample each served window was placed by (only where
+        # it was found further back than the store's lookback: the first round, read at
+        # the dashboard's clock, finds none then, and the page's note says it from here).
+        self._newest_far: dict[Window, float] = {}
         self._served_lock = threading.Lock()
         self._check_lock = threading.Lock()
 
@@ -126,7 +130,11 @@ class PlanQueries(PrometheusStore):
           managed store's ingestion, a backlog after an outage), and every verdict that
           needs a point at the last step would be missing. The page ends at the last step
           at or before that sample (its notes say so:
-          :func:`~gpuscope.dashboard.plan.answers.lag_note`).
+          :func:`~gpuscope.dashboard.plan.answers.lag_note`). Where the store has none
+          within its lookback (5 minutes by default: an outage of remote write, a backlog
+          longer than that), a second query looks for it up to an hour back, or as far
+          as the window is long (:meth:`_newest_before`); the page is empty only where
+          the store has no exporter sample in that time either.
         - Where the rules may serve the window (:meth:`_rules_may_serve`, and their check
           has not found them missing for this length): whether the rules' last record of
           a minute (``gpuscope:dashboard_rules:version``, the group's last rule) is at its
@@ -171,19 +179,59 @@ class PlanQueries(PrometheusStore):
                         self._rules_failed[round(window.seconds)] = (time.monotonic(), error)
                 return window, 1
             back = int(rules and counts.get("before", 0.0) > counts.get("end", 0.0))
+            asked = 1
+            newest = counts.get("newest", math.nan)
+            far = not math.isfinite(newest)
+            if far:
+                newest = self._newest_before(window)
+                asked += 1
             # Where the first round's reads at the end (over the step, at least the
             # lookback, a millisecond short) would not reach the newest sample: the page
             # ends at the last step at or before it. (Not merely within reach of it: that
             # sample is the freshest exporter's, and the others' last ones are up to a
             # scrape interval older; each has one within reach of a step at or before it.)
-            lag = window.end - counts.get("newest", math.nan)
+            lag = window.end - newest
             if math.isfinite(lag) and lag >= max(window.step, self.lookback) - EDGE:
                 back = max(back, math.ceil(lag / window.step))
             out = window if not back else Window(start=window.start - back * window.step,
                                                  end=window.end - back * window.step,
                                                  step=window.step)
+            if far and math.isfinite(newest):
+                self._newest_far[out] = newest
+                while len(self._newest_far) > self.SERVED_KEPT:
+                    del self._newest_far[next(iter(self._newest_far))]
             self._keep_served(window, out, final=out == window)
-            return out, 1
+            return out, asked
+
+    #: The longest step of :meth:`_newest_before`'s subquery (seconds): under the stores'
+    #: default lookback (5 minutes), so that each sample is within reach of a step after it.
+    NEWEST_STEP_MAX = 240.0
+
+    #: How far back :meth:`_newest_before` looks at least (seconds): a backlog of an hour
+    #: is served on a page of any length (a longer page's own length, where longer).
+    NEWEST_SPAN_MIN = 3600.0
+
+    def _newest_before(self, window: Window) -> float:
+        """The store's newest exporter sample within an hour, or ``window``'s length where
+        longer, before its end (seconds since the epoch; NaN where there is none or the
+        query failed): a subquery of each node's ``gpu_node_info`` timestamp at steps of
+        :attr:`lookback` (longer for a long span: at most 240 of them, each step at most
+        :attr:`NEWEST_STEP_MAX`), asked only where none is within the store's lookback."""
+        span = max(window.seconds, self.NEWEST_SPAN_MIN)
+        step = min(max(self.lookback, span / 240), self.NEWEST_STEP_MAX)
+        query = (f"max(max_over_time(timestamp(gpu_node_info)"
+                 f"[{duration(span)}:{duration(step)}]))")
+        try:
+            rows = self.instant(query, window.end)
+        except DataError:
+            return math.nan  # (the page's own queries say what failed)
+        return max((v for _, v in rows if math.isfinite(v)), default=math.nan)
+
+    def served_newest(self, window: Window) -> float | None:
+        """The store's newest exporter sample that placed the served ``window``, where it
+        was beyond the store's lookback (:meth:`served_window`); else None."""
+        with self._served_lock:
+            return self._newest_far.get(window)
 
     def _keep_served(self, window: Window, out: Window, *, final: bool) -> None:
         """Keeps :meth:`served_window`'s answer (``final``: for as long as ``window`` is
@@ -297,7 +345,11 @@ class PlanQueries(PrometheusStore):
                 # The store's newest sample of an exporter, as of the dashboard's clock (the
                 # page served earlier where the store is behind it, :meth:`served_window`,
                 # says by how much): a verdict needs a point at the last step.
-                _stat(f"max(timestamp(gpu_node_info @ {self._clock():.3f}))", "newest"),
+                # Per cluster: one cluster's data late (its remote write down, say) while
+                # the others' is not leaves its nodes without a point at the last step; the
+                # note names it.
+                _stat(f"max by ({self.cluster_label}) "
+                      f"(timestamp(gpu_node_info @ {self._clock():.3f}))", "newest"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those

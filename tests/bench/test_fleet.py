@@ -8,8 +8,10 @@ fleet with one unit of every template, in a real Prometheus and a real VictoriaM
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -371,9 +373,22 @@ def test_the_dashboard_keys_a_two_cluster_fleet_as_the_expected_verdicts_do(
     tiny = fleet.Fleet(fleet.Shape(len(nodes), 15.0, 3600.0, float(int(time.time()) - 120)),
                        nodes)
     exp = fleet.expected(tiny.plan)
+    # A third cluster (eks-00's nodes again) whose data reaches the store 200 s late, as
+    # through a remote write behind: the page names it, and only it.
+    late_nodes = [dataclasses.replace(n, cluster="eks-02") for n in nodes
+                  if n.cluster == "eks-00"]
+    late = fleet.Fleet(fleet.Shape(len(late_nodes), 15.0, 3600.0, tiny.shape.end - 200),
+                       late_nodes)
     with start_victoriametrics() as vm:
         fleet.import_victoriametrics(tiny, vm)
         view = page_view(vm, tiny.shape.end)
+        vm.import_lines(late.vm_json_lines())
+        vm.wait_for_series(tiny.series + late.series, late.shape.end)
+        later = page_view(vm, tiny.shape.end)
+    assert not [n for n in view.notes if "newest exporter sample" in n], view.notes
+    (note,) = [n for n in later.notes if "newest exporter sample" in n]
+    assert re.match(r"Cluster eks-02 \((2m \d\ds|3m [01]\ds) behind\): its newest exporter "
+                    r"sample is older than this page's end \(", note), note
     # (with the page's notes: a read that failed says so there)
     assert (view.kpis.idle_nodes, view.kpis.spinning, view.kpis.throttled) == (
         len(exp.idle_nodes), len(exp.spinning), len(exp.throttled)), view.notes

@@ -219,10 +219,11 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     assert queries == []
     # A valid filter is sent, quoted, and every query is a fixed set.
     data = prom.fleet(3600, namespace="ml")
-    # Whether the rules recorded the window's last minute (none), the recording rules looked
-    # for (none), the first round, when the data begins (none at the window's first step),
+    # Whether the rules recorded the window's last minute (none) and the exporters' newest
+    # sample (none: asked again over the hour before), the recording rules looked for
+    # (none), the first round, when the data begins (none at the window's first step),
     # nothing for a second round. (Who held what: two queries, held and used.)
-    assert data.queries == len(queries) == 15
+    assert data.queries == len(queries) == 16
     # A second page: the rules known missing (for a minute), so not looked for again.
     queries.clear()
     assert prom.fleet(3600, namespace="ml").queries == len(queries) == 13
@@ -677,13 +678,15 @@ def test_a_failed_rules_check_fails_those_who_waited_for_it_at_once(
 
 
 def _late_rules(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-    """The version recorded by two rule sets a minute before the window's end, one at it."""
-    return [({"at": "end"}, 1.0), ({"at": "before"}, 2.0)]
+    """The version recorded by two rule sets a minute before the window's end, one at it
+    (the exporters' newest sample at the end)."""
+    return [({"at": "newest"}, at), ({"at": "end"}, 1.0), ({"at": "before"}, 2.0)]
 
 
 def _written_later(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-    """Both rule sets' version at the end and a minute before (the rules written)."""
-    return [({"at": "end"}, 2.0), ({"at": "before"}, 2.0)]
+    """Both rule sets' version at the end and a minute before (the rules written; the
+    exporters' newest sample at the end)."""
+    return [({"at": "newest"}, at), ({"at": "end"}, 2.0), ({"at": "before"}, 2.0)]
 
 
 def _probed(monkeypatch: pytest.MonkeyPatch, *answers: Callable[[str, float], Any],
@@ -738,10 +741,10 @@ def test_a_store_behind_the_clock_is_served_where_it_has_data(
     # the first round's reads there (the step, at least the lookback): the page ends at the
     # last step at or before it (a minute's steps: 4 steps earlier), not kept for good.
     def behind(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        return [({"at": "newest"}, at - 200.0), *_written_later(query, at)]
+        return [*_written_later(query, at), ({"at": "newest"}, at - 200.0)]
 
     def current(query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        return [({"at": "newest"}, at - 50.0), *_written_later(query, at)]
+        return [*_written_later(query, at), ({"at": "newest"}, at - 50.0)]
     prom, asked, clock = _probed(monkeypatch, behind, current, lookback=lookback)
     window = prom.window(3600)
     served, queries = prom.served_window(window)

@@ -137,3 +137,15 @@ def test_a_store_behind_the_dashboards_clock_serves_the_page_where_it_has_data(
         r"\(\d\d:\d\d:\d\d UTC\): this page ends at \d\d:\d\d:\d\d UTC, where the store has "
         r"data\. Is the store's clock behind, or does data reach it late \(remote write, a "
         r"managed store's ingestion\)\?", notes[0]), notes
+    # 400 s ahead: beyond the store's own lookback (5 minutes), so the first round's read at
+    # the clock finds no sample (before: an empty page and no note). The page is served at
+    # the newest sample found further back, as above.
+    far = page(400.0, last)
+    assert (far.kpis.gpus, far.kpis.idle, far.kpis.allocated_idle) == (
+        then.gpus, then.idle, then.allocated_idle)
+    assert last - 5 < far.window.end < last + 5
+    notes = lag_notes(far)
+    assert len(notes) == 1 and re.fullmatch(
+        r"The store's newest exporter sample is 6m (3[2-9]|40)s older than the dashboard's "
+        r"clock \(\d\d:\d\d:\d\d UTC\): this page ends at \d\d:\d\d:\d\d UTC, where "
+        r"the store has data\. .*", notes[0]), notes

@@ -113,3 +113,34 @@ def test_the_lag_note_says_where_a_page_served_earlier_ends() -> None:
     assert note.startswith("The store's newest exporter sample is 1m 40s older than this "
                            "page's end (")
     assert "verdicts that need a point at the last step are missing" in note
+
+
+def test_the_lag_note_from_a_newest_sample_beyond_the_stores_lookback() -> None:
+    # The store had nothing within its lookback of the clock (the first round's read at
+    # the clock found no row): the sample that placed the page says how far behind.
+    window = Window(start=1000.0, end=1600.0, step=60.0)
+    (note,) = lag_note([({"node": "n1", "stat": "present"}, 10.0)], window, 60.0,
+                       now=2200.0, far=1590.0)
+    assert note.startswith("The store's newest exporter sample is 10m older than the "
+                           "dashboard's clock (") and ": this page ends at " in note
+    assert lag_note([], window, 60.0, now=2200.0) == ()
+
+
+def test_the_lag_note_names_the_clusters_whose_data_is_late() -> None:
+    window = Window(start=1000.0, end=1600.0, step=60.0)
+    rows = [({"cluster": "eu-1", "stat": "newest"}, 1598.0),
+            ({"cluster": "us-2", "stat": "newest"}, 1400.0),
+            ({"cluster": "us-1", "stat": "newest"}, 1590.0)]
+    (note,) = lag_note(rows, window, 60.0, now=1601.0)
+    assert note.startswith("Cluster us-2 (3m 20s behind): its newest exporter sample is older "
+                           "than this page's end (")
+    assert "its nodes' verdicts that need a point at the last step are missing" in note
+    rows.append(({"cluster": "ap-1", "stat": "newest"}, 1200.0))
+    (note,) = lag_note(rows, window, 60.0, now=1601.0)
+    assert note.startswith("Clusters ap-1 (6m 40s behind), us-2 (3m 20s behind): their "
+                           "newest exporter samples are older than")
+    # Every cluster late: the store's note alone (the page could not be served earlier).
+    (note,) = lag_note([(lab, v - 300) for lab, v in rows], window, 60.0, now=1601.0)
+    assert note.startswith("The store's newest exporter sample is 5m 02s older than this ")
+    # One cluster's data (no cluster label) on time: nothing to say.
+    assert lag_note([({"stat": "newest"}, 1590.0)], window, 60.0, now=1601.0) == ()
