@@ -33,20 +33,17 @@ from gpuscope.dashboard.verdicts import Thresholds, registry
 from gpuscope.dashboard.verdicts.allocated import AllocatedIdleRow, allocated_idle, held_usage
 from gpuscope.dashboard.verdicts.allocated import allocated_rows as allocated_table
 from gpuscope.dashboard.verdicts.idle import (
-    Fleet,
     GpuIdle,
     IdleRow,
     SliceRow,
-    fleet_of,
     gpu_states,
     idle_gpus,
     idle_nodes,
     idle_slices,
-    physical_gpus,
 )
 from gpuscope.dashboard.verdicts.idle import idle_rows as idle_table
 from gpuscope.dashboard.verdicts.idle import slice_rows as slice_table
-from gpuscope.dashboard.verdicts.mig import slices_per_gpu
+from gpuscope.dashboard.verdicts.mig import Fleet, fleet_of, physical_gpus, slices_per_gpu
 from gpuscope.dashboard.verdicts.mps import active_thread_shares
 from gpuscope.dashboard.verdicts.owners import OwnerCost, showback
 from gpuscope.dashboard.verdicts.page import PageContext, StepAnswers

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscope.dashboard import fmt, ids
@@ -43,7 +43,7 @@ from gpuscope.dashboard.verdicts.common import (
     tails_from,
     trailing_run,
 )
-from gpuscope.dashboard.verdicts.mig import mig_slices, slice_shares
+from gpuscope.dashboard.verdicts.mig import Fleet, fleet_of
 from gpuscope.dashboard.verdicts.page import Column, Row, Section, State, Table, Threshold
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, either, recorded
 
@@ -224,43 +224,6 @@ class NodeIdle:
     @property
     def unallocated_gpu_seconds(self) -> float:
         return max(0.0, self.idle_gpu_seconds - self.allocated_gpu_seconds)
-
-
-def physical_gpus(gpus: Mapping[GpuRef, GpuInfo]) -> dict[str, list[GpuInfo]]:
-    """Whole GPUs (not MIG slices) per node."""
-    by_node: dict[str, list[GpuInfo]] = {}
-    for info in gpus.values():
-        if info.is_physical:
-            by_node.setdefault(info.node, []).append(info)
-    return by_node
-
-
-@dataclass(frozen=True, slots=True)
-class Fleet:
-    """What the fleet's inventory says, made once per page (each is a pass over every
-    device: 35,000 on a 5,000-node fleet): the whole GPUs per node, the slices of each GPU
-    in MIG mode, each slice's share of its GPU; and how many whole GPUs each node has of
-    which ``by_node`` lists only some (``FleetData.partial_nodes``: the others are busy)."""
-
-    by_node: Mapping[str, list[GpuInfo]]
-    slices: Mapping[GpuRef, list[GpuInfo]]
-    shares: Mapping[GpuRef, float]
-    whole: Mapping[str, int] = field(default_factory=dict)
-
-    def gpus_on(self, node: str) -> int:
-        """Whole GPUs on ``node``, those not listed included."""
-        return self.whole.get(node) or len(self.by_node.get(node, ()))
-
-    def unlisted(self) -> int:
-        """The whole GPUs of the nodes in ``whole`` that ``by_node`` does not list (busy)."""
-        return sum(max(0, n - len(self.by_node.get(node, ()))) for node, n in self.whole.items())
-
-
-def fleet_of(gpus: Mapping[GpuRef, GpuInfo], whole: Mapping[str, int] | None = None) -> Fleet:
-    """:class:`Fleet` of ``gpus``; ``whole``: the GPUs of the nodes ``gpus`` lists some
-    of (``FleetData.partial_nodes``)."""
-    slices = mig_slices(gpus)
-    return Fleet(physical_gpus(gpus), slices, slice_shares(gpus, slices), dict(whole or {}))
 
 
 @dataclass(frozen=True, slots=True)

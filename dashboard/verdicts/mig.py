@@ -1,5 +1,6 @@
-"""MIG slices as units of capacity: which GPU each slice belongs to, and its share of that
-GPU's compute slices (its share of the GPU's price).
+"""The fleet's devices as units of capacity: the whole GPUs of each node, which GPU each MIG
+slice belongs to, and its share of that GPU's compute slices (its share of the GPU's price);
+:func:`fleet_of` makes them once a page.
 
 A profile names its compute slices: ``3g.40gb`` is 3 of the GPU's 7 (A100, H100, H200,
 B200), 4 (A30, RTX PRO 6000 Blackwell) or 2 (RTX PRO 5000 and 4500 Blackwell); a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpuscope.dashboard.series import GpuInfo, GpuRef
 
@@ -73,6 +75,43 @@ def slice_shares(gpus: Mapping[GpuRef, GpuInfo],
         for ref, n in counts.items():
             out[ref] = n / total if n is not None else rest / len(unknown)
     return out
+
+
+def physical_gpus(gpus: Mapping[GpuRef, GpuInfo]) -> dict[str, list[GpuInfo]]:
+    """Whole GPUs (not MIG slices) per node."""
+    by_node: dict[str, list[GpuInfo]] = {}
+    for info in gpus.values():
+        if info.is_physical:
+            by_node.setdefault(info.node, []).append(info)
+    return by_node
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """What the fleet's inventory says, made once per page (each is a pass over every
+    device: 35,000 on a 5,000-node fleet): the whole GPUs per node, the slices of each GPU
+    in MIG mode, each slice's share of its GPU; and how many whole GPUs each node has of
+    which ``by_node`` lists only some (``FleetData.partial_nodes``: the others are busy)."""
+
+    by_node: Mapping[str, list[GpuInfo]]
+    slices: Mapping[GpuRef, list[GpuInfo]]
+    shares: Mapping[GpuRef, float]
+    whole: Mapping[str, int] = field(default_factory=dict)
+
+    def gpus_on(self, node: str) -> int:
+        """Whole GPUs on ``node``, those not listed included."""
+        return self.whole.get(node) or len(self.by_node.get(node, ()))
+
+    def unlisted(self) -> int:
+        """The whole GPUs of the nodes in ``whole`` that ``by_node`` does not list (busy)."""
+        return sum(max(0, n - len(self.by_node.get(node, ()))) for node, n in self.whole.items())
+
+
+def fleet_of(gpus: Mapping[GpuRef, GpuInfo], whole: Mapping[str, int] | None = None) -> Fleet:
+    """:class:`Fleet` of ``gpus``; ``whole``: the GPUs of the nodes ``gpus`` lists some
+    of (``FleetData.partial_nodes``)."""
+    slices = mig_slices(gpus)
+    return Fleet(physical_gpus(gpus), slices, slice_shares(gpus, slices), dict(whole or {}))
 
 
 #: The largest compute-slice count a profile's name is read for in PromQL (no label value

@@ -36,13 +36,13 @@ from gpuscope.dashboard.verdicts.idle import (
     NodeIdle,
     NodeRun,
     SliceIdle,
-    fleet_of,
     gpu_states,
     idle_nodes,
     idle_slices,
     node_given,
     node_idle_of,
 )
+from gpuscope.dashboard.verdicts.mig import fleet_of
 from gpuscope.dashboard.verdicts.waste import WasteReport, waste
 
 #: How many rows a table is sent at first (dearest first): the page reads the findings of

@@ -29,7 +29,7 @@ from gpuscope.dashboard.plan.rules import RUNS
 from gpuscope.dashboard.prices import load_prices
 from gpuscope.dashboard.series import ContainerRef, FleetData, GpuRef
 from gpuscope.dashboard.verdicts import Thresholds, allocated, idle, spinning, stragglers
-from gpuscope.dashboard.verdicts.mig import slice_share_promql, slice_shares
+from gpuscope.dashboard.verdicts.mig import physical_gpus, slice_share_promql, slice_shares
 from gpuscope.dashboard.verdicts.runs import RecordedRun, RunRule, read_runs
 from gpuscope.dashboard.verdicts.totals import (
     Entities,
@@ -557,7 +557,7 @@ def test_the_fleets_totals_from_the_records_are_the_pages(recorded: Recorded) ->
     assert devices.nodes == opened
     ctx = view.context
     assert ctx is not None
-    whole = {n: len(infos) for n, infos in idle.physical_gpus(data.gpus).items()}
+    whole = {n: len(infos) for n, infos in physical_gpus(data.gpus).items()}
     totals = fleet_totals(entities, devices, data.window, data.history_start,
                           ctx.node_price, whole, th.idle_duration)
     k = view.kpis
