@@ -526,11 +526,12 @@ def test_promql_injection_through_the_namespace_filter_is_harmless(
     prom = PrometheusData(base)
     url = serve(DashboardService(prom, bundled_prices()), 30.0)
     open_page(page, url)
-    # rules looked for, first round (who held what in two), when data begins (none at the
-    # window's first step): an empty fleet needs no second; and the registry's step queries
-    # (sent beside the fleet's from a pool of their own: on a loaded machine they may still
-    # be on their way when the page is drawn, which their sections do not wait for)
-    expected = 15 + min(len(registry.step_queries()), 1)
+    # rules looked for, the store's newest sample (none: asked again over the hour before),
+    # first round (who held what in two), when data begins (none at the window's first
+    # step): an empty fleet needs no second; and the registry's step queries (sent beside
+    # the fleet's from a pool of their own: on a loaded machine they may still be on their
+    # way when the page is drawn, which their sections do not wait for)
+    expected = 16 + min(len(registry.step_queries()), 1)
     # (A generous wait, left as soon as they are in: under the whole suite's load one came
     # later than 10 s.)
     deadline = time.monotonic() + 30.0

@@ -209,7 +209,9 @@ def test_injection_through_the_data_layer_is_rejected_before_any_query(
     recording_prometheus: tuple[str, list[str]],
 ) -> None:
     url, queries = recording_prometheus
-    prom = PrometheusData(url)
+    # (A clock that stands still: a second page on another step would ask the served
+    # window again.)
+    prom = PrometheusData(url, clock=lambda: 1_800_000_000.0)
     with pytest.raises(InvalidFilter):
         prom.fleet(3600, namespace=INJECTION)
     with pytest.raises(InvalidFilter):
