@@ -3,11 +3,13 @@
 ``--check`` writes nothing and exits 1 when a committed output is out of date (CI and
 ``tests/alerts/test_grafana.py``). ``--cluster-label NAME`` writes dashboards whose queries
 read the cluster label ``NAME`` (the store's, as the rules rendered with ``python -m
-gpuscope.alerts.render --cluster-label NAME`` read it), ``--output-dir DIR`` writes the
-dashboards there instead of the committed folders. Bad input (an unreadable rule file or
-price table, a rule the dashboards name that the rule file lacks, a cluster label the
-renderer would refuse or that the dashboards' queries already use) ends in one
-``gpuscope-grafana: error: ...`` line and exit code 2.
+gpuscope.alerts.render --cluster-label NAME`` read it), ``--replica-labels A,B`` dashboards
+whose queries read each series once where a store holds a copy per HA replica, told apart
+by those labels (the recorded series too: both replicas evaluate the rules), ``--output-dir
+DIR`` writes the dashboards there instead of the committed folders. Bad input (an
+unreadable rule file or price table, a rule the dashboards name that the rule file lacks, a
+cluster or replica label the renderer would refuse or that the dashboards' queries already
+use) ends in one ``gpuscope-grafana: error: ...`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpuscope.alerts.grafana.dashboards import DASHBOARDS, with_cluster_label
+from gpuscope.alerts.grafana.dashboards import (
+    DASHBOARDS,
+    with_cluster_label,
+    with_replica_labels,
+)
 from gpuscope.alerts.grafana.panels import Json
 from gpuscope.alerts.grafana.promql import ScopeError, labels_named
 from gpuscope.alerts.grafana.rules import GrafanaError, Rules, with_price_group
 from gpuscope.alerts.render import (
     ALERTS_DIR,
     DEFAULT_CLUSTER_LABEL,
+    DEFAULT_REPLICA_LABELS,
     RULES_FILE,
     RenderError,
     parse_rules,
@@ -47,11 +54,13 @@ def dashboard_text(obj: object) -> str:
 
 def outputs(rules_file: Path = RULES_FILE, prices_file: Path | None = None,
             out_dirs: Sequence[Path] = (JSON_DIR, COMPONENT_DIR),
-            cluster_label: str = DEFAULT_CLUSTER_LABEL) -> dict[Path, str]:
+            cluster_label: str = DEFAULT_CLUSTER_LABEL,
+            replica_labels: Sequence[str] = ()) -> dict[Path, str]:
     """Every generated file and its text. The rule file's price group is made first, and
     the dashboards read the rule file as it will be; their queries then read the cluster
-    label ``cluster_label``. The rule file keeps ``cluster`` whatever ``cluster_label`` is:
-    the renderer renames it there (``--cluster-label``)."""
+    label ``cluster_label``, and each series once over the HA replica labels
+    ``replica_labels`` (none: as the builders write them). The rule file keeps ``cluster``
+    whatever ``cluster_label`` is: the renderer renames it there (``--cluster-label``)."""
     try:
         prices = load_prices(prices_file)
         text = read_rules_text(rules_file)
@@ -62,10 +71,16 @@ def outputs(rules_file: Path = RULES_FILE, prices_file: Path | None = None,
     data = _parse_rules(rules_text, rules_file)
     rules = Rules(data)
     boards = {name: build(rules) for name, build in DASHBOARDS.items()}
+    replicas = tuple(replica_labels)
     _check_cluster_label(data, boards, cluster_label)
     for name, board in boards.items():
         if cluster_label != DEFAULT_CLUSTER_LABEL:
             board = with_cluster_label(board, cluster_label)
+        boards[name] = board
+    _check_replica_labels(data, boards, cluster_label, replicas)
+    for name, board in boards.items():
+        if replicas:
+            board = with_replica_labels(board, replicas)
         body = dashboard_text(board)
         for folder in out_dirs:
             files[folder / f"{name}.json"] = body
@@ -88,6 +103,32 @@ def _check_cluster_label(rules: dict[str, Any], boards: dict[str, Json], label: 
         relabel_rules(rules, label)
     except RenderError as exc:
         raise GrafanaError(str(exc)) from None
+    if label != DEFAULT_CLUSTER_LABEL and label in _names(boards):
+        raise GrafanaError(f"--cluster-label: {label!r} is already a label, metric or keyword "
+                           "of the dashboards' queries")
+
+
+def _check_replica_labels(rules: dict[str, Any], boards: dict[str, Json], cluster_label: str,
+                          labels: tuple[str, ...]) -> None:
+    """``GrafanaError`` for replica labels the renderer refuses (``--replica-labels``: not
+    label names, one named twice, the cluster label, a name the rules use), or a name the
+    dashboards' queries (``boards``, their cluster label renamed) read or make other than the
+    rules' own replica labels (``max without (prometheus_replica, __replica__, replica)``):
+    a label that tells series apart would be folded into one."""
+    if not labels:
+        return
+    try:
+        relabel_rules(rules, cluster_label, labels)
+    except RenderError as exc:
+        raise GrafanaError(str(exc)) from None
+    taken = [n for n in labels if n in _names(boards) - set(DEFAULT_REPLICA_LABELS)]
+    if taken:
+        raise GrafanaError(f"--replica-labels: {taken[0]!r} is already a label, metric or "
+                           "keyword of the dashboards' queries")
+
+
+def _names(boards: dict[str, Json]) -> set[str]:
+    """Every name the dashboards' panel and variable queries read or make."""
     used: set[str] = set()
     for board in boards.values():
         for panel in board["panels"]:
@@ -97,9 +138,11 @@ def _check_cluster_label(rules: dict[str, Any], boards: dict[str, Json], label: 
         for variable in board["templating"]["list"]:
             if variable["type"] == "query":
                 used |= labels_named(variable["query"])
-    if label != DEFAULT_CLUSTER_LABEL and label in used:
-        raise GrafanaError(f"--cluster-label: {label!r} is already a label, metric or keyword "
-                           "of the dashboards' queries")
+    return used
+
+
+def _label_list(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,6 +161,10 @@ def _parser() -> _Parser:
     p.add_argument("--cluster-label", default=DEFAULT_CLUSTER_LABEL, metavar="NAME",
                    help="the label that names a node's cluster in your store, as given to "
                         "python -m gpuscope.alerts.render (default: %(default)s)")
+    p.add_argument("--replica-labels", type=_label_list, default=(), metavar="A,B,...",
+                   help="HA replica labels of a store that keeps each replica's copy of a "
+                        "series, raw and recorded: every query counts the copies once "
+                        "(default: none)")
     p.add_argument("--output-dir", type=Path, default=None, metavar="DIR",
                    help="write the dashboards to DIR (default: alerts/generated/grafana/ "
                         "and the kustomize component's dashboards/)")
@@ -130,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         out_dirs = (JSON_DIR, COMPONENT_DIR) if args.output_dir is None else (args.output_dir,)
-        files = outputs(args.rules, args.prices, out_dirs, args.cluster_label)
+        files = outputs(args.rules, args.prices, out_dirs, args.cluster_label,
+                        args.replica_labels)
     except (GrafanaError, ScopeError) as exc:
         print(f"gpuscope-grafana: error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,8 @@ series directly, through ``rate()`` of its counters where it has them.
 Each dashboard's expressions are written unscoped and narrowed at the end
 (:func:`~.promql.scope`): every selector gets ``cluster=~"$cluster"`` (and, on the node
 dashboard, ``node=~"$node"``), every ``by``/``on`` the ``cluster`` label.
-:func:`with_cluster_label` then renames that label for a store that calls it otherwise.
+:func:`with_cluster_label` then renames that label for a store that calls it otherwise, and
+:func:`with_replica_labels` reads each series once where a store holds HA replicas' copies.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gpuscope.alerts.grafana.panels import (
     table,
     timeseries,
 )
-from gpuscope.alerts.grafana.promql import rename_label, scope
+from gpuscope.alerts.grafana.promql import count_once, rename_label, scope
 from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules, node_info
 
 CLUSTER = {"cluster": '=~"$cluster"'}
@@ -547,6 +548,21 @@ def with_cluster_label(board: Json, label: str) -> Json:
             variable[key] = rename_label(variable[key], "cluster", label)
         if variable["name"] == "cluster":
             variable["description"] = CLUSTER_DESCRIPTION.format(label=label)
+    return out
+
+
+def with_replica_labels(board: Json, labels: tuple[str, ...]) -> Json:
+    """``board`` with every panel query reading each series once where the store holds a
+    copy of it per HA replica, told apart by ``labels`` (:func:`~.promql.count_once`: each
+    selector, and each function of a range selector, under ``max without (<labels>)``), the
+    recorded series as well as the raw ones: an HA pair that evaluates the rules in both
+    replicas writes two copies of each recorded series. The variables' ``label_values`` list
+    each value once already."""
+    out: Json = copy.deepcopy(board)
+    for panel in out["panels"]:
+        for inner in (panel, *panel.get("panels", [])):
+            for target in inner.get("targets", []):
+                target["expr"] = count_once(target["expr"], labels)
     return out
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # Tokens, in priority order. Strings first (they may hold any character), then the rest.
 _TOKEN = re.compile(
@@ -257,3 +258,155 @@ def labels_named(expr: str) -> set[str]:
                 names.add(text[1:-1])
         called = None
     return names
+
+
+def count_once(expr: str, replica_labels: Sequence[str]) -> str:
+    """``expr`` reading each series once where a store holds one copy of it per HA replica,
+    told apart by ``replica_labels`` (two Prometheus servers that each scrape a cluster and
+    evaluate the rules, writing into one store that keeps both): every instant selector
+    ``x{...}`` (with its ``offset``/``@``) becomes ``max without (<labels>) (x{...})``, and
+    every function call that takes a range selector, ``rate(x{...}[5m])``, becomes ``max
+    without (<labels>) (rate(x{...}[5m]))``. The copies are one series before anything sums,
+    counts or joins them; where a series has none of the labels, ``max`` of it alone is the
+    series (its ``__name__`` dropped, as any aggregation drops it). A subquery's inner
+    expression is rewritten as any other; its brackets are copied as they are."""
+    labels = tuple(replica_labels)
+    for name in labels:
+        if not _LABEL.match(name):
+            raise ScopeError(f"not a label name: {name!r}")
+    if not labels:
+        return expr
+    head = f"max without ({', '.join(labels)}) ("
+    tokens = _tokens(expr)
+    out: list[str] = []
+    # Per open parenthesis: where its function's name begins in ``out`` (None for a plain
+    # parenthesis), and whether a range selector was read directly inside it.
+    frames: list[list[Any]] = []
+    call_at: int | None = None  # a function's name just written: where it begins
+    i = 0
+    while i < len(tokens):
+        kind, text = tokens[i]
+        if kind in ("space", "comment"):
+            out.append(text)
+            i += 1
+            continue
+        if kind == "other" and text == "[":
+            # A subquery of a parenthesised expression: copied to its closing bracket.
+            i = _copy_brackets(tokens, i, out)
+            call_at = None
+            continue
+        if kind == "other" and text == "(":
+            frames.append([call_at, False])
+            out.append(text)
+            call_at = None
+            i += 1
+            continue
+        if kind == "other" and text == ")":
+            if not frames:
+                raise ScopeError(f"unbalanced ')' in: {' '.join(expr.split())}")
+            start, ranged = frames.pop()
+            out.append(text)
+            if ranged and start is not None:
+                out[start:] = [head + "".join(out[start:]) + ")"]
+            call_at = None
+            i += 1
+            continue
+        nxt = _next_significant(tokens, i + 1)
+        follows = tokens[nxt][1] if nxt < len(tokens) else ""
+        if kind == "ident" and text.lower() in _GROUPINGS and follows == "(":
+            # A label list: copied as it is.
+            out.extend(t for _, t in tokens[i:nxt])
+            i = _copy_grouping(tokens, nxt, out, ())
+            call_at = None
+            continue
+        if kind == "ident" and follows == "(":
+            call_at = len(out)  # a function or aggregation being called
+            out.append(text)
+            i += 1
+            continue
+        if (kind == "ident" and text.lower() not in _KEYWORDS) or (kind, text) == ("other", "{"):
+            i = _selector(tokens, i, out, frames, head)
+            call_at = None
+            continue
+        out.append(text)
+        call_at = None
+        i += 1
+    if frames:
+        raise ScopeError(f"unbalanced '(' in: {' '.join(expr.split())}")
+    return "".join(out)
+
+
+def _copy_brackets(tokens: Sequence[tuple[str, str]], i: int, out: list[str]) -> int:
+    """Copies the range or subquery brackets opening at ``tokens[i]``; returns the index
+    after its ``]``."""
+    j = i
+    while j < len(tokens) and tokens[j][1] != "]":
+        out.append(tokens[j][1])
+        j += 1
+    if j == len(tokens):
+        raise ScopeError("unclosed '['")
+    out.append("]")
+    return j + 1
+
+
+def _modifiers(tokens: Sequence[tuple[str, str]], i: int) -> int:
+    """The index after the ``offset``/``@`` modifiers that begin at or after ``tokens[i]``
+    (after space), or ``i`` where none does."""
+    end = i
+    while True:
+        j = _next_significant(tokens, end)
+        if j < len(tokens) and tokens[j][1].lower() == "offset":
+            j = _next_significant(tokens, j + 1)
+            if j < len(tokens) and tokens[j][1] == "-":
+                j = _next_significant(tokens, j + 1)
+            end = j + 1
+        elif j < len(tokens) and tokens[j][1] == "@":
+            j = _next_significant(tokens, j + 1)
+            if j < len(tokens) and tokens[j][0] == "ident":  # start() or end()
+                j = _next_significant(tokens, j + 1)  # (
+                j = _next_significant(tokens, j + 1)  # )
+            end = j + 1
+        else:
+            return end
+
+
+def _selector(tokens: Sequence[tuple[str, str]], i: int, out: list[str],
+              frames: list[list[Any]], head: str) -> int:
+    """Writes the selector that begins at ``tokens[i]`` (a metric name, or ``{``) as
+    :func:`count_once` reads it; returns the index after it."""
+    sel: list[str] = []
+    j = i
+    if tokens[j][0] == "ident":
+        sel.append(tokens[j][1])
+        j += 1
+        k = _next_significant(tokens, j)
+        if k < len(tokens) and tokens[k][1] == "{":
+            sel.extend(t for _, t in tokens[j:k])
+            j = k
+    if j < len(tokens) and tokens[j][1] == "{":
+        while j < len(tokens) and tokens[j][1] != "}":
+            sel.append(tokens[j][1])
+            j += 1
+        if j == len(tokens):
+            raise ScopeError("unclosed '{'")
+        sel.append("}")
+        j += 1
+    k = _next_significant(tokens, j)
+    if k < len(tokens) and tokens[k][1] == "[":
+        brackets: list[str] = []
+        end = _copy_brackets(tokens, k, brackets)
+        if ":" not in "".join(brackets):
+            # A range selector: the function that reads it is wrapped when it closes.
+            if not frames or frames[-1][0] is None:
+                raise ScopeError(f"a range selector outside a function call: {''.join(sel)}")
+            frames[-1][1] = True
+            out.extend([*sel, *(t for _, t in tokens[j:k]), *brackets])
+            return end
+        # A subquery of the selector: the selector is read once, then the subquery.
+        out.append("(" + head + "".join(sel) + "))")
+        out.extend(t for _, t in tokens[j:k])
+        out.extend(brackets)
+        return end
+    end = _modifiers(tokens, j)
+    out.append(head + "".join(sel) + "".join(t for _, t in tokens[j:end]) + ")")
+    return end

@@ -28,7 +28,13 @@ import yaml
 
 from gpuscope.alerts.grafana import __main__ as cli
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
-from gpuscope.alerts.grafana.promql import ScopeError, labels_named, rename_label, scope
+from gpuscope.alerts.grafana.promql import (
+    ScopeError,
+    count_once,
+    labels_named,
+    rename_label,
+    scope,
+)
 from gpuscope.alerts.grafana.rules import (
     DEVICE_PRICE,
     INSTANCE_PRICE,
@@ -278,6 +284,54 @@ def test_a_bad_cluster_label_is_one_line_and_exit_2(label: str, message: str, tm
     assert not out.exists()
 
 
+def test_replica_labels_read_each_series_once_in_every_query(tmp_path: Path) -> None:
+    """``--replica-labels replica,dc_replica`` (with ``--cluster-label``) writes the four
+    dashboards with every query reading each series once over those labels, the variables
+    as they were; ``--check`` with the same flags passes and the committed dashboards are
+    untouched. (What they answer: ``test_grafana_panels.py``.)"""
+    committed = {p: p.read_text(encoding="utf-8") for p in sorted(GENERATED.glob("*.json"))}
+    out, plain = tmp_path / "once", tmp_path / "plain"
+    flags = ["--cluster-label", "k8s_cluster", "--replica-labels", "replica,dc_replica"]
+    assert cli.main([*flags, "--output-dir", str(out)]) == 0
+    assert cli.main(["--cluster-label", "k8s_cluster", "--output-dir", str(plain)]) == 0
+    assert {p: p.read_text(encoding="utf-8") for p in committed} == committed
+    assert cli.main([*flags, "--output-dir", str(out), "--check"]) == 0
+    for name in DASHBOARDS:
+        board = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+        was = json.loads((plain / f"{name}.json").read_text(encoding="utf-8"))
+        exprs = [t["expr"] for p in panels(board) for t in p.get("targets", [])]
+        assert exprs == [count_once(t["expr"], ("replica", "dc_replica"))
+                         for p in panels(was) for t in p.get("targets", [])]
+        assert all("max without (replica, dc_replica) (" in e for e in exprs), name
+        assert board["templating"] == was["templating"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--replica-labels", "dc-replica"], "not a label name: 'dc-replica'"),
+    (["--replica-labels", "replica,replica"], "--replica-labels: a label appears twice"),
+    (["--replica-labels", "cluster"], "'cluster' cannot be both the cluster label and a "
+                                      "replica label"),
+    (["--cluster-label", "k8s_cluster", "--replica-labels", "replica,k8s_cluster"],
+     "'k8s_cluster' cannot be both the cluster label and a replica label"),
+    (["--replica-labels", "node"], "--replica-labels: 'node' is already a label, metric or "
+                                   "keyword of the rules"),
+    # A label only the dashboards' queries make (the legends').
+    (["--replica-labels", "cluster_node"], "--replica-labels: 'cluster_node' is already a "
+                                           "label, metric or keyword of the dashboards' queries"),
+])
+def test_bad_replica_labels_are_one_line_and_exit_2(flags: list[str], message: str,
+                                                    tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The renderer's checks and messages (``python -m gpuscope.alerts.render
+    --replica-labels``), and a name the dashboards' own queries use; nothing is written."""
+    out = tmp_path / "dashboards"
+    assert cli.main([*flags, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuscope-grafana: error: "), err
+    assert message in err
+    assert not out.exists()
+
+
 # ---- valid Grafana dashboards ------------------------------------------------------------
 
 
@@ -492,6 +546,38 @@ def test_the_labels_an_expression_names() -> None:
 def test_scope_refuses_what_it_cannot_read(expr: str) -> None:
     with pytest.raises(ScopeError):
         scope(expr, MATCH, ("cluster",))
+
+
+#: (expression, each series read once over the replica labels ``replica`` and ``dc``)
+ONCE = [
+    ('sum by (node) (x{a="b"})', 'sum by (node) (max without (replica, dc) (x{a="b"}))'),
+    # A range selector: the function that reads it, with its modifiers.
+    ("sum(rate(x[$__rate_interval] offset 5m)) / on (node) group_left (a) y",
+     "sum(max without (replica, dc) (rate(x[$__rate_interval] offset 5m))) / on (node) "
+     "group_left (a) max without (replica, dc) (y)"),
+    ("quantile_over_time(0.5, x[1h]) > bool 0.5",
+     "max without (replica, dc) (quantile_over_time(0.5, x[1h])) > bool 0.5"),
+    # An instant selector's modifiers, a subquery, strings and a selector without a name.
+    ('x offset -5m or {__name__="y"} @ end()',
+     'max without (replica, dc) (x offset -5m) or max without (replica, dc) '
+     '({__name__="y"} @ end())'),
+    ('max_over_time(x[30m:1m]) + label_replace(y, "a", "$1", "b", "(.*)")',
+     'max_over_time((max without (replica, dc) (x))[30m:1m]) + '
+     'label_replace(max without (replica, dc) (y), "a", "$1", "b", "(.*)")'),
+    ("(sum(x))[5m:1m] * vector(1)", "(sum(max without (replica, dc) (x)))[5m:1m] * vector(1)"),
+]
+
+
+@pytest.mark.parametrize(("expr", "once"), ONCE)
+def test_count_once(expr: str, once: str) -> None:
+    assert count_once(expr, ("replica", "dc")) == once
+    assert count_once(expr, ()) == expr
+
+
+@pytest.mark.parametrize("expr", ["sum(a", "a)", "x[5m]", "rate(a{b=\"c\"[5m])"])
+def test_count_once_refuses_what_it_cannot_read(expr: str) -> None:
+    with pytest.raises(ScopeError):
+        count_once(expr, ("replica",))
 
 
 # ---- every query, against a real Prometheus holding the demo fleet -----------------------

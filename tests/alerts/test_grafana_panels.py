@@ -25,6 +25,7 @@ import requests
 
 from gpuscope.alerts.grafana import __main__ as cli
 from gpuscope.alerts.grafana.dashboards import DASHBOARDS
+from gpuscope.alerts.grafana.promql import rename_label
 from gpuscope.alerts.grafana.rules import DEVICE_PRICE, NODE_PRICE, Rules
 from gpuscope.alerts.render import load_rules, relabel_rules
 from tests.alerts.test_grafana import (
@@ -263,6 +264,94 @@ def test_another_cluster_label_answers_as_cluster_does(name: str, two_clusters: 
             wrong.append(f"variable {variable}: lists {sorted(listed)[:3]}")
     assert not wrong, "\n".join(wrong)
     assert answered >= 0.8 * compared, (answered, compared)
+
+
+# ---- an HA pair that evaluates the rules in both replicas ---------------------------------
+
+
+def _copies(result: list[dict[str, Any]], replica: str) -> dict[str, list[dict[float, float]]]:
+    """Each series' points by its labels but ``replica`` and ``__name__`` (which
+    :func:`~gpuscope.alerts.grafana.promql.count_once`'s ``max`` drops): a list of one per
+    copy."""
+    out: dict[str, list[dict[float, float]]] = {}
+    for r in result:
+        labels = {k: v for k, v in r["metric"].items() if k not in (replica, "__name__")}
+        points = r["values"] if "values" in r else [r["value"]]
+        out.setdefault(json.dumps(labels, sort_keys=True), []).append(
+            {float(t): float(v) for t, v in points})
+    return out
+
+
+def _differs(want: dict[str, list[dict[float, float]]],
+             got: dict[str, list[dict[float, float]]]) -> str:
+    """How ``got`` differs from ``want`` (one copy of each series): '' where it does not."""
+    if want.keys() != got.keys():
+        return f"series {sorted(got.keys() ^ want.keys())[:2]}"
+    for key, [points] in want.items():
+        if len(got[key]) != 1:
+            return f"{len(got[key])} copies of {key}"
+        common = sorted(points.keys() & got[key][0].keys())
+        if [got[key][0][t] for t in common] != pytest.approx(
+                [points[t] for t in common], rel=0.1, abs=1e-9):
+            return f"values of {key}: {[got[key][0][t] for t in common][-1:]} for " \
+                   f"{[points[t] for t in common][-1:]}"
+    return ""
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_replica_labels_count_an_ha_pair_s_copies_once(name: str, demo_prometheus: str,
+                                                      two_clusters: str) -> None:
+    """The dashboards written with ``--replica-labels`` answer every query on a store
+    holding two HA replicas' copies of the fleet, raw series and the rules' recorded
+    series (both replicas evaluate the rules), as the committed ones answer on one copy;
+    without the flag, the panels that sum or count recorded series count each copy.
+
+    The store is :func:`two_clusters` (no second server): the demo fleet written twice
+    under ``cluster`` "a" and "b", each copy's recorded series with its own label, which is
+    what an HA pair writes under its replica label. Read with ``--cluster-label
+    k8s_cluster`` (a label the store lacks, as a cluster's own store lacks one),
+    ``cluster`` is that replica label: ``--replica-labels cluster``."""
+    plain = cli.outputs(out_dirs=(Path("plain"),), cluster_label=OTHER_LABEL)
+    once = cli.outputs(out_dirs=(Path("once"),), cluster_label=OTHER_LABEL,
+                       replica_labels=("cluster",))
+    plain_board = json.loads(plain[Path("plain") / f"{name}.json"])
+    board = json.loads(once[Path("once") / f"{name}.json"])
+    values = VALUES[name][0]
+    now = time.time()
+    shipped = [t for p in panels(dashboards()[name]) for t in p.get("targets", [])]
+    targets = [(p["title"], t) for p in panels(board) for t in p.get("targets", [])]
+    # Without the flag: the committed queries, whose raw reads collapse the rules' replica
+    # labels (``max without (prometheus_replica, __replica__, replica)``), that list naming
+    # this store's replica label as it names ``replica``.
+    plain_targets = [{**t, "expr": rename_label(t["expr"], "replica", "cluster")}
+                     for p in panels(plain_board) for t in p.get("targets", [])]
+    assert len(shipped) == len(targets) == len(plain_targets)
+    wrong, counted_twice = [], []
+    compared = answered = 0
+    for want_target, (title, target), plain_target in zip(shipped, targets, plain_targets,
+                                                          strict=True):
+        where = f"{title} / {target['refId']}"
+        want = _copies(_run(demo_prometheus, want_target, values, now), "cluster")
+        got = _copies(_run(two_clusters, target, values, now), "cluster")
+        if not want and not got and target["range"]:
+            continue  # the raw samples and the recorded ones no longer overlap (as above)
+        compared += 1
+        answered += bool(got)
+        if differs := _differs(want, got):
+            wrong.append(f"{where}: {differs}")
+        try:
+            differs = _differs(want, _copies(_run(two_clusters, plain_target, values, now),
+                                             "cluster"))
+        except AssertionError as exc:  # a join that finds two copies on one side
+            differs = "refused: " + str(exc).split("error\": \"", 1)[-1][-100:]
+        if differs:
+            counted_twice.append(f"{where}: {differs}")
+    assert not wrong, "\n".join(wrong)
+    assert answered >= 0.8 * compared, (answered, compared)
+    print(f"{name}: without --replica-labels, {len(counted_twice)} of {compared} queries "
+          "count the copies:\n  " + "\n  ".join(counted_twice))
+    assert counted_twice
 
 
 # ---- drill-down links ----------------------------------------------------------------------
