@@ -405,14 +405,17 @@ class PlanQueries(PrometheusStore):
     def presence_query(self, window: Window, rules: bool) -> str:
         """Per node, at how many steps its exporter's series were there in ``window``
         (over the holdings' span): with ``rules`` its recorded minutes of whole GPUs
-        (``node:gpu_whole:count1m``, one a minute), else its ``gpu_node_info`` at the
-        window's step (a subquery of one series per node). ``max``: HA replicas' copies
-        count once."""
+        (``node:gpu_whole:count1m``, one a minute), else its ``gpu_node_info`` over each
+        of the window's steps (a subquery of one series per node; over the step, at least
+        the lookback, as the embedded store buckets a node's samples: one failed scrape's
+        staleness marker at a step's instant does not cost the node that step, nor does a
+        node gone away count for the store's lookback after it). ``max``: HA replicas'
+        copies count once."""
         span = duration(window.seconds - window.step / 2)
         if rules:
             return f"max by (node) (count_over_time({RULES['node_gpus']}[{span}]))"
-        return (f"count_over_time((max by (node) (gpu_node_info))"
-                f"[{span}:{duration(window.step)}])")
+        return (f"count_over_time((max by (node) (max_over_time(gpu_node_info"
+                f"[{self._r(window)[0]}])))[{span}:{duration(window.step)}])")
 
     def holdings_queries(self, window: Window, rules: bool) -> list[str]:
         """Who held what over ``window`` (:meth:`Steps.holdings`), summed over its steps

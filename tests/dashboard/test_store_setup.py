@@ -12,7 +12,10 @@ Prometheus and a real VictoriaMetrics:
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,29 +31,35 @@ LABELLED, BARE = "gpu-labelled", "gpu-bare"
 
 
 @pytest.fixture(scope="module")
-def stores(prometheus_bin: str) -> Iterator[dict[str, Store]]:
-    exporters = {node: ExporterProcess(["--source", "simulated", "--interval", "0.5",
-                                        "--node-name", node]) for node in (LABELLED, BARE)}
+def exporters() -> Iterator[dict[str, ExporterProcess]]:
+    started = {node: ExporterProcess(["--source", "simulated", "--interval", "0.5",
+                                      "--node-name", node]) for node in (LABELLED, BARE)}
     try:
-        for e in exporters.values():
+        for e in started.values():
             e.wait_ready(60)
-        labelled, bare = exporters[LABELLED], exporters[BARE]
-        scrape = (
-            f"  - job_name: labelled\n    scrape_interval: 1s\n    static_configs: "
-            f"[{{targets: ['127.0.0.1:{labelled.port}'], labels: {{node: {LABELLED}}}}}]\n"
-            # The exporter states its node in gpu_node_info alone; the job adds no label.
-            f"  - job_name: bare\n    scrape_interval: 1s\n    static_configs: "
-            f"[{{targets: ['127.0.0.1:{bare.port}']}}]")
-        with start_prometheus(scrape_config=scrape) as prom, start_victoriametrics(
-                scrape_config=scrape, scrape_interval="1s",
-                extra_args=["-search.latencyOffset=1s"]) as vm:
-            wait_for(lambda: all(s.scalar('count(gpu_info{node=""})')
-                                 and s.scalar(f'count(gpu_info{{node="{LABELLED}"}})')
-                                 for s in (prom, vm)),
-                     60, "both exporters' gpu_info in both stores")
-            yield {"prometheus": prom, "victoriametrics": vm}
+        yield started
     finally:
-        stop_all(exporters.values())
+        stop_all(started.values())
+
+
+@pytest.fixture(scope="module")
+def stores(prometheus_bin: str, exporters: dict[str, ExporterProcess]
+           ) -> Iterator[dict[str, Store]]:
+    labelled, bare = exporters[LABELLED], exporters[BARE]
+    scrape = (
+        f"  - job_name: labelled\n    scrape_interval: 1s\n    static_configs: "
+        f"[{{targets: ['127.0.0.1:{labelled.port}'], labels: {{node: {LABELLED}}}}}]\n"
+        # The exporter states its node in gpu_node_info alone; the job adds no label.
+        f"  - job_name: bare\n    scrape_interval: 1s\n    static_configs: "
+        f"[{{targets: ['127.0.0.1:{bare.port}']}}]")
+    with start_prometheus(scrape_config=scrape) as prom, start_victoriametrics(
+            scrape_config=scrape, scrape_interval="1s",
+            extra_args=["-search.latencyOffset=1s"]) as vm:
+        wait_for(lambda: all(s.scalar('count(gpu_info{node=""})')
+                             and s.scalar(f'count(gpu_info{{node="{LABELLED}"}})')
+                             for s in (prom, vm)),
+                 60, "both exporters' gpu_info in both stores")
+        yield {"prometheus": prom, "victoriametrics": vm}
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoriametrics"])
@@ -149,3 +158,30 @@ def test_a_store_behind_the_dashboards_clock_serves_the_page_where_it_has_data(
         r"The store's newest exporter sample is 6m (3[2-9]|40)s older than the dashboard's "
         r"clock \(\d\d:\d\d:\d\d UTC\): this page ends at \d\d:\d\d:\d\d UTC, where "
         r"the store has data\. .*", notes[0]), notes
+
+
+def test_a_failed_scrape_costs_a_node_no_step_of_its_time_there(
+        stores: dict[str, Store], exporters: dict[str, ExporterProcess]) -> None:
+    # (Last in the module: it stops an exporter.) The labelled exporter frozen for 4 s:
+    # its scrapes time out and each store writes staleness markers for its series. Without
+    # the rules a node's presence per step was read at the step's instant, so a step that
+    # fell in the gap lost the node (charged a step less than the other, ``present``).
+    pid = exporters[LABELLED].proc.pid
+    # (A scrape that began in the last second waits and succeeds, stamped when it began:
+    # the gap in each store is about 3 s, more than a 2-s step, less than the 5-s lookback.)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(4.0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: all(s.scalar('min_over_time(up{job="labelled"}[30s])') == 0
+                         for s in stores.values()), 30, "a failed scrape in both stores")
+    time.sleep(4.0)  # (samples after the gap, within the page's last step)
+    for name, s in stores.items():
+        prom = PrometheusData(s.url, timeout=30, min_step=2, lookback=5)
+        try:
+            data = prom.fleet(40.0)
+        finally:
+            prom.close()
+        # (Both nodes are counted: the bare one's exporter states its node in gpu_node_info.)
+        assert LABELLED in data.nodes and data.present == {}, (name, data.present)
