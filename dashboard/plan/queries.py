@@ -408,8 +408,8 @@ class PlanQueries(PrometheusStore):
         (``node:gpu_whole:count1m``, one a minute), else its ``gpu_node_info`` over each
         of the window's steps (a subquery of one series per node; over the step, at least
         the lookback, as the embedded store buckets a node's samples: one failed scrape's
-        staleness marker at a step's instant does not cost the node that step, nor does a
-        node gone away count for the store's lookback after it). ``max``: HA replicas'
+        staleness marker at a step's instant does not cost the node that step; a node gone
+        away counts up to the lookback after its last sample, as there). ``max``: HA replicas'
         copies count once."""
         span = duration(window.seconds - window.step / 2)
         if rules:
