@@ -716,9 +716,14 @@ def test_only_the_querys_fields_reach_the_store() -> None:
     by = r"\(node(, [A-Za-z_][A-Za-z0-9_]*)*\)"
     sel = (r'[A-Za-z_:][A-Za-z0-9_:]*'
            r'(\{[a-z_]+=~"[A-Za-z0-9_|.\\-]+"(, [a-z_]+=~"[A-Za-z0-9_|.\\-]+")*\})?\[\d+m?s\]')
-    # (a rate: each exporter pod's increase, summed over the pods, over the range)
-    rate = (rf"\(sum by {by} \(max by \(node(, [A-Za-z_][A-Za-z0-9_]*)*, instance\) "
-            rf"\(increase\({sel}\)\)\) / \d+\.\d+\)")
+    # (a rate: each exporter pod's increase over the range, the largest of the pods that
+    # cover the range alone, else summed over the pods)
+    pods = r"\(node(, [A-Za-z_][A-Za-z0-9_]*)*, instance\)"
+    each = rf"max by {pods} \(increase\({sel}\)\)"
+    whole = (rf"max by {pods} \(max_over_time\({sel} offset \d+m?s\)\) and on {pods} "
+             rf"max by {pods} \(last_over_time\({sel}\)\)")
+    rate = (rf"\(\(max by {by} \({each} and on {pods} \({whole}\)\) or on {by} "
+            rf"sum by {by} \({each}\)\) / \d+\.\d+\)")
     gauge = rf"(min|max|sum) by {by} \((min_over_time|max_over_time|increase)\({sel}\)\)"
     shape = re.compile(rf"^({gauge}|{rate}) (<|>|<=|>=) -?\d+\.\d+(e[+-]\d+)?$")
     for q in QUERIES:
