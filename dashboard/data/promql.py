@@ -77,26 +77,15 @@ def seconds(d: str) -> float:
 def summed_rate(sel: str, r: str, by: str) -> str:
     """A counter's mean rate per second over ``r`` (a :func:`duration`), aggregated ``by``:
     each exporter pod's increase (``instance``; an HA pair's or a second job's copies of one
-    pod counted once), over ``r``; the pods' summed, unless one pod covers the whole range
-    alone (read before it, ``max_over_time(...[r] offset r)``, and still read in its last
-    half), whose increase it is then (the largest of such pods'). Across a rollout the new
-    pod, on a new address, counts from 0 and each pod covers only its part of the range:
-    their largest rate read the device low for a step (Prometheus divides by the whole
-    range), and their summed rates read it high on VictoriaMetrics (which divides each by
-    its own samples' span); the summed increases over the range read the same on both, the
-    gap's part left out. Where two pods are read at once (a DaemonSet rollout with
-    ``maxSurge``), each covers the time they share and the sum counted it twice (a GPU
-    busy half the time read 1); a pod that covers the range alone counts it once. Two pods
-    read at once where neither covers the range (the old one gone and the new one started
-    within it) still count their shared time twice. With one pod it is that pod's increase
-    either way. At a steady rate it is ``rate()``: Prometheus' ``rate`` is its ``increase``
-    over the range, and VictoriaMetrics' increase of regular samples spans the range."""
-    pods = f"{by}, instance"
-    each = f"max by ({pods}) (increase({sel}[{r}]))"
-    whole = (f"max by ({pods}) (max_over_time({sel}[{r}] offset {r})) and on ({pods})"
-             f" max by ({pods}) (last_over_time({sel}[{duration(seconds(r) / 2)}]))")
-    return (f"((max by ({by}) ({each} and on ({pods}) ({whole}))"
-            f" or on ({by}) sum by ({by}) ({each})) / {seconds(r)!r})")
+    pod counted once), summed over the pods, over ``r``. Across a rollout the new pod, on a
+    new address, counts from 0 and each pod covers only its part of the range: their
+    largest rate read the device low for a step (Prometheus divides by the whole range), and
+    their summed rates read it high on VictoriaMetrics (which divides each by its own
+    samples' span); the summed increases over the range read the same on both, the gap's
+    part left out. At a steady rate it is ``rate()``: Prometheus' ``rate`` is its
+    ``increase`` over the range, and VictoriaMetrics' increase of regular samples spans the
+    range."""
+    return f"(sum by ({by}) (max by ({by}, instance) (increase({sel}[{r}]))) / {seconds(r)!r})"
 
 
 def labelled(expr: str, label: str, value: str) -> str:

@@ -30,9 +30,9 @@ store's shortest range, 60 s by default; the embedded store uses two scrape inte
 - ``by``: the labels kept besides ``node``; series that differ only in others (``instance``,
   ``job``, or ``xid`` when it is not in ``by``) are aggregated: the lowest for ``min``, the
   highest for ``max``, the sum for ``increase`` (every kind of event counted), for
-  ``rate`` each exporter pod's increase (``instance``), summed, over the range, unless one
-  pod covers the range alone (:func:`~gpuscope.dashboard.data.promql.summed_rate`: across a
-  rollout each pod covers only its part of the range; two pods read at once count once).
+  ``rate`` each exporter pod's increase (``instance``), summed, over the range
+  (:func:`~gpuscope.dashboard.data.promql.summed_rate`: across a rollout each pod covers
+  only its part of the range).
 - ``rate``: the counter's mean rate per second over the same range as ``increase`` (the
   increase over the time between the range's first and last samples; Prometheus
   extrapolates, VictoriaMetrics and the embedded store do not: at a steady rate the three

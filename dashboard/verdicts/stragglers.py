@@ -599,8 +599,8 @@ def straggler_data(rows: Sequence[StragglerRow], state: State | None = None) -> 
 def throttling_promql(st: Steps, over: str | None = None) -> str:
     """Each device's throttle seconds per second by reason where above 0 (any reason,
     any amount: a straggler's evidence, not a verdict), over ``over`` (default: the
-    step's rate range); each exporter pod's, summed, or the one pod's that covers the range
-    alone (:func:`~gpuscope.dashboard.data.promql.summed_rate`: a rollout)."""
+    step's rate range); each exporter pod's, summed (:func:`~gpuscope.dashboard.data.
+    promql.summed_rate`: a rollout)."""
     return (f"{summed_rate(st.sel('gpu_throttle_seconds_total'), over or st.rr, f'{GBY}, reason')}"
             f" > 0")
 
