@@ -17,7 +17,7 @@ import re
 import statistics
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -662,7 +662,7 @@ def demo_prometheus_ha(prometheus_bin: str, promtool: str, demo_samples: OpenMet
 
 def _serve(prometheus_bin: str, promtool: str, store: OpenMetricsWriter, tmp: Path,
            replicas: tuple[str, ...], timeout: float = 60.0,
-           rules: dict[str, Any] | None = None) -> Iterator[str]:
+           rules: dict[str, Any] | None = None) -> Generator[str, None, None]:
     """Prometheus over ``store``'s samples, evaluating ``rules`` (the shipped rule file
     where None)."""
     assert store.write(tmp / "fleet.om", replicas) > 100_000
