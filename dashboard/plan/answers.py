@@ -177,8 +177,8 @@ def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window,
     clock (``now``) by more than a step's queries look back (``reach``: the step, at least
     the store's lookback): the dashboard's clock ahead of the store's, or data that reaches
     the store late (remote write, a managed store's ingestion, a backlog after an outage).
-    The page is served that many steps earlier (:meth:`~gpuscope.dashboard.plan.queries.
-    PlanQueries.served_window`), so the note says where it ends; where it could not be (the
+    The page is served that many steps earlier (:meth:`~gpuscope.dashboard.plan.served.
+    ServedStore.served_window`), so the note says where it ends; where it could not be (the
     store's answer older than the window's end by more than ``reach`` still), that the
     verdicts which need a point at the last step are missing. ``far``: the newest sample
     that placed the page where the store had none within its lookback of the clock (the

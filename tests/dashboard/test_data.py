@@ -604,7 +604,7 @@ def test_a_missed_rules_check_is_asked_again_after_a_minute(
 
     monkeypatch.setattr(prom, "instant", instant)
     clock = [1000.0]
-    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("gpuscope.dashboard.plan.served.time.monotonic", lambda: clock[0])
     window = prom.window(3600)
     assert not prom.rules_loaded(window) and len(asked) == 1
     clock[0] += 30
@@ -674,7 +674,7 @@ def test_a_failed_rules_check_fails_those_who_waited_for_it_at_once(
     assert len(asked) == 1, asked
     # A later page asks again.
     clock = [time.monotonic() + prom.RULES_FAILED_KEPT + 1]
-    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("gpuscope.dashboard.plan.served.time.monotonic", lambda: clock[0])
     monkeypatch.setattr(prom, "instant", lambda query, at: [({}, 1.0)])
     assert prom.rules_loaded(prom.window(3600))
 
@@ -704,7 +704,7 @@ def _probed(monkeypatch: pytest.MonkeyPatch, *answers: Callable[[str, float], An
 
     monkeypatch.setattr(prom, "instant", instant)
     clock = [1000.0]
-    monkeypatch.setattr("gpuscope.dashboard.plan.queries.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("gpuscope.dashboard.plan.served.time.monotonic", lambda: clock[0])
     return prom, asked, clock
 
 
