@@ -336,16 +336,17 @@ def count_once(expr: str, replica_labels: Sequence[str]) -> str:
     return "".join(out)
 
 
-def _copy_brackets(tokens: Sequence[tuple[str, str]], i: int, out: list[str]) -> int:
-    """Copies the range or subquery brackets opening at ``tokens[i]``; returns the index
-    after its ``]``."""
+def _copy_brackets(tokens: Sequence[tuple[str, str]], i: int, out: list[str],
+                   close: str = "]") -> int:
+    """Copies the brackets opening at ``tokens[i]`` (a range's or subquery's, or with
+    ``close`` "}" a selector's matchers) up to ``close``; returns the index after it."""
     j = i
-    while j < len(tokens) and tokens[j][1] != "]":
+    while j < len(tokens) and tokens[j][1] != close:
         out.append(tokens[j][1])
         j += 1
     if j == len(tokens):
-        raise ScopeError("unclosed '['")
-    out.append("]")
+        raise ScopeError(f"unclosed {tokens[i][1]!r}")
+    out.append(close)
     return j + 1
 
 
@@ -384,13 +385,7 @@ def _selector(tokens: Sequence[tuple[str, str]], i: int, out: list[str],
             sel.extend(t for _, t in tokens[j:k])
             j = k
     if j < len(tokens) and tokens[j][1] == "{":
-        while j < len(tokens) and tokens[j][1] != "}":
-            sel.append(tokens[j][1])
-            j += 1
-        if j == len(tokens):
-            raise ScopeError("unclosed '{'")
-        sel.append("}")
-        j += 1
+        j = _copy_brackets(tokens, j, sel, "}")
     k = _next_significant(tokens, j)
     if k < len(tokens) and tokens[k][1] == "[":
         brackets: list[str] = []

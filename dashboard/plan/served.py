@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from gpuscope.dashboard.data.http import PromApi
-from gpuscope.dashboard.data.prometheus import CLUSTER_LABEL, EDGE, PrometheusStore
+from gpuscope.dashboard.data.prometheus import EDGE, PrometheusStore
 from gpuscope.dashboard.data.promql import duration, labelled, selector
 from gpuscope.dashboard.data.recorded import RULE_INTERVAL, RULE_R, RULES, RULES_VERSION
 from gpuscope.dashboard.data.source import DataError
@@ -25,23 +25,10 @@ class ServedStore(PrometheusStore):
     """The store, with the page's thresholds (None: the defaults; the rules are recorded
     per thresholds), the window it serves and whether its rules serve it."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        thresholds: Thresholds | None = None,
-        timeout: float = 10.0,
-        min_step: float = 15.0,
-        max_points: int = 60,
-        lookback: float = 60.0,
-        clock: Callable[[], float] = time.time,
-        workers: int = 8,
-        client: PromApi | None = None,
-        cluster_label: str = CLUSTER_LABEL,
-    ) -> None:
-        super().__init__(url, timeout=timeout, min_step=min_step, max_points=max_points,
-                         lookback=lookback, clock=clock, workers=workers, client=client,
-                         cluster_label=cluster_label)
+    def __init__(self, url: str, *, thresholds: Thresholds | None = None,
+                 **store: Any) -> None:
+        """``store``: :class:`PrometheusStore`'s keywords (``PlanQueries`` names them)."""
+        super().__init__(url, **store)
         self.thresholds = thresholds or Thresholds()
         # Whether the recording rules serve a window (by its length): (when checked, loaded).
         self._rules_seen: dict[int, tuple[float, bool]] = {}
