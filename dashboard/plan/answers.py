@@ -184,9 +184,15 @@ def lag_note(rows: Iterable[tuple[dict[str, str], float]], window: Window,
     that placed the page where the store had none within its lookback of the clock (the
     rows have none then). Where some clusters' newest samples are beyond ``reach`` of the
     page's end and others' are not, the note names them: their nodes have no point at the
-    page's last step."""
+    page's last step. A cluster with no ``newest`` row (no sample within the store's
+    lookback of the clock) is named from its ``stat="seen"`` row (its newest sample within
+    the hour before), where another cluster has one."""
+    rows = list(rows)
     newest_of = {lab.get(GROUP_CLUSTER, ""): v for lab, v in rows
                  if lab.get("stat") == "newest" and math.isfinite(v)}
+    if newest_of:
+        newest_of = {**{lab.get(GROUP_CLUSTER, ""): v for lab, v in rows
+                        if lab.get("stat") == "seen" and math.isfinite(v)}, **newest_of}
     newest = max(newest_of.values(), default=far)
     if newest is None:
         return ()

@@ -191,6 +191,12 @@ class PlanQueries(ServedStore):
                 # note names it.
                 _stat(f"max by ({self.cluster_label}) "
                       f"(timestamp(gpu_node_info @ {self._clock():.3f}))", "newest"),
+                # And each cluster's newest within the hour (a subquery at steps of at most
+                # a minute, the lookback's where shorter), to name the clusters whose data
+                # is later than the store's lookback: they have no ``newest`` row.
+                _stat(f"max by ({self.cluster_label}) (max_over_time(timestamp(gpu_node_info)"
+                      f"[{duration(self.NEWEST_SPAN_MIN)}:{duration(min(self.lookback, 60.0))}]"
+                      f" @ {self._clock():.3f}))", "seen"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those

@@ -213,7 +213,7 @@ CONSTANTS = {"", "stat", "mean", "now", "first", "stddev", "count", "memory", "s
              "held", "used", "cutil", "cmem", "at_start",
              # at how many steps each node was there (PlanQueries.presence_query); the
              # whole GPUs without a node label (the first round's ``nodes``)
-             "present", "unlabelled", "newest",
+             "present", "unlabelled", "newest", "seen",
              # the verdicts' labels (which rule a device or container meets at the end)
              "idle", "spin", "held_idle", "candidate", "kind", "stalled", "slow", "silent",
              "input",

@@ -144,3 +144,18 @@ def test_the_lag_note_names_the_clusters_whose_data_is_late() -> None:
     assert note.startswith("The store's newest exporter sample is 5m 02s older than this ")
     # One cluster's data (no cluster label) on time: nothing to say.
     assert lag_note([({"stat": "newest"}, 1590.0)], window, 60.0, now=1601.0) == ()
+
+
+def test_the_lag_note_names_a_cluster_silent_beyond_the_stores_lookback() -> None:
+    # No newest row for eu-2 (nothing within the store's lookback of the clock): its newest
+    # sample within the hour (``seen``) names it; a cluster's ``newest`` row wins over its
+    # ``seen`` one (a subquery's steps miss the last minute's samples).
+    window = Window(start=1000.0, end=1600.0, step=60.0)
+    rows = [({"cluster": "eu-1", "stat": "newest"}, 1598.0),
+            ({"cluster": "eu-1", "stat": "seen"}, 1560.0),
+            ({"cluster": "eu-2", "stat": "seen"}, 900.0)]
+    (note,) = lag_note(rows, window, 60.0, now=1601.0)
+    assert note.startswith("Cluster eu-2 (11m behind): its newest exporter sample is "
+                           "older than this page's end ("), note
+    # With no cluster on time the store is behind as a whole: the served page's note only.
+    assert lag_note(rows[2:], window, 60.0, now=1601.0) == ()
