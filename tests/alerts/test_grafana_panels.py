@@ -17,6 +17,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
@@ -447,6 +448,23 @@ def test_a_node_s_link_opens_its_dashboard_with_the_clusters_chosen(two_clusters
 # ---- VictoriaMetrics as the data source ----------------------------------------------------
 
 
+def _evaluated_until(prometheus: str) -> float:
+    """The latest instant every rule group of ``prometheus`` has evaluated and written (its
+    groups' oldest ``lastEvaluation``, which a group reports once its evaluation is done).
+    A copy read as of the clock instead could miss samples that a group stamps before that
+    instant and writes after the read: under load an evaluation of the rules takes seconds,
+    and a recorded series only just begun (the idle nodes' and spinning GPUs' counts, a
+    full run at 3 processes) had Prometheus answer at the copy's end where the copy had
+    nothing."""
+    groups = requests.get(prometheus + "/api/v1/rules", timeout=30).json()["data"]["groups"]
+    ends = []
+    for group in groups:
+        m = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?Z", group["lastEvaluation"])
+        assert m, group["lastEvaluation"]
+        ends.append(datetime.fromisoformat(m[1] + "+00:00").timestamp() + float(m[2] or 0))
+    return min(ends)
+
+
 def _recorded(prometheus: str, now: float) -> Iterator[dict[str, Any]]:
     """The rules' recorded series as the Prometheus of the demo store holds them (every
     second since it began evaluating), in VictoriaMetrics' import form."""
@@ -467,7 +485,7 @@ def demo_victoriametrics(demo_samples: OpenMetricsWriter, demo_prometheus: str
     """A VictoriaMetrics holding what the demo store holds: the fleet's raw samples, and
     the recorded series of the rules (as a store's ruler, vmalert, would have written
     them). Yields its address and the time the recorded series end."""
-    now = time.time()
+    now = _evaluated_until(demo_prometheus)
     recorded = list(_recorded(demo_prometheus, now))
     with start_victoriametrics(cache=False, extra_args=["-search.latencyOffset=0s"]) as vm:
         def raw() -> Iterator[bytes]:

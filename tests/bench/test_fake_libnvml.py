@@ -135,8 +135,11 @@ def test_snapshot_matches_python_double(lib: ctypes.CDLL) -> None:
         ]
         for c_proc, py_proc in zip(c_dev.processes, py_dev.processes, strict=True):
             # Both doubles sample 1..3 % per process; the cursor starts 1 s back, so the
-            # first round sees the newest whole-second sample (C) or the tick (Python).
-            assert c_proc.sm_utilization_ratio in (0.01, 0.02, 0.03)
+            # first round sees the newest whole-second sample (C) or the tick (Python). (C:
+            # where the read comes more than a second after the cursor was set, a loaded
+            # machine, the exporter's mean of two samples: 0.025 in a full run.)
+            assert c_proc.sm_utilization_ratio is not None
+            assert 0.01 <= c_proc.sm_utilization_ratio <= 0.03
             assert py_proc.sm_utilization_ratio in (0.01, 0.02, 0.03)
 
 
