@@ -43,7 +43,7 @@ from gpuscope.dashboard.data.source import (
 from gpuscope.dashboard.plan import second
 from gpuscope.dashboard.plan.rules import LEAN_WINDOW, _stat
 from gpuscope.dashboard.plan.runs import FollowUp, _Answers
-from gpuscope.dashboard.plan.served import ServedStore
+from gpuscope.dashboard.plan.served import ServedStore, newest_sample
 from gpuscope.dashboard.prices import PriceTable
 from gpuscope.dashboard.series import (
     Window,
@@ -194,9 +194,8 @@ class PlanQueries(ServedStore):
                 # And each cluster's newest within the hour (a subquery at steps of at most
                 # a minute, the lookback's where shorter), to name the clusters whose data
                 # is later than the store's lookback: they have no ``newest`` row.
-                _stat(f"max by ({self.cluster_label}) (max_over_time(timestamp(gpu_node_info)"
-                      f"[{duration(self.NEWEST_SPAN_MIN)}:{duration(min(self.lookback, 60.0))}]"
-                      f" @ {self._clock():.3f}))", "seen"),
+                _stat(newest_sample(self.NEWEST_SPAN_MIN, min(self.lookback, 60.0),
+                                    self.cluster_label, self._clock()), "seen"),
             ]),
             # Who uses which device in the window (a history only where asked for later).
             # Each one's raw mean over the window: the input-starved candidates are those

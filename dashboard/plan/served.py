@@ -21,6 +21,17 @@ from gpuscope.dashboard.series import Series, Window
 from gpuscope.dashboard.verdicts import Thresholds
 
 
+def newest_sample(span: float, step: float, by: str = "", at: float | None = None) -> str:
+    """The store's newest exporter sample within ``span`` seconds (its time, seconds since
+    the epoch; ``by``: one per value of that label), read at steps of ``step`` seconds (a
+    subquery of each node's ``gpu_node_info`` timestamp: a sample after the last step is
+    missed); ``at``: as of that instant (``@``), else the query's."""
+    pin = "" if at is None else f" @ {at:.3f}"
+    group = f" by ({by})" if by else ""
+    return (f"max{group} (max_over_time(timestamp(gpu_node_info)"
+            f"[{duration(span)}:{duration(step)}]{pin}))")
+
+
 class ServedStore(PrometheusStore):
     """The store, with the page's thresholds (None: the defaults; the rules are recorded
     per thresholds), the window it serves and whether its rules serve it."""
@@ -181,10 +192,8 @@ class ServedStore(PrometheusStore):
         :attr:`NEWEST_STEP_MAX`), asked only where none is within the store's lookback."""
         span = max(window.seconds, self.NEWEST_SPAN_MIN)
         step = min(max(self.lookback, span / 240), self.NEWEST_STEP_MAX)
-        query = (f"max(max_over_time(timestamp(gpu_node_info)"
-                 f"[{duration(span)}:{duration(step)}]))")
         try:
-            rows = self.instant(query, window.end)
+            rows = self.instant(newest_sample(span, step), window.end)
         except DataError:
             return math.nan  # (the page's own queries say what failed)
         return max((v for _, v in rows if math.isfinite(v)), default=math.nan)
