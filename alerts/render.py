@@ -361,7 +361,8 @@ def runbook_base_url(value: str) -> str:
     return value
 
 
-def _label_list(text: str) -> tuple[str, ...]:
+def label_list(text: str) -> tuple[str, ...]:
+    """A flag's comma-separated label names (``A,B``), blanks dropped."""
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
@@ -480,7 +481,7 @@ def _parser() -> _Parser:
     p.add_argument("--cluster-label", default=DEFAULT_CLUSTER_LABEL, metavar="NAME",
                    help="the label that names a node's cluster in your store (default: "
                         "%(default)s)")
-    p.add_argument("--replica-labels", type=_label_list, metavar="A,B,...",
+    p.add_argument("--replica-labels", type=label_list, metavar="A,B,...",
                    default=DEFAULT_REPLICA_LABELS,
                    help="HA replica labels whose copies of a series count once (default: "
                         f"{','.join(DEFAULT_REPLICA_LABELS)}; empty: none)")

@@ -35,6 +35,7 @@ from gpuscope.alerts.render import (
     DEFAULT_REPLICA_LABELS,
     RULES_FILE,
     RenderError,
+    label_list,
     parse_rules,
     read_rules_text,
     relabel_rules,
@@ -141,10 +142,6 @@ def _names(boards: dict[str, Json]) -> set[str]:
     return used
 
 
-def _label_list(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise GrafanaError(message)
@@ -161,7 +158,7 @@ def _parser() -> _Parser:
     p.add_argument("--cluster-label", default=DEFAULT_CLUSTER_LABEL, metavar="NAME",
                    help="the label that names a node's cluster in your store, as given to "
                         "python -m gpuscope.alerts.render (default: %(default)s)")
-    p.add_argument("--replica-labels", type=_label_list, default=(), metavar="A,B,...",
+    p.add_argument("--replica-labels", type=label_list, default=(), metavar="A,B,...",
                    help="HA replica labels of a store that keeps each replica's copy of a "
                         "series, raw and recorded: every query counts the copies once "
                         "(default: none)")
