@@ -387,12 +387,12 @@ def test_the_dashboard_keys_a_two_cluster_fleet_as_the_expected_verdicts_do(
     with start_victoriametrics() as vm:
         fleet.import_victoriametrics(tiny, vm)
         view = page_view(vm, tiny.shape.end)
-        # (A full run once read one cluster's findings alone, (2, 0, 0): where the first page
-        # misses any, what the store holds per cluster then and a second page read a moment
-        # later go in the failure's message, to tell the store's visibility from the page.)
+        # Where the first page misses findings (CI once read one cluster's alone), the
+        # failure says what the store held per cluster and what a second read gave: the
+        # store's visibility told from the page's.
+        want = (len(exp.idle_nodes), len(exp.spinning), len(exp.throttled))
         seen = ""
-        if (view.kpis.idle_nodes, view.kpis.spinning) != (len(exp.idle_nodes),
-                                                          len(exp.spinning)):
+        if (view.kpis.idle_nodes, view.kpis.spinning, view.kpis.throttled) != want:
             per_cluster = {r["metric"].get("cluster"): r["value"][1] for r in vm.query(
                 "count by (cluster) (last_over_time(gpu_node_info[5m]))", tiny.shape.end)}
             time.sleep(2)
@@ -421,8 +421,8 @@ def test_the_dashboard_keys_a_two_cluster_fleet_as_the_expected_verdicts_do(
                     r"\((2m \d\ds|3m( [0-3]\ds)?) behind\): their newest exporter samples are "
                     r"older than this page's end \(", note), note
     # (with the page's notes: a read that failed says so there)
-    assert (view.kpis.idle_nodes, view.kpis.spinning, view.kpis.throttled) == (
-        len(exp.idle_nodes), len(exp.spinning), len(exp.throttled)), (view.notes, seen)
+    assert (view.kpis.idle_nodes, view.kpis.spinning, view.kpis.throttled) == want, (
+        view.notes, seen)
     assert {r.node for r in view.idle_rows} == set(exp.idle_nodes)
     assert all("/" in key for key in exp.idle_nodes)
     assert {(r.node, r.gpu) for r in view.spinning_rows} == set(exp.spinning)
